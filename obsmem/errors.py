@@ -1,0 +1,145 @@
+"""Errors with stable, machine-readable codes.
+
+Every error a user can cause, or a configured dependency can produce, is an :class:`ObsmemError` with a
+``code`` that never changes between releases. The surfaces map them once: HTTP turns ``status`` and
+``code`` into ``{"error": {"code", "message"}}``; the agent tools and MCP return ``"<code>: <message>"``;
+the CLI prints the message and exits non-zero.
+
+Messages name the offending field and what is allowed. They never quote memory text, queries, keys or
+response bodies, so they are safe to log.
+
+    ObsmemError
+    ├── ValidationFailed (422)        invalid_request and the field-specific codes below
+    │   ├── InvalidQuery               invalid_query
+    │   ├── InvalidDate                invalid_date
+    │   ├── InvalidId                  invalid_id
+    │   ├── InvalidProject             invalid_project
+    │   └── InvalidSession             invalid_session
+    ├── AmbiguousId (422)             ambiguous_id
+    ├── NotFound (404)                not_found, project_not_found
+    ├── SeqConflict (409)             seq_conflict
+    ├── Unauthorized (401) / Forbidden (403)
+    ├── PayloadTooLarge (413)
+    ├── ConfigurationError            configuration_error (start-up only)
+    └── ServiceUnavailable (503)      embedding_unavailable, reranker_unavailable, index_building,
+                                      index_busy, model_unavailable
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ObsmemError(Exception):
+    """Base class: a problem with a stable code and a safe message."""
+
+    code: str = "error"
+    status: int = 400
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.field = field
+        self.details = details or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        body.update(self.details)
+        return body
+
+    def tool_text(self) -> str:
+        """The text an agent tool returns for this error."""
+        return f"{self.code}: {self.message}"
+
+
+class ValidationFailed(ObsmemError):
+    """A request field has a value that is not allowed."""
+
+    code = "invalid_request"
+    status = 422
+
+
+class InvalidQuery(ValidationFailed):
+    code = "invalid_query"
+
+
+class InvalidDate(ValidationFailed):
+    code = "invalid_date"
+
+
+class InvalidId(ValidationFailed):
+    code = "invalid_id"
+
+
+class InvalidProject(ValidationFailed):
+    code = "invalid_project"
+
+
+class InvalidSession(ValidationFailed):
+    code = "invalid_session"
+
+
+class AmbiguousId(ObsmemError):
+    code = "ambiguous_id"
+    status = 422
+
+
+class NotFound(ObsmemError):
+    code = "not_found"
+    status = 404
+
+
+class ProjectNotFound(NotFound):
+    code = "project_not_found"
+
+
+class SeqConflict(ObsmemError):
+    code = "seq_conflict"
+    status = 409
+
+
+class Unauthorized(ObsmemError):
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(ObsmemError):
+    code = "forbidden"
+    status = 403
+
+
+class PayloadTooLarge(ObsmemError):
+    code = "payload_too_large"
+    status = 413
+
+
+class ConfigurationError(ObsmemError):
+    """The settings cannot work; raised at start-up, before anything is served."""
+
+    code = "configuration_error"
+    status = 500
+
+
+class ServiceUnavailable(ObsmemError):
+    """A configured dependency (model endpoint, index) cannot answer right now."""
+
+    code = "service_unavailable"
+    status = 503
+
+
+class StorageError(ObsmemError):
+    """The database could not be opened or is not what obsmem expects."""
+
+    code = "storage_error"
+    status = 503

@@ -1,0 +1,186 @@
+"""Conversation events: validation and idempotent, atomic appends.
+
+An event is addressed by ``(session_id, seq)``. Appending the identical event at a used ``seq`` again is a
+duplicate (a retry is always safe); a *different* event at a used ``seq`` is a conflict, and the whole
+batch is refused so nothing partial is stored. Events without a ``seq`` are numbered after the last one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from obsmem.dates import now_iso
+from obsmem.errors import SeqConflict, ValidationFailed
+from obsmem.ids import canonical_json
+from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import first_problem
+from obsmem.validation import session_id as check_session_id
+
+MAX_EVENT_CONTENT = 2_000_000
+MAX_BATCH = 10_000
+MAX_SEQ = 2**53  # exact in JSON numbers everywhere
+
+Role = Literal["user", "assistant", "tool", "system"]
+EventType = Literal["message", "tool_call", "tool_result"]
+
+
+class EventIn(BaseModel):
+    """One conversation event as a client sends it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int | None = Field(default=None, ge=1, le=MAX_SEQ, description="Position in the session; omitted: next.")
+    role: Role
+    type: EventType = "message"
+    content: str = Field(default="", max_length=MAX_EVENT_CONTENT)
+    tool_name: str | None = Field(default=None, max_length=256)
+    tool_args: dict[str, Any] | list[Any] | str | None = Field(
+        default=None, description="Arguments of a tool call (JSON), shown to the Observer beside the result."
+    )
+    tool_call_id: str | None = Field(default=None, max_length=256)
+    created_at: datetime | None = Field(default=None, description="ISO 8601; default: when it was received.")
+
+    @field_validator("content", "tool_name", "tool_call_id")
+    @classmethod
+    def _utf8(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("is not valid UTF-8 text") from None
+        return value
+
+    @field_validator("tool_args")
+    @classmethod
+    def _json_args(cls, value: Any) -> Any:
+        if value is not None:
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except (UnicodeEncodeError, ValueError):
+                raise ValueError("must be JSON that encodes as UTF-8") from None
+        return value
+
+    def fingerprint(self) -> str:
+        """What makes two events at one seq the same event (the receive time does not)."""
+        document = {
+            "role": self.role,
+            "type": self.type,
+            "content": self.content,
+            "tool_name": self.tool_name,
+            "tool_args": self.tool_args,
+            "tool_call_id": self.tool_call_id,
+        }
+        return hashlib.sha256(canonical_json(document)).hexdigest()
+
+    def created_at_iso(self) -> str:
+        if self.created_at is None:
+            return now_iso()
+        stamp = self.created_at
+        if stamp.tzinfo is not None:
+            stamp = stamp.astimezone(UTC).replace(tzinfo=None)
+        return stamp.isoformat(timespec="milliseconds") + "Z"
+
+
+_EVENTS = TypeAdapter(list[EventIn])
+
+
+def parse_events(raw: Sequence[Any], field: str = "events") -> list[EventIn]:
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence):
+        raise ValidationFailed(f"{field} must be a list of events", field=field)
+    if len(raw) > MAX_BATCH:
+        raise ValidationFailed(f"{field} holds more than {MAX_BATCH} events; send smaller batches", field=field)
+    if all(isinstance(item, EventIn) for item in raw):
+        return list(raw)
+    try:
+        return _EVENTS.validate_python(list(raw))
+    except ValidationError as exc:
+        raise first_problem(exc, field) from None
+
+
+@dataclass(frozen=True)
+class AppendReceipt:
+    appended: int
+    duplicates: int
+    last_seq: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"appended": self.appended, "duplicates": self.duplicates, "last_seq": self.last_seq}
+
+
+def append_events(db: ProjectDatabase, session: str, events: Iterable[EventIn | dict[str, Any]]) -> AppendReceipt:
+    """Append a batch atomically; see the module docstring for the seq rules."""
+    session = check_session_id(session)
+    batch = parse_events(list(events))
+    now = now_iso()
+    with db.write() as conn:
+        row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session,)).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO sessions(session_id, created_at, updated_at) VALUES (?, ?, ?)", (session, now, now)
+            )
+            last_seq = 0
+        else:
+            last_seq = row[0]
+        explicit = [event.seq for event in batch if event.seq is not None]
+        stored: dict[int, str] = {}
+        if explicit:
+            stored = dict(
+                conn.execute(
+                    "SELECT seq, fingerprint FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                    (session, min(explicit), max(explicit)),
+                ).fetchall()
+            )
+        rows: list[tuple[Any, ...]] = []
+        duplicates = 0
+        next_seq = last_seq
+        for index, event in enumerate(batch):
+            seq = event.seq if event.seq is not None else next_seq + 1
+            if seq > MAX_SEQ:
+                raise ValidationFailed(f"events.{index}.seq: exceeds {MAX_SEQ}", field=f"events.{index}.seq")
+            fingerprint = event.fingerprint()
+            known = stored.get(seq)
+            if known is not None:
+                if known != fingerprint:
+                    raise SeqConflict(
+                        f"events.{index}: seq {seq} of session '{session}' already holds a different event",
+                        field=f"events.{index}.seq",
+                        details={"seq": seq},
+                    )
+                duplicates += 1
+                continue
+            stored[seq] = fingerprint
+            next_seq = max(next_seq, seq)
+            rows.append(
+                (
+                    session,
+                    seq,
+                    event.role,
+                    event.type,
+                    event.content,
+                    event.tool_name,
+                    None if event.tool_args is None else json.dumps(event.tool_args, ensure_ascii=False),
+                    event.tool_call_id,
+                    event.created_at_iso() if event.created_at is not None else now,
+                    fingerprint,
+                )
+            )
+        if rows:
+            conn.executemany(
+                "INSERT INTO events(session_id, seq, role, type, content, tool_name, tool_args, tool_call_id,"
+                " created_at, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            last_seq = max(last_seq, next_seq)
+            conn.execute(
+                "UPDATE sessions SET last_seq = ?, event_count = event_count + ?, updated_at = ?"
+                " WHERE session_id = ?",
+                (last_seq, len(rows), now, session),
+            )
+    return AppendReceipt(appended=len(rows), duplicates=duplicates, last_seq=last_seq)

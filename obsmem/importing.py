@@ -1,0 +1,154 @@
+"""Import a JSONL transcript: obsmem events or OpenAI-style chat messages, one JSON object per line.
+
+Formats, detected per line:
+
+- **obsmem event**: ``{"role", "type", "content", "tool_name"?, "tool_args"?, "seq"?, "created_at"?,
+  "session_id"?}`` (``type`` present).
+- **OpenAI chat message**: ``{"role", "content", "tool_calls"?, "tool_call_id"?, "name"?}``. An assistant
+  message becomes a ``message`` event (when it has text) and one ``tool_call`` event per call, with the
+  function name and its parsed arguments; a ``tool`` message becomes a ``tool_result`` event carrying the
+  name of the call it answers.
+
+Lines without a ``seq`` are numbered from 1 in file order within their session, so importing the same
+file twice stores nothing new (the second run reports duplicates), and importing a different transcript
+over an existing session is a ``seq_conflict`` rather than a silent mix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from obsmem.errors import ValidationFailed
+from obsmem.events import EventIn, append_events, parse_events
+from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import session_id as check_session_id
+
+BATCH_SIZE = 500
+
+
+def _text(content: Any) -> str:
+    """OpenAI content may be a string, null, or a list of parts; keep the text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    raise ValueError("content must be a string, null or a list of parts")
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw  # keep what the model sent; the Observer still sees it
+    return raw
+
+
+def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]) -> list[dict[str, Any]]:
+    """One chat message -> obsmem events (without seq). ``call_names`` maps call ids to tool names."""
+    role = message.get("role")
+    stamp = message.get("created_at") or message.get("timestamp")
+    extra = {"created_at": stamp} if stamp is not None else {}
+    if role in ("user", "system", "developer"):
+        return [{"role": "system" if role == "developer" else role, "type": "message",
+                 "content": _text(message.get("content")), **extra}]
+    if role == "assistant":
+        events: list[dict[str, Any]] = []
+        text = _text(message.get("content"))
+        if text:
+            events.append({"role": "assistant", "type": "message", "content": text, **extra})
+        for call in message.get("tool_calls") or []:
+            if not isinstance(call, dict):
+                raise ValueError("tool_calls items must be objects")
+            function = call.get("function") or {}
+            name = function.get("name")
+            call_id = call.get("id")
+            if isinstance(call_id, str) and isinstance(name, str):
+                call_names[call_id] = name
+            events.append({"role": "assistant", "type": "tool_call", "content": "", "tool_name": name,
+                           "tool_args": _arguments(function.get("arguments")), "tool_call_id": call_id, **extra})
+        if not events:
+            events.append({"role": "assistant", "type": "message", "content": "", **extra})
+        return events
+    if role in ("tool", "function"):
+        call_id = message.get("tool_call_id")
+        name = message.get("name") or (call_names.get(call_id) if isinstance(call_id, str) else None)
+        return [{"role": "tool", "type": "tool_result", "content": _text(message.get("content")),
+                 "tool_name": name, "tool_call_id": call_id, **extra}]
+    raise ValueError("role must be user, assistant, tool or system")
+
+
+@dataclass
+class ImportReceipt:
+    events: int = 0
+    sessions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def appended(self) -> int:
+        return sum(s["appended"] for s in self.sessions.values())
+
+    @property
+    def duplicates(self) -> int:
+        return sum(s["duplicates"] for s in self.sessions.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"events": self.events, "appended": self.appended, "duplicates": self.duplicates,
+                "sessions": self.sessions}
+
+
+def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tuple[str, EventIn]]:
+    """Validate every line; yields ``(session_id, event)``. Errors name the line number."""
+    call_names: dict[str, str] = {}
+    next_seq: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValidationFailed(f"{where}: not valid JSON ({exc.msg})", field=where) from None
+        if not isinstance(record, dict):
+            raise ValidationFailed(f"{where}: each line must be a JSON object", field=where)
+        session = record.pop("session_id", None) or default_session
+        if session is None:
+            raise ValidationFailed(f"{where}: no session_id on the line and no default session given", field=where)
+        check_session_id(session, field=f"{where}.session_id")
+        try:
+            raws = [record] if "type" in record else openai_message_to_events(record, call_names)
+        except ValueError as exc:
+            raise ValidationFailed(f"{where}: {exc}", field=where) from None
+        for raw in raws:
+            event = parse_events([raw], field=where)[0]
+            if event.seq is None:
+                event = event.model_copy(update={"seq": next_seq.get(session, 0) + 1})
+            next_seq[session] = max(next_seq.get(session, 0), event.seq or 0)
+            yield session, event
+
+
+def import_jsonl(db: ProjectDatabase, path: Path, default_session: str | None = None) -> ImportReceipt:
+    """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            parsed = list(read_jsonl(handle, default_session))
+    except UnicodeDecodeError:
+        raise ValidationFailed(f"{path.name} is not UTF-8 text", field="file") from None
+    receipt = ImportReceipt(events=len(parsed))
+    by_session: dict[str, list[EventIn]] = {}
+    for session, event in parsed:
+        by_session.setdefault(session, []).append(event)
+    for session, events in by_session.items():
+        totals = receipt.sessions.setdefault(session, {"appended": 0, "duplicates": 0, "last_seq": 0})
+        for start in range(0, len(events), BATCH_SIZE):
+            result = append_events(db, session, events[start : start + BATCH_SIZE])
+            totals["appended"] += result.appended
+            totals["duplicates"] += result.duplicates
+            totals["last_seq"] = result.last_seq
+    return receipt

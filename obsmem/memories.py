@@ -1,0 +1,226 @@
+"""Memories: observations (cite source events) and reflections (cite observations).
+
+Writes are validated item by item. A bad item is rejected with a reason and never stops the others; an
+item whose id already exists is a duplicate, so an observer that retries never writes twice. Every write
+of a batch commits in one ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import apsw
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from obsmem import ids
+from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
+from obsmem.errors import ObsmemError, ValidationFailed
+from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import SESSION_ID, first_problem
+
+Importance = Literal["low", "medium", "high", "critical"]
+IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
+MAX_MEMORY_CHARS = 4000
+MAX_SOURCE_REFS = 500
+
+
+class SourceRef(BaseModel):
+    """A cited event. ``session_id`` defaults to the observation's own session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = Field(default=None, pattern=SESSION_ID.pattern)
+    seq: int = Field(ge=1, le=2**53)
+
+
+def _one_line(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if "\n" in value or "\r" in value or "\x00" in value:
+        raise ValueError("must be a single line (no line breaks or NUL characters)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("is not valid UTF-8 text") from None
+    return value.strip()
+
+
+class ObservationIn(BaseModel):
+    """One observation as an observer writes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = Field(pattern=SESSION_ID.pattern)
+    content: str = Field(max_length=MAX_MEMORY_CHARS, description="One line.")
+    timestamp: str = Field(description="'YYYY-MM-DD HH:MM' in the conversation's clock.")
+    importance: Importance = "medium"
+    source_refs: list[SourceRef | int] = Field(min_length=1, max_length=MAX_SOURCE_REFS)
+
+    _check_content = field_validator("content")(_one_line)
+
+    @field_validator("timestamp")
+    @classmethod
+    def _minute(cls, value: str) -> str:
+        try:
+            return parse_timestamp(value)
+        except ObsmemError as exc:
+            raise ValueError(exc.message) from None
+
+    def refs(self) -> list[tuple[str, int]]:
+        pairs = []
+        for ref in self.source_refs:
+            if isinstance(ref, int):
+                pairs.append((self.session_id, ref))
+            else:
+                pairs.append((ref.session_id or self.session_id, ref.seq))
+        return ids.normalise_source_refs(pairs)
+
+    def memory_id(self) -> str:
+        return ids.observation_id(self.session_id, self.timestamp, self.content, self.refs())
+
+
+@dataclass
+class WriteReceipt:
+    """What happened to each item of a memory write, by its index in the request."""
+
+    added: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+    def reject(self, index: int, error: ObsmemError) -> None:
+        self.rejected.append({"index": index, "code": error.code, "message": error.message})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "duplicates": self.duplicates, "rejected": self.rejected}
+
+
+def _validated(index: int, raw: Any) -> ObservationIn:
+    if isinstance(raw, ObservationIn):
+        return raw
+    if not isinstance(raw, dict):
+        raise ValidationFailed(f"observations.{index}: must be an object", field=f"observations.{index}")
+    try:
+        return ObservationIn.model_validate(raw)
+    except ValidationError as exc:
+        raise first_problem(exc, f"observations.{index}") from None
+
+
+def _missing_refs(conn: apsw.Connection, refs: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    return [
+        ref
+        for ref in refs
+        if conn.execute("SELECT 1 FROM events WHERE session_id = ? AND seq = ?", ref).fetchone() is None
+    ]
+
+
+def add_observations(
+    db: ProjectDatabase, items: Sequence[Any], *, conn: apsw.Connection | None = None
+) -> WriteReceipt:
+    """Validate and store observations; pass ``conn`` to join a transaction the caller holds."""
+    receipt = WriteReceipt()
+    parsed: list[tuple[int, ObservationIn]] = []
+    for index, raw in enumerate(items):
+        try:
+            parsed.append((index, _validated(index, raw)))
+        except ObsmemError as exc:
+            receipt.reject(index, exc)
+    if not parsed:
+        return receipt
+    if conn is not None:
+        _store_observations(conn, parsed, receipt)
+    else:
+        with db.write() as write_conn:
+            _store_observations(write_conn, parsed, receipt)
+    receipt.added.sort(key=lambda item: item["index"])
+    return receipt
+
+
+def _store_observations(
+    conn: apsw.Connection, parsed: list[tuple[int, ObservationIn]], receipt: WriteReceipt
+) -> None:
+    now = now_iso()
+    for index, item in parsed:
+        session_known = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (item.session_id,)).fetchone()
+        if session_known is None:
+            receipt.reject(
+                index,
+                ValidationFailed(f"session '{item.session_id}' has no events", code="session_not_found"),
+            )
+            continue
+        refs = item.refs()
+        missing = _missing_refs(conn, refs)
+        if missing:
+            shown = ", ".join(f"{sid}#{seq}" for sid, seq in missing[:5])
+            receipt.reject(
+                index,
+                ValidationFailed(f"source_refs cite events that do not exist: {shown}", code="unknown_source_ref"),
+            )
+            continue
+        memory_id = item.memory_id()
+        entry = {"index": index, "id": ids.display_id(memory_id), "memory_id": memory_id}
+        row = conn.execute(
+            "INSERT INTO memories(memory_id, kind, session_id, content, date, importance, created_at)"
+            " VALUES (?, 'observation', ?, ?, ?, ?, ?) ON CONFLICT(memory_id) DO NOTHING RETURNING id",
+            (memory_id, item.session_id, item.content, stored_minute(item.timestamp), item.importance, now),
+        ).fetchone()
+        if row is None:
+            receipt.duplicates.append(entry)
+            continue
+        conn.executemany(
+            "INSERT INTO observation_sources(memory_row, session_id, seq) VALUES (?, ?, ?)",
+            [(row[0], sid, seq) for sid, seq in refs],
+        )
+        receipt.added.append(entry)
+
+
+@dataclass(frozen=True)
+class ReflectionIn:
+    """A reflection as the Reflector proposes it: supported by existing observations (full ids)."""
+
+    session_id: str
+    content: str
+    supporting_observation_ids: tuple[str, ...]
+    timestamp: str | None = None  # 'YYYY-MM-DD HH:MM'; default: now (UTC)
+
+
+def add_reflection(conn: apsw.Connection, reflection: ReflectionIn) -> tuple[str, bool]:
+    """Store one reflection inside the caller's write transaction. Returns ``(memory_id, added)``.
+
+    Raises :class:`ValidationFailed` if the content is not one line or a supporting id is unknown.
+    """
+    try:
+        content = _one_line(reflection.content)
+    except ValueError as exc:
+        raise ValidationFailed(f"content {exc}", field="content") from None
+    if len(content) > MAX_MEMORY_CHARS:
+        raise ValidationFailed(f"content is longer than {MAX_MEMORY_CHARS} characters", field="content")
+    if not reflection.supporting_observation_ids:
+        raise ValidationFailed("a reflection needs at least one supporting observation", field="supporting")
+    stored = stored_minute(parse_timestamp(reflection.timestamp)) if reflection.timestamp else now_stored()
+    rows: list[int] = []
+    for memory_id in sorted(set(reflection.supporting_observation_ids)):
+        found = conn.execute(
+            "SELECT id FROM memories WHERE memory_id = ? AND kind = 'observation'", (memory_id,)
+        ).fetchone()
+        if found is None:
+            raise ValidationFailed(
+                f"supporting observation {ids.display_id(memory_id)} does not exist", code="unknown_observation"
+            )
+        rows.append(found[0])
+    memory_id = ids.reflection_id(
+        reflection.session_id, stored[:16], content, reflection.supporting_observation_ids
+    )
+    row = conn.execute(
+        "INSERT INTO memories(memory_id, kind, session_id, content, date, importance, created_at)"
+        " VALUES (?, 'reflection', ?, ?, ?, NULL, ?) ON CONFLICT(memory_id) DO NOTHING RETURNING id",
+        (memory_id, reflection.session_id, content, stored, now_iso()),
+    ).fetchone()
+    if row is None:
+        return memory_id, False
+    conn.executemany(
+        "INSERT INTO reflection_supports(reflection_row, observation_row) VALUES (?, ?)",
+        [(row[0], observation_row) for observation_row in rows],
+    )
+    return memory_id, True

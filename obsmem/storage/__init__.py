@@ -1,0 +1,1 @@
+"""Storage: connections, migrations and the schema of a project database."""

@@ -1,0 +1,143 @@
+"""SQLite connections for one project database.
+
+apsw rather than the stdlib module: it bundles a current SQLite with FTS5 and can load extensions
+(sqlite-vec). The rules that keep a database safe under several threads and processes live here:
+
+- WAL journal, ``synchronous=FULL``: an acknowledged commit survives a killed process and a power cut.
+- Every write runs inside ``BEGIN IMMEDIATE``. A deferred transaction that later upgrades to a write
+  fails at once with "database is locked", ignoring the busy timeout; taking the write lock first makes
+  writers queue instead.
+- One connection per thread, never shared: :meth:`ProjectDatabase.connection` hands each thread its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from obsmem.errors import StorageError
+
+BUSY_TIMEOUT_MS = 30_000
+_capabilities_checked = False
+_capabilities_lock = threading.Lock()
+
+
+def _load_vector_extension(conn: apsw.Connection) -> None:
+    import sqlite_vec
+
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    conn.enable_load_extension(False)
+
+
+def check_sqlite_capabilities() -> None:
+    """Fail early, with a clear message, if this SQLite lacks FTS5 or cannot load sqlite-vec."""
+    global _capabilities_checked
+    with _capabilities_lock:
+        if _capabilities_checked:
+            return
+        conn = apsw.Connection(":memory:")
+        try:
+            conn.execute("CREATE VIRTUAL TABLE probe USING fts5(x, tokenize='trigram')")
+        except apsw.Error as exc:
+            raise StorageError(f"this SQLite build lacks FTS5 with the trigram tokenizer: {exc}") from None
+        try:
+            _load_vector_extension(conn)
+            conn.execute("SELECT vec_version()").fetchall()
+        except Exception as exc:  # ImportError, apsw.ExtensionLoadingError, ...
+            raise StorageError(f"cannot load the sqlite-vec extension: {exc}") from None
+        finally:
+            conn.close()
+        _capabilities_checked = True
+
+
+def open_connection(path: Path, *, create: bool) -> apsw.Connection:
+    """Open one connection with obsmem's pragmas. ``create=False`` never creates a file."""
+    flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW
+    if create:
+        flags |= apsw.SQLITE_OPEN_CREATE
+    try:
+        conn = apsw.Connection(str(path), flags=flags)
+    except apsw.CantOpenError:
+        raise StorageError(f"cannot open database {path.name}") from None
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    _load_vector_extension(conn)
+    conn.execute("PRAGMA journal_mode=WAL").fetchall()
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    conn.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache per connection
+    conn.execute("PRAGMA mmap_size=268435456")
+    return conn
+
+
+class ProjectDatabase:
+    """The database file of one project, with a connection per thread and serialised writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        # Writers in this process queue here rather than spinning in SQLite's busy handler; other
+        # processes (a worker, the CLI) still coordinate through the database lock.
+        self._write_lock = threading.RLock()
+        self._connections: list[apsw.Connection] = []
+        self._connections_lock = threading.Lock()
+
+    def connection(self) -> apsw.Connection:
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = open_connection(self.path, create=False)
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[apsw.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
+        conn = self.connection()
+        with self._write_lock:
+            if conn.in_transaction:
+                # Nested use joins the outer transaction (apsw savepoints would hide the outer BEGIN).
+                yield conn
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[apsw.Connection]:
+        """A consistent snapshot for several statements (a deferred read transaction)."""
+        conn = self.connection()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        return self.connection().execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        """Close every connection this object opened (all threads); used at shutdown and in tests."""
+        with self._connections_lock:
+            for conn in self._connections:
+                with contextlib.suppress(apsw.Error):
+                    conn.close()
+            self._connections.clear()
+        self._local = threading.local()

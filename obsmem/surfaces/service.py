@@ -1,0 +1,122 @@
+"""The Python API: one object that every surface (HTTP, CLI, tools, MCP) calls.
+
+    from obsmem import Obsmem
+    memory = Obsmem(data_dir="~/.local/share/obsmem")
+    memory.append_events("my-app", "s1", [{"role": "user", "content": "fix the login test"}])
+    memory.search("my-app", "login")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from obsmem.events import AppendReceipt, append_events
+from obsmem.importing import ImportReceipt, import_jsonl
+from obsmem.memories import WriteReceipt, add_observations
+from obsmem.projects import ProjectRegistry
+from obsmem.settings import Settings, load_settings
+from obsmem.storage.connection import ProjectDatabase
+from obsmem.retrieval.exact import ExactSearcher
+from obsmem.retrieval.recall import recall as recall_memory
+from obsmem.retrieval.results import SearchResult
+from obsmem.retrieval.search import SearchRequest, run_exact
+
+
+class Obsmem:
+    """Memory for one data directory (many projects)."""
+
+    def __init__(self, settings: Settings | None = None, *, data_dir: Path | str | None = None) -> None:
+        if settings is None:
+            settings = load_settings(data_dir=data_dir)
+        elif data_dir is not None:
+            settings = settings.model_copy(update={"data_dir": Path(data_dir)})
+        self.settings = settings
+        self.projects = ProjectRegistry(settings.data_dir)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
+        return append_events(self.projects.get(project, create=True), session_id, events)
+
+    def import_jsonl(self, project: str, path: Path | str, session_id: str | None = None) -> ImportReceipt:
+        return import_jsonl(self.projects.get(project, create=True), Path(path), session_id)
+
+    def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
+        return add_observations(self.projects.get(project, create=True), observations)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def search(
+        self,
+        project: str,
+        query: object,
+        *,
+        after: object = None,
+        before: object = None,
+        limit: object = None,
+        mode: object = None,
+        session_id: object = None,
+    ) -> SearchResult:
+        request = SearchRequest.parse(
+            query=query,
+            after=after,
+            before=before,
+            limit=limit,
+            mode=mode,
+            session_id=session_id,
+            default_mode=self.default_mode,
+            limits=self.settings.search,
+        )
+        db = self.projects.get(project)
+        if request.mode == "hybrid":
+            from obsmem.errors import ValidationFailed
+
+            raise ValidationFailed(
+                "hybrid mode needs the [semantic] section in the settings file", code="mode_unavailable", field="mode"
+            )
+        with db.read() as conn:
+            return run_exact(ExactSearcher(conn), request)
+
+    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> dict[str, Any]:
+        db = self.projects.get(project)
+        with db.read() as conn:
+            return recall_memory(conn, memory_id, session_id=session_id, project=project)
+
+    @property
+    def default_mode(self) -> str:
+        return "exact"
+
+    def status(self, project: str) -> dict[str, Any]:
+        db = self.projects.get(project)
+        with db.read() as conn:
+            sessions, events = conn.execute(
+                "SELECT count(*), coalesce(sum(event_count), 0) FROM sessions"
+            ).fetchone()
+            kinds = dict(conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall())
+            last = conn.execute("SELECT max(updated_at) FROM sessions").fetchone()[0]
+        return {
+            "project": project,
+            "sessions": sessions,
+            "events": events,
+            "observations": kinds.get("observation", 0),
+            "reflections": kinds.get("reflection", 0),
+            "last_activity": last,
+            "database_bytes": db.path.stat().st_size,
+            "mode": self.default_mode,
+        }
+
+    def project_names(self) -> list[str]:
+        return self.projects.names()
+
+    def database(self, project: str, *, create: bool = False) -> ProjectDatabase:
+        return self.projects.get(project, create=create)
+
+    def close(self) -> None:
+        self.projects.close()
+
+    def __enter__(self) -> Obsmem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

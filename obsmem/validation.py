@@ -1,0 +1,50 @@
+"""Small validators shared by every way in (HTTP, CLI, tools, Python)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from obsmem.errors import InvalidProject, InvalidSession, ValidationFailed
+
+PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+
+
+def project_name(value: object) -> str:
+    """A project slug: ``[a-z0-9][a-z0-9._-]{0,63}``. Never a path."""
+    if not isinstance(value, str) or not PROJECT_SLUG.fullmatch(value):
+        raise InvalidProject(
+            "project must be a slug: 1-64 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+            field="project",
+        )
+    return value
+
+
+def session_id(value: object, field: str = "session_id") -> str:
+    if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
+        raise InvalidSession(
+            f"{field} must be 1-128 characters of letters, digits, '.', '_', ':', '@' or '-', "
+            "starting with a letter or digit",
+            field=field,
+        )
+    return value
+
+
+def utf8_text(value: str, field: str) -> str:
+    """Reject lone surrogates (text that cannot be stored as UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationFailed(f"{field} is not valid UTF-8 text", field=field) from None
+    return value
+
+
+def first_problem(exc: ValidationError, prefix: str = "") -> ValidationFailed:
+    """Turn a pydantic error into one ValidationFailed naming the first bad field (never its value)."""
+    err: dict[str, Any] = dict(exc.errors()[0])
+    location = ".".join(str(part) for part in (*([prefix] if prefix else []), *err["loc"])) or prefix or "body"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return ValidationFailed(f"{location}: {message}", field=location)

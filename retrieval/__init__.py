@@ -1,0 +1,1 @@
+"""Retrieval: exact and hybrid memory search, recall with provenance, result shaping."""
