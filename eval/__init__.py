@@ -1,0 +1,1 @@
+"""Eval: datasets, runner, metrics, calibration, reports and plots."""

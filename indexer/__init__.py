@@ -1,0 +1,1 @@
+"""Indexer: chunker, embedders, index state with dirty markers, FTS5 and vector stores, sync and rebuild."""

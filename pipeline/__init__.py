@@ -1,0 +1,1 @@
+"""Pipeline: events -> Observer -> Reflector -> Dropper -> generations; the LLM client; the projection."""
