@@ -13,8 +13,8 @@ from datetime import UTC, date, datetime, timedelta
 
 from obsmem.errors import InvalidDate
 
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_MINUTE = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})")
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
+_MINUTE = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})", re.ASCII)
 STORED_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 

@@ -85,8 +85,16 @@ def _filters(window: DateWindow, session_id: str | None) -> tuple[str, list[obje
 class ExactSearcher:
     """Runs exact searches on one connection (one per thread)."""
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        *,
+        index_plan_max_docs: int = INDEX_PLAN_MAX_DOCS,
+        walk_row_budget: int = WALK_ROW_BUDGET,
+    ) -> None:
         self.conn = conn
+        self.index_plan_max_docs = index_plan_max_docs
+        self.walk_row_budget = walk_row_budget
         self._tokenize = conn.fts5_tokenizer("trigram", [])
 
     def trigrams(self, needle: str) -> list[str]:
@@ -109,7 +117,7 @@ class ExactSearcher:
 
     def choose_plan(self, needle: str) -> ExactPlan:
         estimate = self.estimate_docs(needle)
-        if estimate is not None and estimate <= INDEX_PLAN_MAX_DOCS:
+        if estimate is not None and estimate <= self.index_plan_max_docs:
             return ExactPlan("index", estimate)
         return ExactPlan("walk", estimate)
 
@@ -148,7 +156,7 @@ class ExactSearcher:
                 " ORDER BY m.date DESC, m.id DESC LIMIT ?"
             )
             return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
-        # Check at most WALK_ROW_BUDGET of the newest rows in the window; if that finds enough, it is
+        # Check at most walk_row_budget of the newest rows in the window; if that finds enough, it is
         # the answer (everything older sorts after). Otherwise the needle is rarer than its trigrams
         # suggested: ask the index.
         sql = (
@@ -157,7 +165,7 @@ class ExactSearcher:
             "   ORDER BY m.date DESC, m.id DESC LIMIT ?) AS m"
             " WHERE matched ORDER BY m.date DESC, m.id DESC LIMIT ?"
         )
-        rows = self.conn.execute(sql, (pattern, *params, WALK_ROW_BUDGET, fetch)).fetchall()
+        rows = self.conn.execute(sql, (pattern, *params, self.walk_row_budget, fetch)).fetchall()
         if len(rows) >= fetch:
             return [row[:6] for row in rows]
         return self._index_plan(needle, window, fetch, session_id)

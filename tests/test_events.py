@@ -1,0 +1,80 @@
+"""Event appends: idempotent on an identical seq, conflicts are atomic, validation names the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from obsmem.errors import InvalidSession, SeqConflict, ValidationFailed
+from obsmem.surfaces.service import Obsmem
+
+
+def _rows(service: Obsmem, project: str = "p") -> list[tuple]:
+    return service.database(project).query("SELECT session_id, seq, role, type, content FROM events ORDER BY id")
+
+
+def test_append_numbers_events_and_reports_last_seq(service: Obsmem) -> None:
+    receipt = service.append_events("p", "s1", [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert receipt.to_dict() == {"appended": 2, "duplicates": 0, "last_seq": 2}
+    receipt = service.append_events("p", "s1", [{"role": "user", "content": "c"}])
+    assert receipt.last_seq == 3
+    assert [row[1] for row in _rows(service)] == [1, 2, 3]
+
+
+def test_identical_event_at_used_seq_is_a_duplicate(service: Obsmem) -> None:
+    event = {"seq": 1, "role": "assistant", "type": "tool_call", "tool_name": "grep", "tool_args": {"q": "x"}}
+    service.append_events("p", "s1", [event])
+    receipt = service.append_events("p", "s1", [event, {"seq": 2, "role": "tool", "type": "tool_result", "content": "ok"}])
+    assert (receipt.appended, receipt.duplicates, receipt.last_seq) == (1, 1, 2)
+
+
+def test_different_event_at_used_seq_conflicts_and_stores_nothing(service: Obsmem) -> None:
+    service.append_events("p", "s1", [{"seq": 1, "role": "user", "content": "a"}])
+    with pytest.raises(SeqConflict) as caught:
+        service.append_events(
+            "p", "s1", [{"seq": 2, "role": "user", "content": "new"}, {"seq": 1, "role": "user", "content": "changed"}]
+        )
+    assert caught.value.status == 409 and caught.value.field == "events.1.seq"
+    assert "changed" not in caught.value.message
+    assert _rows(service) == [("s1", 1, "user", "message", "a")]
+
+
+def test_conflict_inside_one_batch(service: Obsmem) -> None:
+    with pytest.raises(SeqConflict):
+        service.append_events("p", "s1", [{"seq": 5, "role": "user", "content": "a"}, {"seq": 5, "role": "user", "content": "b"}])
+    assert not service.projects.exists("p") or _rows(service) == []
+
+
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        ({"role": "robot", "content": "x"}, "events.0.role"),
+        ({"role": "user", "type": "thought"}, "events.0.type"),
+        ({"role": "user", "seq": 0}, "events.0.seq"),
+        ({"role": "user", "seq": 2**60}, "events.0.seq"),
+        ({"role": "user", "content": "\ud800"}, "events.0.content"),
+        ({"role": "user", "surprise": 1}, "events.0.surprise"),
+        ({"role": "user", "created_at": "yesterday"}, "events.0.created_at"),
+    ],
+)
+def test_invalid_events_name_the_field(service: Obsmem, event: dict, field: str) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        service.append_events("p", "s1", [{"role": "user", "content": "fine"}, event][1:])
+    assert caught.value.field == field
+    assert not service.projects.exists("p") or _rows(service) == []
+
+
+@pytest.mark.parametrize("session", ["", "../x", "a/b", "x" * 129, " s", "s\n"])
+def test_bad_session_ids_are_rejected(service: Obsmem, session: str) -> None:
+    with pytest.raises(InvalidSession):
+        service.append_events("p", session, [{"role": "user", "content": "a"}])
+
+
+def test_tool_args_round_trip_and_timestamps_normalise_to_utc(service: Obsmem) -> None:
+    service.append_events(
+        "p",
+        "s1",
+        [{"role": "assistant", "type": "tool_call", "tool_name": "edit", "tool_args": {"path": "a.py", "line": 3},
+          "created_at": "2026-03-01T10:00:00+02:00"}],
+    )
+    row = service.database("p").query("SELECT tool_args, created_at FROM events")[0]
+    assert row == ('{"path": "a.py", "line": 3}', "2026-03-01T08:00:00.000Z")

@@ -1,0 +1,190 @@
+"""Exact search answers exactly what a LIKE scan answers, whatever plan it picks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from obsmem.dates import parse_window
+from obsmem.errors import InvalidDate, InvalidQuery, ValidationFailed
+from obsmem.projects import ProjectRegistry
+from obsmem.retrieval.exact import ExactSearcher, fts_phrase, like_pattern
+from obsmem.surfaces.service import Obsmem
+
+ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
+
+
+def _reference(contents: list[tuple[str, str]], needle: str) -> list[int]:
+    """Brute force: ASCII-only case folding, newest first (date desc, row desc)."""
+
+    def fold(text: str) -> str:
+        return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
+
+    rows = [(date, row, text) for row, (date, text) in enumerate(contents, start=1) if fold(needle) in fold(text)]
+    return [row for date, row, _ in sorted(rows, reverse=True)]
+
+
+def _load(db_dir: Path, contents: list[tuple[str, str]]):  # type: ignore[no-untyped-def]
+    registry = ProjectRegistry(db_dir)
+    db = registry.get("p", create=True)
+    with db.write() as conn:
+        conn.execute("INSERT INTO sessions VALUES ('s', 'x', 'x', 0, 0)")
+        conn.executemany(
+            "INSERT INTO memories(id, memory_id, kind, session_id, content, date, importance, created_at)"
+            " VALUES (?, ?, 'observation', 's', ?, ?, 'low', 'x')",
+            [(row, f"{row:064x}", text, date) for row, (date, text) in enumerate(contents, start=1)],
+        )
+    return registry, db
+
+
+corpus = st.lists(
+    st.tuples(
+        st.sampled_from(["2026-01-01 10:00:00", "2026-01-02 08:30:00", "2026-01-03 23:59:00"]),
+        st.text(alphabet=ALPHABET, min_size=1, max_size=40),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contents=corpus, data=st.data())
+def test_every_plan_matches_the_reference(tmp_path_factory: pytest.TempPathFactory, contents, data) -> None:  # type: ignore[no-untyped-def]
+    source = data.draw(st.sampled_from(contents))[1]
+    start = data.draw(st.integers(0, max(0, len(source) - 1)))
+    length = data.draw(st.integers(1, 8))
+    needle = data.draw(st.one_of(st.just(source[start : start + length]), st.text(alphabet=ALPHABET, min_size=1, max_size=6)))
+    needle = "".join(c.upper() if data.draw(st.booleans()) and c.isascii() else c for c in needle).strip()
+    if not needle:
+        return
+    registry, db = _load(tmp_path_factory.mktemp("db"), contents)
+    try:
+        expected = _reference(contents, needle)
+        conn = db.connection()
+        like_rows = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM memories WHERE content LIKE ? ESCAPE '\\' ORDER BY date DESC, id DESC",
+                (like_pattern(needle),),
+            )
+        ]
+        assert like_rows == expected
+        window = parse_window()
+        for searcher in (
+            ExactSearcher(conn),  # planner's choice
+            ExactSearcher(conn, index_plan_max_docs=10**9),  # always the index when trigrams exist
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_row_budget=3),  # walk, then hand over
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_row_budget=10**6),  # walk only
+        ):
+            for limit in (1, 3, 50):
+                hits, truncated = searcher.search(needle, window, limit)
+                assert [int(hit.memory_id, 16) for hit in hits] == expected[:limit]
+                assert truncated == (len(expected) > limit)
+    finally:
+        registry.close()
+
+
+@pytest.fixture
+def dated(service: Obsmem) -> Obsmem:
+    service.append_events("p", "s1", [{"role": "user", "content": "x"} for _ in range(3)])
+    service.append_events("p", "s2", [{"role": "user", "content": "x"}])
+    items = [
+        ("s1", "2026-03-01 09:00", "deploy MapToolArguments fix"),
+        ("s1", "2026-03-01 23:59", "MapToolArguments regression found"),
+        ("s1", "2026-03-02 00:00", "reverted maptoolarguments change"),
+        ("s2", "2026-03-05 12:30", "MapToolArguments v2 shipped, ticket #2510"),
+    ]
+    service.add_observations(
+        "p",
+        [{"session_id": s, "timestamp": t, "content": c, "importance": "medium", "source_refs": [1]} for s, t, c in items],
+    )
+    return service
+
+
+def _contents(result) -> list[str]:  # type: ignore[no-untyped-def]
+    return [hit.content for hit in result.hits]
+
+
+def test_newest_first_case_insensitive(dated: Obsmem) -> None:
+    result = dated.search("p", "MAPTOOLarguments")
+    assert _contents(result) == [
+        "MapToolArguments v2 shipped, ticket #2510",
+        "reverted maptoolarguments change",
+        "MapToolArguments regression found",
+        "deploy MapToolArguments fix",
+    ]
+    assert result.truncated is False and result.partial is False and result.mode == "exact"
+    hit = result.hits[0].to_dict()
+    assert set(hit) == {"id", "memory_id", "kind", "session_id", "date", "importance", "content"}
+    assert hit["date"] == "2026-03-05 12:30" and len(hit["id"]) == 12 and hit["memory_id"].startswith(hit["id"])
+
+
+def test_multi_word_query_is_one_phrase(dated: Obsmem) -> None:
+    assert _contents(dated.search("p", "regression found")) == ["MapToolArguments regression found"]
+    assert dated.search("p", "found regression").hits == []
+
+
+def test_limit_and_truncated(dated: Obsmem) -> None:
+    result = dated.search("p", "maptoolarguments", limit=2)
+    assert len(result.hits) == 2 and result.truncated is True
+    assert dated.search("p", "maptoolarguments", limit=4).truncated is False
+
+
+def test_date_bounds(dated: Obsmem) -> None:
+    assert len(dated.search("p", "maptool", after="2026-03-01", before="2026-03-01").hits) == 2
+    assert _contents(dated.search("p", "maptool", before="2026-03-01 09:00")) == ["deploy MapToolArguments fix"]
+    assert _contents(dated.search("p", "maptool", after="2026-03-02")) == [
+        "MapToolArguments v2 shipped, ticket #2510",
+        "reverted maptoolarguments change",
+    ]
+
+
+def test_session_filter_and_short_queries(dated: Obsmem) -> None:
+    assert _contents(dated.search("p", "maptool", session_id="s2")) == ["MapToolArguments v2 shipped, ticket #2510"]
+    assert _contents(dated.search("p", "#2")) == ["MapToolArguments v2 shipped, ticket #2510"]
+    assert len(dated.search("p", "a").hits) == 4
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"', 'NEAR(a b)', "a AND b", "gpt-4", "c++", "foo:bar", "what is this?", "*", "col:", "^x", "'", "\\", "%", "_"],
+)
+def test_hostile_queries_are_literal(service: Obsmem, query: str) -> None:
+    service.append_events("p", "s", [{"role": "user", "content": "x"}])
+    content = f"left {query} right"
+    service.add_observations("p", [{"session_id": "s", "timestamp": "2026-01-01 10:00", "content": content,
+                                    "source_refs": [1]}])
+    service.add_observations("p", [{"session_id": "s", "timestamp": "2026-01-01 10:00", "content": "nothing here",
+                                    "source_refs": [1]}])
+    assert _contents(service.search("p", query)) == [content]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "field"),
+    [
+        ({"query": ""}, InvalidQuery, "query"),
+        ({"query": "   "}, InvalidQuery, "query"),
+        ({"query": "a\x00b"}, InvalidQuery, "query"),
+        ({"query": "x" * 1001}, InvalidQuery, "query"),
+        ({"query": "\udcff"}, InvalidQuery, "query"),
+        ({"query": 5}, InvalidQuery, "query"),
+        ({"query": "a", "limit": 0}, ValidationFailed, "limit"),
+        ({"query": "a", "limit": 51}, ValidationFailed, "limit"),
+        ({"query": "a", "limit": True}, ValidationFailed, "limit"),
+        ({"query": "a", "mode": "fuzzy"}, ValidationFailed, "mode"),
+        ({"query": "a", "after": "2026-02-30"}, InvalidDate, "after"),
+        ({"query": "a", "session_id": "../etc"}, ValidationFailed, "session_id"),
+    ],
+)
+def test_bad_requests_name_the_field(dated: Obsmem, kwargs: dict, error: type, field: str) -> None:
+    with pytest.raises(error) as caught:
+        dated.search("p", **kwargs)
+    assert caught.value.field == field and caught.value.status == 422
+
+
+def test_fts_phrase_quotes_everything() -> None:
+    assert fts_phrase('say "hi"') == '"say ""hi"""'
+    assert like_pattern("50%_a\\") == "%50\\%\\_a\\\\%"

@@ -1,0 +1,66 @@
+"""Observation writes: per-item receipts, idempotent ids, refs that must exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from obsmem import ids
+from obsmem.surfaces.service import Obsmem
+
+
+@pytest.fixture
+def project(service: Obsmem) -> Obsmem:
+    service.append_events("p", "s1", [{"role": "user", "content": f"event {n}"} for n in range(1, 6)])
+    service.append_events("p", "s2", [{"role": "user", "content": "other"}])
+    return service
+
+
+def _obs(**overrides: object) -> dict:
+    base = {"session_id": "s1", "content": "User wants RetryPolicy.backoff_ms = 250", "timestamp": "2026-03-02 09:15",
+            "importance": "high", "source_refs": [{"session_id": "s1", "seq": 2}, 1]}
+    return base | overrides
+
+
+def test_receipt_lists_added_duplicates_and_rejected(project: Obsmem) -> None:
+    receipt = project.add_observations(
+        "p",
+        [
+            _obs(),
+            _obs(),  # same id within the batch
+            _obs(timestamp="2026-02-30 09:15"),
+            _obs(source_refs=[99]),
+            _obs(content="two\nlines"),
+            _obs(importance="urgent"),
+            _obs(session_id="nope", source_refs=[{"session_id": "s1", "seq": 1}]),
+            "not an object",
+            _obs(source_refs=[]),
+        ],
+    ).to_dict()
+    expected_id = ids.observation_id("s1", "2026-03-02 09:15", "User wants RetryPolicy.backoff_ms = 250", [("s1", 1), ("s1", 2)])
+    assert receipt["added"] == [{"index": 0, "id": expected_id[:12], "memory_id": expected_id}]
+    assert receipt["duplicates"] == [{"index": 1, "id": expected_id[:12], "memory_id": expected_id}]
+    rejected = {item["index"]: item["code"] for item in receipt["rejected"]}
+    assert rejected == {2: "invalid_request", 3: "unknown_source_ref", 4: "invalid_request", 5: "invalid_request",
+                        6: "session_not_found", 7: "invalid_request", 8: "invalid_request"}
+    for item in receipt["rejected"]:
+        assert "RetryPolicy" not in item["message"]  # messages never quote memory text
+    assert project.database("p").query("SELECT count(*) FROM memories")[0][0] == 1
+
+
+def test_rewriting_the_same_observation_is_a_duplicate_and_ref_order_does_not_matter(project: Obsmem) -> None:
+    first = project.add_observations("p", [_obs()])
+    second = project.add_observations("p", [_obs(source_refs=[1, {"seq": 2}])])
+    assert second.duplicates[0]["memory_id"] == first.added[0]["memory_id"]
+
+
+def test_refs_may_cite_other_sessions(project: Obsmem) -> None:
+    receipt = project.add_observations("p", [_obs(source_refs=[{"session_id": "s2", "seq": 1}])])
+    assert len(receipt.added) == 1
+    recalled = project.recall("p", receipt.added[0]["id"])
+    assert [(s["session_id"], s["seq"]) for s in recalled["sources"]] == [("s2", 1)]
+
+
+def test_views_present_each_kind(project: Obsmem) -> None:
+    project.add_observations("p", [_obs()])
+    rows = project.database("p").query("SELECT timestamp, importance, source_refs FROM observations")
+    assert rows == [("2026-03-02 09:15", "high", '[{"session_id":"s1","seq":1},{"session_id":"s1","seq":2}]')]

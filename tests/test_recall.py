@@ -1,0 +1,87 @@
+"""Recall: unique prefixes, provenance, and errors that tell the caller what to do."""
+
+from __future__ import annotations
+
+import pytest
+
+from obsmem.errors import AmbiguousId, InvalidId, NotFound, ProjectNotFound
+from obsmem.surfaces.service import Obsmem
+
+
+@pytest.fixture
+def stored(service: Obsmem) -> tuple[Obsmem, str]:
+    service.append_events(
+        "p",
+        "s1",
+        [
+            {"role": "user", "content": "please bump httpx"},
+            {"role": "assistant", "type": "tool_call", "tool_name": "bash", "tool_args": {"cmd": "pip install -U httpx"}},
+            {"role": "tool", "type": "tool_result", "tool_name": "bash", "content": "Successfully installed httpx-0.28.1"},
+        ],
+    )
+    receipt = service.add_observations(
+        "p",
+        [{"session_id": "s1", "timestamp": "2026-04-01 10:00", "content": "Upgraded httpx to 0.28.1 at user request",
+          "importance": "medium", "source_refs": [1, 2, 3]}],
+    )
+    return service, receipt.added[0]["memory_id"]
+
+
+def test_recall_by_display_id_returns_sources_in_order(stored: tuple[Obsmem, str]) -> None:
+    service, memory_id = stored
+    result = service.recall("p", memory_id[:12])
+    assert result["memory"]["memory_id"] == memory_id
+    assert [(e["seq"], e["role"], e["type"]) for e in result["sources"]] == [
+        (1, "user", "message"), (2, "assistant", "tool_call"), (3, "tool", "tool_result")
+    ]
+    assert result["sources"][1]["tool_args"] == {"cmd": "pip install -U httpx"}
+    assert result["supporting"] == []
+    assert service.recall("p", memory_id)["memory"]["id"] == memory_id[:12]
+
+
+def test_unknown_id_names_the_session_and_says_what_to_pass(stored: tuple[Obsmem, str]) -> None:
+    service, memory_id = stored
+    with pytest.raises(NotFound) as caught:
+        service.recall("p", memory_id[:12], session_id="other")
+    assert "session 'other'" in caught.value.message and "session_id" in caught.value.message
+    with pytest.raises(NotFound):
+        service.recall("p", "0" * 12 if not memory_id.startswith("0" * 12) else "f" * 12)
+
+
+def test_ambiguous_prefix(stored: tuple[Obsmem, str]) -> None:
+    service, _ = stored
+    db = service.database("p")
+    with db.write() as conn:
+        for suffix in ("1", "2"):
+            conn.execute(
+                "INSERT INTO memories(memory_id, kind, session_id, content, date, importance, created_at)"
+                " VALUES (?, 'observation', 's1', 'x', '2026-01-01 00:00:00', 'low', 'x')",
+                ("abcdefabcdef" + suffix * 52,),
+            )
+    with pytest.raises(AmbiguousId):
+        service.recall("p", "abcdefabcdef")
+    assert service.recall("p", "abcdefabcdef1")["memory"]["content"] == "x"
+
+
+def test_reflection_recall_lists_supporting_observations(stored: tuple[Obsmem, str]) -> None:
+    from obsmem.memories import ReflectionIn, add_reflection
+
+    service, memory_id = stored
+    db = service.database("p")
+    with db.write() as conn:
+        reflection_id, added = add_reflection(conn, ReflectionIn("s1", "Dependencies are kept current", (memory_id,)))
+    assert added
+    result = service.recall("p", reflection_id[:16])
+    assert result["memory"]["kind"] == "reflection" and "importance" not in result["memory"]
+    assert [item["memory_id"] for item in result["supporting"]] == [memory_id]
+    assert result["sources"] == []
+    assert [hit.kind for hit in service.search("p", "dependencies are").hits] == ["reflection"]
+
+
+def test_malformed_id_and_unknown_project(stored: tuple[Obsmem, str]) -> None:
+    service, _ = stored
+    with pytest.raises(InvalidId):
+        service.recall("p", "XYZ")
+    with pytest.raises(ProjectNotFound):
+        service.recall("missing", "a" * 12)
+    assert not service.projects.exists("missing")
