@@ -18,7 +18,7 @@ from obsmem import ids
 from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.validation import SESSION_ID, first_problem
+from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem
 
 Importance = Literal["low", "medium", "high", "critical"]
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
@@ -38,8 +38,10 @@ class SourceRef(BaseModel):
 def _one_line(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty")
-    if "\n" in value or "\r" in value or "\x00" in value:
-        raise ValueError("must be a single line (no line breaks or NUL characters)")
+    if "\n" in value or "\r" in value:
+        raise ValueError("must be a single line (no line breaks)")
+    if CONTROL_CHARACTERS.search(value):
+        raise ValueError("must not contain control characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
