@@ -11,11 +11,7 @@ import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
-WORDS = (
-    "fix test error deploy user config cache retry timeout login session token migration schema index query "
-    "build release review refactor parser client server worker queue handler request response latency memory "
-    "payment invoice billing export import report dashboard alert metric log trace span auth permission role"
-).split()
+WORDS = ["fix", "test", "error", "deploy", "user", "config", "cache", "retry", "timeout", "login", "session", "token", "migration", "schema", "index", "query", "build", "release", "review", "refactor", "parser", "client", "server", "worker", "queue", "handler", "request", "response", "latency", "memory", "payment", "invoice", "billing", "export", "import", "report", "dashboard", "alert", "metric", "log", "trace", "span", "auth", "permission", "role"]
 VERBS = ("Fixed", "Added", "Removed", "Refactored", "Investigated", "Decided to keep", "Reverted", "Documented",
          "User asked to change", "Benchmarked", "Renamed", "Split", "Profiled", "Upgraded")
 PARTS = ("Map", "Tool", "Retry", "Policy", "Invoice", "Session", "Token", "Cache", "Query", "Index", "Worker",

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
+from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 from obsmem.dates import DateWindow
 from obsmem.errors import InvalidQuery
 from obsmem.validation import CONTROL_CHARACTERS
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 MAX_QUERY_CHARS = 1000
 # A needle whose trigrams co-occur in more memories than this is walked, not looked up.

@@ -77,4 +77,4 @@ def test_tool_args_round_trip_and_timestamps_normalise_to_utc(service: Obsmem) -
           "created_at": "2026-03-01T10:00:00+02:00"}],
     )
     row = service.database("p").query("SELECT tool_args, created_at FROM events")[0]
-    assert row == ('{"path": "a.py", "line": 3}', "2026-03-01T08:00:00.000Z")
+    assert row == ('{"line":3,"path":"a.py"}', "2026-03-01T08:00:00.000Z")

@@ -15,12 +15,12 @@ from obsmem.events import AppendReceipt, append_events
 from obsmem.importing import ImportReceipt, import_jsonl
 from obsmem.memories import WriteReceipt, add_observations
 from obsmem.projects import ProjectRegistry
-from obsmem.settings import Settings, load_settings
-from obsmem.storage.connection import ProjectDatabase
 from obsmem.retrieval.exact import ExactSearcher
 from obsmem.retrieval.recall import recall as recall_memory
 from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest, run_exact
+from obsmem.settings import Settings, load_settings
+from obsmem.storage.connection import ProjectDatabase
 
 
 class Obsmem:
