@@ -207,8 +207,28 @@ def test_search_hit_fields(client: TestClient, ids: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["NEAR(", "NEAR(a b)", '"', '"foo:bar"', "*", "src/*.py", "AND", "gpt-4", "c++", "foo:bar", "%", "100%", "_",
-     "snake_case", "#2510", "2.5.10", "OR", "-", "a", "ZZZ-not-there"],
+    [
+        "NEAR(",
+        "NEAR(a b)",
+        '"',
+        '"foo:bar"',
+        "*",
+        "src/*.py",
+        "AND",
+        "gpt-4",
+        "c++",
+        "foo:bar",
+        "%",
+        "100%",
+        "_",
+        "snake_case",
+        "#2510",
+        "2.5.10",
+        "OR",
+        "-",
+        "a",
+        "ZZZ-not-there",
+    ],
 )
 def test_hostile_queries_are_literal_substrings(client: TestClient, ids: list[str], query: str) -> None:
     response = search(client, query=query, limit=50)
@@ -361,7 +381,9 @@ def test_unreadable_bodies_are_422(client: TestClient, ids: list[str], body: byt
 
 
 def test_a_body_without_json_content_type_is_refused(client: TestClient, ids: list[str]) -> None:
-    response = client.post("/v1/projects/alpha/search", content=b'{"query": "a"}', headers={"content-type": "text/plain"})
+    response = client.post(
+        "/v1/projects/alpha/search", content=b'{"query": "a"}', headers={"content-type": "text/plain"}
+    )
     error_of(response, 422, "invalid_request", "body")
 
 
