@@ -56,6 +56,15 @@ class EventIn(BaseModel):
                 raise ValueError("is not valid UTF-8 text") from None
         return value
 
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _iso_text(cls, value: Any) -> Any:
+        # A bare number would be read as a Unix time, in seconds or milliseconds depending on its size:
+        # too easy to get wrong silently. Clients send ISO 8601 text (or a datetime from Python).
+        if value is not None and not isinstance(value, (str, datetime)):
+            raise ValueError("must be an ISO 8601 date-time string")
+        return value
+
     @field_validator("created_at")
     @classmethod
     def _utc_in_range(cls, value: datetime | None) -> datetime | None:
