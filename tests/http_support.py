@@ -100,13 +100,16 @@ def live_server(
     command = [sys.executable, "-m", "obsmem.surfaces.http", "--config", str(config), "--data-dir", str(data_dir)]
     command += ["--port", str(port)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OBSMEM_")}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The log goes to a file: a pipe nobody reads fills up and blocks the server mid-request.
+    log_path = data_dir.parent / f"server-{port}.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
+                output = log_path.read_text(encoding="utf-8", errors="replace")
                 raise RuntimeError(f"server exited with {process.returncode}: {output}")
             try:
                 if httpx.get(f"{base}/v1/health", timeout=1.0).status_code == 200:
@@ -124,5 +127,4 @@ def live_server(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
-        if process.stdout:
-            process.stdout.close()
+        log.close()
