@@ -143,3 +143,15 @@ class StorageError(ObsmemError):
 
     code = "storage_error"
     status = 503
+
+
+class InvalidArguments(ValidationFailed):
+    """An agent tool call whose arguments are not a JSON object of that tool's parameters."""
+
+    code = "invalid_arguments"
+
+
+class UnknownTool(ValidationFailed):
+    """An agent tool call naming a tool that does not exist."""
+
+    code = "unknown_tool"

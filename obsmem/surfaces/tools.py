@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from obsmem.errors import ObsmemError
+from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
 from obsmem.surfaces.service import Obsmem
 
 MEMORY_SEARCH = "memory_search"
@@ -167,14 +167,14 @@ def _parse_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[
         try:
             arguments = json.loads(arguments)
         except (json.JSONDecodeError, RecursionError):
-            raise ObsmemError("arguments are not valid JSON", code="invalid_arguments") from None
+            raise InvalidArguments("arguments are not valid JSON") from None
     if not isinstance(arguments, dict):
-        raise ObsmemError("arguments must be a JSON object", code="invalid_arguments")
+        raise InvalidArguments("arguments must be a JSON object")
     allowed = _ARGUMENTS[name]
     for key in arguments:
         if key not in allowed:
             shown = f"'{key}'" if isinstance(key, str) and _PLAIN_NAME.fullmatch(key) else "an argument"
-            raise ObsmemError(f"{name} does not take {shown}; it takes: {', '.join(allowed)}", code="invalid_arguments")
+            raise InvalidArguments(f"{name} does not take {shown}; it takes: {', '.join(allowed)}")
     # Models often send null for an optional argument they mean to leave out.
     return {key: value for key, value in arguments.items() if value is not None}
 
@@ -189,7 +189,8 @@ def run_tool(
 ) -> ToolOutcome:
     """Run one tool call; ``session_id`` is the caller's current session (recall's default scope)."""
     if name not in TOOL_NAMES:
-        return _failure("unknown_tool", f"there is no tool with that name; tools: {', '.join(TOOL_NAMES)}")
+        unknown = UnknownTool(f"there is no tool with that name; tools: {', '.join(TOOL_NAMES)}")
+        return _failure(unknown.code, unknown.message)
     try:
         args = _parse_arguments(name, arguments)
         if name == MEMORY_SEARCH:
