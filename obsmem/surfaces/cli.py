@@ -170,7 +170,10 @@ def serve(app: App, host: str | None, port: int | None) -> None:
 
 @click.command()
 @click.argument("project")
-@session_option("Session that recall looks in when no session_id is passed [default: all sessions].")
+@session_option(
+    "The agent's current session: recall looks only there unless a call passes session_id"
+    " [default: the whole project]."
+)
 @pass_app
 def mcp(app: App, project: str, session_id: str | None) -> None:
     """Serve the memory_search and recall tools for PROJECT over MCP on stdin/stdout.
