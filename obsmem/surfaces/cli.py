@@ -154,7 +154,9 @@ def cli(ctx: click.Context, data_dir: Path | None, config: Path | None) -> None:
 
 @click.command()
 @click.option("--host", default=None, help="Interface to bind [default: server.host, 127.0.0.1].")
-@click.option("--port", type=int, default=None, help="TCP port [default: server.port, 8765].")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=None, help="TCP port [default: server.port, 8765]."
+)
 @pass_app
 def serve(app: App, host: str | None, port: int | None) -> None:
     """Run the HTTP API (and the MCP endpoint under /mcp) until interrupted.

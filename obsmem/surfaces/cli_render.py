@@ -8,6 +8,8 @@ or models is wrapped in :class:`rich.text.Text`, never parsed as rich markup.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -20,11 +22,16 @@ from rich.table import Table
 from rich.text import Text
 
 RECALL_SOURCE_CHARS = 600
+PIPED_WIDTH = 120
 
 
 def stdout() -> Console:
-    # Built per call so it writes to whatever sys.stdout is now (tests swap it).
-    return Console(highlight=False)
+    """A console on the current ``sys.stdout`` (tests swap it), so it is built per command.
+
+    Written to a file or a pipe without ``COLUMNS`` set, tables get 120 columns rather than rich's 80.
+    """
+    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
+    return Console(highlight=False, width=width)
 
 
 def emit_json(data: Any) -> None:
@@ -32,12 +39,15 @@ def emit_json(data: Any) -> None:
 
 
 def clip(text: str, limit: int | None, *, one_line: bool = False) -> Text:
-    """User text for a cell: optionally flattened to one line, cut at ``limit`` characters with "…"."""
+    """User text for a cell, cut at ``limit`` characters with "…".
+
+    ``one_line`` flattens it to one line that is also cut, with "…", where the cell ends on screen.
+    """
     if one_line:
         text = " ".join(text.split())
     if limit is not None and len(text) > limit:
         text = text[: max(limit - 1, 0)].rstrip() + "…"
-    return Text(text)
+    return Text(text, no_wrap=one_line, overflow="ellipsis" if one_line else "fold")
 
 
 def hits_table(
@@ -45,22 +55,22 @@ def hits_table(
 ) -> Table:
     """One row per memory: id, date, session, importance (``reflection`` for reflections), content."""
     table = Table(title=title, title_justify="left", show_lines=content_chars is None)
-    table.add_column("id", style="cyan", no_wrap=True)
-    table.add_column("date", no_wrap=True)
-    table.add_column("session", overflow="fold")
-    table.add_column("importance", no_wrap=True)
-    if content_chars is None:
-        table.add_column("content", overflow="fold", ratio=1)
-    else:  # one line per hit, cut to the terminal's width too
-        table.add_column("content", no_wrap=True, overflow="ellipsis", ratio=1)
+    compact = content_chars is not None
+    # Ids and dates never shrink (a reader copies the id into recall); in a compact table (one line per
+    # hit) long session names are cut so the content keeps its room.
+    table.add_column("id", style="cyan", no_wrap=True, min_width=12)
+    table.add_column("date", no_wrap=True, min_width=16)
+    table.add_column("session", overflow="fold", min_width=8, max_width=24 if compact else None)
+    table.add_column("importance", no_wrap=True, min_width=10)
+    table.add_column("content", overflow="fold", ratio=1)
     for hit in hits:
         importance = hit.get("importance") or hit.get("kind", "")
         table.add_row(
             hit["id"],
             hit["date"],
-            Text(hit["session_id"]),
+            clip(hit["session_id"], None, one_line=compact),
             importance,
-            clip(hit["content"], content_chars, one_line=content_chars is not None),
+            clip(hit["content"], content_chars, one_line=compact),
         )
     return table
 
@@ -112,23 +122,26 @@ def _event_cell(event: dict[str, Any]) -> Text:
     return clip(text, RECALL_SOURCE_CHARS)
 
 
-def sources_table(events: Sequence[dict[str, Any]], *, title: str | None = None) -> Table:
+def sources_table(events: Sequence[dict[str, Any]], *, session_id: str, title: str | None = None) -> Table:
+    """Cited events; a session column only when some event is from another session than ``session_id``."""
+    other_sessions = any(event["session_id"] != session_id for event in events)
     table = Table(title=title, title_justify="left", show_lines=True)
-    table.add_column("session", overflow="fold")
+    if other_sessions:
+        table.add_column("session", overflow="fold")
     table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("role", no_wrap=True)
     table.add_column("type", no_wrap=True)
     table.add_column("tool", overflow="fold")
     table.add_column("content", overflow="fold", ratio=1)
     for event in events:
-        table.add_row(
-            Text(event["session_id"]),
+        cells = [
             str(event["seq"]),
             event["role"],
             event["type"],
             Text(event.get("tool_name") or ""),
             _event_cell(event),
-        )
+        ]
+        table.add_row(*([Text(event["session_id"])] if other_sessions else []), *cells)
     return table
 
 
@@ -137,7 +150,8 @@ def render_recall(console: Console, recalled: dict[str, Any]) -> None:
     console.print(_memory_header(memory))
     if memory["kind"] == "observation":
         events = recalled["sources"]
-        console.print(sources_table(events, title=f"Source events ({len(events)})"))
+        title = f"Source events ({len(events)})"
+        console.print(sources_table(events, session_id=memory["session_id"], title=title))
     else:
         supporting = recalled["supporting"]
         console.print(hits_table(supporting, title=f"Supporting observations ({len(supporting)})"))
