@@ -31,7 +31,6 @@ from obsmem.errors import AmbiguousId, ObsmemError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.service import Obsmem
-from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 
 USAGE_EXIT = 2
@@ -163,11 +162,10 @@ def serve(app: App, host: str | None, port: int | None) -> None:
 
     Without API keys in the settings it binds to loopback only.
     """
-    server = {name: value for name, value in (("host", host), ("port", port)) if value is not None}
-    settings = app.settings(server=server) if server else app.settings()
+    flags = {name: value for name, value in (("host", host), ("port", port)) if value is not None}
     from obsmem.surfaces.http import serve as run_server
 
-    run_server(settings)
+    run_server(app.settings(server=flags))
 
 
 @click.command()
@@ -182,9 +180,6 @@ def mcp(app: App, project: str, session_id: str | None) -> None:
 
     Point an MCP client at `obsmem mcp PROJECT`; nothing but the protocol is written to stdout.
     """
-    project = project_name(project)
-    if session_id is not None:
-        check_session_id(session_id)
     from obsmem.surfaces.mcp_server import run_stdio
 
     run_stdio(app.service, project, session_id=session_id)
@@ -226,11 +221,11 @@ def ingest(
         raise click.UsageError("give a FILE of events, --observations FILE, or both")
     if session_id is not None and file is None:
         raise click.UsageError("--session applies to the events FILE")
-    project = project_name(project)
     if session_id is not None:
         check_session_id(session_id, field="--session")
     console = render.stdout()
     result: dict[str, Any] = {}
+    rejected = 0
     show_progress = sys.stderr.isatty()
     if file is not None:
         with render.file_progress(show_progress) as progress:
@@ -242,11 +237,11 @@ def ingest(
         with render.file_progress(show_progress) as progress:
             written = app.service.import_observations(project, observations_file, progress=progress)
         result["observations"] = written.to_dict()
+        rejected = len(written.rejected)
         if not as_json:
             render.render_write_receipt(console, result["observations"])
     if as_json:
         render.emit_json(result)
-    rejected = len(result.get("observations", {}).get("rejected", []))
     if rejected:
         click.echo(f"{rejected} observation(s) rejected; see the receipt", err=True)
         raise click.exceptions.Exit(RUNTIME_EXIT)

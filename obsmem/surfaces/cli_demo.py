@@ -59,11 +59,12 @@ def run_demo(service: Obsmem) -> dict[str, Any]:
     recalls: list[dict[str, Any]] = []
     seen: set[str] = set()
     for entry in searches:
+        if len(recalls) == RECALLS:
+            break
         hits = entry["result"]["hits"]
-        if not hits or hits[0]["memory_id"] in seen or len(recalls) == RECALLS:
-            continue
-        seen.add(hits[0]["memory_id"])
-        recalls.append(service.recall(SAMPLE_PROJECT, hits[0]["id"], session_id=hits[0]["session_id"]))
+        if hits and hits[0]["memory_id"] not in seen:
+            seen.add(hits[0]["memory_id"])
+            recalls.append(service.recall(SAMPLE_PROJECT, hits[0]["id"], session_id=hits[0]["session_id"]))
     return {
         "project": SAMPLE_PROJECT,
         "loaded": loaded,
