@@ -307,6 +307,29 @@ def test_import_progress_reports_bytes_then_events(data_dir: Path, tmp_path: Pat
     assert reports[-1] == ("store", 6, 6)
 
 
+def test_the_progress_bar_follows_both_phases(capsys: pytest.CaptureFixture[str]) -> None:
+    from obsmem.surfaces.cli_render import file_progress
+
+    with file_progress(False) as nothing:
+        assert nothing is None
+    with file_progress(True) as report:
+        assert report is not None
+        report("read", 2048, 4096)
+        report("read", 4096, 4096)
+        report("store", 10, 10)
+    assert capsys.readouterr().out == ""  # the bar never mixes into the data on stdout
+
+
+def test_an_unusable_data_directory_is_an_io_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    result = run(
+        blocker / "data", "ingest", "proj", str(write_jsonl(tmp_path / "c.jsonl", CHAT)), "--session", "s"
+    )
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: io_error: Not a directory") and "Traceback" not in result.stderr
+
+
 # -- search -------------------------------------------------------------------------------------------------
 
 
