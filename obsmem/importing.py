@@ -159,16 +159,19 @@ def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress
         progress("read", done, total_bytes)
 
 
-def import_jsonl(
-    db: ProjectDatabase,
-    path: Path,
-    default_session: str | None = None,
-    progress: ImportProgress | None = None,
-) -> ImportReceipt:
-    """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
+def read_transcript(
+    path: Path, default_session: str | None = None, progress: ImportProgress | None = None
+) -> list[tuple[str, EventIn]]:
+    """Read and validate a whole JSONL transcript; raises on the first bad line, naming it."""
     with open(path, "rb") as handle:
         total_bytes = path.stat().st_size
-        parsed = list(read_jsonl(_decoded_lines(handle, total_bytes, progress), default_session))
+        return list(read_jsonl(_decoded_lines(handle, total_bytes, progress), default_session))
+
+
+def append_transcript(
+    db: ProjectDatabase, parsed: list[tuple[str, EventIn]], progress: ImportProgress | None = None
+) -> ImportReceipt:
+    """Append validated events session by session, in batches."""
     receipt = ImportReceipt(events=len(parsed))
     by_session: dict[str, list[EventIn]] = {}
     for session, event in parsed:
@@ -186,6 +189,16 @@ def import_jsonl(
             if progress is not None:
                 progress("store", stored, receipt.events)
     return receipt
+
+
+def import_jsonl(
+    db: ProjectDatabase,
+    path: Path,
+    default_session: str | None = None,
+    progress: ImportProgress | None = None,
+) -> ImportReceipt:
+    """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
+    return append_transcript(db, read_transcript(path, default_session, progress), progress)
 
 
 def import_observations(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from obsmem.events import AppendReceipt, append_events
-from obsmem.importing import ImportProgress, ImportReceipt, import_jsonl, import_observations
+from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.exact import ExactSearcher
@@ -47,8 +47,12 @@ class Obsmem:
         *,
         progress: ImportProgress | None = None,
     ) -> ImportReceipt:
-        """Import a JSONL transcript; ``progress(phase, done, total)`` is told how far it got."""
-        return import_jsonl(self.projects.get(project, create=True), Path(path), session_id, progress)
+        """Import a JSONL transcript; ``progress(phase, done, total)`` is told how far it got.
+
+        The whole file is validated before the project is opened, so a bad file creates nothing.
+        """
+        parsed = read_transcript(Path(path), session_id, progress)
+        return append_transcript(self.projects.get(project, create=True), parsed, progress)
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         return add_observations(self.projects.get(project, create=True), observations)
