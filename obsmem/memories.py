@@ -98,7 +98,8 @@ class WriteReceipt:
         return {"added": self.added, "duplicates": self.duplicates, "rejected": self.rejected}
 
 
-def _validated(index: int, raw: Any) -> ObservationIn:
+def parse_observation(index: int, raw: Any) -> ObservationIn:
+    """Validate item ``index`` of a write; errors name it as ``observations.<index>.<field>``."""
     if isinstance(raw, ObservationIn):
         return raw
     if not isinstance(raw, dict):
@@ -125,7 +126,7 @@ def add_observations(
     parsed: list[tuple[int, ObservationIn]] = []
     for index, raw in enumerate(items):
         try:
-            parsed.append((index, _validated(index, raw)))
+            parsed.append((index, parse_observation(index, raw)))
         except ObsmemError as exc:
             receipt.reject(index, exc)
     if not parsed:

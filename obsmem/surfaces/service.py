@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from obsmem.events import AppendReceipt, append_events
-from obsmem.importing import ImportReceipt, import_jsonl
+from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.exact import ExactSearcher
@@ -39,11 +39,29 @@ class Obsmem:
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         return append_events(self.projects.get(project, create=True), session_id, events)
 
-    def import_jsonl(self, project: str, path: Path | str, session_id: str | None = None) -> ImportReceipt:
-        return import_jsonl(self.projects.get(project, create=True), Path(path), session_id)
+    def import_jsonl(
+        self,
+        project: str,
+        path: Path | str,
+        session_id: str | None = None,
+        *,
+        progress: ImportProgress | None = None,
+    ) -> ImportReceipt:
+        """Import a JSONL transcript; ``progress(phase, done, total)`` is told how far it got.
+
+        The whole file is validated before the project is opened, so a bad file creates nothing.
+        """
+        parsed = read_transcript(Path(path), session_id, progress)
+        return append_transcript(self.projects.get(project, create=True), parsed, progress)
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         return add_observations(self.projects.get(project, create=True), observations)
+
+    def import_observations(
+        self, project: str, path: Path | str, *, progress: ImportProgress | None = None
+    ) -> WriteReceipt:
+        """Write a JSONL file of observations; the receipt's ``index`` is the line number minus one."""
+        return import_observations(self.projects.get(project, create=True), Path(path), progress)
 
     # -- reads ----------------------------------------------------------------------------------
 
