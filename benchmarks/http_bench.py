@@ -13,7 +13,9 @@
    or a broken connection, counts as an error.
    The search load runs ``--runs`` times (default 3); the median run (by requests/s) is reported in
    full and judged against the target, the others in brief. The machine's load average is recorded,
-   since the server and the load generator share its cores with whatever else runs.
+   since the server and the load generator share its cores with whatever else runs, and so is the CPU
+   time the server process used per second of each run (``server_cpu_share``, 1.0 = one full core) and
+   requests per second of server CPU: its capacity with a core to itself.
 4. Ingest: batches of 500 events posted one after another to fresh sessions (events/s), then the same
    with 4 clients in parallel.
 
@@ -313,6 +315,29 @@ def load_process(args: list[str]) -> dict[str, Any]:
 # -- main -------------------------------------------------------------------------------------------
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc), to tell the server's own cost from contention."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured_run(server: subprocess.Popen[bytes], port: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One search run, with the CPU time the server process used during it."""
+    cpu_before, started = process_cpu_seconds(server.pid), time.perf_counter()
+    run = load_process(search_args(port, args))
+    cpu_after, elapsed = process_cpu_seconds(server.pid), time.perf_counter() - started
+    if cpu_before is not None and cpu_after is not None:
+        # The warm-up is inside the window too; its requests are not counted, so this slightly
+        # overstates the CPU per request.
+        busy = (cpu_after - cpu_before) / elapsed
+        run["server_cpu_share"] = round(busy, 2)
+        run["requests_per_server_cpu_second"] = round(run["requests_per_second"] / busy, 1) if busy else None
+    return run
+
+
 def search_args(port: int, args: argparse.Namespace) -> list[str]:
     return ["--load", "search", "--port", str(port), "--concurrency", str(args.concurrency),
             "--seconds", str(args.seconds), "--warmup", str(args.warmup)]  # fmt: skip
@@ -350,7 +375,7 @@ def main() -> None:
         extra_env = dict(item.split("=", 1) for item in args.server_env)
         server = start_server(data_dir, port, extra_env)
         try:
-            runs = [load_process(search_args(port, args)) for _ in range(args.runs)]
+            runs = [measured_run(server, port, args) for _ in range(args.runs)]
             tag = f"t{int(time.time())}"
             ingest_one = load_process(ingest_args(port, args.batches, 1, tag + "a"))
             ingest_four = load_process(ingest_args(port, max(1, args.batches // 4), 4, tag + "b"))
@@ -368,7 +393,9 @@ def main() -> None:
     )
     summary = [
         {"requests_per_second": run["requests_per_second"], "p50_ms": run["latency_ms"].get("p50"),
-         "p99_ms": run["latency_ms"].get("p99"), "errors": run["errors"]}
+         "p99_ms": run["latency_ms"].get("p99"), "errors": run["errors"],
+         "server_cpu_share": run.get("server_cpu_share"),
+         "requests_per_server_cpu_second": run.get("requests_per_server_cpu_second")}
         for run in runs
     ]  # fmt: skip
     print(
