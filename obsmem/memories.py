@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from obsmem import ids
 from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
+from obsmem.redaction import redact_text
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import SESSION_ID, first_problem
 
@@ -36,6 +37,8 @@ class SourceRef(BaseModel):
 
 
 def _one_line(value: str) -> str:
+    """A memory's content: one non-empty line, with secrets redacted before it can be stored."""
+    value = redact_text(value)
     if not value.strip():
         raise ValueError("must not be empty")
     if "\n" in value or "\r" in value or "\x00" in value:
