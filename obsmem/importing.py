@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from obsmem.errors import ValidationFailed
-from obsmem.events import EventIn, append_events, parse_events
+from obsmem.events import AfterInsert, EventIn, append_events, parse_events
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import session_id as check_session_id
 
@@ -133,7 +133,13 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tu
             yield session, event
 
 
-def import_jsonl(db: ProjectDatabase, path: Path, default_session: str | None = None) -> ImportReceipt:
+def import_jsonl(
+    db: ProjectDatabase,
+    path: Path,
+    default_session: str | None = None,
+    *,
+    after_insert: AfterInsert | None = None,
+) -> ImportReceipt:
     """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
     try:
         with open(path, encoding="utf-8") as handle:
@@ -147,7 +153,7 @@ def import_jsonl(db: ProjectDatabase, path: Path, default_session: str | None = 
     for session, events in by_session.items():
         totals = receipt.sessions.setdefault(session, {"appended": 0, "duplicates": 0, "last_seq": 0})
         for start in range(0, len(events), BATCH_SIZE):
-            result = append_events(db, session, events[start : start + BATCH_SIZE])
+            result = append_events(db, session, events[start : start + BATCH_SIZE], after_insert=after_insert)
             totals["appended"] += result.appended
             totals["duplicates"] += result.duplicates
             totals["last_seq"] = result.last_seq

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import apsw
 
-from obsmem.errors import ConfigurationError, ObsmemError
+from obsmem.errors import ObsmemError
 from obsmem.jobs import JobQueue, Lease, LeaseLost, sanitise_reason
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import JobSettings
@@ -144,7 +144,7 @@ class WorkerPool:
             log.warning("job %s (%s) lost its lease; its work was not committed", lease.job_id, lease.kind)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded; KeyboardInterrupt re-raised
             reason = sanitise_reason(exc)
-            outcome = queue.fail(lease, reason, retry=not isinstance(exc, ConfigurationError))
+            outcome = queue.fail(lease, reason, retry=getattr(exc, "retryable", True))
             log.warning(
                 "job %s (%s) attempt %d/%d failed: %s -> %s",
                 lease.job_id, lease.kind, lease.attempt, lease.max_attempts, reason, outcome,

@@ -11,12 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from obsmem import eventlog
 from obsmem.events import AppendReceipt, append_events
 from obsmem.importing import ImportReceipt, import_jsonl
+from obsmem.jobs import EnqueueResult
 from obsmem.memories import WriteReceipt, add_observations
+from obsmem.pipeline.projection import Projection
+from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import Settings, load_settings
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import session_id as check_session_id
+from obsmem.workers import WorkerPool
 from obsmem.retrieval.exact import ExactSearcher
 from obsmem.retrieval.recall import recall as recall_memory
 from obsmem.retrieval.results import SearchResult
@@ -33,14 +39,33 @@ class Obsmem:
             settings = settings.model_copy(update={"data_dir": Path(data_dir)})
         self.settings = settings
         self.projects = ProjectRegistry(settings.data_dir)
+        self.pipeline = ObservationPipeline(settings)
+        self.workers: WorkerPool | None = None
 
     # -- writes ---------------------------------------------------------------------------------
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
-        return append_events(self.projects.get(project, create=True), session_id, events)
+        """Store events; if the session's backlog reached the buffer, an observe job is queued with them.
+
+        Never waits for a model: observation runs on the workers (``start_workers`` / ``obsmem worker``).
+        """
+        db = self.projects.get(project, create=True)
+        receipt = append_events(db, session_id, events, after_insert=self.pipeline.append_hook(db))
+        self._wake_workers()
+        return receipt
 
     def import_jsonl(self, project: str, path: Path | str, session_id: str | None = None) -> ImportReceipt:
-        return import_jsonl(self.projects.get(project, create=True), Path(path), session_id)
+        db = self.projects.get(project, create=True)
+        receipt = import_jsonl(db, Path(path), session_id, after_insert=self.pipeline.append_hook(db))
+        self._wake_workers()
+        return receipt
+
+    def observe(self, project: str, session_id: str) -> EnqueueResult:
+        """Queue observation of the session's whole backlog now (below the buffer threshold too)."""
+        session_id = check_session_id(session_id)
+        result = self.pipeline.request_observation(self.projects.get(project), session_id)
+        self._wake_workers()
+        return result
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         return add_observations(self.projects.get(project, create=True), observations)
@@ -87,6 +112,66 @@ class Obsmem:
     def default_mode(self) -> str:
         return "exact"
 
+    # -- the observation pipeline ---------------------------------------------------------------
+
+    def memory(self, project: str, session_id: str) -> Projection:
+        """The session's active memory rendered for injection at compaction (instant, no model call)."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.projection(self.projects.get(project), session_id)
+
+    def session_status(self, project: str, session_id: str) -> dict[str, Any]:
+        """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.status(self.projects.get(project), session_id)
+
+    def pipeline_events(
+        self,
+        project: str,
+        *,
+        after: object = None,
+        limit: object = None,
+        session_id: str | None = None,
+        types: tuple[str, ...] = (),
+    ) -> list[dict[str, Any]]:
+        """The om event log, oldest first, from the event after ``after`` (an event id)."""
+        if session_id is not None:
+            session_id = check_session_id(session_id)
+        return self.pipeline.events(
+            self.projects.get(project),
+            after=eventlog.parse_after(after),
+            limit=eventlog.parse_list_limit(limit),
+            session_id=session_id,
+            types=types,
+        )
+
+    def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> dict[str, Any]:
+        queue = self.pipeline.queue(self.projects.get(project))
+        return {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)}
+
+    def worker_pool(self) -> WorkerPool:
+        """The pool that runs background jobs for every project of this data directory (not started)."""
+        if self.workers is None:
+            self.workers = WorkerPool(
+                self.projects,
+                self.pipeline.handlers,
+                self.settings.jobs,
+                housekeeping=self.pipeline.housekeeping_tasks,
+            )
+        return self.workers
+
+    def start_workers(self, *, threads: int | None = None, housekeeping: bool = True) -> WorkerPool:
+        pool = self.worker_pool()
+        pool.start(threads=threads, housekeeping=housekeeping)
+        return pool
+
+    def stop_workers(self, timeout: float = 10.0) -> None:
+        if self.workers is not None:
+            self.workers.stop(timeout)
+
+    def _wake_workers(self) -> None:
+        if self.workers is not None and self.workers.running:
+            self.workers.wake()
+
     def status(self, project: str) -> dict[str, Any]:
         db = self.projects.get(project)
         with db.read() as conn:
@@ -113,6 +198,8 @@ class Obsmem:
         return self.projects.get(project, create=create)
 
     def close(self) -> None:
+        self.stop_workers()
+        self.pipeline.close()
         self.projects.close()
 
     def __enter__(self) -> Obsmem:
