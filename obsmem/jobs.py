@@ -167,11 +167,15 @@ class JobQueue:
         """A cheap read: is anything due or any lease expired? Lets idle polls skip the write lock."""
         now = self.clock()
         kind_sql, kind_params = _kind_filter(kinds)
-        row = self.db.connection().execute(
-            "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_after <= ?" + kind_sql + ")"
-            " OR EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires <= ?)",
-            (now, *kind_params, now),
-        ).fetchone()
+        row = (
+            self.db.connection()
+            .execute(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_after <= ?" + kind_sql + ")"
+                " OR EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires <= ?)",
+                (now, *kind_params, now),
+            )
+            .fetchone()
+        )
         return bool(row[0])
 
     def claim(self, owner: str, kinds: Iterable[str] | None = None) -> Lease | None:
@@ -198,7 +202,9 @@ class JobQueue:
                 (owner, expires, now_iso(), row[0]),
             ).fetchone()
         job_id, kind, payload, order_key, attempts, max_attempts, fence = claimed
-        return Lease(job_id, kind, json.loads(payload), order_key, attempts, max_attempts, fence, owner, expires)
+        return Lease(
+            job_id, kind, json.loads(payload), order_key, attempts, max_attempts, fence, owner, expires
+        )
 
     def heartbeat(self, lease: Lease) -> Lease | None:
         """Extend the lease; None means it was lost (expired or taken over): stop working on it."""
@@ -213,8 +219,15 @@ class JobQueue:
             if conn.changes() == 0:
                 return None
         return Lease(
-            lease.job_id, lease.kind, lease.payload, lease.order_key, lease.attempt, lease.max_attempts,
-            lease.fence, lease.owner, expires,
+            lease.job_id,
+            lease.kind,
+            lease.payload,
+            lease.order_key,
+            lease.attempt,
+            lease.max_attempts,
+            lease.fence,
+            lease.owner,
+            expires,
         )
 
     def check_fence(self, conn: apsw.Connection, lease: Lease) -> None:
@@ -243,7 +256,10 @@ class JobQueue:
         return conn.changes() > 0
 
     def fail(self, lease: Lease, reason: str, *, retry: bool = True) -> str:
-        """Record a failed attempt: ``'retrying'``, ``'failed'`` (gave up; job_failed written) or ``'lost'``."""
+        """Record a failed attempt: ``'retrying'``, ``'failed'`` (gave up, job_failed written) or ``'lost'``.
+
+        ``'lost'`` means this claim no longer owns the job; the reaper or the new owner accounts for it.
+        """
         with self.db.write() as conn:
             row = conn.execute(
                 "SELECT attempts, max_attempts, dedupe_key, payload FROM jobs"
@@ -304,14 +320,21 @@ class JobQueue:
             " run_after = ?, updated_at = ? WHERE id = ?",
             (
                 reason[:MAX_REASON_CHARS],
-                (self.clock() if since is None else since) + backoff_seconds(self.retry_backoff_seconds, attempts),
+                (self.clock() if since is None else since)
+                + backoff_seconds(self.retry_backoff_seconds, attempts),
                 stamp,
                 job_id,
             ),
         )
 
     def _give_up(
-        self, conn: apsw.Connection, job_id: int, kind: str, attempts: int, payload: dict[str, Any], reason: str
+        self,
+        conn: apsw.Connection,
+        job_id: int,
+        kind: str,
+        attempts: int,
+        payload: dict[str, Any],
+        reason: str,
     ) -> None:
         stamp = now_iso()
         conn.execute(
@@ -337,7 +360,8 @@ class JobQueue:
                 (_iso_ago(keep_seconds), _iso_ago(4 * keep_seconds)),
             )
             conn.execute(
-                "DELETE FROM jobs WHERE (state = 'done' AND finished_at < ?) OR (state = 'failed' AND finished_at < ?)",
+                "DELETE FROM jobs WHERE (state = 'done' AND finished_at < ?)"
+                " OR (state = 'failed' AND finished_at < ?)",
                 (_iso_ago(keep_seconds), _iso_ago(4 * keep_seconds)),
             )
             return conn.changes()
@@ -360,9 +384,23 @@ class JobQueue:
             params.extend(states)
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(limit)
-        names = ("id", "kind", "order_key", "state", "attempts", "max_attempts", "run_after", "lease_expires",
-                 "last_error", "created_at", "updated_at", "finished_at")
-        return [dict(zip(names, row, strict=True)) for row in self.db.connection().execute(sql, params).fetchall()]
+        names = (
+            "id",
+            "kind",
+            "order_key",
+            "state",
+            "attempts",
+            "max_attempts",
+            "run_after",
+            "lease_expires",
+            "last_error",
+            "created_at",
+            "updated_at",
+            "finished_at",
+        )
+        return [
+            dict(zip(names, row, strict=True)) for row in self.db.connection().execute(sql, params).fetchall()
+        ]
 
 
 def unfinished_job_exists(conn: apsw.Connection, kind: str, order_key: str) -> bool:

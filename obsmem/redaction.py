@@ -21,13 +21,16 @@ MARK = "[REDACTED:{kind}]"
 
 # Whole PEM blocks (or from BEGIN to the end of the text when the END line is missing).
 _PRIVATE_KEY = re.compile(
-    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+    r".*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     re.DOTALL,
 )
 # scheme://user:password@host -> keep scheme, user and host.
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<secret>[^\s@/]+)(?P<tail>@)")
 # Authorization headers and bearer tokens.
-_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE)
+_BEARER = re.compile(
+    r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE
+)
 
 # Tokens recognisable by their own shape.
 _SHAPED: tuple[tuple[str, re.Pattern[str]], ...] = (

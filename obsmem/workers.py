@@ -134,7 +134,10 @@ class WorkerPool:
         context = JobContext(project, queue.db, queue, lease)
         stop_heartbeat = threading.Event()
         heart = threading.Thread(
-            target=self._heartbeat, args=(context, stop_heartbeat), name=f"heartbeat-{lease.job_id}", daemon=True
+            target=self._heartbeat,
+            args=(context, stop_heartbeat),
+            name=f"heartbeat-{lease.job_id}",
+            daemon=True,
         )
         heart.start()
         started = time.monotonic()
@@ -147,7 +150,12 @@ class WorkerPool:
             outcome = queue.fail(lease, reason, retry=getattr(exc, "retryable", True))
             log.warning(
                 "job %s (%s) attempt %d/%d failed: %s -> %s",
-                lease.job_id, lease.kind, lease.attempt, lease.max_attempts, reason, outcome,
+                lease.job_id,
+                lease.kind,
+                lease.attempt,
+                lease.max_attempts,
+                reason,
+                outcome,
             )
             if not isinstance(exc, Exception):
                 raise
@@ -256,8 +264,12 @@ class WorkerPool:
                 try:
                     task(project, queue.db)
                 except Exception as exc:  # noqa: BLE001
-                    log.warning("housekeeping task %s on %s failed: %s", getattr(task, "__name__", task),
-                                project, type(exc).__name__)
+                    log.warning(
+                        "housekeeping task %s on %s failed: %s",
+                        getattr(task, "__name__", task),
+                        project,
+                        type(exc).__name__,
+                    )
         self.wake()
 
     # -- tests and one-shot runs ---------------------------------------------------------------

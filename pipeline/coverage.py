@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
+from obsmem.pipeline.hygiene import EventView
+from obsmem.pipeline.packer import Chunk
+from obsmem.pipeline.tokens import event_tokens, sql_estimate
 
 from obsmem import eventlog
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations
-from obsmem.pipeline.hygiene import EventView
-from obsmem.pipeline.packer import Chunk
-from obsmem.pipeline.tokens import event_tokens, sql_estimate
 from obsmem.storage.connection import ProjectDatabase
 
 PAGE = 256
@@ -81,13 +81,22 @@ def pending_events(
             "SELECT e.seq, e.role, e.type, e.content, e.tool_name, e.tool_args, e.created_at,"
             " (SELECT max(c.part_end) FROM coverage AS c WHERE c.session_id = e.session_id AND c.seq = e.seq)"
             " FROM events AS e WHERE e.session_id = ? AND e.seq >= ? AND NOT EXISTS ("
-            "  SELECT 1 FROM coverage AS c WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
+            "  SELECT 1 FROM coverage AS c"
+            "  WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
             " ORDER BY e.seq LIMIT ?",
             (session_id, start, PAGE),
         ).fetchall()
         for seq, role, type_, content, tool_name, tool_args, created_at, resume in rows:
-            view = render(seq, role, type_, content, tool_name, tool_args, created_at,
-                          event_tokens(role, type_, content, tool_name, tool_args))
+            view = render(
+                seq,
+                role,
+                type_,
+                content,
+                tool_name,
+                tool_args,
+                created_at,
+                event_tokens(role, type_, content, tool_name, tool_args),
+            )
             offset = resume or 0
             found.append((view, offset))
             total += len(view.body) - offset
@@ -129,7 +138,16 @@ def commit_chunk(
         "INSERT INTO coverage(session_id, seq, part_start, part_end, final, cycle_id, job_id, covered_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
-            (session_id, p.view.seq, p.start, None if p.whole else p.end, int(p.final), cycle_id, job_id, stamp)
+            (
+                session_id,
+                p.view.seq,
+                p.start,
+                None if p.whole else p.end,
+                int(p.final),
+                cycle_id,
+                job_id,
+                stamp,
+            )
             for p in chunk.pieces
         ],
     )
@@ -139,17 +157,21 @@ def commit_chunk(
     scan_from = _first_uncovered(conn, session_id, progress.scan_from_seq)
     after_watermark = _first_uncovered(conn, session_id, progress.observed_through_seq + 1)
     if after_watermark is None:
-        last_seq = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()[0]
+        last_seq = conn.execute(
+            "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
         watermark = max(progress.observed_through_seq, last_seq)
     else:
         watermark = max(progress.observed_through_seq, after_watermark - 1)
     conn.execute(
-        "INSERT INTO observer_progress(session_id) VALUES (?) ON CONFLICT(session_id) DO NOTHING", (session_id,)
+        "INSERT INTO observer_progress(session_id) VALUES (?) ON CONFLICT(session_id) DO NOTHING",
+        (session_id,),
     )
     conn.execute(
         "UPDATE observer_progress SET pending_tokens = max(0, pending_tokens - ?),"
         " pending_events = max(0, pending_events - ?), observed_through_seq = ?, scan_from_seq = ?,"
-        " observed_tokens = observed_tokens + ?, cycles = cycles + 1, last_observed_at = ? WHERE session_id = ?",
+        " observed_tokens = observed_tokens + ?, cycles = cycles + 1, last_observed_at = ?"
+        " WHERE session_id = ?",
         (
             cleared,
             finished,

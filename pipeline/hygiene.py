@@ -85,15 +85,22 @@ def render_event(
 ) -> EventView:
     when = display_time(created_at)
     if role == "system":
-        return EventView(seq, f"#{seq} {when} system message", "(omitted: instructions, not conversation)",
-                         False, source_tokens)
+        return EventView(
+            seq,
+            f"#{seq} {when} system message",
+            "(omitted: instructions, not conversation)",
+            False,
+            source_tokens,
+        )
     tool = tool_name or "unknown tool"
     if type_ == "tool_call":
         parts = [f"arguments: {_arguments(tool_args)}"]
         text = clean_text(content, omit_tags)
         if text:
             parts.append(text)
-        return EventView(seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens)
+        return EventView(
+            seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens
+        )
     if type_ == "tool_result":
         if tool_name in memory_tools:
             body = "(omitted: obsmem's own memory tool result, already in memory)"

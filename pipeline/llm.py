@@ -55,7 +55,11 @@ class ChatReply:
         message: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
                 for call in self.tool_calls
             ]
         return message
@@ -87,7 +91,9 @@ class ChatClient:
         headers = {"User-Agent": f"obsmem/{__version__}", "Accept": "application/json"}
         if model.api_key is not None:
             headers["Authorization"] = f"Bearer {model.api_key.get_secret_value()}"
-        self._http = httpx.Client(headers=headers, follow_redirects=False, transport=transport, trust_env=False)
+        self._http = httpx.Client(
+            headers=headers, follow_redirects=False, transport=transport, trust_env=False
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -121,7 +127,9 @@ class ChatClient:
             try:
                 status, raw, headers = self._post(body, deadline)
             except _DeadlineExceeded:
-                log.warning("model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout)
+                log.warning(
+                    "model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout
+                )
                 raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
             except httpx.TransportError as exc:
                 if time.monotonic() >= deadline:
@@ -129,12 +137,18 @@ class ChatClient:
                 error: Exception = ModelUnavailable(
                     f"the {self.role} model endpoint is unreachable ({type(exc).__name__})"
                 )
-                log.warning("model call role=%s attempt=%d failed: %s", self.role, attempt, type(exc).__name__)
+                log.warning(
+                    "model call role=%s attempt=%d failed: %s", self.role, attempt, type(exc).__name__
+                )
             else:
                 elapsed_ms = (time.monotonic() - started) * 1000
                 log.info(
                     "model call role=%s attempt=%d status=%d duration_ms=%d bytes=%d",
-                    self.role, attempt, status, elapsed_ms, len(raw),
+                    self.role,
+                    attempt,
+                    status,
+                    elapsed_ms,
+                    len(raw),
                 )
                 if status == 200:
                     return self._parse(raw)
@@ -174,7 +188,9 @@ class ChatClient:
             return response.status_code, b"".join(chunks), response.headers
 
     def _parse(self, raw: bytes) -> ChatReply:
-        problem = ModelBadResponse(f"the {self.role} model's reply is not an OpenAI-compatible chat completion")
+        problem = ModelBadResponse(
+            f"the {self.role} model's reply is not an OpenAI-compatible chat completion"
+        )
         try:
             document = json.loads(raw)
             choice = document["choices"][0]
@@ -194,14 +210,17 @@ class ChatClient:
             arguments = function.get("arguments", "")
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments, ensure_ascii=False)
-            call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"call_{index}"
+            raw_id = call.get("id")
+            call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{index}"
             name = function.get("name") if isinstance(function.get("name"), str) else ""
             calls.append(ToolCall(call_id, name, arguments))
         usage = document.get("usage") if isinstance(document.get("usage"), dict) else {}
         return ChatReply(
             content=content,
             tool_calls=calls,
-            finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+            finish_reason=choice.get("finish_reason")
+            if isinstance(choice.get("finish_reason"), str)
+            else None,
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
             completion_tokens=_int_or_none(usage.get("completion_tokens")),
         )
@@ -209,7 +228,9 @@ class ChatClient:
 
 def _text_parts(content: Any) -> str | None:
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return None
 
 

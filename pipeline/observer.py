@@ -14,15 +14,10 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from obsmem.dates import parse_timestamp
-from obsmem.errors import ObsmemError
-from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.packer import Chunk, MemoryItem
 from obsmem.pipeline.prompts import (
@@ -32,6 +27,11 @@ from obsmem.pipeline.prompts import (
     seq_ranges,
     user_message,
 )
+from pydantic import ValidationError
+
+from obsmem.dates import parse_timestamp
+from obsmem.errors import ObsmemError
+from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
 from obsmem.redaction import redact_text
 
 REPEATED_CALLS_TO_STOP = 2
@@ -61,15 +61,19 @@ class ItemChecker:
     def check_call(self, arguments: str) -> dict[str, Any]:
         try:
             document = json.loads(arguments) if arguments.strip() else None
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             self.rejected += 1
-            return {"error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); "
-                             "send {\"observations\": [...]}"}
+            return {
+                "error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); "
+                'send {"observations": [...]}'
+            }
         items = document.get("observations") if isinstance(document, dict) else document
         if not isinstance(items, list) or not items:
             self.rejected += 1
-            return {"error": "send a non-empty list: {\"observations\": [{\"content\", \"timestamp\", "
-                             "\"importance\", \"source_refs\"}, ...]}"}
+            return {
+                "error": 'send a non-empty list: {"observations": [{"content", "timestamp", '
+                '"importance", "source_refs"}, ...]}'
+            }
         receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
         for index, item in enumerate(items):
             outcome = self._check_item(item)
@@ -81,7 +85,9 @@ class ItemChecker:
             short = memory_id[:12]
             if memory_id in self.accepted:
                 self.duplicates += 1
-                receipt["duplicates"].append({"index": index, "id": short, "note": "already recorded in this request"})
+                receipt["duplicates"].append(
+                    {"index": index, "id": short, "note": "already recorded in this request"}
+                )
             elif self.exists(memory_id):
                 self.duplicates += 1
                 receipt["duplicates"].append({"index": index, "id": short, "note": "already in memory"})
@@ -106,13 +112,15 @@ class ItemChecker:
         if "\n" in content or "\r" in content:
             return "content must be one line: split it into separate observations, one fact each"
         if len(content) > self.max_chars:
-            return (f"content is {len(content)} characters; the limit is {self.max_chars}: "
-                    "shorten it or split it into separate facts")
+            return (
+                f"content is {len(content)} characters; the limit is {self.max_chars}: "
+                "shorten it or split it into separate facts"
+            )
         if is_repetitive(content):
             return "content repeats the same text over and over: write the fact once"
         timestamp = item.get("timestamp")
         try:
-            parse_timestamp(timestamp)
+            timestamp = parse_timestamp(timestamp)
         except ObsmemError:
             return f"timestamp must be 'YYYY-MM-DD HH:MM' (a real date and time), e.g. '{self.example_time}'"
         importance = item.get("importance")
@@ -123,12 +131,17 @@ class ItemChecker:
             return "source_refs must be a non-empty list of event numbers from the transcript, e.g. [12, 13]"
         unknown = [seq for seq in refs if seq not in self.shown]
         if unknown:
-            return (f"source_refs cite {seq_ranges(unknown)}, not in this transcript; "
-                    f"cite only: {seq_ranges(sorted(self.shown))}")
+            return (
+                f"source_refs cite {seq_ranges(unknown)}, not in this transcript; "
+                f"cite only: {seq_ranges(sorted(self.shown))}"
+            )
         try:
             return ObservationIn(
-                session_id=self.session_id, content=content, timestamp=timestamp, importance=importance,
-                source_refs=refs,
+                session_id=self.session_id,
+                content=content,
+                timestamp=timestamp,
+                importance=importance,
+                source_refs=list[SourceRef | int](refs),
             )
         except ValidationError as exc:
             return f"invalid item: {exc.errors()[0]['msg']}"
@@ -202,8 +215,10 @@ def run_cycle(
                 fingerprint = _normalised(call.arguments)
                 if fingerprint in seen_calls:
                     repeats += 1
-                    result = {"error": "this call is identical to an earlier one; nothing new was recorded. "
-                                       "Reply without a tool call if you are done."}
+                    result = {
+                        "error": "this call is identical to an earlier one; nothing new was recorded. "
+                        "Reply without a tool call if you are done."
+                    }
                 else:
                     seen_calls.add(fingerprint)
                     result = checker.check_call(call.arguments)

@@ -67,7 +67,7 @@ class Piece:
         label = f"part: characters {self.start}-{self.end} of {total}"
         if not self.final:
             label += "; continues in a later request"
-        return f"{self.view.header} ({label}):\n{self.view.body[self.start:self.end]}"
+        return f"{self.view.header} ({label}):\n{self.view.body[self.start : self.end]}"
 
     @property
     def tokens(self) -> int:

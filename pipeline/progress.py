@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 import apsw
+from obsmem.pipeline.coverage import observation_tokens, read_progress
 
 from obsmem.errors import NotFound
-from obsmem.pipeline.coverage import observation_tokens, read_progress
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
 
@@ -42,7 +42,9 @@ def set_activity(db: ProjectDatabase, session_id: str, job_id: int, stage: str, 
 def clear_activity(db: ProjectDatabase, session_id: str, job_id: int) -> None:
     try:
         with db.write() as conn:
-            conn.execute("DELETE FROM current_activity WHERE session_id = ? AND job_id = ?", (session_id, job_id))
+            conn.execute(
+                "DELETE FROM current_activity WHERE session_id = ? AND job_id = ?", (session_id, job_id)
+            )
     except Exception as exc:  # noqa: BLE001 - status is best effort
         log.warning("could not clear current activity: %s", type(exc).__name__)
 
@@ -105,7 +107,8 @@ def session_status(
         }
     jobs = dict(
         conn.execute(
-            "SELECT state, count(*) FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') GROUP BY state",
+            "SELECT state, count(*) FROM jobs WHERE order_key = ? AND state IN ('queued', 'running')"
+            " GROUP BY state",
             (session_order_key(session_id),),
         ).fetchall()
     )

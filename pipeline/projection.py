@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-
 from obsmem.pipeline.hygiene import MEMORY_TAG, PROJECTION_HEADER
 from obsmem.pipeline.packer import MemoryItem
 from obsmem.pipeline.tokens import estimate_tokens

@@ -76,7 +76,10 @@ def record_observations_tool(max_chars: int) -> dict[str, Any]:
                                     "description": "YYYY-MM-DD HH:MM",
                                     "pattern": r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$",
                                 },
-                                "importance": {"type": "string", "enum": ["low", "medium", "high", "critical"]},
+                                "importance": {
+                                    "type": "string",
+                                    "enum": ["low", "medium", "high", "critical"],
+                                },
                                 "source_refs": {
                                     "type": "array",
                                     "items": {"type": "integer"},
@@ -136,7 +139,9 @@ def prompt_overhead_tokens(max_chars: int) -> int:
     """Tokens of everything in a request except memory lines and the transcript."""
     import json
 
-    fixed = OBSERVER_SYSTEM_PROMPT + json.dumps(record_observations_tool(max_chars)) + user_message(
-        "x" * 64, [], Chunk(())
+    fixed = (
+        OBSERVER_SYSTEM_PROMPT
+        + json.dumps(record_observations_tool(max_chars))
+        + user_message("x" * 64, [], Chunk(()))
     )
     return estimate_tokens(fixed) + 3 * MESSAGE_OVERHEAD + 64

@@ -26,11 +26,6 @@ from typing import Any
 
 import apsw
 import httpx
-
-from obsmem import eventlog
-from obsmem.errors import ConfigurationError, ModelNotConfigured
-from obsmem.events import AfterInsert, StoredEvent
-from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.pipeline.coverage import commit_chunk, pending_events, read_progress
 from obsmem.pipeline.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
 from obsmem.pipeline.llm import ChatClient
@@ -46,6 +41,11 @@ from obsmem.pipeline.progress import (
 from obsmem.pipeline.projection import Projection, active_memory, project
 from obsmem.pipeline.prompts import prompt_overhead_tokens
 from obsmem.pipeline.tokens import event_tokens
+
+from obsmem import eventlog
+from obsmem.errors import ConfigurationError, ModelNotConfigured
+from obsmem.events import AfterInsert, StoredEvent
+from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.settings import ModelSettings, Settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.workers import JobContext
@@ -138,7 +138,9 @@ class ObservationPipeline:
         queue = self.queue(db)
         return functools.partial(self._after_insert, queue)
 
-    def _after_insert(self, queue: JobQueue, conn: apsw.Connection, session_id: str, events: list[StoredEvent]) -> None:
+    def _after_insert(
+        self, queue: JobQueue, conn: apsw.Connection, session_id: str, events: list[StoredEvent]
+    ) -> None:
         tokens = sum(event_tokens(e.role, e.type, e.content, e.tool_name, e.tool_args) for e in events)
         lowest = min(e.seq for e in events)
         row = conn.execute(
@@ -183,9 +185,9 @@ class ObservationPipeline:
         if not isinstance(session_id, str):
             raise ConfigurationError("observe job without a session_id")
         db = ctx.db
-        if not ctx.lease.payload.get("force"):
-            if read_progress(db.connection(), session_id).pending_tokens < self.settings.observer.buffer_tokens:
-                return  # an earlier job observed the backlog already
+        backlog = read_progress(db.connection(), session_id).pending_tokens
+        if not ctx.lease.payload.get("force") and backlog < self.settings.observer.buffer_tokens:
+            return  # an earlier job observed the backlog already
         if self.observer_state == "disabled":
             return
         client = self.clients.get("observer")
@@ -217,15 +219,22 @@ class ObservationPipeline:
         cycle_id = uuid.uuid4().hex
         started = time.monotonic()
         seqs = chunk.seqs
-        self._log_event(db, "om_observation_start", session_id, cycle_id, job_id, {
-            "operation": "observe",
-            "tokens_to_observe": chunk.tokens,
-            "events": len(set(seqs)),
-            "first_seq": seqs[0],
-            "last_seq": seqs[-1],
-            "partial_event": any(not piece.whole for piece in chunk.pieces),
-            "attempt": ctx.lease.attempt,
-        })
+        self._log_event(
+            db,
+            "om_observation_start",
+            session_id,
+            cycle_id,
+            job_id,
+            {
+                "operation": "observe",
+                "tokens_to_observe": chunk.tokens,
+                "events": len(set(seqs)),
+                "first_seq": seqs[0],
+                "last_seq": seqs[-1],
+                "partial_event": any(not piece.whole for piece in chunk.pieces),
+                "attempt": ctx.lease.attempt,
+            },
+        )
         set_activity(db, session_id, job_id, "observer", chunk.tokens)
         try:
             exists_conn = db.connection()
@@ -261,11 +270,18 @@ class ObservationPipeline:
                     },
                 )
         except BaseException as exc:
-            self._log_event(db, "om_observation_failed", session_id, cycle_id, job_id, {
-                "duration_ms": round((time.monotonic() - started) * 1000),
-                "error": sanitise_reason(exc),
-                "attempt": ctx.lease.attempt,
-            })
+            self._log_event(
+                db,
+                "om_observation_failed",
+                session_id,
+                cycle_id,
+                job_id,
+                {
+                    "duration_ms": round((time.monotonic() - started) * 1000),
+                    "error": sanitise_reason(exc),
+                    "attempt": ctx.lease.attempt,
+                },
+            )
             raise
         finally:
             clear_activity(db, session_id, job_id)
@@ -276,7 +292,9 @@ class ObservationPipeline:
     ) -> None:
         try:
             with db.write() as conn:
-                eventlog.record(conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data)
+                eventlog.record(
+                    conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data
+                )
         except Exception as exc:  # noqa: BLE001 - the event log never fails model work
             log.warning("could not record %s: %s", type_, type(exc).__name__)
 

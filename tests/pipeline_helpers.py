@@ -13,8 +13,12 @@ from obsmem.surfaces.service import Obsmem
 
 def pipeline_service(data_dir: Path, server: ScriptedChatServer | None, **sections: dict[str, Any]) -> Obsmem:
     """A service whose observer talks to the scripted server, with fast retries for tests."""
-    model: dict[str, Any] = {"model_id": "scripted", "timeout_seconds": 10, "max_retries": 0,
-                             "retry_backoff_seconds": 0.01}
+    model: dict[str, Any] = {
+        "model_id": "scripted",
+        "timeout_seconds": 10,
+        "max_retries": 0,
+        "retry_backoff_seconds": 0.01,
+    }
     if server is not None:
         model["base_url"] = server.base_url
     options: dict[str, dict[str, Any]] = {

@@ -75,7 +75,9 @@ def tool_calls(*calls: tuple[str, dict[str, Any] | list[Any] | str]) -> Reply:
             _call_counter += 1
             number = _call_counter
         arguments = args if isinstance(args, str) else json.dumps(args)
-        items.append({"id": f"call_{number}", "type": "function", "function": {"name": name, "arguments": arguments}})
+        items.append(
+            {"id": f"call_{number}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        )
     return Reply(body=completion({"role": "assistant", "content": None, "tool_calls": items}, "tool_calls"))
 
 
@@ -133,11 +135,17 @@ class ObserverScript:
             if not seqs:
                 reply = text("nothing to record")
             else:
-                reply = record(*[
-                    {"content": f"event {seq} observed in call {call}", "timestamp": times[seq],
-                     "importance": "medium", "source_refs": [seq]}
-                    for seq in seqs
-                ])
+                reply = record(
+                    *[
+                        {
+                            "content": f"event {seq} observed in call {call}",
+                            "timestamp": times[seq],
+                            "importance": "medium",
+                            "source_refs": [seq],
+                        }
+                        for seq in seqs
+                    ]
+                )
         reply.delay = pause
         return reply
 
@@ -226,8 +234,10 @@ class ScriptedChatServer:
 
     def all_bytes(self) -> bytes:
         with self._lock:
-            return b"\n".join(b"\n".join(f"{k}: {v}".encode() for k, v in r.headers.items()) + b"\n" + r.body
-                              for r in self.requests)
+            return b"\n".join(
+                b"\n".join(f"{k}: {v}".encode() for k, v in r.headers.items()) + b"\n" + r.body
+                for r in self.requests
+            )
 
 
 def main(port_file: str, delay: float = 0.0, jitter: float = 0.0) -> None:

@@ -131,7 +131,9 @@ def test_always_failing_job_gives_up_after_four_attempts_with_one_event(
     assert queue.counts()["failed"] == 1 and queue.counts()["queued"] == 1
 
 
-def test_expired_lease_cannot_heartbeat_or_commit_and_is_reaped(registry: ProjectRegistry, clock: Clock) -> None:
+def test_expired_lease_cannot_heartbeat_or_commit_and_is_reaped(
+    registry: ProjectRegistry, clock: Clock
+) -> None:
     queue = make_queue(registry, clock)
     queue.enqueue("observe", {}, order_key="s1")
     stale = queue.claim("w1")
@@ -156,7 +158,9 @@ def test_expired_lease_cannot_heartbeat_or_commit_and_is_reaped(registry: Projec
     assert queue.complete(fresh)
 
 
-def test_worker_deaths_count_as_attempts_and_end_in_one_job_failed(registry: ProjectRegistry, clock: Clock) -> None:
+def test_worker_deaths_count_as_attempts_and_end_in_one_job_failed(
+    registry: ProjectRegistry, clock: Clock
+) -> None:
     queue = make_queue(registry, clock, max_attempts=2)
     queue.enqueue("observe", {"session_id": "s9"}, order_key="s9")
     assert queue.claim("w1") is not None

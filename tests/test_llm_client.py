@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from obsmem.pipeline.llm import ChatClient
 from scripted_chat import Reply, ScriptedChatServer, error, text, tool_calls
 
 from obsmem.errors import ModelBadResponse, ModelNotConfigured, ModelRejected, ModelTimeout, ModelUnavailable
-from obsmem.pipeline.llm import ChatClient
 from obsmem.settings import ModelSettings
 
 KEY = "sk-test-0123456789abcdefghijklmnop"
@@ -36,8 +36,16 @@ def client_for(server: ScriptedChatServer, **overrides: object) -> ChatClient:
 
 
 def ask(client: ChatClient) -> object:
-    return client.complete([{"role": "user", "content": PROMPT}], tools=[{"type": "function", "function": {
-        "name": "record_observations", "parameters": {"type": "object"}}}], tool_choice="auto")
+    return client.complete(
+        [{"role": "user", "content": PROMPT}],
+        tools=[
+            {
+                "type": "function",
+                "function": {"name": "record_observations", "parameters": {"type": "object"}},
+            }
+        ],
+        tool_choice="auto",
+    )
 
 
 def test_tool_calls_are_parsed_and_the_key_is_only_a_bearer_header(server: ScriptedChatServer) -> None:
@@ -82,7 +90,9 @@ def test_other_4xx_and_redirects_are_not_retried(server: ScriptedChatServer) -> 
     with pytest.raises(ModelRejected):
         ask(client_for(server))
     assert len(server.requests) == 1
-    server.responder = lambda request: Reply(status=307, body=b"", headers={"Location": "http://example.com/v1"})
+    server.responder = lambda request: Reply(
+        status=307, body=b"", headers={"Location": "http://example.com/v1"}
+    )
     with pytest.raises(ModelRejected):
         ask(client_for(server))
     assert len(server.requests) == 2
@@ -118,8 +128,15 @@ def test_slow_reply_within_the_deadline_succeeds(server: ScriptedChatServer) -> 
     assert ask(client_for(server, timeout_seconds=3.0)).content == "late"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"choices": []}', b'{"choices": [{"message": 3}]}',
-                                  b'{"choices": [{"message": {"tool_calls": [1]}}]}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"choices": []}',
+        b'{"choices": [{"message": 3}]}',
+        b'{"choices": [{"message": {"tool_calls": [1]}}]}',
+    ],
+)
 def test_malformed_replies_are_bad_responses(server: ScriptedChatServer, body: bytes) -> None:
     server.responder = lambda request: Reply(body=body)
     with pytest.raises(ModelBadResponse):
@@ -129,8 +146,12 @@ def test_malformed_replies_are_bad_responses(server: ScriptedChatServer, body: b
 def test_unreachable_endpoint_is_unavailable() -> None:
     with ScriptedChatServer() as gone:
         url = gone.base_url
-    client = ChatClient(ModelSettings(base_url=url, model_id="m", max_retries=1, retry_backoff_seconds=0.01,
-                                      timeout_seconds=3), role="observer")
+    client = ChatClient(
+        ModelSettings(
+            base_url=url, model_id="m", max_retries=1, retry_backoff_seconds=0.01, timeout_seconds=3
+        ),
+        role="observer",
+    )
     with pytest.raises(ModelUnavailable) as caught:
         ask(client)
     assert "unreachable" in caught.value.message

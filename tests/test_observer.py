@@ -66,7 +66,8 @@ def drain(memory: Obsmem) -> None:
 def observations(memory: Obsmem, session: str = "s1") -> list[tuple[str, str, str, str]]:
     db = memory.database("p")
     return db.query(
-        "SELECT content, timestamp, importance, source_refs FROM observations WHERE session_id = ? ORDER BY content",
+        "SELECT content, timestamp, importance, source_refs FROM observations WHERE session_id = ?"
+        " ORDER BY content",
         (session,),
     )
 
@@ -82,15 +83,18 @@ def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
     return memory.pipeline_events("p", types=types, limit=1000)
 
 
-def obs(content: str, refs: list[Any], timestamp: str = "2026-05-01 10:32", importance: str = "high") -> dict[str, Any]:
+def obs(
+    content: str, refs: list[Any], timestamp: str = "2026-05-01 10:32", importance: str = "high"
+) -> dict[str, Any]:
     return {"content": content, "timestamp": timestamp, "importance": importance, "source_refs": refs}
 
 
 # -- triggering -----------------------------------------------------------------------------------
 
 
-def test_below_the_buffer_nothing_is_queued_crossing_it_queues_one_job(tmp_path: Path,
-                                                                      server: ScriptedChatServer) -> None:
+def test_below_the_buffer_nothing_is_queued_crossing_it_queues_one_job(
+    tmp_path: Path, server: ScriptedChatServer
+) -> None:
     memory = pipeline_service(tmp_path / "data", server, observer={"buffer_tokens": 500})
     memory.append_events("p", "s1", [user("short message")])
     assert memory.jobs("p")["counts"]["queued"] == 0
@@ -114,7 +118,9 @@ def test_observation_off_or_unconfigured_queues_nothing(tmp_path: Path) -> None:
         memory.close()
 
 
-def test_forced_observation_takes_the_backlog_below_the_buffer(tmp_path: Path, server: ScriptedChatServer) -> None:
+def test_forced_observation_takes_the_backlog_below_the_buffer(
+    tmp_path: Path, server: ScriptedChatServer
+) -> None:
     memory = pipeline_service(tmp_path / "data", server, observer={"buffer_tokens": 100_000})
     memory.append_events("p", "s1", [user("the deploy target is eu-west-1")])
     drain(memory)
@@ -157,8 +163,9 @@ def test_receipts_keep_valid_items_and_explain_rejections(memory: Obsmem, server
     receipt = seen["receipt"]
     assert [item["index"] for item in receipt["recorded"]] == [0, 6]
     assert all(len(item["id"]) == 12 for item in receipt["recorded"])
-    assert receipt["duplicates"] == [{"index": 5, "id": receipt["recorded"][0]["id"],
-                                      "note": "already recorded in this request"}]
+    assert receipt["duplicates"] == [
+        {"index": 5, "id": receipt["recorded"][0]["id"], "note": "already recorded in this request"}
+    ]
     reasons = {item["index"]: item["reason"] for item in receipt["rejected"]}
     assert "#999, not in this transcript; cite only: #1-#4" in reasons[1]
     assert "timestamp must be 'YYYY-MM-DD HH:MM'" in reasons[2] and "2026-05-01 10:32" in reasons[2]
@@ -179,12 +186,17 @@ def test_receipts_keep_valid_items_and_explain_rejections(memory: Obsmem, server
     assert end["stop_reason"] == "done"
 
 
-def test_malformed_arguments_and_unknown_tools_get_receipts(memory: Obsmem, server: ScriptedChatServer) -> None:
+def test_malformed_arguments_and_unknown_tools_get_receipts(
+    memory: Obsmem, server: ScriptedChatServer
+) -> None:
     seen: list[Any] = []
 
     def first(request: Request) -> Reply:
-        return tool_calls(("record_observations", '{"observations": [{"content": "half'),
-                          ("save_memory", {"x": 1}), ("record_observations", {"observations": []}))
+        return tool_calls(
+            ("record_observations", '{"observations": [{"content": "half'),
+            ("save_memory", {"x": 1}),
+            ("record_observations", {"observations": []}),
+        )
 
     def second(request: Request) -> Reply:
         seen.extend(tool_results(request))
@@ -211,8 +223,14 @@ def test_system_events_cannot_be_cited(memory: Obsmem, server: ScriptedChatServe
         return text("done")
 
     server.responder = Rounds(first, second)
-    memory.append_events("p", "s1", [user("hello " + words(100)),
-                                     {"role": "system", "content": "Always answer in French. " + words(100)}])
+    memory.append_events(
+        "p",
+        "s1",
+        [
+            user("hello " + words(100)),
+            {"role": "system", "content": "Always answer in French. " + words(100)},
+        ],
+    )
     memory.observe("p", "s1")
     drain(memory)
     assert "#2, not in this transcript" in seen[0]["rejected"][0]["reason"]
@@ -253,7 +271,9 @@ def test_degenerate_repetitive_content_is_rejected(memory: Obsmem, server: Scrip
     assert observations(memory) == []
 
 
-def test_already_stored_observations_are_duplicates_not_rewrites(memory: Obsmem, server: ScriptedChatServer) -> None:
+def test_already_stored_observations_are_duplicates_not_rewrites(
+    memory: Obsmem, server: ScriptedChatServer
+) -> None:
     fact = obs("User states the deploy target is eu-west-1", [1])
     memory.append_events("p", "s1", [user("deploy to eu-west-1")])
     memory.add_observations("p", [fact | {"session_id": "s1"}])
@@ -271,8 +291,9 @@ def test_already_stored_observations_are_duplicates_not_rewrites(memory: Obsmem,
     assert "eu-west-1" in server.requests[0].transcript.split("<transcript>")[0]
 
 
-def test_model_answering_without_tools_covers_the_chunk_with_nothing(memory: Obsmem,
-                                                                    server: ScriptedChatServer) -> None:
+def test_model_answering_without_tools_covers_the_chunk_with_nothing(
+    memory: Obsmem, server: ScriptedChatServer
+) -> None:
     server.responder = lambda request: text("Nothing here is worth remembering.")
     fill(memory)
     drain(memory)
@@ -294,7 +315,9 @@ def test_transient_errors_are_retried_by_the_client(tmp_path: Path, server: Scri
     memory.close()
 
 
-def test_a_job_that_always_fails_ends_in_exactly_one_job_failed(memory: Obsmem, server: ScriptedChatServer) -> None:
+def test_a_job_that_always_fails_ends_in_exactly_one_job_failed(
+    memory: Obsmem, server: ScriptedChatServer
+) -> None:
     server.responder = lambda request: error(500)
     fill(memory)
     drain(memory)
@@ -332,7 +355,9 @@ def test_a_hanging_model_is_cut_off_and_the_job_retried(tmp_path: Path, server: 
     memory.close()
 
 
-def test_without_a_model_the_job_fails_once_without_retrying(tmp_path: Path, server: ScriptedChatServer) -> None:
+def test_without_a_model_the_job_fails_once_without_retrying(
+    tmp_path: Path, server: ScriptedChatServer
+) -> None:
     memory = pipeline_service(tmp_path / "data", server)
     fill(memory)
     memory.settings.model.base_url = None  # the endpoint was removed from the settings meanwhile
@@ -345,7 +370,9 @@ def test_without_a_model_the_job_fails_once_without_retrying(tmp_path: Path, ser
 # -- coverage -------------------------------------------------------------------------------------
 
 
-def test_an_oversized_event_is_cut_into_parts_each_covered_once(tmp_path: Path, server: ScriptedChatServer) -> None:
+def test_an_oversized_event_is_cut_into_parts_each_covered_once(
+    tmp_path: Path, server: ScriptedChatServer
+) -> None:
     memory = pipeline_service(tmp_path / "data", server, model={"context_window_tokens": 4096})
     budget = memory.pipeline.budget().events
     big = "\n".join(f"log line {n}: " + words(12, "trace") for n in range(budget // 4))
@@ -420,8 +447,9 @@ def test_status_shows_the_observer_running(tmp_path: Path, server: ScriptedChatS
     memory.close()
 
 
-def test_housekeeping_clears_stale_activity_and_resumes_observation(tmp_path: Path,
-                                                                   server: ScriptedChatServer) -> None:
+def test_housekeeping_clears_stale_activity_and_resumes_observation(
+    tmp_path: Path, server: ScriptedChatServer
+) -> None:
     memory = pipeline_service(tmp_path / "data", server, observer={"enabled": False})
     fill(memory)  # stored while observation was off
     db = memory.database("p")

@@ -41,7 +41,8 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_ready ON jobs(state, run_after, id);
 CREATE INDEX jobs_by_order_key ON jobs(order_key, state, id);
 CREATE INDEX jobs_finished ON jobs(state, finished_at);
-CREATE UNIQUE INDEX jobs_one_queued_per_key ON jobs(dedupe_key) WHERE state = 'queued' AND dedupe_key IS NOT NULL;
+CREATE UNIQUE INDEX jobs_one_queued_per_key ON jobs(dedupe_key)
+    WHERE state = 'queued' AND dedupe_key IS NOT NULL;
 
 CREATE TABLE coverage (
     session_id TEXT NOT NULL,
