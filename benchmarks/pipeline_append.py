@@ -1,0 +1,142 @@
+"""Append latency with background observation due and running, against observation switched off.
+
+Two data directories in one process, measured in the same run, appends alternating between them (in a
+random order per round) so machine noise lands on both alike:
+
+- **on**: the Observer is enabled with a low buffer, so observation is due every few appends; worker
+  threads run in this process (as in ``obsmem serve``) against a scripted OpenAI-compatible server in a
+  separate process that takes ``--model-delay`` seconds per reply. The append path does its backlog
+  bookkeeping and queues jobs; the workers call the model and commit observations meanwhile.
+- **off**: ``observer.enabled = false``: appends store events and nothing else.
+
+Prints JSON: p50/p90/p99/mean per arm in milliseconds, the p99 ratio, and how much observation work ran
+during the measurement (jobs, cycles, model calls).
+
+    python benchmarks/pipeline_append.py --appends 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from obsmem.settings import load_settings
+from obsmem.surfaces.service import Obsmem
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = "fix the login test in src/auth/session.py:142 then rerun pytest with the retry policy".split()
+
+
+def start_model_server(workdir: Path, delay: float) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = workdir / "model.port"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "scripted_chat.py"), str(port_file), str(delay)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not port_file.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("the scripted model server did not start")
+        time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {
+        "p50_ms": round(percentile(ms, 0.50), 3),
+        "p90_ms": round(percentile(ms, 0.90), 3),
+        "p99_ms": round(percentile(ms, 0.99), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+        "max_ms": round(max(ms), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--appends", type=int, default=3000, help="appends per arm")
+    parser.add_argument("--event-words", type=int, default=60, help="words per appended event")
+    parser.add_argument(
+        "--buffer-tokens", type=int, default=1500, help="observer.buffer_tokens of the 'on' arm"
+    )
+    parser.add_argument("--model-delay", type=float, default=0.2, help="seconds per scripted model reply")
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=5)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+
+    with tempfile.TemporaryDirectory(prefix="obsmem-bench-") as tmp:
+        workdir = Path(tmp)
+        server, base_url = start_model_server(workdir, args.model_delay)
+        try:
+            on = Obsmem(
+                load_settings(
+                    data_dir=workdir / "on",
+                    model={"base_url": base_url, "model_id": "scripted", "max_retries": 0},
+                    observer={"buffer_tokens": args.buffer_tokens},
+                    jobs={"poll_seconds": 0.05},
+                )
+            )
+            off = Obsmem(load_settings(data_dir=workdir / "off", observer={"enabled": False}))
+            arms = {"on": on, "off": off}
+            timings: dict[str, list[float]] = {"on": [], "off": []}
+
+            def append(name: str, n: int, record: bool) -> None:
+                content = f"turn {n}: " + " ".join(rng.choice(WORDS) for _ in range(args.event_words))
+                event = {"role": rng.choice(["user", "assistant"]), "content": content}
+                started = time.perf_counter()
+                arms[name].append_events("bench", f"s{n % args.sessions}", [event])
+                if record:
+                    timings[name].append(time.perf_counter() - started)
+
+            for n in range(100):  # warm-up: create databases, fill caches
+                append("on", n, False)
+                append("off", n, False)
+            on.start_workers()
+            time.sleep(0.5)
+            started = time.monotonic()
+            for n in range(100, 100 + args.appends):
+                order = ["on", "off"] if rng.random() < 0.5 else ["off", "on"]
+                for name in order:
+                    append(name, n, True)
+            elapsed = time.monotonic() - started
+            db = on.database("bench")
+            cycles = db.query("SELECT count(*) FROM om_events WHERE type = 'om_observation_end'")[0][0]
+            jobs = db.query("SELECT count(*) FROM jobs")[0][0]
+            on.close()
+            off.close()
+        finally:
+            server.kill()
+            server.wait()
+
+    result = {
+        "benchmark": "pipeline_append",
+        "appends_per_arm": args.appends,
+        "event_words": args.event_words,
+        "buffer_tokens": args.buffer_tokens,
+        "model_delay_s": args.model_delay,
+        "seconds": round(elapsed, 1),
+        "observation_during_run": {"jobs_queued": jobs, "cycles_committed": cycles},
+        "on": summary(timings["on"]),
+        "off": summary(timings["off"]),
+    }
+    result["p99_ratio_on_over_off"] = round(result["on"]["p99_ms"] / result["off"]["p99_ms"], 3)
+    result["p50_ratio_on_over_off"] = round(result["on"]["p50_ms"] / result["off"]["p50_ms"], 3)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
