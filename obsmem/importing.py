@@ -1,6 +1,6 @@
-"""Import a JSONL transcript: obsmem events or OpenAI-style chat messages, one JSON object per line.
+"""Import JSONL files: transcripts (obsmem events or OpenAI-style chat messages) and observations.
 
-Formats, detected per line:
+Transcripts hold one event or chat message per line; the format is detected per line:
 
 - **obsmem event**: ``{"role", "type", "content", "tool_name"?, "tool_args"?, "seq"?, "created_at"?,
   "session_id"?}`` (``type`` present).
@@ -12,22 +12,32 @@ Formats, detected per line:
 Lines without a ``seq`` are numbered from 1 in file order within their session, so importing the same
 file twice stores nothing new (the second run reports duplicates), and importing a different transcript
 over an existing session is a ``seq_conflict`` rather than a silent mix.
+
+An observations file holds one observation per line, written as :func:`obsmem.memories.add_observations`
+would be sent it. Each line succeeds or fails on its own, and the receipt's ``index`` is the line's
+position in the file counted from 0 (line number minus one); blank lines are skipped.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from obsmem.errors import ValidationFailed
+from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.events import AfterInsert, EventIn, append_events, parse_events
+from obsmem.memories import ObservationIn, WriteReceipt, add_observations, parse_observation
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import session_id as check_session_id
 
 BATCH_SIZE = 500
+PROGRESS_EVERY_LINES = 2000
+
+ImportProgress = Callable[[str, int, int], None]
+"""Called as ``(phase, done, total)``: ``"read"`` counts bytes of the file read so far; ``"store"`` counts the
+events of a transcript stored so far (a transcript is read whole before anything is stored)."""
 
 
 def _text(content: Any) -> str:
@@ -133,28 +143,105 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tu
             yield session, event
 
 
-def import_jsonl(
+def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress | None) -> Iterator[str]:
+    """The file's lines as text, reporting bytes read; a line that is not UTF-8 is named by number."""
+    done = 0
+    for number, raw in enumerate(handle, start=1):
+        done += len(raw)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValidationFailed(f"line {number}: not UTF-8 text", field=f"line {number}") from None
+        if progress is not None and number % PROGRESS_EVERY_LINES == 0:
+            progress("read", done, total_bytes)
+        yield line
+    if progress is not None:
+        progress("read", done, total_bytes)
+
+
+def read_transcript(
+    path: Path, default_session: str | None = None, progress: ImportProgress | None = None
+) -> list[tuple[str, EventIn]]:
+    """Read and validate a whole JSONL transcript; raises on the first bad line, naming it."""
+    with open(path, "rb") as handle:
+        total_bytes = path.stat().st_size
+        return list(read_jsonl(_decoded_lines(handle, total_bytes, progress), default_session))
+
+
+def append_transcript(
     db: ProjectDatabase,
-    path: Path,
-    default_session: str | None = None,
+    parsed: list[tuple[str, EventIn]],
+    progress: ImportProgress | None = None,
     *,
     after_insert: AfterInsert | None = None,
 ) -> ImportReceipt:
-    """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            parsed = list(read_jsonl(handle, default_session))
-    except UnicodeDecodeError:
-        raise ValidationFailed(f"{path.name} is not UTF-8 text", field="file") from None
+    """Append validated events session by session, in batches (``after_insert`` as in append_events)."""
     receipt = ImportReceipt(events=len(parsed))
     by_session: dict[str, list[EventIn]] = {}
     for session, event in parsed:
         by_session.setdefault(session, []).append(event)
+    stored = 0
     for session, events in by_session.items():
         totals = receipt.sessions.setdefault(session, {"appended": 0, "duplicates": 0, "last_seq": 0})
         for start in range(0, len(events), BATCH_SIZE):
-            result = append_events(db, session, events[start : start + BATCH_SIZE], after_insert=after_insert)
+            batch = events[start : start + BATCH_SIZE]
+            result = append_events(db, session, batch, after_insert=after_insert)
             totals["appended"] += result.appended
             totals["duplicates"] += result.duplicates
             totals["last_seq"] = result.last_seq
+            stored += len(batch)
+            if progress is not None:
+                progress("store", stored, receipt.events)
+    return receipt
+
+
+def import_jsonl(
+    db: ProjectDatabase,
+    path: Path,
+    default_session: str | None = None,
+    progress: ImportProgress | None = None,
+    *,
+    after_insert: AfterInsert | None = None,
+) -> ImportReceipt:
+    """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
+    parsed = read_transcript(path, default_session, progress)
+    return append_transcript(db, parsed, progress, after_insert=after_insert)
+
+
+def import_observations(
+    db: ProjectDatabase, path: Path, progress: ImportProgress | None = None
+) -> WriteReceipt:
+    """Write every observation of a JSONL file; one receipt, indexed by line (see the module docstring)."""
+    receipt = WriteReceipt()
+    pending: list[tuple[int, ObservationIn]] = []
+
+    def flush() -> None:
+        written = add_observations(db, [item for _, item in pending])
+        for entries, target in (
+            (written.added, receipt.added),
+            (written.duplicates, receipt.duplicates),
+            (written.rejected, receipt.rejected),
+        ):
+            target.extend(entry | {"index": pending[entry["index"]][0]} for entry in entries)
+        pending.clear()
+
+    with open(path, "rb") as handle:
+        for index, line in enumerate(_decoded_lines(handle, path.stat().st_size, progress)):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                receipt.reject(index, ValidationFailed(f"line {index + 1}: not valid JSON ({exc.msg})"))
+                continue
+            try:
+                pending.append((index, parse_observation(index, record)))
+            except ObsmemError as exc:
+                receipt.reject(index, exc)
+            if len(pending) >= BATCH_SIZE:
+                flush()
+    if pending:
+        flush()
+    for entries in (receipt.added, receipt.duplicates, receipt.rejected):
+        entries.sort(key=lambda entry: entry["index"])
     return receipt

@@ -19,7 +19,7 @@ from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.redaction import redact_text
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.validation import SESSION_ID, first_problem
+from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem
 
 Importance = Literal["low", "medium", "high", "critical"]
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
@@ -41,8 +41,10 @@ def _one_line(value: str) -> str:
     value = redact_text(value)
     if not value.strip():
         raise ValueError("must not be empty")
-    if "\n" in value or "\r" in value or "\x00" in value:
-        raise ValueError("must be a single line (no line breaks or NUL characters)")
+    if "\n" in value or "\r" in value:
+        raise ValueError("must be a single line (no line breaks)")
+    if CONTROL_CHARACTERS.search(value):
+        raise ValueError("must not contain control characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -99,7 +101,8 @@ class WriteReceipt:
         return {"added": self.added, "duplicates": self.duplicates, "rejected": self.rejected}
 
 
-def _validated(index: int, raw: Any) -> ObservationIn:
+def parse_observation(index: int, raw: Any) -> ObservationIn:
+    """Validate item ``index`` of a write; errors name it as ``observations.<index>.<field>``."""
     if isinstance(raw, ObservationIn):
         return raw
     if not isinstance(raw, dict):
@@ -126,7 +129,7 @@ def add_observations(
     parsed: list[tuple[int, ObservationIn]] = []
     for index, raw in enumerate(items):
         try:
-            parsed.append((index, _validated(index, raw)))
+            parsed.append((index, parse_observation(index, raw)))
         except ObsmemError as exc:
             receipt.reject(index, exc)
     if not parsed:

@@ -306,3 +306,26 @@ def load_settings(
         raise ConfigurationError(f"invalid settings{source}: {problems}") from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML
         raise ConfigurationError(f"cannot read settings file {path}: {exc}") from None
+
+
+class _BuiltinSettings(Settings):
+    """Settings that read neither a file nor the environment."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def builtin_settings(**values: Any) -> Settings:
+    """The built-in defaults plus ``values``, ignoring any settings file and ``OBSMEM_*`` variables.
+
+    For runs that must behave the same on every machine, such as ``obsmem demo``.
+    """
+    return _BuiltinSettings(**values)

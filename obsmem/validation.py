@@ -11,6 +11,9 @@ from obsmem.errors import InvalidProject, InvalidSession, ValidationFailed
 
 PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+# C0 controls other than tab, and DEL: never part of memory text or queries (the trigram index uses
+# U+0001 as a sentinel).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def project_name(value: object) -> str:

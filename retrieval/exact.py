@@ -1,35 +1,56 @@
 """Exact search: one contiguous literal substring, ASCII case-insensitive, newest first.
 
-The answer is always the one a plain ``content LIKE '%q%' ESCAPE '\\'`` scan would give; only the plan
-differs, chosen by what is cheapest for the needle:
+The answer is always the one a plain ``content LIKE '%q%' ESCAPE '\\'`` scan ordered newest first would
+give; only the plan differs, chosen by what is cheapest for the needle:
 
-- **index plan** — the FTS5 trigram index yields every memory holding all of the needle's trigrams in
-  sequence (a superset: it folds case beyond ASCII), the LIKE check keeps the true matches, then they
-  are sorted newest first. Cheap when the needle is rare.
+- **candidate plan** — ask the FTS5 trigram index for the memories holding the needle's rarest
+  trigrams (a superset of the matches: the index also folds case beyond ASCII), check LIKE on exactly
+  those and sort them newest first. Cheap when some trigram of the needle is rare: identifiers.
 - **walk plan** — walk memories newest first along the date index, checking LIKE, and stop at
-  ``limit + 1`` matches. Cheap when the needle is common (or too short for trigrams), because the walk
-  ends early.
+  ``limit + 1`` matches. Cheap when the needle itself is common, because the walk ends early.
+- **short needles** (one or two characters) have no trigram of their own, but every occurrence starts
+  one (the index appends two U+0001 sentinels to each text), so a rare short needle is looked up as the
+  OR of the vocabulary terms that begin with it.
 
-The trigram document counts in ``memory_trigram_counts`` estimate how common a needle is. A walk that
-finds too few matches within its row budget hands over to the index plan, so a misestimate costs time,
-never correctness.
+The choice is a cost estimate from a sample of recent memories (:class:`TrigramSample`): how often the
+needle occurs (rows a walk must read) against how often its rarest trigrams occur (postings the index
+must read). Estimates can be wrong, so each plan is bounded and hands over: a probe that finds more
+than ``index_plan_max_docs`` candidates gives way to a walk; a walk that exceeds its step budget gives
+way to the full trigram phrase query, or for short needles to one sequential scan. A misestimate costs
+time, never correctness.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import apsw
+from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 from obsmem.dates import DateWindow
 from obsmem.errors import InvalidQuery
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
+from obsmem.validation import CONTROL_CHARACTERS
 
 MAX_QUERY_CHARS = 1000
-# A needle whose rarest trigram is in more documents than this is walked, not looked up.
-INDEX_PLAN_MAX_DOCS = 3000
-# How many of the newest rows a walk checks before handing over to the index plan.
-WALK_ROW_BUDGET = 20_000
+# A needle whose trigrams co-occur in more memories than this is walked, not looked up.
+INDEX_PLAN_MAX_DOCS = 1000
+# Trigrams used by the probe: the rarest few (any subset of a needle's trigrams is a necessary condition).
+PROBE_TRIGRAMS = 3
+# Relative cost of reading one index posting versus checking one row in a walk.
+POSTING_COST = 0.2
+# A short needle expected to need a walk longer than this is looked up in the vocabulary instead...
+SHORT_NEEDLE_WALK_ROWS = 5000
+# ...unless more index terms than this begin with it (then it is common after all).
+SHORT_NEEDLE_MAX_TERMS = 200
+_SENTINELS = "\x01\x01"
+# Virtual-machine steps a walk may take (about five per row checked: ~20,000 rows).
+WALK_BUDGET_STEPS = 100_000
+_PROGRESS_INTERVAL = 1000
 
 
 def validate_query(query: object) -> str:
@@ -41,8 +62,8 @@ def validate_query(query: object) -> str:
         raise InvalidQuery("query must not be empty", field="query")
     if len(needle) > MAX_QUERY_CHARS:
         raise InvalidQuery(f"query is longer than {MAX_QUERY_CHARS} characters", field="query")
-    if "\x00" in needle:
-        raise InvalidQuery("query must not contain NUL characters", field="query")
+    if CONTROL_CHARACTERS.search(needle):
+        raise InvalidQuery("query must not contain control characters (NUL, line breaks, ...)", field="query")
     try:
         needle.encode("utf-8")
     except UnicodeEncodeError:
@@ -63,8 +84,14 @@ def fts_phrase(needle: str) -> str:
 
 @dataclass(frozen=True)
 class ExactPlan:
-    name: str  # "index" or "walk"
-    estimated_docs: int | None
+    """What the searcher did, for benchmarks and debugging."""
+
+    name: str  # "candidates", "short-candidates", "walk", "walk+phrase" or "walk+scan"
+    candidates: int | None  # probe result size, when a probe ran and stopped early
+
+
+class _WalkBudgetExhausted(Exception):
+    pass
 
 
 def _filters(window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
@@ -90,51 +117,131 @@ class ExactSearcher:
         conn: apsw.Connection,
         *,
         index_plan_max_docs: int = INDEX_PLAN_MAX_DOCS,
-        walk_row_budget: int = WALK_ROW_BUDGET,
+        walk_budget_steps: int = WALK_BUDGET_STEPS,
+        posting_cost: float = POSTING_COST,
+        short_needle_walk_rows: float = SHORT_NEEDLE_WALK_ROWS,
     ) -> None:
         self.conn = conn
         self.index_plan_max_docs = index_plan_max_docs
-        self.walk_row_budget = walk_row_budget
+        self.walk_budget_steps = walk_budget_steps
+        self.posting_cost = posting_cost
+        self.short_needle_walk_rows = short_needle_walk_rows
         self._tokenize = conn.fts5_tokenizer("trigram", [])
+        self.last_plan: ExactPlan | None = None
 
     def trigrams(self, needle: str) -> list[str]:
+        """The needle's distinct trigrams as the index folds them, in order of first appearance."""
         tokens = self._tokenize(needle.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None)
-        return [token[2] for token in tokens]
-
-    def estimate_docs(self, needle: str) -> int | None:
-        """Documents holding the needle's rarest trigram (an upper bound on matches); None if < 3 chars."""
-        terms = set(self.trigrams(needle))
-        if not terms:
-            return None
-        rarest: int | None = None
-        for term in terms:
-            row = self.conn.execute("SELECT doc FROM memory_trigram_counts WHERE term = ?", (term,)).fetchone()
-            count = 0 if row is None else row[0]
-            rarest = count if rarest is None else min(rarest, count)
-            if rarest == 0:
-                break
-        return rarest
-
-    def choose_plan(self, needle: str) -> ExactPlan:
-        estimate = self.estimate_docs(needle)
-        if estimate is not None and estimate <= self.index_plan_max_docs:
-            return ExactPlan("index", estimate)
-        return ExactPlan("walk", estimate)
+        return list(dict.fromkeys(token[2] for token in tokens))
 
     def search(
         self, needle: str, window: DateWindow, limit: int, session_id: str | None = None
     ) -> tuple[list[Hit], bool]:
         """Up to ``limit`` hits, newest first, and whether more matched."""
-        plan = self.choose_plan(needle)
-        if plan.name == "index":
-            rows = self._index_plan(needle, window, limit + 1, session_id)
-        else:
-            rows = self._walk_plan(needle, window, limit + 1, session_id, plan.estimated_docs is not None)
-        hits = [Hit.from_row(row) for row in rows[:limit]]
-        return hits, len(rows) > limit
+        rows = self._rows(needle, window, limit + 1, session_id)
+        return [Hit.from_row(row) for row in rows[:limit]], len(rows) > limit
 
-    def _index_plan(self, needle: str, window: DateWindow, fetch: int, session_id: str | None) -> list[tuple]:
+    def _rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None) -> list[tuple]:
         where, params = _filters(window, session_id)
+        pattern = like_pattern(needle)
+        trigrams = self.trigrams(needle)
+        if trigrams:
+            sample = TrigramSample.for_connection(self.conn, self._tokenize)
+            rarest = sample.rarest(trigrams, PROBE_TRIGRAMS)
+            walk_rows = fetch / sample.frequency_of_needle(needle)
+            probe_postings = sample.total_rows * sample.frequency_of_trigram(rarest[0])
+            if probe_postings * self.posting_cost < walk_rows:
+                candidates = self._probe(rarest, "AND")
+                if candidates is not None:
+                    self.last_plan = ExactPlan("candidates", len(candidates))
+                    return self._check_candidates(candidates, pattern, where, params, fetch)
+        else:
+            sample = TrigramSample.for_connection(self.conn, self._tokenize)
+            if fetch / sample.frequency_of_needle(needle) > self.short_needle_walk_rows:
+                terms = self._terms_beginning_with(needle)
+                candidates = None if terms is None else self._probe(terms, "OR")
+                if candidates is not None:
+                    self.last_plan = ExactPlan("short-candidates", len(candidates))
+                    return self._check_candidates(candidates, pattern, where, params, fetch)
+        try:
+            rows = self._walk(pattern, where, params, fetch)
+            self.last_plan = ExactPlan("walk", None)
+            return rows
+        except _WalkBudgetExhausted:
+            pass
+        if trigrams:
+            self.last_plan = ExactPlan("walk+phrase", None)
+            return self._phrase(needle, pattern, where, params, fetch)
+        self.last_plan = ExactPlan("walk+scan", None)
+        return self._scan(pattern, where, params, fetch)
+
+    def _terms_beginning_with(self, needle: str) -> list[str] | None:
+        """Index terms that begin with a one- or two-character needle (None: too many to be rare)."""
+        tokens = self._tokenize((needle + _SENTINELS).encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None)
+        folded = tokens[0][2][: len(needle)]  # the needle folded exactly as the index folds it
+        terms = [
+            row[0]
+            for row in self.conn.execute(
+                "SELECT term FROM memory_trigram_terms WHERE term >= ? AND term < ? LIMIT ?",
+                (folded, folded + "\U0010ffff", SHORT_NEEDLE_MAX_TERMS + 1),
+            )
+        ]
+        return terms if len(terms) <= SHORT_NEEDLE_MAX_TERMS else None
+
+    def _probe(self, terms: list[str], operator: str) -> list[int] | None:
+        """Rowids matching the terms joined by AND or OR, or None when there are more than the cap."""
+        if not terms:
+            return []
+        query = f" {operator} ".join(fts_phrase(term) for term in terms)
+        rowids = [
+            row[0]
+            for row in self.conn.execute(
+                "SELECT rowid FROM memory_trigrams WHERE memory_trigrams MATCH ? LIMIT ?",
+                (query, self.index_plan_max_docs + 1),
+            )
+        ]
+        return rowids if len(rowids) <= self.index_plan_max_docs else None
+
+    def _check_candidates(
+        self, candidates: list[int], pattern: str, where: str, params: list[object], fetch: int
+    ) -> list[tuple]:
+        if not candidates:
+            return []
+        sql = (
+            f"SELECT {HIT_COLUMNS} FROM memories AS m"
+            " WHERE m.id IN (SELECT value FROM json_each(?))"
+            f" AND m.content LIKE ? ESCAPE '\\'{where}"
+            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+        )
+        return self.conn.execute(sql, (json.dumps(candidates), pattern, *params, fetch)).fetchall()
+
+    def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        sql = (
+            f"SELECT {HIT_COLUMNS} FROM memories AS m INDEXED BY {self._walk_index(where)}"
+            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
+            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+        )
+        steps = 0
+        budget = self.walk_budget_steps
+
+        def over_budget() -> bool:
+            nonlocal steps
+            steps += _PROGRESS_INTERVAL
+            return steps > budget
+
+        self.conn.set_progress_handler(over_budget, _PROGRESS_INTERVAL)
+        try:
+            return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
+        except apsw.InterruptError:
+            raise _WalkBudgetExhausted from None
+        finally:
+            self.conn.set_progress_handler(None)
+
+    @staticmethod
+    def _walk_index(where: str) -> str:
+        return "memories_by_session_date" if "m.session_id" in where else "memories_by_date"
+
+    def _phrase(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # MATERIALIZED keeps the planner from turning this inside out (walking dates, probing FTS).
         sql = (
             "WITH candidates AS MATERIALIZED ("
@@ -143,29 +250,75 @@ class ExactSearcher:
             f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
             " ORDER BY m.date DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (fts_phrase(needle), like_pattern(needle), *params, fetch)).fetchall()
+        return self.conn.execute(sql, (fts_phrase(needle), pattern, *params, fetch)).fetchall()
 
-    def _walk_plan(
-        self, needle: str, window: DateWindow, fetch: int, session_id: str | None, can_hand_over: bool
-    ) -> list[tuple]:
-        where, params = _filters(window, session_id)
-        pattern = like_pattern(needle)
-        if not can_hand_over:
-            sql = (
-                f"SELECT {HIT_COLUMNS} FROM memories AS m WHERE m.content LIKE ? ESCAPE '\\'{where}"
-                " ORDER BY m.date DESC, m.id DESC LIMIT ?"
-            )
-            return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
-        # Check at most walk_row_budget of the newest rows in the window; if that finds enough, it is
-        # the answer (everything older sorts after). Otherwise the needle is rarer than its trigrams
-        # suggested: ask the index.
+    def _scan(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        # One sequential pass over the table is cheaper than walking the whole date index.
         sql = (
-            f"SELECT {HIT_COLUMNS}, m.content LIKE ? ESCAPE '\\' AS matched FROM ("
-            f"  SELECT m.* FROM memories AS m WHERE 1{where}"
-            "   ORDER BY m.date DESC, m.id DESC LIMIT ?) AS m"
-            " WHERE matched ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"SELECT {HIT_COLUMNS} FROM memories AS m NOT INDEXED"
+            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
+            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
         )
-        rows = self.conn.execute(sql, (pattern, *params, self.walk_row_budget, fetch)).fetchall()
-        if len(rows) >= fetch:
-            return [row[:6] for row in rows]
-        return self._index_plan(needle, window, fetch, session_id)
+        return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
+
+
+_ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
+SAMPLE_ROWS = 2000
+SAMPLE_MAX_AGE_S = 300.0
+
+
+class TrigramSample:
+    """Statistics of the newest memories of one database, for plan choice only.
+
+    Built from the newest ``SAMPLE_ROWS`` memories and rebuilt when the table grew by a tenth or after
+    ``SAMPLE_MAX_AGE_S``. FTS5's own vocabulary table would give exact counts, but it reads a term's
+    whole posting list to count it, which is as slow as the search it is meant to plan.
+    """
+
+    _cache: dict[str, TrigramSample] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, contents: list[str], total_rows: int, tokenize: Any) -> None:
+        self.total_rows = max(total_rows, 1)
+        self.size = max(len(contents), 1)
+        self.built_at = time.monotonic()
+        self.folded = [text.translate(_ASCII_FOLD) for text in contents]
+        counts: Counter[str] = Counter()
+        for text in contents:
+            tokens = tokenize(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None)
+            counts.update({token[2] for token in tokens})
+        self.trigram_docs = counts
+
+    @classmethod
+    def for_connection(cls, conn: apsw.Connection, tokenize: Any) -> TrigramSample:
+        total = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
+        key = conn.filename
+        with cls._lock:
+            cached = cls._cache.get(key)
+        fresh = (
+            cached is not None
+            and time.monotonic() - cached.built_at < SAMPLE_MAX_AGE_S
+            and abs(total - cached.total_rows) <= cached.total_rows // 10
+        )
+        if fresh:
+            return cached  # type: ignore[return-value]
+        contents = [row[0] for row in conn.execute("SELECT content FROM memories ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,))]
+        sample = cls(contents, total, tokenize)
+        with cls._lock:
+            cls._cache[key] = sample
+        return sample
+
+    def _floor(self) -> float:
+        # Unseen in the sample: assume just under one occurrence, never zero.
+        return 0.5 / self.size
+
+    def frequency_of_needle(self, needle: str) -> float:
+        folded = needle.translate(_ASCII_FOLD)
+        seen = sum(1 for text in self.folded if folded in text)
+        return max(seen / self.size, self._floor())
+
+    def frequency_of_trigram(self, trigram: str) -> float:
+        return max(self.trigram_docs.get(trigram, 0) / self.size, self._floor())
+
+    def rarest(self, trigrams: list[str], count: int) -> list[str]:
+        return sorted(trigrams, key=lambda term: self.trigram_docs.get(term, 0))[:count]

@@ -77,4 +77,14 @@ def test_tool_args_round_trip_and_timestamps_normalise_to_utc(service: Obsmem) -
           "created_at": "2026-03-01T10:00:00+02:00"}],
     )
     row = service.database("p").query("SELECT tool_args, created_at FROM events")[0]
-    assert row == ('{"path": "a.py", "line": 3}', "2026-03-01T08:00:00.000Z")
+    assert row == ('{"line":3,"path":"a.py"}', "2026-03-01T08:00:00.000Z")
+
+
+def test_importing_a_bad_transcript_creates_no_project(service: Obsmem, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    transcript = tmp_path / "bad.jsonl"
+    transcript.write_text('{"role": "user", "content": "fine"}\n{"role": "robot"}\n', encoding="utf-8")
+    with pytest.raises(ValidationFailed) as caught:
+        service.import_jsonl("fresh", transcript, session_id="s1")
+    assert "line 2" in caught.value.message
+    assert not service.projects.exists("fresh")
+    assert not service.projects.directory("fresh").exists()

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from obsmem.retrieval.exact import ExactSearcher, fts_phrase, like_pattern
 
 from obsmem.dates import parse_window
 from obsmem.errors import InvalidDate, InvalidQuery, ValidationFailed
 from obsmem.projects import ProjectRegistry
-from obsmem.retrieval.exact import ExactSearcher, fts_phrase, like_pattern
 from obsmem.surfaces.service import Obsmem
 
 ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
@@ -75,9 +75,10 @@ def test_every_plan_matches_the_reference(tmp_path_factory: pytest.TempPathFacto
         window = parse_window()
         for searcher in (
             ExactSearcher(conn),  # planner's choice
-            ExactSearcher(conn, index_plan_max_docs=10**9),  # always the index when trigrams exist
-            ExactSearcher(conn, index_plan_max_docs=-1, walk_row_budget=3),  # walk, then hand over
-            ExactSearcher(conn, index_plan_max_docs=-1, walk_row_budget=10**6),  # walk only
+            # always the index: trigram probe, or the vocabulary for short needles
+            ExactSearcher(conn, index_plan_max_docs=10**9, posting_cost=0, short_needle_walk_rows=-1),
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=3),  # walk, then hand over
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=10**9),  # walk only
         ):
             for limit in (1, 3, 50):
                 hits, truncated = searcher.search(needle, window, limit)
@@ -168,6 +169,8 @@ def test_hostile_queries_are_literal(service: Obsmem, query: str) -> None:
         ({"query": ""}, InvalidQuery, "query"),
         ({"query": "   "}, InvalidQuery, "query"),
         ({"query": "a\x00b"}, InvalidQuery, "query"),
+        ({"query": "a\x01b"}, InvalidQuery, "query"),
+        ({"query": "a\nb"}, InvalidQuery, "query"),
         ({"query": "x" * 1001}, InvalidQuery, "query"),
         ({"query": "\udcff"}, InvalidQuery, "query"),
         ({"query": 5}, InvalidQuery, "query"),

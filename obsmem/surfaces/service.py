@@ -13,20 +13,20 @@ from typing import Any
 
 from obsmem import eventlog
 from obsmem.events import AppendReceipt, append_events
-from obsmem.importing import ImportReceipt, import_jsonl
+from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.jobs import EnqueueResult
 from obsmem.memories import WriteReceipt, add_observations
 from obsmem.pipeline.projection import Projection
 from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.projects import ProjectRegistry
-from obsmem.settings import Settings, load_settings
-from obsmem.storage.connection import ProjectDatabase
-from obsmem.validation import session_id as check_session_id
-from obsmem.workers import WorkerPool
 from obsmem.retrieval.exact import ExactSearcher
 from obsmem.retrieval.recall import recall as recall_memory
 from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest, run_exact
+from obsmem.settings import Settings, load_settings
+from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import session_id as check_session_id
+from obsmem.workers import WorkerPool
 
 
 class Obsmem:
@@ -54,9 +54,22 @@ class Obsmem:
         self._wake_workers()
         return receipt
 
-    def import_jsonl(self, project: str, path: Path | str, session_id: str | None = None) -> ImportReceipt:
+    def import_jsonl(
+        self,
+        project: str,
+        path: Path | str,
+        session_id: str | None = None,
+        *,
+        progress: ImportProgress | None = None,
+    ) -> ImportReceipt:
+        """Import a JSONL transcript; ``progress(phase, done, total)`` is told how far it got.
+
+        The whole file is validated before the project is opened, so a bad file creates nothing. Like
+        appends, it queues observation for sessions whose backlog reached the buffer.
+        """
+        parsed = read_transcript(Path(path), session_id, progress)
         db = self.projects.get(project, create=True)
-        receipt = import_jsonl(db, Path(path), session_id, after_insert=self.pipeline.append_hook(db))
+        receipt = append_transcript(db, parsed, progress, after_insert=self.pipeline.append_hook(db))
         self._wake_workers()
         return receipt
 
@@ -69,6 +82,12 @@ class Obsmem:
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         return add_observations(self.projects.get(project, create=True), observations)
+
+    def import_observations(
+        self, project: str, path: Path | str, *, progress: ImportProgress | None = None
+    ) -> WriteReceipt:
+        """Write a JSONL file of observations; the receipt's ``index`` is the line number minus one."""
+        return import_observations(self.projects.get(project, create=True), Path(path), progress)
 
     # -- reads ----------------------------------------------------------------------------------
 

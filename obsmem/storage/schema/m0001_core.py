@@ -61,21 +61,23 @@ CREATE TABLE reflection_supports (
 ) WITHOUT ROWID;
 CREATE INDEX reflection_supports_by_observation ON reflection_supports(observation_row);
 
--- Substring index for exact search: trigrams of every memory, kept in step by triggers.
+-- Substring index for exact search: trigrams of every memory, kept in step by triggers. Two U+0001
+-- sentinels end each indexed text so that every occurrence of a one- or two-character needle starts
+-- some trigram (found by a prefix range over the vocabulary); memory text never holds U+0001.
 CREATE VIRTUAL TABLE memory_trigrams USING fts5(
-    content, content='memories', content_rowid='id', tokenize='trigram'
+    content, content='', contentless_delete=1, tokenize='trigram'
 );
-CREATE VIRTUAL TABLE memory_trigram_counts USING fts5vocab(memory_trigrams, 'row');
+CREATE VIRTUAL TABLE memory_trigram_terms USING fts5vocab(memory_trigrams, 'row');
 
 CREATE TRIGGER memories_trigrams_insert AFTER INSERT ON memories BEGIN
-    INSERT INTO memory_trigrams(rowid, content) VALUES (new.id, new.content);
+    INSERT INTO memory_trigrams(rowid, content) VALUES (new.id, new.content || char(1, 1));
 END;
 CREATE TRIGGER memories_trigrams_delete AFTER DELETE ON memories BEGIN
-    INSERT INTO memory_trigrams(memory_trigrams, rowid, content) VALUES ('delete', old.id, old.content);
+    DELETE FROM memory_trigrams WHERE rowid = old.id;
 END;
 CREATE TRIGGER memories_trigrams_update AFTER UPDATE OF content ON memories BEGIN
-    INSERT INTO memory_trigrams(memory_trigrams, rowid, content) VALUES ('delete', old.id, old.content);
-    INSERT INTO memory_trigrams(rowid, content) VALUES (new.id, new.content);
+    DELETE FROM memory_trigrams WHERE rowid = old.id;
+    INSERT INTO memory_trigrams(rowid, content) VALUES (new.id, new.content || char(1, 1));
 END;
 
 CREATE VIEW observations AS

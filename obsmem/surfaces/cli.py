@@ -1,0 +1,349 @@
+"""The ``obsmem`` command line.
+
+    obsmem [--data-dir DIR] [--config FILE] COMMAND [ARGS]
+
+Commands that print data print tables for people, or JSON with ``--json``. A mistake in the input (a bad
+date, id or project name) prints ``error: <code>: <message>`` on stderr and exits 2; a well-formed request
+that fails (unknown project, seq conflict, storage) prints the same and exits 1. Never a traceback for
+either.
+
+Adding a command
+    Write a ``click.Command`` in its own module and add one line to :data:`COMMANDS`. Take the settings and
+    the service with :func:`pass_app`, add ``--json`` with :func:`json_option` and draw output with
+    :mod:`obsmem.surfaces.cli_render`; raise :class:`~obsmem.errors.ObsmemError` for anything the user
+    got wrong. A command's module is imported only when that command runs (or ``--help`` lists it), so a
+    heavy import in one command never slows the others down.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from obsmem import __version__
+from obsmem.errors import AmbiguousId, ObsmemError, ValidationFailed
+from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
+from obsmem.surfaces import cli_render as render
+from obsmem.surfaces.service import Obsmem
+from obsmem.validation import session_id as check_session_id
+
+USAGE_EXIT = 2
+RUNTIME_EXIT = 1
+
+# Every command: name -> "module:attribute" of its click.Command. One line per command.
+COMMANDS: dict[str, str] = {
+    "serve": "obsmem.surfaces.cli:serve",
+    "ingest": "obsmem.surfaces.cli:ingest",
+    "search": "obsmem.surfaces.cli:search",
+    "recall": "obsmem.surfaces.cli:recall",
+    "status": "obsmem.surfaces.cli:status",
+    "demo": "obsmem.surfaces.cli_demo:demo",
+    "mcp": "obsmem.surfaces.cli:mcp",
+}
+
+
+def exit_code(error: ObsmemError) -> int:
+    """2 when the input itself was wrong, 1 when a well-formed request could not be done."""
+    return USAGE_EXIT if isinstance(error, (ValidationFailed, AmbiguousId)) else RUNTIME_EXIT
+
+
+class App:
+    """What every command shares: where settings come from, and the service built from them (once)."""
+
+    def __init__(self, config: Path | None, data_dir: Path | None) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self._service: Obsmem | None = None
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Flags (``overrides``) over ``OBSMEM_*`` variables over the settings file over the defaults."""
+        return load_settings(self.config, data_dir=self.data_dir, **overrides)
+
+    @property
+    def service(self) -> Obsmem:
+        if self._service is None:
+            self._service = Obsmem(self.settings())
+        return self._service
+
+    def close(self) -> None:
+        if self._service is not None:
+            self._service.close()
+            self._service = None
+
+
+pass_app = click.make_pass_decorator(App)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(function: F) -> F:
+    """``--json``: print the result as JSON (the same fields the HTTP API returns) instead of tables."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(function)
+
+
+def session_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--session", "session_id", metavar="SESSION", default=None, help=help_text)
+
+
+class CommandGroup(click.Group):
+    """Commands looked up in :data:`COMMANDS` when needed, and obsmem's errors turned into exit codes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = spec.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{spec} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ObsmemError as exc:
+            click.echo(f"error: {exc.code}: {exc.message}", err=True)
+            ctx.exit(exit_code(exc))
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # output piped into `head` and the like: click handles it
+                raise
+            where = f": {exc.filename}" if exc.filename else ""
+            click.echo(f"error: io_error: {exc.strerror or exc}{where}", err=True)
+            ctx.exit(RUNTIME_EXIT)
+
+
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar=DATA_DIR_ENV,
+    show_envvar=True,
+    help="Directory holding the project databases [default: $XDG_DATA_HOME/obsmem or ~/.local/share/obsmem].",
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=CONFIG_ENV,
+    show_envvar=True,
+    help="Settings file (TOML) [default: obsmem.toml in the data directory, if present].",
+)
+@click.version_option(__version__, prog_name="obsmem")
+@click.pass_context
+def cli(ctx: click.Context, data_dir: Path | None, config: Path | None) -> None:
+    """obsmem: observational memory for AI agents.
+
+    Ingest conversations and observations, search memories (exact substring or hybrid), and recall a
+    memory with the events it came from.
+    """
+    app = App(config, data_dir)
+    ctx.obj = app
+    ctx.call_on_close(app.close)
+
+
+# -- serve and mcp ------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--host", default=None, help="Interface to bind [default: server.host, 127.0.0.1].")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=None, help="TCP port [default: server.port, 8765]."
+)
+@pass_app
+def serve(app: App, host: str | None, port: int | None) -> None:
+    """Run the HTTP API (and the MCP endpoint under /mcp) until interrupted.
+
+    Without API keys in the settings it binds to loopback only.
+    """
+    flags = {name: value for name, value in (("host", host), ("port", port)) if value is not None}
+    from obsmem.surfaces.http import serve as run_server
+
+    run_server(app.settings(server=flags))
+
+
+@click.command()
+@click.argument("project")
+@session_option(
+    "The agent's current session: recall looks only there unless a call passes session_id"
+    " [default: the whole project]."
+)
+@pass_app
+def mcp(app: App, project: str, session_id: str | None) -> None:
+    """Serve the memory_search and recall tools for PROJECT over MCP on stdin/stdout.
+
+    Point an MCP client at `obsmem mcp PROJECT`; nothing but the protocol is written to stdout.
+    """
+    from obsmem.surfaces.mcp_server import run_stdio
+
+    run_stdio(app.service, project, session_id=session_id)
+
+
+# -- ingest -------------------------------------------------------------------------------------------------
+
+_existing_file = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+
+
+@click.command()
+@click.argument("project")
+@click.argument("file", required=False, type=_existing_file)
+@session_option("Session for lines of FILE that carry no session_id (chat messages usually do not).")
+@click.option(
+    "--observations",
+    "observations_file",
+    type=_existing_file,
+    default=None,
+    help="JSONL file of observations to write, one per line (after FILE's events, when both are given).",
+)
+@json_option
+@pass_app
+def ingest(
+    app: App,
+    project: str,
+    file: Path | None,
+    session_id: str | None,
+    observations_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Store events from FILE, and/or observations from --observations FILE, in PROJECT.
+
+    FILE is JSONL: obsmem events ({"role", "type", "content", ...}) or OpenAI-style chat messages
+    ({"role", "content", "tool_calls", "tool_call_id"}). Importing the same file again stores nothing
+    new. The project is created on first write. Exits 1 if any observation was rejected.
+    """
+    if file is None and observations_file is None:
+        raise click.UsageError("give a FILE of events, --observations FILE, or both")
+    if session_id is not None and file is None:
+        raise click.UsageError("--session applies to the events FILE")
+    if session_id is not None:
+        check_session_id(session_id, field="--session")
+    console = render.stdout()
+    result: dict[str, Any] = {}
+    rejected = 0
+    show_progress = sys.stderr.isatty()
+    if file is not None:
+        with render.file_progress(show_progress) as progress:
+            events = app.service.import_jsonl(project, file, session_id, progress=progress)
+        result["events"] = events.to_dict()
+        if not as_json:
+            render.render_import_receipt(console, result["events"])
+    if observations_file is not None:
+        with render.file_progress(show_progress) as progress:
+            written = app.service.import_observations(project, observations_file, progress=progress)
+        result["observations"] = written.to_dict()
+        rejected = len(written.rejected)
+        if not as_json:
+            render.render_write_receipt(console, result["observations"])
+    if as_json:
+        render.emit_json(result)
+    if rejected:
+        click.echo(f"{rejected} observation(s) rejected; see the receipt", err=True)
+        raise click.exceptions.Exit(RUNTIME_EXIT)
+
+
+# -- search, recall, status ---------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("project")
+@click.argument("query")
+@click.option(
+    "--after", default=None, metavar="DATE", help="Only memories dated on or after: YYYY-MM-DD [HH:MM]."
+)
+@click.option(
+    "--before", default=None, metavar="DATE", help="Only memories dated on or before: YYYY-MM-DD [HH:MM]."
+)
+@click.option("--limit", type=int, default=None, help="Most hits to return [default: 20, at most 50].")
+@click.option(
+    "--mode", type=click.Choice(["exact", "hybrid"]), default=None, help="Search mode [default: exact]."
+)
+@session_option("Search only this session [default: every session of the project].")
+@json_option
+@pass_app
+def search(
+    app: App,
+    project: str,
+    query: str,
+    after: str | None,
+    before: str | None,
+    limit: int | None,
+    mode: str | None,
+    session_id: str | None,
+    as_json: bool,
+) -> None:
+    """Find memories of PROJECT that contain QUERY.
+
+    Exact mode matches QUERY as one literal substring (a phrase stays a phrase), ignoring ASCII case,
+    newest first.
+    """
+    result = app.service.search(
+        project, query, after=after, before=before, limit=limit, mode=mode, session_id=session_id
+    ).to_dict()
+    if as_json:
+        render.emit_json(result)
+    else:
+        render.render_search(render.stdout(), result)
+
+
+@click.command()
+@click.argument("project")
+@click.argument("memory_id", metavar="ID")
+@session_option("Look only in this session (the session_id of a search hit).")
+@json_option
+@pass_app
+def recall(app: App, project: str, memory_id: str, session_id: str | None, as_json: bool) -> None:
+    """Show memory ID of PROJECT with its provenance.
+
+    ID is the 12-character id of a search hit, or any unique prefix of 12 to 64 hex characters. An
+    observation shows the events it cites; a reflection the observations that support it.
+    """
+    recalled = app.service.recall(project, memory_id, session_id=session_id)
+    if as_json:
+        render.emit_json(recalled)
+    else:
+        render.render_recall(render.stdout(), recalled)
+
+
+@click.command()
+@click.argument("project", required=False)
+@json_option
+@pass_app
+def status(app: App, project: str | None, as_json: bool) -> None:
+    """Counts for PROJECT, or for every project in the data directory when omitted."""
+    service = app.service
+    if project is not None:
+        rows = [service.status(project)]
+    else:
+        rows = [service.status(name) for name in service.project_names()]
+    if as_json:
+        if project is not None:
+            render.emit_json(rows[0])
+        else:
+            render.emit_json({"data_dir": str(service.projects.data_dir), "projects": rows})
+        return
+    console = render.stdout()
+    if not rows:
+        console.print(
+            f"No projects in {service.projects.data_dir} yet: `obsmem ingest PROJECT FILE` creates one."
+        )
+        return
+    render.render_status(console, rows)
+
+
+def main() -> None:
+    """Console script entry point."""
+    cli(prog_name="obsmem")
+
+
+if __name__ == "__main__":
+    # `python -m obsmem.surfaces.cli`: run the imported module's group, so commands registered from other
+    # modules (which import this one) share its classes instead of a second copy made for __main__.
+    from obsmem.surfaces.cli import main as imported_main
+
+    imported_main()

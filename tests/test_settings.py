@@ -1,0 +1,124 @@
+"""Settings: defaults, the settings file, the environment and explicit values, in that rising order."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from obsmem.errors import ConfigurationError
+from obsmem.settings import builtin_settings, default_data_dir, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("OBSMEM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults(tmp_path: Path) -> None:
+    settings = load_settings()
+    assert settings.data_dir == default_data_dir() == tmp_path / "xdg" / "obsmem"
+    assert (settings.server.host, settings.server.port, settings.server.mcp) == ("127.0.0.1", 8765, True)
+    assert (settings.search.default_limit, settings.search.max_limit) == (20, 50)
+    assert settings.api_keys == [] and not settings.auth_enabled
+
+
+def test_explicit_values_beat_the_environment_which_beats_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write(tmp_path / "obsmem.toml", "[server]\nport = 9001\nhost = '127.0.0.2'\n")
+    assert load_settings(config).server.port == 9001
+    monkeypatch.setenv("OBSMEM_SERVER__PORT", "9002")
+    from_env = load_settings(config)
+    assert (from_env.server.port, from_env.server.host) == (9002, "127.0.0.2")
+    explicit = load_settings(config, server={"port": 9003})
+    assert (explicit.server.port, explicit.server.host) == (9003, "127.0.0.2")
+
+
+def test_which_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = tmp_path / "data"
+    write(data_dir / "obsmem.toml", "[search]\ndefault_limit = 3\n")
+    assert load_settings(data_dir=data_dir).search.default_limit == 3
+    monkeypatch.setenv("OBSMEM_DATA_DIR", str(data_dir))
+    assert load_settings().search.default_limit == 3
+    named = write(tmp_path / "named.toml", "[search]\ndefault_limit = 4\n")
+    monkeypatch.setenv("OBSMEM_CONFIG", str(named))
+    assert load_settings().search.default_limit == 4  # a named file replaces the data directory's
+    explicit = write(tmp_path / "explicit.toml", "[search]\ndefault_limit = 5\n")
+    assert load_settings(explicit).search.default_limit == 5
+
+
+def test_data_dir_from_the_file_and_overridden(tmp_path: Path) -> None:
+    config = write(tmp_path / "obsmem.toml", f"data_dir = '{(tmp_path / 'from-file').as_posix()}'\n")
+    assert load_settings(config).data_dir == tmp_path / "from-file"
+    assert load_settings(config, data_dir=tmp_path / "flag").data_dir == tmp_path / "flag"
+
+
+def test_api_keys_from_the_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write(
+        tmp_path / "obsmem.toml",
+        "[[api_keys]]\nname = 'ci'\nkey = '0123456789abcdef'\nprojects = ['my-app']\n"
+        "[[api_keys]]\nkey = 'fedcba9876543210'\n",
+    )
+    ci, admin = load_settings(config).api_keys
+    assert ci.allows("my-app") and not ci.allows("other")
+    assert admin.allows("anything") and admin.name == ""
+    monkeypatch.setenv("OBSMEM_API_KEYS", '[{"key": "abcdefabcdefabcdef", "projects": ["x"]}]')
+    [only] = load_settings(config).api_keys
+    assert only.key.get_secret_value() == "abcdefabcdefabcdef" and only.projects == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[server]\nprot = 9000\n", "server.prot"),
+        ("[server]\nport = 70000\n", "server.port"),
+        ("[search]\nmax_limit = 51\n", "search.max_limit"),
+        ("[[api_keys]]\nkey = 'short-secret'\n", None),
+        ("[server\n", None),
+    ],
+)
+def test_bad_settings_are_configuration_errors(tmp_path: Path, text: str, named: str | None) -> None:
+    config = write(tmp_path / "obsmem.toml", text)
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(config)
+    assert caught.value.code == "configuration_error"
+    if named is not None:
+        assert named in caught.value.message
+
+
+def test_a_short_key_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    config = write(tmp_path / "obsmem.toml", "[[api_keys]]\nkey = 'sekrit-value'\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(config)
+    assert "at least 16 characters" in caught.value.message and "sekrit" not in caught.value.message
+
+
+def test_a_named_file_that_does_not_exist_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigurationError, match="settings file not found"):
+        load_settings(tmp_path / "missing.toml")
+    monkeypatch.setenv("OBSMEM_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigurationError, match="settings file not found"):
+        load_settings()
+
+
+def test_builtin_settings_ignore_the_file_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OBSMEM_CONFIG", str(write(tmp_path / "c.toml", "[search]\ndefault_limit = 2\n")))
+    monkeypatch.setenv("OBSMEM_SERVER__PORT", "9100")
+    settings = builtin_settings(data_dir=tmp_path / "demo")
+    assert (settings.search.default_limit, settings.server.port) == (20, 8765)
+    assert settings.data_dir == tmp_path / "demo"
