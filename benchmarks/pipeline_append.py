@@ -31,7 +31,21 @@ from obsmem.settings import load_settings
 from obsmem.surfaces.service import Obsmem
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = "fix the login test in src/auth/session.py:142 then rerun pytest with the retry policy".split()
+WORDS = [
+    "fix",
+    "the",
+    "login",
+    "test",
+    "in",
+    "src/auth/session.py:142",
+    "then",
+    "rerun",
+    "pytest",
+    "with",
+    "the",
+    "retry",
+    "policy",
+]
 
 
 def start_model_server(workdir: Path, delay: float) -> tuple[subprocess.Popen[bytes], str]:
@@ -69,9 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--appends", type=int, default=3000, help="appends per arm")
     parser.add_argument("--event-words", type=int, default=60, help="words per appended event")
-    parser.add_argument(
-        "--buffer-tokens", type=int, default=1500, help="observer.buffer_tokens of the 'on' arm"
-    )
+    parser.add_argument("--buffer-tokens", type=int, default=1500, help="observer.buffer_tokens of the 'on' arm")
     parser.add_argument("--model-delay", type=float, default=0.2, help="seconds per scripted model reply")
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=5)

@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import line  # noqa: E402
+from obsmem.pipeline.projection import active_memory, render  # noqa: E402
 
 from obsmem.memories import ReflectionIn, add_reflection  # noqa: E402
-from obsmem.pipeline.projection import active_memory, render  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 from obsmem.surfaces.service import Obsmem  # noqa: E402
 
@@ -35,9 +35,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def stats(values: list[float]) -> dict[str, float]:
     ms = [v * 1000 for v in values]
-    return {
-        key: round(percentile(ms, q), 3) for key, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99))
-    }
+    return {key: round(percentile(ms, q), 3) for key, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99))}
 
 
 def build(memory: Obsmem, observations: int, reflections: int, seed: int) -> None:

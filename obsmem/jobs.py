@@ -54,10 +54,7 @@ def sanitise_reason(exc: BaseException) -> str:
     Our errors promise safe messages (no memory text, keys or response bodies); anything else is named
     by its type only, because its message may quote data.
     """
-    if isinstance(exc, ObsmemError):
-        reason = f"{exc.code}: {exc.message}"
-    else:
-        reason = f"internal_error: {type(exc).__name__}"
+    reason = f"{exc.code}: {exc.message}" if isinstance(exc, ObsmemError) else f"internal_error: {type(exc).__name__}"
     return reason[:MAX_REASON_CHARS]
 
 

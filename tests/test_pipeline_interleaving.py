@@ -143,9 +143,7 @@ def workload(memory: Obsmem, rng: random.Random, seconds: float) -> None:
         for _ in range(rng.randint(1, 6)):
             roll = rng.random()
             if roll < 0.1:
-                batch.append(
-                    {"role": "system", "content": "Follow the house style. " + words(rng.randint(5, 50))}
-                )
+                batch.append({"role": "system", "content": "Follow the house style. " + words(rng.randint(5, 50))})
             elif roll < 0.3:
                 batch.append(
                     {
@@ -175,9 +173,7 @@ def workload(memory: Obsmem, rng: random.Random, seconds: float) -> None:
         if session == gap_session and gap_seq is None and rng.random() < 0.5:
             last = memory.append_events("p", session, batch).last_seq
             gap_seq = last + 1
-            memory.append_events(
-                "p", session, [{"role": "user", "seq": last + 2, "content": "after the gap"}]
-            )
+            memory.append_events("p", session, [{"role": "user", "seq": last + 2, "content": "after the gap"}])
         else:
             memory.append_events("p", session, batch)
         if rng.random() < 0.25:
@@ -185,9 +181,7 @@ def workload(memory: Obsmem, rng: random.Random, seconds: float) -> None:
             queue.enqueue("observe", {"session_id": session, "force": True}, order_key=f"session:{session}")
         time.sleep(rng.uniform(0.0, 0.08))
     if gap_seq is not None:
-        memory.append_events(
-            "p", gap_session, [{"role": "user", "seq": gap_seq, "content": "late: " + words(30)}]
-        )
+        memory.append_events("p", gap_session, [{"role": "user", "seq": gap_seq, "content": "late: " + words(30)}])
     for session in SESSIONS:
         memory.observe("p", session)
 
@@ -310,9 +304,7 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
                 "events": memory.database("p").query("SELECT count(*) FROM events")[0][0],
                 "model_calls": script.calls,
                 **outcomes,
-                "retried_jobs": memory.database("p").query("SELECT count(*) FROM jobs WHERE attempts > 1")[0][
-                    0
-                ],
+                "retried_jobs": memory.database("p").query("SELECT count(*) FROM jobs WHERE attempts > 1")[0][0],
                 "fenced_out": memory.database("p").query(
                     "SELECT count(*) FROM om_events WHERE type = 'om_observation_failed'"
                     " AND json_extract(data, '$.error') LIKE 'lease_lost%'"

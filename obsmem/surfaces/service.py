@@ -208,6 +208,8 @@ class Obsmem:
             "last_activity": last,
             "database_bytes": db.path.stat().st_size,
             "mode": self.default_mode,
+            "observer": self.pipeline.observer_state,
+            "jobs": self.pipeline.queue(db).counts(),
         }
 
     def project_names(self) -> list[str]:
