@@ -41,6 +41,14 @@ MAX_REASON_CHARS = 300
 ACTIVE_STATES = ("queued", "running")
 
 
+# Queued jobs that may run now: due, and first in line for their order key (no earlier unfinished job).
+_READY_SQL = (
+    "SELECT j.id FROM jobs AS j WHERE j.state = 'queued' AND j.run_after <= ? AND (j.order_key IS NULL OR"
+    " NOT EXISTS (SELECT 1 FROM jobs AS o WHERE o.order_key = j.order_key AND o.id != j.id"
+    "  AND (o.state = 'running' OR (o.state = 'queued' AND o.id < j.id))))"
+)
+
+
 class LeaseLost(ObsmemError):
     """The job's lease expired or was taken over; this worker must not commit."""
 
@@ -161,13 +169,13 @@ class JobQueue:
     # -- consuming -----------------------------------------------------------------------------
 
     def has_work(self, kinds: Iterable[str] | None = None) -> bool:
-        """A cheap read: is anything due or any lease expired? Lets idle polls skip the write lock."""
+        """A cheap read: is a job claimable now, or a lease expired? Lets idle polls skip the write lock."""
         now = self.clock()
-        kind_sql, kind_params = _kind_filter(kinds)
+        kind_sql, kind_params = _kind_filter(kinds, alias="j")
         row = (
             self.db.connection()
             .execute(
-                "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued' AND run_after <= ?" + kind_sql + ")"
+                f"SELECT EXISTS ({_READY_SQL}{kind_sql})"
                 " OR EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires <= ?)",
                 (now, *kind_params, now),
             )
@@ -181,14 +189,7 @@ class JobQueue:
         with self.db.write() as conn:
             now = self.clock()
             self._reap(conn, now)
-            row = conn.execute(
-                "SELECT j.id FROM jobs AS j"
-                " WHERE j.state = 'queued' AND j.run_after <= ?" + kind_sql + " AND (j.order_key IS NULL OR"
-                "  NOT EXISTS (SELECT 1 FROM jobs AS o WHERE o.order_key = j.order_key AND o.id != j.id"
-                "   AND (o.state = 'running' OR (o.state = 'queued' AND o.id < j.id))))"
-                " ORDER BY j.id LIMIT 1",
-                (now, *kind_params),
-            ).fetchone()
+            row = conn.execute(f"{_READY_SQL}{kind_sql} ORDER BY j.id LIMIT 1", (now, *kind_params)).fetchone()
             if row is None:
                 return None
             expires = now + self.lease_seconds
@@ -199,9 +200,7 @@ class JobQueue:
                 (owner, expires, now_iso(), row[0]),
             ).fetchone()
         job_id, kind, payload, order_key, attempts, max_attempts, fence = claimed
-        return Lease(
-            job_id, kind, json.loads(payload), order_key, attempts, max_attempts, fence, owner, expires
-        )
+        return Lease(job_id, kind, json.loads(payload), order_key, attempts, max_attempts, fence, owner, expires)
 
     def heartbeat(self, lease: Lease) -> Lease | None:
         """Extend the lease; None means it was lost (expired or taken over): stop working on it."""
@@ -317,8 +316,7 @@ class JobQueue:
             " run_after = ?, updated_at = ? WHERE id = ?",
             (
                 reason[:MAX_REASON_CHARS],
-                (self.clock() if since is None else since)
-                + backoff_seconds(self.retry_backoff_seconds, attempts),
+                (self.clock() if since is None else since) + backoff_seconds(self.retry_backoff_seconds, attempts),
                 stamp,
                 job_id,
             ),
@@ -357,8 +355,7 @@ class JobQueue:
                 (_iso_ago(keep_seconds), _iso_ago(4 * keep_seconds)),
             )
             conn.execute(
-                "DELETE FROM jobs WHERE (state = 'done' AND finished_at < ?)"
-                " OR (state = 'failed' AND finished_at < ?)",
+                "DELETE FROM jobs WHERE (state = 'done' AND finished_at < ?) OR (state = 'failed' AND finished_at < ?)",
                 (_iso_ago(keep_seconds), _iso_ago(4 * keep_seconds)),
             )
             return conn.changes()
@@ -395,9 +392,7 @@ class JobQueue:
             "updated_at",
             "finished_at",
         )
-        return [
-            dict(zip(names, row, strict=True)) for row in self.db.connection().execute(sql, params).fetchall()
-        ]
+        return [dict(zip(names, row, strict=True)) for row in self.db.connection().execute(sql, params).fetchall()]
 
 
 def unfinished_job_exists(conn: apsw.Connection, kind: str, order_key: str) -> bool:

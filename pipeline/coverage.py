@@ -20,7 +20,7 @@ from typing import Any
 import apsw
 from obsmem.pipeline.hygiene import EventView
 from obsmem.pipeline.packer import Chunk
-from obsmem.pipeline.tokens import event_tokens, sql_estimate
+from obsmem.pipeline.tokens import estimate_tokens, event_tokens, sql_estimate
 
 from obsmem import eventlog
 from obsmem.dates import now_iso
@@ -111,8 +111,7 @@ def _check_uncovered(conn: apsw.Connection, session_id: str, chunk: Chunk) -> No
     for piece in chunk.pieces:
         seq = piece.view.seq
         final, covered_to = conn.execute(
-            "SELECT coalesce(max(final), 0), coalesce(max(part_end), 0) FROM coverage"
-            " WHERE session_id = ? AND seq = ?",
+            "SELECT coalesce(max(final), 0), coalesce(max(part_end), 0) FROM coverage WHERE session_id = ? AND seq = ?",
             (session_id, seq),
         ).fetchone()
         if final or covered_to != piece.start:
@@ -129,10 +128,12 @@ def commit_chunk(
     cycle_id: str,
     job_id: int | None,
     end_event: dict[str, Any],
+    observation_tokens_before: int | None = None,
 ) -> WriteReceipt:
     """Store a chunk's observations and coverage atomically, inside the caller's write transaction."""
     _check_uncovered(conn, session_id, chunk)
     receipt = add_observations(db, list(observations), conn=conn)
+    added = [entry["index"] for entry in receipt.added]
     stamp = now_iso()
     conn.executemany(
         "INSERT INTO coverage(session_id, seq, part_start, part_end, final, cycle_id, job_id, covered_at)"
@@ -157,9 +158,7 @@ def commit_chunk(
     scan_from = _first_uncovered(conn, session_id, progress.scan_from_seq)
     after_watermark = _first_uncovered(conn, session_id, progress.observed_through_seq + 1)
     if after_watermark is None:
-        last_seq = conn.execute(
-            "SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()[0]
+        last_seq = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()[0]
         watermark = max(progress.observed_through_seq, last_seq)
     else:
         watermark = max(progress.observed_through_seq, after_watermark - 1)
@@ -191,7 +190,13 @@ def commit_chunk(
         data=end_event
         | {
             "observations": len(receipt.added),
-            "observation_tokens": observation_tokens(conn, session_id),
+            # Counted before the transaction when the caller can (it reads every observation of the session,
+            # which should not lengthen a write that appends wait for).
+            "observation_tokens": (
+                observation_tokens(conn, session_id)
+                if observation_tokens_before is None
+                else observation_tokens_before + sum(estimate_tokens(observations[i].content) for i in added)
+            ),
             "observed_through_seq": watermark,
         },
     )

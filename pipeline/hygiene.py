@@ -98,9 +98,7 @@ def render_event(
         text = clean_text(content, omit_tags)
         if text:
             parts.append(text)
-        return EventView(
-            seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens
-        )
+        return EventView(seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens)
     if type_ == "tool_result":
         if tool_name in memory_tools:
             body = "(omitted: obsmem's own memory tool result, already in memory)"

@@ -81,9 +81,7 @@ class ChatClient:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not model.base_url or not model.model_id:
-            raise ModelNotConfigured(
-                f"no model is configured for the {role}: set model.base_url and model.model_id"
-            )
+            raise ModelNotConfigured(f"no model is configured for the {role}: set model.base_url and model.model_id")
         self.model = model
         self.role = role
         self._sleep = sleep
@@ -91,9 +89,7 @@ class ChatClient:
         headers = {"User-Agent": f"obsmem/{__version__}", "Accept": "application/json"}
         if model.api_key is not None:
             headers["Authorization"] = f"Bearer {model.api_key.get_secret_value()}"
-        self._http = httpx.Client(
-            headers=headers, follow_redirects=False, transport=transport, trust_env=False
-        )
+        self._http = httpx.Client(headers=headers, follow_redirects=False, transport=transport, trust_env=False)
 
     def close(self) -> None:
         self._http.close()
@@ -127,9 +123,7 @@ class ChatClient:
             try:
                 status, raw, headers = self._post(body, deadline)
             except _DeadlineExceeded:
-                log.warning(
-                    "model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout
-                )
+                log.warning("model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout)
                 raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
             except httpx.TransportError as exc:
                 if time.monotonic() >= deadline:
@@ -137,9 +131,7 @@ class ChatClient:
                 error: Exception = ModelUnavailable(
                     f"the {self.role} model endpoint is unreachable ({type(exc).__name__})"
                 )
-                log.warning(
-                    "model call role=%s attempt=%d failed: %s", self.role, attempt, type(exc).__name__
-                )
+                log.warning("model call role=%s attempt=%d failed: %s", self.role, attempt, type(exc).__name__)
             else:
                 elapsed_ms = (time.monotonic() - started) * 1000
                 log.info(
@@ -154,9 +146,7 @@ class ChatClient:
                     return self._parse(raw)
                 if status != 429 and status < 500:
                     raise ModelRejected(f"the {self.role} model endpoint answered HTTP {status}")
-                error = ModelUnavailable(
-                    f"the {self.role} model endpoint answered HTTP {status} after {attempt} tries"
-                )
+                error = ModelUnavailable(f"the {self.role} model endpoint answered HTTP {status} after {attempt} tries")
                 retry_after = _retry_after_seconds(headers.get("retry-after"))
             if attempt > self.model.max_retries:
                 raise error
@@ -188,9 +178,7 @@ class ChatClient:
             return response.status_code, b"".join(chunks), response.headers
 
     def _parse(self, raw: bytes) -> ChatReply:
-        problem = ModelBadResponse(
-            f"the {self.role} model's reply is not an OpenAI-compatible chat completion"
-        )
+        problem = ModelBadResponse(f"the {self.role} model's reply is not an OpenAI-compatible chat completion")
         try:
             document = json.loads(raw)
             choice = document["choices"][0]
@@ -218,9 +206,7 @@ class ChatClient:
         return ChatReply(
             content=content,
             tool_calls=calls,
-            finish_reason=choice.get("finish_reason")
-            if isinstance(choice.get("finish_reason"), str)
-            else None,
+            finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
             completion_tokens=_int_or_none(usage.get("completion_tokens")),
         )
@@ -228,9 +214,7 @@ class ChatClient:
 
 def _text_parts(content: Any) -> str | None:
     if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return None
 
 

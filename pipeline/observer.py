@@ -85,9 +85,7 @@ class ItemChecker:
             short = memory_id[:12]
             if memory_id in self.accepted:
                 self.duplicates += 1
-                receipt["duplicates"].append(
-                    {"index": index, "id": short, "note": "already recorded in this request"}
-                )
+                receipt["duplicates"].append({"index": index, "id": short, "note": "already recorded in this request"})
             elif self.exists(memory_id):
                 self.duplicates += 1
                 receipt["duplicates"].append({"index": index, "id": short, "note": "already in memory"})

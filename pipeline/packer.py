@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from obsmem.pipeline.hygiene import EventView
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, chars_for_tokens, estimate_tokens
@@ -138,8 +139,9 @@ def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> Chunk |
     return Chunk(tuple(pieces)) if pieces else None
 
 
-@dataclass(frozen=True)
-class MemoryItem:
+class MemoryItem(NamedTuple):
+    """A reflection or observation as the packer and the projection use it (a tuple: cheap by the thousand)."""
+
     memory_id: str
     kind: str  # "reflection" | "observation"
     timestamp: str  # "YYYY-MM-DD HH:MM"

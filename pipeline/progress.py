@@ -1,9 +1,10 @@
 """Progress state: what the pipeline is doing for a session, for status views and agents' progress bars.
 
-``current_activity`` holds at most one row per session while a model stage runs. It is written when the
-stage starts and cleared in the handler's ``finally`` (guarded by job id, so a late cleanup never removes
-a newer job's row); rows left by a crashed worker are hidden once older than ``stale_activity_seconds``
-and deleted by housekeeping. Writing it is best effort: a failed status write never fails model work.
+``current_activity`` holds at most one row per session while a model stage runs. It is written with the
+stage's start event and removed in the transaction that commits the stage's results, or with its failure
+event (guarded by job id, so a late cleanup never removes a newer job's row); rows left by a crashed
+worker are hidden once older than ``stale_activity_seconds`` and deleted by housekeeping. Writing it is
+best effort: a failed status write never fails model work.
 """
 
 from __future__ import annotations
@@ -24,29 +25,21 @@ log = logging.getLogger("obsmem.pipeline.progress")
 STAGE_STATUS = {"observer": "observing", "reflector": "reflecting", "dropper": "reflecting"}
 
 
-def set_activity(db: ProjectDatabase, session_id: str, job_id: int, stage: str, tokens: int) -> None:
+def set_activity(conn: apsw.Connection, session_id: str, job_id: int, stage: str, tokens: int) -> None:
+    """Record the running stage, inside the caller's write transaction."""
     now = time.time()
-    try:
-        with db.write() as conn:
-            conn.execute(
-                "INSERT INTO current_activity(session_id, job_id, stage, tokens, started_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET job_id = excluded.job_id,"
-                " stage = excluded.stage, tokens = excluded.tokens, started_at = excluded.started_at,"
-                " updated_at = excluded.updated_at",
-                (session_id, job_id, stage, tokens, now, now),
-            )
-    except Exception as exc:  # noqa: BLE001 - status is best effort
-        log.warning("could not record current activity: %s", type(exc).__name__)
+    conn.execute(
+        "INSERT INTO current_activity(session_id, job_id, stage, tokens, started_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET job_id = excluded.job_id,"
+        " stage = excluded.stage, tokens = excluded.tokens, started_at = excluded.started_at,"
+        " updated_at = excluded.updated_at",
+        (session_id, job_id, stage, tokens, now, now),
+    )
 
 
-def clear_activity(db: ProjectDatabase, session_id: str, job_id: int) -> None:
-    try:
-        with db.write() as conn:
-            conn.execute(
-                "DELETE FROM current_activity WHERE session_id = ? AND job_id = ?", (session_id, job_id)
-            )
-    except Exception as exc:  # noqa: BLE001 - status is best effort
-        log.warning("could not clear current activity: %s", type(exc).__name__)
+def clear_activity(conn: apsw.Connection, session_id: str, job_id: int) -> None:
+    """Remove the job's activity row (never a newer job's), inside the caller's write transaction."""
+    conn.execute("DELETE FROM current_activity WHERE session_id = ? AND job_id = ?", (session_id, job_id))
 
 
 def clear_stale_activity(db: ProjectDatabase, stale_seconds: float) -> int:
@@ -107,8 +100,7 @@ def session_status(
         }
     jobs = dict(
         conn.execute(
-            "SELECT state, count(*) FROM jobs WHERE order_key = ? AND state IN ('queued', 'running')"
-            " GROUP BY state",
+            "SELECT state, count(*) FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') GROUP BY state",
             (session_order_key(session_id),),
         ).fetchall()
     )

@@ -31,12 +31,16 @@ HEADER = (
 
 def active_memory(conn: apsw.Connection, session_id: str) -> list[MemoryItem]:
     """The session's active reflections and observations, reflections first, each in time order."""
-    rows = conn.execute(
-        "SELECT memory_id, kind, substr(date, 1, 16), importance, content FROM memories"
-        " WHERE session_id = ? ORDER BY kind = 'observation', date, id",
-        (session_id,),
-    ).fetchall()
-    return [MemoryItem(*row) for row in rows]
+    # One query per kind, each read in index order: sorting all rows in one query costs more than both.
+    items: list[MemoryItem] = []
+    for kind in ("reflection", "observation"):
+        rows = conn.execute(
+            "SELECT memory_id, kind, substr(date, 1, 16), importance, content FROM memories"
+            " WHERE session_id = ? AND kind = ? ORDER BY date, id",
+            (session_id, kind),
+        )
+        items.extend(map(MemoryItem._make, rows))
+    return items
 
 
 @dataclass(frozen=True)

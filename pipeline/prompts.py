@@ -140,8 +140,6 @@ def prompt_overhead_tokens(max_chars: int) -> int:
     import json
 
     fixed = (
-        OBSERVER_SYSTEM_PROMPT
-        + json.dumps(record_observations_tool(max_chars))
-        + user_message("x" * 64, [], Chunk(()))
+        OBSERVER_SYSTEM_PROMPT + json.dumps(record_observations_tool(max_chars)) + user_message("x" * 64, [], Chunk(()))
     )
     return estimate_tokens(fixed) + 3 * MESSAGE_OVERHEAD + 64

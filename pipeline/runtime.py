@@ -26,7 +26,7 @@ from typing import Any
 
 import apsw
 import httpx
-from obsmem.pipeline.coverage import commit_chunk, pending_events, read_progress
+from obsmem.pipeline.coverage import commit_chunk, observation_tokens, pending_events, read_progress
 from obsmem.pipeline.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.observer import run_cycle
@@ -44,7 +44,7 @@ from obsmem.pipeline.tokens import event_tokens
 
 from obsmem import eventlog
 from obsmem.errors import ConfigurationError, ModelNotConfigured
-from obsmem.events import AfterInsert, StoredEvent
+from obsmem.events import StoredEvent
 from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.settings import ModelSettings, Settings
 from obsmem.storage.connection import ProjectDatabase
@@ -88,15 +88,27 @@ def observe_dedupe_key(session_id: str) -> str:
     return f"observe:{session_id}"
 
 
+class AppendHook:
+    """The ``after_insert`` hook of one append; ``queued`` says whether it queued an observe job."""
+
+    __slots__ = ("pipeline", "queue", "queued")
+
+    def __init__(self, pipeline: ObservationPipeline, queue: JobQueue) -> None:
+        self.pipeline = pipeline
+        self.queue = queue
+        self.queued = False
+
+    def __call__(self, conn: apsw.Connection, session_id: str, events: list[StoredEvent]) -> None:
+        self.queued = self.pipeline.after_insert(self.queue, conn, session_id, events) or self.queued
+
+
 class ObservationPipeline:
     """Everything pipeline I adds to a data directory; the service facade delegates to it."""
 
     def __init__(self, settings: Settings, *, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
         self.clients = ModelClients(settings, transport=transport)
-        self.render = functools.partial(
-            render_event, omit_tags=DEFAULT_OMIT_TAGS, memory_tools=DEFAULT_MEMORY_TOOLS
-        )
+        self.render = functools.partial(render_event, omit_tags=DEFAULT_OMIT_TAGS, memory_tools=DEFAULT_MEMORY_TOOLS)
         if self.observer_state == "enabled":
             self.budget()  # fail at start-up, not in the first job, if the numbers cannot work
 
@@ -133,14 +145,12 @@ class ObservationPipeline:
 
     # -- the append trigger --------------------------------------------------------------------
 
-    def append_hook(self, db: ProjectDatabase) -> AfterInsert:
-        """The hook ``append_events`` runs inside its transaction for ``db``."""
-        queue = self.queue(db)
-        return functools.partial(self._after_insert, queue)
+    def append_hook(self, db: ProjectDatabase) -> AppendHook:
+        """The hook ``append_events`` runs inside its transaction for ``db`` (one per append)."""
+        return AppendHook(self, self.queue(db))
 
-    def _after_insert(
-        self, queue: JobQueue, conn: apsw.Connection, session_id: str, events: list[StoredEvent]
-    ) -> None:
+    def after_insert(self, queue: JobQueue, conn: apsw.Connection, session_id: str, events: list[StoredEvent]) -> bool:
+        """Count the backlog; queue an observe job if it reached the buffer. Returns whether one was queued."""
         tokens = sum(event_tokens(e.role, e.type, e.content, e.tool_name, e.tool_args) for e in events)
         lowest = min(e.seq for e in events)
         row = conn.execute(
@@ -152,14 +162,28 @@ class ObservationPipeline:
             " RETURNING pending_tokens",
             (session_id, tokens, len(events), lowest),
         ).fetchone()
-        if row[0] >= self.settings.observer.buffer_tokens and self.observer_state == "enabled":
-            queue.enqueue(
-                OBSERVE,
-                {"session_id": session_id},
-                order_key=session_order_key(session_id),
-                dedupe_key=observe_dedupe_key(session_id),
-                conn=conn,
-            )
+        if row[0] < self.settings.observer.buffer_tokens or not self._observer_enabled():
+            return False
+        dedupe_key = observe_dedupe_key(session_id)
+        # Usually a job is already waiting: one indexed lookup, and the append is done.
+        if conn.execute("SELECT 1 FROM jobs WHERE dedupe_key = ? AND state = 'queued'", (dedupe_key,)).fetchone():
+            return False
+        return queue.enqueue(
+            OBSERVE,
+            {"session_id": session_id},
+            order_key=session_order_key(session_id),
+            dedupe_key=dedupe_key,
+            conn=conn,
+        ).created
+
+    def _observer_enabled(self) -> bool:
+        """``observer_state == "enabled"`` without building the merged model settings (append path)."""
+        observer, shared = self.settings.observer, self.settings.model
+        return bool(
+            observer.enabled
+            and (observer.model.base_url or shared.base_url)
+            and (observer.model.model_id or shared.model_id)
+        )
 
     def request_observation(self, db: ProjectDatabase, session_id: str) -> EnqueueResult:
         """Observe the session's whole backlog now, below the buffer threshold too (e.g. at session end)."""
@@ -215,48 +239,47 @@ class ObservationPipeline:
     def _observe_chunk(
         self, ctx: JobContext, client: ChatClient, session_id: str, chunk: Chunk, memory: list[MemoryItem]
     ) -> None:
+        # Two write transactions per cycle (start, and commit or failure): every write here makes an
+        # append to the same project wait for the lock, so status rows ride along with the events.
         db, job_id = ctx.db, ctx.lease.job_id
         cycle_id = uuid.uuid4().hex
         started = time.monotonic()
         seqs = chunk.seqs
-        self._log_event(
-            db,
-            "om_observation_start",
-            session_id,
-            cycle_id,
-            job_id,
-            {
-                "operation": "observe",
-                "tokens_to_observe": chunk.tokens,
-                "events": len(set(seqs)),
-                "first_seq": seqs[0],
-                "last_seq": seqs[-1],
-                "partial_event": any(not piece.whole for piece in chunk.pieces),
-                "attempt": ctx.lease.attempt,
-            },
+        start_event = {
+            "operation": "observe",
+            "tokens_to_observe": chunk.tokens,
+            "events": len(set(seqs)),
+            "first_seq": seqs[0],
+            "last_seq": seqs[-1],
+            "partial_event": any(not piece.whole for piece in chunk.pieces),
+            "attempt": ctx.lease.attempt,
+        }
+        self._status_write(
+            db, "om_observation_start", session_id, cycle_id, job_id, start_event, activity=("observer", chunk.tokens)
         )
-        set_activity(db, session_id, job_id, "observer", chunk.tokens)
         try:
-            exists_conn = db.connection()
+            conn = db.connection()
+            tokens_before = observation_tokens(conn, session_id)
             result = run_cycle(
                 client,
                 session_id=session_id,
                 chunk=chunk,
                 memory=memory,
-                exists=lambda memory_id: _memory_exists(exists_conn, memory_id),
+                exists=lambda memory_id: _memory_exists(conn, memory_id),
                 max_rounds=self.settings.observer.max_tool_rounds,
                 max_chars=self.settings.observer.max_observation_chars,
             )
             ctx.raise_if_lost()
-            with ctx.fenced_write() as conn:
+            with ctx.fenced_write() as write_conn:
                 commit_chunk(
-                    conn,
+                    write_conn,
                     db,
                     session_id=session_id,
                     chunk=chunk,
                     observations=result.observations,
                     cycle_id=cycle_id,
                     job_id=job_id,
+                    observation_tokens_before=tokens_before,
                     end_event={
                         "duration_ms": round((time.monotonic() - started) * 1000),
                         "tokens_observed": chunk.tokens,
@@ -269,33 +292,37 @@ class ObservationPipeline:
                         "completion_tokens": result.completion_tokens,
                     },
                 )
+                clear_activity(write_conn, session_id, job_id)
         except BaseException as exc:
-            self._log_event(
-                db,
-                "om_observation_failed",
-                session_id,
-                cycle_id,
-                job_id,
-                {
-                    "duration_ms": round((time.monotonic() - started) * 1000),
-                    "error": sanitise_reason(exc),
-                    "attempt": ctx.lease.attempt,
-                },
-            )
+            failed = {
+                "duration_ms": round((time.monotonic() - started) * 1000),
+                "error": sanitise_reason(exc),
+                "attempt": ctx.lease.attempt,
+            }
+            self._status_write(db, "om_observation_failed", session_id, cycle_id, job_id, failed, clear=True)
             raise
-        finally:
-            clear_activity(db, session_id, job_id)
 
     @staticmethod
-    def _log_event(
-        db: ProjectDatabase, type_: str, session_id: str, cycle_id: str, job_id: int, data: dict[str, Any]
+    def _status_write(
+        db: ProjectDatabase,
+        type_: str,
+        session_id: str,
+        cycle_id: str,
+        job_id: int,
+        data: dict[str, Any],
+        *,
+        activity: tuple[str, int] | None = None,
+        clear: bool = False,
     ) -> None:
+        """Log an event and set or clear the activity row, in one transaction; never fails the work."""
         try:
             with db.write() as conn:
-                eventlog.record(
-                    conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data
-                )
-        except Exception as exc:  # noqa: BLE001 - the event log never fails model work
+                eventlog.record(conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data)
+                if activity is not None:
+                    set_activity(conn, session_id, job_id, *activity)
+                if clear:
+                    clear_activity(conn, session_id, job_id)
+        except Exception as exc:  # noqa: BLE001 - status and the event log never fail model work
             log.warning("could not record %s: %s", type_, type(exc).__name__)
 
     # -- housekeeping --------------------------------------------------------------------------

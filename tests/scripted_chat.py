@@ -75,9 +75,7 @@ def tool_calls(*calls: tuple[str, dict[str, Any] | list[Any] | str]) -> Reply:
             _call_counter += 1
             number = _call_counter
         arguments = args if isinstance(args, str) else json.dumps(args)
-        items.append(
-            {"id": f"call_{number}", "type": "function", "function": {"name": name, "arguments": arguments}}
-        )
+        items.append({"id": f"call_{number}", "type": "function", "function": {"name": name, "arguments": arguments}})
     return Reply(body=completion({"role": "assistant", "content": None, "tool_calls": items}, "tool_calls"))
 
 
@@ -113,11 +111,13 @@ def event_times(transcript: str) -> dict[int, str]:
 
 
 class ObserverScript:
-    """One observation per citable event (content names the event and this call), then "done"."""
+    """One observation per citable event, or per ``group`` of them (content names the events and this
+    call), then "done"."""
 
-    def __init__(self, *, delay: float = 0.0, jitter: Callable[[], float] | None = None) -> None:
+    def __init__(self, *, delay: float = 0.0, jitter: Callable[[], float] | None = None, group: int = 1) -> None:
         self.delay = delay
         self.jitter = jitter
+        self.group = group
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -135,15 +135,16 @@ class ObserverScript:
             if not seqs:
                 reply = text("nothing to record")
             else:
+                groups = [seqs[i : i + self.group] for i in range(0, len(seqs), self.group)]
                 reply = record(
                     *[
                         {
-                            "content": f"event {seq} observed in call {call}",
-                            "timestamp": times[seq],
+                            "content": f"event {', '.join(map(str, refs))} observed in call {call}",
+                            "timestamp": times[refs[0]],
                             "importance": "medium",
-                            "source_refs": [seq],
+                            "source_refs": refs,
                         }
-                        for seq in seqs
+                        for refs in groups
                     ]
                 )
         reply.delay = pause
@@ -239,15 +240,16 @@ class ScriptedChatServer:
     def all_bytes(self) -> bytes:
         with self._lock:
             return b"\n".join(
-                b"\n".join(f"{k}: {v}".encode() for k, v in r.headers.items()) + b"\n" + r.body
-                for r in self.requests
+                b"\n".join(f"{k}: {v}".encode() for k, v in r.headers.items()) + b"\n" + r.body for r in self.requests
             )
 
 
-def main(port_file: str, delay: float = 0.0, jitter: float = 0.0) -> None:
+def main(port_file: str, delay: float = 0.0, jitter: float = 0.0, group: float = 1) -> None:
     import random
 
-    script = ObserverScript(delay=delay, jitter=(lambda: random.uniform(0, jitter)) if jitter else None)
+    script = ObserverScript(
+        delay=delay, jitter=(lambda: random.uniform(0, jitter)) if jitter else None, group=int(group)
+    )
     server = ScriptedChatServer(script).start()
     with open(port_file + ".tmp", "w") as handle:
         handle.write(str(server.port))

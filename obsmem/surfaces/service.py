@@ -1,9 +1,9 @@
 """The Python API: one object that every surface (HTTP, CLI, tools, MCP) calls.
 
-    from obsmem import Obsmem
-    memory = Obsmem(data_dir="~/.local/share/obsmem")
-    memory.append_events("my-app", "s1", [{"role": "user", "content": "fix the login test"}])
-    memory.search("my-app", "login")
+from obsmem import Obsmem
+memory = Obsmem(data_dir="~/.local/share/obsmem")
+memory.append_events("my-app", "s1", [{"role": "user", "content": "fix the login test"}])
+memory.search("my-app", "login")
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ class Obsmem:
         Never waits for a model: observation runs on the workers (``start_workers`` / ``obsmem worker``).
         """
         db = self.projects.get(project, create=True)
-        receipt = append_events(db, session_id, events, after_insert=self.pipeline.append_hook(db))
-        self._wake_workers()
+        hook = self.pipeline.append_hook(db)
+        receipt = append_events(db, session_id, events, after_insert=hook)
+        if hook.queued:
+            self._wake_workers()
         return receipt
 
     def import_jsonl(
@@ -69,8 +71,10 @@ class Obsmem:
         """
         parsed = read_transcript(Path(path), session_id, progress)
         db = self.projects.get(project, create=True)
-        receipt = append_transcript(db, parsed, progress, after_insert=self.pipeline.append_hook(db))
-        self._wake_workers()
+        hook = self.pipeline.append_hook(db)
+        receipt = append_transcript(db, parsed, progress, after_insert=hook)
+        if hook.queued:
+            self._wake_workers()
         return receipt
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:
@@ -194,9 +198,7 @@ class Obsmem:
     def status(self, project: str) -> dict[str, Any]:
         db = self.projects.get(project)
         with db.read() as conn:
-            sessions, events = conn.execute(
-                "SELECT count(*), coalesce(sum(event_count), 0) FROM sessions"
-            ).fetchone()
+            sessions, events = conn.execute("SELECT count(*), coalesce(sum(event_count), 0) FROM sessions").fetchone()
             kinds = dict(conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall())
             last = conn.execute("SELECT max(updated_at) FROM sessions").fetchone()[0]
         return {
