@@ -131,9 +131,7 @@ def test_always_failing_job_gives_up_after_four_attempts_with_one_event(
     assert queue.counts()["failed"] == 1 and queue.counts()["queued"] == 1
 
 
-def test_expired_lease_cannot_heartbeat_or_commit_and_is_reaped(
-    registry: ProjectRegistry, clock: Clock
-) -> None:
+def test_expired_lease_cannot_heartbeat_or_commit_and_is_reaped(registry: ProjectRegistry, clock: Clock) -> None:
     queue = make_queue(registry, clock)
     queue.enqueue("observe", {}, order_key="s1")
     stale = queue.claim("w1")
@@ -158,9 +156,7 @@ def test_expired_lease_cannot_heartbeat_or_commit_and_is_reaped(
     assert queue.complete(fresh)
 
 
-def test_worker_deaths_count_as_attempts_and_end_in_one_job_failed(
-    registry: ProjectRegistry, clock: Clock
-) -> None:
+def test_worker_deaths_count_as_attempts_and_end_in_one_job_failed(registry: ProjectRegistry, clock: Clock) -> None:
     queue = make_queue(registry, clock, max_attempts=2)
     queue.enqueue("observe", {"session_id": "s9"}, order_key="s9")
     assert queue.claim("w1") is not None
@@ -223,3 +219,62 @@ def test_worker_pool_threads_and_housekeeping_start_and_stop(tmp_path: Path) -> 
     assert any(x > 0 for x in done) and -1 in done
     assert not pool.running
     registry.close()
+
+
+def test_idle_polls_see_no_work_behind_a_running_job_of_the_same_session(
+    registry: ProjectRegistry, clock: Clock
+) -> None:
+    queue = make_queue(registry, clock)
+    queue.enqueue("observe", {}, order_key="s1")
+    queue.enqueue("observe", {}, order_key="s1")
+    assert queue.has_work()
+    running = queue.claim("w1")
+    assert running is not None
+    assert not queue.has_work()  # the second job waits its turn: polling must not take the write lock
+    queue.complete(running)
+    assert queue.has_work()
+
+
+def test_heartbeats_keep_a_long_job_from_being_taken_over(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    registry = ProjectRegistry(tmp_path / "data")
+    registry.get("proj", create=True)
+    runs: list[int] = []
+
+    def slow(ctx: JobContext) -> None:
+        runs.append(ctx.lease.fence)
+        time.sleep(1.5)  # three lease lengths
+        with ctx.fenced_write() as conn:
+            conn.execute("INSERT INTO om_events(type, created_at) VALUES ('slow-done', 'now')")
+
+    settings = JobSettings(lease_seconds=0.5, retry_backoff_seconds=0.0, poll_seconds=0.02)
+    first = WorkerPool(registry, {"slow": slow}, settings)
+    second = WorkerPool(registry, {"slow": slow}, settings)
+    first.queue("proj").enqueue("slow", {})
+    runner = threading.Thread(target=first.run_next)
+    runner.start()
+    time.sleep(0.2)
+    deadline = time.monotonic() + 1.8
+    while time.monotonic() < deadline:
+        assert not second.run_next()  # nothing to take over while the heartbeat renews the lease
+        time.sleep(0.05)
+    runner.join(timeout=10)
+    assert runs == [1]
+    assert first.queue("proj").counts()["done"] == 1
+    registry.close()
+
+
+def test_finished_jobs_are_pruned_failed_ones_kept_longer(registry: ProjectRegistry, clock: Clock) -> None:
+    queue = make_queue(registry, clock, max_attempts=1)
+    queue.enqueue("a", {})
+    queue.enqueue("b", {})
+    done = queue.claim("w")
+    assert done is not None and queue.complete(done)
+    failed = queue.claim("w")
+    assert failed is not None and queue.fail(failed, "x") == "failed"
+    queue.db.connection().execute("UPDATE jobs SET finished_at = '2000-01-01T00:00:00.000Z' WHERE state = 'done'")
+    queue.db.connection().execute("UPDATE jobs SET finished_at = '2026-01-01T00:00:00.000Z' WHERE state = 'failed'")
+    assert queue.prune_finished(keep_seconds=86400 * 30 * 12) == 1  # done: older than a year; failed: not 4 years
+    assert queue.counts() == {"queued": 0, "running": 0, "done": 0, "failed": 1}
