@@ -89,8 +89,9 @@ def list_events(
     limit: int = DEFAULT_LIST,
     session_id: str | None = None,
     types: tuple[str, ...] = (),
+    newest: bool = False,
 ) -> list[LoggedEvent]:
-    """Events with ``id > after``, oldest first."""
+    """Events with ``id > after``, oldest first; ``newest`` takes the last ``limit`` instead of the first."""
     sql = "SELECT id, type, session_id, cycle_id, job_id, created_at, data FROM om_events WHERE id > ?"
     params: list[Any] = [after]
     if session_id is not None:
@@ -99,12 +100,12 @@ def list_events(
     if types:
         sql += f" AND type IN ({', '.join('?' for _ in types)})"
         params.extend(types)
-    sql += " ORDER BY id LIMIT ?"
+    sql += " ORDER BY id DESC LIMIT ?" if newest else " ORDER BY id LIMIT ?"
     params.append(limit)
-    return [
-        LoggedEvent(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]))
-        for row in conn.execute(sql, params).fetchall()
-    ]
+    rows = conn.execute(sql, params).fetchall()
+    if newest:
+        rows.reverse()
+    return [LoggedEvent(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6])) for row in rows]
 
 
 def last_event_id(conn: apsw.Connection) -> int:

@@ -28,9 +28,7 @@ _PRIVATE_KEY = re.compile(
 # scheme://user:password@host -> keep scheme, user and host.
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<secret>[^\s@/]+)(?P<tail>@)")
 # Authorization headers and bearer tokens.
-_BEARER = re.compile(
-    r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE
-)
+_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE)
 
 # Tokens recognisable by their own shape.
 _SHAPED: tuple[tuple[str, re.Pattern[str]], ...] = (

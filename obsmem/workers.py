@@ -176,9 +176,7 @@ class WorkerPool:
             if not queue.complete(lease):
                 log.warning("job %s (%s) finished after losing its lease", lease.job_id, lease.kind)
             else:
-                log.info(
-                    "job %s (%s) done in %d ms", lease.job_id, lease.kind, (time.monotonic() - started) * 1000
-                )
+                log.info("job %s (%s) done in %d ms", lease.job_id, lease.kind, (time.monotonic() - started) * 1000)
         finally:
             stop_heartbeat.set()
             heart.join(timeout=5)

@@ -378,9 +378,12 @@ class ObservationPipeline:
         limit: int = eventlog.DEFAULT_LIST,
         session_id: str | None = None,
         types: tuple[str, ...] = (),
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
         with db.read() as conn:
-            found = eventlog.list_events(conn, after=after, limit=limit, session_id=session_id, types=types)
+            found = eventlog.list_events(
+                conn, after=after, limit=limit, session_id=session_id, types=types, newest=newest
+            )
         return [event.to_dict() for event in found]
 
     def close(self) -> None:

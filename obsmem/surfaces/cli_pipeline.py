@@ -168,8 +168,7 @@ def event_line(event: dict[str, Any]) -> Text:
             f"job {event.get('job_id')} ({event.get('kind')}) after {event.get('attempts')} attempts: "
             f"{event.get('reason', '')}"
         )
-    style = "red" if "failed" in kind else None
-    return Text("  ".join(str(p) for p in parts), style=style)
+    return Text("  ".join(str(p) for p in parts), style="red" if "failed" in kind else "")
 
 
 # -- status -------------------------------------------------------------------------------------------------
@@ -199,16 +198,17 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
     if live and as_json:
         raise click.UsageError("--live draws tables; use `obsmem events --follow --json` for a stream")
     service = app.service
-    if session_id is not None:
+    if session_id is not None and project is not None:
         session = check_session_id(session_id, field="--session")
+        name = project
 
         def draw() -> RenderableType:
-            state = service.session_status(project, session)  # type: ignore[arg-type]
-            recent = service.pipeline_events(project, session_id=session, limit=1000)[-5:]
-            return session_view(project, state, recent)  # type: ignore[arg-type]
+            state = service.session_status(name, session)
+            recent = service.pipeline_events(name, session_id=session, limit=5, newest=True)
+            return session_view(name, state, recent)
 
         if as_json:
-            render.emit_json(service.session_status(project, session))
+            render.emit_json(service.session_status(name, session))
             return
     else:
         names = [project] if project is not None else None
@@ -251,7 +251,7 @@ def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableTy
             f"{row['project']}: background observation {row.get('observer', 'unknown')}; jobs "
             f"{jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('failed', 0)} failed"
         )
-        parts.append(Text(line, style="red" if jobs.get("failed") else None))
+        parts.append(Text(line, style="red" if jobs.get("failed") else ""))
     return Group(*parts)
 
 

@@ -155,8 +155,12 @@ class Obsmem:
         limit: object = None,
         session_id: str | None = None,
         types: tuple[str, ...] = (),
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
-        """The om event log, oldest first, from the event after ``after`` (an event id)."""
+        """The om event log, oldest first, from the event after ``after`` (an event id).
+
+        ``newest`` returns the last ``limit`` events (still oldest first) instead of the first.
+        """
         if session_id is not None:
             session_id = check_session_id(session_id)
         return self.pipeline.events(
@@ -165,6 +169,7 @@ class Obsmem:
             limit=eventlog.parse_list_limit(limit),
             session_id=session_id,
             types=types,
+            newest=newest,
         )
 
     def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> dict[str, Any]:

@@ -56,17 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="obsmem worker", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, default=None, help="data directory (default: settings)")
     parser.add_argument("--config", type=Path, default=None, help="settings file (TOML)")
-    parser.add_argument(
-        "--threads", type=int, default=None, help="jobs run at once (default: jobs.worker_threads)"
-    )
-    parser.add_argument(
-        "--grace", type=float, default=30.0, help="seconds to let running jobs finish on stop"
-    )
+    parser.add_argument("--threads", type=int, default=None, help="jobs run at once (default: jobs.worker_threads)")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds to let running jobs finish on stop")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(args.config, data_dir=args.data_dir)
     run_worker(settings, threads=args.threads, grace_seconds=args.grace)
 
