@@ -118,7 +118,7 @@ def test_observe_queues_once_and_events_lists_the_cycle(data_dir: Path, tmp_path
     table = ok(run(data_dir, "events", "p", "--session", "s1")).stdout
     assert "om_observation_end" in table and "1 observations" in table
     after = json.loads(lines[0])["id"]
-    assert len(ok(run(data_dir, "events", "p", "--after", str(after), "--json")).stdout.splitlines()) == 1
+    assert len(ok(run(data_dir, "events", "p", "--after-id", str(after), "--json")).stdout.splitlines()) == 1
 
 
 def test_status_of_a_session_and_of_projects(data_dir: Path, tmp_path: Path) -> None:

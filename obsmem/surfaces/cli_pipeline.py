@@ -108,13 +108,13 @@ def observe(app: App, project: str, session_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("project")
 @session_option("Only events of this session.")
-@click.option("--after", type=click.IntRange(0), default=None, help="Only events with a larger id.")
+@click.option("--after-id", type=click.IntRange(0), default=None, help="Only events with a larger id.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=None, help="Most events [default: 100].")
 @click.option("--follow", is_flag=True, help="Keep printing new events as they are logged (Ctrl-C stops).")
 @json_option
 @pass_app
 def events(
-    app: App, project: str, session_id: str | None, after: int | None, limit: int | None, follow: bool, as_json: bool
+    app: App, project: str, session_id: str | None, after_id: int | None, limit: int | None, follow: bool, as_json: bool
 ) -> None:
     """The pipeline's event log of PROJECT, oldest first: observation cycles and failed jobs.
 
@@ -124,7 +124,7 @@ def events(
         check_session_id(session_id, field="--session")
     service = app.service
     console = render.stdout()
-    cursor = after or 0
+    cursor = after_id or 0
     while True:
         found = service.pipeline_events(project, after=cursor, limit=limit, session_id=session_id)
         for event in found:
