@@ -18,6 +18,7 @@ response bodies, so they are safe to log.
     ├── AmbiguousId (422)             ambiguous_id
     ├── NotFound (404)                not_found, project_not_found
     ├── SeqConflict (409)             seq_conflict
+    ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
     ├── Unauthorized (401) / Forbidden (403)
     ├── PayloadTooLarge (413)
     ├── ConfigurationError            configuration_error (start-up only)
@@ -151,6 +152,26 @@ class StorageError(ObsmemError):
 
     code = "storage_error"
     status = 503
+
+
+class InvalidArguments(ValidationFailed):
+    """An agent tool call whose arguments are not a JSON object of that tool's parameters."""
+
+    code = "invalid_arguments"
+
+
+class UnknownTool(ValidationFailed):
+    """An agent tool call naming a tool that does not exist."""
+
+    code = "unknown_tool"
+
+
+class ObservationOff(ObsmemError):
+    """Observation was asked for, but this server observes nothing (no model configured, or switched off)."""
+
+    code = "observation_off"
+    status = 409
+    retryable = False
 
 
 class ModelUnavailable(ServiceUnavailable):

@@ -63,14 +63,35 @@ class EventIn(BaseModel):
                 raise ValueError("is not valid UTF-8 text") from None
         return value
 
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _iso_text(cls, value: Any) -> Any:
+        # A bare number would be read as a Unix time, in seconds or milliseconds depending on its size:
+        # too easy to get wrong silently. Clients send ISO 8601 text (or a datetime from Python).
+        if value is not None and not isinstance(value, (str, datetime)):
+            raise ValueError("must be an ISO 8601 date-time string")
+        return value
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc_in_range(cls, value: datetime | None) -> datetime | None:
+        # An offset can push a stamp at the edge of the calendar (year 1 or 9999) out of range once it
+        # is converted to UTC; refuse it here, as a validation error, rather than when it is stored.
+        if value is not None and value.tzinfo is not None:
+            try:
+                value.astimezone(UTC)
+            except OverflowError:
+                raise ValueError("is out of range once converted to UTC") from None
+        return value
+
     @field_validator("tool_args")
     @classmethod
     def _json_args(cls, value: Any) -> Any:
         if value is not None:
             try:
                 canonical_json(value)
-            except (UnicodeEncodeError, ValueError, TypeError):
-                raise ValueError("must be JSON that encodes as UTF-8") from None
+            except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+                raise ValueError("must be JSON that encodes as UTF-8 (and is not nested too deeply)") from None
         return value
 
     def tool_args_json(self) -> str | None:

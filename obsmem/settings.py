@@ -70,6 +70,11 @@ class ServerSettings(Section):
         default=8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above it)."
     )
     mcp: bool = Field(default=True, description="Serve the MCP endpoint (streamable HTTP) under `/mcp`.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Without API keys, Host names accepted besides loopback ones (e.g. behind a local proxy).",
+    )
+    access_log: bool = Field(default=True, description="Log one line per request (method, path, status).")
 
 
 class SearchSettings(Section):

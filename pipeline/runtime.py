@@ -43,7 +43,7 @@ from obsmem.pipeline.prompts import prompt_overhead_tokens
 from obsmem.pipeline.tokens import event_tokens
 
 from obsmem import eventlog
-from obsmem.errors import ConfigurationError, ModelNotConfigured
+from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.settings import ModelSettings, Settings
@@ -187,10 +187,10 @@ class ObservationPipeline:
 
     def request_observation(self, db: ProjectDatabase, session_id: str) -> EnqueueResult:
         """Observe the session's whole backlog now, below the buffer threshold too (e.g. at session end)."""
-        if self.observer_state != "enabled":
-            raise ModelNotConfigured(
-                "background observation is off: configure [model] and keep observer.enabled = true"
-            )
+        state = self.observer_state
+        if state != "enabled":
+            reason = "observer.enabled is false" if state == "disabled" else "no [model] is configured"
+            raise ObservationOff(f"this server does not observe sessions: {reason}")
         return self.queue(db).enqueue(
             OBSERVE,
             {"session_id": session_id, "force": True},

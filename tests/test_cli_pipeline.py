@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -156,14 +157,17 @@ def test_observe_without_a_model_fails_clearly(tmp_path: Path) -> None:
     path.write_text(json.dumps(user("hello")) + "\n")
     ok(run(data, "ingest", "p", str(path), "--session", "s1"))
     result = run(data, "observe", "p", "s1")
-    assert result.exit_code == 1 and "model_not_configured" in result.stderr
+    assert result.exit_code == 1 and "observation_off" in result.stderr
     assert json.loads(ok(run(data, "status", "p", "--session", "s1", "--json")).stdout)["observer"] == (
         "not_configured"
     )
 
 
 def test_live_status_redraws_until_interrupted(data_dir: Path, tmp_path: Path) -> None:
+    import pty
+
     ok(run(data_dir, "ingest", "p", str(transcript(tmp_path)), "--session", "s1"))
+    controller, terminal = pty.openpty()  # a terminal, so the view really redraws
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -180,12 +184,22 @@ def test_live_status_redraws_until_interrupted(data_dir: Path, tmp_path: Path) -
             "--interval",
             "0.1",
         ],
-        stdout=subprocess.PIPE,
+        stdout=terminal,
         stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "120"},
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
     )
-    time.sleep(2.0)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=20)
+    os.close(terminal)
+    shown = b""
+    deadline = time.monotonic() + 60
+    try:
+        while shown.count(b"Backlog") < 3 and time.monotonic() < deadline:  # several redraws
+            ready = select.select([controller], [], [], 0.5)[0]
+            if ready:
+                shown += os.read(controller, 65536)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        os.close(controller)
+    assert shown.count(b"Backlog") >= 3 and b"Session s1 of p" in shown
     assert proc.returncode == 0, stderr
-    assert b"Session s1 of p" in stdout and b"Backlog" in stdout

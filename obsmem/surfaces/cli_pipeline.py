@@ -232,13 +232,14 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
 
 
 def show_live(console: Console, draw: Callable[[], RenderableType], interval: float) -> None:
-    with Live(draw(), console=console, refresh_per_second=max(1, int(1 / interval)), transient=False) as screen:
-        try:
+    """Redraw until Ctrl-C, which ends the view (exit 0) whenever it comes."""
+    try:
+        with Live(draw(), console=console, refresh_per_second=max(1, int(1 / interval))) as screen:
             while True:
                 time.sleep(interval)
                 screen.update(draw())
-        except KeyboardInterrupt:
-            return
+    except KeyboardInterrupt:
+        return
 
 
 def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableType:

@@ -1,0 +1,1 @@
+"""Dataset loaders for the eval harness: LoCoMo and LongMemEval."""
