@@ -65,11 +65,22 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
 def tree(path: Path) -> set[str]:
-    """Every file and directory under ``path`` (relative), to prove a request created nothing."""
+    """Every file and directory under ``path`` (relative), to prove a request created nothing.
+
+    SQLite's own side files of an existing database are left out: the server's background workers open
+    every project (creating its WAL and shared-memory files) whatever the requests do.
+    """
     if not path.exists():
         return set()
-    return {str(entry.relative_to(path)) for entry in path.rglob("*")}
+    return {
+        str(entry.relative_to(path))
+        for entry in path.rglob("*")
+        if not entry.name.endswith(SQLITE_SIDE_FILES)
+    }
 
 
 def free_port() -> int:

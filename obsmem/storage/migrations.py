@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import apsw
 
 from obsmem.errors import StorageError
-from obsmem.storage.schema import m0001_core
+from obsmem.storage.schema import m0001_core, m0002_pipeline
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,10 @@ class Migration:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, m0001_core.NAME, m0001_core.SQL),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, m0001_core.NAME, m0001_core.SQL),
+    Migration(2, m0002_pipeline.NAME, m0002_pipeline.SQL),
+)
 
 _LEDGER = """
 CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -42,7 +42,11 @@ COMMANDS: dict[str, str] = {
     "ingest": "obsmem.surfaces.cli:ingest",
     "search": "obsmem.surfaces.cli:search",
     "recall": "obsmem.surfaces.cli:recall",
-    "status": "obsmem.surfaces.cli:status",
+    "status": "obsmem.surfaces.cli_pipeline:status",
+    "view": "obsmem.surfaces.cli_pipeline:view",
+    "observe": "obsmem.surfaces.cli_pipeline:observe",
+    "events": "obsmem.surfaces.cli_pipeline:events",
+    "worker": "obsmem.surfaces.cli_pipeline:worker",
     "demo": "obsmem.surfaces.cli_demo:demo",
     "mcp": "obsmem.surfaces.cli:mcp",
 }
@@ -247,7 +251,7 @@ def ingest(
         raise click.exceptions.Exit(RUNTIME_EXIT)
 
 
-# -- search, recall, status ---------------------------------------------------------------------------------
+# -- search and recall ---------------------------------------------------------------------------------------
 
 
 @click.command()
@@ -308,32 +312,6 @@ def recall(app: App, project: str, memory_id: str, session_id: str | None, as_js
         render.emit_json(recalled)
     else:
         render.render_recall(render.stdout(), recalled)
-
-
-@click.command()
-@click.argument("project", required=False)
-@json_option
-@pass_app
-def status(app: App, project: str | None, as_json: bool) -> None:
-    """Counts for PROJECT, or for every project in the data directory when omitted."""
-    service = app.service
-    if project is not None:
-        rows = [service.status(project)]
-    else:
-        rows = [service.status(name) for name in service.project_names()]
-    if as_json:
-        if project is not None:
-            render.emit_json(rows[0])
-        else:
-            render.emit_json({"data_dir": str(service.projects.data_dir), "projects": rows})
-        return
-    console = render.stdout()
-    if not rows:
-        console.print(
-            f"No projects in {service.projects.data_dir} yet: `obsmem ingest PROJECT FILE` creates one."
-        )
-        return
-    render.render_status(console, rows)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from obsmem import __version__
@@ -22,17 +23,20 @@ from obsmem.surfaces.http.errors import install_error_handlers
 from obsmem.surfaces.http.guard import PUBLIC_PATHS, RequestGuard
 from obsmem.surfaces.http.mcp import MCP_PATH, McpEndpoint
 from obsmem.surfaces.http.responses import JSONBody
-from obsmem.surfaces.http.routes import health, ingest, memory, projects
+from obsmem.surfaces.http.routes import health, ingest, memory, pipeline, projects
 from obsmem.surfaces.service import Obsmem
 
 API_PREFIX = "/v1"
 # Routes are matched in this order: the hot read path (search, recall) first.
-ROUTERS: list[APIRouter] = [memory.router, ingest.router, projects.router, health.router]
+ROUTERS: list[APIRouter] = [memory.router, ingest.router, pipeline.router, projects.router, health.router]
 BEARER_SCHEME = "bearerAuth"
 
 DESCRIPTION = """\
 Observational memory for AI agents: append conversation events, write observations, search memories
-(`memory_search`) and recover their provenance (`recall`).
+(`memory_search`) and recover their provenance (`recall`). With a model configured, an Observer turns
+events into observations in the background; a session's memory renders instantly for compaction
+(`.../sessions/{session_id}/memory`), its progress is at `.../status`, and the pipeline's events are a
+list or a server-sent-events stream (`/v1/projects/{project}/events`).
 
 Errors are `{"error": {"code", "message", "field"?}}` with stable codes. When the server has API keys,
 every route except `/v1/health` needs `Authorization: Bearer <key>`, and a key only reaches its
@@ -46,11 +50,17 @@ def create_app(service: Obsmem) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if mcp_endpoint is None:
-            yield
-            return
-        async with mcp_endpoint.running():
-            yield
+        # Background jobs (observation) run in the server process unless jobs.in_server is false.
+        if settings.jobs.in_server:
+            service.start_workers()
+        try:
+            if mcp_endpoint is None:
+                yield
+            else:
+                async with mcp_endpoint.running():
+                    yield
+        finally:
+            await run_in_threadpool(service.stop_workers)
 
     app = FastAPI(
         title="obsmem",
