@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import apsw
+from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 from obsmem.dates import DateWindow
 from obsmem.errors import InvalidQuery
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 MAX_QUERY_CHARS = 1000
 # A needle whose rarest trigram is in more documents than this is walked, not looked up.

@@ -9,11 +9,11 @@ import json
 from typing import Any
 
 import apsw
+from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 from obsmem.errors import AmbiguousId, NotFound
 from obsmem.ids import parse_id_prefix
 from obsmem.validation import session_id as check_session_id
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 
 def _scope(session_id: str | None, project: str) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from obsmem.retrieval.exact import ExactSearcher, validate_query
+from obsmem.retrieval.results import SearchResult
+
 from obsmem.dates import DateWindow, parse_window
 from obsmem.errors import ValidationFailed
 from obsmem.settings import SearchSettings
 from obsmem.validation import session_id as check_session_id
-from obsmem.retrieval.exact import ExactSearcher, validate_query
-from obsmem.retrieval.results import SearchResult
 
 Mode = Literal["exact", "hybrid"]
 MODES: tuple[str, ...] = ("exact", "hybrid")

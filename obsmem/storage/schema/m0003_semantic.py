@@ -25,6 +25,7 @@ CREATE TABLE semantic_state (
     hnsw_checksum TEXT,
     hnsw_version INTEGER,
     hnsw_count INTEGER,
+    removed_floor INTEGER NOT NULL DEFAULT 0,
     updated_at TEXT
 );
 INSERT INTO semantic_state(id) VALUES (1);
@@ -71,5 +72,12 @@ CREATE INDEX semantic_chunks_by_memory ON semantic_chunks(memory_row, position);
 CREATE TABLE semantic_vectors (
     chunk INTEGER PRIMARY KEY REFERENCES semantic_chunks(id),
     embedding BLOB NOT NULL
+);
+
+-- Vector labels removed at each state version, so another process holding the vectors in memory can
+-- catch up without rescanning; entries up to removed_floor are pruned when an index file is published.
+CREATE TABLE semantic_removed (
+    label INTEGER PRIMARY KEY,
+    version INTEGER NOT NULL
 );
 """
