@@ -295,7 +295,9 @@ class VectorSet:
                 found, distances = graph.knn_query(query, k=k, num_threads=1, filter=keep)
             except RuntimeError:  # fewer than k reachable items pass the filter
                 return None
-        return [(int(label), 1.0 - float(d)) for label, d in zip(found[0], distances[0], strict=True)]
+        items = [(int(label), 1.0 - float(d)) for label, d in zip(found[0], distances[0], strict=True)]
+        items.sort(key=lambda item: (-item[1], item[0]))  # equal scores by label, as the exact scan does
+        return items
 
 
 def _unpack(rows: list[tuple], dimensions: int) -> tuple[list[int], np.ndarray, list[str], list[str]]:
