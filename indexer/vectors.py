@@ -198,6 +198,8 @@ class VectorSet:
                 self._graph_add(graph, missing)
             graph.set_ef(self.ef_search)
             self.graph = graph
+            # How far the file is behind: what the next publish would bring it up to date with.
+            self.changes_since_publish = len(extra) + len(missing)
 
     def build_graph(self, *, m: int, ef_construction: int, threads: int = -1) -> None:
         """Build a fresh graph from the matrix (outside the lock), then swap it in."""
