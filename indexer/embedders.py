@@ -97,7 +97,7 @@ class Embedder(ABC):
             self._dimensions = width
         return (array / norms[:, None]).astype(np.float32)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: most providers hold nothing)
         """Release models or connections."""
 
 

@@ -257,10 +257,7 @@ class VectorSet:
         if len(slots) == 0 or k <= 0:
             return []
         scores = self.matrix[slots] @ query
-        if len(slots) > k:
-            top = np.argpartition(-scores, k - 1)[:k]
-        else:
-            top = np.arange(len(slots))
+        top = np.argpartition(-scores, k - 1)[:k] if len(slots) > k else np.arange(len(slots))
         # Ties by label, so the order is deterministic.
         order = top[np.lexsort((self.labels[slots[top]], -scores[top]))]
         return [(int(self.labels[slots[i]]), float(scores[i])) for i in order]

@@ -14,6 +14,7 @@ key. :class:`OutboundError` carries only those safe fields and is raised without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -169,7 +170,5 @@ class JsonEndpoint:
     def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing is best effort
                 asyncio.run_coroutine_threadsafe(client.aclose(), _LOOP.loop()).result(timeout=5)
-            except Exception:  # closing is best effort
-                pass

@@ -88,7 +88,7 @@ class Reranker(ABC):
             scores.extend(float(s) for s in result)
         return scores
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: most providers hold nothing)
         """Release models or connections."""
 
 

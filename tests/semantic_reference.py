@@ -13,14 +13,14 @@ from typing import Any
 import apsw
 import numpy as np
 from loopback_models import embed
-
-from obsmem.dates import parse_window
 from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.stores import create_fts
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import reciprocal_rank_fusion
 from obsmem.retrieval.ranked import RankedList
+
+from obsmem.dates import parse_window
 from obsmem.settings_semantic import SemanticSettings
 from obsmem.storage.schema import m0003_semantic
 
@@ -45,7 +45,9 @@ def reference_search(
             row = conn.execute("SELECT id FROM semantic_chunks WHERE chunk_key = ?", (chunk.key,)).fetchone()
             assert row is not None, "a chunk of a current memory is missing from the index"
             chunks.append((row[0], memory_id, chunk.text, date, session))
-    assert len(chunks) == conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0], "stale chunks left"
+    assert len(chunks) == conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0], (
+        "stale chunks left"
+    )
 
     def inside(date: str, session: str) -> bool:
         return (

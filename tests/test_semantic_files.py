@@ -9,12 +9,12 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 import pytest
+from obsmem.indexer.hnsw_file import IndexFiles
 from semantic_reference import index_matches_memories, reference_search
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 from test_semantic_index import corpus
 
 from obsmem.errors import IndexBuilding
-from obsmem.indexer.hnsw_file import IndexFiles
 
 QUERIES = ("flaky auth test", "docker image release", "backup restore")
 
@@ -121,7 +121,9 @@ def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, c
 
 def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
     with make_service(tmp_path, model_server) as service:
-        add_memories(service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")])
+        add_memories(
+            service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")]
+        )
         service.index("p")
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"tokenizer": "porter unicode61"}) as service:
@@ -135,12 +137,14 @@ def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_serv
 
 
 def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_server) -> None:  # noqa: F811
-    from obsmem import Obsmem
-    from obsmem.settings import load_settings
     from semantic_support import semantic_settings
 
+    from obsmem import Obsmem
+    from obsmem.settings import load_settings
+
     settings = load_settings(
-        data_dir=tmp_path, semantic=semantic_settings(model_server, index={"background": True, "poll_seconds": 0.2})
+        data_dir=tmp_path,
+        semantic=semantic_settings(model_server, index={"background": True, "poll_seconds": 0.2}),
     )
     with Obsmem(settings) as service:
         ids = add_memories(service, "p", corpus(50))
@@ -151,7 +155,11 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
                 assert time.monotonic() < deadline, "background indexing did not finish"
                 time.sleep(0.05)
 
-        wait_for(lambda: service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0)
+        wait_for(
+            lambda: (
+                service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0
+            )
+        )
         assert service.search("p", "auth clock").hits
         service.forget("p", ids[0])
         wait_for(lambda: service.status("p")["index"]["pending"] == 0)
@@ -160,4 +168,8 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
     with make_service(tmp_path, model_server) as other:
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
-        wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)
+        wait_for(
+            lambda: (
+                service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0
+            )
+        )
