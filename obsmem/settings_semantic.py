@@ -99,7 +99,8 @@ class EmbeddingSettings(_Section):
         default=None,
         gt=0,
         le=256,
-        description="`local` only: torch threads for indexing (default: all cores).",
+        description="`local` only: torch threads for indexing (default: all cores but one, which is left "
+        "to queries and the service). Query embeddings always use one thread.",
     )
 
     _base_url = field_validator("base_url")(_check_base_url)
