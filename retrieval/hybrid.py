@@ -19,6 +19,7 @@ waiting to be indexed (search served what is indexed). No scores are returned.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 import apsw
@@ -46,7 +47,12 @@ MAX_STALE_MARGIN = 1000
 class Candidate:
     label: int
     text: str
-    hit: Hit
+    memory_id: str
+    row: tuple  # the memory's hit columns; turned into a Hit only if it is returned
+
+    @property
+    def hit(self) -> Hit:
+        return Hit.from_row(self.row)
 
 
 def vector_list(vectors: VectorSet, query: np.ndarray, k: int, where: Filter, exact_max: int) -> RankedList:
@@ -130,16 +136,17 @@ class HybridSearcher:
         if self.reranker is not None and candidates:
             scores = self.reranker.score(request.query, [c.text for c in candidates])
             candidates = [candidates[i] for i in rerank_order(scores, self.reranker.settings.min_score)]
-        hits: list[Hit] = []
+        chosen: list[Candidate] = []
         seen: set[str] = set()
         for candidate in candidates:
-            if candidate.hit.memory_id in seen:
+            if candidate.memory_id in seen:
                 continue
-            seen.add(candidate.hit.memory_id)
-            hits.append(candidate.hit)
-        if len(hits) > request.limit:
+            seen.add(candidate.memory_id)
+            chosen.append(candidate)
+        if len(chosen) > request.limit:
             truncated = True
-        return SearchResult(mode="hybrid", hits=hits[: request.limit], truncated=truncated, partial=partial)
+        hits = [candidate.hit for candidate in chosen[: request.limit]]
+        return SearchResult(mode="hybrid", hits=hits, truncated=truncated, partial=partial)
 
     def _stale_margin(self, conn: apsw.Connection) -> int:
         """Indexed chunks whose memory has changed since (pending), capped: what the lists may lose."""
@@ -154,43 +161,31 @@ class HybridSearcher:
     def _validated(self, conn: apsw.Connection, labels: set[int], where: Filter) -> dict[int, Candidate]:
         """The candidates whose chunk still describes the current memory and passes the filter."""
         found: dict[int, Candidate] = {}
+        if not labels:
+            return found
         hashes: dict[str, str] = {}
-        ordered = sorted(labels)
-        for start in range(0, len(ordered), 500):
-            part = ordered[start : start + 500]
-            rows = conn.execute(
-                "SELECT c.id, c.text, s.memory_id, s.content_hash,"
-                " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
-                " FROM semantic_chunks AS c JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
-                " JOIN memories AS m ON m.id = c.memory_row"
-                f" WHERE c.id IN ({','.join('?' * len(part))})",
-                part,
-            ).fetchall()
-            for (
-                label,
-                text,
-                source_id,
-                source_hash,
-                memory_id,
-                kind,
-                session_id,
-                date,
-                importance,
-                content,
-            ) in rows:
-                if memory_id != source_id:
-                    continue
-                digest = hashes.get(memory_id)
-                if digest is None:
-                    digest = hashes[memory_id] = hashlib.sha256(content.encode("utf-8")).hexdigest()
-                if digest != source_hash:
-                    continue
-                if (where.lower is not None and date < where.lower) or (
-                    where.upper is not None and date > where.upper
-                ):
-                    continue
-                if where.session_id is not None and session_id != where.session_id:
-                    continue
-                hit = Hit.from_row((memory_id, kind, session_id, date, importance, content))
-                found[int(label)] = Candidate(int(label), text, hit)
+        # One statement for any number of labels (a JSON array), so it is prepared once and cached.
+        rows = conn.execute(
+            "SELECT c.id, c.text, s.memory_id, s.content_hash,"
+            " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
+            " FROM json_each(?) AS wanted JOIN semantic_chunks AS c ON c.id = wanted.value"
+            " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
+            " JOIN memories AS m ON m.id = c.memory_row",
+            (json.dumps(sorted(labels)),),
+        ).fetchall()
+        lower, upper, session = where.lower, where.upper, where.session_id
+        for label, text, source_id, source_hash, *row in rows:
+            memory_id, _, session_id, date, _, content = row
+            if memory_id != source_id:
+                continue  # the row id now belongs to another memory
+            digest = hashes.get(memory_id)
+            if digest is None:
+                digest = hashes[memory_id] = hashlib.sha256(content.encode("utf-8")).hexdigest()
+            if digest != source_hash:
+                continue  # edited since it was indexed
+            if (lower is not None and date < lower) or (upper is not None and date > upper):
+                continue
+            if session is not None and session_id != session:
+                continue
+            found[int(label)] = Candidate(int(label), text, memory_id, tuple(row))
         return found
