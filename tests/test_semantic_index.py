@@ -217,3 +217,18 @@ def test_semantic_off_indexes_nothing(tmp_path: Path) -> None:
             service.search("p", "x", mode="hybrid")
         assert caught.value.code == "mode_unavailable"
         assert not (service.database("p").path.parent / "semantic").exists()
+
+
+def test_another_indexer_makes_backfill_busy(tmp_path: Path, model_server) -> None:  # noqa: F811
+    from obsmem.errors import IndexBusy
+    from obsmem.indexer.project import INDEXING_LOCK
+
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", corpus(5))
+        index = service.indexer.project("p")
+        with index.files.locked(INDEXING_LOCK):  # as another process running `obsmem index` would
+            assert index.run_batch().busy
+            with pytest.raises(IndexBusy) as caught:
+                service.index("p")
+            assert caught.value.code == "index_busy" and caught.value.status == 503
+        assert service.index("p")["indexed_count"] == 5
