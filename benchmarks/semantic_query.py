@@ -134,7 +134,10 @@ def main() -> None:
         for text in texts:
             for days in (1, 7, 30, 180):
                 start = first + timedelta(days=rng.randrange(max(1, span_days - days)))
-                after, before = start.strftime("%Y-%m-%d"), (start + timedelta(days=days - 1)).strftime("%Y-%m-%d")
+                after, before = (
+                    start.strftime("%Y-%m-%d"),
+                    (start + timedelta(days=days - 1)).strftime("%Y-%m-%d"),
+                )
                 started = time.perf_counter()
                 result = service.search(args.project, text, after=after, before=before, limit=20)
                 filtered.setdefault(f"{days}d", []).append(time.perf_counter() - started)
@@ -149,12 +152,15 @@ def main() -> None:
         report["date_filtered"] = {
             "overall": percentiles(all_filtered),
             "by_window": {
-                name: percentiles(samples) | {"median_window_chunks": int(statistics.median(window_sizes[name]))}
+                name: percentiles(samples)
+                | {"median_window_chunks": int(statistics.median(window_sizes[name]))}
                 for name, samples in filtered.items()
             },
             "omissions_vs_brute_force": omissions,
             "searches_compared": compared,
-            "p50_ratio_to_unfiltered": round(statistics.median(all_filtered) / statistics.median(bare_times), 2),
+            "p50_ratio_to_unfiltered": round(
+                statistics.median(all_filtered) / statistics.median(bare_times), 2
+            ),
         }
         embedder.embed_query = original  # type: ignore[method-assign]
 

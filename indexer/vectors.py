@@ -124,6 +124,7 @@ class VectorSet:
             graph.resize_index(max(needed, int(graph.get_max_elements() * 1.5) + 1024))
         graph.add_items(self.matrix[slots], self.labels[slots], replace_deleted=True)
         self.graph_live += len(slots)
+        self.graph_deleted = graph.get_current_count() - self.graph_live  # new items may reuse deleted slots
 
     def remove(self, labels: list[int]) -> None:
         with self.lock:
