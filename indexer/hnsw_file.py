@@ -127,6 +127,7 @@ class IndexFiles:
         name = f"hnsw-{version}-{uuid.uuid4().hex[:8]}.bin"
         temporary = self.directory / f"{name}.tmp"
         index.save_index(str(temporary))
+        os.chmod(temporary, 0o600)  # derived data is as private as the memories it comes from
         with temporary.open("rb+") as handle:
             os.fsync(handle.fileno())
         crash_point("publish:written")
