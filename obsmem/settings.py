@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from obsmem.errors import ConfigurationError
+from obsmem.settings_semantic import SemanticSettings
 
 ENV_PREFIX = "OBSMEM_"
 CONFIG_ENV = "OBSMEM_CONFIG"
@@ -99,6 +100,10 @@ class Settings(BaseSettings):
     )
     server: ServerSettings = Field(default_factory=ServerSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    semantic: SemanticSettings | None = Field(
+        default=None,
+        description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -115,6 +120,10 @@ class Settings(BaseSettings):
     @property
     def auth_enabled(self) -> bool:
         return bool(self.api_keys)
+
+    @property
+    def semantic_enabled(self) -> bool:
+        return self.semantic is not None and self.semantic.enabled
 
 
 def resolve_config_path(config: Path | str | None, data_dir: Path | str | None) -> Path | None:
