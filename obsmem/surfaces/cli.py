@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "recall": "obsmem.surfaces.cli:recall",
     "status": "obsmem.surfaces.cli:status",
     "demo": "obsmem.surfaces.cli_demo:demo",
+    "eval": "obsmem.surfaces.cli_eval:eval_group",
     "mcp": "obsmem.surfaces.cli:mcp",
 }
 
