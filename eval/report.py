@@ -79,6 +79,14 @@ def category_markdown(results: Sequence[ModeResult], metric: str) -> str:
     return markdown_table([metric, *(r.mode for r in results)], rows)
 
 
+def summary_markdown(results: Sequence[ModeResult]) -> str:
+    """Every dataset and mode on one row each (LoCoMo's way (b) beside way (a)), headline metrics only."""
+    family = headline_family(results)
+    names = [n for n in metric_names(results) if n.startswith(family)]
+    rows = [[r.dataset, r.mode, str(r.questions), *(_cell(r.metrics.get(n)) for n in names)] for r in results]
+    return markdown_table(["dataset", "mode", "questions", *names], rows)
+
+
 def never_loses(results: Sequence[ModeResult], hybrid: str = "hybrid") -> list[str] | None:
     """Every (group, metric) of the headline family where ``hybrid`` scores below its best single list.
 
@@ -112,6 +120,8 @@ def markdown_report(run: EvalRun) -> str:
     if run.timings:
         lines += ["Time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in run.timings.items()), ""]
     lines += [f"- {note}" for note in run.notes]
+    if len(by_dataset(run.results)) > 1:
+        lines += ["", "## Summary", "", summary_markdown(run.results)]
     for dataset, results in by_dataset(run.results).items():
         family = headline_family(results)
         lines += ["", f"## {dataset}", "", side_by_side_markdown(results), ""]
