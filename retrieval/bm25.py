@@ -15,6 +15,8 @@ filter first, rank second — so a narrow window never loses its matches to a gl
 
 from __future__ import annotations
 
+import time
+
 import apsw
 from obsmem.indexer.stores import FTS_TABLE, FTS_VOCAB
 from obsmem.indexer.vectors import Filter
@@ -35,6 +37,9 @@ ENGLISH_STOPWORDS = frozenset(
 )
 
 
+DOCUMENT_COUNT_SECONDS = 300.0
+
+
 def fts_string(text: str) -> str:
     """One FTS5 string token: double-quoted, inner double quotes doubled."""
     return '"' + text.replace('"', '""') + '"'
@@ -47,6 +52,7 @@ class Bm25List:
         self._tokenizer_name, self._tokenizer_args = parts[0], parts[1:]
         self._trigram = parts[0] == "trigram"
         self._stopwords = ENGLISH_STOPWORDS if settings.stopwords == "english" else frozenset()
+        self._document_counts: dict[tuple[str, str], tuple[float, int]] = {}
 
     def terms(self, conn: apsw.Connection, query: str) -> list[tuple[str, str]]:
         """Distinct ``(term as FTS5 indexes it, text to quote)`` pairs of the query, stopwords removed."""
@@ -62,13 +68,25 @@ class Bm25List:
         kept = {t: s for t, s in seen.items() if t.lower() not in self._stopwords}
         return list((kept or seen).items())
 
+    def document_count(self, conn: apsw.Connection, term: str) -> int:
+        """Chunks holding ``term``, cached for a while: fts5vocab reads the term's whole posting list, and
+        the count only sizes the work budget, so a slightly old count is harmless."""
+        key = (conn.filename, term)
+        now = time.monotonic()
+        cached = self._document_counts.get(key)
+        if cached is not None and now - cached[0] < DOCUMENT_COUNT_SECONDS:
+            return cached[1]
+        row = conn.execute(f"SELECT doc FROM {FTS_VOCAB} WHERE term = ?", (term,)).fetchone()
+        count = 0 if row is None else int(row[0])
+        if len(self._document_counts) > 100_000:
+            self._document_counts.clear()
+        self._document_counts[key] = (now, count)
+        return count
+
     def _bounded(self, conn: apsw.Connection, terms: list[tuple[str, str]]) -> list[tuple[str, str]]:
         if self._trigram or len(terms) <= 1:
             return terms
-        counted = []
-        for term, text in terms:
-            row = conn.execute(f"SELECT doc FROM {FTS_VOCAB} WHERE term = ?", (term,)).fetchone()
-            counted.append((0 if row is None else int(row[0]), term, text))
+        counted = [(self.document_count(conn, term), term, text) for term, text in terms]
         counted.sort()
         kept, total = [], 0
         for docs, term, text in counted:

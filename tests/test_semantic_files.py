@@ -89,6 +89,8 @@ def test_fresh_process_loads_verified_file(tmp_path: Path, model_server) -> None
         add_memories(service, "p", corpus(130)[120:])  # committed after the file was published
         service.indexer.run_batch("p")
     with make_service(tmp_path, model_server) as service:
+        [name] = graph_files(service)
+        assert (graph_dir(service) / name).stat().st_mode & 0o077 == 0  # private, like the database
         vectors = service.indexer.project("p").vectors()
         assert vectors.graph is not None and vectors.live == 130 and vectors.graph_live == 130
         with service.database("p").read() as conn:
