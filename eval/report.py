@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 # Metric families in display order; a family's members sort by k.
-_FAMILIES = ("hit@", "mrr", "ndcg@", "negative_hit_rate", "recall@", "recall_any@", "recall_all@", "candidates.")
+_FAMILIES = ("hit@", "mrr", "recall@", "recall_any@", "recall_all@", "ndcg@", "negative_hit_rate", "candidates.")
 AT_K = re.compile(r"@(\d+)$")
 HEADLINE_FAMILIES = ("recall@", "hit@", "recall_any@")
 

@@ -265,16 +265,14 @@ def evaluate_longmemeval(
     questions, left_out = longmemeval.scored_questions(data_set)
     with workspace(work_dir) as data_dir, _open(with_semantic(settings, data_dir), modes) as memory:
         timings = {"model_load": warm_up(memory, modes)}
-        haystacks, timings["ingest"], timings["index"] = longmemeval.load_haystacks(
-            memory, data_set, questions, progress, index=semantic_modes(modes)
+        results, spent = longmemeval.run_longmemeval(
+            memory, data_set, questions, modes, progress, index=semantic_modes(modes)
         )
-        started = time.perf_counter()
-        results = longmemeval.run_longmemeval(memory, haystacks, modes, progress)
-        timings["queries"] = time.perf_counter() - started
+        timings |= {"ingest": spent.ingest, "index": spent.index, "queries": sum(r.elapsed_s for r in results)}
         timings["total"] = time.perf_counter() - started_all
         notes = [
             f"questions: {len(questions)} scored, {left_out} left out (abstention or no answer session)",
-            f"haystacks: {len(haystacks)} ({len(data_set.sessions)} sessions)",
+            f"haystacks: {spent.haystacks} ({len(data_set.sessions)} sessions)",
         ]
         return EvalRun("longmemeval", results, timings, setup_summary(memory), notes)
 

@@ -91,15 +91,16 @@ def write_longmemeval_official(path: Path) -> Path:
     sessions = [_session(t) for t in LONGMEMEVAL_TOPICS]
     dates = [f"2023/05/{20 + i:02d} (Sat) 0{i}:21" for i in range(len(ids))]
 
-    def question(qid: str, text: str, answers: list[str]) -> dict[str, Any]:
+    def question(qid: str, text: str, answers: list[str], size: int = len(ids)) -> dict[str, Any]:
         return {"question_id": qid, "question_type": "single-session-user", "question": text, "answer": "x",
-                "question_date": "2023/06/01 (Thu) 10:00", "haystack_session_ids": ids, "haystack_dates": dates,
-                "haystack_sessions": sessions, "answer_session_ids": answers}
+                "question_date": "2023/06/01 (Thu) 10:00", "haystack_session_ids": ids[:size],
+                "haystack_dates": dates[:size], "haystack_sessions": sessions[:size], "answer_session_ids": answers}
 
     data = [
         question("q1", "Which kayaking weekend did we plan?", ["s_0"]),
         question("q2", "What about sourdough baking and chess openings?", ["s_1", "s_2"]),
         question("q3_abs", "What did I say about skydiving?", []),
+        question("q4", "Any tips on chess openings?", ["s_2"], size=3),  # a smaller haystack of its own
     ]
     path.write_text(json.dumps(data), encoding="utf-8")
     return path

@@ -89,6 +89,16 @@ def test_rerank_scores_and_the_floor_switch(tmp_path: Path, model_server) -> Non
             assert score == overlap_score(query, contents[memory_id])
 
 
+def test_a_released_project_opens_again(tmp_path: Path, model_server) -> None:  # noqa: F811
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", ITEMS)
+        service.index("p")
+        before = [h.memory_id for h in service.search("p", "login clock").hits]
+        service.release("p")
+        service.release("never-opened")  # nothing to do
+        assert [h.memory_id for h in service.search("p", "login clock").hits] == before
+
+
 def test_bad_plans_and_no_semantic_section(tmp_path: Path, service) -> None:  # noqa: ANN001
     with pytest.raises(ValueError):
         SearchPlan(lists=("bm25", "bm25"))

@@ -239,6 +239,12 @@ class Obsmem:
     def database(self, project: str, *, create: bool = False) -> ProjectDatabase:
         return self.projects.get(project, create=create)
 
+    def release(self, project: str) -> None:
+        """Free what an open project holds (connections, in-memory index); its next use opens it again."""
+        if self.indexer is not None:
+            self.indexer.release(project)
+        self.projects.release(project)
+
     def close(self) -> None:
         if self.indexer is not None:
             self.indexer.close()
