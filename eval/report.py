@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 _FAMILIES = ("hit@", "mrr", "recall@", "recall_any@", "recall_all@", "ndcg@", "negative_hit_rate", "candidates.")
 AT_K = re.compile(r"@(\d+)$")
 HEADLINE_FAMILIES = ("recall@", "hit@", "recall_any@")
+SPLITS = ("calibration", "held_out")  # labelled questions get a full table per split
 
 
 _STAGES = ("candidates.bm25", "candidates.vector", "candidates.fused")
@@ -73,6 +74,13 @@ def side_by_side_markdown(results: Sequence[ModeResult]) -> str:
     return markdown_table(["metric", *(r.mode for r in results)], table_rows(results))
 
 
+def group_markdown(results: Sequence[ModeResult], group: str) -> str:
+    """The side-by-side table of one group (a labelled split, a LoCoMo category), every metric."""
+    names = sorted({n for r in results for n in r.by_category.get(group, {})}, key=metric_key)
+    rows = [[name, *(_cell(r.by_category.get(group, {}).get(name)) for r in results)] for name in names]
+    return markdown_table(["metric", *(r.mode for r in results)], rows)
+
+
 def category_markdown(results: Sequence[ModeResult], metric: str) -> str:
     groups = sorted({group for r in results for group in r.by_category})
     rows = [[group, *(_cell(r.by_category.get(group, {}).get(metric)) for r in results)] for group in groups]
@@ -127,6 +135,9 @@ def markdown_report(run: EvalRun) -> str:
         lines += ["", f"## {dataset}", "", side_by_side_markdown(results), ""]
         metric = f"{family}10" if family.endswith("@") else family
         lines += [f"### By category: {metric}", "", category_markdown(results, metric), ""]
+        for split in SPLITS:
+            if any(split in r.by_category for r in results):
+                lines += [f"### Split: {split}", "", group_markdown(results, split), ""]
         losses = never_loses(results)
         if losses is not None:
             verdict = "never loses" if not losses else "loses: " + "; ".join(losses)

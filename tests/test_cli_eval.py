@@ -75,7 +75,9 @@ def test_questions_on_a_project_with_every_mode_and_files(tmp_path: Path, model_
         f"obsmem --data-dir {tmp_path / 'data'} --config {cfg} eval questions --project p"
         f" --questions {project} --output {out}"
     )
-    assert meta["suite"] == "questions" and "| hit@10 |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert meta["suite"] == "questions" and "| hit@10 |" in report
+    assert "### Split: calibration" in report and "### Split: held_out" in report
     assert all((out / name).stat().st_size > 0 for name in ("recall_curves.png", "categories.png", "latency.png"))
 
 
