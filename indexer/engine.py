@@ -111,6 +111,13 @@ class SemanticIndexer:
         """For tests and the CLI: wait until the background thread has no work left."""
         return self._background.idle.wait(timeout) if self._background is not None else True
 
+    def release(self, name: str) -> None:
+        """Drop one project's in-memory index (vectors, graph); it loads again on its next use."""
+        with self._lock:
+            index = self._indexes.pop(name, None)
+        if index is not None:
+            index.close()
+
     def close(self) -> None:
         if self._background is not None:
             self._background.stop()

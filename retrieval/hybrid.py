@@ -14,13 +14,18 @@ Order of work for one query:
 
 ``truncated`` says a candidate budget or the limit was reached; ``partial`` says memories are still
 waiting to be indexed (search served what is indexed). No scores are returned.
+
+:meth:`HybridSearcher.run` is the same search with a :class:`SearchPlan` (one list alone, no rerank, no
+floor) and the ranking after each stage (:class:`StageRankings`): the evaluation harness measures the
+modes and the candidate stages through it, so what it measures is this code.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import apsw
 import numpy as np
@@ -84,6 +89,53 @@ def vector_list(
     return result
 
 
+LISTS: tuple[str, ...] = ("bm25", "vector")
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """Which stages one hybrid search runs. ``memory_search`` always uses the default plan.
+
+    ``lists`` names the candidate lists to compute; a single list is returned in its own order (no
+    fusion). ``rerank=False`` skips a configured reranker; ``floor=False`` keeps the reranker but ignores
+    its ``min_score`` (calibration needs the unfloored order and scores).
+    """
+
+    lists: tuple[str, ...] = LISTS
+    rerank: bool = True
+    floor: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.lists or any(name not in LISTS for name in self.lists) or len(set(self.lists)) != len(self.lists):
+            raise ValueError("lists must name 'bm25' and/or 'vector', each once")
+
+
+@dataclass
+class StageRankings:
+    """Memory ids, best first, after each stage of one search (a memory ranks where its best chunk does).
+
+    ``bm25`` and ``vector`` are the candidate lists at their budget (None when not computed), ``fused``
+    the fused candidates at the fused budget (before any rerank), ``final`` the whole final ranking: the
+    hits are its first ``limit`` entries. ``rerank_scores`` (internal, never shown to users) are the raw
+    reranker scores of ``final``'s memories, or None without a rerank.
+    """
+
+    bm25: list[str] | None = None
+    vector: list[str] | None = None
+    fused: list[str] = field(default_factory=list)
+    final: list[str] = field(default_factory=list)
+    rerank_scores: list[float] | None = None
+
+
+def _memories(labels: Sequence[int], valid: dict[int, Candidate]) -> list[str]:
+    seen: dict[str, None] = {}
+    for label in labels:
+        candidate = valid.get(label)
+        if candidate is not None:
+            seen.setdefault(candidate.memory_id, None)
+    return list(seen)
+
+
 class HybridSearcher:
     def __init__(
         self, indexer: SemanticIndexer, settings: SemanticSettings, reranker: Reranker | None
@@ -103,14 +155,22 @@ class HybridSearcher:
         )
 
     def search(self, project: str, request: SearchRequest) -> SearchResult:
+        return self.run(project, request)[0]
+
+    def run(
+        self, project: str, request: SearchRequest, plan: SearchPlan | None = None
+    ) -> tuple[SearchResult, StageRankings]:
+        """The search as ``plan`` says, with each stage's ranking (see :class:`SearchPlan`)."""
+        plan = plan or SearchPlan()
+        stages = StageRankings()
         index = self.indexer.project(project)
         with index.db.read() as conn:
             state = IndexState.read(conn)
             if not state.compatible_with(index.signature, index.tokenizer) or state.dimensions is None:
                 if stores.source_count(conn) == 0:
-                    return SearchResult(mode="hybrid")
+                    return SearchResult(mode="hybrid"), stages
                 raise self._building(index, conn, compatible=False)
-        use_vectors = self.weights.get("vector", 1.0) > 0
+        use_bm25, use_vectors = self._lists(plan)
         query_vector = index.embedder.embed_query(request.query) if use_vectors else None
         vectors = index.vectors()
         where = Filter(request.window.lower, request.window.upper, request.session_id)
@@ -122,7 +182,7 @@ class HybridSearcher:
                 raise self._building(index, conn, compatible=False)
             if vectors.live == 0:
                 if stores.source_count(conn) == 0:
-                    return SearchResult(mode="hybrid")
+                    return SearchResult(mode="hybrid"), stages
                 raise self._building(index, conn, compatible=True)
             partial = bool(conn.execute("SELECT EXISTS (SELECT 1 FROM semantic_pending)").fetchone()[0])
             margin = self._stale_margin(conn) if partial else 0
@@ -137,7 +197,7 @@ class HybridSearcher:
                     window_labels = vectors.labels[slots]
                     label_range = (int(window_labels.min()), int(window_labels.max()))
             lists: list[RankedList] = []
-            if self.weights.get("bm25", 1.0) > 0:
+            if use_bm25:
                 lists.append(self.bm25.search(conn, request.query, k + margin, where, label_range))
             if query_vector is not None:
                 exact_max = self.settings.index.exact_scan_max_chunks
@@ -147,23 +207,42 @@ class HybridSearcher:
             kept = [item for item in ranked.items if item[0] in valid]
             ranked.full = ranked.full or len(kept) > k
             ranked.items = kept[:k]
-        fused = self.fuse(lists, self.weights)
+        for ranked in lists:
+            setattr(stages, ranked.name, _memories(ranked.labels, valid))
+        # One list alone keeps its own order: fusion of one list is that list.
+        fused = self.fuse(lists, self.weights) if len(lists) > 1 else list(lists[0].items)
         truncated = any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates
         candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
-        if self.reranker is not None and candidates:
-            scores = self.reranker.score(request.query, [c.text for c in candidates])
-            candidates = [candidates[i] for i in rerank_order(scores, self.reranker.settings.min_score)]
+        stages.fused = _memories([c.label for c in candidates], valid)
+        scores: list[float] | None = None
+        if self.reranker is not None and plan.rerank and candidates:
+            raw = self.reranker.score(request.query, [c.text for c in candidates])
+            floor = self.reranker.settings.min_score if plan.floor else None
+            order = rerank_order(raw, floor)
+            candidates = [candidates[i] for i in order]
+            scores = [raw[i] for i in order]
         chosen: list[Candidate] = []
+        chosen_scores: list[float] = []
         seen: set[str] = set()
-        for candidate in candidates:
+        for position, candidate in enumerate(candidates):
             if candidate.memory_id in seen:
                 continue
             seen.add(candidate.memory_id)
             chosen.append(candidate)
+            if scores is not None:
+                chosen_scores.append(scores[position])
         if len(chosen) > request.limit:
             truncated = True
+        stages.final = [candidate.memory_id for candidate in chosen]
+        stages.rerank_scores = chosen_scores if scores is not None else None
         hits = [candidate.hit for candidate in chosen[: request.limit]]
-        return SearchResult(mode="hybrid", hits=hits, truncated=truncated, partial=partial)
+        return SearchResult(mode="hybrid", hits=hits, truncated=truncated, partial=partial), stages
+
+    def _lists(self, plan: SearchPlan) -> tuple[bool, bool]:
+        """Which lists to compute: the plan's, less any the settings weight at 0 (unless asked alone)."""
+        if plan.lists != LISTS:
+            return "bm25" in plan.lists, "vector" in plan.lists
+        return self.weights.get("bm25", 1.0) > 0, self.weights.get("vector", 1.0) > 0
 
     def _stale_margin(self, conn: apsw.Connection) -> int:
         """Indexed chunks whose memory has changed since (pending), capped: what the lists may lose."""

@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "events": "obsmem.surfaces.cli_pipeline:events",
     "worker": "obsmem.surfaces.cli_pipeline:worker",
     "demo": "obsmem.surfaces.cli_demo:demo",
+    "eval": "obsmem.surfaces.cli_eval:eval_group",
     "mcp": "obsmem.surfaces.cli:mcp",
     "index": "obsmem.surfaces.cli_index:index",
     "forget": "obsmem.surfaces.cli:forget",

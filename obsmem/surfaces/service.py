@@ -33,7 +33,7 @@ from obsmem.workers import WorkerPool
 if TYPE_CHECKING:
     from obsmem.indexer.engine import SemanticIndexer
     from obsmem.indexer.project import BatchReport
-    from obsmem.retrieval.hybrid import HybridSearcher
+    from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
     from obsmem.retrieval.rerank import Reranker
 
 
@@ -172,17 +172,45 @@ class Obsmem:
         )
         db = self.projects.get(project)
         if request.mode == "hybrid":
-            if self.hybrid is None:
-                from obsmem.errors import ValidationFailed
-
-                raise ValidationFailed(
-                    "hybrid mode needs the [semantic] section in the settings file",
-                    code="mode_unavailable",
-                    field="mode",
-                )
-            return self.hybrid.search(project, request)
+            return self._hybrid().search(project, request)
         with db.read() as conn:
             return run_exact(ExactSearcher(conn), request)
+
+    def search_stages(
+        self,
+        project: str,
+        query: object,
+        plan: SearchPlan | None = None,
+        *,
+        after: object = None,
+        before: object = None,
+        limit: object = None,
+        session_id: object = None,
+    ) -> tuple[SearchResult, StageRankings]:
+        """A hybrid search run as ``plan`` says (one list alone, no rerank, no floor), with the ranking
+        after each stage. For evaluation and diagnostics; ``search`` is the same code with the default
+        plan."""
+        request = SearchRequest.parse(
+            query=query,
+            after=after,
+            before=before,
+            limit=limit,
+            mode="hybrid",
+            session_id=session_id,
+            limits=self.settings.search,
+        )
+        return self._hybrid().run(project, request, plan)
+
+    def _hybrid(self) -> HybridSearcher:
+        if self.hybrid is None:
+            from obsmem.errors import ValidationFailed
+
+            raise ValidationFailed(
+                "hybrid mode needs the [semantic] section in the settings file",
+                code="mode_unavailable",
+                field="mode",
+            )
+        return self.hybrid
 
     def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> dict[str, Any]:
         db = self.projects.get(project)
@@ -303,6 +331,12 @@ class Obsmem:
 
     def database(self, project: str, *, create: bool = False) -> ProjectDatabase:
         return self.projects.get(project, create=create)
+
+    def release(self, project: str) -> None:
+        """Free what an open project holds (connections, in-memory index); its next use opens it again."""
+        if self.indexer is not None:
+            self.indexer.release(project)
+        self.projects.release(project)
 
     def close(self) -> None:
         self.stop_workers()
