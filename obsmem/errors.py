@@ -18,11 +18,18 @@ response bodies, so they are safe to log.
     ├── AmbiguousId (422)             ambiguous_id
     ├── NotFound (404)                not_found, project_not_found
     ├── SeqConflict (409)             seq_conflict
+    ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
     ├── Unauthorized (401) / Forbidden (403)
     ├── PayloadTooLarge (413)
     ├── ConfigurationError            configuration_error (start-up only)
     └── ServiceUnavailable (503)      embedding_unavailable, reranker_unavailable, index_building,
-                                      index_busy, model_unavailable
+        │                             index_busy, model_unavailable
+        ├── ModelNotConfigured         model_not_configured
+        ├── ModelTimeout (504)         model_timeout
+        ├── ModelRejected (502)        model_rejected (the endpoint refused the request: 4xx)
+        └── ModelBadResponse (502)     model_bad_response (not an OpenAI-compatible reply)
+
+    LeaseLost (409, obsmem.jobs)      lease_lost: a worker lost its job and must not commit
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ class ObsmemError(Exception):
 
     code: str = "error"
     status: int = 400
+    retryable: bool = True  # for background jobs: may another attempt succeed?
 
     def __init__(
         self,
@@ -129,6 +137,7 @@ class ConfigurationError(ObsmemError):
 
     code = "configuration_error"
     status = 500
+    retryable = False
 
 
 class ServiceUnavailable(ObsmemError):
@@ -172,3 +181,57 @@ class StorageError(ObsmemError):
 
     code = "storage_error"
     status = 503
+
+
+class InvalidArguments(ValidationFailed):
+    """An agent tool call whose arguments are not a JSON object of that tool's parameters."""
+
+    code = "invalid_arguments"
+
+
+class UnknownTool(ValidationFailed):
+    """An agent tool call naming a tool that does not exist."""
+
+    code = "unknown_tool"
+
+
+class ObservationOff(ObsmemError):
+    """Observation was asked for, but this server observes nothing (no model configured, or switched off)."""
+
+    code = "observation_off"
+    status = 409
+    retryable = False
+
+
+class ModelUnavailable(ServiceUnavailable):
+    """The chat model endpoint could not be reached or kept failing (after retries)."""
+
+    code = "model_unavailable"
+
+
+class ModelNotConfigured(ServiceUnavailable):
+    """No model endpoint is configured for a role that needs one."""
+
+    code = "model_not_configured"
+    retryable = False
+
+
+class ModelTimeout(ServiceUnavailable):
+    """The chat model did not finish answering within the call's overall deadline."""
+
+    code = "model_timeout"
+    status = 504
+
+
+class ModelRejected(ServiceUnavailable):
+    """The chat model endpoint refused the request (HTTP 4xx other than 429, or a redirect)."""
+
+    code = "model_rejected"
+    status = 502
+
+
+class ModelBadResponse(ServiceUnavailable):
+    """The chat model endpoint answered with something that is not an OpenAI-compatible reply."""
+
+    code = "model_bad_response"
+    status = 502

@@ -3,21 +3,28 @@
 An event is addressed by ``(session_id, seq)``. Appending the identical event at a used ``seq`` again is a
 duplicate (a retry is always safe); a *different* event at a used ``seq`` is a conflict, and the whole
 batch is refused so nothing partial is stored. Events without a ``seq`` are numbered after the last one.
+
+Secrets are redacted (:mod:`obsmem.redaction`) before an event is fingerprinted or stored, so a key pasted
+into a conversation never reaches the database. An ``after_insert`` hook runs inside the append's own
+transaction with the rows just stored; the Observer trigger uses it to count unobserved tokens and queue
+a job atomically with the append (it never calls a model).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from obsmem.dates import now_iso
 from obsmem.errors import SeqConflict, ValidationFailed
 from obsmem.ids import canonical_json
+from obsmem.redaction import redact_json, redact_text
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import first_problem
 from obsmem.validation import session_id as check_session_id
@@ -56,14 +63,35 @@ class EventIn(BaseModel):
                 raise ValueError("is not valid UTF-8 text") from None
         return value
 
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _iso_text(cls, value: Any) -> Any:
+        # A bare number would be read as a Unix time, in seconds or milliseconds depending on its size:
+        # too easy to get wrong silently. Clients send ISO 8601 text (or a datetime from Python).
+        if value is not None and not isinstance(value, (str, datetime)):
+            raise ValueError("must be an ISO 8601 date-time string")
+        return value
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc_in_range(cls, value: datetime | None) -> datetime | None:
+        # An offset can push a stamp at the edge of the calendar (year 1 or 9999) out of range once it
+        # is converted to UTC; refuse it here, as a validation error, rather than when it is stored.
+        if value is not None and value.tzinfo is not None:
+            try:
+                value.astimezone(UTC)
+            except OverflowError:
+                raise ValueError("is out of range once converted to UTC") from None
+        return value
+
     @field_validator("tool_args")
     @classmethod
     def _json_args(cls, value: Any) -> Any:
         if value is not None:
             try:
                 canonical_json(value)
-            except (UnicodeEncodeError, ValueError, TypeError):
-                raise ValueError("must be JSON that encodes as UTF-8") from None
+            except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+                raise ValueError("must be JSON that encodes as UTF-8 (and is not nested too deeply)") from None
         return value
 
     def tool_args_json(self) -> str | None:
@@ -110,6 +138,32 @@ def parse_events(raw: Sequence[Any], field: str = "events") -> list[EventIn]:
         raise first_problem(exc, field) from None
 
 
+def redacted(event: EventIn) -> EventIn:
+    """The event with secrets cut out of its content and tool arguments."""
+    content = redact_text(event.content)
+    tool_args = redact_json(event.tool_args)
+    if content == event.content and tool_args == event.tool_args:
+        return event
+    return event.model_copy(update={"content": content, "tool_args": tool_args})
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event as stored (after redaction), handed to ``after_insert`` hooks."""
+
+    seq: int
+    role: str
+    type: str
+    content: str
+    tool_name: str | None
+    tool_args: str | None  # JSON text
+    tool_call_id: str | None
+    created_at: str
+
+
+AfterInsert = Callable[[apsw.Connection, str, list[StoredEvent]], None]
+
+
 @dataclass(frozen=True)
 class AppendReceipt:
     appended: int
@@ -120,10 +174,16 @@ class AppendReceipt:
         return {"appended": self.appended, "duplicates": self.duplicates, "last_seq": self.last_seq}
 
 
-def append_events(db: ProjectDatabase, session: str, events: Iterable[EventIn | dict[str, Any]]) -> AppendReceipt:
-    """Append a batch atomically; see the module docstring for the seq rules."""
+def append_events(
+    db: ProjectDatabase,
+    session: str,
+    events: Iterable[EventIn | dict[str, Any]],
+    *,
+    after_insert: AfterInsert | None = None,
+) -> AppendReceipt:
+    """Append a batch atomically; see the module docstring for the seq rules and the hook."""
     session = check_session_id(session)
-    batch = parse_events(list(events))
+    batch = [redacted(event) for event in parse_events(list(events))]
     now = now_iso()
     with db.write() as conn:
         row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session,)).fetchone()
@@ -190,4 +250,6 @@ def append_events(db: ProjectDatabase, session: str, events: Iterable[EventIn | 
                 " WHERE session_id = ?",
                 (last_seq, len(rows), now, session),
             )
+            if after_insert is not None:
+                after_insert(conn, session, [StoredEvent(*row[1:9]) for row in rows])
     return AppendReceipt(appended=len(rows), duplicates=duplicates, last_seq=last_seq)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from obsmem.errors import ObsmemError, ValidationFailed
-from obsmem.events import EventIn, append_events, parse_events
+from obsmem.events import AfterInsert, EventIn, append_events, parse_events
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations, parse_observation
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import session_id as check_session_id
@@ -169,9 +169,13 @@ def read_transcript(
 
 
 def append_transcript(
-    db: ProjectDatabase, parsed: list[tuple[str, EventIn]], progress: ImportProgress | None = None
+    db: ProjectDatabase,
+    parsed: list[tuple[str, EventIn]],
+    progress: ImportProgress | None = None,
+    *,
+    after_insert: AfterInsert | None = None,
 ) -> ImportReceipt:
-    """Append validated events session by session, in batches."""
+    """Append validated events session by session, in batches (``after_insert`` as in append_events)."""
     receipt = ImportReceipt(events=len(parsed))
     by_session: dict[str, list[EventIn]] = {}
     for session, event in parsed:
@@ -181,7 +185,7 @@ def append_transcript(
         totals = receipt.sessions.setdefault(session, {"appended": 0, "duplicates": 0, "last_seq": 0})
         for start in range(0, len(events), BATCH_SIZE):
             batch = events[start : start + BATCH_SIZE]
-            result = append_events(db, session, batch)
+            result = append_events(db, session, batch, after_insert=after_insert)
             totals["appended"] += result.appended
             totals["duplicates"] += result.duplicates
             totals["last_seq"] = result.last_seq
@@ -196,9 +200,12 @@ def import_jsonl(
     path: Path,
     default_session: str | None = None,
     progress: ImportProgress | None = None,
+    *,
+    after_insert: AfterInsert | None = None,
 ) -> ImportReceipt:
     """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
-    return append_transcript(db, read_transcript(path, default_session, progress), progress)
+    parsed = read_transcript(path, default_session, progress)
+    return append_transcript(db, parsed, progress, after_insert=after_insert)
 
 
 def import_observations(

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import apsw
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from obsmem import ids
 from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
+from obsmem.redaction import redact_text
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem
 
@@ -36,6 +37,8 @@ class SourceRef(BaseModel):
 
 
 def _one_line(value: str) -> str:
+    """A memory's content: one non-empty line, with secrets redacted before it can be stored."""
+    value = redact_text(value)
     if not value.strip():
         raise ValueError("must not be empty")
     if "\n" in value or "\r" in value:
@@ -61,6 +64,7 @@ class ObservationIn(BaseModel):
     source_refs: list[SourceRef | int] = Field(min_length=1, max_length=MAX_SOURCE_REFS)
 
     _check_content = field_validator("content")(_one_line)
+    _memory_id: str | None = PrivateAttr(default=None)
 
     @field_validator("timestamp")
     @classmethod
@@ -80,7 +84,10 @@ class ObservationIn(BaseModel):
         return ids.normalise_source_refs(pairs)
 
     def memory_id(self) -> str:
-        return ids.observation_id(self.session_id, self.timestamp, self.content, self.refs())
+        # Cached: writers compute it before taking the write lock (hashing is the costly part of a write).
+        if self._memory_id is None:
+            self._memory_id = ids.observation_id(self.session_id, self.timestamp, self.content, self.refs())
+        return self._memory_id
 
 
 @dataclass
@@ -118,9 +125,7 @@ def _missing_refs(conn: apsw.Connection, refs: Iterable[tuple[str, int]]) -> lis
     ]
 
 
-def add_observations(
-    db: ProjectDatabase, items: Sequence[Any], *, conn: apsw.Connection | None = None
-) -> WriteReceipt:
+def add_observations(db: ProjectDatabase, items: Sequence[Any], *, conn: apsw.Connection | None = None) -> WriteReceipt:
     """Validate and store observations; pass ``conn`` to join a transaction the caller holds."""
     receipt = WriteReceipt()
     parsed: list[tuple[int, ObservationIn]] = []
@@ -131,6 +136,8 @@ def add_observations(
             receipt.reject(index, exc)
     if not parsed:
         return receipt
+    for _, item in parsed:
+        item.memory_id()  # hash outside the write lock
     if conn is not None:
         _store_observations(conn, parsed, receipt)
     else:
@@ -140,13 +147,15 @@ def add_observations(
     return receipt
 
 
-def _store_observations(
-    conn: apsw.Connection, parsed: list[tuple[int, ObservationIn]], receipt: WriteReceipt
-) -> None:
+def _store_observations(conn: apsw.Connection, parsed: list[tuple[int, ObservationIn]], receipt: WriteReceipt) -> None:
     now = now_iso()
+    known_sessions: dict[str, bool] = {}
     for index, item in parsed:
-        session_known = conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (item.session_id,)).fetchone()
-        if session_known is None:
+        if item.session_id not in known_sessions:
+            known_sessions[item.session_id] = (
+                conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (item.session_id,)).fetchone() is not None
+            )
+        if not known_sessions[item.session_id]:
             receipt.reject(
                 index,
                 ValidationFailed(f"session '{item.session_id}' has no events", code="session_not_found"),
@@ -212,9 +221,7 @@ def add_reflection(conn: apsw.Connection, reflection: ReflectionIn) -> tuple[str
                 f"supporting observation {ids.display_id(memory_id)} does not exist", code="unknown_observation"
             )
         rows.append(found[0])
-    memory_id = ids.reflection_id(
-        reflection.session_id, stored[:16], content, reflection.supporting_observation_ids
-    )
+    memory_id = ids.reflection_id(reflection.session_id, stored[:16], content, reflection.supporting_observation_ids)
     row = conn.execute(
         "INSERT INTO memories(memory_id, kind, session_id, content, date, importance, created_at)"
         " VALUES (?, 'reflection', ?, ?, ?, NULL, ?) ON CONFLICT(memory_id) DO NOTHING RETURNING id",

@@ -71,6 +71,11 @@ class ServerSettings(Section):
         default=8 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above it)."
     )
     mcp: bool = Field(default=True, description="Serve the MCP endpoint (streamable HTTP) under `/mcp`.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Without API keys, Host names accepted besides loopback ones (e.g. behind a local proxy).",
+    )
+    access_log: bool = Field(default=True, description="Log one line per request (method, path, status).")
 
 
 class SearchSettings(Section):
@@ -78,6 +83,147 @@ class SearchSettings(Section):
 
     default_limit: int = Field(default=20, ge=1, le=50, description="Hits returned when no limit is given.")
     max_limit: int = Field(default=50, ge=1, le=50, description="Largest `limit` a caller may ask for.")
+
+
+class ModelSettings(Section):
+    """`[model]`: the OpenAI-compatible chat-completions endpoint shared by Observer, Reflector and Dropper."""
+
+    base_url: str | None = Field(
+        default=None,
+        description="Endpoint base URL ending before `/chat/completions`, e.g. `http://127.0.0.1:8080/v1`. "
+        "Unset: no model, so no background observation.",
+    )
+    model_id: str | None = Field(default=None, description="The `model` sent with every request.")
+    api_key: SecretStr | None = Field(
+        default=None, description="Sent only as `Authorization: Bearer <key>`; never logged."
+    )
+    timeout_seconds: float = Field(
+        default=120.0, gt=0, le=3600, description="Overall deadline of one call, retries and body included."
+    )
+    max_retries: int = Field(
+        default=2, ge=0, le=10, description="Extra tries after HTTP 429, 5xx or a connection failure."
+    )
+    retry_backoff_seconds: float = Field(
+        default=1.0, ge=0, le=60, description="First retry delay; doubled per retry (Retry-After wins)."
+    )
+    context_window_tokens: int = Field(
+        default=32_768, ge=2048, le=10_000_000, description="The model's context window, in tokens."
+    )
+    temperature: float | None = Field(
+        default=0.0, ge=0, le=2, description="Sampling temperature; unset sends none (provider default)."
+    )
+    max_output_tokens: int | None = Field(
+        default=4096, ge=16, description="`max_tokens` per reply; unset sends none."
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL")
+        if parts.username or parts.password:
+            raise ValueError("must not contain credentials; set api_key instead")
+        if parts.query or parts.fragment:
+            raise ValueError("must not have a query string or fragment")
+        return value.rstrip("/")
+
+
+class ModelOverride(Section):
+    """`[observer.model]`, `[reflector.model]`, `[dropper.model]`: fields that differ from `[model]`."""
+
+    base_url: str | None = Field(default=None, description="Overrides `model.base_url` for this role.")
+    model_id: str | None = Field(default=None, description="Overrides `model.model_id` for this role.")
+    api_key: SecretStr | None = Field(default=None, description="Overrides `model.api_key` for this role.")
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="Overrides the deadline.")
+    max_retries: int | None = Field(default=None, ge=0, le=10, description="Overrides `model.max_retries`.")
+    context_window_tokens: int | None = Field(
+        default=None, ge=2048, le=10_000_000, description="Overrides `model.context_window_tokens`."
+    )
+    temperature: float | None = Field(default=None, ge=0, le=2, description="Overrides `model.temperature`.")
+    max_output_tokens: int | None = Field(default=None, ge=16, description="Overrides `model.max_output_tokens`.")
+
+    _check_url = field_validator("base_url")(ModelSettings._http_url.__func__)  # type: ignore[attr-defined]
+
+    def apply_to(self, shared: ModelSettings) -> ModelSettings:
+        changes = self.model_dump(exclude_none=True)
+        return shared.model_copy(update=changes) if changes else shared
+
+
+class ObserverSettings(Section):
+    """`[observer]`: background observation of conversation events."""
+
+    enabled: bool = Field(
+        default=True, description="Observe in the background (needs `[model]`). False: events are only stored."
+    )
+    buffer_tokens: int = Field(
+        default=6000, ge=1, description="Unobserved tokens in a session that start a background observation."
+    )
+    observation_threshold: int = Field(
+        default=30_000, ge=1, description="Where an agent compacts its context; reported in the status."
+    )
+    context_window_ratio: float = Field(
+        default=0.65, gt=0.05, le=0.95, description="Share of the model's context window one request may fill."
+    )
+    memory_share: float = Field(
+        default=0.25, ge=0, le=0.8, description="Share of that envelope for existing memory shown for context."
+    )
+    max_tool_rounds: int = Field(
+        default=6, ge=1, le=32, description="Model replies per chunk (first try plus correction rounds)."
+    )
+    max_chunks_per_job: int = Field(
+        default=8, ge=1, le=1000, description="Chunks one job observes before it queues a continuation."
+    )
+    max_observation_chars: int = Field(
+        default=1000, ge=40, le=4000, description="Longest observation accepted (longer ones are sent back)."
+    )
+    resume_after_failure_seconds: float = Field(
+        default=600, ge=0, description="Housekeeping retries a session over the buffer this long after a failure."
+    )
+    model: ModelOverride = Field(default_factory=ModelOverride)
+
+
+class ReflectorSettings(Section):
+    """`[reflector]`: condensing observations into reflections."""
+
+    reflect_after_observation_tokens: int = Field(
+        default=40_000, ge=1, description="Active observation tokens above which a reflection is due."
+    )
+    model: ModelOverride = Field(default_factory=ModelOverride)
+
+
+class DropperSettings(Section):
+    """`[dropper]`: retiring observations that reflections cover."""
+
+    model: ModelOverride = Field(default_factory=ModelOverride)
+
+
+class JobSettings(Section):
+    """`[jobs]`: the durable job queue and its workers."""
+
+    max_retries: int = Field(default=3, ge=0, le=20, description="Retries after a failed attempt (3 = 4 attempts).")
+    retry_backoff_seconds: float = Field(
+        default=5.0, ge=0, le=3600, description="Delay before the first retry; doubled per retry, capped at 15 min."
+    )
+    lease_seconds: float = Field(
+        default=60.0, ge=0.5, le=3600, description="How long a claimed job stays owned without a heartbeat."
+    )
+    poll_seconds: float = Field(default=1.0, gt=0, le=60, description="Idle workers look for work this often.")
+    worker_threads: int = Field(default=1, ge=1, le=32, description="Jobs run at once per worker process.")
+    housekeeping_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="Interval of lease reaping, stale-activity clearing, resuming."
+    )
+    stale_activity_seconds: float = Field(
+        default=300.0, gt=0, description="Current-activity rows older than this are hidden and cleared."
+    )
+    keep_finished_days: float = Field(
+        default=7.0, ge=0, description="Finished jobs are deleted after this many days (failed ones after 4x)."
+    )
+    in_server: bool = Field(default=True, description="`obsmem serve` runs workers in the server process.")
 
 
 class Settings(BaseSettings):
@@ -100,6 +246,11 @@ class Settings(BaseSettings):
     )
     server: ServerSettings = Field(default_factory=ServerSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    observer: ObserverSettings = Field(default_factory=ObserverSettings)
+    reflector: ReflectorSettings = Field(default_factory=ReflectorSettings)
+    dropper: DropperSettings = Field(default_factory=DropperSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
     semantic: SemanticSettings | None = Field(
         default=None,
         description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",
@@ -121,6 +272,16 @@ class Settings(BaseSettings):
     def auth_enabled(self) -> bool:
         return bool(self.api_keys)
 
+    def model_for(self, role: str) -> ModelSettings:
+        """The shared `[model]` with the role's overrides (`observer`, `reflector` or `dropper`) applied."""
+        sections: dict[str, ObserverSettings | ReflectorSettings | DropperSettings] = {
+            "observer": self.observer,
+            "reflector": self.reflector,
+            "dropper": self.dropper,
+        }
+        if role not in sections:
+            raise ValueError(f"unknown model role {role!r}")
+        return sections[role].model.apply_to(self.model)
     @property
     def semantic_enabled(self) -> bool:
         return self.semantic is not None and self.semantic.enabled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -10,6 +11,8 @@ from pydantic import ValidationError
 from obsmem.errors import InvalidProject, InvalidSession, ValidationFailed
 
 PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+# Parts of a field path that are safe to show; anything else came from the client and is not echoed.
+_FIELD_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 # C0 controls other than tab, and DEL: never part of memory text or queries (the trigram index uses
 # U+0001 as a sentinel).
@@ -45,9 +48,19 @@ def utf8_text(value: str, field: str) -> str:
     return value
 
 
+def field_path(parts: Iterable[object]) -> str:
+    """A dotted field path for error messages. Client-chosen keys (an unexpected property name) may hold
+    anything, lone surrogates included, so a part that is not a plain identifier or index is shown as
+    ``<key>`` rather than echoed."""
+    return ".".join(
+        str(part) if isinstance(part, int) or (isinstance(part, str) and _FIELD_PART.fullmatch(part)) else "<key>"
+        for part in parts
+    )
+
+
 def first_problem(exc: ValidationError, prefix: str = "") -> ValidationFailed:
     """Turn a pydantic error into one ValidationFailed naming the first bad field (never its value)."""
     err: dict[str, Any] = dict(exc.errors()[0])
-    location = ".".join(str(part) for part in (*([prefix] if prefix else []), *err["loc"])) or prefix or "body"
+    location = ".".join(part for part in (prefix, field_path(err["loc"])) if part) or "body"
     message = str(err["msg"]).removeprefix("Value error, ")
     return ValidationFailed(f"{location}: {message}", field=location)

@@ -102,13 +102,26 @@ class Bm25List:
             return None
         return " OR ".join(fts_string(text) for _, text in terms)
 
-    def search(self, conn: apsw.Connection, query: str, k: int, where: Filter | None = None) -> RankedList:
+    def search(
+        self,
+        conn: apsw.Connection,
+        query: str,
+        k: int,
+        where: Filter | None = None,
+        label_range: tuple[int, int] | None = None,
+    ) -> RankedList:
+        """Top-k chunks. With a filter, ``label_range`` may bound the chunk labels that can pass it (known
+        from the in-memory vectors): FTS5 then reads only that stretch of each posting list, which for a
+        date window over memories written in date order is a small part of it. The filter itself is
+        still applied exactly."""
         expression = self.match_expression(conn, query)
         result = RankedList("bm25")
         if expression is None or k <= 0:
             return result
         if where is None or where.is_open:
-            sql = f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? ORDER BY rank, rowid LIMIT ?"
+            sql = (
+                f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? ORDER BY rank, rowid LIMIT ?"
+            )
             params: list[object] = [expression, k + 1]
         else:
             clauses, params = [], [expression]
@@ -121,8 +134,13 @@ class Bm25List:
             if where.session_id is not None:
                 clauses.append("c.session_id = ?")
                 params.append(where.session_id)
+            bounded = ""
+            if label_range is not None:
+                bounded = " AND rowid BETWEEN ? AND ?"
+                params[1:1] = [label_range[0], label_range[1]]
             sql = (
-                f"WITH hits AS MATERIALIZED (SELECT rowid AS id, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?)"
+                f"WITH hits AS MATERIALIZED (SELECT rowid AS id, rank FROM {FTS_TABLE}"
+                f" WHERE {FTS_TABLE} MATCH ?{bounded})"
                 " SELECT h.id, h.rank FROM hits AS h JOIN semantic_chunks AS c ON c.id = h.id"
                 f" WHERE {' AND '.join(clauses)} ORDER BY h.rank, h.id LIMIT ?"
             )

@@ -60,15 +60,25 @@ class Candidate:
         return Hit.from_row(self.row)
 
 
-def vector_list(vectors: VectorSet, query: np.ndarray, k: int, where: Filter, exact_max: int) -> RankedList:
-    """Top-k chunks by cosine similarity among those passing the filter (filter first, then rank)."""
+def vector_list(
+    vectors: VectorSet,
+    query: np.ndarray,
+    k: int,
+    where: Filter,
+    exact_max: int,
+    slots: np.ndarray | None = None,
+) -> RankedList:
+    """Top-k chunks by cosine similarity among those passing the filter (filter first, then rank).
+
+    ``slots`` is the filter's selection when the caller has already made it."""
     result = RankedList("vector")
     if where.is_open:
         items = vectors.approximate(query, k + 1)
         if items is None:
             items = vectors.exact(query, None, k + 1)
     else:
-        slots = vectors.selection(where)
+        if slots is None:
+            slots = vectors.selection(where)
         items = None
         if len(slots) > exact_max:
             items = vectors.approximate(query, k + 1, where)
@@ -176,15 +186,22 @@ class HybridSearcher:
                 raise self._building(index, conn, compatible=True)
             partial = bool(conn.execute("SELECT EXISTS (SELECT 1 FROM semantic_pending)").fetchone()[0])
             margin = self._stale_margin(conn) if partial else 0
+            slots = None if where.is_open else vectors.selection(where)
+            label_range = None
+            if slots is not None and state.version == vectors.version:
+                # The in-memory vectors hold exactly this snapshot's chunks, so the window's labels are
+                # known: the keyword list need only read that range of labels.
+                if len(slots) == 0:
+                    label_range = (1, 0)
+                else:
+                    window_labels = vectors.labels[slots]
+                    label_range = (int(window_labels.min()), int(window_labels.max()))
             lists: list[RankedList] = []
             if use_bm25:
-                lists.append(self.bm25.search(conn, request.query, k + margin, where))
+                lists.append(self.bm25.search(conn, request.query, k + margin, where, label_range))
             if query_vector is not None:
-                lists.append(
-                    vector_list(
-                        vectors, query_vector, k + margin, where, self.settings.index.exact_scan_max_chunks
-                    )
-                )
+                exact_max = self.settings.index.exact_scan_max_chunks
+                lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
             valid = self._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
         for ranked in lists:
             kept = [item for item in ranked.items if item[0] in valid]

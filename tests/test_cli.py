@@ -710,3 +710,15 @@ def test_mcp_serves_the_tools_over_stdio(loaded: Path) -> None:
     tools, text = anyio.run(session)
     assert {"memory_search", "recall"} <= tools
     assert expected in text
+
+
+def test_forget_deletes_a_memory_and_keeps_its_events(loaded: Path) -> None:
+    hits = json.loads(ok(run(loaded, "search", "proj", "a", "--json")).stdout)["hits"]
+    target = hits[0]
+    result = ok(run(loaded, "forget", "proj", target["id"]))
+    assert result.stdout.startswith(f"Deleted observation {target['id']}")
+    db = database(loaded, "proj")
+    assert db.execute("SELECT count(*) FROM memories WHERE memory_id = ?", (target["memory_id"],)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 6
+    again = run(loaded, "forget", "proj", target["id"])
+    assert again.exit_code == 1 and again.stderr.startswith("error: not_found: ")

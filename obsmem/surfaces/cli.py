@@ -42,10 +42,16 @@ COMMANDS: dict[str, str] = {
     "ingest": "obsmem.surfaces.cli:ingest",
     "search": "obsmem.surfaces.cli:search",
     "recall": "obsmem.surfaces.cli:recall",
-    "status": "obsmem.surfaces.cli:status",
+    "status": "obsmem.surfaces.cli_pipeline:status",
+    "view": "obsmem.surfaces.cli_pipeline:view",
+    "observe": "obsmem.surfaces.cli_pipeline:observe",
+    "events": "obsmem.surfaces.cli_pipeline:events",
+    "worker": "obsmem.surfaces.cli_pipeline:worker",
     "demo": "obsmem.surfaces.cli_demo:demo",
     "eval": "obsmem.surfaces.cli_eval:eval_group",
     "mcp": "obsmem.surfaces.cli:mcp",
+    "index": "obsmem.surfaces.cli_index:index",
+    "forget": "obsmem.surfaces.cli:forget",
 }
 
 
@@ -69,7 +75,9 @@ class App:
     @property
     def service(self) -> Obsmem:
         if self._service is None:
-            self._service = Obsmem(self.settings())
+            # One-shot commands never start the background indexer: a search must not load the model
+            # to index. `serve`, `worker` and `index` build their own services.
+            self._service = Obsmem(self.settings(), background_indexing=False)
         return self._service
 
     def close(self) -> None:
@@ -248,7 +256,7 @@ def ingest(
         raise click.exceptions.Exit(RUNTIME_EXIT)
 
 
-# -- search, recall, status ---------------------------------------------------------------------------------
+# -- search and recall ---------------------------------------------------------------------------------------
 
 
 @click.command()
@@ -312,29 +320,23 @@ def recall(app: App, project: str, memory_id: str, session_id: str | None, as_js
 
 
 @click.command()
-@click.argument("project", required=False)
+@click.argument("project")
+@click.argument("memory_id", metavar="ID")
+@session_option("Look only in this session (the session_id of a search hit).")
 @json_option
 @pass_app
-def status(app: App, project: str | None, as_json: bool) -> None:
-    """Counts for PROJECT, or for every project in the data directory when omitted."""
-    service = app.service
-    if project is not None:
-        rows = [service.status(project)]
-    else:
-        rows = [service.status(name) for name in service.project_names()]
+def forget(app: App, project: str, memory_id: str, session_id: str | None, as_json: bool) -> None:
+    """Delete memory ID of PROJECT (an observation or a reflection).
+
+    It leaves every search result at once; in semantic mode its indexed copies go at the next indexing
+    batch. The events it cites are kept. ID is a 12-character id or any unique 12-64 hex prefix.
+    """
+    deleted = app.service.forget(project, memory_id, session_id=session_id)
     if as_json:
-        if project is not None:
-            render.emit_json(rows[0])
-        else:
-            render.emit_json({"data_dir": str(service.projects.data_dir), "projects": rows})
-        return
-    console = render.stdout()
-    if not rows:
-        console.print(
-            f"No projects in {service.projects.data_dir} yet: `obsmem ingest PROJECT FILE` creates one."
-        )
-        return
-    render.render_status(console, rows)
+        render.emit_json(deleted)
+    else:
+        hit = deleted["deleted"]
+        click.echo(f"Deleted {hit['kind']} {hit['id']} of session {hit['session_id']}.")
 
 
 def main() -> None:

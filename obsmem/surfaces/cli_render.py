@@ -169,6 +169,10 @@ def _size(count: int) -> str:
 
 
 def render_status(console: Console, projects: Sequence[dict[str, Any]]) -> None:
+    console.print(status_table(projects))
+
+
+def status_table(projects: Sequence[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     table.add_column("project", overflow="fold")
     for name in ("sessions", "events", "observations", "reflections"):
@@ -186,7 +190,7 @@ def render_status(console: Console, projects: Sequence[dict[str, Any]]) -> None:
             last[:16].replace("T", " ") if last else "-",
             _size(row["database_bytes"]),
         )
-    console.print(table)
+    return table
 
 
 def render_import_receipt(console: Console, receipt: dict[str, Any]) -> None:

@@ -1,9 +1,9 @@
 """The Python API: one object that every surface (HTTP, CLI, tools, MCP) calls.
 
-    from obsmem import Obsmem
-    memory = Obsmem(data_dir="~/.local/share/obsmem")
-    memory.append_events("my-app", "s1", [{"role": "user", "content": "fix the login test"}])
-    memory.search("my-app", "login")
+from obsmem import Obsmem
+memory = Obsmem(data_dir="~/.local/share/obsmem")
+memory.append_events("my-app", "s1", [{"role": "user", "content": "fix the login test"}])
+memory.search("my-app", "login")
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from obsmem import eventlog
 from obsmem.events import AppendReceipt, append_events
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
+from obsmem.jobs import EnqueueResult
 from obsmem.memories import WriteReceipt, add_observations
+from obsmem.pipeline.projection import Projection
+from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.exact import ExactSearcher
 from obsmem.retrieval.recall import find_memory_row
@@ -23,6 +27,8 @@ from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest, run_exact
 from obsmem.settings import Settings, load_settings
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import session_id as check_session_id
+from obsmem.workers import WorkerPool
 
 if TYPE_CHECKING:
     from obsmem.indexer.engine import SemanticIndexer
@@ -49,6 +55,8 @@ class Obsmem:
             settings = settings.model_copy(update={"data_dir": Path(data_dir)})
         self.settings = settings
         self.projects = ProjectRegistry(settings.data_dir)
+        self.pipeline = ObservationPipeline(settings)
+        self.workers: WorkerPool | None = None
         self.indexer: SemanticIndexer | None = None
         self.hybrid: HybridSearcher | None = None
         self.reranker: Reranker | None = None
@@ -71,7 +79,16 @@ class Obsmem:
     # -- writes ---------------------------------------------------------------------------------
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
-        return append_events(self.projects.get(project, create=True), session_id, events)
+        """Store events; if the session's backlog reached the buffer, an observe job is queued with them.
+
+        Never waits for a model: observation runs on the workers (``start_workers`` / ``obsmem worker``).
+        """
+        db = self.projects.get(project, create=True)
+        hook = self.pipeline.append_hook(db)
+        receipt = append_events(db, session_id, events, after_insert=hook)
+        if hook.queued:
+            self._wake_workers()
+        return receipt
 
     def import_jsonl(
         self,
@@ -83,12 +100,23 @@ class Obsmem:
     ) -> ImportReceipt:
         """Import a JSONL transcript; ``progress(phase, done, total)`` is told how far it got.
 
-        The whole file is validated before the project is opened, so a bad file creates nothing.
+        The whole file is validated before the project is opened, so a bad file creates nothing. Like
+        appends, it queues observation for sessions whose backlog reached the buffer.
         """
         parsed = read_transcript(Path(path), session_id, progress)
-        receipt = append_transcript(self.projects.get(project, create=True), parsed, progress)
-        self._memories_changed(project)
+        db = self.projects.get(project, create=True)
+        hook = self.pipeline.append_hook(db)
+        receipt = append_transcript(db, parsed, progress, after_insert=hook)
+        if hook.queued:
+            self._wake_workers()
         return receipt
+
+    def observe(self, project: str, session_id: str) -> EnqueueResult:
+        """Queue observation of the session's whole backlog now (below the buffer threshold too)."""
+        session_id = check_session_id(session_id)
+        result = self.pipeline.request_observation(self.projects.get(project), session_id)
+        self._wake_workers()
+        return result
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         receipt = add_observations(self.projects.get(project, create=True), observations)
@@ -204,12 +232,75 @@ class Obsmem:
             )
         return self.indexer.backfill(project, progress)
 
+    # -- the observation pipeline ---------------------------------------------------------------
+
+    def memory(self, project: str, session_id: str) -> Projection:
+        """The session's active memory rendered for injection at compaction (instant, no model call)."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.projection(self.projects.get(project), session_id)
+
+    def session_status(self, project: str, session_id: str) -> dict[str, Any]:
+        """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.status(self.projects.get(project), session_id)
+
+    def pipeline_events(
+        self,
+        project: str,
+        *,
+        after: object = None,
+        limit: object = None,
+        session_id: str | None = None,
+        types: tuple[str, ...] = (),
+        newest: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The om event log, oldest first, from the event after ``after`` (an event id).
+
+        ``newest`` returns the last ``limit`` events (still oldest first) instead of the first.
+        """
+        if session_id is not None:
+            session_id = check_session_id(session_id)
+        return self.pipeline.events(
+            self.projects.get(project),
+            after=eventlog.parse_after(after),
+            limit=eventlog.parse_list_limit(limit),
+            session_id=session_id,
+            types=types,
+            newest=newest,
+        )
+
+    def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> dict[str, Any]:
+        queue = self.pipeline.queue(self.projects.get(project))
+        return {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)}
+
+    def worker_pool(self) -> WorkerPool:
+        """The pool that runs background jobs for every project of this data directory (not started)."""
+        if self.workers is None:
+            self.workers = WorkerPool(
+                self.projects,
+                self.pipeline.handlers,
+                self.settings.jobs,
+                housekeeping=self.pipeline.housekeeping_tasks,
+            )
+        return self.workers
+
+    def start_workers(self, *, threads: int | None = None, housekeeping: bool = True) -> WorkerPool:
+        pool = self.worker_pool()
+        pool.start(threads=threads, housekeeping=housekeeping)
+        return pool
+
+    def stop_workers(self, timeout: float = 10.0) -> None:
+        if self.workers is not None:
+            self.workers.stop(timeout)
+
+    def _wake_workers(self) -> None:
+        if self.workers is not None and self.workers.running:
+            self.workers.wake()
+
     def status(self, project: str) -> dict[str, Any]:
         db = self.projects.get(project)
         with db.read() as conn:
-            sessions, events = conn.execute(
-                "SELECT count(*), coalesce(sum(event_count), 0) FROM sessions"
-            ).fetchone()
+            sessions, events = conn.execute("SELECT count(*), coalesce(sum(event_count), 0) FROM sessions").fetchone()
             kinds = dict(conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall())
             last = conn.execute("SELECT max(updated_at) FROM sessions").fetchone()[0]
         return {
@@ -221,6 +312,8 @@ class Obsmem:
             "last_activity": last,
             "database_bytes": db.path.stat().st_size,
             "mode": self.default_mode,
+            "observer": self.pipeline.observer_state,
+            "jobs": self.pipeline.queue(db).counts(),
         } | self._index_status(project)
 
     def _index_status(self, project: str) -> dict[str, Any]:
@@ -246,6 +339,8 @@ class Obsmem:
         self.projects.release(project)
 
     def close(self) -> None:
+        self.stop_workers()
+        self.pipeline.close()
         if self.indexer is not None:
             self.indexer.close()
         if self.reranker is not None:

@@ -1,0 +1,113 @@
+"""The pipeline event log: what the background stages did, for status views and event streams.
+
+One append-only table (``om_events``). Ids only grow, so a reader that remembers the last id it saw
+resumes exactly where it stopped (the SSE stream uses it as ``Last-Event-ID``). Events carry counts,
+durations, ids and sanitised error codes — never memory text, prompts or model output.
+
+Types written by obsmem:
+
+- ``om_observation_start`` / ``om_observation_end`` / ``om_observation_failed``: one Observer cycle (one
+  chunk), correlated by ``cycle_id``.
+- ``job_failed``: a job gave up after its last attempt (exactly one per such job).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from obsmem.dates import now_iso
+from obsmem.errors import ValidationFailed
+
+MAX_LIST = 1000
+DEFAULT_LIST = 100
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    id: int
+    type: str
+    session_id: str | None
+    cycle_id: str | None
+    job_id: int | None
+    created_at: str
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.id, "type": self.type, "created_at": self.created_at}
+        if self.session_id is not None:
+            body["session_id"] = self.session_id
+        if self.cycle_id is not None:
+            body["cycle_id"] = self.cycle_id
+        if self.job_id is not None:
+            body["job_id"] = self.job_id
+        body.update(self.data)
+        return body
+
+
+def record(
+    conn: apsw.Connection,
+    type_: str,
+    *,
+    session_id: str | None = None,
+    cycle_id: str | None = None,
+    job_id: int | None = None,
+    data: dict[str, Any] | None = None,
+) -> int:
+    """Append one event inside the caller's transaction (or autocommit). Returns its id."""
+    row = conn.execute(
+        "INSERT INTO om_events(type, session_id, cycle_id, job_id, created_at, data)"
+        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        (type_, session_id, cycle_id, job_id, now_iso(), json.dumps(data or {}, separators=(",", ":"))),
+    ).fetchone()
+    return int(row[0])
+
+
+def parse_list_limit(value: object) -> int:
+    if value is None:
+        return DEFAULT_LIST
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIST:
+        raise ValidationFailed(f"limit must be an integer between 1 and {MAX_LIST}", field="limit")
+    return value
+
+
+def parse_after(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationFailed("after must be a non-negative event id", field="after")
+    return value
+
+
+def list_events(
+    conn: apsw.Connection,
+    *,
+    after: int = 0,
+    limit: int = DEFAULT_LIST,
+    session_id: str | None = None,
+    types: tuple[str, ...] = (),
+    newest: bool = False,
+) -> list[LoggedEvent]:
+    """Events with ``id > after``, oldest first; ``newest`` takes the last ``limit`` instead of the first."""
+    sql = "SELECT id, type, session_id, cycle_id, job_id, created_at, data FROM om_events WHERE id > ?"
+    params: list[Any] = [after]
+    if session_id is not None:
+        sql += " AND session_id = ?"
+        params.append(session_id)
+    if types:
+        sql += f" AND type IN ({', '.join('?' for _ in types)})"
+        params.extend(types)
+    sql += " ORDER BY id DESC LIMIT ?" if newest else " ORDER BY id LIMIT ?"
+    params.append(limit)
+    rows = conn.execute(sql, params).fetchall()
+    if newest:
+        rows.reverse()
+    return [LoggedEvent(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6])) for row in rows]
+
+
+def last_event_id(conn: apsw.Connection) -> int:
+    row = conn.execute("SELECT coalesce(max(id), 0) FROM om_events").fetchone()
+    return int(row[0])

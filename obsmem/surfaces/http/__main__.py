@@ -1,0 +1,5 @@
+import sys
+
+from obsmem.surfaces.http.server import main
+
+sys.exit(main())

@@ -1,0 +1,135 @@
+"""Every error the HTTP API returns has one shape: ``{"error": {"code", "message", "field"?}}``.
+
+Errors are mapped here once: :class:`ObsmemError` by its ``status`` and ``code``; FastAPI's own request
+validation to 422 with the code of the field (``invalid_query`` for ``query``, ``invalid_date`` for
+``after``/``before``, ...) or ``invalid_request``; unknown paths to 404 ``not_found``; a wrong method to
+405 ``method_not_allowed``. Messages name the field and what is allowed, never the value sent. Anything
+unexpected is a 500 ``internal_error`` with no detail (and a log line with the traceback).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Send
+
+from obsmem.errors import ObsmemError
+from obsmem.surfaces.http.responses import JSONBody, dumps
+from obsmem.validation import field_path
+
+logger = logging.getLogger("obsmem.http")
+
+# A request field whose problems have a code of their own, whichever layer finds them.
+FIELD_CODES = {
+    "query": "invalid_query",
+    "after": "invalid_date",
+    "before": "invalid_date",
+    "project": "invalid_project",
+    "session_id": "invalid_session",
+    "id": "invalid_id",
+}
+MAX_MESSAGE_CHARS = 300
+
+
+def error_content(code: str, message: str, field: str | None = None, **details: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        body["field"] = field
+    body.update(details)
+    return {"error": body}
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    return JSONBody(error_content(code, message, field), status_code=status, headers=headers)
+
+
+def obsmem_error_response(exc: ObsmemError) -> Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="obsmem"'} if exc.status == 401 else None
+    return JSONBody({"error": exc.to_dict()}, status_code=exc.status, headers=headers)
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Answer from ASGI middleware (before any route runs)."""
+    body = dumps(error_content(code, message, field))
+    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _clean_message(err: dict[str, Any]) -> str:
+    message = str(err.get("msg", "is not valid")).removeprefix("Value error, ")
+    value = err.get("input")
+    # Pydantic messages do not quote the input, but make sure: a value is never sent back.
+    if isinstance(value, str) and len(value) >= 3 and value in message:
+        message = message.replace(value, "<value>")
+    return message[:MAX_MESSAGE_CHARS]
+
+
+def validation_problem(exc: RequestValidationError) -> tuple[str, str, str]:
+    """``(code, field, message)`` for the first problem FastAPI found."""
+    errors = exc.errors()
+    err: dict[str, Any] = dict(errors[0]) if errors else {"loc": ("body",), "msg": "is not valid"}
+    loc = list(err.get("loc", ()))
+    source = loc.pop(0) if loc and loc[0] in ("body", "path", "query", "header", "cookie") else "body"
+    if err.get("type") == "json_invalid":
+        reason = str((err.get("ctx") or {}).get("error", "JSON decode error"))[:100]
+        return "invalid_request", "body", f"body is not valid JSON ({reason})"
+    field = field_path(loc) or source
+    if field == "body" and err.get("type") in ("model_attributes_type", "dict_type", "missing"):
+        message = "body must be a JSON object sent with Content-Type: application/json"
+        return "invalid_request", field, message
+    code = FIELD_CODES.get(field, "invalid_request")
+    if err.get("type") == "string_unicode":
+        return code, field, f"{field}: text is not valid Unicode (it holds a lone surrogate)"
+    return code, field, f"{field}: {_clean_message(err)}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_obsmem_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ObsmemError)
+        return obsmem_error_response(exc)
+
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        code, field, message = validation_problem(exc)
+        return error_response(422, code, message, field)
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return error_response(404, "not_found", "no such route; see /docs for the API")
+        if exc.status_code == 405:
+            headers = {"Allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+            return error_response(405, "method_not_allowed", "method not allowed on this route", headers=headers)
+        if exc.status_code == 400:
+            # FastAPI raises this when a body cannot be parsed at all (e.g. JSON nested too deeply).
+            return error_response(422, "invalid_request", "body could not be read as JSON", "body")
+        if exc.status_code == 413:
+            return error_response(413, "payload_too_large", "request body is too large")
+        code = "unauthorized" if exc.status_code == 401 else "http_error"
+        return error_response(exc.status_code, code, "request refused")
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error; the server log has the details")
+
+    app.add_exception_handler(ObsmemError, on_obsmem_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

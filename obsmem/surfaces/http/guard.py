@@ -1,0 +1,171 @@
+"""The ASGI layer in front of every route: host/origin checks, bearer keys and the body size limit.
+
+It runs before routing, so no route (and no body parser) ever sees a request that is not allowed:
+
+1. **No keys configured** (the server is bound to loopback): the ``Host`` header must name a loopback
+   host (or one in ``server.allowed_hosts``) and an ``Origin`` header, when a browser sends one, must be
+   a loopback origin. That stops a web page from reaching the unauthenticated API through DNS
+   rebinding or a cross-site request.
+2. **Keys configured**: every path except the public ones needs ``Authorization: Bearer <key>``;
+   otherwise 401 ``unauthorized``. The matched key travels in the scope for the routes (which projects).
+3. **Body limit**: a declared ``Content-Length`` above ``server.max_body_bytes`` is refused at once; a
+   body without one (chunked) is counted as it streams and refused as soon as it passes the limit. The
+   body is read here, before routing, and replayed to the app. A JSON body must be UTF-8.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from obsmem.surfaces.http.auth import OPEN_ACCESS, Access, KeyRing
+from obsmem.surfaces.http.errors import send_error
+
+ACCESS_SCOPE_KEY = "obsmem.access"
+PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="obsmem"'}
+
+
+def host_name(value: str) -> str:
+    """``Host`` header value -> the bare, lowercased host name (port and IPv6 brackets removed)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
+
+
+def is_loopback(name: str) -> bool:
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def origin_host(origin: str) -> str | None:
+    scheme, sep, rest = origin.partition("://")
+    if not sep or scheme not in ("http", "https"):
+        return None
+    return host_name(rest.split("/", 1)[0])
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, max_body_bytes: int, allowed_hosts: Iterable[str] = ()) -> None:
+        self.app = app
+        self.keys = keys
+        self.max_body_bytes = max_body_bytes
+        self.allowed_hosts = frozenset(host_name(h) for h in allowed_hosts)
+        self._hosts_seen: dict[str, bool] = {}
+
+    def _host_allowed(self, name: str) -> bool:
+        known = self._hosts_seen.get(name)
+        if known is None:
+            known = is_loopback(name) or name in self.allowed_hosts
+            if len(self._hosts_seen) < 256:  # bounded: Host headers are client input
+                self._hosts_seen[name] = known
+        return known
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # no websocket routes: refuse before anything else
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = origin = authorization = content_length = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"origin":
+                origin = value
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"content-length":
+                content_length = value
+            elif name == b"content-type":
+                content_type = value
+
+        access: Access = OPEN_ACCESS
+        if not self.keys.enabled:
+            if host is not None and not self._host_allowed(host_name(host.decode("latin-1"))):
+                await send_error(send, 403, "forbidden", "without API keys the server only answers loopback host names")
+                return
+            if origin is not None:
+                seen = origin_host(origin.decode("latin-1"))
+                if seen is None or not self._host_allowed(seen):
+                    await send_error(send, 403, "forbidden", "cross-origin requests are refused without API keys")
+                    return
+        elif scope["path"] not in PUBLIC_PATHS:
+            key = self.keys.match(authorization)
+            if key is None:
+                message = "a valid API key is required: send 'Authorization: Bearer <key>'"
+                await send_error(send, 401, "unauthorized", message, headers=_CHALLENGE)
+                return
+            access = Access(key)
+        scope[ACCESS_SCOPE_KEY] = access
+
+        if content_length is not None:
+            try:
+                declared = int(content_length)
+            except ValueError:
+                declared = -1
+            if declared < 0:
+                await send_error(send, 400, "invalid_request", "Content-Length is not a number", "Content-Length")
+                return
+            if declared > self.max_body_bytes:
+                await self._too_large(send)
+                return
+        body, last = await self._read_body(receive)
+        if body is None:
+            await self._too_large(send)
+            return
+        if last is not None and last["type"] == "http.disconnect":
+            return
+        if body and content_type is not None and b"json" in content_type.lower():
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError:
+                await send_error(send, 422, "invalid_request", "body is not valid UTF-8 text", "body")
+                return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, receive: Receive) -> tuple[bytes | None, Message | None]:
+        """The whole body, or None once it passes the limit (the rest is never read)."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks), message
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    return None, None
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks), None
+
+    async def _too_large(self, send: Send) -> None:
+        message = f"request body is larger than {self.max_body_bytes} bytes"
+        await send_error(send, 413, "payload_too_large", message, "body", headers={"Connection": "close"})
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the buffered body once, then the real channel (disconnects)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

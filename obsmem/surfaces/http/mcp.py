@@ -1,0 +1,71 @@
+"""The MCP endpoint of the HTTP server: streamable HTTP at ``/mcp/{project}``.
+
+An MCP client names the project in the URL it is configured with (``http://host:port/mcp/my-app``)
+and, optionally, its current session (``?session_id=s1``, recall's default scope). The request guard
+has already checked the API key; here the key must also allow the project (otherwise
+``project_not_found``, exactly as for a missing project). The SDK's session manager then serves the
+request in stateless mode with JSON responses: every POST is answered on its own, so nothing is kept
+per client and any worker can answer any request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.types import Receive, Scope, Send
+
+from obsmem.errors import ObsmemError
+from obsmem.surfaces.http.auth import OPEN_ACCESS, Access
+from obsmem.surfaces.http.errors import send_error
+from obsmem.surfaces.http.guard import ACCESS_SCOPE_KEY
+from obsmem.surfaces.mcp_server import MCP_SCOPE_KEY, build_server
+from obsmem.surfaces.service import Obsmem
+from obsmem.validation import project_name
+from obsmem.validation import session_id as check_session_id
+
+MCP_PATH = "/mcp/{project}"
+
+
+class McpEndpoint:
+    """ASGI app behind the ``/mcp/{project}`` route; the session manager lives for the app's lifespan."""
+
+    def __init__(self, service: Obsmem) -> None:
+        self.server = build_server(service)
+        self.manager: StreamableHTTPSessionManager | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        # A session manager runs once; a fresh one per lifespan lets the app start again (tests do).
+        manager = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
+        async with manager.run():
+            self.manager = manager
+            try:
+                yield
+            finally:
+                self.manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        access: Access = scope.get(ACCESS_SCOPE_KEY, OPEN_ACCESS)
+        try:
+            project = access.require(project_name(scope["path_params"]["project"]))
+            session = _session_from_query(scope.get("query_string", b""))
+        except ObsmemError as exc:
+            await send_error(send, exc.status, exc.code, exc.message, exc.field)
+            return
+        if self.manager is None:
+            await send_error(send, 503, "service_unavailable", "the MCP endpoint is not running")
+            return
+        scope[MCP_SCOPE_KEY] = {"project": project, "session_id": session}
+        await self.manager.handle_request(scope, receive, send)
+
+
+def _session_from_query(query_string: bytes) -> str | None:
+    values: dict[str, list[str]] = parse_qs(query_string.decode("latin-1"))
+    found: Any = values.get("session_id")
+    if not found:
+        return None
+    return check_session_id(found[-1])

@@ -1,0 +1,86 @@
+"""Reads of memory: ``memory_search`` and ``recall``.
+
+Both are ``async def`` and call the service on the event loop: an exact search or a recall is an
+indexed SQLite read of about a millisecond, cheaper than a hop through the threadpool (see
+docs/benchmarks.md, "HTTP"). A search mode that may take longer (hybrid) runs in the threadpool.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from obsmem.surfaces.http.deps import MemoryIdPath, ProjectName, allowed_project, errors, service_of
+from obsmem.surfaces.http.models import (
+    SESSION_PATTERN,
+    ForgetResponse,
+    RecallResponse,
+    SearchRequest,
+    SearchResponse,
+)
+from obsmem.surfaces.http.responses import JSONBody
+
+router = APIRouter(tags=["memory"])
+
+
+@router.post(
+    "/projects/{project}/search",
+    response_model=SearchResponse,
+    responses=errors((503, "Hybrid search cannot answer now (`index_building`, `embedding_unavailable`, ...).")),
+    summary="memory_search: exact substring or hybrid search over memories",
+)
+async def search(request: Request, project: ProjectName, body: SearchRequest) -> Response:
+    allowed_project(request, project)
+    service = service_of(request)
+    arguments = body.model_dump(exclude={"query"})
+    mode = body.mode or service.default_mode
+    if mode == "exact":
+        result = service.search(project, body.query, **arguments)
+    else:
+        result = await run_in_threadpool(lambda: service.search(project, body.query, **arguments))
+    return JSONBody(result.to_dict())
+
+
+@router.get(
+    "/projects/{project}/memories/{id}",
+    response_model=RecallResponse,
+    responses=errors(),
+    summary="recall: a memory and its provenance",
+)
+async def recall(
+    request: Request,
+    project: ProjectName,
+    id: MemoryIdPath,
+    session_id: Annotated[
+        str | None,
+        Query(
+            pattern=SESSION_PATTERN,
+            max_length=128,
+            description="Look only in this session (pass the session_id of the search hit).",
+        ),
+    ] = None,
+) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).recall(project, id, session_id=session_id))
+
+
+@router.delete(
+    "/projects/{project}/memories/{id}",
+    response_model=ForgetResponse,
+    responses=errors(),
+    summary="Delete a memory: gone from every search result at once",
+)
+def forget(
+    request: Request,
+    project: ProjectName,
+    id: MemoryIdPath,
+    session_id: Annotated[
+        str | None,
+        Query(pattern=SESSION_PATTERN, max_length=128, description="Look only in this session."),
+    ] = None,
+) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).forget(project, id, session_id=session_id))

@@ -1,0 +1,212 @@
+"""The observation pipeline over HTTP: a session's memory (the instant projection), its progress state,
+a request to observe it now, and the project's pipeline event log as a list or a server-sent-events stream.
+
+Reads are ``async def`` and call the service on the event loop (indexed reads of a few milliseconds);
+``observe`` writes, so it runs in the threadpool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query, Request
+from pydantic import BaseModel, Field
+from sse_starlette.sse import EventSourceResponse
+from starlette.responses import PlainTextResponse, Response
+
+from obsmem.errors import ValidationFailed
+from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
+from obsmem.surfaces.http.models import SESSION_PATTERN
+from obsmem.surfaces.http.responses import JSONBody
+
+router = APIRouter(tags=["pipeline"])
+
+STREAM_POLL_SECONDS = 0.25
+STREAM_PAGE = 200
+EVENT_TYPES = ("om_observation_start", "om_observation_end", "om_observation_failed", "job_failed")
+
+
+class MemoryProjection(BaseModel):
+    session_id: str
+    empty: bool = Field(description="No reflections and no observations: fall back to your own summary.")
+    reflections: int
+    observations: int
+    tokens: int = Field(description="Estimated tokens of `text`.")
+    text: str = Field(description="The rendered memory, empty when `empty`.")
+
+
+class CurrentActivity(BaseModel):
+    stage: str = Field(description="`observer` (pipeline II adds `reflector` and `dropper`).")
+    tokens: int = Field(description="Estimated tokens the stage is working on.")
+    running_seconds: float
+    job_id: int
+
+
+class LastError(BaseModel):
+    type: str = Field(description="`om_observation_failed` or `job_failed`.")
+    code: str
+    message: str
+    at: str
+
+
+class SessionJobs(BaseModel):
+    queued: int
+    running: int
+
+
+class SessionStatus(BaseModel):
+    session_id: str
+    status: Literal["idle", "observing", "reflecting"]
+    pending_tokens: int = Field(description="Estimated tokens of events not observed yet (the backlog).")
+    threshold: int = Field(description="`observer.buffer_tokens`: the backlog that starts observation.")
+    threshold_percent: float
+    observation_threshold: int = Field(description="`observer.observation_threshold` (where agents compact).")
+    observation_tokens: int = Field(description="Estimated tokens of the session's observations.")
+    reflection_threshold: int
+    generation_count: int
+    current_activity: CurrentActivity | None
+    last_error: LastError | None = Field(description="The newest failure, until a later cycle succeeds.")
+    pending_events: int
+    observed_through_seq: int = Field(description="Every event up to this seq is observed (never decreases).")
+    last_seq: int
+    observer: Literal["enabled", "disabled", "not_configured"]
+    jobs: SessionJobs
+
+
+class ObserveResponse(BaseModel):
+    job_id: int
+    queued: bool = Field(description="False when the same request was already waiting.")
+
+
+class PipelineEvent(BaseModel):
+    model_config = {"extra": "allow"}
+
+    id: int
+    type: str
+    created_at: str
+    session_id: str | None = None
+    cycle_id: str | None = None
+    job_id: int | None = None
+
+
+class PipelineEventsResponse(BaseModel):
+    events: list[PipelineEvent]
+    last_id: int = Field(description="Pass as `after_id` to read on (equals `after_id` when nothing is new).")
+
+
+SessionQuery = Annotated[
+    str | None, Query(pattern=SESSION_PATTERN, max_length=128, description="Only events of this session.")
+]
+
+
+@router.get(
+    "/projects/{project}/sessions/{session_id}/memory",
+    response_model=MemoryProjection,
+    responses={
+        **errors(),
+        200: {
+            "description": "The projection; with `format=text`, the rendered text alone as `text/plain` (empty "
+            "when there is no memory; the `X-Obsmem-Empty` header says which).",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
+    summary="The session's active memory, rendered for injection at compaction (instant, no model call)",
+)
+async def session_memory(
+    request: Request,
+    project: ProjectName,
+    session_id: SessionPath,
+    format: Annotated[  # noqa: A002 - the query parameter's name
+        Literal["json", "text"], Query(description="`text` answers with the rendered text alone (text/plain).")
+    ] = "json",
+) -> Response:
+    allowed_project(request, project)
+    projection = service_of(request).memory(project, session_id)
+    if format == "text":
+        return PlainTextResponse(projection.text, headers={"X-Obsmem-Empty": str(projection.empty).lower()})
+    return JSONBody(projection.to_dict())
+
+
+@router.get(
+    "/projects/{project}/sessions/{session_id}/status",
+    response_model=SessionStatus,
+    responses=errors(),
+    summary="Progress state of the session's observation: backlog, threshold, current stage, last error",
+)
+async def session_status(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).session_status(project, session_id))
+
+
+@router.post(
+    "/projects/{project}/sessions/{session_id}/observe",
+    response_model=ObserveResponse,
+    status_code=202,
+    responses=errors(
+        (409, "This server observes nothing: no `[model]`, or `observer.enabled = false` (`observation_off`).")
+    ),
+    summary="Queue observation of everything in the session not observed yet (below the buffer too)",
+)
+def observe_session(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
+    allowed_project(request, project)
+    result = service_of(request).observe(project, session_id)
+    return JSONBody({"job_id": result.job_id, "queued": result.created}, status_code=202)
+
+
+@router.get(
+    "/projects/{project}/events",
+    response_model=PipelineEventsResponse,
+    responses={
+        **errors(),
+        200: {
+            "description": "A page of events; with `Accept: text/event-stream`, a server-sent-events stream "
+            "(`id` = event id, `event` = type, `data` = the event as JSON), resumable with `Last-Event-ID`.",
+            "content": {"text/event-stream": {}},
+        },
+    },
+    summary="The pipeline event log: observation cycles and failed jobs, as a list or a live stream",
+)
+async def pipeline_events(
+    request: Request,
+    project: ProjectName,
+    after_id: Annotated[int | None, Query(ge=0, description="Only events with a larger id.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Most events in a page.")] = 100,
+    session_id: SessionQuery = None,
+    type: Annotated[  # noqa: A002 - the query parameter's name
+        list[str] | None, Query(description="Only these event types (repeatable).")
+    ] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Response:
+    allowed_project(request, project)
+    types = tuple(type or ())
+    unknown = [name for name in types if name not in EVENT_TYPES and not name.startswith("om_")]
+    if unknown:
+        raise ValidationFailed(f"type must be one of: {', '.join(EVENT_TYPES)}", field="type")
+    service = service_of(request)
+    start = after_id or 0
+    if accept is not None and "text/event-stream" in accept:
+        if last_event_id is not None:
+            if not last_event_id.strip().isdigit():
+                raise ValidationFailed("Last-Event-ID must be an event id", field="Last-Event-ID")
+            start = max(start, int(last_event_id))
+        service.pipeline_events(project, after=start, limit=1)  # unknown project: a 404 now, not mid-stream
+        return EventSourceResponse(_stream(request, project, start, session_id, types), ping=15)
+    found = service.pipeline_events(project, after=start, limit=limit, session_id=session_id, types=types)
+    return JSONBody({"events": found, "last_id": found[-1]["id"] if found else start})
+
+
+async def _stream(
+    request: Request, project: str, cursor: int, session_id: str | None, types: tuple[str, ...]
+) -> AsyncIterator[dict[str, Any]]:
+    service = service_of(request)
+    while not await request.is_disconnected():
+        found = service.pipeline_events(project, after=cursor, limit=STREAM_PAGE, session_id=session_id, types=types)
+        for event in found:
+            cursor = event["id"]
+            yield {"id": str(event["id"]), "event": event["type"], "data": json.dumps(event, ensure_ascii=False)}
+        if len(found) < STREAM_PAGE:
+            await asyncio.sleep(STREAM_POLL_SECONDS)

@@ -1,0 +1,69 @@
+"""``obsmem worker``: run background jobs (observation, indexing) for every project of a data directory.
+
+Any number of worker processes may run beside ``obsmem serve`` (which runs its own unless
+``jobs.in_server = false``); the database's leases decide who runs what. SIGTERM or SIGINT stops claiming
+new jobs and waits up to ``--grace`` seconds for running ones; a job still running after that is left to
+its lease, which expires and hands it to another worker.
+
+Also runnable as ``python -m obsmem.surfaces.worker --data-dir DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from obsmem.settings import Settings, load_settings
+from obsmem.surfaces.service import Obsmem
+
+log = logging.getLogger("obsmem.worker")
+
+
+def run_worker(
+    settings: Settings,
+    *,
+    threads: int | None = None,
+    grace_seconds: float = 30.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run workers until ``stop`` is set (or SIGTERM/SIGINT when called on the main thread)."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    memory = Obsmem(settings)
+    try:
+        pool = memory.start_workers(threads=threads)
+        log.info(
+            "worker %s running %d thread(s) over %s (observer %s)",
+            pool.owner_prefix,
+            threads or settings.jobs.worker_threads,
+            settings.data_dir,
+            memory.pipeline.observer_state,
+        )
+        while not stop.wait(1.0):
+            pass
+        log.info("worker stopping")
+        memory.stop_workers(timeout=grace_seconds)
+    finally:
+        memory.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="obsmem worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=None, help="data directory (default: settings)")
+    parser.add_argument("--config", type=Path, default=None, help="settings file (TOML)")
+    parser.add_argument("--threads", type=int, default=None, help="jobs run at once (default: jobs.worker_threads)")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds to let running jobs finish on stop")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(args.config, data_dir=args.data_dir)
+    run_worker(settings, threads=args.threads, grace_seconds=args.grace)
+
+
+if __name__ == "__main__":
+    main()

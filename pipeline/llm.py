@@ -1,0 +1,232 @@
+"""A client for OpenAI-compatible chat completions with tool calling (llama.cpp, vLLM, Ollama, OpenAI...).
+
+One :class:`ChatClient` per role (observer, reflector, dropper), built from the shared ``[model]``
+settings with the role's overrides. What it promises:
+
+- **One overall deadline per call** (``timeout_seconds``), covering every retry, the backoff sleeps and
+  the whole response body: a server that hangs or drips bytes is cut off at the deadline.
+- **Bounded retries** (``max_retries``) on HTTP 429, 5xx and connection failures, with exponential
+  backoff and ``Retry-After`` honoured when it fits in the deadline. Other 4xx answers are not retried.
+- **The key only in the Authorization header**; redirects are never followed (a 3xx is an error), so
+  the key is never sent anywhere but the configured host.
+- **No prompt, memory or response text in logs or errors**: log lines carry the role, attempt, status
+  and duration; errors carry a stable code and the HTTP status at most.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from obsmem import __version__
+from obsmem.errors import ModelBadResponse, ModelNotConfigured, ModelRejected, ModelTimeout, ModelUnavailable
+from obsmem.settings import ModelSettings
+
+log = logging.getLogger("obsmem.pipeline.llm")
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it (may be malformed: the caller checks)
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    def as_message(self) -> dict[str, Any]:
+        """The assistant message to append to the conversation for the next round."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in self.tool_calls
+            ]
+        return message
+
+
+class _DeadlineExceeded(Exception):
+    pass
+
+
+class ChatClient:
+    """Chat completions against one endpoint for one role. Thread-safe; reuse it across calls."""
+
+    def __init__(
+        self,
+        model: ModelSettings,
+        *,
+        role: str,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not model.base_url or not model.model_id:
+            raise ModelNotConfigured(f"no model is configured for the {role}: set model.base_url and model.model_id")
+        self.model = model
+        self.role = role
+        self._sleep = sleep
+        self._url = f"{model.base_url}/chat/completions"
+        headers = {"User-Agent": f"obsmem/{__version__}", "Accept": "application/json"}
+        if model.api_key is not None:
+            headers["Authorization"] = f"Bearer {model.api_key.get_secret_value()}"
+        self._http = httpx.Client(headers=headers, follow_redirects=False, transport=transport, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> ChatReply:
+        """One chat completion, retried on transient failures, within the overall deadline."""
+        payload: dict[str, Any] = {"model": self.model.model_id, "messages": list(messages), "stream": False}
+        if tools:
+            payload["tools"] = list(tools)
+            if tool_choice is not None:
+                payload["tool_choice"] = tool_choice
+        if self.model.temperature is not None:
+            payload["temperature"] = self.model.temperature
+        if self.model.max_output_tokens is not None:
+            payload["max_tokens"] = self.model.max_output_tokens
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+        timeout = self.model.timeout_seconds
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.monotonic()
+            retry_after: float | None = None
+            try:
+                status, raw, headers = self._post(body, deadline)
+            except _DeadlineExceeded:
+                log.warning("model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout)
+                raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
+            except httpx.TransportError as exc:
+                if time.monotonic() >= deadline:
+                    raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
+                error: Exception = ModelUnavailable(
+                    f"the {self.role} model endpoint is unreachable ({type(exc).__name__})"
+                )
+                log.warning("model call role=%s attempt=%d failed: %s", self.role, attempt, type(exc).__name__)
+            else:
+                elapsed_ms = (time.monotonic() - started) * 1000
+                log.info(
+                    "model call role=%s attempt=%d status=%d duration_ms=%d bytes=%d",
+                    self.role,
+                    attempt,
+                    status,
+                    elapsed_ms,
+                    len(raw),
+                )
+                if status == 200:
+                    return self._parse(raw)
+                if status != 429 and status < 500:
+                    raise ModelRejected(f"the {self.role} model endpoint answered HTTP {status}")
+                error = ModelUnavailable(f"the {self.role} model endpoint answered HTTP {status} after {attempt} tries")
+                retry_after = _retry_after_seconds(headers.get("retry-after"))
+            if attempt > self.model.max_retries:
+                raise error
+            delay = self.model.retry_backoff_seconds * (2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            if time.monotonic() + delay >= deadline:
+                raise error
+            self._sleep(delay)
+
+    def _post(self, body: bytes, deadline: float) -> tuple[int, bytes, httpx.Headers]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _DeadlineExceeded
+        timeout = httpx.Timeout(remaining, connect=min(CONNECT_TIMEOUT_SECONDS, remaining))
+        with self._http.stream(
+            "POST", self._url, content=body, headers={"Content-Type": "application/json"}, timeout=timeout
+        ) as response:
+            chunks: list[bytes] = []
+            size = 0
+            if response.status_code == 200:
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_RESPONSE_BYTES:
+                        raise ModelBadResponse(f"the {self.role} model's reply is larger than 8 MiB")
+                    chunks.append(chunk)
+                    if time.monotonic() >= deadline:
+                        raise _DeadlineExceeded
+            return response.status_code, b"".join(chunks), response.headers
+
+    def _parse(self, raw: bytes) -> ChatReply:
+        problem = ModelBadResponse(f"the {self.role} model's reply is not an OpenAI-compatible chat completion")
+        try:
+            document = json.loads(raw)
+            choice = document["choices"][0]
+            message = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise problem from None
+        if not isinstance(message, dict):
+            raise problem
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            content = _text_parts(content)
+        calls: list[ToolCall] = []
+        for index, call in enumerate(message.get("tool_calls") or []):
+            if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+                raise problem
+            function = call["function"]
+            arguments = function.get("arguments", "")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            raw_id = call.get("id")
+            call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{index}"
+            name = function.get("name") if isinstance(function.get("name"), str) else ""
+            calls.append(ToolCall(call_id, name, arguments))
+        usage = document.get("usage") if isinstance(document.get("usage"), dict) else {}
+        return ChatReply(
+            content=content,
+            tool_calls=calls,
+            finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+        )
+
+
+def _text_parts(content: Any) -> str | None:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # HTTP-date form: fall back to our own backoff
+    return seconds if 0 <= seconds <= 3600 else None

@@ -1,0 +1,244 @@
+"""One Observer cycle: show the model a chunk, collect observations through ``record_observations``.
+
+Every item the model sends is checked on its own and answered with a receipt it can act on: recorded
+(with its id), duplicate, or rejected with a reason that says what to fix (for a bad ref, which events
+may be cited). Valid items are kept even when others in the same call are rejected. The conversation
+goes on for at most ``max_tool_rounds`` model replies; it ends early when the model answers without a
+tool call, or when it keeps sending calls identical to earlier ones (a repetition loop).
+
+Nothing is stored here: accepted observations are returned to the caller, which commits them together
+with the chunk's coverage rows in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.packer import Chunk, MemoryItem
+from obsmem.pipeline.prompts import (
+    OBSERVER_SYSTEM_PROMPT,
+    TOOL_NAME,
+    record_observations_tool,
+    seq_ranges,
+    user_message,
+)
+from pydantic import ValidationError
+
+from obsmem.dates import parse_timestamp
+from obsmem.errors import ObsmemError
+from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
+from obsmem.redaction import redact_text
+
+REPEATED_CALLS_TO_STOP = 2
+
+
+def is_repetitive(text: str) -> bool:
+    """Degenerate output (the same phrase over and over) compresses far better than any real fact."""
+    if len(text) < 200:
+        return False
+    data = text.encode("utf-8")
+    return len(zlib.compress(data)) < len(data) * 0.12
+
+
+@dataclass
+class ItemChecker:
+    """Validates items from ``record_observations`` calls and remembers the accepted ones."""
+
+    session_id: str
+    shown: set[int]
+    exists: Callable[[str], bool]
+    max_chars: int
+    example_time: str
+    accepted: dict[str, ObservationIn] = field(default_factory=dict)
+    rejected: int = 0
+    duplicates: int = 0
+
+    def check_call(self, arguments: str) -> dict[str, Any]:
+        try:
+            document = json.loads(arguments) if arguments.strip() else None
+        except json.JSONDecodeError as exc:
+            self.rejected += 1
+            return {
+                "error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); "
+                'send {"observations": [...]}'
+            }
+        items = document.get("observations") if isinstance(document, dict) else document
+        if not isinstance(items, list) or not items:
+            self.rejected += 1
+            return {
+                "error": 'send a non-empty list: {"observations": [{"content", "timestamp", '
+                '"importance", "source_refs"}, ...]}'
+            }
+        receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
+        for index, item in enumerate(items):
+            outcome = self._check_item(item)
+            if isinstance(outcome, str):
+                self.rejected += 1
+                receipt["rejected"].append({"index": index, "reason": outcome})
+                continue
+            memory_id = outcome.memory_id()
+            short = memory_id[:12]
+            if memory_id in self.accepted:
+                self.duplicates += 1
+                receipt["duplicates"].append({"index": index, "id": short, "note": "already recorded in this request"})
+            elif self.exists(memory_id):
+                self.duplicates += 1
+                receipt["duplicates"].append({"index": index, "id": short, "note": "already in memory"})
+            else:
+                self.accepted[memory_id] = outcome
+                receipt["recorded"].append({"index": index, "id": short})
+        result: dict[str, Any] = {key: value for key, value in receipt.items() if value}
+        result["next"] = (
+            "Fix and resend only the rejected items, or reply without a tool call if you are done."
+            if receipt["rejected"]
+            else "Record anything else worth keeping, or reply without a tool call if you are done."
+        )
+        return result
+
+    def _check_item(self, item: Any) -> ObservationIn | str:
+        if not isinstance(item, dict):
+            return "each item must be an object with content, timestamp, importance and source_refs"
+        content = item.get("content")
+        if not isinstance(content, str) or not content.strip():
+            return "content is missing: write the fact as one line of text"
+        content = redact_text(content.strip())
+        if "\n" in content or "\r" in content:
+            return "content must be one line: split it into separate observations, one fact each"
+        if len(content) > self.max_chars:
+            return (
+                f"content is {len(content)} characters; the limit is {self.max_chars}: "
+                "shorten it or split it into separate facts"
+            )
+        if is_repetitive(content):
+            return "content repeats the same text over and over: write the fact once"
+        timestamp = item.get("timestamp")
+        try:
+            timestamp = parse_timestamp(timestamp)
+        except ObsmemError:
+            return f"timestamp must be 'YYYY-MM-DD HH:MM' (a real date and time), e.g. '{self.example_time}'"
+        importance = item.get("importance")
+        if importance not in IMPORTANCE_LEVELS:
+            return "importance must be one of: " + ", ".join(IMPORTANCE_LEVELS)
+        refs = _as_seqs(item.get("source_refs"))
+        if refs is None:
+            return "source_refs must be a non-empty list of event numbers from the transcript, e.g. [12, 13]"
+        unknown = [seq for seq in refs if seq not in self.shown]
+        if unknown:
+            return (
+                f"source_refs cite {seq_ranges(unknown)}, not in this transcript; "
+                f"cite only: {seq_ranges(sorted(self.shown))}"
+            )
+        try:
+            return ObservationIn(
+                session_id=self.session_id,
+                content=content,
+                timestamp=timestamp,
+                importance=importance,
+                source_refs=list[SourceRef | int](refs),
+            )
+        except ValidationError as exc:
+            return f"invalid item: {exc.errors()[0]['msg']}"
+
+
+def _as_seqs(value: Any) -> list[int] | None:
+    """Event numbers as models write them: 12, "12", "#12" or {"seq": 12}."""
+    if not isinstance(value, list) or not value:
+        return None
+    seqs: list[int] = []
+    for ref in value:
+        if isinstance(ref, dict):
+            ref = ref.get("seq")
+        if isinstance(ref, str):
+            ref = ref.strip().lstrip("#")
+            if not ref.isdigit():
+                return None
+            ref = int(ref)
+        if isinstance(ref, bool) or not isinstance(ref, int) or ref < 1:
+            return None
+        seqs.append(ref)
+    return seqs
+
+
+@dataclass
+class CycleResult:
+    observations: list[ObservationIn]
+    rounds: int
+    rejected: int
+    duplicates: int
+    stop_reason: str  # "done" | "rounds_exhausted" | "repetition"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def run_cycle(
+    client: ChatClient,
+    *,
+    session_id: str,
+    chunk: Chunk,
+    memory: list[MemoryItem],
+    exists: Callable[[str], bool],
+    max_rounds: int,
+    max_chars: int,
+) -> CycleResult:
+    """Talk to the model about one chunk until it is done (or the round budget is spent)."""
+    example = chunk.pieces[0].view.header.split(" ", 1)[1][:16] if chunk.pieces else "2026-01-01 09:00"
+    checker = ItemChecker(session_id, set(chunk.citable_seqs), exists, max_chars, example)
+    tool = record_observations_tool(max_chars)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": OBSERVER_SYSTEM_PROMPT},
+        {"role": "user", "content": user_message(session_id, memory, chunk)},
+    ]
+    seen_calls: set[str] = set()
+    repeats = 0
+    prompt_tokens = completion_tokens = 0
+    stop_reason = "rounds_exhausted"
+    rounds = 0
+    for rounds in range(1, max_rounds + 1):  # noqa: B007 - the count is reported
+        reply = client.complete(messages, tools=[tool], tool_choice="auto")
+        prompt_tokens += reply.prompt_tokens or 0
+        completion_tokens += reply.completion_tokens or 0
+        if not reply.tool_calls:
+            stop_reason = "done"
+            break
+        messages.append(reply.as_message())
+        for call in reply.tool_calls:
+            if call.name != TOOL_NAME:
+                result: dict[str, Any] = {"error": f"there is no tool named {call.name!r}; use {TOOL_NAME}"}
+            else:
+                fingerprint = _normalised(call.arguments)
+                if fingerprint in seen_calls:
+                    repeats += 1
+                    result = {
+                        "error": "this call is identical to an earlier one; nothing new was recorded. "
+                        "Reply without a tool call if you are done."
+                    }
+                else:
+                    seen_calls.add(fingerprint)
+                    result = checker.check_call(call.arguments)
+            messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result, ensure_ascii=False)}
+            )
+        if repeats >= REPEATED_CALLS_TO_STOP:
+            stop_reason = "repetition"
+            break
+    return CycleResult(
+        observations=list(checker.accepted.values()),
+        rounds=rounds,
+        rejected=checker.rejected,
+        duplicates=checker.duplicates,
+        stop_reason=stop_reason,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+
+
+def _normalised(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments.strip()

@@ -1,0 +1,90 @@
+"""The instant projection: a session's active memory as text an agent injects when it compacts.
+
+Deterministic (same memory, same text), no model call, no waiting on background work: it renders what
+is durable now. Reflections come first, then observations, each in time order with its 12-character id,
+timestamp and (for observations) importance, under a header that tells the agent how to use ``recall``.
+The text is wrapped in ``<obsmem-memory>`` tags, which the Observer's input hygiene cuts out if the agent
+later sends the text back as conversation. Empty memory is reported as empty (``empty: true``, no text),
+so the caller can fall back to its own summariser.
+
+The *active* memory is every reflection and observation of the session until pipeline II adds
+generations; :func:`active_memory` is the one place that decides it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+from obsmem.pipeline.hygiene import MEMORY_TAG, PROJECTION_HEADER
+from obsmem.pipeline.packer import MemoryItem
+from obsmem.pipeline.tokens import estimate_tokens
+
+HEADER = (
+    f"{PROJECTION_HEADER} what happened earlier in this session, as dated observations. Each line starts "
+    "with a memory id: pass it to the `recall` tool to see the conversation events it came from, and use "
+    "`memory_search` for details not shown here. Verify the current state of files, branches and pull "
+    "requests before acting on older decisions."
+)
+
+
+def active_memory(conn: apsw.Connection, session_id: str) -> list[MemoryItem]:
+    """The session's active reflections and observations, reflections first, each in time order."""
+    # One query per kind, each read in index order: sorting all rows in one query costs more than both.
+    items: list[MemoryItem] = []
+    for kind in ("reflection", "observation"):
+        rows = conn.execute(
+            "SELECT memory_id, kind, substr(date, 1, 16), importance, content FROM memories"
+            " WHERE session_id = ? AND kind = ? ORDER BY date, id",
+            (session_id, kind),
+        )
+        items.extend(map(MemoryItem._make, rows))
+    return items
+
+
+@dataclass(frozen=True)
+class Projection:
+    session_id: str
+    text: str
+    reflections: int
+    observations: int
+
+    @property
+    def empty(self) -> bool:
+        return not self.reflections and not self.observations
+
+    @property
+    def tokens(self) -> int:
+        return estimate_tokens(self.text)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "empty": self.empty,
+            "reflections": self.reflections,
+            "observations": self.observations,
+            "tokens": self.tokens,
+            "text": self.text,
+        }
+
+
+def render(session_id: str, items: list[MemoryItem]) -> Projection:
+    reflections = [item for item in items if item.kind == "reflection"]
+    observations = [item for item in items if item.kind == "observation"]
+    if not items:
+        return Projection(session_id, "", 0, 0)
+    lines = [f'<{MEMORY_TAG} session="{session_id}">', HEADER]
+    if reflections:
+        lines += ["", "Reflections:"]
+        lines += [f"- [{r.memory_id[:12]}] {r.timestamp} {r.content}" for r in reflections]
+    if observations:
+        lines += ["", "Observations:"]
+        lines += [f"- [{o.memory_id[:12]}] {o.timestamp} [{o.importance}] {o.content}" for o in observations]
+    lines.append(f"</{MEMORY_TAG}>")
+    return Projection(session_id, "\n".join(lines), len(reflections), len(observations))
+
+
+def project(conn: apsw.Connection, session_id: str) -> Projection:
+    """Render the session's active memory now."""
+    return render(session_id, active_memory(conn, session_id))

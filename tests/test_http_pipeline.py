@@ -1,0 +1,188 @@
+"""The pipeline over HTTP: memory projection, status, observe, the event log as a list and as SSE, and
+appends that return promptly while the Observer's model is slow (a real server on loopback)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from pipeline_helpers import pipeline_service, user, words
+from scripted_chat import ObserverScript, ScriptedChatServer
+
+from obsmem.surfaces.http import create_app
+from obsmem.surfaces.service import Obsmem
+
+LOCAL = "http://127.0.0.1"
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedChatServer]:
+    with ScriptedChatServer(ObserverScript()) as running:
+        yield running
+
+
+@pytest.fixture
+def memory(tmp_path: Path, server: ScriptedChatServer) -> Iterator[Obsmem]:
+    service = pipeline_service(tmp_path / "data", server)
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def client(memory: Obsmem) -> Iterator[TestClient]:
+    with TestClient(create_app(memory), base_url=LOCAL) as test_client:
+        yield test_client
+
+
+def append(client: TestClient | httpx.Client, session: str, *texts: str) -> httpx.Response:
+    return client.post(f"/v1/projects/p/sessions/{session}/events", json={"events": [user(t) for t in texts]})
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_memory_is_empty_then_rendered_instantly(client: TestClient, memory: Obsmem) -> None:
+    assert append(client, "s1", "hello").status_code == 200
+    empty = client.get("/v1/projects/p/sessions/s1/memory")
+    assert empty.status_code == 200
+    assert empty.json() == {
+        "session_id": "s1",
+        "empty": True,
+        "reflections": 0,
+        "observations": 0,
+        "tokens": 0,
+        "text": "",
+    }
+    append(client, "s1", *(f"message {i}: " + words(60) for i in range(4)))
+    wait_for(lambda: memory.session_status("p", "s1")["pending_tokens"] == 0)  # the server's own workers
+    body = client.get("/v1/projects/p/sessions/s1/memory").json()
+    assert not body["empty"] and body["observations"] == 5 and body["text"].startswith("<obsmem-memory")
+    text = client.get("/v1/projects/p/sessions/s1/memory", params={"format": "text"})
+    assert text.headers["content-type"].startswith("text/plain") and text.text == body["text"]
+    assert text.headers["x-obsmem-empty"] == "false"
+
+
+def test_status_fields_and_errors(client: TestClient) -> None:
+    append(client, "s1", "hello")
+    status = client.get("/v1/projects/p/sessions/s1/status")
+    assert status.status_code == 200
+    body = status.json()
+    assert body["status"] == "idle" and body["threshold"] == 100 and body["observer"] == "enabled"
+    assert {
+        "pending_tokens",
+        "threshold_percent",
+        "observation_tokens",
+        "reflection_threshold",
+        "generation_count",
+        "current_activity",
+        "last_error",
+    } <= set(body)
+    assert client.get("/v1/projects/p/sessions/nope/status").json()["error"]["code"] == "session_not_found"
+    assert client.get("/v1/projects/nope/sessions/s1/status").status_code == 404
+    bad = client.get("/v1/projects/p/sessions/bad%20id/status")
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_session"
+
+
+def test_observe_queues_and_without_a_model_is_409(client: TestClient, tmp_path: Path) -> None:
+    append(client, "s1", "short")
+    first = client.post("/v1/projects/p/sessions/s1/observe")
+    assert first.status_code == 202 and set(first.json()) == {"job_id", "queued"}
+    plain = Obsmem(data_dir=tmp_path / "plain")
+    with TestClient(create_app(plain), base_url=LOCAL) as other:
+        append(other, "s1", "short")
+        refused = other.post("/v1/projects/p/sessions/s1/observe")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "observation_off"
+    plain.close()
+
+
+def test_event_log_pages_and_filters(client: TestClient, memory: Obsmem) -> None:
+    append(client, "s1", *(words(80) for _ in range(3)))
+    wait_for(lambda: len(memory.pipeline_events("p")) >= 2)
+    page = client.get("/v1/projects/p/events").json()
+    assert [e["type"] for e in page["events"]] == ["om_observation_start", "om_observation_end"]
+    assert page["last_id"] == page["events"][-1]["id"]
+    rest = client.get("/v1/projects/p/events", params={"after_id": page["events"][0]["id"]}).json()
+    assert [e["type"] for e in rest["events"]] == ["om_observation_end"]
+    only = client.get("/v1/projects/p/events", params={"type": "om_observation_end"}).json()["events"]
+    assert len(only) == 1 and only[0]["observations"] == 3
+    assert client.get("/v1/projects/p/events", params={"session_id": "other"}).json() == {"events": [], "last_id": 0}
+    assert client.get("/v1/projects/p/events", params={"type": "bogus"}).status_code == 422
+    assert client.get("/v1/projects/p/events", params={"limit": 0}).status_code == 422
+    assert client.get("/v1/projects/nope/events").status_code == 404
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[tuple[str, Obsmem, ScriptedChatServer]]:
+    """A real uvicorn server on loopback (workers in its process), with a slow scripted model."""
+    model = ScriptedChatServer(ObserverScript(delay=2.0)).start()
+    service = pipeline_service(tmp_path / "live", model, observer={"buffer_tokens": 200})
+    config = uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout=20)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}", service, model
+    server.should_exit = True
+    thread.join(timeout=20)
+    service.close()
+    model.stop()
+
+
+def test_http_appends_return_promptly_while_the_model_is_slow(live: tuple[str, Obsmem, ScriptedChatServer]) -> None:
+    base, service, _ = live
+    with httpx.Client(base_url=base, timeout=10) as http:
+        append(http, "s1", words(300))
+        wait_for(lambda: http.get("/v1/projects/p/sessions/s1/status").json()["status"] == "observing")
+        timings = []
+        for n in range(30):
+            started = time.perf_counter()
+            response = append(http, f"s{n % 2 + 1}", f"turn {n}: " + words(150))
+            timings.append(time.perf_counter() - started)
+            assert response.status_code == 200
+        assert http.get("/v1/projects/p/sessions/s1/status").json()["status"] == "observing"
+    assert max(timings) < 0.5, f"slowest append over HTTP took {max(timings):.3f} s (the model takes 2 s)"
+
+
+def test_event_stream_delivers_cycles_and_resumes(live: tuple[str, Obsmem, ScriptedChatServer]) -> None:
+    base, service, model = live
+    model.responder = ObserverScript()
+    received: list[dict[str, object]] = []
+    with httpx.Client(base_url=base, timeout=30) as http:
+        with http.stream("GET", "/v1/projects/p/events", headers={"Accept": "text/event-stream"}) as stream:
+            assert stream.status_code == 404  # no project yet: an error, not an empty stream
+        append(http, "s1", words(300))
+        with http.stream("GET", "/v1/projects/p/events", headers={"Accept": "text/event-stream"}) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            event: dict[str, object] = {}
+            for line in stream.iter_lines():
+                if line.startswith("id: "):
+                    event["id"] = int(line[4:])
+                elif line.startswith("event: "):
+                    event["event"] = line[7:]
+                elif line.startswith("data: "):
+                    event["data"] = json.loads(line[6:])
+                elif not line and event:
+                    received.append(event)
+                    event = {}
+                    if received[-1]["event"] == "om_observation_end":
+                        break
+        assert [e["event"] for e in received] == ["om_observation_start", "om_observation_end"]
+        assert received[0]["data"]["cycle_id"] == received[1]["data"]["cycle_id"]  # type: ignore[index]
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": str(received[0]["id"])}
+        with http.stream("GET", "/v1/projects/p/events", headers=headers) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("id: "):
+                    assert int(line[4:]) == received[1]["id"]  # resumes after the last id seen
+                    break

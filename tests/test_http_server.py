@@ -1,0 +1,168 @@
+"""The server as it runs: a real uvicorn process on 127.0.0.1, raw sockets, the official MCP client."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from http_support import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_server, seed, settings_for, tree
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from obsmem.errors import ConfigurationError
+from obsmem.surfaces.http.server import check_bind, is_loopback_host
+from obsmem.surfaces.service import Obsmem
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    with Obsmem(settings_for(tmp_path)) as service:
+        seed(service, "alpha", ALPHA_NOTES)
+    return tmp_path / "data"
+
+
+def raw_request(base: str, request: bytes) -> bytes:
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "example.com"])
+def test_serve_refuses_a_non_loopback_bind_without_keys(tmp_path: Path, host: str) -> None:
+    command = [sys.executable, "-m", "obsmem.surfaces.http", "--data-dir", str(tmp_path), "--host", host]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert finished.returncode == 2
+    assert "configuration_error" in finished.stderr and "without API keys" in finished.stderr
+
+
+def test_bind_rules() -> None:
+    assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.8.9.1", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback_host(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", ""))
+    open_settings = settings_for(Path("/nonexistent"), host="0.0.0.0")
+    with pytest.raises(ConfigurationError):
+        check_bind(open_settings)
+    check_bind(settings_for(Path("/nonexistent"), keys=KEYS, host="0.0.0.0"))  # keys: any interface
+    check_bind(settings_for(Path("/nonexistent"), host="127.0.0.1"))
+
+
+def test_without_keys_the_server_says_it_is_loopback_only(data_dir: Path) -> None:
+    # serve() on an ephemeral loopback port, stopped by SIGINT after a moment; its log is read whole.
+    command = [sys.executable, "-c", _SERVE_BRIEFLY, str(data_dir)]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert "no API keys configured" in finished.stderr and "loopback only" in finished.stderr
+
+
+_SERVE_BRIEFLY = """
+import os, signal, sys, threading
+from obsmem.settings import load_settings
+from obsmem.surfaces.http import serve
+settings = load_settings(data_dir=sys.argv[1])
+settings = settings.model_copy(update={"server": settings.server.model_copy(update={"port": 0})})
+threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+serve(settings)
+"""
+
+
+def test_dot_segments_and_encoded_paths_on_the_wire(data_dir: Path) -> None:
+    before = tree(data_dir)
+    with live_server(data_dir, keys=KEYS) as base:
+        for target in (
+            "/v1/projects/../status",
+            "/v1/projects/./status",
+            "/v1/projects/%2e%2e/status",
+            "/v1/projects/..%2f..%2fetc/status",
+            "/v1/projects/alpha/../../../etc/status",
+            "/v1/projects/%00/status",
+            "//v1/projects/alpha/status",
+        ):
+            request = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY_ALL}\r\n"
+            response = raw_request(base, (request + "Connection: close\r\n\r\n").encode())
+            assert status_of(response) in (400, 404, 422), (target, response[:200])
+            assert b"Beta" not in response and b"MapTool" not in response
+        body = json.dumps({"events": [{"role": "user", "content": "x"}]})
+        for target in ("/v1/projects/../sessions/s1/events", "/v1/projects/%2e%2e/sessions/s1/events"):
+            request = (
+                f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY_ALL}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+            )
+            assert status_of(raw_request(base, request.encode())) in (400, 404, 422)
+    assert tree(data_dir) == before
+
+
+def test_chunked_body_over_the_limit_is_413(data_dir: Path) -> None:
+    with live_server(data_dir, max_body_bytes=4096) as base:
+        head = (
+            b"POST /v1/projects/alpha/sessions/s1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        )
+        chunk = b'{"events": [' + b'{"role": "user", "content": "' + b"z" * 1000 + b'"},' * 1
+        piece = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+        filler = b"z" * 1024
+        pieces = [piece] + [b"%x\r\n%s\r\n" % (len(filler), filler)] * 8 + [b"0\r\n\r\n"]
+        response = raw_request(base, head + b"".join(pieces))
+        assert status_of(response) == 413
+        assert b'"payload_too_large"' in response
+        declared = httpx.post(f"{base}/v1/projects/alpha/search", content=b"x" * 5000)
+        assert declared.status_code == 413
+        assert httpx.get(f"{base}/v1/projects/alpha/status").json()["events"] == len(ALPHA_NOTES)
+
+
+def test_concurrent_searches_all_succeed(data_dir: Path) -> None:
+    with live_server(data_dir, keys=KEYS) as base, httpx.Client(base_url=base, headers=bearer(KEY_ALPHA)) as client:
+
+        def one(index: int) -> int:
+            query = ["MapToolArguments", "gpt-4", "a", "%", "#2510"][index % 5]
+            return client.post("/v1/projects/alpha/search", json={"query": query}).status_code
+
+        with ThreadPoolExecutor(16) as pool:
+            assert set(pool.map(one, range(200))) == {200}
+
+
+def test_mcp_over_streamable_http_with_keys(data_dir: Path) -> None:
+    with live_server(data_dir, keys=KEYS) as base:
+
+        async def scenario() -> None:
+            with anyio.fail_after(60):
+                headers = bearer(KEY_ALPHA)
+                async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+                    transport = streamable_http_client(f"{base}/mcp/alpha?session_id=s1", http_client=http)
+                    async with Client(transport) as client:
+                        names = [tool.name for tool in (await client.list_tools()).tools]
+                        assert names == ["memory_search", "recall"]
+                        found = await client.call_tool("memory_search", {"query": "gpt-4"})
+                        hits = json.loads(found.content[0].text)["hits"]
+                        assert [hit["content"] for hit in hits] == [ALPHA_NOTES[1][2]]
+                        recalled = await client.call_tool("recall", {"id": hits[0]["id"]})
+                        assert json.loads(recalled.content[0].text)["memory"]["memory_id"] == hits[0]["memory_id"]
+                        missing = await client.call_tool("recall", {"id": "ffffffffffff"})
+                        assert missing.is_error and "session 's1'" in missing.content[0].text
+
+        anyio.run(scenario)
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        assert httpx.post(f"{base}/mcp/alpha", json=listing).status_code == 401
+        refused = httpx.post(f"{base}/mcp/beta", json=listing, headers=bearer(KEY_ALPHA))
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == "project_not_found"
+        bad_session = httpx.post(f"{base}/mcp/alpha?session_id=a%20b", json=listing, headers=bearer(KEY_ALPHA))
+        assert bad_session.status_code == 422

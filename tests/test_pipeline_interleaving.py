@@ -1,0 +1,325 @@
+"""Seeded interleavings: two worker processes, kill -9 and stalls past the lease, duplicate enqueues.
+
+For every seed, afterwards:
+
+- every event is covered exactly once (whole, or parts that tile its text with one final part);
+- no observation is lost or duplicated: each covered piece of a citable event has exactly one
+  observation from the scripted Observer (whose text names the model call, so a chunk committed twice,
+  or committed by a worker that had lost its lease, would show up as an extra observation);
+- no job is stranded (nothing queued or running, nothing failed, no job_failed event);
+- the coverage watermark never moved backwards (sampled throughout) and ends at the last seq;
+- the backlog counters are back at zero and the database passes its integrity check.
+
+Disruptions per seed are bounded (at most 3, fewer than the 4 attempts a job has), so every job can
+still succeed. ``OBSMEM_INTERLEAVING_SEEDS`` raises the number of seeds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pipeline_helpers import words
+from scripted_chat import ObserverScript, ScriptedChatServer
+
+from obsmem.jobs import JobQueue
+from obsmem.settings import load_settings
+from obsmem.surfaces.service import Obsmem
+
+SEEDS = int(os.environ.get("OBSMEM_INTERLEAVING_SEEDS", "8"))
+LEASE_SECONDS = 1.5
+SESSIONS = ("alpha", "beta", "gamma")
+
+SETTINGS_TOML = """
+[model]
+base_url = "{base_url}"
+model_id = "scripted"
+timeout_seconds = 10
+max_retries = 1
+retry_backoff_seconds = 0.01
+context_window_tokens = 4096
+
+[observer]
+buffer_tokens = 300
+max_chunks_per_job = 3
+
+[jobs]
+lease_seconds = {lease}
+retry_backoff_seconds = 0.05
+poll_seconds = 0.02
+housekeeping_seconds = 0.5
+"""
+
+
+class Workers:
+    """Two `obsmem worker` processes that can be killed, stalled and restarted."""
+
+    def __init__(self, data_dir: Path, logs: Path) -> None:
+        self.data_dir = data_dir
+        self.logs = logs
+        self.procs: list[subprocess.Popen[bytes]] = [self._spawn(0), self._spawn(1)]
+
+    def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"worker-{slot}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "obsmem.surfaces.worker",
+                "--data-dir",
+                str(self.data_dir),
+                "--threads",
+                "2",
+                "--grace",
+                "2",
+                "--log-level",
+                "INFO",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self, slot: int) -> None:
+        os.kill(self.procs[slot].pid, signal.SIGKILL)
+        self.procs[slot].wait(timeout=30)
+        self.procs[slot] = self._spawn(slot)
+
+    def stall(self, slot: int, seconds: float) -> None:
+        """Freeze a worker past its lease (heartbeats stop too), then let it run on."""
+        os.kill(self.procs[slot].pid, signal.SIGSTOP)
+        time.sleep(seconds)
+        os.kill(self.procs[slot].pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+class WatermarkSampler(threading.Thread):
+    def __init__(self, memory: Obsmem) -> None:
+        super().__init__(daemon=True)
+        self.memory = memory
+        self.stop_event = threading.Event()
+        self.seen: dict[str, int] = {}
+        self.backwards: list[tuple[str, int, int]] = []
+        self.samples = 0
+
+    def run(self) -> None:
+        db = self.memory.database("p", create=True)
+        while not self.stop_event.wait(0.01):
+            for session, mark in db.query("SELECT session_id, observed_through_seq FROM observer_progress"):
+                if mark < self.seen.get(session, 0):
+                    self.backwards.append((session, self.seen[session], mark))
+                self.seen[session] = max(mark, self.seen.get(session, 0))
+            self.samples += 1
+
+
+def workload(memory: Obsmem, rng: random.Random, seconds: float) -> None:
+    """Appends across sessions, with an oversized event, system messages, a late gap and duplicate jobs."""
+    db = memory.database("p", create=True)
+    queue = JobQueue(db)
+    gap_session = rng.choice(SESSIONS)
+    gap_seq: int | None = None
+    oversized_done = False
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        session = rng.choice(SESSIONS)
+        batch: list[dict[str, object]] = []
+        for _ in range(rng.randint(1, 6)):
+            roll = rng.random()
+            if roll < 0.1:
+                batch.append({"role": "system", "content": "Follow the house style. " + words(rng.randint(5, 50))})
+            elif roll < 0.3:
+                batch.append(
+                    {
+                        "role": "assistant",
+                        "type": "tool_call",
+                        "tool_name": "read_file",
+                        "tool_args": {"path": f"src/mod{rng.randint(1, 99)}.py", "line": rng.randint(1, 500)},
+                    }
+                )
+            else:
+                batch.append(
+                    {
+                        "role": rng.choice(["user", "assistant"]),
+                        "content": f"turn {rng.random():.6f} " + words(rng.randint(5, 120)),
+                    }
+                )
+        if not oversized_done and rng.random() < 0.15:
+            batch.append(
+                {
+                    "role": "tool",
+                    "type": "tool_result",
+                    "tool_name": "cat",
+                    "content": "\n".join(f"line {n} " + words(10, "data") for n in range(250)),
+                }
+            )
+            oversized_done = True
+        if session == gap_session and gap_seq is None and rng.random() < 0.5:
+            last = memory.append_events("p", session, batch).last_seq
+            gap_seq = last + 1
+            memory.append_events("p", session, [{"role": "user", "seq": last + 2, "content": "after the gap"}])
+        else:
+            memory.append_events("p", session, batch)
+        if rng.random() < 0.25:
+            memory.observe("p", session)  # a forced request, deduplicated against queued ones
+            queue.enqueue("observe", {"session_id": session, "force": True}, order_key=f"session:{session}")
+        time.sleep(rng.uniform(0.0, 0.08))
+    if gap_seq is not None:
+        memory.append_events("p", gap_session, [{"role": "user", "seq": gap_seq, "content": "late: " + words(30)}])
+    for session in SESSIONS:
+        memory.observe("p", session)
+
+
+def settle(memory: Obsmem, timeout: float) -> None:
+    db = memory.database("p")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = db.query("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')")[0][0]
+        uncovered = db.query(
+            "SELECT count(*) FROM events AS e WHERE NOT EXISTS (SELECT 1 FROM coverage AS c"
+            " WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
+        )[0][0]
+        if not busy and not uncovered:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not settled after {timeout} s: {busy} jobs active, {uncovered} events uncovered")
+
+
+def check_invariants(memory: Obsmem, sampler: WatermarkSampler) -> None:
+    db = memory.database("p")
+    assert db.query("PRAGMA integrity_check") == [("ok",)]
+    # Every event covered exactly once.
+    pieces: dict[tuple[str, int], list[tuple[int, int | None, int]]] = {}
+    for session, seq, start, end, final in db.query(
+        "SELECT session_id, seq, part_start, part_end, final FROM coverage ORDER BY session_id, seq, part_start"
+    ):
+        pieces.setdefault((session, seq), []).append((start, end, final))
+    events = db.query("SELECT session_id, seq, role FROM events ORDER BY session_id, seq")
+    assert set(pieces) == {(s, q) for s, q, _ in events}
+    for key, rows in pieces.items():
+        if len(rows) == 1:
+            assert rows[0] == (0, None, 1), key
+        else:
+            assert rows[0][0] == 0 and rows[-1][2] == 1, key
+            assert all(rows[i][1] == rows[i + 1][0] for i in range(len(rows) - 1)), key
+            assert all(final == 0 for _, _, final in rows[:-1]), key
+    # No observation lost or duplicated.
+    cited: dict[tuple[str, int], int] = {}
+    for session, seq in db.query(
+        "SELECT s.session_id, s.seq FROM observation_sources AS s JOIN memories AS m ON m.id = s.memory_row"
+    ):
+        cited[(session, seq)] = cited.get((session, seq), 0) + 1
+    for session, seq, role in events:
+        expected = 0 if role == "system" else len(pieces[(session, seq)])
+        assert cited.get((session, seq), 0) == expected, (session, seq, role)
+    # No job stranded or given up.
+    states = dict(db.query("SELECT state, count(*) FROM jobs GROUP BY state"))
+    assert set(states) <= {"done"}, states
+    assert db.query("SELECT count(*) FROM om_events WHERE type = 'job_failed'") == [(0,)]
+    # Watermark monotonic and complete; backlog counters consistent.
+    assert sampler.backwards == [] and sampler.samples > 10
+    for session, mark, last_seq, pending_tokens, pending_events in db.query(
+        "SELECT p.session_id, p.observed_through_seq, s.last_seq, p.pending_tokens, p.pending_events"
+        " FROM observer_progress AS p JOIN sessions AS s USING (session_id)"
+    ):
+        assert mark == last_seq, session
+        assert (pending_tokens, pending_events) == (0, 0), session
+
+
+def run_seed(seed: int, root: Path) -> dict[str, int]:
+    rng = random.Random(seed)
+    data = root / f"seed-{seed}"
+    logs = root / f"logs-{seed}"
+    data.mkdir(parents=True)
+    logs.mkdir()
+    jitter_rng = random.Random(seed * 7919)
+    lock = threading.Lock()
+
+    def jitter() -> float:
+        with lock:
+            return jitter_rng.uniform(0.0, 0.25)
+
+    script = ObserverScript(jitter=jitter)
+    with ScriptedChatServer(script) as server:
+        (data / "obsmem.toml").write_text(SETTINGS_TOML.format(base_url=server.base_url, lease=LEASE_SECONDS))
+        memory = Obsmem(load_settings(data_dir=data))
+        memory.append_events("p", "alpha", [{"role": "user", "content": "hello"}])  # create the project
+        workers = Workers(data, logs)
+        sampler = WatermarkSampler(memory)
+        sampler.start()
+        disruptions = rng.randint(1, 3)
+        outcomes = {"kills": 0, "stalls": 0}
+        plan = sorted(rng.uniform(0.3, 4.0) for _ in range(disruptions))
+
+        def busy_slot() -> int:
+            """The worker running a job right now (most disruptions should hit work in flight)."""
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                owners = memory.database("p").query("SELECT lease_owner FROM jobs WHERE state = 'running'")
+                pids = {int(owner.split(":")[1]) for (owner,) in owners}
+                for slot, proc in enumerate(workers.procs):
+                    if proc.pid in pids:
+                        return slot
+                time.sleep(0.01)
+            return rng.randrange(2)
+
+        def disrupt() -> None:
+            started = time.monotonic()
+            for at in plan:
+                time.sleep(max(0.0, at - (time.monotonic() - started)))
+                slot = busy_slot() if rng.random() < 0.8 else rng.randrange(2)
+                if rng.random() < 0.6:
+                    workers.kill(slot)
+                    outcomes["kills"] += 1
+                else:
+                    workers.stall(slot, LEASE_SECONDS * rng.uniform(1.5, 2.5))
+                    outcomes["stalls"] += 1
+
+        chaos = threading.Thread(target=disrupt, daemon=True)
+        chaos.start()
+        try:
+            workload(memory, rng, seconds=4.0)
+            chaos.join(timeout=60)
+            settle(memory, timeout=120)
+            sampler.stop_event.set()
+            sampler.join(timeout=10)
+            check_invariants(memory, sampler)
+            counts = {
+                "events": memory.database("p").query("SELECT count(*) FROM events")[0][0],
+                "model_calls": script.calls,
+                **outcomes,
+                "retried_jobs": memory.database("p").query("SELECT count(*) FROM jobs WHERE attempts > 1")[0][0],
+                "fenced_out": memory.database("p").query(
+                    "SELECT count(*) FROM om_events WHERE type = 'om_observation_failed'"
+                    " AND json_extract(data, '$.error') LIKE 'lease_lost%'"
+                )[0][0],
+            }
+        finally:
+            sampler.stop_event.set()
+            workers.stop()
+            memory.close()
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(SEEDS))
+def test_seeded_interleaving_keeps_every_invariant(seed: int, tmp_path: Path) -> None:
+    counts = run_seed(1000 + seed, tmp_path)
+    assert counts["events"] > 20 and counts["model_calls"] > 3
+    assert counts["kills"] + counts["stalls"] >= 1

@@ -1,0 +1,176 @@
+"""Secrets never reach the model server, the database files or the logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pipeline_helpers import pipeline_service, user, words
+from scripted_chat import ObserverScript, Reply, Request, ScriptedChatServer, record, text
+
+from obsmem.redaction import redact_json, redact_text
+
+
+def planted() -> dict[str, str]:
+    """Fresh secrets per run, so a match can only come from this test."""
+    token = secrets.token_hex(16)
+    return {
+        "openai": f"sk-proj-{token}ABCDEFGH",
+        "github": f"ghp_{token}{token[:8]}",
+        "aws": "AKIA" + secrets.token_hex(8).upper(),
+        "url_password": f"pw-{token[:12]}",
+        "assigned": f"hunter{secrets.randbelow(10**8):08d}",
+        "private_key_body": f"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC{token}",
+        "bearer": f"tok{token}",
+        "json_secret": f"zz{token}zz",
+    }
+
+
+def secret_events(s: dict[str, str]) -> list[dict[str, object]]:
+    return [
+        user(f"my key is {s['openai']}, please configure the client " + words(40)),
+        {
+            "role": "assistant",
+            "type": "tool_call",
+            "tool_name": "bash",
+            "tool_args": {
+                "cmd": f"git clone https://{s['github']}@github.com/acme/app.git",
+                "env": {"AWS_ACCESS_KEY_ID": s["aws"], "DB_PASSWORD": s["json_secret"]},
+            },
+        },
+        {
+            "role": "tool",
+            "type": "tool_result",
+            "tool_name": "bash",
+            "content": f"connecting to postgres://app:{s['url_password']}@db.internal:5432/app\n"
+            f"-----BEGIN PRIVATE KEY-----\n{s['private_key_body']}\n-----END PRIVATE KEY-----\n"
+            f"curl -H 'Authorization: Bearer {s['bearer']}' https://api.example.com",
+        },
+        user(f"oh and the admin password={s['assigned']} " + words(40)),
+    ]
+
+
+def every_file_byte(root: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file())
+
+
+def test_a_planted_secret_reaches_neither_model_nor_database_nor_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    s = planted()
+    script = ObserverScript()
+
+    def leaky_observer(request: Request) -> Reply:
+        # A model that tries to write a key-shaped string anyway (it cannot have seen the real ones).
+        if request.messages[-1]["role"] == "user":
+            reply = script(request)
+            extra = {
+                "content": f"Agent exported OPENAI_API_KEY=sk-proj-{'q' * 30}",
+                "timestamp": "2026-05-01 10:32",
+                "importance": "high",
+                "source_refs": [1],
+            }
+            body = reply.body
+            assert isinstance(body, dict)
+            call = body["choices"][0]["message"]["tool_calls"][0]["function"]
+            args = json.loads(call["arguments"])
+            args["observations"].append(extra)
+            return record(*args["observations"])
+        return text("done")
+
+    data = tmp_path / "data"
+    with ScriptedChatServer(leaky_observer) as server:
+        memory = pipeline_service(data, server)
+        memory.append_events("p", "s1", secret_events(s))
+        transcript = tmp_path / "t.jsonl"
+        transcript.write_text("\n".join(json.dumps(e) for e in secret_events(s)))
+        memory.import_jsonl("p", transcript, session_id="s2")
+        memory.add_observations(
+            "p",
+            [
+                {
+                    "session_id": "s1",
+                    "timestamp": "2026-05-01 10:40",
+                    "importance": "low",
+                    "content": f"user pasted {s['openai']}",
+                    "source_refs": [1],
+                }
+            ],
+        )
+        memory.observe("p", "s1")
+        memory.observe("p", "s2")
+        assert memory.worker_pool().drain(timeout=60)
+        recalled = [memory.recall("p", hit.id) for hit in memory.search("p", "REDACTED").hits]
+        sent = server.all_bytes()
+        projection = memory.memory("p", "s1").text
+        memory.close()
+
+    assert len(server.requests) >= 4  # the observer did run on both sessions
+    stored = every_file_byte(data)
+    logged = caplog.text
+    for name, secret in s.items():
+        for where, blob in (("model server", sent), ("database files", stored)):
+            assert secret.encode() not in blob, f"{name} reached the {where}"
+        assert secret not in logged, f"{name} reached the logs"
+        assert secret not in json.dumps(recalled) and secret not in projection
+    assert b"sk-proj-qqqqqqqq" not in stored  # the model's own key-shaped output was redacted too
+    assert b"[REDACTED:" in stored and b"[REDACTED:" in sent
+    # The text around a secret is kept, with a marker where the secret was.
+    sources = [event["content"] for result in recalled for event in result["sources"]]
+    assert any(c.startswith("my key is [REDACTED:api_key], please configure the client") for c in sources)
+
+
+secret_shapes = st.sampled_from(
+    [
+        "sk-proj-abcdefghijklmnopqrstuvwx1234",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "AKIAABCDEFGHIJKLMNOP",
+        "xoxb-1234567890-abcdefghij",
+        "AIza" + "b" * 35,
+        "hf_" + "c" * 34,
+        "glpat-" + "d" * 20,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
+    ]
+)
+filler = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+
+
+@given(filler, secret_shapes, filler)
+def test_token_shapes_are_redacted_wherever_they_appear(before: str, secret: str, after: str) -> None:
+    redacted = redact_text(f"{before} {secret} {after}")
+    assert secret not in redacted
+    assert redact_text(redacted) == redacted  # idempotent
+
+
+@given(st.text(max_size=200))
+def test_redaction_is_idempotent_on_any_text(value: str) -> None:
+    once = redact_text(value)
+    assert redact_text(once) == once
+
+
+def test_everyday_text_is_left_alone() -> None:
+    for sentence in (
+        "password: required",
+        "token usage was 1234 tokens",
+        "max_tokens: 4096",
+        "see https://example.com/a?b=1",
+        "the tokenizer splits on spaces",
+        'secret = "abc"',
+    ):
+        assert redact_text(sentence) == sentence
+
+
+def test_json_values_under_secret_names_are_hidden() -> None:
+    value = {"password": "x1", "nested": [{"client_secret": "abc"}], "token_count": 5, "name": "ok"}
+    assert redact_json(value) == {
+        "password": "[REDACTED:secret]",
+        "nested": [{"client_secret": "[REDACTED:secret]"}],
+        "token_count": 5,
+        "name": "ok",
+    }
