@@ -89,17 +89,17 @@ class Promotion:
 def claim_generation(conn: apsw.Connection, pool: Pool, *, job_id: int, cycle_id: str) -> Claim | None:
     """Claim the run over ``pool`` inside the caller's (fenced) write; None if it was done already."""
     generation_id = pool.generation_id()
-    pointer_row, pointer_number = active_pointer(conn, pool.session_id)
-    if pointer_row != pool.generation_row:
-        # The pool was read before a promotion that has committed since; the caller reads it again.
-        raise GenerationLost("the active generation moved while the run was being claimed")
     existing = conn.execute(
         "SELECT id, state, parent FROM generations WHERE generation_id = ?", (generation_id,)
     ).fetchone()
+    if existing is not None and existing[1] != "running":
+        return None
+    pointer_row, pointer_number = active_pointer(conn, pool.session_id)
+    if pointer_row != pool.generation_row:
+        # The pool was read before a promotion that has committed since; the attempt is retried.
+        raise GenerationLost("the active generation moved while the run was being claimed")
     if existing is not None:
-        row, state, parent = existing
-        if state != "running":
-            return None
+        row, _, parent = existing
         if parent != pointer_row:
             # A claim over this observation set from before the pointer last moved: it can never be
             # promoted, and the set has been reflected on since.

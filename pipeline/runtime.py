@@ -190,9 +190,12 @@ class ObservationPipeline:
             raise ConfigurationError("observe job without a session_id")
         db = ctx.db
         backlog = read_progress(db.connection(), session_id).pending_tokens
-        if not ctx.lease.payload.get("force") and backlog < self.settings.observer.buffer_tokens:
-            return  # an earlier job observed the backlog already
         if self.observer_state == "disabled":
+            return
+        if not ctx.lease.payload.get("force") and backlog < self.settings.observer.buffer_tokens:
+            # An earlier job observed the backlog already (and, seeing this job queued, left the decision
+            # about reflection to it).
+            self._reflect_if_due(ctx, session_id)
             return
         override = read_overrides(db.connection()).get("observer")
         client = self.clients.get("observer", override)
