@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import apsw
 from obsmem.pipeline.packer import MemoryItem
-from obsmem.pipeline.pool import Pool, PoolObservation, active_pointer
+from obsmem.pipeline.pool import Pool, PoolObservation, active_pointer, one
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
@@ -110,7 +110,8 @@ def claim_generation(conn: apsw.Connection, pool: Pool, *, job_id: int, cycle_id
             (job_id, cycle_id, row),
         )
         return Claim(row, generation_id, pool.session_id, parent, pointer_number, cycle_id, True)
-    row = conn.execute(
+    (row,) = one(
+        conn,
         "INSERT INTO generations(generation_id, session_id, parent, job_id, cycle_id, observations_before,"
         " observation_tokens_before, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
@@ -123,7 +124,7 @@ def claim_generation(conn: apsw.Connection, pool: Pool, *, job_id: int, cycle_id
             pool.observation_tokens,
             now_iso(),
         ),
-    ).fetchone()[0]
+    )
     return Claim(int(row), generation_id, pool.session_id, pointer_row, pointer_number, cycle_id, False)
 
 
@@ -235,9 +236,9 @@ def promoted_chain(conn: apsw.Connection, session_id: str) -> list[int]:
         row, expected = found[3], expected - 1
     if expected != 0:
         raise LedgerError(f"the chain of session '{session_id}' does not reach generation 1")
-    promoted = conn.execute(
-        "SELECT count(*) FROM generations WHERE session_id = ? AND state = 'promoted'", (session_id,)
-    ).fetchone()[0]
+    (promoted,) = one(
+        conn, "SELECT count(*) FROM generations WHERE session_id = ? AND state = 'promoted'", (session_id,)
+    )
     if promoted != len(chain):
         raise LedgerError(f"session '{session_id}' has promoted generations outside the active chain")
     chain.reverse()
@@ -254,13 +255,14 @@ def rebuild_active_memory(conn: apsw.Connection, session_id: str) -> tuple[int, 
     """
     chain = promoted_chain(conn, session_id)
     in_chain = set(chain)
-    linked: dict[int, int] = dict(
-        conn.execute(
+    linked: dict[int, int] = {
+        reflection_row: generation_row
+        for reflection_row, generation_row in conn.execute(
             "SELECT gr.reflection_row, gr.generation_row FROM generation_reflections AS gr"
             " JOIN generations AS g ON g.id = gr.generation_row WHERE g.session_id = ?",
             (session_id,),
-        ).fetchall()
-    )
+        )
+    }
     dropped = {
         observation_row
         for observation_row, generation_row in conn.execute(

@@ -13,7 +13,7 @@ from typing import Any
 
 import apsw
 from obsmem.pipeline.generations import active_generation_info
-from obsmem.pipeline.pool import TIERS, active_pointer, read_pool
+from obsmem.pipeline.pool import TIERS, active_pointer, one, read_pool
 from obsmem.pipeline.tokens import sql_estimate
 
 from obsmem.errors import NotFound
@@ -30,21 +30,21 @@ def _percent(value: int, limit: int) -> float:
 
 
 def pool_pressure(conn: apsw.Connection, settings: Settings, session_id: str) -> dict[str, Any]:
-    observations, tokens, not_covered, partly, strongly = conn.execute(
+    observations, tokens, not_covered, partly, strongly = one(
+        conn,
         f"SELECT count(*), coalesce(sum({sql_estimate('content')}), 0), coalesce(sum(n = 0), 0),"
         " coalesce(sum(n = 1), 0), coalesce(sum(n >= 2), 0) FROM (SELECT m.content AS content,"
         " (SELECT count(*) FROM reflection_supports AS s WHERE s.observation_row = m.id) AS n"
         f" FROM memories AS m WHERE {_ACTIVE})",
         (session_id,),
-    ).fetchone()
-    reflections, reflection_tokens = conn.execute(
+    )
+    reflections, reflection_tokens = one(
+        conn,
         f"SELECT count(*), coalesce(sum({sql_estimate('content')}), 0) FROM memories"
         " WHERE session_id = ? AND kind = 'reflection'",
         (session_id,),
-    ).fetchone()
-    dropped = conn.execute("SELECT count(*) FROM dropped_observations WHERE session_id = ?", (session_id,)).fetchone()[
-        0
-    ]
+    )
+    (dropped,) = one(conn, "SELECT count(*) FROM dropped_observations WHERE session_id = ?", (session_id,))
     tokens = round(tokens)
     target = settings.pools.observations_max_tokens
     threshold = settings.reflector.reflect_after_observation_tokens
@@ -75,13 +75,14 @@ def memory_details(conn: apsw.Connection, settings: Settings, session_id: str) -
         (session_id,),
     ):
         supports.setdefault(reflection_row, []).append(observation_id)
-    made_by = dict(
-        conn.execute(
+    made_by: dict[int, int] = {
+        row: number
+        for row, number in conn.execute(
             "SELECT gr.reflection_row, g.number FROM generation_reflections AS gr"
             " JOIN generations AS g ON g.id = gr.generation_row WHERE g.session_id = ?",
             (session_id,),
-        ).fetchall()
-    )
+        )
+    }
     sources: dict[int, list[int]] = {}
     for memory_row, seq in conn.execute(
         "SELECT s.memory_row, s.seq FROM memories AS m JOIN observation_sources AS s ON s.memory_row = m.id"

@@ -84,7 +84,10 @@ class Override:
 
 def read_overrides(conn: apsw.Connection) -> dict[str, Override]:
     rows = conn.execute("SELECT role, model_id, context_window_tokens, updated_at FROM model_overrides").fetchall()
-    return {row[0]: Override(*row) for row in rows}
+    return {
+        str(role): Override(str(role), str(model_id), int(window) if window is not None else None, str(at))
+        for role, model_id, window, at in rows
+    }
 
 
 def model_with_override(settings: Settings, role: str, override: Override | None) -> ModelSettings:

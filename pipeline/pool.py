@@ -17,7 +17,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import apsw
 from obsmem.pipeline.tokens import sql_estimate
@@ -27,6 +27,14 @@ from obsmem.ids import canonical_json
 TIERS: tuple[str, ...] = ("not covered", "partly covered", "strongly covered")
 IMPORTANCE_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 _HEX_ID = re.compile(r"[0-9a-f]{12,64}")
+
+
+def one(conn: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """The single row of an aggregate query (which always has one)."""
+    row = conn.execute(sql, params).fetchone()
+    if row is None:
+        raise LookupError("an aggregate query returned no row")
+    return tuple(row)
 
 
 def tier_of(citations: int) -> str:
@@ -114,7 +122,7 @@ _ACTIVE_OBSERVATIONS = (
 
 def citation_counts(conn: apsw.Connection, session_id: str) -> dict[int, int]:
     """Observation row -> how many reflections cite it, for the observations of the session."""
-    rows = conn.execute(
+    rows: list[tuple[int, int]] = conn.execute(  # type: ignore[assignment]
         "SELECT s.observation_row, count(*) FROM memories AS o"
         " JOIN reflection_supports AS s ON s.observation_row = o.id"
         " WHERE o.session_id = ? AND o.kind = 'observation' GROUP BY s.observation_row",
@@ -152,12 +160,13 @@ def read_pool(conn: apsw.Connection, session_id: str) -> Pool:
 
 def active_observation_tokens(conn: apsw.Connection, session_id: str) -> int:
     """Estimated tokens of the session's active observations (what the reflection threshold measures)."""
-    row = conn.execute(
+    row = one(
+        conn,
         f"SELECT coalesce(sum({sql_estimate('m.content')}), 0) FROM memories AS m"
         " WHERE m.session_id = ? AND m.kind = 'observation'"
         " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)",
         (session_id,),
-    ).fetchone()
+    )
     return round(row[0])
 
 
