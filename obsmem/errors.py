@@ -147,6 +147,35 @@ class ServiceUnavailable(ObsmemError):
     status = 503
 
 
+class EmbeddingUnavailable(ServiceUnavailable):
+    """The configured embedding model or endpoint did not give usable vectors."""
+
+    code = "embedding_unavailable"
+
+
+class RerankerUnavailable(ServiceUnavailable):
+    """The configured reranker did not give usable scores; search never skips it silently."""
+
+    code = "reranker_unavailable"
+
+
+class IndexBuilding(ServiceUnavailable):
+    """The semantic index has nothing usable yet; ``details`` carries ``indexed_count`` and ``source_count``."""
+
+    code = "index_building"
+
+    def __init__(self, message: str, *, indexed_count: int, source_count: int) -> None:
+        super().__init__(message, details={"indexed_count": indexed_count, "source_count": source_count})
+        self.indexed_count = indexed_count
+        self.source_count = source_count
+
+
+class IndexBusy(ServiceUnavailable):
+    """The semantic index is being loaded or swapped and could not answer within the wait bound."""
+
+    code = "index_busy"
+
+
 class StorageError(ObsmemError):
     """The database could not be opened or is not what obsmem expects."""
 

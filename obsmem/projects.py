@@ -69,6 +69,14 @@ class ProjectRegistry:
             self._open[name] = db
             return db
 
+    def release(self, project: str) -> None:
+        """Close one open project's connections; it opens again on its next use (long batch jobs over many
+        projects, such as the eval, stay within the file descriptor limit)."""
+        with self._lock:
+            db = self._open.pop(project, None)
+        if db is not None:
+            db.close()
+
     def close(self) -> None:
         with self._lock:
             for db in self._open.values():

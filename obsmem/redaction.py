@@ -44,13 +44,17 @@ _SHAPED: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
 )
 
-# name = value, name: value, "name": "value", NAME=value for names that say they hold a secret.
-_SECRET_NAME = (
-    r"(?:[A-Za-z0-9_.-]*?(?:api[_.-]?key|apikey|secret|token|passw(?:or)?d|passphrase|pwd|"
-    r"access[_.-]?key|private[_.-]?key|client[_.-]?secret|auth[_.-]?key|credentials?))"
+# name = value, name: value, "name": "value", NAME=value for names that end in a word saying they hold
+# a secret (OPENAI_API_KEY, db_password, "client_secret"). The assignment pattern starts at that word,
+# not at the start of the name: a lazy name prefix tried at every position of every text was the
+# slowest part of an append.
+_SECRET_WORD = (
+    r"(?:api[_.-]?key|apikey|secret|token|passw(?:or)?d|passphrase|pwd|"
+    r"access[_.-]?key|private[_.-]?key|client[_.-]?secret|auth[_.-]?key|credentials?)"
 )
+_SECRET_NAME = r"(?:[A-Za-z0-9_.-]*?" + _SECRET_WORD + r")"
 _ASSIGNMENT = re.compile(
-    r"(?P<head>(?P<q>[\"']?)\b" + _SECRET_NAME + r"(?P=q)\s*(?::|=|:=|=>)\s*(?P<vq>[\"']?))"
+    r"(?P<head>" + _SECRET_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*(?P<vq>[\"']?))"
     r"(?P<secret>[^\s\"',;)}\]]+)",
     re.IGNORECASE,
 )
@@ -81,16 +85,61 @@ def _replace_assignment(match: re.Match[str]) -> str:
     return match.group("head") + MARK.format(kind="secret")
 
 
+# Cheap gates, checked on the lowercased text with C-level substring searches: a pattern runs only when
+# a literal it cannot match without is present. Every appended event passes through here, and running
+# all the patterns on every text cost more than the rest of an append (regex engines try each position).
+_SHAPED_PREFIXES = ("sk-", "sk_", "rk_", "pk_", "akia", "asia", "agpa", "aida", "aroa", "anpa", "ghp_", "gho_", "ghu_",
+                    "ghs_", "ghr_", "github_pat_", "glpat-",
+                    "xox", "aiza", "hf_", "npm_", "eyj")
+_BEARER_WORDS = ("bearer", "basic", "token")
+# Where a secret word can start (the first letters of every alternative of _SECRET_WORD).
+_SECRET_WORD_STARTS = ("api", "secret", "token", "pass", "pwd", "access", "private", "client", "auth", "credential")
+
+
+def _redact_assignments(text: str, lower: str) -> str:
+    """Apply _ASSIGNMENT only where a secret word starts, found with C-level ``str.find``."""
+    starts: set[int] = set()
+    for word in _SECRET_WORD_STARTS:
+        position = lower.find(word)
+        while position != -1:
+            starts.add(position)
+            position = lower.find(word, position + 1)
+    if not starts:
+        return text
+    pieces: list[str] = []
+    done = 0
+    for position in sorted(starts):
+        if position < done:
+            continue
+        match = _ASSIGNMENT.match(text, position)
+        if match is None:
+            continue
+        replacement = _replace_assignment(match)
+        pieces.append(text[done : match.start()])
+        pieces.append(replacement)
+        done = match.end()
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
 def redact_text(text: str) -> str:
     """The text with every recognised secret replaced by a marker."""
     if not text:
         return text
-    text = _PRIVATE_KEY.sub(MARK.format(kind="private_key"), text)
-    text = _URL_PASSWORD.sub(_replace_group("password"), text)
-    text = _BEARER.sub(_replace_group("token"), text)
-    for kind, pattern in _SHAPED:
-        text = pattern.sub(MARK.format(kind=kind), text)
-    return _ASSIGNMENT.sub(_replace_assignment, text)
+    lower = text.lower()
+    if "-----begin" in lower:
+        text = _PRIVATE_KEY.sub(MARK.format(kind="private_key"), text)
+    if "://" in text and "@" in text:
+        text = _URL_PASSWORD.sub(_replace_group("password"), text)
+    if any(word in lower for word in _BEARER_WORDS):
+        text = _BEARER.sub(_replace_group("token"), text)
+    if any(prefix in lower for prefix in _SHAPED_PREFIXES):
+        for kind, pattern in _SHAPED:
+            text = pattern.sub(MARK.format(kind=kind), text)
+    # Earlier replacements only shorten secrets to markers, so recompute the lowercase view first.
+    return _redact_assignments(text, text.lower())
 
 
 def redact_json(value: Any) -> Any:

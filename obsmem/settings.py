@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from obsmem.errors import ConfigurationError
+from obsmem.settings_semantic import SemanticSettings
 
 ENV_PREFIX = "OBSMEM_"
 CONFIG_ENV = "OBSMEM_CONFIG"
@@ -289,6 +290,10 @@ class Settings(BaseSettings):
     dropper: DropperSettings = Field(default_factory=DropperSettings)
     pools: PoolSettings = Field(default_factory=PoolSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
+    semantic: SemanticSettings | None = Field(
+        default=None,
+        description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -316,6 +321,9 @@ class Settings(BaseSettings):
         if role not in sections:
             raise ValueError(f"unknown model role {role!r}")
         return sections[role].model.apply_to(self.model)
+    @property
+    def semantic_enabled(self) -> bool:
+        return self.semantic is not None and self.semantic.enabled
 
 
 def resolve_config_path(config: Path | str | None, data_dir: Path | str | None) -> Path | None:

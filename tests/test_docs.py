@@ -48,7 +48,7 @@ def test_every_setting_is_documented_with_its_environment_variable() -> None:
     rows = {
         match.group(1): line
         for line in text.splitlines()
-        if (match := re.match(r"\| `([a-z_.\[\]]+)` \|", line))
+        if (match := re.match(r"\| `([a-z0-9_.\[\]]+)` \|", line))
     }
     missing, no_env, sections = [], [], []
     for name, env, is_section in settings_fields():

@@ -148,7 +148,7 @@ def test_schema_guards_the_ledger(db: ProjectDatabase) -> None:
         ("UPDATE dropped_observations SET rank = 5 WHERE observation_row = ?", (observation_row,)),
         ("DELETE FROM active_generation WHERE session_id = ?", ("s1",)),
         ("UPDATE active_generation SET number = 5 WHERE session_id = ?", ("s1",)),
-        ("DELETE FROM memories WHERE id = ?", (observation_row,)),  # a dropped observation is kept
+        ("DELETE FROM generation_reflections", ()),
         (
             "INSERT INTO dropped_observations(observation_row, session_id, generation_row, rank, citations,"
             " dropped_at) SELECT id, 's1', ?, 0, 0, 'x' FROM memories WHERE kind = 'observation' AND id NOT IN"
@@ -158,6 +158,20 @@ def test_schema_guards_the_ledger(db: ProjectDatabase) -> None:
     ]:
         with pytest.raises(apsw.ConstraintError), db.write() as conn:
             conn.execute(statement, params)
+    check_projection_equals_ledger(db)
+
+
+def test_forgetting_a_memory_takes_its_records_with_it(service: Obsmem, db: ProjectDatabase) -> None:
+    run_generation(db, "first", drop_count=2)
+    dropped_id = db.query(
+        "SELECT m.memory_id FROM dropped_observations AS d JOIN memories AS m ON m.id = d.observation_row LIMIT 1"
+    )[0][0]
+    reflection_id = db.query("SELECT memory_id FROM memories WHERE kind = 'reflection'")[0][0]
+    service.forget("p", dropped_id)
+    service.forget("p", reflection_id)
+    assert db.query("SELECT count(*) FROM dropped_observations") == [(1,)]
+    assert db.query("SELECT count(*) FROM generation_reflections") == [(0,)]
+    assert db.query("SELECT number FROM active_generation") == [(1,)]  # the history itself stays
     check_projection_equals_ledger(db)
 
 

@@ -436,3 +436,17 @@ def test_openapi_is_published(client: TestClient) -> None:
     assert search_responses["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/SearchResponse")
     assert search_responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     assert client.get("/docs").status_code == 200
+
+
+def test_delete_memory_removes_it_from_search_and_recall(client: TestClient, ids: list[str]) -> None:
+    target = ids[0]
+    content = ALPHA_NOTES[0][2]
+    assert target in [hit["memory_id"] for hit in search(client, query=content).json()["hits"]]
+    response = client.delete(f"/v1/projects/alpha/memories/{target[:12]}")
+    assert response.status_code == 200
+    assert response.json()["deleted"]["memory_id"] == target
+    assert target not in [hit["memory_id"] for hit in search(client, query=content).json()["hits"]]
+    error_of(client.get(f"/v1/projects/alpha/memories/{target[:12]}"), 404, "not_found")
+    error_of(client.delete(f"/v1/projects/alpha/memories/{target[:12]}"), 404, "not_found")
+    error_of(client.delete("/v1/projects/alpha/memories/XYZ"), 422, "invalid_id")
+    error_of(client.delete(f"/v1/projects/nope/memories/{target[:12]}"), 404, "project_not_found")

@@ -50,7 +50,10 @@ COMMANDS: dict[str, str] = {
     "events": "obsmem.surfaces.cli_pipeline:events",
     "worker": "obsmem.surfaces.cli_pipeline:worker",
     "demo": "obsmem.surfaces.cli_demo:demo",
+    "eval": "obsmem.surfaces.cli_eval:eval_group",
     "mcp": "obsmem.surfaces.cli:mcp",
+    "index": "obsmem.surfaces.cli_index:index",
+    "forget": "obsmem.surfaces.cli:forget",
 }
 
 
@@ -74,7 +77,9 @@ class App:
     @property
     def service(self) -> Obsmem:
         if self._service is None:
-            self._service = Obsmem(self.settings())
+            # One-shot commands never start the background indexer: a search must not load the model
+            # to index. `serve`, `worker` and `index` build their own services.
+            self._service = Obsmem(self.settings(), background_indexing=False)
         return self._service
 
     def close(self) -> None:
@@ -314,6 +319,26 @@ def recall(app: App, project: str, memory_id: str, session_id: str | None, as_js
         render.emit_json(recalled)
     else:
         render.render_recall(render.stdout(), recalled)
+
+
+@click.command()
+@click.argument("project")
+@click.argument("memory_id", metavar="ID")
+@session_option("Look only in this session (the session_id of a search hit).")
+@json_option
+@pass_app
+def forget(app: App, project: str, memory_id: str, session_id: str | None, as_json: bool) -> None:
+    """Delete memory ID of PROJECT (an observation or a reflection).
+
+    It leaves every search result at once; in semantic mode its indexed copies go at the next indexing
+    batch. The events it cites are kept. ID is a 12-character id or any unique 12-64 hex prefix.
+    """
+    deleted = app.service.forget(project, memory_id, session_id=session_id)
+    if as_json:
+        render.emit_json(deleted)
+    else:
+        hit = deleted["deleted"]
+        click.echo(f"Deleted {hit['kind']} {hit['id']} of session {hit['session_id']}.")
 
 
 def main() -> None:

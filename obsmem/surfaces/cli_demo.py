@@ -1,11 +1,14 @@
-"""``obsmem demo``: the bundled sample project, searched and recalled, in a few seconds.
+"""``obsmem demo``: the bundled sample project, searched and recalled, then evaluated, in a few seconds.
 
 It runs on the built-in defaults in a fresh data directory (a temporary one unless ``--data-dir`` names a
-new or empty directory), so it shows the same thing on every machine and never touches real data.
+new or empty directory), so it shows the same thing on every machine and never touches real data. The
+example searches are exact; then semantic mode (on, with the bundled local model) indexes the sample and
+the sample's labelled questions are searched in exact and hybrid mode, side by side.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,13 +20,18 @@ import click
 from rich.console import Console
 
 from obsmem.settings import builtin_settings
+from obsmem.settings_semantic import SemanticSettings
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import json_option
 from obsmem.surfaces.service import Obsmem
 
+# The model loader's own progress bars would interleave with ours (set before it is first imported).
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
 HITS_PER_QUERY = 5
 RECALLS = 2
 CONTENT_CHARS = 90
+EVAL_MODES = ("exact", "hybrid")
 
 
 @contextmanager
@@ -40,7 +48,7 @@ def demo_directory(chosen: Path | None) -> Iterator[Path]:
 
 
 def run_demo(service: Obsmem) -> dict[str, Any]:
-    """Load the sample, run its example searches, recall hits; returns everything the demo shows."""
+    """Load the sample, run its example searches, recall hits, evaluate; returns everything the demo shows."""
     from obsmem.sample import SAMPLE_PROJECT, demo_queries, load_sample
 
     started = time.perf_counter()
@@ -54,6 +62,7 @@ def run_demo(service: Obsmem) -> dict[str, Any]:
             after=example.get("after"),
             before=example.get("before"),
             limit=HITS_PER_QUERY,
+            mode="exact",  # the examples show what exact search means
         )
         searches.append({**example, "result": result.to_dict()})
     recalls: list[dict[str, Any]] = []
@@ -72,7 +81,55 @@ def run_demo(service: Obsmem) -> dict[str, Any]:
         "status": service.status(SAMPLE_PROJECT),
         "searches": searches,
         "recalls": recalls,
+        "eval": run_demo_eval(service, SAMPLE_PROJECT),
     }
+
+
+def run_demo_eval(service: Obsmem, project: str) -> dict[str, Any] | None:
+    """Index the sample and search its labelled questions in exact and hybrid mode (None: no questions)."""
+    from obsmem.sample import questions
+
+    labelled_questions = questions()
+    if not labelled_questions or service.hybrid is None:
+        return None
+    from obsmem.eval.ingest import index_project
+    from obsmem.eval.suites.labelled import parse_labelled, run_labelled
+
+    started = time.perf_counter()
+    indexed = index_project(service, project)
+    index_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    results = run_labelled(service, project, parse_labelled(labelled_questions), EVAL_MODES)
+    return {
+        "questions": len(labelled_questions),
+        "indexed": indexed.get("indexed_count"),
+        "index_seconds": round(index_seconds, 2),
+        "eval_seconds": round(time.perf_counter() - started, 2),
+        "results": [result.to_dict() for result in results],
+        "mode_results": results,  # for the tables; left out of --json
+    }
+
+
+def _print_eval(console: Console, shown: dict[str, Any]) -> None:
+    from obsmem.eval.report import rich_tables
+
+    evaluated = shown["eval"]
+    console.print()
+    console.rule(f"obsmem eval questions --modes {','.join(EVAL_MODES)}", align="left")
+    console.print(
+        render.clip(
+            f"Semantic mode indexed {evaluated['indexed']} observations with the bundled model in"
+            f" {evaluated['index_seconds']:.1f} s (model load included). The sample's"
+            f" {evaluated['questions']} labelled questions, searched both ways in"
+            f" {evaluated['eval_seconds']:.1f} s: hit@k is the share of questions whose target memory is"
+            " among the first k hits; negative_hit_rate the share of unanswerable ones that got any hit"
+            " (hybrid always finds something near).",
+            None,
+        ),
+        style="dim",
+    )
+    for table in rich_tables(evaluated["mode_results"]):
+        console.print(table)
 
 
 def _print_demo(console: Console, shown: dict[str, Any], data_dir: Path, kept: bool) -> None:
@@ -98,6 +155,8 @@ def _print_demo(console: Console, shown: dict[str, Any], data_dir: Path, kept: b
             f"obsmem recall {shown['project']} {memory['id']} --session {memory['session_id']}", align="left"
         )
         render.render_recall(console, recalled)
+    if shown.get("eval"):
+        _print_eval(console, shown)
     console.print()
     if kept:
         console.print(
@@ -125,9 +184,14 @@ def demo(demo_dir: Path | None, as_json: bool) -> None:
     Uses the built-in settings only (no settings file, no OBSMEM_* variables) and never the usual data
     directory.
     """
-    with demo_directory(demo_dir) as data_dir, Obsmem(builtin_settings(data_dir=data_dir)) as service:
+    with demo_directory(demo_dir) as data_dir, Obsmem(
+        builtin_settings(data_dir=data_dir, semantic=SemanticSettings()), background_indexing=False
+    ) as service:
         shown = run_demo(service)
         if as_json:
-            render.emit_json({**shown, "data_dir": str(data_dir) if demo_dir is not None else None})
+            evaluated = shown["eval"] and {k: v for k, v in shown["eval"].items() if k != "mode_results"}
+            render.emit_json(
+                {**shown, "eval": evaluated, "data_dir": str(data_dir) if demo_dir is not None else None}
+            )
         else:
             _print_demo(render.stdout(), shown, data_dir, kept=demo_dir is not None)

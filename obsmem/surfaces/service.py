@@ -8,8 +8,9 @@ memory.search("my-app", "login")
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from obsmem import eventlog
 from obsmem.events import AppendReceipt, append_events
@@ -20,6 +21,7 @@ from obsmem.pipeline.projection import Projection
 from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.exact import ExactSearcher
+from obsmem.retrieval.recall import find_memory_row
 from obsmem.retrieval.recall import recall as recall_memory
 from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest, run_exact
@@ -28,11 +30,25 @@ from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import session_id as check_session_id
 from obsmem.workers import WorkerPool
 
+if TYPE_CHECKING:
+    from obsmem.indexer.engine import SemanticIndexer
+    from obsmem.indexer.project import BatchReport
+    from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
+    from obsmem.retrieval.rerank import Reranker
+
 
 class Obsmem:
     """Memory for one data directory (many projects)."""
 
-    def __init__(self, settings: Settings | None = None, *, data_dir: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        data_dir: Path | str | None = None,
+        background_indexing: bool | None = None,
+    ) -> None:
+        """``background_indexing`` overrides ``semantic.index.background`` (the CLI's one-shot commands
+        turn it off)."""
         if settings is None:
             settings = load_settings(data_dir=data_dir)
         elif data_dir is not None:
@@ -41,6 +57,24 @@ class Obsmem:
         self.projects = ProjectRegistry(settings.data_dir)
         self.pipeline = ObservationPipeline(settings)
         self.workers: WorkerPool | None = None
+        self.indexer: SemanticIndexer | None = None
+        self.hybrid: HybridSearcher | None = None
+        self.reranker: Reranker | None = None
+        if settings.semantic is not None and settings.semantic.enabled:
+            from obsmem.indexer.engine import SemanticIndexer
+            from obsmem.retrieval.hybrid import HybridSearcher
+            from obsmem.retrieval.rerank import make_reranker
+
+            self.indexer = SemanticIndexer(settings.semantic, self.projects)
+            self.reranker = make_reranker(settings.semantic.reranker)
+            self.hybrid = HybridSearcher(self.indexer, settings.semantic, self.reranker)
+            background = settings.semantic.index.background if background_indexing is None else background_indexing
+            if background:
+                self.indexer.start_background()
+
+    def _memories_changed(self, project: str) -> None:
+        if self.indexer is not None:
+            self.indexer.notify(project)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -85,13 +119,33 @@ class Obsmem:
         return result
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
-        return add_observations(self.projects.get(project, create=True), observations)
+        receipt = add_observations(self.projects.get(project, create=True), observations)
+        if receipt.added:
+            self._memories_changed(project)
+        return receipt
+
+    def forget(self, project: str, memory_id: object, *, session_id: str | None = None) -> dict[str, Any]:
+        """Delete one memory (an observation or a reflection) by id or unique prefix.
+
+        It leaves every search result at once (hybrid search checks each chunk against the current
+        memories); its chunks, keyword rows and embeddings go at the next indexing batch. The events it
+        cites are kept. Returns the deleted memory as a hit.
+        """
+        db = self.projects.get(project)
+        with db.write() as conn:
+            row_id, hit, _ = find_memory_row(conn, memory_id, session_id=session_id, project=project)
+            conn.execute("DELETE FROM memories WHERE id = ?", (row_id,))
+        self._memories_changed(project)
+        return {"deleted": hit.to_dict()}
 
     def import_observations(
         self, project: str, path: Path | str, *, progress: ImportProgress | None = None
     ) -> WriteReceipt:
         """Write a JSONL file of observations; the receipt's ``index`` is the line number minus one."""
-        return import_observations(self.projects.get(project, create=True), Path(path), progress)
+        receipt = import_observations(self.projects.get(project, create=True), Path(path), progress)
+        if receipt.added:
+            self._memories_changed(project)
+        return receipt
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -118,13 +172,45 @@ class Obsmem:
         )
         db = self.projects.get(project)
         if request.mode == "hybrid":
+            return self._hybrid().search(project, request)
+        with db.read() as conn:
+            return run_exact(ExactSearcher(conn), request)
+
+    def search_stages(
+        self,
+        project: str,
+        query: object,
+        plan: SearchPlan | None = None,
+        *,
+        after: object = None,
+        before: object = None,
+        limit: object = None,
+        session_id: object = None,
+    ) -> tuple[SearchResult, StageRankings]:
+        """A hybrid search run as ``plan`` says (one list alone, no rerank, no floor), with the ranking
+        after each stage. For evaluation and diagnostics; ``search`` is the same code with the default
+        plan."""
+        request = SearchRequest.parse(
+            query=query,
+            after=after,
+            before=before,
+            limit=limit,
+            mode="hybrid",
+            session_id=session_id,
+            limits=self.settings.search,
+        )
+        return self._hybrid().run(project, request, plan)
+
+    def _hybrid(self) -> HybridSearcher:
+        if self.hybrid is None:
             from obsmem.errors import ValidationFailed
 
             raise ValidationFailed(
-                "hybrid mode needs the [semantic] section in the settings file", code="mode_unavailable", field="mode"
+                "hybrid mode needs the [semantic] section in the settings file",
+                code="mode_unavailable",
+                field="mode",
             )
-        with db.read() as conn:
-            return run_exact(ExactSearcher(conn), request)
+        return self.hybrid
 
     def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> dict[str, Any]:
         db = self.projects.get(project)
@@ -133,7 +219,18 @@ class Obsmem:
 
     @property
     def default_mode(self) -> str:
-        return "exact"
+        """``hybrid`` when semantic mode is on, else ``exact`` (tool descriptions follow this)."""
+        return "hybrid" if self.hybrid is not None else "exact"
+
+    def index(self, project: str, progress: Callable[[BatchReport], None] | None = None) -> dict[str, Any]:
+        """Index everything pending for ``project`` now (``obsmem index``), then publish the graph file."""
+        if self.indexer is None:
+            from obsmem.errors import ValidationFailed
+
+            raise ValidationFailed(
+                "indexing needs the [semantic] section in the settings file", code="mode_unavailable"
+            )
+        return self.indexer.backfill(project, progress)
 
     # -- the observation pipeline ---------------------------------------------------------------
 
@@ -252,6 +349,16 @@ class Obsmem:
             "observer": self.pipeline.observer_state,
             "reflector": self.pipeline.reflector_state,
             "jobs": self.pipeline.queue(db).counts(),
+        } | self._index_status(project)
+
+    def _index_status(self, project: str) -> dict[str, Any]:
+        if self.indexer is None:
+            return {}
+        detail = self.indexer.project(project).status()
+        return {
+            "indexed_count": detail["indexed_count"],
+            "source_count": detail["source_count"],
+            "index": detail,
         }
 
     def project_names(self) -> list[str]:
@@ -260,9 +367,19 @@ class Obsmem:
     def database(self, project: str, *, create: bool = False) -> ProjectDatabase:
         return self.projects.get(project, create=create)
 
+    def release(self, project: str) -> None:
+        """Free what an open project holds (connections, in-memory index); its next use opens it again."""
+        if self.indexer is not None:
+            self.indexer.release(project)
+        self.projects.release(project)
+
     def close(self) -> None:
         self.stop_workers()
         self.pipeline.close()
+        if self.indexer is not None:
+            self.indexer.close()
+        if self.reranker is not None:
+            self.reranker.close()
         self.projects.close()
 
     def __enter__(self) -> Obsmem:

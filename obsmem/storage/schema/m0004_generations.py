@@ -17,6 +17,9 @@ transaction: its reflections (``memories`` rows, linked in ``generation_reflecti
 - ``generation_reflections``: the reflections each generation added.
 - ``dropped_observations``: drop records. An observation listed here has left the active memory; its
   ``memories`` row stays, so it is still searchable and recallable. Append-only.
+
+Both record tables go with their memory only when a user deletes the memory itself (``forget``): the
+cascade removes the record, while deleting a record of a memory that still exists is refused.
 - ``model_overrides``: per-project, per-role model ids switched at run time (``PUT .../models``); the
   next job of that role uses them.
 """
@@ -90,10 +93,21 @@ END;
 
 CREATE TABLE generation_reflections (
     generation_row INTEGER NOT NULL REFERENCES generations(id),
-    reflection_row INTEGER NOT NULL REFERENCES memories(id),
+    reflection_row INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
     PRIMARY KEY (generation_row, reflection_row)
 ) WITHOUT ROWID;
 CREATE INDEX generation_reflections_by_reflection ON generation_reflections(reflection_row);
+
+CREATE TRIGGER generation_reflections_are_final BEFORE UPDATE ON generation_reflections
+BEGIN
+    SELECT RAISE(ABORT, 'generation records are never changed');
+END;
+
+CREATE TRIGGER generation_reflections_kept_with_their_memory BEFORE DELETE ON generation_reflections
+WHEN EXISTS (SELECT 1 FROM memories WHERE id = old.reflection_row)
+BEGIN
+    SELECT RAISE(ABORT, 'generation records go only with their memory');
+END;
 
 CREATE TRIGGER generation_reflections_only_while_running BEFORE INSERT ON generation_reflections
 WHEN (SELECT state FROM generations WHERE id = new.generation_row) IS NOT 'running'
@@ -102,7 +116,7 @@ BEGIN
 END;
 
 CREATE TABLE dropped_observations (
-    observation_row INTEGER PRIMARY KEY REFERENCES memories(id),
+    observation_row INTEGER PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
     session_id TEXT NOT NULL,
     generation_row INTEGER NOT NULL REFERENCES generations(id),
     rank INTEGER NOT NULL,
@@ -123,9 +137,10 @@ BEGIN
     SELECT RAISE(ABORT, 'drop records are never changed');
 END;
 
-CREATE TRIGGER dropped_observations_never_deleted BEFORE DELETE ON dropped_observations
+CREATE TRIGGER dropped_observations_kept_with_their_memory BEFORE DELETE ON dropped_observations
+WHEN EXISTS (SELECT 1 FROM memories WHERE id = old.observation_row)
 BEGIN
-    SELECT RAISE(ABORT, 'drop records are never deleted');
+    SELECT RAISE(ABORT, 'drop records go only with their memory');
 END;
 
 CREATE TABLE model_overrides (

@@ -185,6 +185,10 @@ class SourceEvent(BaseModel):
     created_at: str
 
 
+class ForgetResponse(BaseModel):
+    deleted: Hit = Field(description="The memory that was deleted.")
+
+
 class RecallResponse(BaseModel):
     memory: RecalledMemory
     sources: list[SourceEvent] = Field(description="An observation's source events.")

@@ -14,7 +14,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from obsmem.surfaces.http.deps import MemoryIdPath, ProjectName, allowed_project, errors, service_of
-from obsmem.surfaces.http.models import SESSION_PATTERN, RecallResponse, SearchRequest, SearchResponse
+from obsmem.surfaces.http.models import (
+    SESSION_PATTERN,
+    ForgetResponse,
+    RecallResponse,
+    SearchRequest,
+    SearchResponse,
+)
 from obsmem.surfaces.http.responses import JSONBody
 
 router = APIRouter(tags=["memory"])
@@ -59,3 +65,22 @@ async def recall(
 ) -> Response:
     allowed_project(request, project)
     return JSONBody(service_of(request).recall(project, id, session_id=session_id))
+
+
+@router.delete(
+    "/projects/{project}/memories/{id}",
+    response_model=ForgetResponse,
+    responses=errors(),
+    summary="Delete a memory: gone from every search result at once",
+)
+def forget(
+    request: Request,
+    project: ProjectName,
+    id: MemoryIdPath,
+    session_id: Annotated[
+        str | None,
+        Query(pattern=SESSION_PATTERN, max_length=128, description="Look only in this session."),
+    ] = None,
+) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).forget(project, id, session_id=session_id))

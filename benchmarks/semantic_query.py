@@ -1,0 +1,182 @@
+"""Hybrid query latency, date-filtered search against a brute-force reference, and HNSW recall@100.
+
+    python benchmarks/semantic_query.py --data-dir DIR [--project bench] [--queries 200]
+
+Runs on a database indexed by semantic_backfill.py (or semantic_million.py). Queries are LoCoMo
+questions (real natural language). Reports, as medians (p50) and p95 in milliseconds:
+
+- ``hybrid_including_embedding`` — ``Obsmem.search`` end to end, the local query embedding included;
+- ``hybrid_excluding_embedding`` — the same searches with the query vectors already computed;
+- ``embedding_only`` — the query embedding alone;
+- ``date_filtered`` — windows of 1, 7, 30 and 180 days (excluding embedding), each result compared with
+  a brute-force reference (exact vector scan of the window, BM25 over the window, the same fusion):
+  ``omissions`` counts reference hits missing from the real result;
+- ``recall_at_100`` — the HNSW top-100 against the exact top-100 over all vectors.
+
+BLAS is pinned to one thread (the service does the same) and query embeddings run on one torch thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from semantic_corpus import DEFAULT_SHARED  # noqa: E402
+
+from obsmem import Obsmem  # noqa: E402
+from obsmem.dates import parse_window  # noqa: E402
+from obsmem.indexer.vectors import Filter  # noqa: E402
+from obsmem.retrieval.ranked import RankedList  # noqa: E402
+from obsmem.settings import load_settings  # noqa: E402
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p95_ms": round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2),
+        "n": len(ordered),
+    }
+
+
+def questions(shared: Path, count: int) -> list[str]:
+    found = []
+    for sample in json.loads((shared / "locomo" / "locomo-dev5.json").read_text()):
+        found.extend(qa["question"] for qa in sample["qa"])
+    random.Random(1).shuffle(found)
+    return found[:count]
+
+
+def reference(service, project: str, query: str, vector, where: Filter, limit: int) -> list[str]:
+    """Brute force: exact scan of every vector in the window, BM25 over the window, the same fusion."""
+    searcher = service.hybrid
+    index = service.indexer.project(project)
+    vectors = index.vectors()
+    k = searcher.settings.fusion.candidates_per_list
+    slots = None if where.is_open else vectors.selection(where)
+    with index.db.read() as conn:
+        lists = [
+            searcher.bm25.search(conn, query, k, where),
+            RankedList("vector", vectors.exact(vector, slots, k)),
+        ]
+        valid = searcher._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
+    for ranked in lists:
+        ranked.items = [item for item in ranked.items if item[0] in valid][:k]
+    hits: list[str] = []
+    for label, _ in searcher.fuse(lists, searcher.weights)[: searcher.settings.fusion.fused_candidates]:
+        memory_id = valid[label].memory_id
+        if memory_id not in hits:
+            hits.append(memory_id)
+    return hits[:limit]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--project", default="bench")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--shared-data", type=Path, default=DEFAULT_SHARED)
+    args = parser.parse_args()
+    settings = load_settings(data_dir=args.data_dir, semantic={"index": {"background": False}})
+    report: dict[str, object] = {"benchmark": "semantic_query", "project": args.project}
+    with Obsmem(settings) as service:
+        index = service.indexer.project(args.project)
+        started = time.perf_counter()
+        vectors = index.vectors()
+        report["load_seconds"] = round(time.perf_counter() - started, 2)
+        index.maintain()  # a graph for every vector before timing
+        report["chunks"] = vectors.live
+        report["graph"] = vectors.graph is not None
+        report["memories"] = service.status(args.project)["source_count"]
+        embedder = index.embedder
+        texts = questions(args.shared_data, args.queries)
+        for text in texts[:5]:
+            service.search(args.project, text)  # warm up: model, caches
+
+        embed_times, full_times = [], []
+        cache = {}
+        for text in texts:
+            started = time.perf_counter()
+            cache[text] = embedder.embed_query(text)
+            embed_times.append(time.perf_counter() - started)
+        for text in texts:
+            started = time.perf_counter()
+            service.search(args.project, text)
+            full_times.append(time.perf_counter() - started)
+        original = embedder.embed_query
+        embedder.embed_query = lambda query: cache[query]  # type: ignore[method-assign]
+        bare_times = []
+        for text in texts:
+            started = time.perf_counter()
+            service.search(args.project, text)
+            bare_times.append(time.perf_counter() - started)
+        report["embedding_only"] = percentiles(embed_times)
+        report["hybrid_including_embedding"] = percentiles(full_times)
+        report["hybrid_excluding_embedding"] = percentiles(bare_times)
+
+        dates = index.db.query("SELECT min(date), max(date) FROM memories")[0]
+        first = datetime.strptime(dates[0][:10], "%Y-%m-%d")
+        span_days = max(1, (datetime.strptime(dates[1][:10], "%Y-%m-%d") - first).days)
+        rng = random.Random(7)
+        filtered: dict[str, list[float]] = {}
+        omissions = compared = 0
+        window_sizes: dict[str, list[int]] = {}
+        for text in texts:
+            for days in (1, 7, 30, 180):
+                start = first + timedelta(days=rng.randrange(max(1, span_days - days)))
+                after, before = (
+                    start.strftime("%Y-%m-%d"),
+                    (start + timedelta(days=days - 1)).strftime("%Y-%m-%d"),
+                )
+                started = time.perf_counter()
+                result = service.search(args.project, text, after=after, before=before, limit=20)
+                filtered.setdefault(f"{days}d", []).append(time.perf_counter() - started)
+                window = parse_window(after, before)
+                where = Filter(window.lower, window.upper)
+                window_sizes.setdefault(f"{days}d", []).append(len(vectors.selection(where)))
+                expected = reference(service, args.project, text, cache[text], where, 20)
+                got = [hit.memory_id for hit in result.hits]
+                omissions += len(set(expected) - set(got))
+                compared += 1
+        all_filtered = [t for samples in filtered.values() for t in samples]
+        report["date_filtered"] = {
+            "overall": percentiles(all_filtered),
+            "by_window": {
+                name: percentiles(samples)
+                | {"median_window_chunks": int(statistics.median(window_sizes[name]))}
+                for name, samples in filtered.items()
+            },
+            "omissions_vs_brute_force": omissions,
+            "searches_compared": compared,
+            "p50_ratio_to_unfiltered": round(
+                statistics.median(all_filtered) / statistics.median(bare_times), 2
+            ),
+        }
+        embedder.embed_query = original  # type: ignore[method-assign]
+
+        hits = 0
+        for text in texts:
+            exact = {label for label, _ in vectors.exact(cache[text], None, 100)}
+            approximate = {label for label, _ in vectors.approximate(cache[text], 100) or []}
+            hits += len(exact & approximate)
+        report["recall_at_100"] = round(hits / (100 * len(texts)), 4)
+        report["hnsw"] = {
+            "M": settings.semantic.index.hnsw_m,
+            "ef_construction": settings.semantic.index.hnsw_ef_construction,
+            "ef_search": settings.semantic.index.hnsw_ef_search,
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Reports: the side-by-side table of modes (markdown and a terminal table), per-category tables, and
+the check that hybrid never loses to its best single list."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from obsmem.eval.results import ModeResult
+
+if TYPE_CHECKING:
+    from obsmem.eval.runner import EvalRun
+    from rich.table import Table
+
+# Metric families in display order; a family's members sort by k.
+_FAMILIES = ("hit@", "mrr", "recall@", "recall_any@", "recall_all@", "ndcg@", "negative_hit_rate", "candidates.")
+AT_K = re.compile(r"@(\d+)$")
+HEADLINE_FAMILIES = ("recall@", "hit@", "recall_any@")
+SPLITS = ("calibration", "held_out")  # labelled questions get a full table per split
+
+
+_STAGES = ("candidates.bm25", "candidates.vector", "candidates.fused")
+
+
+def metric_key(name: str) -> tuple[int, int, str, int]:
+    family = next((i for i, f in enumerate(_FAMILIES) if name.startswith(f)), len(_FAMILIES))
+    stem = name.split("@")[0]
+    stage = _STAGES.index(stem) if stem in _STAGES else 0
+    match = AT_K.search(name)
+    return family, stage, stem, int(match.group(1)) if match else 0
+
+
+def metric_names(results: Sequence[ModeResult]) -> list[str]:
+    names = {name for result in results for name in result.metrics}
+    return sorted(names, key=metric_key)
+
+
+def headline_family(results: Sequence[ModeResult]) -> str:
+    """The metric family that sums a dataset up: ``recall@`` (LoCoMo), ``hit@`` (labelled questions) ..."""
+    names = metric_names(results)
+    return next((f for f in HEADLINE_FAMILIES if any(n.startswith(f) for n in names)), names[0] if names else "")
+
+
+def by_dataset(results: Sequence[ModeResult]) -> dict[str, list[ModeResult]]:
+    grouped: dict[str, list[ModeResult]] = {}
+    for result in results:
+        grouped.setdefault(result.dataset, []).append(result)
+    return grouped
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def table_rows(results: Sequence[ModeResult]) -> list[list[str]]:
+    """Rows of the side-by-side table of one dataset: a metric (or timing) and its value per mode."""
+    rows = [["questions", *(str(r.questions) for r in results)]]
+    for name in metric_names(results):
+        rows.append([name, *(_cell(r.metrics.get(name)) for r in results)])
+    rows.append(["latency p50 (ms)", *(f"{r.latency_ms['p50']:.1f}" for r in results)])
+    rows.append(["latency p95 (ms)", *(f"{r.latency_ms['p95']:.1f}" for r in results)])
+    rows.append(["elapsed (s)", *(f"{r.elapsed_s:.1f}" for r in results)])
+    return rows
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def side_by_side_markdown(results: Sequence[ModeResult]) -> str:
+    return markdown_table(["metric", *(r.mode for r in results)], table_rows(results))
+
+
+def group_markdown(results: Sequence[ModeResult], group: str) -> str:
+    """The side-by-side table of one group (a labelled split, a LoCoMo category), every metric."""
+    names = sorted({n for r in results for n in r.by_category.get(group, {})}, key=metric_key)
+    rows = [[name, *(_cell(r.by_category.get(group, {}).get(name)) for r in results)] for name in names]
+    return markdown_table(["metric", *(r.mode for r in results)], rows)
+
+
+def category_markdown(results: Sequence[ModeResult], metric: str) -> str:
+    groups = sorted({group for r in results for group in r.by_category})
+    rows = [[group, *(_cell(r.by_category.get(group, {}).get(metric)) for r in results)] for group in groups]
+    return markdown_table([metric, *(r.mode for r in results)], rows)
+
+
+def summary_markdown(results: Sequence[ModeResult]) -> str:
+    """Every dataset and mode on one row each (LoCoMo's way (b) beside way (a)), headline metrics only."""
+    family = headline_family(results)
+    names = [n for n in metric_names(results) if n.startswith(family)]
+    rows = [[r.dataset, r.mode, str(r.questions), *(_cell(r.metrics.get(n)) for n in names)] for r in results]
+    return markdown_table(["dataset", "mode", "questions", *names], rows)
+
+
+def never_loses(results: Sequence[ModeResult], hybrid: str = "hybrid") -> list[str] | None:
+    """Every (group, metric) of the headline family where ``hybrid`` scores below its best single list.
+
+    None when the run lacks a mode needed for the check.
+    """
+    modes = {r.mode: r for r in results}
+    if hybrid not in modes or "bm25" not in modes or "vector" not in modes:
+        return None
+    family = headline_family(results)
+    names = [n for n in metric_names(results) if n.startswith(family)]
+    losses = []
+    for group in ("overall", *sorted(modes[hybrid].by_category)):
+        def pick(result: ModeResult, name: str, group: str = group) -> float:
+            source = result.metrics if group == "overall" else result.by_category.get(group, {})
+            return source.get(name, 0.0)
+
+        for name in names:
+            best = max(pick(modes["bm25"], name), pick(modes["vector"], name))
+            got = pick(modes[hybrid], name)
+            if got + 1e-9 < best:
+                losses.append(f"{group} {name}: {hybrid} {got:.3f} < best single list {best:.3f}")
+    return losses
+
+
+def markdown_report(run: EvalRun) -> str:
+    lines = [f"# obsmem eval: {run.suite}", ""]
+    if run.command:
+        lines += [f"Command: `{run.command}`", ""]
+    if run.setup:
+        lines += ["Setup: " + ", ".join(f"{k} = `{v}`" for k, v in run.setup.items()), ""]
+    if run.timings:
+        lines += ["Time (s): " + ", ".join(f"{k} {v:.1f}" for k, v in run.timings.items()), ""]
+    lines += [f"- {note}" for note in run.notes]
+    if len(by_dataset(run.results)) > 1:
+        lines += ["", "## Summary", "", summary_markdown(run.results)]
+    for dataset, results in by_dataset(run.results).items():
+        family = headline_family(results)
+        lines += ["", f"## {dataset}", "", side_by_side_markdown(results), ""]
+        metric = f"{family}10" if family.endswith("@") else family
+        lines += [f"### By category: {metric}", "", category_markdown(results, metric), ""]
+        for split in SPLITS:
+            if any(split in r.by_category for r in results):
+                lines += [f"### Split: {split}", "", group_markdown(results, split), ""]
+        losses = never_loses(results)
+        if losses is not None:
+            verdict = "never loses" if not losses else "loses: " + "; ".join(losses)
+            lines += [f"Hybrid against its best single list ({family}k, overall and per category): {verdict}.", ""]
+    lines += [
+        "",
+        "## Plots",
+        "",
+        "![recall at k per mode](recall_curves.png)",
+        "",
+        "![per category](categories.png)",
+        "",
+        "![latency per mode](latency.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def rich_tables(results: Sequence[ModeResult]) -> list[Table]:
+    """One terminal table per dataset, modes side by side."""
+    from rich.table import Table
+
+    tables = []
+    for dataset, group in by_dataset(results).items():
+        table = Table(title=dataset, title_justify="left")
+        table.add_column("metric")
+        for result in group:
+            table.add_column(result.mode, justify="right")
+        for row in table_rows(group):
+            table.add_row(*row)
+        tables.append(table)
+    return tables
+
+
+def summary_dict(run: EvalRun) -> dict[str, Any]:
+    """``--json`` output: the results entries and the run's metadata."""
+    return {"results": [r.to_dict() for r in run.results], **run.meta()}

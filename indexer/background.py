@@ -1,0 +1,119 @@
+"""The background indexing thread of a running service.
+
+It runs :meth:`ProjectIndex.run_batch` for projects that have work — after the service's own writes
+(:meth:`BackgroundIndexer.notify`), for every project at start-up, and for writes made by other
+processes, which it finds by polling each project's pending queue every ``poll_seconds``. When a project
+has no more pending work it gets maintenance (graph build, repair or publish). A failing embedding
+endpoint is retried with exponential backoff (up to a minute) rather than hammered; the failure is
+logged with its stage, never with memory text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from obsmem.errors import ObsmemError
+
+log = logging.getLogger("obsmem.indexer")
+
+MAX_BACKOFF_SECONDS = 60.0
+
+
+class BackgroundIndexer:
+    def __init__(
+        self,
+        run_batch: Callable[[str], int | None],
+        maintain: Callable[[str], None],
+        discover: Callable[[], list[str]],
+        *,
+        poll_seconds: float,
+    ) -> None:
+        """``run_batch(name)`` returns the pending count left (None if busy); ``discover()`` lists
+        projects that may have pending work."""
+        self._run_batch = run_batch
+        self._maintain = maintain
+        self._discover = discover
+        self.poll_seconds = poll_seconds
+        self._wanted: dict[str, float] = {}  # project -> earliest time to work on it
+        self._cond = threading.Condition()
+        self._stop = False
+        self._failures: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._loop, name="obsmem-indexer", daemon=True)
+        self.idle = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self, project: str) -> None:
+        with self._cond:
+            self._wanted[project] = min(self._wanted.get(project, 0.0), time.monotonic())
+            self.idle.clear()
+            self._cond.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _next(self) -> str | None:
+        with self._cond:
+            next_poll = time.monotonic()
+            while not self._stop:
+                now = time.monotonic()
+                ready = [name for name, at in self._wanted.items() if at <= now]
+                if ready:
+                    name = min(ready, key=lambda n: self._wanted[n])
+                    del self._wanted[name]
+                    return name
+                if now >= next_poll:
+                    self._cond.release()
+                    try:
+                        discovered = self._discover()
+                    except Exception:  # a broken project must not stop the thread
+                        log.exception("listing projects with pending index work failed")
+                        discovered = []
+                    finally:
+                        self._cond.acquire()
+                    for found in discovered:
+                        self._wanted.setdefault(found, now)
+                    next_poll = now + self.poll_seconds
+                    if discovered:
+                        continue
+                if not self._wanted:
+                    self.idle.set()
+                wake = min([next_poll, *self._wanted.values()])
+                self._cond.wait(max(0.0, wake - time.monotonic()))
+            return None
+
+    def _loop(self) -> None:
+        while (name := self._next()) is not None:
+            try:
+                remaining = self._run_batch(name)
+                if remaining is None:  # another indexer holds the project
+                    self._later(name, self.poll_seconds)
+                    continue
+                self._failures.pop(name, None)
+                if remaining > 0:
+                    self._later(name, 0.0)
+                else:
+                    self._maintain(name)
+            except ObsmemError as exc:
+                failures = self._failures[name] = self._failures.get(name, 0) + 1
+                delay = min(MAX_BACKOFF_SECONDS, 2.0 ** min(failures, 6))
+                log.warning("indexing project %s failed: %s (retry in %.0f s)", name, exc.code, delay)
+                self._later(name, delay)
+            except Exception:
+                failures = self._failures[name] = self._failures.get(name, 0) + 1
+                log.exception("indexing project %s failed unexpectedly", name)
+                self._later(name, min(MAX_BACKOFF_SECONDS, 2.0 ** min(failures, 6)))
+
+    def _later(self, name: str, delay: float) -> None:
+        with self._cond:
+            at = time.monotonic() + delay
+            self._wanted[name] = min(self._wanted.get(name, at), at)
+            self._cond.notify()

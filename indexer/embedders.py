@@ -1,0 +1,111 @@
+"""Embedders: text -> unit-length float32 vectors.
+
+An embedder implements one method, :meth:`Embedder.embed_batch` (a list of texts in, one vector per text
+out). The base class does everything else once for all providers: cutting work into requests of the
+right size, applying the query prefix, and validating every reply — the right count, the right
+dimensions, finite numbers and a non-zero norm — before anything is normalised or stored. A reply that
+fails any check raises :class:`~obsmem.errors.EmbeddingUnavailable` for the whole call, so nothing from
+a bad reply is ever indexed.
+
+Providers: :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in this process)
+and :class:`~obsmem.indexer.embed_openai.OpenAIEmbedder` (an OpenAI-compatible ``/embeddings``
+endpoint). :func:`make_embedder` builds the configured one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from obsmem.errors import EmbeddingUnavailable
+from obsmem.settings_semantic import EmbeddingSettings
+
+Vectors = np.ndarray  # (n, dimensions) float32, rows of unit length
+
+
+class Embedder(ABC):
+    """Base class: batching, the query prefix and validation around :meth:`embed_batch`."""
+
+    #: Texts per :meth:`embed_batch` call.
+    request_size: int = 32
+
+    def __init__(self, *, query_prefix: str = "", dimensions: int | None = None) -> None:
+        self.query_prefix = query_prefix
+        self.expected_dimensions = dimensions
+        self._dimensions: int | None = dimensions
+
+    @property
+    @abstractmethod
+    def identity(self) -> str:
+        """What decides the vectors (provider and model), recorded in the index signature."""
+
+    @abstractmethod
+    def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
+        """One vector per text, as an array or a list of lists. ``purpose`` is "documents" or "query"."""
+
+    @property
+    def dimensions(self) -> int | None:
+        """The vector size, once known (configured, or learnt from the first valid reply)."""
+        return self._dimensions
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        parts = [
+            self._validated(
+                self.embed_batch(list(texts[i : i + self.request_size]), purpose="documents"),
+                len(texts[i : i + self.request_size]),
+            )
+            for i in range(0, len(texts), self.request_size)
+        ]
+        if not parts:
+            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        return np.concatenate(parts)
+
+    def embed_query(self, query: str) -> np.ndarray:
+        text = f"{self.query_prefix} {query}" if self.query_prefix else query
+        return self._validated(self.embed_batch([text], purpose="query"), 1)[0]
+
+    def _validated(self, raw: Any, count: int) -> Vectors:
+        try:
+            array = np.asarray(raw, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise EmbeddingUnavailable(
+                "the embedding model returned something that is not a list of vectors"
+            ) from None
+        if array.ndim != 2 or array.shape[0] != count:
+            raise EmbeddingUnavailable(
+                f"the embedding model returned {array.shape[0] if array.ndim else 0} vectors for {count} texts"
+                if array.ndim == 2
+                else "the embedding model returned something that is not a list of vectors"
+            )
+        width = array.shape[1]
+        expected = self._dimensions
+        if expected is not None and width != expected:
+            raise EmbeddingUnavailable(
+                f"the embedding model returned {width}-dimensional vectors, expected {expected}"
+            )
+        if width == 0:
+            raise EmbeddingUnavailable("the embedding model returned empty vectors")
+        if not np.isfinite(array).all():
+            raise EmbeddingUnavailable("the embedding model returned a vector with a non-finite number")
+        norms = np.linalg.norm(array.astype(np.float64), axis=1)
+        if not (norms > 1e-12).all():
+            raise EmbeddingUnavailable("the embedding model returned a zero vector")
+        if expected is None:
+            self._dimensions = width
+        return (array / norms[:, None]).astype(np.float32)
+
+    def close(self) -> None:  # noqa: B027 (an optional hook: most providers hold nothing)
+        """Release models or connections."""
+
+
+def make_embedder(settings: EmbeddingSettings) -> Embedder:
+    if settings.provider == "openai":
+        from obsmem.indexer.embed_openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(settings)
+    from obsmem.indexer.embed_local import LocalEmbedder
+
+    return LocalEmbedder(settings)

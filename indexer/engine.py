@@ -1,0 +1,135 @@
+"""Semantic indexing for every project of a data directory: one embedder, one index per project."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from obsmem.indexer.background import BackgroundIndexer
+from obsmem.indexer.embedders import Embedder, make_embedder
+from obsmem.indexer.project import BatchReport, ProjectIndex
+
+from obsmem.projects import ProjectRegistry
+from obsmem.settings_semantic import SemanticSettings
+
+log = logging.getLogger("obsmem.indexer")
+
+
+def pin_math_threads(threads: int = 1) -> None:
+    """Pin BLAS to ``threads`` for single-query work (a 10k-vector scan: 12 ms default, <1 ms pinned)."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads, user_api="blas")
+    except Exception:  # threadpoolctl missing or no BLAS found: keep the defaults
+        pass
+
+
+class SemanticIndexer:
+    def __init__(
+        self, settings: SemanticSettings, projects: ProjectRegistry, *, embedder: Embedder | None = None
+    ) -> None:
+        self.settings = settings
+        self.projects = projects
+        self.embedder = embedder or make_embedder(settings.embedding)
+        self._indexes: dict[str, ProjectIndex] = {}
+        self._lock = threading.Lock()
+        self._background: BackgroundIndexer | None = None
+        pin_math_threads()
+
+    def project(self, name: str) -> ProjectIndex:
+        """The index of an existing project (``project_not_found`` otherwise)."""
+        db = self.projects.get(name)
+        with self._lock:
+            index = self._indexes.get(name)
+            if index is None or index.db is not db:
+                index = self._indexes[name] = ProjectIndex(name, db, self.settings, self.embedder)
+            return index
+
+    # -- work -----------------------------------------------------------------------------------
+
+    def run_batch(self, name: str, max_chunks: int | None = None) -> BatchReport:
+        return self.project(name).run_batch(max_chunks)
+
+    def backfill(self, name: str, progress: Callable[[BatchReport], None] | None = None) -> dict[str, Any]:
+        """Index everything pending now, in the foreground, then build and publish the graph."""
+        index = self.project(name)
+        total = BatchReport()
+        while True:
+            report = index.run_batch()
+            if report.busy:
+                raise_busy()
+            total.memories += report.memories
+            total.chunks_embedded += report.chunks_embedded
+            total.chunks_reused += report.chunks_reused
+            total.reset = total.reset or report.reset
+            total.remaining = report.remaining
+            if progress is not None:
+                progress(report)
+            if report.remaining == 0:
+                break
+        index.maintain()
+        return total.to_dict() | index.status()
+
+    # -- background -----------------------------------------------------------------------------
+
+    def start_background(self) -> None:
+        if self._background is not None or not self.settings.index.background:
+            return
+        self._background = BackgroundIndexer(
+            self._background_batch,
+            lambda name: self.project(name).maintain(),
+            self._discover,
+            poll_seconds=self.settings.index.poll_seconds,
+        )
+        self._background.start()
+        for name in self.projects.names():
+            self._background.notify(name)
+
+    def _background_batch(self, name: str) -> int | None:
+        report = self.run_batch(name)
+        return None if report.busy else report.remaining
+
+    def _discover(self) -> list[str]:
+        found = []
+        for name in self.projects.names():
+            try:
+                db = self.projects.get(name)
+                if db.query("SELECT EXISTS (SELECT 1 FROM semantic_pending)")[0][0]:
+                    found.append(name)
+            except Exception:  # an unreadable project is reported when used, not here
+                continue
+        return found
+
+    def notify(self, name: str) -> None:
+        if self._background is not None:
+            self._background.notify(name)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """For tests and the CLI: wait until the background thread has no work left."""
+        return self._background.idle.wait(timeout) if self._background is not None else True
+
+    def release(self, name: str) -> None:
+        """Drop one project's in-memory index (vectors, graph); it loads again on its next use."""
+        with self._lock:
+            index = self._indexes.pop(name, None)
+        if index is not None:
+            index.close()
+
+    def close(self) -> None:
+        if self._background is not None:
+            self._background.stop()
+            self._background = None
+        with self._lock:
+            for index in self._indexes.values():
+                index.close()
+            self._indexes.clear()
+        self.embedder.close()
+
+
+def raise_busy() -> None:
+    from obsmem.errors import IndexBusy
+
+    raise IndexBusy("another indexer is working on this project; try again when it has finished")

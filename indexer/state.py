@@ -1,0 +1,86 @@
+"""The index state row: signature, dirty flag, version and the published HNSW file.
+
+- ``signature`` — what the derived data was made with (embedding model, chunk settings). A different
+  configured signature means the index is incompatible: every derived row is dropped and rebuilt.
+- ``dimensions`` — vector size, learnt from the first valid embedding reply.
+- ``fts_tokenizer`` — tokenizer of the keyword table; a change rebuilds only that table.
+- ``dirty`` — committed as 1 before a write that spans SQLite and the index file directory, cleared
+  when both agree again. Seen at start-up it means the file side cannot be trusted: the HNSW file is
+  discarded and rebuilt from the stored embeddings (no model call). Canonical rows are never touched.
+- ``version`` — bumped by every commit that adds or removes vectors, so a process holding the vectors in
+  memory knows when to catch up.
+- ``hnsw_*`` — the published graph file, its size and checksum (verified before every load), the state
+  version it reflects and how many live items it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import apsw
+from obsmem.indexer.chunker import ChunkSettings
+
+from obsmem.dates import now_iso
+
+_COLUMNS = (
+    "signature, dimensions, fts_tokenizer, dirty, version, hnsw_file, hnsw_bytes, hnsw_checksum, "
+    "hnsw_version, hnsw_count, removed_floor"
+)
+
+
+@dataclass(frozen=True)
+class IndexState:
+    signature: str | None
+    dimensions: int | None
+    fts_tokenizer: str | None
+    dirty: bool
+    version: int
+    hnsw_file: str | None
+    hnsw_bytes: int | None
+    hnsw_checksum: str | None
+    hnsw_version: int | None
+    hnsw_count: int | None
+    removed_floor: int
+
+    @classmethod
+    def read(cls, conn: apsw.Connection) -> IndexState:
+        row = conn.execute(f"SELECT {_COLUMNS} FROM semantic_state WHERE id = 1").fetchone()
+        return cls(row[0], row[1], row[2], bool(row[3]), *row[4:])
+
+    def compatible_with(self, signature: str, tokenizer: str) -> bool:
+        return self.signature == signature and self.fts_tokenizer == tokenizer
+
+
+def index_signature(embedder_identity: str, chunking: ChunkSettings) -> str:
+    return json.dumps(
+        {
+            "embedder": embedder_identity,
+            "chunk_bytes": chunking.chunk_bytes,
+            "overlap_bytes": chunking.overlap_bytes,
+            "max_lines": chunking.max_lines,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def update_state(conn: apsw.Connection, **values: object) -> None:
+    """Set columns of the state row (inside the caller's write transaction)."""
+    names = list(values)
+    assignments = ", ".join(f"{name} = ?" for name in names)
+    conn.execute(
+        f"UPDATE semantic_state SET {assignments}, updated_at = ? WHERE id = 1",
+        (*[values[name] for name in names], now_iso()),
+    )
+
+
+def mark_dirty(conn: apsw.Connection) -> None:
+    update_state(conn, dirty=1)
+
+
+def bump_version(conn: apsw.Connection) -> tuple[int, int]:
+    """Increment the version; returns ``(before, after)``."""
+    before = conn.execute("SELECT version FROM semantic_state WHERE id = 1").fetchone()[0]
+    update_state(conn, version=before + 1)
+    return before, before + 1

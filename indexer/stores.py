@@ -1,0 +1,130 @@
+"""The derived stores in SQLite: chunk rows, their FTS5 keyword table and their embeddings.
+
+A chunk's row id is its vector label (AUTOINCREMENT, so a label is never reused). ``semantic_fts`` is an
+external-content FTS5 table over ``semantic_chunks.text``; its tokenizer is a setting, so it is created
+here rather than in a migration. Embeddings are stored as float32 blobs checked by sqlite-vec
+(``vec_f32``), so the graph index can always be rebuilt from them without calling the model.
+"""
+
+from __future__ import annotations
+
+import apsw
+import numpy as np
+from obsmem.indexer.state import bump_version, update_state
+
+FTS_TABLE = "semantic_fts"
+FTS_VOCAB = "semantic_fts_vocab"
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def create_fts(conn: apsw.Connection, tokenizer: str) -> None:
+    """(Re)create the keyword table with ``tokenizer`` and fill it from the stored chunks."""
+    conn.execute(f"DROP TABLE IF EXISTS {FTS_VOCAB}")
+    conn.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
+    conn.execute(
+        f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(text, content='semantic_chunks', content_rowid='id', "
+        f"tokenize={_quoted(tokenizer)})"
+    )
+    conn.execute(f"CREATE VIRTUAL TABLE {FTS_VOCAB} USING fts5vocab({FTS_TABLE}, 'row')")
+    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+    update_state(conn, fts_tokenizer=tokenizer)
+
+
+def reset_derived(conn: apsw.Connection, signature: str, tokenizer: str) -> None:
+    """Drop every derived row and queue every memory again (one transaction; canonical rows untouched)."""
+    conn.execute("DELETE FROM semantic_vectors")
+    conn.execute("DELETE FROM semantic_chunks")
+    conn.execute("DELETE FROM semantic_sources")
+    conn.execute("DELETE FROM semantic_removed")
+    conn.execute(
+        "INSERT INTO semantic_pending(memory_row) SELECT id FROM memories WHERE true"
+        " ON CONFLICT(memory_row) DO UPDATE SET change = change + 1"
+    )
+    create_fts(conn, tokenizer)
+    _, version = bump_version(conn)
+    update_state(
+        conn,
+        signature=signature,
+        dimensions=None,
+        dirty=0,
+        hnsw_file=None,
+        hnsw_bytes=None,
+        hnsw_checksum=None,
+        hnsw_version=None,
+        hnsw_count=None,
+        removed_floor=version,
+    )
+
+
+def remove_chunks(conn: apsw.Connection, memory_row: int, version: int) -> list[int]:
+    """Delete a memory's chunks, their keyword rows and embeddings; returns the removed labels."""
+    rows = conn.execute("SELECT id, text FROM semantic_chunks WHERE memory_row = ?", (memory_row,)).fetchall()
+    for label, text in rows:
+        conn.execute(
+            f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', ?, ?)", (label, text)
+        )
+        conn.execute("DELETE FROM semantic_vectors WHERE chunk = ?", (label,))
+        conn.execute(
+            "INSERT INTO semantic_removed(label, version) VALUES (?, ?)"
+            " ON CONFLICT(label) DO UPDATE SET version = excluded.version",
+            (label, version),
+        )
+    conn.execute("DELETE FROM semantic_chunks WHERE memory_row = ?", (memory_row,))
+    conn.execute("DELETE FROM semantic_sources WHERE memory_row = ?", (memory_row,))
+    return [label for label, _ in rows]
+
+
+def insert_chunk(
+    conn: apsw.Connection,
+    *,
+    key: str,
+    memory_row: int,
+    position: int,
+    date: str,
+    session_id: str,
+    text: str,
+    vector: np.ndarray,
+) -> int:
+    label = conn.execute(
+        "INSERT INTO semantic_chunks(chunk_key, memory_row, position, date, session_id, text)"
+        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        (key, memory_row, position, date, session_id, text),
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO semantic_vectors(chunk, embedding) VALUES (?, vec_f32(?))",
+        (label, np.ascontiguousarray(vector, dtype=np.float32).tobytes()),
+    )
+    conn.execute(f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (?, ?)", (label, text))
+    return int(label)
+
+
+def stored_embeddings(conn: apsw.Connection, keys: list[str]) -> dict[str, bytes]:
+    """Embeddings already stored for these chunk keys (re-chunking unchanged text costs no model call)."""
+    found: dict[str, bytes] = {}
+    for start in range(0, len(keys), 500):
+        part = keys[start : start + 500]
+        marks = ",".join("?" * len(part))
+        for key, blob in conn.execute(
+            "SELECT c.chunk_key, v.embedding FROM semantic_chunks AS c JOIN semantic_vectors AS v ON v.chunk = c.id"
+            f" WHERE c.chunk_key IN ({marks})",
+            part,
+        ):
+            found[key] = blob
+    return found
+
+
+def source_count(conn: apsw.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+
+
+def indexed_count(conn: apsw.Connection) -> int:
+    """Current memories represented by at least one indexed chunk (the same memory, not a reused row)."""
+    return int(
+        conn.execute(
+            "SELECT count(*) FROM semantic_sources AS s JOIN memories AS m"
+            " ON m.id = s.memory_row AND m.memory_id = s.memory_id WHERE s.chunk_count > 0"
+        ).fetchone()[0]
+    )

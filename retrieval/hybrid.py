@@ -1,0 +1,287 @@
+"""Hybrid ``memory_search``: BM25 and vector lists, fusion, optional rerank, chunks -> memories.
+
+Order of work for one query:
+
+1. readiness — an uninitialised, incompatible (settings changed) or still-empty index is
+   ``index_building`` with ``indexed_count`` and ``source_count``; never a silent fallback to exact;
+2. the query embedding — a model call, made with no lock or transaction held;
+3. in one read snapshot: the keyword list and the vector list (each up to ``candidates_per_list``
+   valid chunks), with any date or session filter applied first; every candidate chunk is checked
+   against the current memory (same memory id, same content hash, inside the filter), so deleted or
+   edited memories never come back from stale chunks;
+4. fusion to ``fused_candidates`` chunks, the optional rerank (after the snapshot is released), then
+   the chunks collapse to their memories in order and the limit applies.
+
+``truncated`` says a candidate budget or the limit was reached; ``partial`` says memories are still
+waiting to be indexed (search served what is indexed). No scores are returned.
+
+:meth:`HybridSearcher.run` is the same search with a :class:`SearchPlan` (one list alone, no rerank, no
+floor) and the ranking after each stage (:class:`StageRankings`): the evaluation harness measures the
+modes and the candidate stages through it, so what it measures is this code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import apsw
+import numpy as np
+from obsmem.indexer import stores
+from obsmem.indexer.engine import SemanticIndexer
+from obsmem.indexer.project import ProjectIndex
+from obsmem.indexer.state import IndexState
+from obsmem.indexer.vectors import Filter, VectorSet
+from obsmem.retrieval.bm25 import Bm25List
+from obsmem.retrieval.fusion import fuser
+from obsmem.retrieval.ranked import RankedList
+from obsmem.retrieval.rerank import Reranker, rerank_order
+from obsmem.retrieval.results import Hit, SearchResult
+from obsmem.retrieval.search import SearchRequest
+
+from obsmem.errors import IndexBuilding
+from obsmem.settings_semantic import SemanticSettings
+
+# Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
+MAX_STALE_MARGIN = 1000
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: int
+    text: str
+    memory_id: str
+    row: tuple  # the memory's hit columns; turned into a Hit only if it is returned
+
+    @property
+    def hit(self) -> Hit:
+        return Hit.from_row(self.row)
+
+
+def vector_list(
+    vectors: VectorSet,
+    query: np.ndarray,
+    k: int,
+    where: Filter,
+    exact_max: int,
+    slots: np.ndarray | None = None,
+) -> RankedList:
+    """Top-k chunks by cosine similarity among those passing the filter (filter first, then rank).
+
+    ``slots`` is the filter's selection when the caller has already made it."""
+    result = RankedList("vector")
+    if where.is_open:
+        items = vectors.approximate(query, k + 1)
+        if items is None:
+            items = vectors.exact(query, None, k + 1)
+    else:
+        if slots is None:
+            slots = vectors.selection(where)
+        items = None
+        if len(slots) > exact_max:
+            items = vectors.approximate(query, k + 1, where)
+        if items is None:
+            items = vectors.exact(query, slots, k + 1)
+    result.full = len(items) > k
+    result.items = items[:k]
+    return result
+
+
+LISTS: tuple[str, ...] = ("bm25", "vector")
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """Which stages one hybrid search runs. ``memory_search`` always uses the default plan.
+
+    ``lists`` names the candidate lists to compute; a single list is returned in its own order (no
+    fusion). ``rerank=False`` skips a configured reranker; ``floor=False`` keeps the reranker but ignores
+    its ``min_score`` (calibration needs the unfloored order and scores).
+    """
+
+    lists: tuple[str, ...] = LISTS
+    rerank: bool = True
+    floor: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.lists or any(name not in LISTS for name in self.lists) or len(set(self.lists)) != len(self.lists):
+            raise ValueError("lists must name 'bm25' and/or 'vector', each once")
+
+
+@dataclass
+class StageRankings:
+    """Memory ids, best first, after each stage of one search (a memory ranks where its best chunk does).
+
+    ``bm25`` and ``vector`` are the candidate lists at their budget (None when not computed), ``fused``
+    the fused candidates at the fused budget (before any rerank), ``final`` the whole final ranking: the
+    hits are its first ``limit`` entries. ``rerank_scores`` (internal, never shown to users) are the raw
+    reranker scores of ``final``'s memories, or None without a rerank.
+    """
+
+    bm25: list[str] | None = None
+    vector: list[str] | None = None
+    fused: list[str] = field(default_factory=list)
+    final: list[str] = field(default_factory=list)
+    rerank_scores: list[float] | None = None
+
+
+def _memories(labels: Sequence[int], valid: dict[int, Candidate]) -> list[str]:
+    seen: dict[str, None] = {}
+    for label in labels:
+        candidate = valid.get(label)
+        if candidate is not None:
+            seen.setdefault(candidate.memory_id, None)
+    return list(seen)
+
+
+class HybridSearcher:
+    def __init__(
+        self, indexer: SemanticIndexer, settings: SemanticSettings, reranker: Reranker | None
+    ) -> None:
+        self.indexer = indexer
+        self.settings = settings
+        self.reranker = reranker
+        self.bm25 = Bm25List(settings.bm25)
+        self.fuse = fuser(settings.fusion.method, rrf_k=settings.fusion.rrf_k)
+        self.weights = settings.fusion.weights
+
+    def _building(self, index: ProjectIndex, conn: apsw.Connection, compatible: bool) -> IndexBuilding:
+        return IndexBuilding(
+            "the semantic index is still being built; search again shortly or use mode 'exact'",
+            indexed_count=stores.indexed_count(conn) if compatible else 0,
+            source_count=stores.source_count(conn),
+        )
+
+    def search(self, project: str, request: SearchRequest) -> SearchResult:
+        return self.run(project, request)[0]
+
+    def run(
+        self, project: str, request: SearchRequest, plan: SearchPlan | None = None
+    ) -> tuple[SearchResult, StageRankings]:
+        """The search as ``plan`` says, with each stage's ranking (see :class:`SearchPlan`)."""
+        plan = plan or SearchPlan()
+        stages = StageRankings()
+        index = self.indexer.project(project)
+        with index.db.read() as conn:
+            state = IndexState.read(conn)
+            if not state.compatible_with(index.signature, index.tokenizer) or state.dimensions is None:
+                if stores.source_count(conn) == 0:
+                    return SearchResult(mode="hybrid"), stages
+                raise self._building(index, conn, compatible=False)
+        use_bm25, use_vectors = self._lists(plan)
+        query_vector = index.embedder.embed_query(request.query) if use_vectors else None
+        vectors = index.vectors()
+        where = Filter(request.window.lower, request.window.upper, request.session_id)
+        fusion = self.settings.fusion
+        k = fusion.candidates_per_list
+        with index.db.read() as conn:
+            state = IndexState.read(conn)
+            if vectors is None or not state.compatible_with(index.signature, index.tokenizer):
+                raise self._building(index, conn, compatible=False)
+            if vectors.live == 0:
+                if stores.source_count(conn) == 0:
+                    return SearchResult(mode="hybrid"), stages
+                raise self._building(index, conn, compatible=True)
+            partial = bool(conn.execute("SELECT EXISTS (SELECT 1 FROM semantic_pending)").fetchone()[0])
+            margin = self._stale_margin(conn) if partial else 0
+            slots = None if where.is_open else vectors.selection(where)
+            label_range = None
+            if slots is not None and state.version == vectors.version:
+                # The in-memory vectors hold exactly this snapshot's chunks, so the window's labels are
+                # known: the keyword list need only read that range of labels.
+                if len(slots) == 0:
+                    label_range = (1, 0)
+                else:
+                    window_labels = vectors.labels[slots]
+                    label_range = (int(window_labels.min()), int(window_labels.max()))
+            lists: list[RankedList] = []
+            if use_bm25:
+                lists.append(self.bm25.search(conn, request.query, k + margin, where, label_range))
+            if query_vector is not None:
+                exact_max = self.settings.index.exact_scan_max_chunks
+                lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
+            valid = self._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
+        for ranked in lists:
+            kept = [item for item in ranked.items if item[0] in valid]
+            ranked.full = ranked.full or len(kept) > k
+            ranked.items = kept[:k]
+        for ranked in lists:
+            setattr(stages, ranked.name, _memories(ranked.labels, valid))
+        # One list alone keeps its own order: fusion of one list is that list.
+        fused = self.fuse(lists, self.weights) if len(lists) > 1 else list(lists[0].items)
+        truncated = any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates
+        candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
+        stages.fused = _memories([c.label for c in candidates], valid)
+        scores: list[float] | None = None
+        if self.reranker is not None and plan.rerank and candidates:
+            raw = self.reranker.score(request.query, [c.text for c in candidates])
+            floor = self.reranker.settings.min_score if plan.floor else None
+            order = rerank_order(raw, floor)
+            candidates = [candidates[i] for i in order]
+            scores = [raw[i] for i in order]
+        chosen: list[Candidate] = []
+        chosen_scores: list[float] = []
+        seen: set[str] = set()
+        for position, candidate in enumerate(candidates):
+            if candidate.memory_id in seen:
+                continue
+            seen.add(candidate.memory_id)
+            chosen.append(candidate)
+            if scores is not None:
+                chosen_scores.append(scores[position])
+        if len(chosen) > request.limit:
+            truncated = True
+        stages.final = [candidate.memory_id for candidate in chosen]
+        stages.rerank_scores = chosen_scores if scores is not None else None
+        hits = [candidate.hit for candidate in chosen[: request.limit]]
+        return SearchResult(mode="hybrid", hits=hits, truncated=truncated, partial=partial), stages
+
+    def _lists(self, plan: SearchPlan) -> tuple[bool, bool]:
+        """Which lists to compute: the plan's, less any the settings weight at 0 (unless asked alone)."""
+        if plan.lists != LISTS:
+            return "bm25" in plan.lists, "vector" in plan.lists
+        return self.weights.get("bm25", 1.0) > 0, self.weights.get("vector", 1.0) > 0
+
+    def _stale_margin(self, conn: apsw.Connection) -> int:
+        """Indexed chunks whose memory has changed since (pending), capped: what the lists may lose."""
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM semantic_pending AS p"
+                " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row LIMIT ?)",
+                (MAX_STALE_MARGIN,),
+            ).fetchone()[0]
+        )
+
+    def _validated(self, conn: apsw.Connection, labels: set[int], where: Filter) -> dict[int, Candidate]:
+        """The candidates whose chunk still describes the current memory and passes the filter."""
+        found: dict[int, Candidate] = {}
+        if not labels:
+            return found
+        hashes: dict[str, str] = {}
+        # One statement for any number of labels (a JSON array), so it is prepared once and cached.
+        rows = conn.execute(
+            "SELECT c.id, c.text, s.memory_id, s.content_hash,"
+            " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
+            " FROM json_each(?) AS wanted JOIN semantic_chunks AS c ON c.id = wanted.value"
+            " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
+            " JOIN memories AS m ON m.id = c.memory_row",
+            (json.dumps(sorted(labels)),),
+        ).fetchall()
+        lower, upper, session = where.lower, where.upper, where.session_id
+        for label, text, source_id, source_hash, *row in rows:
+            memory_id, _, session_id, date, _, content = row
+            if memory_id != source_id:
+                continue  # the row id now belongs to another memory
+            digest = hashes.get(memory_id)
+            if digest is None:
+                digest = hashes[memory_id] = hashlib.sha256(content.encode("utf-8")).hexdigest()
+            if digest != source_hash:
+                continue  # edited since it was indexed
+            if (lower is not None and date < lower) or (upper is not None and date > upper):
+                continue
+            if session is not None and session_id != session:
+                continue
+            found[int(label)] = Candidate(int(label), text, memory_id, tuple(row))
+        return found

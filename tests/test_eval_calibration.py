@@ -1,0 +1,115 @@
+"""Reranker floor calibration against a real HTTP reranker on 127.0.0.1 (word-overlap scores)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loopback_models import overlap_score
+from obsmem.eval.calibration import Scored, choose_floor, effect
+from obsmem.eval.runner import calibrate
+from obsmem.eval.suites.labelled import LabelledQuestion
+from semantic_support import add_memories, model_server, semantic_settings  # noqa: F401
+
+from obsmem import Obsmem
+from obsmem.errors import ValidationFailed
+from obsmem.settings import load_settings
+
+MEMORIES = [
+    "flaky login test fixed by mocking the clock",
+    "deploy to arm64 runners failed on the docker layer cache",
+    "postgres vacuum schedule moved to the night window",
+    "billing ledger rename finished and the schema migration ran",
+    "redis timeout raised retry count for the queue worker",
+    "user prefers tabs over spaces in the linter config",
+    "release tag built the docker image twice",
+    "backup restore drill took forty minutes",
+]
+# (split, question, index of the target memory or None for a negative)
+QUESTIONS = [
+    ("calibration", "how was the flaky login test fixed", 0),
+    ("calibration", "why did arm64 docker deploy fail", 1),
+    ("calibration", "when does postgres vacuum run", 2),
+    ("calibration", "what is the kubernetes ingress setup", None),
+    ("calibration", "which graphql schema did we pick", None),
+    ("held_out", "which redis timeout for the queue worker", 4),
+    ("held_out", "tabs or spaces in linter", 5),
+    ("held_out", "backup restore drill duration", 7),
+    ("held_out", "the saml sso rollout", None),
+    ("held_out", "mobile app crash reports", None),
+]
+
+
+def reranker_settings(tmp_path: Path, server: Any, **reranker: Any) -> Any:
+    section = semantic_settings(
+        server, reranker={"provider": "http", "base_url": server.base_url, "model_id": "overlap"} | reranker
+    )
+    return load_settings(data_dir=tmp_path / "data", semantic=section)
+
+
+def labelled(ids: list[str]) -> list[LabelledQuestion]:
+    return [
+        LabelledQuestion(f"q{i}", "negative" if target is None else "positive", text,
+                         None if target is None else ids[target], split=split)
+        for i, (split, text, target) in enumerate(QUESTIONS)
+    ]
+
+
+def test_choose_floor_rule_by_hand() -> None:
+    positive = LabelledQuestion("a", "positive", "q", "aa" * 6)
+    other = LabelledQuestion("b", "positive", "q", "bb" * 6)
+    negative = LabelledQuestion("c", "negative", "q", None)
+    scored = [
+        Scored(positive, ["aa" * 32, "cc" * 32], [9.0, 2.0]),
+        Scored(other, ["dd" * 32, "bb" * 32, "ee" * 32], [7.0, 4.0, 1.0]),
+        Scored(negative, ["ff" * 32], [3.0]),
+    ]
+    floor, sweep = choose_floor(scored)
+    assert floor == 3.5  # the lowest target score that keeps recall is 4; the next score seen below is 3
+    assert sweep[-1].floor is None and sweep[-1].recall_at_10 == 1.0
+    kept = effect(floor, [(s.question, s.shown(floor)) for s in scored])
+    assert kept.recall_at_10 == 1.0 and kept.negatives_with_hits == 0.0
+    assert kept.precision_at_10 == pytest.approx(2 / 3) and sweep[-1].precision_at_10 == pytest.approx(2 / 5)
+    loose, _ = choose_floor(scored, max_recall_loss=0.5)
+    assert loose == 8.0  # giving up half the recall allows a floor between 9 and 7
+    nothing = [Scored(positive, ["cc" * 32], [1.0])]
+    assert choose_floor(nothing)[0] is None  # no target found: no floor can keep recall
+
+
+def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server) -> None:  # noqa: F811
+    settings = reranker_settings(tmp_path, model_server)
+    with Obsmem(settings, background_indexing=False) as memory:
+        ids = add_memories(memory, "p", [(f"2024-05-0{1 + i % 8} 12:00", m) for i, m in enumerate(MEMORIES)])
+    questions = labelled(ids)
+    report = calibrate(settings, questions=questions, project="p")
+    assert report.calibration_questions == 5 and report.held_out_questions == 5
+    # The floor sits halfway between the lowest target score on the calibration split and the next lower
+    # score seen there.
+    calibration = [q for q in questions if q.split == "calibration"]
+    targets = [overlap_score(q.question, MEMORIES[ids.index(q.target_id)]) for q in calibration if q.positive]
+    seen = {overlap_score(q.question, m) for q in calibration for m in MEMORIES}
+    lowest = min(targets)
+    assert report.chosen == (lowest + max(s for s in seen if s < lowest)) / 2
+    before, after = report.held_out_without_floor, report.held_out_with_floor
+    assert before is not None and after is not None
+    assert before.recall_at_10 == after.recall_at_10 == 1.0
+    assert before.negatives_with_hits == 1.0 and after.negatives_with_hits == 0.0
+    assert after.precision_at_10 > before.precision_at_10
+    payload = report.to_dict()
+    assert payload["chosen_min_score"] == report.chosen and payload["held_out"]["with_floor"]["recall_at_10"] == 1.0
+
+
+def test_calibrate_needs_a_reranker_and_both_splits(tmp_path: Path, model_server) -> None:  # noqa: F811
+    plain = load_settings(data_dir=tmp_path / "data", semantic=semantic_settings(model_server))
+    with pytest.raises(ValidationFailed) as caught:
+        calibrate(plain, questions=[], project="p")
+    assert caught.value.code == "mode_unavailable"
+    settings = reranker_settings(tmp_path, model_server)
+    with Obsmem(settings, background_indexing=False) as memory:
+        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in MEMORIES])
+    only_held_out = [q for q in labelled(ids) if q.split == "held_out"]
+    with pytest.raises(ValidationFailed, match="calibration"):
+        calibrate(settings, questions=only_held_out, project="p")
+    with pytest.raises(ValidationFailed, match="between 0 and 1"):
+        calibrate(settings, questions=labelled(ids), project="p", max_recall_loss=2.0)

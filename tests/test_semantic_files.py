@@ -1,0 +1,177 @@
+"""Graph files: damage detected before load and rebuilt from stored embeddings; settings changes rebuild."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+import pytest
+from obsmem.indexer.hnsw_file import IndexFiles
+from semantic_reference import index_matches_memories, reference_search
+from semantic_support import add_memories, make_service, model_server  # noqa: F401
+from test_semantic_index import corpus
+
+from obsmem.errors import IndexBuilding
+
+QUERIES = ("flaky auth test", "docker image release", "backup restore")
+
+
+def graph_dir(service) -> Path:
+    return service.database("p").path.parent / "semantic"
+
+
+def graph_files(service) -> list[str]:
+    return sorted(p.name for p in graph_dir(service).iterdir() if not p.name.startswith("."))
+
+
+def damage(path: Path, how: str, tmp_path: Path) -> None:
+    if how == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "bit_flipped":
+        data = bytearray(path.read_bytes())
+        data[len(data) // 3] ^= 0x10
+        path.write_bytes(bytes(data))
+    elif how == "foreign":
+        # A well-formed hnswlib file of another index, of the same size class: not ours.
+        other = hnswlib.Index(space="ip", dim=128)
+        other.init_index(max_elements=10)
+        other.add_items(np.eye(10, 128, dtype=np.float32), np.arange(10))
+        other.save_index(str(tmp_path / "foreign.bin"))
+        shutil.copyfile(tmp_path / "foreign.bin", path)
+    elif how == "deleted":
+        path.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit_flipped", "foreign", "deleted"])
+def test_damaged_graph_file_is_detected_and_rebuilt(tmp_path: Path, model_server, how: str) -> None:  # noqa: F811
+    data = tmp_path / "data"
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", corpus(200))
+        service.index("p")
+        [name] = graph_files(service)
+        state = service.indexer.project("p").state()
+        assert state.hnsw_file == name and not state.dirty
+    damage(data / "projects" / "p" / "semantic" / name, how, tmp_path)
+    documents_before = len(model_server.texts_embedded())
+    with make_service(data, model_server) as service:
+        index = service.indexer.project("p")
+        files = IndexFiles(graph_dir(service))
+        assert files.verified_path(index.state()) is None  # detected before anything is loaded
+        vectors = index.vectors()
+        assert vectors is not None and vectors.graph is None  # the damaged file never reached hnswlib
+        db = service.database("p")
+        for query in QUERIES:  # exact scans serve correct results meanwhile
+            with db.read() as conn:
+                assert [h.memory_id for h in service.search("p", query).hits] == reference_search(
+                    conn, service.settings.semantic, query
+                )
+        index.maintain()
+        assert vectors.graph is not None
+        state = index.state()
+        assert graph_files(service) == [state.hnsw_file] and state.hnsw_file != name
+        for query in QUERIES:
+            with db.read() as conn:
+                assert [h.memory_id for h in service.search("p", query).hits] == reference_search(
+                    conn, service.settings.semantic, query
+                )
+    # Rebuilt from stored embeddings: the model only ever saw the queries.
+    assert len(model_server.texts_embedded()) - documents_before == 2 * len(QUERIES)
+
+
+def test_fresh_process_loads_verified_file(tmp_path: Path, model_server) -> None:  # noqa: F811
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", corpus(120))
+        service.index("p")
+        add_memories(service, "p", corpus(130)[120:])  # committed after the file was published
+        service.indexer.run_batch("p")
+    with make_service(tmp_path, model_server) as service:
+        [name] = graph_files(service)
+        assert (graph_dir(service) / name).stat().st_mode & 0o077 == 0  # private, like the database
+        vectors = service.indexer.project("p").vectors()
+        assert vectors.graph is not None and vectors.live == 130 and vectors.graph_live == 130
+        with service.database("p").read() as conn:
+            expected = reference_search(conn, service.settings.semantic, "m125 cron")
+        assert [h.memory_id for h in service.search("p", "m125 cron").hits] == expected
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"chunk_bytes": 16, "overlap_bytes": 4}, {"max_lines": 3}, {"embedding": {"model_id": "another-model"}}],
+)
+def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, change) -> None:  # noqa: F811
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", corpus(30))
+        service.index("p")
+        old_file = graph_files(service)
+    with make_service(tmp_path, model_server, **change) as service:
+        with pytest.raises(IndexBuilding) as caught:
+            service.search("p", "auth")
+        assert caught.value.to_dict()["indexed_count"] == 0
+        summary = service.index("p")
+        assert summary["reset"] and summary["chunks_embedded"] >= 30 and summary["chunks_reused"] == 0
+        assert graph_files(service) != old_file and len(graph_files(service)) == 1
+        with service.database("p").read() as conn:
+            assert index_matches_memories(conn, service.settings.semantic)["missing"] == 0
+            assert index_matches_memories(conn, service.settings.semantic)["stale"] == 0
+            expected = reference_search(conn, service.settings.semantic, "auth clock")
+        assert [h.memory_id for h in service.search("p", "auth clock").hits] == expected
+
+
+def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
+    with make_service(tmp_path, model_server) as service:
+        add_memories(
+            service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")]
+        )
+        service.index("p")
+    embedded = len(model_server.texts_embedded())
+    with make_service(tmp_path, model_server, bm25={"tokenizer": "porter unicode61"}) as service:
+        summary = service.index("p")
+        assert summary["chunks_embedded"] == 0 and not summary["reset"]
+        assert len(model_server.texts_embedded()) == embedded
+        db = service.database("p")
+        assert db.query("SELECT fts_tokenizer FROM semantic_state")[0][0] == "porter unicode61"
+        # Stemming now matches "run" against "running".
+        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH '\"run\"'")[0][0] == 1
+
+
+def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_server) -> None:  # noqa: F811
+    from semantic_support import semantic_settings
+
+    from obsmem import Obsmem
+    from obsmem.settings import load_settings
+
+    settings = load_settings(
+        data_dir=tmp_path,
+        semantic=semantic_settings(model_server, index={"background": True, "poll_seconds": 0.2}),
+    )
+    with Obsmem(settings) as service:
+        ids = add_memories(service, "p", corpus(50))
+
+        def wait_for(predicate) -> None:
+            deadline = time.monotonic() + 20
+            while not predicate():
+                assert time.monotonic() < deadline, "background indexing did not finish"
+                time.sleep(0.05)
+
+        wait_for(
+            lambda: (
+                service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0
+            )
+        )
+        assert service.search("p", "auth clock").hits
+        service.forget("p", ids[0])
+        wait_for(lambda: service.status("p")["index"]["pending"] == 0)
+        assert service.database("p").query("SELECT count(*) FROM semantic_sources")[0][0] == 49
+    # Started again, it finds work left by another process.
+    with make_service(tmp_path, model_server) as other:
+        add_memories(other, "p", corpus(55)[50:])
+    with Obsmem(settings) as service:
+        wait_for(
+            lambda: (
+                service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0
+            )
+        )

@@ -1,0 +1,101 @@
+"""The [semantic] settings section: defaults, the TOML file, and clear configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from obsmem.errors import ConfigurationError
+from obsmem.settings import load_settings
+
+
+def test_absent_section_means_exact(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path)
+    assert settings.semantic is None and not settings.semantic_enabled
+
+
+def test_toml_section_and_defaults(tmp_path: Path) -> None:
+    (tmp_path / "obsmem.toml").write_text(
+        "[semantic]\nchunk_bytes = 800\n[semantic.fusion]\nweights = { vector = 0.5 }\n"
+        '[semantic.reranker]\nprovider = "http"\nbase_url = "http://127.0.0.1:9/v1/"\nmodel_id = "r"\nmin_score = -4\n'
+    )
+    settings = load_settings(data_dir=tmp_path)
+    semantic = settings.semantic
+    assert settings.semantic_enabled and semantic is not None
+    assert (semantic.chunk_bytes, semantic.overlap_bytes, semantic.max_lines) == (800, 192, 80)
+    assert semantic.embedding.provider == "local" and semantic.embedding.model == ""
+    assert semantic.fusion.weights == {"bm25": 1.0, "vector": 0.5}
+    assert semantic.fusion.candidates_per_list == 100 and semantic.fusion.fused_candidates == 200
+    assert semantic.fusion.rrf_k == 60
+    assert semantic.reranker is not None and semantic.reranker.base_url == "http://127.0.0.1:9/v1"
+    assert (semantic.reranker.batch_size, semantic.reranker.document_characters) == (8, 768)
+
+
+def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("OBSMEM_SEMANTIC__CHUNK_BYTES", "600")
+    assert load_settings(data_dir=tmp_path).semantic.chunk_bytes == 600
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"chunk_bytes": 3}, "semantic.chunk_bytes: Input should be greater than or equal to 4"),
+        ({"chunk_bytes": 100, "overlap_bytes": 100}, "overlap_bytes must be smaller than chunk_bytes"),
+        ({"overlap_bytes": -1}, "semantic.overlap_bytes"),
+        ({"max_lines": 0}, "semantic.max_lines"),
+        ({"embedding": {"batch_size": 0}}, "semantic.embedding.batch_size"),
+        ({"embedding": {"provider": "openai"}}, "provider 'openai' needs both base_url and model_id"),
+        (
+            {"embedding": {"provider": "openai", "base_url": "ftp://x", "model_id": "m"}},
+            "http:// or https://",
+        ),
+        (
+            {"embedding": {"provider": "openai", "base_url": "http://u:p@h/v1", "model_id": "m"}},
+            "credentials",
+        ),
+        ({"embedding": {"base_url": "http://h/v1"}}, "provider 'local' uses model"),
+        ({"reranker": {"provider": "http"}}, "provider 'http' needs both base_url and model_id"),
+        ({"reranker": {"provider": "local"}}, "provider 'local' needs model"),
+        (
+            {"reranker": {"provider": "http", "base_url": "http://h", "model_id": "m", "batch_size": 0}},
+            "semantic.reranker.batch_size",
+        ),
+        (
+            {
+                "reranker": {
+                    "provider": "http",
+                    "base_url": "http://h",
+                    "model_id": "m",
+                    "document_characters": -5,
+                }
+            },
+            "semantic.reranker.document_characters",
+        ),
+        (
+            {
+                "reranker": {
+                    "provider": "http",
+                    "base_url": "http://h",
+                    "model_id": "m",
+                    "min_score": float("nan"),
+                }
+            },
+            "min_score",
+        ),
+        (
+            {"enabled": False, "reranker": {"provider": "http", "base_url": "http://h", "model_id": "m"}},
+            "a reranker needs embeddings",
+        ),
+        ({"fusion": {"weights": {"bm25": 0, "vector": 0}}}, "at least one list"),
+        ({"fusion": {"weights": {"bm25": -1}}}, "must be a finite number >= 0"),
+        ({"fusion": {"weights": {"title": 1}}}, "semantic.fusion.weights"),
+        ({"bm25": {"tokenizer": "nope"}}, "FTS5 does not accept this tokenizer"),
+        ({"bm25": {"tokenizer": "unicode61' ); DROP TABLE memories; --"}}, "may contain only"),
+        ({"colour": "blue"}, "semantic.colour"),
+    ],
+)
+def test_configuration_errors_are_clear(tmp_path: Path, section: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(data_dir=tmp_path, semantic=section)
+    assert message in caught.value.message
