@@ -50,4 +50,4 @@ def test_schemathesis_finds_no_server_errors_or_schema_violations(tmp_path: Path
         )
     output = finished.stdout + finished.stderr
     assert finished.returncode == 0, output[-6000:]
-    assert "Tested: 11" in output  # 7 core operations + 4 of the pipeline
+    assert "Tested: 16" in output  # 8 core operations (forget included) + 8 of the pipeline

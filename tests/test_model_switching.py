@@ -124,6 +124,12 @@ def test_bad_model_bodies_are_422_and_change_nothing(client: TestClient, memory:
     assert memory.pipeline_events("p", types=("om_model_changed",)) == []
 
 
+def test_a_wrong_method_lists_every_method_of_the_path(client: TestClient) -> None:
+    response = client.request("PATCH", "/v1/projects/p/models")
+    assert response.status_code == 405 and response.headers["allow"] == "GET, PUT"
+    assert client.request("PATCH", "/v1/projects/p/memories/000000000000").headers["allow"] == "DELETE, GET"
+
+
 def test_unknown_project_and_service_level_validation(client: TestClient, memory: Obsmem) -> None:
     assert client.get("/v1/projects/nope/models").status_code == 404
     assert client.put("/v1/projects/nope/models", json={"observer": {"model_id": "x"}}).status_code == 404

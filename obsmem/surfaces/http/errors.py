@@ -100,6 +100,16 @@ def validation_problem(exc: RequestValidationError) -> tuple[str, str, str]:
     return code, field, f"{field}: {_clean_message(err)}"
 
 
+def allowed_methods(request: Request) -> str | None:
+    """Every method the path allows. The router's own ``Allow`` names only the first route matching the
+    path, so a path served by two routes (``GET`` and ``PUT .../models``) would under-report."""
+    methods: set[str] = set()
+    for pattern, route_methods in getattr(request.app.state, "route_methods", ()):
+        if pattern.match(request.url.path):
+            methods |= route_methods
+    return ", ".join(sorted(methods)) or None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_obsmem_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ObsmemError)
@@ -115,7 +125,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return error_response(404, "not_found", "no such route; see /docs for the API")
         if exc.status_code == 405:
-            headers = {"Allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+            allowed = allowed_methods(request) or (exc.headers or {}).get("Allow")
+            headers = {"Allow": allowed} if allowed else None
             return error_response(405, "method_not_allowed", "method not allowed on this route", headers=headers)
         if exc.status_code == 400:
             # FastAPI raises this when a body cannot be parsed at all (e.g. JSON nested too deeply).
