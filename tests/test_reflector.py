@@ -412,3 +412,26 @@ def test_observation_and_reflection_of_one_session_never_overlap(
     memory.close()
     assert running["most"] == 1, kinds  # one session: its jobs run one at a time
     assert generations >= 1, kinds
+
+
+def test_reflections_and_dropped_observations_are_found_in_hybrid_mode(
+    tmp_path: Path, server: ScriptedChatServer
+) -> None:
+    from semantic_support import ModelServer, semantic_settings
+
+    embeddings = ModelServer()
+    try:
+        memory = service_for(tmp_path, server, semantic=semantic_settings(embeddings))
+        fill(memory)
+        drain(memory)
+        memory.index("p")
+        reflection = memory.search("p", "reflection over", mode="hybrid").hits[0]
+        assert reflection.kind == "reflection"
+        dropped_id, content = memory.database("p").query(
+            "SELECT m.memory_id, m.content FROM dropped_observations AS d JOIN memories AS m"
+            " ON m.id = d.observation_row LIMIT 1"
+        )[0]
+        assert dropped_id in [hit.memory_id for hit in memory.search("p", content, mode="hybrid").hits]
+        memory.close()
+    finally:
+        embeddings.stop()
