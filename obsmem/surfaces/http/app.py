@@ -9,14 +9,13 @@ routing with the error handlers of :mod:`~obsmem.surfaces.http.errors`. Routes l
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.concurrency import run_in_threadpool
-from starlette.routing import Route, compile_path
+from starlette.routing import Route
 
 from obsmem import __version__
 from obsmem.surfaces.http.auth import KeyRing
@@ -77,7 +76,6 @@ def create_app(service: Obsmem) -> FastAPI:
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
-    app.state.route_methods = route_methods(ROUTERS, API_PREFIX)
     if mcp_endpoint is not None:
         app.router.routes.append(Route(MCP_PATH, endpoint=mcp_endpoint, methods=["GET", "POST", "DELETE"]))
     keys = KeyRing(settings.api_keys)
@@ -89,18 +87,6 @@ def create_app(service: Obsmem) -> FastAPI:
     )
     app.openapi = lambda: _openapi(app, secured=keys.enabled)  # type: ignore[method-assign]
     return app
-
-
-def route_methods(routers: list[APIRouter], prefix: str) -> list[tuple[re.Pattern[str], frozenset[str]]]:
-    """Each route's path pattern and methods, for the ``Allow`` header of a 405 (see errors.py)."""
-    found: list[tuple[re.Pattern[str], frozenset[str]]] = []
-    for router in routers:
-        for route in router.routes:
-            methods = getattr(route, "methods", None)
-            path = getattr(route, "path", None)
-            if methods and isinstance(path, str):
-                found.append((compile_path(prefix + path)[0], frozenset(methods)))
-    return found
 
 
 def _openapi(app: FastAPI, *, secured: bool) -> dict[str, Any]:
