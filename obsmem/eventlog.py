@@ -8,6 +8,10 @@ Types written by obsmem:
 
 - ``om_observation_start`` / ``om_observation_end`` / ``om_observation_failed``: one Observer cycle (one
   chunk), correlated by ``cycle_id``.
+- ``om_reflection_start`` / ``om_reflection_end`` / ``om_reflection_failed`` and ``om_dropper_start`` /
+  ``om_dropper_end`` / ``om_dropper_failed``: one Reflector/Dropper run (one cycle), with token counts
+  before and after.
+- ``om_model_changed``: a role's model was switched at run time.
 - ``job_failed``: a job gave up after its last attempt (exactly one per such job).
 """
 
@@ -24,6 +28,8 @@ from obsmem.errors import ValidationFailed
 
 MAX_LIST = 1000
 DEFAULT_LIST = 100
+# Event ids are SQLite integers: a larger cursor cannot be bound to a query (and no event can have it).
+MAX_EVENT_ID = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,8 @@ def parse_list_limit(value: object) -> int:
 def parse_after(value: object) -> int:
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationFailed("after must be a non-negative event id", field="after")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EVENT_ID:
+        raise ValidationFailed(f"after must be an event id between 0 and {MAX_EVENT_ID}", field="after")
     return value
 
 

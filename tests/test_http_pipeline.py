@@ -123,6 +123,19 @@ def test_event_log_pages_and_filters(client: TestClient, memory: Obsmem) -> None
     assert client.get("/v1/projects/nope/events").status_code == 404
 
 
+@pytest.mark.parametrize("cursor", ["9223372036854775808", "9" * 30, "9" * 5000, "-1", "x"])
+def test_event_cursors_beyond_any_event_id_are_422_not_500(client: TestClient, cursor: str) -> None:
+    append(client, "s1", "hello")
+    listed = client.get("/v1/projects/p/events", params={"after_id": cursor})
+    assert listed.status_code == 422 and listed.json()["error"]["field"] == "after_id"
+    headers = {"Accept": "text/event-stream", "Last-Event-ID": cursor}
+    with client.stream("GET", "/v1/projects/p/events", headers=headers) as streamed:
+        assert streamed.status_code == 422
+        assert json.loads(streamed.read())["error"]["field"] == "Last-Event-ID"
+    biggest = client.get("/v1/projects/p/events", params={"after_id": 2**63 - 1})
+    assert biggest.status_code == 200 and biggest.json()["events"] == []
+
+
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[str, Obsmem, ScriptedChatServer]]:
     """A real uvicorn server on loopback (workers in its process), with a slow scripted model."""

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from obsmem.eventlog import MAX_EVENT_ID
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, json_option, pass_app, session_option
 from obsmem.validation import session_id as check_session_id
@@ -288,7 +289,7 @@ def models(
 @click.command()
 @click.argument("project")
 @session_option("Only events of this session.")
-@click.option("--after-id", type=click.IntRange(0), default=None, help="Only events with a larger id.")
+@click.option("--after-id", type=click.IntRange(0, MAX_EVENT_ID), default=None, help="Only events with a larger id.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=None, help="Most events [default: 100].")
 @click.option("--follow", is_flag=True, help="Keep printing new events as they are logged (Ctrl-C stops).")
 @json_option

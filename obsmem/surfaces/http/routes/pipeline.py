@@ -19,6 +19,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import PlainTextResponse, Response
 
 from obsmem.errors import ValidationFailed
+from obsmem.eventlog import MAX_EVENT_ID
 from obsmem.pipeline.model_overrides import ModelChanges
 from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
@@ -325,7 +326,7 @@ def put_models(request: Request, project: ProjectName, body: ModelChanges) -> Re
 async def pipeline_events(
     request: Request,
     project: ProjectName,
-    after_id: Annotated[int | None, Query(ge=0, description="Only events with a larger id.")] = None,
+    after_id: Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID, description="Only events with a larger id.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Most events in a page.")] = 100,
     session_id: SessionQuery = None,
     type: Annotated[  # noqa: A002 - the query parameter's name
@@ -343,9 +344,10 @@ async def pipeline_events(
     start = after_id or 0
     if accept is not None and "text/event-stream" in accept:
         if last_event_id is not None:
-            if not last_event_id.strip().isdigit():
+            text = last_event_id.strip()
+            if not (text.isascii() and text.isdigit() and len(text) <= 19) or int(text) > MAX_EVENT_ID:
                 raise ValidationFailed("Last-Event-ID must be an event id", field="Last-Event-ID")
-            start = max(start, int(last_event_id))
+            start = max(start, int(text))
         service.pipeline_events(project, after=start, limit=1)  # unknown project: a 404 now, not mid-stream
         return EventSourceResponse(_stream(request, project, start, session_id, types), ping=15)
     found = service.pipeline_events(project, after=start, limit=limit, session_id=session_id, types=types)
