@@ -10,7 +10,8 @@ injected, and that sees a tool's result without the arguments that produced it. 
   in them), or from the projection's header line to the end of the message when an agent dropped the
   tags, and the results of obsmem's own memory tools (``memory_search``, ``recall``).
 - **System reminders are cut out**: blocks in the configured tags (default ``<system-reminder>``).
-- **Tool calls show their arguments** (JSON) beside the tool name; results name the tool they answer.
+- **Tool calls show their arguments** (JSON) beside the tool name; results name the tool they answer,
+  and show the arguments too when the event carries them (a call and its result logged as one event).
 - **Secrets are redacted** again here, in case a row predates a redaction pattern.
 
 Each cut leaves a short marker so the model knows something was there without seeing it.
@@ -104,6 +105,10 @@ def render_event(
             body = "(omitted: obsmem's own memory tool result, already in memory)"
         else:
             body = clean_text(content, omit_tags) or "(empty result)"
+            if tool_args is not None:
+                # Agents that log a call and its result as one event put the arguments here: a result
+                # read without them is the failure this module exists to prevent.
+                body = f"arguments: {_arguments(tool_args)}\n{body}"
         return EventView(seq, f"#{seq} {when} result of tool {tool}", body, True, source_tokens)
     body = clean_text(content, omit_tags) or "(empty message)"
     return EventView(seq, f"#{seq} {when} {role}", body, True, source_tokens)

@@ -91,6 +91,12 @@ def test_tool_calls_show_their_arguments_and_results_name_the_tool() -> None:
     assert '"path": "tests/test_x.py"' in call.body and '"k": "login"' in call.body
     result = render_event(8, "tool", "tool_result", "2 passed", "run_tests", None, STAMP, 10)
     assert result.header.endswith("result of tool run_tests") and result.body == "2 passed"
+    combined = render_event(
+        9, "tool", "tool_result", "1 failed", "run_tests", '{"path": "tests/test_y.py"}', STAMP, 10
+    )
+    assert combined.body == 'arguments: {"path": "tests/test_y.py"}\n1 failed'
+    remembered = render_event(10, "tool", "tool_result", "User likes tabs", "recall", '{"id": "a1b2"}', STAMP, 5)
+    assert "likes tabs" not in remembered.body and "a1b2" not in remembered.body
 
 
 def test_results_of_the_memory_tools_are_not_re_observed() -> None:
