@@ -141,6 +141,9 @@ class ModelOverride(Section):
     api_key: SecretStr | None = Field(default=None, description="Overrides `model.api_key` for this role.")
     timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="Overrides the deadline.")
     max_retries: int | None = Field(default=None, ge=0, le=10, description="Overrides `model.max_retries`.")
+    retry_backoff_seconds: float | None = Field(
+        default=None, ge=0, le=60, description="Overrides `model.retry_backoff_seconds`."
+    )
     context_window_tokens: int | None = Field(
         default=None, ge=2048, le=10_000_000, description="Overrides `model.context_window_tokens`."
     )

@@ -237,3 +237,71 @@ def test_cli_models_reflect_view_details_and_status(data_dir: Path) -> None:
     events = run(data_dir, "events", "p")
     assert "om_reflection_end" in events.stdout and "om_dropper_end" in events.stdout
     assert "om_model_changed" in events.stdout
+
+
+def test_per_role_overrides_from_the_settings_file_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[observer.model]`, `[dropper.model]` (another endpoint, its own key) and an environment override."""
+    from obsmem.settings import load_settings
+
+    shared_script, dropper_script = PipelineScript(), PipelineScript()
+    with ScriptedChatServer(shared_script) as shared, ScriptedChatServer(dropper_script) as other:
+        data = tmp_path / "data"
+        data.mkdir()
+        (data / "obsmem.toml").write_text(
+            f"""
+[model]
+base_url = "{shared.base_url}"
+model_id = "shared-model"
+api_key = "shared-key-0123456789"
+max_retries = 0
+timeout_seconds = 10
+
+[observer]
+buffer_tokens = 100
+
+[observer.model]
+model_id = "small-observer"
+context_window_tokens = 16384
+
+[reflector]
+reflect_after_observation_tokens = 100
+
+[dropper.model]
+base_url = "{other.base_url}"
+model_id = "dropper-model"
+api_key = "dropper-key-0123456789"
+
+[pools]
+observations_max_tokens = 60
+
+[jobs]
+retry_backoff_seconds = 0.01
+poll_seconds = 0.02
+"""
+        )
+        monkeypatch.setenv("OBSMEM_REFLECTOR__MODEL__RETRY_BACKOFF_SECONDS", "0.5")
+        settings = load_settings(data_dir=data)
+        assert settings.model_for("observer").context_window_tokens == 16384
+        assert settings.model_for("reflector").retry_backoff_seconds == 0.5
+        assert settings.model_for("dropper").retry_backoff_seconds == settings.model.retry_backoff_seconds
+        memory = Obsmem(settings)
+        try:
+            fill(memory)
+            models = memory.models("p")["models"]
+            assert {role: (m["model_id"], m["context_window_tokens"], m["source"]) for role, m in models.items()} == {
+                "observer": ("small-observer", 16384, "settings"),
+                "reflector": ("shared-model", 32768, "settings"),
+                "dropper": ("dropper-model", 32768, "settings"),
+            }
+            assert memory.worker_pool().drain(60)
+        finally:
+            memory.close()
+        assert set(shared_script.models) == {
+            ("record_observations", "small-observer"),
+            ("record_reflections", "shared-model"),
+        }
+        assert set(dropper_script.models) == {("drop_observations", "dropper-model")}
+        assert {r.headers["authorization"] for r in shared.requests} == {"Bearer shared-key-0123456789"}
+        assert {r.headers["authorization"] for r in other.requests} == {"Bearer dropper-key-0123456789"}
