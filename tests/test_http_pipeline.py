@@ -99,6 +99,8 @@ def test_observe_queues_and_without_a_model_is_409(client: TestClient, tmp_path:
     append(client, "s1", "short")
     first = client.post("/v1/projects/p/sessions/s1/observe")
     assert first.status_code == 202 and set(first.json()) == {"job_id", "queued"}
+    unknown = client.post("/v1/projects/p/sessions/never-seen/observe")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "session_not_found"
     plain = Obsmem(data_dir=tmp_path / "plain")
     with TestClient(create_app(plain), base_url=LOCAL) as other:
         append(other, "s1", "short")

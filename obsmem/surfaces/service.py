@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from obsmem import eventlog
+from obsmem.errors import NotFound
 from obsmem.events import AppendReceipt, append_events
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.jobs import EnqueueResult
@@ -114,7 +115,9 @@ class Obsmem:
     def observe(self, project: str, session_id: str) -> EnqueueResult:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""
         session_id = check_session_id(session_id)
-        result = self.pipeline.request_observation(self.projects.get(project), session_id)
+        db = self.projects.get(project)
+        _require_session(db, session_id)
+        result = self.pipeline.request_observation(db, session_id)
         self._wake_workers()
         return result
 
@@ -255,10 +258,7 @@ class Obsmem:
         """Queue a Reflector run over the session's active memory now (below the threshold too)."""
         session_id = check_session_id(session_id)
         db = self.projects.get(project)
-        if db.query("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)) == []:
-            from obsmem.errors import NotFound
-
-            raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
+        _require_session(db, session_id)
         result = self.pipeline.request_reflection(db, session_id)
         self._wake_workers()
         return result
@@ -387,3 +387,9 @@ class Obsmem:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _require_session(db: ProjectDatabase, session_id: str) -> None:
+    """A session without events has nothing to observe or reflect on: say so instead of queueing a job."""
+    if db.query("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)) == []:
+        raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
