@@ -46,7 +46,7 @@ from obsmem.validation import session_id as check_session_id
 )
 @pass_app
 def worker(app: App, threads: int | None, grace: float, log_level: str) -> None:
-    """Run background jobs (observation) for every project in the data directory until stopped.
+    """Run background jobs (observation, reflection, indexing) for every project in the data directory until stopped.
 
     Any number of workers may run beside `obsmem serve`; leases in each project database decide who runs
     what, and a worker that dies hands its job to another when its lease expires.
@@ -297,7 +297,7 @@ def models(
 def events(
     app: App, project: str, session_id: str | None, after_id: int | None, limit: int | None, follow: bool, as_json: bool
 ) -> None:
-    """The pipeline's event log of PROJECT, oldest first: observation cycles and failed jobs.
+    """The pipeline's event log of PROJECT, oldest first: model stage cycles, model switches, failed jobs.
 
     With --json, one JSON object per line (also with --follow).
     """

@@ -1,4 +1,4 @@
-"""``obsmem worker``: run background jobs (observation, indexing) for every project of a data directory.
+"""``obsmem worker``: run background jobs (observation, reflection, indexing) for every project of a data directory.
 
 Any number of worker processes may run beside ``obsmem serve`` (which runs its own unless
 ``jobs.in_server = false``); the database's leases decide who runs what. SIGTERM or SIGINT stops claiming

@@ -321,7 +321,7 @@ def put_models(request: Request, project: ProjectName, body: ModelChanges) -> Re
             "content": {"text/event-stream": {}},
         },
     },
-    summary="The pipeline event log: observation cycles and failed jobs, as a list or a live stream",
+    summary="The pipeline event log: model stage cycles, model switches and failed jobs, as a list or a stream",
 )
 async def pipeline_events(
     request: Request,
