@@ -326,10 +326,12 @@ class ObservationPipeline:
             (self.settings.observer.buffer_tokens, OBSERVE),
         ).fetchall()
         for (session_id,) in rows:
+            # Only a failed observe job cools the session down: a failing Reflector is no reason to
+            # leave the backlog unobserved.
             failed = conn.execute(
                 "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
-                " ORDER BY id DESC LIMIT 1",
-                (session_id,),
+                " AND json_extract(data, '$.kind') = ? ORDER BY id DESC LIMIT 1",
+                (session_id, OBSERVE),
             ).fetchone()
             if failed is not None and _age_seconds(failed[0]) < cool_down:
                 continue

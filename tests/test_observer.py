@@ -470,6 +470,25 @@ def test_housekeeping_clears_stale_activity_and_resumes_observation(
     memory.close()
 
 
+def test_housekeeping_cool_down_follows_failed_observe_jobs_only(tmp_path: Path, server: ScriptedChatServer) -> None:
+    from obsmem import eventlog
+
+    memory = pipeline_service(tmp_path / "data", server, observer={"enabled": False})
+    fill(memory)
+    memory.close()
+    memory = pipeline_service(tmp_path / "data", server)
+    with memory.database("p").write() as conn:  # a Reflector that just gave up on this session
+        eventlog.record(conn, "job_failed", session_id="s1", job_id=41, data={"kind": "reflect", "attempts": 4})
+    memory.worker_pool().housekeep()
+    assert memory.jobs("p")["counts"]["queued"] == 1  # observation is resumed all the same
+    with memory.database("p").write() as conn:
+        conn.execute("DELETE FROM jobs")
+        eventlog.record(conn, "job_failed", session_id="s1", job_id=42, data={"kind": "observe", "attempts": 4})
+    memory.worker_pool().housekeep()
+    assert memory.jobs("p")["counts"]["queued"] == 0  # a failed observe job cools the session down
+    memory.close()
+
+
 def test_unknown_session_status_is_not_found(memory: Obsmem) -> None:
     from obsmem.errors import NotFound
 
