@@ -185,7 +185,9 @@ class ObserverSettings(Section):
         default=1000, ge=40, le=4000, description="Longest observation accepted (longer ones are sent back)."
     )
     resume_after_failure_seconds: float = Field(
-        default=600, ge=0, description="Housekeeping retries a session over the buffer this long after a failure."
+        default=600,
+        ge=0,
+        description="Housekeeping retries a session over the buffer this long after a failed observe job.",
     )
     model: ModelOverride = Field(default_factory=ModelOverride)
 
