@@ -26,10 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import ValidationError
+
 from obsmem.errors import ObsmemError, ValidationFailed
-from obsmem.events import AfterInsert, EventIn, append_events, parse_events
+from obsmem.events import AfterInsert, EventIn, append_events
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations, parse_observation
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import first_problem
 from obsmem.validation import session_id as check_session_id
 
 BATCH_SIZE = 500
@@ -56,9 +59,19 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return raw  # keep what the model sent; the Observer still sees it
     return raw
+
+
+def parse_json_line(line: str, where: str) -> Any:
+    """One JSONL line as JSON; a line that is not JSON (or is nested too deeply to read) names its line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValidationFailed(f"{where}: not valid JSON ({exc.msg})", field=where) from None
+    except RecursionError:
+        raise ValidationFailed(f"{where}: not valid JSON (nested too deeply)", field=where) from None
 
 
 def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]) -> list[dict[str, Any]]:
@@ -74,10 +87,15 @@ def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]
         text = _text(message.get("content"))
         if text:
             events.append({"role": "assistant", "type": "message", "content": text, **extra})
-        for call in message.get("tool_calls") or []:
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise ValueError("tool_calls must be a list of calls")
+        for call in calls:
             if not isinstance(call, dict):
                 raise ValueError("tool_calls items must be objects")
             function = call.get("function") or {}
+            if not isinstance(function, dict):
+                raise ValueError("tool_calls items' function must be an object with name and arguments")
             name = function.get("name")
             call_id = call.get("id")
             if isinstance(call_id, str) and isinstance(name, str):
@@ -121,10 +139,7 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tu
         if not line.strip():
             continue
         where = f"line {number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValidationFailed(f"{where}: not valid JSON ({exc.msg})", field=where) from None
+        record = parse_json_line(line, where)
         if not isinstance(record, dict):
             raise ValidationFailed(f"{where}: each line must be a JSON object", field=where)
         session = record.pop("session_id", None) or default_session
@@ -136,11 +151,19 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tu
         except ValueError as exc:
             raise ValidationFailed(f"{where}: {exc}", field=where) from None
         for raw in raws:
-            event = parse_events([raw], field=where)[0]
+            event = _parse_event(raw, where)
             if event.seq is None:
                 event = event.model_copy(update={"seq": next_seq.get(session, 0) + 1})
             next_seq[session] = max(next_seq.get(session, 0), event.seq or 0)
             yield session, event
+
+
+def _parse_event(raw: dict[str, Any], where: str) -> EventIn:
+    """One event of a line; an error names the line and the field (``line 3.created_at``)."""
+    try:
+        return EventIn.model_validate(raw)
+    except ValidationError as exc:
+        raise first_problem(exc, where) from None
 
 
 def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress | None) -> Iterator[str]:
@@ -225,21 +248,29 @@ def import_observations(
             target.extend(entry | {"index": pending[entry["index"]][0]} for entry in entries)
         pending.clear()
 
+    total_bytes = path.stat().st_size
+    done = 0
     with open(path, "rb") as handle:
-        for index, line in enumerate(_decoded_lines(handle, path.stat().st_size, progress)):
-            if not line.strip():
-                continue
+        # Lines are decoded one by one (not through _decoded_lines): a line that is not UTF-8 is rejected
+        # like any other bad line, and the lines around it are still written.
+        for index, raw_line in enumerate(handle):
+            done += len(raw_line)
+            if progress is not None and (index + 1) % PROGRESS_EVERY_LINES == 0:
+                progress("read", done, total_bytes)
+            where = f"line {index + 1}"
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                receipt.reject(index, ValidationFailed(f"line {index + 1}: not valid JSON ({exc.msg})"))
-                continue
-            try:
-                pending.append((index, parse_observation(index, record)))
+                line = raw_line.decode("utf-8")
+                if not line.strip():
+                    continue
+                pending.append((index, parse_observation(index, parse_json_line(line, where))))
+            except UnicodeDecodeError:
+                receipt.reject(index, ValidationFailed(f"{where}: not UTF-8 text", field=where))
             except ObsmemError as exc:
                 receipt.reject(index, exc)
             if len(pending) >= BATCH_SIZE:
                 flush()
+    if progress is not None:
+        progress("read", done, total_bytes)
     if pending:
         flush()
     for entries in (receipt.added, receipt.duplicates, receipt.rejected):

@@ -88,3 +88,31 @@ def test_importing_a_bad_transcript_creates_no_project(service: Obsmem, tmp_path
     assert "line 2" in caught.value.message
     assert not service.projects.exists("fresh")
     assert not service.projects.directory("fresh").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "line 1: not valid JSON (nested too deeply)"),
+        ('{"role": "assistant", "tool_calls": [{"id": "c1", "function": "read_file"}]}', "line 1: tool_calls"),
+        ('{"role": "assistant", "tool_calls": {"id": "c1"}}', "line 1: tool_calls must be a list"),
+        ('{"role": "user", "content": "x", "created_at": "2026-02-30T10:00:00"}', "line 1.created_at: "),
+    ],
+)
+def test_odd_transcript_lines_are_validation_errors_naming_the_line(
+    service: Obsmem, tmp_path, line: str, expected: str  # type: ignore[no-untyped-def]
+) -> None:
+    transcript = tmp_path / "odd.jsonl"
+    transcript.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(ValidationFailed) as caught:
+        service.import_jsonl("fresh", transcript, session_id="s1")
+    assert caught.value.message.startswith(expected)
+    assert not service.projects.exists("fresh")
+
+
+def test_a_bad_project_name_is_reported_before_the_transcript_is_read(service: Obsmem, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    transcript = tmp_path / "bad.jsonl"
+    transcript.write_text('{"role": "robot"}\n', encoding="utf-8")
+    with pytest.raises(ValidationFailed) as caught:
+        service.import_jsonl("../etc", transcript, session_id="s1")
+    assert caught.value.code == "invalid_project"

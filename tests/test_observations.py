@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from obsmem import ids
@@ -64,3 +66,16 @@ def test_views_present_each_kind(project: Obsmem) -> None:
     project.add_observations("p", [_obs()])
     rows = project.database("p").query("SELECT timestamp, importance, source_refs FROM observations")
     assert rows == [("2026-03-02 09:15", "high", '[{"session_id":"s1","seq":1},{"session_id":"s1","seq":2}]')]
+
+
+def test_an_observations_file_rejects_bad_lines_one_by_one(project: Obsmem, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    good = json.dumps(_obs()).encode()
+    later = json.dumps(_obs(content="Second note about RetryPolicy")).encode()
+    path = tmp_path / "observations.jsonl"
+    path.write_bytes(b"\n".join([good, b'{"content": "caf\xe9"}', b"[" * 100_000, b"", later]) + b"\n")
+    receipt = project.import_observations("p", path).to_dict()
+    assert [item["index"] for item in receipt["added"]] == [0, 4]
+    assert [(item["index"], item["message"]) for item in receipt["rejected"]] == [
+        (1, "line 2: not UTF-8 text"),
+        (2, "line 3: not valid JSON (nested too deeply)"),
+    ]

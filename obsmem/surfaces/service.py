@@ -28,6 +28,7 @@ from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest, run_exact
 from obsmem.settings import Settings, load_settings
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 from obsmem.workers import WorkerPool
 
@@ -104,6 +105,7 @@ class Obsmem:
         The whole file is validated before the project is opened, so a bad file creates nothing. Like
         appends, it queues observation for sessions whose backlog reached the buffer.
         """
+        project_name(project)  # a bad project name is reported before the file is read
         parsed = read_transcript(Path(path), session_id, progress)
         db = self.projects.get(project, create=True)
         hook = self.pipeline.append_hook(db)
