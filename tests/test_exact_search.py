@@ -191,3 +191,88 @@ def test_bad_requests_name_the_field(dated: Obsmem, kwargs: dict, error: type, f
 def test_fts_phrase_quotes_everything() -> None:
     assert fts_phrase('say "hi"') == '"say ""hi"""'
     assert like_pattern("50%_a\\") == "%50\\%\\_a\\\\%"
+
+
+FILTER_DATES = ["2026-01-01 10:00:00", "2026-01-01 10:00:59", "2026-01-02 08:30:00", "2026-01-03 23:59:00"]
+BOUNDS = [None, "2026-01-01", "2026-01-02", "2026-01-01 10:00", "2026-01-01 09:59", "2026-01-03 23:59"]
+
+
+def _ascii_fold(text: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
+
+
+def _in_window(stored: str, after: str | None, before: str | None) -> bool:
+    """The documented bound rules, written out apart from obsmem.dates: a date-only bound covers its whole
+    day and an HH:MM bound its whole minute, so each is compared at its own precision."""
+    if after is not None and stored[: len(after)] < after:
+        return False
+    return before is None or stored[: len(before)] <= before
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    contents=st.lists(
+        st.tuples(
+            st.sampled_from(FILTER_DATES),
+            st.sampled_from(["s", "t"]),
+            st.text(alphabet=ALPHABET, min_size=1, max_size=20),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    data=st.data(),
+)
+def test_every_plan_applies_dates_and_session_like_the_reference(  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory, contents, data
+) -> None:
+    needle = data.draw(st.text(alphabet=ALPHABET, min_size=1, max_size=4)).strip() or "a"
+    after, before = data.draw(st.sampled_from(BOUNDS)), data.draw(st.sampled_from(BOUNDS))
+    if after is not None and before is not None and after > before:
+        return  # an error, tested elsewhere
+    session = data.draw(st.sampled_from([None, "s", "t"]))
+    registry = ProjectRegistry(tmp_path_factory.mktemp("db"))
+    db = registry.get("p", create=True)
+    with db.write() as conn:
+        conn.executemany("INSERT INTO sessions VALUES (?, 'x', 'x', 0, 0)", [("s",), ("t",)])
+        conn.executemany(
+            "INSERT INTO memories(id, memory_id, kind, session_id, content, date, importance, created_at)"
+            " VALUES (?, ?, 'observation', ?, ?, ?, 'low', 'x')",
+            [(row, f"{row:064x}", sid, text, date) for row, (date, sid, text) in enumerate(contents, start=1)],
+        )
+    try:
+        matching = [
+            (date, row)
+            for row, (date, sid, text) in enumerate(contents, start=1)
+            if _ascii_fold(needle) in _ascii_fold(text) and _in_window(date, after, before) and session in (None, sid)
+        ]
+        expected = [row for _, row in sorted(matching, reverse=True)]
+        conn = db.connection()
+        window = parse_window(after, before)
+        for searcher in (
+            ExactSearcher(conn),
+            ExactSearcher(conn, index_plan_max_docs=10**9, posting_cost=0, short_needle_walk_rows=-1),
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=3),
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=10**9),
+        ):
+            for limit in (1, 50):
+                hits, truncated = searcher.search(needle, window, limit, session)
+                assert [int(hit.memory_id, 16) for hit in hits] == expected[:limit]
+                assert truncated == (len(expected) > limit)
+    finally:
+        registry.close()
+
+
+def test_an_hh_mm_before_bound_includes_a_reflection_stamped_within_that_minute(dated: Obsmem) -> None:
+    from obsmem.memories import ReflectionIn, add_reflection
+
+    observation = dated.search("p", "v2 shipped").hits[0].memory_id
+    with dated.database("p").write() as conn:
+        add_reflection(conn, ReflectionIn("s2", "Release train note", (observation,)))
+        stored = conn.execute("SELECT date FROM memories WHERE kind = 'reflection'").fetchone()[0]
+        assert len(stored) == 19  # seconds kept: a reflection is dated by its creation time
+        # the last second of its minute, whenever the test runs
+        conn.execute("UPDATE memories SET date = substr(date, 1, 17) || '59' WHERE kind = 'reflection'")
+    minute = stored[:16]
+    assert [hit.kind for hit in dated.search("p", "release train", before=minute).hits] == ["reflection"]
+    assert [hit.kind for hit in dated.search("p", "release train", after=minute, before=minute).hits] == ["reflection"]
+    assert [hit.kind for hit in dated.search("p", "release train", before=stored[:10]).hits] == ["reflection"]
