@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from obsmem.errors import AmbiguousId, InvalidId, NotFound, ProjectNotFound
 from obsmem.surfaces.service import Obsmem
@@ -85,3 +87,35 @@ def test_malformed_id_and_unknown_project(stored: tuple[Obsmem, str]) -> None:
     with pytest.raises(ProjectNotFound):
         service.recall("missing", "a" * 12)
     assert not service.projects.exists("missing")
+
+
+_HEX = "0123456789abcdef"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    # few distinct characters, so that ids share long prefixes and prefixes are often ambiguous
+    stems=st.lists(st.text(alphabet="0f", min_size=14, max_size=14), min_size=1, max_size=6, unique=True),
+    data=st.data(),
+)
+def test_a_prefix_resolves_exactly_as_a_scan_of_the_ids_would(  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory, stems: list[str], data
+) -> None:
+    memory_ids = [stem + _HEX[n % 16] * 50 for n, stem in enumerate(stems)]
+    source = data.draw(st.sampled_from(memory_ids))
+    of_an_id = st.integers(12, 64).map(lambda n: source[:n])
+    prefix = data.draw(st.one_of(of_an_id, st.text(_HEX, min_size=12, max_size=64)))
+    with Obsmem(data_dir=tmp_path_factory.mktemp("data")) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": "x"}])
+        with service.database("p").write() as conn:
+            conn.executemany(
+                "INSERT INTO memories(memory_id, kind, session_id, content, date, importance, created_at)"
+                " VALUES (?, 'observation', 's1', 'x', '2026-01-01 00:00:00', 'low', 'x')",
+                [(memory_id,) for memory_id in memory_ids],
+            )
+        matching = [memory_id for memory_id in memory_ids if memory_id.startswith(prefix)]
+        if len(matching) == 1:
+            assert service.recall("p", prefix)["memory"]["memory_id"] == matching[0]
+        else:
+            with pytest.raises(AmbiguousId if matching else NotFound):
+                service.recall("p", prefix)
