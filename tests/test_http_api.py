@@ -13,6 +13,7 @@ from http_support import ALPHA_NOTES, LOCAL, seed, settings_for, tree
 
 from obsmem import __version__
 from obsmem.surfaces.http import create_app
+from obsmem.surfaces.http.errors import FIELD_CODES
 from obsmem.surfaces.service import Obsmem
 
 
@@ -456,3 +457,17 @@ def test_405_lists_every_method_of_the_path(client: TestClient, ids: list[str]) 
     response = client.put(f"/v1/projects/alpha/memories/{ids[0][:12]}")
     error_of(response, 405, "method_not_allowed")
     assert response.headers["allow"] == "DELETE, GET"
+
+
+def test_pattern_mismatches_say_what_is_allowed_in_words(client: TestClient, ids: list[str]) -> None:
+    responses = {
+        "after": search(client, query="a", after="2026-03-01T10:00Z"),
+        "before": search(client, query="a", before="yesterday"),
+        "session_id": search(client, query="a", session_id="../etc"),
+        "project": client.post("/v1/projects/Alpha/search", json={"query": "a"}),
+        "id": client.get("/v1/projects/alpha/memories/ABCDEF123456"),
+    }
+    for field, response in responses.items():
+        error = error_of(response, 422, FIELD_CODES[field], field)
+        assert error["message"].startswith(f"{field} must be"), error["message"]
+        assert "^" not in error["message"] and "\\d" not in error["message"]

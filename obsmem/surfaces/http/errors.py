@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -20,9 +21,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Send
 
+from obsmem.dates import parse_window
 from obsmem.errors import ObsmemError
+from obsmem.ids import parse_id_prefix
 from obsmem.surfaces.http.responses import JSONBody, dumps
-from obsmem.validation import field_path
+from obsmem.validation import field_path, project_name, session_id
 
 logger = logging.getLogger("obsmem.http")
 
@@ -36,6 +39,15 @@ FIELD_CODES = {
     "id": "invalid_id",
 }
 MAX_MESSAGE_CHARS = 300
+# The core validator of a field FastAPI checks by pattern: its message says what is allowed in words, where
+# the pattern mismatch would only show the regular expression. Core messages never quote the value.
+CORE_VALIDATORS: dict[str, Callable[[Any], object]] = {
+    "after": lambda value: parse_window(after=value),
+    "before": lambda value: parse_window(before=value),
+    "project": project_name,
+    "session_id": session_id,
+    "id": parse_id_prefix,
+}
 
 
 def error_content(code: str, message: str, field: str | None = None, **details: Any) -> dict[str, Any]:
@@ -73,6 +85,18 @@ async def send_error(
     await send({"type": "http.response.body", "body": body})
 
 
+def _core_message(field: str, value: Any) -> str | None:
+    """The core validator's message for a value FastAPI's pattern refused (None if the core accepts it)."""
+    validator = CORE_VALIDATORS.get(field)
+    if validator is None:
+        return None
+    try:
+        validator(value)
+    except ObsmemError as exc:
+        return exc.message
+    return None
+
+
 def _clean_message(err: dict[str, Any]) -> str:
     message = str(err.get("msg", "is not valid")).removeprefix("Value error, ")
     value = err.get("input")
@@ -98,6 +122,8 @@ def validation_problem(exc: RequestValidationError) -> tuple[str, str, str]:
     code = FIELD_CODES.get(field, "invalid_request")
     if err.get("type") == "string_unicode":
         return code, field, f"{field}: text is not valid Unicode (it holds a lone surrogate)"
+    if err.get("type") == "string_pattern_mismatch" and (core := _core_message(field, err.get("input"))):
+        return code, field, core[:MAX_MESSAGE_CHARS]
     return code, field, f"{field}: {_clean_message(err)}"
 
 
