@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -83,6 +83,13 @@ class SearchSettings(Section):
 
     default_limit: int = Field(default=20, ge=1, le=50, description="Hits returned when no limit is given.")
     max_limit: int = Field(default=50, ge=1, le=50, description="Largest `limit` a caller may ask for.")
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> SearchSettings:
+        # Otherwise a search without a limit would return more hits than any caller may ask for.
+        if self.default_limit > self.max_limit:
+            raise ValueError("default_limit must not be larger than max_limit")
+        return self
 
 
 class ModelSettings(Section):

@@ -84,6 +84,7 @@ def test_api_keys_from_the_file_and_the_environment(tmp_path: Path, monkeypatch:
         ("[server]\nprot = 9000\n", "server.prot"),
         ("[server]\nport = 70000\n", "server.port"),
         ("[search]\nmax_limit = 51\n", "search.max_limit"),
+        ("[search]\nmax_limit = 10\n", "default_limit must not be larger than max_limit"),
         ("[[api_keys]]\nkey = 'short-secret'\n", None),
         ("[server\n", None),
     ],
