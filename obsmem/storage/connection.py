@@ -67,7 +67,14 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
         raise StorageError(f"cannot open database {path.name}") from None
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     _load_vector_extension(conn)
-    conn.execute("PRAGMA journal_mode=WAL").fetchall()
+    try:
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()  # the first statement that reads the file
+    except (apsw.NotADBError, apsw.CorruptError):
+        conn.close()
+        raise StorageError(
+            f"database {path.parent.name}/{path.name} is not a readable SQLite database (damaged or replaced); "
+            "restore it from a backup"
+        ) from None
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA temp_store=MEMORY")
