@@ -232,9 +232,12 @@ def import_jsonl(
 
 
 def import_observations(
-    db: ProjectDatabase, path: Path, progress: ImportProgress | None = None
+    db: ProjectDatabase | None, path: Path, progress: ImportProgress | None = None
 ) -> WriteReceipt:
-    """Write every observation of a JSONL file; one receipt, indexed by line (see the module docstring)."""
+    """Write every observation of a JSONL file; one receipt, indexed by line (see the module docstring).
+
+    ``db`` None: the project does not exist yet, so every line is checked and rejected (see add_observations).
+    """
     receipt = WriteReceipt()
     pending: list[tuple[int, ObservationIn]] = []
 

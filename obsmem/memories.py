@@ -125,8 +125,18 @@ def _missing_refs(conn: apsw.Connection, refs: Iterable[tuple[str, int]]) -> lis
     ]
 
 
-def add_observations(db: ProjectDatabase, items: Sequence[Any], *, conn: apsw.Connection | None = None) -> WriteReceipt:
-    """Validate and store observations; pass ``conn`` to join a transaction the caller holds."""
+def _no_events(session: str) -> ValidationFailed:
+    return ValidationFailed(f"session '{session}' has no events", code="session_not_found")
+
+
+def add_observations(
+    db: ProjectDatabase | None, items: Sequence[Any], *, conn: apsw.Connection | None = None
+) -> WriteReceipt:
+    """Validate and store observations; pass ``conn`` to join a transaction the caller holds.
+
+    ``db`` None stands for a project that does not exist yet: it has no events for an observation to
+    cite, so every valid item is rejected (``session_not_found``) and no project is created for nothing.
+    """
     receipt = WriteReceipt()
     parsed: list[tuple[int, ObservationIn]] = []
     for index, raw in enumerate(items):
@@ -134,6 +144,11 @@ def add_observations(db: ProjectDatabase, items: Sequence[Any], *, conn: apsw.Co
             parsed.append((index, parse_observation(index, raw)))
         except ObsmemError as exc:
             receipt.reject(index, exc)
+    if db is None and conn is None:
+        for index, item in parsed:
+            receipt.reject(index, _no_events(item.session_id))
+        receipt.rejected.sort(key=lambda entry: entry["index"])
+        return receipt
     if not parsed:
         return receipt
     for _, item in parsed:
@@ -141,6 +156,7 @@ def add_observations(db: ProjectDatabase, items: Sequence[Any], *, conn: apsw.Co
     if conn is not None:
         _store_observations(conn, parsed, receipt)
     else:
+        assert db is not None
         with db.write() as write_conn:
             _store_observations(write_conn, parsed, receipt)
     receipt.added.sort(key=lambda item: item["index"])
@@ -156,10 +172,7 @@ def _store_observations(conn: apsw.Connection, parsed: list[tuple[int, Observati
                 conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (item.session_id,)).fetchone() is not None
             )
         if not known_sessions[item.session_id]:
-            receipt.reject(
-                index,
-                ValidationFailed(f"session '{item.session_id}' has no events", code="session_not_found"),
-            )
+            receipt.reject(index, _no_events(item.session_id))
             continue
         refs = item.refs()
         missing = _missing_refs(conn, refs)

@@ -79,3 +79,14 @@ def test_an_observations_file_rejects_bad_lines_one_by_one(project: Obsmem, tmp_
         (1, "line 2: not UTF-8 text"),
         (2, "line 3: not valid JSON (nested too deeply)"),
     ]
+
+
+def test_observations_for_a_project_without_events_are_rejected_and_create_nothing(service: Obsmem, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    receipt = service.add_observations("fresh", [_obs(), {"content": "no session"}]).to_dict()
+    assert receipt["added"] == [] and receipt["duplicates"] == []
+    rejected = [(item["index"], item["code"]) for item in receipt["rejected"]]
+    assert rejected == [(0, "session_not_found"), (1, "invalid_request")]
+    path = tmp_path / "observations.jsonl"
+    path.write_text(json.dumps(_obs()) + "\n", encoding="utf-8")
+    assert [item["code"] for item in service.import_observations("fresh", path).rejected] == ["session_not_found"]
+    assert not service.projects.exists("fresh") and not service.projects.directory("fresh").exists()

@@ -123,8 +123,13 @@ class Obsmem:
         self._wake_workers()
         return result
 
+    def _observed_project(self, project: str) -> ProjectDatabase | None:
+        """The project observations are written to, or None if it does not exist: it has no events to cite,
+        so every item will be rejected, and a write that stores nothing must not create a project."""
+        return self.projects.get(project) if self.projects.exists(project) else None
+
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
-        receipt = add_observations(self.projects.get(project, create=True), observations)
+        receipt = add_observations(self._observed_project(project), observations)
         if receipt.added:
             self._memories_changed(project)
         return receipt
@@ -147,7 +152,7 @@ class Obsmem:
         self, project: str, path: Path | str, *, progress: ImportProgress | None = None
     ) -> WriteReceipt:
         """Write a JSONL file of observations; the receipt's ``index`` is the line number minus one."""
-        receipt = import_observations(self.projects.get(project, create=True), Path(path), progress)
+        receipt = import_observations(self._observed_project(project), Path(path), progress)
         if receipt.added:
             self._memories_changed(project)
         return receipt
