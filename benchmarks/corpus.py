@@ -11,11 +11,92 @@ import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
-WORDS = ["fix", "test", "error", "deploy", "user", "config", "cache", "retry", "timeout", "login", "session", "token", "migration", "schema", "index", "query", "build", "release", "review", "refactor", "parser", "client", "server", "worker", "queue", "handler", "request", "response", "latency", "memory", "payment", "invoice", "billing", "export", "import", "report", "dashboard", "alert", "metric", "log", "trace", "span", "auth", "permission", "role"]
-VERBS = ("Fixed", "Added", "Removed", "Refactored", "Investigated", "Decided to keep", "Reverted", "Documented",
-         "User asked to change", "Benchmarked", "Renamed", "Split", "Profiled", "Upgraded")
-PARTS = ("Map", "Tool", "Retry", "Policy", "Invoice", "Session", "Token", "Cache", "Query", "Index", "Worker",
-         "Handler", "Parser", "Report", "Export", "Schema", "Client", "Config", "Alert", "Metric", "Span")
+WORDS = [
+    "fix",
+    "test",
+    "error",
+    "deploy",
+    "user",
+    "config",
+    "cache",
+    "retry",
+    "timeout",
+    "login",
+    "session",
+    "token",
+    "migration",
+    "schema",
+    "index",
+    "query",
+    "build",
+    "release",
+    "review",
+    "refactor",
+    "parser",
+    "client",
+    "server",
+    "worker",
+    "queue",
+    "handler",
+    "request",
+    "response",
+    "latency",
+    "memory",
+    "payment",
+    "invoice",
+    "billing",
+    "export",
+    "import",
+    "report",
+    "dashboard",
+    "alert",
+    "metric",
+    "log",
+    "trace",
+    "span",
+    "auth",
+    "permission",
+    "role",
+]
+VERBS = (
+    "Fixed",
+    "Added",
+    "Removed",
+    "Refactored",
+    "Investigated",
+    "Decided to keep",
+    "Reverted",
+    "Documented",
+    "User asked to change",
+    "Benchmarked",
+    "Renamed",
+    "Split",
+    "Profiled",
+    "Upgraded",
+)
+PARTS = (
+    "Map",
+    "Tool",
+    "Retry",
+    "Policy",
+    "Invoice",
+    "Session",
+    "Token",
+    "Cache",
+    "Query",
+    "Index",
+    "Worker",
+    "Handler",
+    "Parser",
+    "Report",
+    "Export",
+    "Schema",
+    "Client",
+    "Config",
+    "Alert",
+    "Metric",
+    "Span",
+)
 SUFFIXES = ("Arguments", "Builder", "Manager", "Factory", "Error", "Service", "Store", "Result", "State", "Spec")
 DIRS = ("src/api", "src/billing", "src/auth", "src/jobs", "src/db", "tests/unit", "tests/e2e", "web/components", "cli")
 ERRORS = ("KeyError", "TimeoutError", "ValueError", "IntegrityError", "ConnectionResetError", "AssertionError")
@@ -43,7 +124,8 @@ def line(rng: random.Random, index: int) -> str:
     if choice < 0.55:
         return f"{rng.choice(ERRORS)} in {identifier(rng)}.{rng.choice(WORDS)}() at {path} during {words}"
     if choice < 0.75:
-        return f"{rng.choice(VERBS)} {words} for ticket {ticket}, release v{rng.randint(1, 9)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+        release = f"v{rng.randint(1, 9)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+        return f"{rng.choice(VERBS)} {words} for ticket {ticket}, release {release}"
     return f"{rng.choice(VERBS)} the {words} path; see {path} and {identifier(rng)}"
 
 

@@ -134,7 +134,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
     registry = ProjectRegistry(args.out)
-    report = {"benchmark": "exact_search", "limit": LIMIT, "sizes": [run_size(registry, n, args.repeat) for n in args.sizes]}
+    report = {
+        "benchmark": "exact_search",
+        "limit": LIMIT,
+        "sizes": [run_size(registry, n, args.repeat) for n in args.sizes],
+    }
     print(json.dumps(report, indent=2))
 
 

@@ -34,11 +34,23 @@ def make_events(count: int, seed: int = 3) -> list[dict[str, object]]:
         if kind == 0:
             events.append({"role": "user", "content": line(rng, index)})
         elif kind == 1:
-            events.append({"role": "assistant", "type": "tool_call", "tool_name": "read_file",
-                           "tool_args": {"path": f"src/mod_{rng.randint(1, 99)}.py", "start": rng.randint(1, 500)}})
+            events.append(
+                {
+                    "role": "assistant",
+                    "type": "tool_call",
+                    "tool_name": "read_file",
+                    "tool_args": {"path": f"src/mod_{rng.randint(1, 99)}.py", "start": rng.randint(1, 500)},
+                }
+            )
         elif kind == 2:
-            events.append({"role": "tool", "type": "tool_result", "tool_name": "read_file",
-                           "content": "\n".join(line(rng, index + k) for k in range(rng.randint(1, 12)))})
+            events.append(
+                {
+                    "role": "tool",
+                    "type": "tool_result",
+                    "tool_name": "read_file",
+                    "content": "\n".join(line(rng, index + k) for k in range(rng.randint(1, 12))),
+                }
+            )
         else:
             events.append({"role": "assistant", "content": line(rng, index)})
     return events
@@ -66,15 +78,23 @@ def main() -> None:
         stored = db.query("SELECT count(*) FROM events")[0][0]
         registry.close()
     ordered = sorted(batch_ms)
-    print(json.dumps({
-        "benchmark": "ingest_python_api",
-        "events": stored,
-        "batch_size": args.batch,
-        "elapsed_s": round(elapsed, 3),
-        "events_per_s": round(stored / elapsed),
-        "batch_ms": {"p50": round(statistics.median(ordered), 2), "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 2)},
-        "target_events_per_s": 20_000,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "ingest_python_api",
+                "events": stored,
+                "batch_size": args.batch,
+                "elapsed_s": round(elapsed, 3),
+                "events_per_s": round(stored / elapsed),
+                "batch_ms": {
+                    "p50": round(statistics.median(ordered), 2),
+                    "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 2),
+                },
+                "target_events_per_s": 20_000,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

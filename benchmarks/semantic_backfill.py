@@ -52,13 +52,10 @@ def main() -> None:
         backfill_seconds = time.perf_counter() - started
 
         chunk_texts = [
-            row[0]
-            for row in service.database(args.project).query("SELECT text FROM semantic_chunks ORDER BY id")
+            row[0] for row in service.database(args.project).query("SELECT text FROM semantic_chunks ORDER BY id")
         ]
         started = time.perf_counter()
-        model.encode(
-            chunk_texts, batch_size=embedder.batch_size, convert_to_numpy=True, show_progress_bar=False
-        )
+        model.encode(chunk_texts, batch_size=embedder.batch_size, convert_to_numpy=True, show_progress_bar=False)
         encode_seconds = time.perf_counter() - started
 
         extra = texts[args.memories :]

@@ -63,9 +63,7 @@ def timestamp(i: int, count: int) -> str:
     return f"{year}-{month:02d}-{dom:02d} {minute // 60:02d}:{minute % 60:02d}"
 
 
-def ingest(
-    service: Any, project: str, texts: list[str], *, offset: int = 0, total: int | None = None
-) -> float:
+def ingest(service: Any, project: str, texts: list[str], *, offset: int = 0, total: int | None = None) -> float:
     """Add ``texts`` as observations in sessions of 1000; returns seconds taken."""
     total = total or len(texts)
     started = time.perf_counter()

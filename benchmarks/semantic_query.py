@@ -152,15 +152,12 @@ def main() -> None:
         report["date_filtered"] = {
             "overall": percentiles(all_filtered),
             "by_window": {
-                name: percentiles(samples)
-                | {"median_window_chunks": int(statistics.median(window_sizes[name]))}
+                name: percentiles(samples) | {"median_window_chunks": int(statistics.median(window_sizes[name]))}
                 for name, samples in filtered.items()
             },
             "omissions_vs_brute_force": omissions,
             "searches_compared": compared,
-            "p50_ratio_to_unfiltered": round(
-                statistics.median(all_filtered) / statistics.median(bare_times), 2
-            ),
+            "p50_ratio_to_unfiltered": round(statistics.median(all_filtered) / statistics.median(bare_times), 2),
         }
         embedder.embed_query = original  # type: ignore[method-assign]
 

@@ -81,8 +81,13 @@ def score_questions(
     with progress.bar("calibrate: rerank without a floor", len(questions)) as bar:
         for question in questions:
             got = retrieve(
-                memory, project, "hybrid+rerank", question.question,
-                after=question.after, before=question.before, plan=UNFLOORED,
+                memory,
+                project,
+                "hybrid+rerank",
+                question.question,
+                after=question.after,
+                before=question.before,
+                plan=UNFLOORED,
             )
             assert got.stages is not None and got.stages.rerank_scores is not None
             scored.append(Scored(question, got.ranking, got.stages.rerank_scores))
@@ -150,8 +155,13 @@ def measure_held_out(
     shown = []
     for question in held_out:
         got = retrieve(
-            memory, project, "hybrid+rerank", question.question,
-            after=question.after, before=question.before, plan=plan,
+            memory,
+            project,
+            "hybrid+rerank",
+            question.question,
+            after=question.after,
+            before=question.before,
+            plan=plan,
         )
         shown.append((question, got.ranking[:FIRST]))
     return effect(floor, shown)
@@ -162,8 +172,7 @@ def calibration_markdown(report: CalibrationReport) -> str:
         if found is None:
             return "| - | - | - | - |"
         floor = "none" if found.floor is None else f"{found.floor:.4g}"
-        return (f"| {floor} | {found.precision_at_10:.3f} | {found.recall_at_10:.3f} "
-                f"| {found.negatives_with_hits:.3f} |")
+        return f"| {floor} | {found.precision_at_10:.3f} | {found.recall_at_10:.3f} | {found.negatives_with_hits:.3f} |"
 
     chosen = "no floor (none keeps the calibration recall)" if report.chosen is None else f"{report.chosen:.6g}"
     lines = [

@@ -61,7 +61,8 @@ class ScoreTable:
 
     scores: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     by_category: dict[str, dict[str, list[float]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
 
     def add(self, category: str, values: dict[str, float]) -> None:
         for name, value in values.items():
@@ -76,8 +77,10 @@ class ScoreTable:
         return {name: fmean(values) for name, values in self.scores.items()}
 
     def category_means(self) -> dict[str, dict[str, float]]:
-        return {category: {name: fmean(values) for name, values in metrics.items()}
-                for category, metrics in sorted(self.by_category.items())}
+        return {
+            category: {name: fmean(values) for name, values in metrics.items()}
+            for category, metrics in sorted(self.by_category.items())
+        }
 
     def merge(self, others: Iterable[ScoreTable]) -> ScoreTable:
         for other in others:
@@ -89,7 +92,6 @@ class ScoreTable:
         return self
 
 
-def evidence_recalls(ranked: Sequence[Hashable], relevant: Collection[Hashable],
-                     ks: Iterable[int]) -> dict[str, float]:
+def evidence_recalls(ranked: Sequence[Hashable], relevant: Collection[Hashable], ks: Iterable[int]) -> dict[str, float]:
     """``{"recall@k": ...}`` for each k."""
     return {f"recall@{k}": evidence_recall(ranked, relevant, k) for k in ks}

@@ -38,9 +38,7 @@ def parse_modes(text: str) -> tuple[str, ...]:
         return MODES
     unknown = [name for name in names if name not in MODES]
     if not names or unknown:
-        raise ValidationFailed(
-            f"modes must be a comma-separated list of {', '.join(MODES)} (or 'all')", field="modes"
-        )
+        raise ValidationFailed(f"modes must be a comma-separated list of {', '.join(MODES)} (or 'all')", field="modes")
     return tuple(dict.fromkeys(names))
 
 

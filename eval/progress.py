@@ -15,9 +15,7 @@ class Progress:
     def bar(self, description: str, total: int, unit: str = "question") -> Any:
         from tqdm import tqdm
 
-        return tqdm(
-            total=total, desc=description, unit=unit, disable=not self.enabled, file=sys.stderr, leave=False
-        )
+        return tqdm(total=total, desc=description, unit=unit, disable=not self.enabled, file=sys.stderr, leave=False)
 
 
 SILENT = Progress(False)

@@ -107,6 +107,7 @@ def never_loses(results: Sequence[ModeResult], hybrid: str = "hybrid") -> list[s
     names = [n for n in metric_names(results) if n.startswith(family)]
     losses = []
     for group in ("overall", *sorted(modes[hybrid].by_category)):
+
         def pick(result: ModeResult, name: str, group: str = group) -> float:
             source = result.metrics if group == "overall" else result.by_category.get(group, {})
             return source.get(name, 0.0)

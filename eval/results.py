@@ -44,8 +44,9 @@ class Scores:
     def add(self, values: Mapping[str, float], groups: Iterable[str] = (), question: str | None = None) -> None:
         groups = tuple(groups)
         self.questions += 1
-        self.per_question.append({"question": question or str(self.questions), "groups": list(groups),
-                                  "metrics": dict(values)})
+        self.per_question.append(
+            {"question": question or str(self.questions), "groups": list(groups), "metrics": dict(values)}
+        )
         for name, value in values.items():
             self.values[name].append(value)
         for group in groups:

@@ -156,8 +156,9 @@ def evaluate_questions(
     if project is not None and questions is None:
         raise ValidationFailed("a project needs its own labelled questions (--questions FILE)", field="questions")
     if project is not None:
-        return _questions_run(Obsmem(settings, background_indexing=False), project, modes, questions, progress,
-                              sample=False)
+        return _questions_run(
+            Obsmem(settings, background_indexing=False), project, modes, questions, progress, sample=False
+        )
     with workspace(None) as data_dir:
         memory = Obsmem(with_semantic(settings, data_dir), background_indexing=False)
         return _questions_run(memory, "sample", modes, questions, progress, sample=True)
@@ -192,9 +193,11 @@ def _questions_run(
         started = time.perf_counter()
         results = labelled.run_labelled(memory, project, questions, modes, progress=progress)
         timings["queries"] = time.perf_counter() - started
-        notes = [f"project: {'the bundled sample' if sample else project}",
-                 f"questions: {sum(q.positive for q in questions)} positive, "
-                 f"{sum(not q.positive for q in questions)} negative"]
+        notes = [
+            f"project: {'the bundled sample' if sample else project}",
+            f"questions: {sum(q.positive for q in questions)} positive, "
+            f"{sum(not q.positive for q in questions)} negative",
+        ]
         return EvalRun("questions", results, timings, setup_summary(memory), notes)
 
 

@@ -100,9 +100,7 @@ class LocalEmbedder(Embedder):
                     show_progress_bar=False,
                 )
             except Exception as exc:
-                raise EmbeddingUnavailable(
-                    f"the local embedding model failed ({type(exc).__name__})"
-                ) from None
+                raise EmbeddingUnavailable(f"the local embedding model failed ({type(exc).__name__})") from None
 
     def close(self) -> None:
         self._models.clear()

@@ -39,9 +39,7 @@ def parse_embeddings_reply(reply: Any, count: int) -> list[list[float]]:
             raise EmbeddingUnavailable("embedding endpoint reply is malformed: an index appears twice")
         embedding = item.get("embedding")
         if not isinstance(embedding, list) or not all(_is_number(x) for x in embedding):
-            raise EmbeddingUnavailable(
-                "embedding endpoint reply is malformed: an embedding is not a list of numbers"
-            )
+            raise EmbeddingUnavailable("embedding endpoint reply is malformed: an embedding is not a list of numbers")
         vectors[index] = embedding
     widths = {len(v) for v in vectors if v is not None}
     if len(widths) != 1:

@@ -71,9 +71,7 @@ class Embedder(ABC):
         try:
             array = np.asarray(raw, dtype=np.float32)
         except (TypeError, ValueError):
-            raise EmbeddingUnavailable(
-                "the embedding model returned something that is not a list of vectors"
-            ) from None
+            raise EmbeddingUnavailable("the embedding model returned something that is not a list of vectors") from None
         if array.ndim != 2 or array.shape[0] != count:
             raise EmbeddingUnavailable(
                 f"the embedding model returned {array.shape[0] if array.ndim else 0} vectors for {count} texts"
@@ -83,9 +81,7 @@ class Embedder(ABC):
         width = array.shape[1]
         expected = self._dimensions
         if expected is not None and width != expected:
-            raise EmbeddingUnavailable(
-                f"the embedding model returned {width}-dimensional vectors, expected {expected}"
-            )
+            raise EmbeddingUnavailable(f"the embedding model returned {width}-dimensional vectors, expected {expected}")
         if width == 0:
             raise EmbeddingUnavailable("the embedding model returned empty vectors")
         if not np.isfinite(array).all():

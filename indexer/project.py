@@ -68,9 +68,7 @@ class _Planned:
 
 
 class ProjectIndex:
-    def __init__(
-        self, name: str, db: ProjectDatabase, settings: SemanticSettings, embedder: Embedder
-    ) -> None:
+    def __init__(self, name: str, db: ProjectDatabase, settings: SemanticSettings, embedder: Embedder) -> None:
         self.name = name
         self.db = db
         self.settings = settings
@@ -266,9 +264,7 @@ class ProjectIndex:
             state = self.state()
             if state.dirty:
                 return  # maintenance repairs it
-            graph = self.files.load(
-                state, max_elements=vectors.live + 1024, ef=self.settings.index.hnsw_ef_search
-            )
+            graph = self.files.load(state, max_elements=vectors.live + 1024, ef=self.settings.index.hnsw_ef_search)
             if graph is not None:
                 vectors.attach_graph(graph)
 

@@ -63,9 +63,7 @@ def remove_chunks(conn: apsw.Connection, memory_row: int, version: int) -> list[
     """Delete a memory's chunks, their keyword rows and embeddings; returns the removed labels."""
     rows = conn.execute("SELECT id, text FROM semantic_chunks WHERE memory_row = ?", (memory_row,)).fetchall()
     for label, text in rows:
-        conn.execute(
-            f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', ?, ?)", (label, text)
-        )
+        conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', ?, ?)", (label, text))
         conn.execute("DELETE FROM semantic_vectors WHERE chunk = ?", (label,))
         conn.execute(
             "INSERT INTO semantic_removed(label, version) VALUES (?, ?)"

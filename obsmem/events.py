@@ -246,8 +246,7 @@ def append_events(
             )
             last_seq = max(last_seq, next_seq)
             conn.execute(
-                "UPDATE sessions SET last_seq = ?, event_count = event_count + ?, updated_at = ?"
-                " WHERE session_id = ?",
+                "UPDATE sessions SET last_seq = ?, event_count = event_count + ?, updated_at = ? WHERE session_id = ?",
                 (last_seq, len(rows), now, session),
             )
             if after_insert is not None:

@@ -80,8 +80,14 @@ def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]
     stamp = message.get("created_at") or message.get("timestamp")
     extra = {"created_at": stamp} if stamp is not None else {}
     if role in ("user", "system", "developer"):
-        return [{"role": "system" if role == "developer" else role, "type": "message",
-                 "content": _text(message.get("content")), **extra}]
+        return [
+            {
+                "role": "system" if role == "developer" else role,
+                "type": "message",
+                "content": _text(message.get("content")),
+                **extra,
+            }
+        ]
     if role == "assistant":
         events: list[dict[str, Any]] = []
         text = _text(message.get("content"))
@@ -100,16 +106,33 @@ def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]
             call_id = call.get("id")
             if isinstance(call_id, str) and isinstance(name, str):
                 call_names[call_id] = name
-            events.append({"role": "assistant", "type": "tool_call", "content": "", "tool_name": name,
-                           "tool_args": _arguments(function.get("arguments")), "tool_call_id": call_id, **extra})
+            events.append(
+                {
+                    "role": "assistant",
+                    "type": "tool_call",
+                    "content": "",
+                    "tool_name": name,
+                    "tool_args": _arguments(function.get("arguments")),
+                    "tool_call_id": call_id,
+                    **extra,
+                }
+            )
         if not events:
             events.append({"role": "assistant", "type": "message", "content": "", **extra})
         return events
     if role in ("tool", "function"):
         call_id = message.get("tool_call_id")
         name = message.get("name") or (call_names.get(call_id) if isinstance(call_id, str) else None)
-        return [{"role": "tool", "type": "tool_result", "content": _text(message.get("content")),
-                 "tool_name": name, "tool_call_id": call_id, **extra}]
+        return [
+            {
+                "role": "tool",
+                "type": "tool_result",
+                "content": _text(message.get("content")),
+                "tool_name": name,
+                "tool_call_id": call_id,
+                **extra,
+            }
+        ]
     raise ValueError("role must be user, assistant, tool or system")
 
 
@@ -127,8 +150,12 @@ class ImportReceipt:
         return sum(s["duplicates"] for s in self.sessions.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"events": self.events, "appended": self.appended, "duplicates": self.duplicates,
-                "sessions": self.sessions}
+        return {
+            "events": self.events,
+            "appended": self.appended,
+            "duplicates": self.duplicates,
+            "sessions": self.sessions,
+        }
 
 
 def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tuple[str, EventIn]]:
@@ -231,9 +258,7 @@ def import_jsonl(
     return append_transcript(db, parsed, progress, after_insert=after_insert)
 
 
-def import_observations(
-    db: ProjectDatabase | None, path: Path, progress: ImportProgress | None = None
-) -> WriteReceipt:
+def import_observations(db: ProjectDatabase | None, path: Path, progress: ImportProgress | None = None) -> WriteReceipt:
     """Write every observation of a JSONL file; one receipt, indexed by line (see the module docstring).
 
     ``db`` None: the project does not exist yet, so every line is checked and rejected (see add_observations).

@@ -99,19 +99,13 @@ class JsonEndpoint:
         body = bytearray()
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                async with self._http().stream(
-                    "POST", self.url, json=payload, headers=self._headers()
-                ) as reply:
+                async with self._http().stream("POST", self.url, json=payload, headers=self._headers()) as reply:
                     if reply.status_code != 200:
-                        raise OutboundError(
-                            "status", f"{self.label} answered HTTP {reply.status_code}", correlation_id
-                        )
+                        raise OutboundError("status", f"{self.label} answered HTTP {reply.status_code}", correlation_id)
                     async for piece in reply.aiter_bytes():
                         body += piece
                         if len(body) > self.max_response_bytes:
-                            raise OutboundError(
-                                "too_large", f"{self.label} reply is too large", correlation_id
-                            )
+                            raise OutboundError("too_large", f"{self.label} reply is too large", correlation_id)
         except OutboundError:
             raise
         except TimeoutError:
@@ -158,9 +152,7 @@ class JsonEndpoint:
             rounds = -(-len(payloads) // max(1, concurrency))
             return future.result(timeout=self.timeout_seconds * rounds + 5)
         except OutboundError as exc:
-            log.warning(
-                "%s request failed: stage=%s correlation_id=%s", self.label, exc.stage, correlation_id
-            )
+            log.warning("%s request failed: stage=%s correlation_id=%s", self.label, exc.stage, correlation_id)
             raise
         except FutureTimeout:
             future.cancel()

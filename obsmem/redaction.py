@@ -88,9 +88,30 @@ def _replace_assignment(match: re.Match[str]) -> str:
 # Cheap gates, checked on the lowercased text with C-level substring searches: a pattern runs only when
 # a literal it cannot match without is present. Every appended event passes through here, and running
 # all the patterns on every text cost more than the rest of an append (regex engines try each position).
-_SHAPED_PREFIXES = ("sk-", "sk_", "rk_", "pk_", "akia", "asia", "agpa", "aida", "aroa", "anpa", "ghp_", "gho_", "ghu_",
-                    "ghs_", "ghr_", "github_pat_", "glpat-",
-                    "xox", "aiza", "hf_", "npm_", "eyj")
+_SHAPED_PREFIXES = (
+    "sk-",
+    "sk_",
+    "rk_",
+    "pk_",
+    "akia",
+    "asia",
+    "agpa",
+    "aida",
+    "aroa",
+    "anpa",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xox",
+    "aiza",
+    "hf_",
+    "npm_",
+    "eyj",
+)
 _BEARER_WORDS = ("bearer", "basic", "token")
 # Where a secret word can start (the first letters of every alternative of _SECRET_WORD).
 _SECRET_WORD_STARTS = ("api", "secret", "token", "pass", "pwd", "access", "private", "client", "auth", "credential")

@@ -119,9 +119,7 @@ class ModelSettings(Section):
     temperature: float | None = Field(
         default=0.0, ge=0, le=2, description="Sampling temperature; unset sends none (provider default)."
     )
-    max_output_tokens: int | None = Field(
-        default=4096, ge=16, description="`max_tokens` per reply; unset sends none."
-    )
+    max_output_tokens: int | None = Field(default=4096, ge=16, description="`max_tokens` per reply; unset sends none.")
 
     @field_validator("base_url")
     @classmethod
@@ -333,6 +331,7 @@ class Settings(BaseSettings):
         if role not in sections:
             raise ValueError(f"unknown model role {role!r}")
         return sections[role].model.apply_to(self.model)
+
     @property
     def semantic_enabled(self) -> bool:
         return self.semantic is not None and self.semantic.enabled

@@ -69,9 +69,7 @@ class EmbeddingSettings(_Section):
     base_url: str | None = Field(
         default=None, description="`openai` only: base URL; requests go to `<base_url>/embeddings`."
     )
-    model_id: str | None = Field(
-        default=None, description="`openai` only: the `model` sent with each request."
-    )
+    model_id: str | None = Field(default=None, description="`openai` only: the `model` sent with each request.")
     query_prefix: str = Field(
         default="",
         description="Prefix for query embeddings only, joined to the query with one space (documents never "
@@ -92,8 +90,7 @@ class EmbeddingSettings(_Section):
         default=None,
         gt=0,
         le=16384,
-        description="Expected vector size. Optional: learnt from the model; when set, any other size is an "
-        "error.",
+        description="Expected vector size. Optional: learnt from the model; when set, any other size is an error.",
     )
     threads: int | None = Field(
         default=None,
@@ -128,9 +125,7 @@ class RerankerSettings(_Section):
     base_url: str | None = Field(default=None, description="`http` only: base URL of the `/rerank` endpoint.")
     model_id: str | None = Field(default=None, description="`http` only: the `model` sent with each request.")
     model: str = Field(default="", description="`local` only: path of a cross-encoder model directory.")
-    batch_size: int = Field(
-        default=8, gt=0, le=1024, description="Documents per rerank request or model call."
-    )
+    batch_size: int = Field(default=8, gt=0, le=1024, description="Documents per rerank request or model call.")
     document_characters: int = Field(
         default=768, gt=0, le=100_000, description="Each candidate chunk is cut to this many characters."
     )
@@ -293,9 +288,7 @@ class SemanticSettings(_Section):
         if self.overlap_bytes >= self.chunk_bytes:
             raise ValueError("overlap_bytes must be smaller than chunk_bytes")
         if self.reranker is not None and not self.enabled:
-            raise ValueError(
-                "a reranker needs embeddings: [semantic.reranker] is set but semantic is disabled"
-            )
+            raise ValueError("a reranker needs embeddings: [semantic.reranker] is set but semantic is disabled")
         if self.index.hnsw_ef_search < self.fusion.candidates_per_list:
             raise ValueError("index.hnsw_ef_search must be at least fusion.candidates_per_list")
         return self

@@ -119,9 +119,7 @@ class Bm25List:
         if expression is None or k <= 0:
             return result
         if where is None or where.is_open:
-            sql = (
-                f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? ORDER BY rank, rowid LIMIT ?"
-            )
+            sql = f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? ORDER BY rank, rowid LIMIT ?"
             params: list[object] = [expression, k + 1]
         else:
             clauses, params = [], [expression]

@@ -304,7 +304,9 @@ class TrigramSample:
         )
         if fresh:
             return cached  # type: ignore[return-value]
-        contents = [row[0] for row in conn.execute("SELECT content FROM memories ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,))]
+        contents = [
+            row[0] for row in conn.execute("SELECT content FROM memories ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,))
+        ]
         sample = cls(contents, total, tokenize)
         with cls._lock:
             cls._cache[key] = sample

@@ -34,9 +34,7 @@ def _first_seen(lists: Sequence[RankedList]) -> dict[int, tuple[int, int]]:
     return seen
 
 
-def reciprocal_rank_fusion(
-    lists: Sequence[RankedList], weights: Mapping[str, float], k: float = 60.0
-) -> Fused:
+def reciprocal_rank_fusion(lists: Sequence[RankedList], weights: Mapping[str, float], k: float = 60.0) -> Fused:
     scores: dict[int, float] = {}
     for ranked in lists:
         weight = weights.get(ranked.name, 1.0)

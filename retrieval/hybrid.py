@@ -137,9 +137,7 @@ def _memories(labels: Sequence[int], valid: dict[int, Candidate]) -> list[str]:
 
 
 class HybridSearcher:
-    def __init__(
-        self, indexer: SemanticIndexer, settings: SemanticSettings, reranker: Reranker | None
-    ) -> None:
+    def __init__(self, indexer: SemanticIndexer, settings: SemanticSettings, reranker: Reranker | None) -> None:
         self.indexer = indexer
         self.settings = settings
         self.reranker = reranker

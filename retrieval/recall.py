@@ -84,6 +84,3 @@ def recall(conn: apsw.Connection, id_prefix: object, *, session_id: str | None, 
         supporting = [Hit.from_row(row).to_dict() for row in rows]
         memory["supporting_observation_ids"] = [item["memory_id"] for item in supporting]
     return {"memory": memory, "sources": sources, "supporting": supporting}
-
-
-

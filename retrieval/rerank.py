@@ -34,9 +34,7 @@ def parse_rerank_reply(reply: Any, count: int) -> list[float]:
     if isinstance(reply, dict) and "scores" in reply and not any(k in reply for k in ("results", "data")):
         scores = reply["scores"]
         if not isinstance(scores, list) or len(scores) != count or not all(_finite_number(s) for s in scores):
-            raise RerankerUnavailable(
-                "reranker reply is malformed: 'scores' is not one finite number per document"
-            )
+            raise RerankerUnavailable("reranker reply is malformed: 'scores' is not one finite number per document")
         return [float(s) for s in scores]
     if isinstance(reply, list):
         items = reply
@@ -59,9 +57,7 @@ def parse_rerank_reply(reply: Any, count: int) -> list[float]:
             raise RerankerUnavailable("reranker reply is malformed: an index appears twice")
         score = item.get("relevance_score", item.get("score"))
         if not _finite_number(score):
-            raise RerankerUnavailable(
-                "reranker reply is malformed: a score is missing or not a finite number"
-            )
+            raise RerankerUnavailable("reranker reply is malformed: a score is missing or not a finite number")
         scores[index] = float(score)
     return [s for s in scores if s is not None]
 

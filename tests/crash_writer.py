@@ -23,15 +23,24 @@ def main(data_dir: str, seed: int) -> None:
         n += 1
         session = rng.choice(sessions)
         size = rng.randint(1, 60)
-        events = [{"role": rng.choice(["user", "assistant"]), "content": f"round {seed} batch {n} item {i} " + "x" * rng.randint(0, 300)}
-                  for i in range(size)]
+        events = [
+            {
+                "role": rng.choice(["user", "assistant"]),
+                "content": f"round {seed} batch {n} item {i} " + "x" * rng.randint(0, 300),
+            }
+            for i in range(size)
+        ]
         receipt = append_events(db, session, events)
         print(f"E {session} {receipt.last_seq - receipt.appended + 1} {receipt.last_seq}", flush=True)
         if rng.random() < 0.5:
             items = [
-                {"session_id": session, "timestamp": f"2026-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 10:{rng.randint(10, 59)}",
-                 "content": f"observation {seed}-{n}-{k} about MapToolArguments", "importance": "low",
-                 "source_refs": [receipt.last_seq - rng.randint(0, receipt.appended - 1)]}
+                {
+                    "session_id": session,
+                    "timestamp": f"2026-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 10:{rng.randint(10, 59)}",
+                    "content": f"observation {seed}-{n}-{k} about MapToolArguments",
+                    "importance": "low",
+                    "source_refs": [receipt.last_seq - rng.randint(0, receipt.appended - 1)],
+                }
                 for k in range(rng.randint(1, 8))
             ]
             result = add_observations(db, items)

@@ -76,11 +76,7 @@ def tree(path: Path) -> set[str]:
     """
     if not path.exists():
         return set()
-    return {
-        str(entry.relative_to(path))
-        for entry in path.rglob("*")
-        if not entry.name.endswith(SQLITE_SIDE_FILES)
-    }
+    return {str(entry.relative_to(path)) for entry in path.rglob("*") if not entry.name.endswith(SQLITE_SIDE_FILES)}
 
 
 def free_port() -> int:

@@ -31,9 +31,7 @@ def embed(text: str, dimensions: int = DIMENSIONS) -> list[float]:
     for word in words(text):
         digest = hashlib.sha256(word.encode()).digest()
         weight = 0.5 + digest[2] / 255.0  # varied weights, so different texts almost never tie exactly
-        vector[1 + int.from_bytes(digest[:4], "big") % (dimensions - 1)] += (
-            weight if digest[1] % 2 else -weight
-        )
+        vector[1 + int.from_bytes(digest[:4], "big") % (dimensions - 1)] += weight if digest[1] % 2 else -weight
     norm = math.sqrt(sum(x * x for x in vector))
     return [x / norm for x in vector]
 
@@ -69,9 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(length))
         server = self.server
         with server.lock:
-            server.requests.append(
-                {"path": self.path, "body": request, "auth": self.headers.get("Authorization")}
-            )
+            server.requests.append({"path": self.path, "body": request, "auth": self.headers.get("Authorization")})
             behaviour = server.behaviour
         if behaviour == "slow":
             server.stopping.wait(server.slow_seconds)

@@ -45,9 +45,7 @@ def reference_search(
             row = conn.execute("SELECT id FROM semantic_chunks WHERE chunk_key = ?", (chunk.key,)).fetchone()
             assert row is not None, "a chunk of a current memory is missing from the index"
             chunks.append((row[0], memory_id, chunk.text, date, session))
-    assert len(chunks) == conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0], (
-        "stale chunks left"
-    )
+    assert len(chunks) == conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0], "stale chunks left"
 
     def inside(date: str, session: str) -> bool:
         return (

@@ -64,9 +64,7 @@ OBSERVATIONS = [
 
 
 def write_jsonl(path: Path, records: list[Any]) -> Path:
-    path.write_text(
-        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8"
-    )
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8")
     return path
 
 
@@ -138,9 +136,7 @@ def test_ingest_openai_messages_keeps_tool_names_and_parsed_arguments(data_dir: 
     }
     rows = (
         database(data_dir, "proj")
-        .execute(
-            "SELECT seq, role, type, content, tool_name, tool_args, tool_call_id FROM events ORDER BY seq"
-        )
+        .execute("SELECT seq, role, type, content, tool_name, tool_args, tool_call_id FROM events ORDER BY seq")
         .fetchall()
     )
     assert [(r[1], r[2]) for r in rows] == [
@@ -194,15 +190,10 @@ def test_ingest_obsmem_events_with_their_own_sessions_and_reingest_is_idempotent
         ("a", 2, 2),
         ("b", 1, 7),
     ]
-    assert (
-        conn.execute("SELECT created_at FROM events WHERE seq = 7").fetchone()[0]
-        == "2025-03-04T10:12:00.000Z"
-    )
+    assert conn.execute("SELECT created_at FROM events WHERE seq = 7").fetchone()[0] == "2025-03-04T10:12:00.000Z"
 
 
-def test_ingest_observations_prints_the_receipt_and_exits_1_on_rejections(
-    data_dir: Path, tmp_path: Path
-) -> None:
+def test_ingest_observations_prints_the_receipt_and_exits_1_on_rejections(data_dir: Path, tmp_path: Path) -> None:
     ok(run(data_dir, "ingest", "proj", str(write_jsonl(tmp_path / "chat.jsonl", CHAT)), "--session", "s1"))
     lines: list[Any] = [
         OBSERVATIONS[0],  # 0 added
@@ -230,11 +221,7 @@ def test_ingest_observations_prints_the_receipt_and_exits_1_on_rejections(
     ]
     assert receipt["rejected"][0]["message"].startswith("line 4: not valid JSON")
     assert receipt["rejected"][2]["message"].startswith("observations.6.timestamp")
-    stored = (
-        database(data_dir, "proj")
-        .execute("SELECT memory_id, importance FROM memories ORDER BY date")
-        .fetchall()
-    )
+    stored = database(data_dir, "proj").execute("SELECT memory_id, importance FROM memories ORDER BY date").fetchall()
     assert stored == [
         (receipt["added"][0]["memory_id"], "high"),
         (receipt["added"][1]["memory_id"], "critical"),
@@ -323,9 +310,7 @@ def test_the_progress_bar_follows_both_phases(capsys: pytest.CaptureFixture[str]
 def test_an_unusable_data_directory_is_an_io_error(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory", encoding="utf-8")
-    result = run(
-        blocker / "data", "ingest", "proj", str(write_jsonl(tmp_path / "c.jsonl", CHAT)), "--session", "s"
-    )
+    result = run(blocker / "data", "ingest", "proj", str(write_jsonl(tmp_path / "c.jsonl", CHAT)), "--session", "s")
     assert result.exit_code == 1
     assert result.stderr.startswith("error: io_error: Not a directory") and "Traceback" not in result.stderr
 
@@ -348,9 +333,7 @@ def test_search_prints_a_table_and_json(loaded: Path) -> None:
 
 def test_search_options_reach_the_search(loaded: Path) -> None:
     def dates(*args: str) -> list[str]:
-        return [
-            h["date"] for h in json.loads(ok(run(loaded, "search", "proj", *args, "--json")).stdout)["hits"]
-        ]
+        return [h["date"] for h in json.loads(ok(run(loaded, "search", "proj", *args, "--json")).stdout)["hits"]]
 
     assert dates("auth/session") == ["2025-03-04 10:13", "2025-03-04 10:12"]
     assert dates("a") == ["2025-03-05 11:00", "2025-03-04 10:13", "2025-03-04 10:12"]
@@ -486,9 +469,7 @@ def test_data_dir_and_config_come_from_flags_or_the_environment(loaded: Path, tm
 
 def test_bad_settings_are_a_clear_error(data_dir: Path, tmp_path: Path) -> None:
     missing = CliRunner().invoke(cli, ["--config", str(tmp_path / "nope.toml"), "status"])
-    assert missing.exit_code == 1 and missing.stderr.startswith(
-        "error: configuration_error: settings file not found"
-    )
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: configuration_error: settings file not found")
     typo = tmp_path / "typo.toml"
     typo.write_text("[server]\nprot = 9000\n", encoding="utf-8")
     result = CliRunner().invoke(cli, ["--config", str(typo), "status"])
@@ -605,9 +586,7 @@ def test_demo_json_and_a_kept_directory(stand_in_sample: Any, tmp_path: Path) ->
     assert again.exit_code == 2 and "not empty" in again.stderr
 
 
-def test_demo_ignores_the_users_settings(
-    stand_in_sample: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_demo_ignores_the_users_settings(stand_in_sample: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "obsmem.toml"
     config.write_text("[search]\ndefault_limit = 1\n", encoding="utf-8")
     monkeypatch.setenv("OBSMEM_CONFIG", str(config))

@@ -49,8 +49,14 @@ def project(tmp_path: Path, model_server) -> Path:  # noqa: F811
         ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in MEMORIES])
     path = tmp_path / "questions.jsonl"
     lines = [
-        {"case": f"q{i}", "label": "negative" if t is None else "positive", "question": text,
-         "target_id": None if t is None else ids[t], "split": split, "kind": "paraphrase"}
+        {
+            "case": f"q{i}",
+            "label": "negative" if t is None else "positive",
+            "question": text,
+            "target_id": None if t is None else ids[t],
+            "split": split,
+            "kind": "paraphrase",
+        }
         for i, (split, text, t) in enumerate(QUESTIONS)
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
@@ -83,8 +89,9 @@ def test_questions_on_a_project_with_every_mode_and_files(tmp_path: Path, model_
 
 def test_questions_json_and_chosen_modes(tmp_path: Path, model_server, project: Path) -> None:  # noqa: F811
     cfg = config(tmp_path, model_server)
-    result = invoke(tmp_path, cfg, "questions", "--project", "p", "--questions", str(project),
-                    "--modes", "exact,hybrid", "--json")
+    result = invoke(
+        tmp_path, cfg, "questions", "--project", "p", "--questions", str(project), "--modes", "exact,hybrid", "--json"
+    )
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     assert [r["mode"] for r in shown["results"]] == ["exact", "hybrid"]
@@ -119,7 +126,9 @@ def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server) -> None: 
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     assert [(r["dataset"], r["mode"]) for r in shown["results"]] == [
-        ("locomo (a) turns", "bm25"), ("locomo (a) turns", "hybrid")]
+        ("locomo (a) turns", "bm25"),
+        ("locomo (a) turns", "hybrid"),
+    ]
     subset = write_longmemeval_subset(tmp_path / "subset")
     result = invoke(tmp_path, cfg, "longmemeval", "--data", str(subset), "--modes", "hybrid")
     assert result.exit_code == 0, result.output
@@ -141,7 +150,12 @@ def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server) -> None: 
     ],
 )
 def test_bad_input_is_a_clear_error(
-    tmp_path: Path, model_server, project: Path, args: list[str], code: int, text: str  # noqa: F811
+    tmp_path: Path,
+    model_server,  # noqa: F811
+    project: Path,
+    args: list[str],
+    code: int,
+    text: str,
 ) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('[{"question": "no label"}]', encoding="utf-8")

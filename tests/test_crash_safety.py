@@ -59,8 +59,9 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
             assert db.query("PRAGMA integrity_check") == [("ok",)]
             db.connection().execute("INSERT INTO memory_trigrams(memory_trigrams) VALUES ('integrity-check')")
             for session, first, last in acked_events:
-                count = db.query("SELECT count(*) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                                 (session, first, last))[0][0]
+                count = db.query(
+                    "SELECT count(*) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?", (session, first, last)
+                )[0][0]
                 assert count == last - first + 1, (round_number, session, first, last)
             # Batches are all or nothing: seqs are contiguous and the session row agrees with the events.
             for session, last_seq, event_count, stored, top in db.query(
@@ -70,8 +71,10 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
                 assert last_seq == event_count == stored == top, session
             stored_ids = {row[0] for row in db.query("SELECT memory_id FROM memories")}
             assert acked_memories <= stored_ids
-            assert db.query("SELECT count(*) FROM memories m WHERE NOT EXISTS"
-                            " (SELECT 1 FROM observation_sources s WHERE s.memory_row = m.id)") == [(0,)]
+            assert db.query(
+                "SELECT count(*) FROM memories m WHERE NOT EXISTS"
+                " (SELECT 1 FROM observation_sources s WHERE s.memory_row = m.id)"
+            ) == [(0,)]
         finally:
             registry.close()
     assert len(acked_events) > ROUNDS and acked_memories

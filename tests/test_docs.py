@@ -46,9 +46,7 @@ def settings_fields(
 def test_every_setting_is_documented_with_its_environment_variable() -> None:
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     rows = {
-        match.group(1): line
-        for line in text.splitlines()
-        if (match := re.match(r"\| `([a-z0-9_.\[\]]+)` \|", line))
+        match.group(1): line for line in text.splitlines() if (match := re.match(r"\| `([a-z0-9_.\[\]]+)` \|", line))
     }
     missing, no_env, sections = [], [], []
     for name, env, is_section in settings_fields():

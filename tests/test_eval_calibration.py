@@ -50,8 +50,13 @@ def reranker_settings(tmp_path: Path, server: Any, **reranker: Any) -> Any:
 
 def labelled(ids: list[str]) -> list[LabelledQuestion]:
     return [
-        LabelledQuestion(f"q{i}", "negative" if target is None else "positive", text,
-                         None if target is None else ids[target], split=split)
+        LabelledQuestion(
+            f"q{i}",
+            "negative" if target is None else "positive",
+            text,
+            None if target is None else ids[target],
+            split=split,
+        )
         for i, (split, text, target) in enumerate(QUESTIONS)
     ]
 

@@ -39,8 +39,14 @@ def test_labelled_question_scores_by_hand() -> None:
     question = LabelledQuestion("q1", "positive", "why?", target[:12])  # a 12-hex prefix is enough
     ranking = ["c" * 64, "d" * 64, target, *("e" * 63 + str(i) for i in range(30))]
     values = question_scores(question, Retrieved(ranking, None, 0.0), {})
-    assert values == {"hit@1": 0.0, "hit@5": 1.0, "hit@10": 1.0, "hit@20": 1.0, "mrr": pytest.approx(1 / 3),
-                      "ndcg@10": pytest.approx(1 / math.log2(4))}
+    assert values == {
+        "hit@1": 0.0,
+        "hit@5": 1.0,
+        "hit@10": 1.0,
+        "hit@20": 1.0,
+        "mrr": pytest.approx(1 / 3),
+        "ndcg@10": pytest.approx(1 / math.log2(4)),
+    }
     late = question_scores(question, Retrieved(ranking[3:15] + [target], None, 0.0), {})
     assert late["hit@10"] == 0.0 and late["hit@20"] == 1.0 and late["ndcg@10"] == 0.0
     assert late["mrr"] == pytest.approx(1 / 13)
@@ -69,8 +75,10 @@ def test_bad_labelled_questions_name_the_field(item: Any, field: str) -> None:
 
 
 def test_labelled_files_jsonl_or_json_list(tmp_path: Path) -> None:
-    items = [{"label": "positive", "question": "q", "target_id": "AB" * 6, "split": "calibration"},
-             {"label": "negative", "question": "n", "kind": "paraphrase"}]
+    items = [
+        {"label": "positive", "question": "q", "target_id": "AB" * 6, "split": "calibration"},
+        {"label": "negative", "question": "n", "kind": "paraphrase"},
+    ]
     lines = tmp_path / "q.jsonl"
     lines.write_text("\n".join(json.dumps(i) for i in items) + "\n\n", encoding="utf-8")
     listed = tmp_path / "q.json"
@@ -100,10 +108,12 @@ def test_mode_lists_and_percentiles() -> None:
 
 def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server) -> None:  # noqa: F811
     data = write_locomo(tmp_path / "locomo.json")
-    run = evaluate_locomo(settings(tmp_path, model_server), data, modes=("exact", "bm25", "vector", "hybrid"),
-                          work_dir=tmp_path / "work")
+    run = evaluate_locomo(
+        settings(tmp_path, model_server), data, modes=("exact", "bm25", "vector", "hybrid"), work_dir=tmp_path / "work"
+    )
     assert [(r.dataset, r.mode) for r in run.results] == [
-        (dataset, mode) for dataset in ("locomo (a) turns", "locomo (b) observations")
+        (dataset, mode)
+        for dataset in ("locomo (a) turns", "locomo (b) observations")
         for mode in ("exact", "bm25", "vector", "hybrid")
     ]
     by = {(r.dataset, r.mode): r for r in run.results}
@@ -127,11 +137,22 @@ def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server) -> N
     assert run.timings["index"] > 0 and run.timings["total"] >= run.timings["queries"]
     # every conversation is its own project, kept in the work directory
     assert sorted(p.name for p in (tmp_path / "work" / "projects").iterdir()) == [
-        "locomo-conv-1-a", "locomo-conv-1-b", "locomo-conv-2-a", "locomo-conv-2-b"]
+        "locomo-conv-1-a",
+        "locomo-conv-1-b",
+        "locomo-conv-2-a",
+        "locomo-conv-2-b",
+    ]
 
     written = write_outputs(run, tmp_path / "out")
-    assert {p.name for p in written} == {"results.json", "run.json", "report.md", "per_question.jsonl",
-                                         "recall_curves.png", "categories.png", "latency.png"}
+    assert {p.name for p in written} == {
+        "results.json",
+        "run.json",
+        "report.md",
+        "per_question.jsonl",
+        "recall_curves.png",
+        "categories.png",
+        "latency.png",
+    }
     records = [json.loads(line) for line in (tmp_path / "out" / "per_question.jsonl").read_text().splitlines()]
     assert len(records) == 8 * 10 and records[0]["question"] == "conv-1#0"
     assert set(records[0]) == {"dataset", "mode", "question", "groups", "metrics", "latency_ms"}
@@ -148,8 +169,9 @@ def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server) -> N
 
 def test_locomo_one_way_and_chosen_conversations(tmp_path: Path, model_server) -> None:  # noqa: F811
     data = write_locomo(tmp_path / "locomo.json")
-    run = evaluate_locomo(settings(tmp_path, model_server), data, modes=("bm25",), ways=("b",),
-                          conversations=["conv-2"])
+    run = evaluate_locomo(
+        settings(tmp_path, model_server), data, modes=("bm25",), ways=("b",), conversations=["conv-2"]
+    )
     assert [(r.dataset, r.questions) for r in run.results] == [("locomo (b) observations", 5)]
     with pytest.raises(ValidationFailed, match="conv-9"):
         evaluate_locomo(settings(tmp_path, model_server), data, modes=("bm25",), conversations=["conv-9"])

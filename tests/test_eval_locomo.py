@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from obsmem.eval.datasets.locomo import (
     LocomoFormatError,
     clean_evidence,
@@ -32,8 +31,13 @@ def sample() -> dict:
             "session_1_date_time": "1:56 pm on 8 May, 2023",
             "session_1": [
                 {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a puppy."},
-                {"speaker": "Ben", "dia_id": "D1:2", "text": "Cute! What is her name?",
-                 "blip_caption": "a photo of a dog", "query": "puppy"},
+                {
+                    "speaker": "Ben",
+                    "dia_id": "D1:2",
+                    "text": "Cute! What is her name?",
+                    "blip_caption": "a photo of a dog",
+                    "query": "puppy",
+                },
                 {"speaker": "Ana", "dia_id": "D1:3", "text": "Her name is Luna."},
             ],
             "session_2_date_time": "10:04 am on 12 June, 2023",
@@ -46,8 +50,7 @@ def sample() -> dict:
             {"question": "What is the puppy's name?", "answer": "Luna", "evidence": ["D1:3"], "category": 4},
             {"question": "Which pet?", "answer": "a puppy", "evidence": ["D1:1; D2:1"], "category": 1},
             {"question": "Broken ids", "answer": "x", "evidence": ["D:11:26", "D", "D9:9"], "category": 2},
-            {"question": "Trick?", "adversarial_answer": "a cat", "evidence": ["D1:1", "D1:1"],
-             "category": 5},
+            {"question": "Trick?", "adversarial_answer": "a cat", "evidence": ["D1:1", "D1:1"], "category": 5},
         ],
         "observation": {
             "session_1_observation": {
@@ -104,11 +107,9 @@ def test_turn_observations_cite_themselves(locomo_file: Path) -> None:
 def test_fact_observations_cite_their_turns(locomo_file: Path) -> None:
     [conversation] = load_locomo(locomo_file)
     specs = fact_observations(conversation)
-    assert [s.content for s in specs] == ["Ana adopted a puppy named Luna.", "Ben likes dogs.",
-                                          "Ben asked about Luna."]
+    assert [s.content for s in specs] == ["Ana adopted a puppy named Luna.", "Ben likes dogs.", "Ben asked about Luna."]
     assert specs[0].cites == ("D1:1", "D1:3")
-    assert specs[0].source_refs() == [{"session_id": "session-1", "seq": 1},
-                                      {"session_id": "session-1", "seq": 3}]
+    assert specs[0].source_refs() == [{"session_id": "session-1", "seq": 1}, {"session_id": "session-1", "seq": 3}]
     assert specs[2].timestamp == "2023-06-12 10:04"
 
 
@@ -140,8 +141,15 @@ def test_session_dates_round_trip(moment: datetime) -> None:
 KNOWN = {f"D{s}:{t}" for s in range(1, 4) for t in range(1, 6)}
 
 
-@given(st.lists(st.one_of(st.text(max_size=30), st.sampled_from(sorted(KNOWN)),
-                          st.lists(st.sampled_from(sorted(KNOWN)), max_size=3).map("; ".join))))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=30),
+            st.sampled_from(sorted(KNOWN)),
+            st.lists(st.sampled_from(sorted(KNOWN)), max_size=3).map("; ".join),
+        )
+    )
+)
 def test_clean_evidence_keeps_only_known_well_formed_ids(raw: list[str]) -> None:
     cleaned = clean_evidence(raw, KNOWN)
     assert set(cleaned) <= KNOWN

@@ -28,7 +28,12 @@ JUNE = datetime(2023, 6, 12, 10, 4)
 def test_content_terms_drop_question_words_and_possessives() -> None:
     assert words("What is Caroline's dog's name?") == ["what", "is", "caroline", "dog", "name"]
     assert content_terms("When did Caroline go to the LGBTQ support group?") == [
-        "caroline", "go", "lgbtq", "support", "group"]
+        "caroline",
+        "go",
+        "lgbtq",
+        "support",
+        "group",
+    ]
     assert content_terms("What is it?") == ["what", "is", "it"]  # nothing left: keep every word
 
 
@@ -47,9 +52,11 @@ def test_match_expression_rejects_unknown_operator() -> None:
 
 
 def test_contextual_documents_take_neighbours_from_the_same_session_only() -> None:
-    items = [Item("D1:1", 1, "Ana: What position do you play?", MAY),
-             Item("D1:2", 1, "Ben: Shooting guard.", MAY),
-             Item("D2:1", 2, "Ben: Hi again.", JUNE)]
+    items = [
+        Item("D1:1", 1, "Ana: What position do you play?", MAY),
+        Item("D1:2", 1, "Ben: Shooting guard.", MAY),
+        Item("D2:1", 2, "Ben: Hi again.", JUNE),
+    ]
     first, second, third = contextual_documents(items)
     assert (first.previous, first.next) == ("", "Ben: Shooting guard.")
     assert (second.previous, second.next) == ("Ana: What position do you play?", "")
@@ -70,10 +77,12 @@ def test_long_neighbours_are_bounded_at_word_boundaries() -> None:
 
 
 def test_bm25_finds_an_answer_through_the_question_before_it() -> None:
-    items = [Item("D1:1", 1, "Ana: What position are you playing for the team?", MAY),
-             Item("D1:2", 1, "Ben: Shooting guard, and the season opener is next week!", MAY),
-             Item("D2:1", 2, "Ana: I painted a lake sunrise.", JUNE),
-             Item("D2:2", 2, "Ben: Lovely colours.", JUNE)]
+    items = [
+        Item("D1:1", 1, "Ana: What position are you playing for the team?", MAY),
+        Item("D1:2", 1, "Ben: Shooting guard, and the season opener is next week!", MAY),
+        Item("D2:1", 2, "Ana: I painted a lake sunrise.", JUNE),
+        Item("D2:2", 2, "Ben: Lovely colours.", JUNE),
+    ]
     index = CorpusIndex(contextual_documents(items))
     plain = Recipe("plain", "bm25", columns=("body",), weights=(1.0,))
     contextual = Recipe("context", "bm25")
@@ -135,9 +144,11 @@ def encoder():  # type: ignore[no-untyped-def]
 
 
 def test_hybrid_search_with_the_bundled_model(encoder) -> None:  # type: ignore[no-untyped-def]
-    items = [Item("D1:1", 1, "Ana: I adopted a puppy from the shelter.", MAY),
-             Item("D1:2", 1, "Ben: That is wonderful news!", MAY),
-             Item("D2:1", 2, "Ana: My car broke down on the highway.", JUNE)]
+    items = [
+        Item("D1:1", 1, "Ana: I adopted a puppy from the shelter.", MAY),
+        Item("D1:2", 1, "Ben: That is wonderful news!", MAY),
+        Item("D2:1", 2, "Ana: My car broke down on the highway.", JUNE),
+    ]
     index = CorpusIndex(contextual_documents(items), encoder)
     question = "Did Ana get a new dog?"  # no shared content word with the answer but "ana"
     vector_only = index.search(question, Recipe("v", "vector"))

@@ -13,7 +13,9 @@ def _rows(service: Obsmem, project: str = "p") -> list[tuple]:
 
 
 def test_append_numbers_events_and_reports_last_seq(service: Obsmem) -> None:
-    receipt = service.append_events("p", "s1", [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    receipt = service.append_events(
+        "p", "s1", [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    )
     assert receipt.to_dict() == {"appended": 2, "duplicates": 0, "last_seq": 2}
     receipt = service.append_events("p", "s1", [{"role": "user", "content": "c"}])
     assert receipt.last_seq == 3
@@ -23,7 +25,9 @@ def test_append_numbers_events_and_reports_last_seq(service: Obsmem) -> None:
 def test_identical_event_at_used_seq_is_a_duplicate(service: Obsmem) -> None:
     event = {"seq": 1, "role": "assistant", "type": "tool_call", "tool_name": "grep", "tool_args": {"q": "x"}}
     service.append_events("p", "s1", [event])
-    receipt = service.append_events("p", "s1", [event, {"seq": 2, "role": "tool", "type": "tool_result", "content": "ok"}])
+    receipt = service.append_events(
+        "p", "s1", [event, {"seq": 2, "role": "tool", "type": "tool_result", "content": "ok"}]
+    )
     assert (receipt.appended, receipt.duplicates, receipt.last_seq) == (1, 1, 2)
 
 
@@ -40,7 +44,9 @@ def test_different_event_at_used_seq_conflicts_and_stores_nothing(service: Obsme
 
 def test_conflict_inside_one_batch(service: Obsmem) -> None:
     with pytest.raises(SeqConflict):
-        service.append_events("p", "s1", [{"seq": 5, "role": "user", "content": "a"}, {"seq": 5, "role": "user", "content": "b"}])
+        service.append_events(
+            "p", "s1", [{"seq": 5, "role": "user", "content": "a"}, {"seq": 5, "role": "user", "content": "b"}]
+        )
     assert not service.projects.exists("p") or _rows(service) == []
 
 
@@ -73,8 +79,15 @@ def test_tool_args_round_trip_and_timestamps_normalise_to_utc(service: Obsmem) -
     service.append_events(
         "p",
         "s1",
-        [{"role": "assistant", "type": "tool_call", "tool_name": "edit", "tool_args": {"path": "a.py", "line": 3},
-          "created_at": "2026-03-01T10:00:00+02:00"}],
+        [
+            {
+                "role": "assistant",
+                "type": "tool_call",
+                "tool_name": "edit",
+                "tool_args": {"path": "a.py", "line": 3},
+                "created_at": "2026-03-01T10:00:00+02:00",
+            }
+        ],
     )
     row = service.database("p").query("SELECT tool_args, created_at FROM events")[0]
     assert row == ('{"line":3,"path":"a.py"}', "2026-03-01T08:00:00.000Z")
@@ -100,7 +113,10 @@ def test_importing_a_bad_transcript_creates_no_project(service: Obsmem, tmp_path
     ],
 )
 def test_odd_transcript_lines_are_validation_errors_naming_the_line(
-    service: Obsmem, tmp_path, line: str, expected: str  # type: ignore[no-untyped-def]
+    service: Obsmem,
+    tmp_path,
+    line: str,
+    expected: str,  # type: ignore[no-untyped-def]
 ) -> None:
     transcript = tmp_path / "odd.jsonl"
     transcript.write_text(line + "\n", encoding="utf-8")

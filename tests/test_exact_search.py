@@ -56,7 +56,9 @@ def test_every_plan_matches_the_reference(tmp_path_factory: pytest.TempPathFacto
     source = data.draw(st.sampled_from(contents))[1]
     start = data.draw(st.integers(0, max(0, len(source) - 1)))
     length = data.draw(st.integers(1, 8))
-    needle = data.draw(st.one_of(st.just(source[start : start + length]), st.text(alphabet=ALPHABET, min_size=1, max_size=6)))
+    needle = data.draw(
+        st.one_of(st.just(source[start : start + length]), st.text(alphabet=ALPHABET, min_size=1, max_size=6))
+    )
     needle = "".join(c.upper() if data.draw(st.booleans()) and c.isascii() else c for c in needle).strip()
     if not needle:
         return
@@ -100,7 +102,10 @@ def dated(service: Obsmem) -> Obsmem:
     ]
     service.add_observations(
         "p",
-        [{"session_id": s, "timestamp": t, "content": c, "importance": "medium", "source_refs": [1]} for s, t, c in items],
+        [
+            {"session_id": s, "timestamp": t, "content": c, "importance": "medium", "source_refs": [1]}
+            for s, t, c in items
+        ],
     )
     return service
 
@@ -151,15 +156,17 @@ def test_session_filter_and_short_queries(dated: Obsmem) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ['"', 'NEAR(a b)', "a AND b", "gpt-4", "c++", "foo:bar", "what is this?", "*", "col:", "^x", "'", "\\", "%", "_"],
+    ['"', "NEAR(a b)", "a AND b", "gpt-4", "c++", "foo:bar", "what is this?", "*", "col:", "^x", "'", "\\", "%", "_"],
 )
 def test_hostile_queries_are_literal(service: Obsmem, query: str) -> None:
     service.append_events("p", "s", [{"role": "user", "content": "x"}])
     content = f"left {query} right"
-    service.add_observations("p", [{"session_id": "s", "timestamp": "2026-01-01 10:00", "content": content,
-                                    "source_refs": [1]}])
-    service.add_observations("p", [{"session_id": "s", "timestamp": "2026-01-01 10:00", "content": "nothing here",
-                                    "source_refs": [1]}])
+    service.add_observations(
+        "p", [{"session_id": "s", "timestamp": "2026-01-01 10:00", "content": content, "source_refs": [1]}]
+    )
+    service.add_observations(
+        "p", [{"session_id": "s", "timestamp": "2026-01-01 10:00", "content": "nothing here", "source_refs": [1]}]
+    )
     assert _contents(service.search("p", query)) == [content]
 
 

@@ -42,7 +42,9 @@ def test_only_lowercase_hex_of_12_to_64_characters_is_accepted(value: str) -> No
             ids.parse_id_prefix(value)
 
 
-@pytest.mark.parametrize("value", [None, 123, "ABCDEF123456", "abc", "g" * 12, "a" * 65, "abcdef12345 ", "abcdef123456\n"])
+@pytest.mark.parametrize(
+    "value", [None, 123, "ABCDEF123456", "abc", "g" * 12, "a" * 65, "abcdef12345 ", "abcdef123456\n"]
+)
 def test_malformed_ids(value: object) -> None:
     with pytest.raises(InvalidId):
         ids.parse_id_prefix(value)

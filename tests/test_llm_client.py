@@ -90,9 +90,7 @@ def test_other_4xx_and_redirects_are_not_retried(server: ScriptedChatServer) -> 
     with pytest.raises(ModelRejected):
         ask(client_for(server))
     assert len(server.requests) == 1
-    server.responder = lambda request: Reply(
-        status=307, body=b"", headers={"Location": "http://example.com/v1"}
-    )
+    server.responder = lambda request: Reply(status=307, body=b"", headers={"Location": "http://example.com/v1"})
     with pytest.raises(ModelRejected):
         ask(client_for(server))
     assert len(server.requests) == 2
@@ -147,9 +145,7 @@ def test_unreachable_endpoint_is_unavailable() -> None:
     with ScriptedChatServer() as gone:
         url = gone.base_url
     client = ChatClient(
-        ModelSettings(
-            base_url=url, model_id="m", max_retries=1, retry_backoff_seconds=0.01, timeout_seconds=3
-        ),
+        ModelSettings(base_url=url, model_id="m", max_retries=1, retry_backoff_seconds=0.01, timeout_seconds=3),
         role="observer",
     )
     with pytest.raises(ModelUnavailable) as caught:

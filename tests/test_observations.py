@@ -18,8 +18,13 @@ def project(service: Obsmem) -> Obsmem:
 
 
 def _obs(**overrides: object) -> dict:
-    base = {"session_id": "s1", "content": "User wants RetryPolicy.backoff_ms = 250", "timestamp": "2026-03-02 09:15",
-            "importance": "high", "source_refs": [{"session_id": "s1", "seq": 2}, 1]}
+    base = {
+        "session_id": "s1",
+        "content": "User wants RetryPolicy.backoff_ms = 250",
+        "timestamp": "2026-03-02 09:15",
+        "importance": "high",
+        "source_refs": [{"session_id": "s1", "seq": 2}, 1],
+    }
     return base | overrides
 
 
@@ -38,12 +43,21 @@ def test_receipt_lists_added_duplicates_and_rejected(project: Obsmem) -> None:
             _obs(source_refs=[]),
         ],
     ).to_dict()
-    expected_id = ids.observation_id("s1", "2026-03-02 09:15", "User wants RetryPolicy.backoff_ms = 250", [("s1", 1), ("s1", 2)])
+    expected_id = ids.observation_id(
+        "s1", "2026-03-02 09:15", "User wants RetryPolicy.backoff_ms = 250", [("s1", 1), ("s1", 2)]
+    )
     assert receipt["added"] == [{"index": 0, "id": expected_id[:12], "memory_id": expected_id}]
     assert receipt["duplicates"] == [{"index": 1, "id": expected_id[:12], "memory_id": expected_id}]
     rejected = {item["index"]: item["code"] for item in receipt["rejected"]}
-    assert rejected == {2: "invalid_request", 3: "unknown_source_ref", 4: "invalid_request", 5: "invalid_request",
-                        6: "session_not_found", 7: "invalid_request", 8: "invalid_request"}
+    assert rejected == {
+        2: "invalid_request",
+        3: "unknown_source_ref",
+        4: "invalid_request",
+        5: "invalid_request",
+        6: "session_not_found",
+        7: "invalid_request",
+        8: "invalid_request",
+    }
     for item in receipt["rejected"]:
         assert "RetryPolicy" not in item["message"]  # messages never quote memory text
     assert project.database("p").query("SELECT count(*) FROM memories")[0][0] == 1

@@ -66,8 +66,7 @@ def drain(memory: Obsmem) -> None:
 def observations(memory: Obsmem, session: str = "s1") -> list[tuple[str, str, str, str]]:
     db = memory.database("p")
     return db.query(
-        "SELECT content, timestamp, importance, source_refs FROM observations WHERE session_id = ?"
-        " ORDER BY content",
+        "SELECT content, timestamp, importance, source_refs FROM observations WHERE session_id = ? ORDER BY content",
         (session,),
     )
 
@@ -83,9 +82,7 @@ def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
     return memory.pipeline_events("p", types=types, limit=1000)
 
 
-def obs(
-    content: str, refs: list[Any], timestamp: str = "2026-05-01 10:32", importance: str = "high"
-) -> dict[str, Any]:
+def obs(content: str, refs: list[Any], timestamp: str = "2026-05-01 10:32", importance: str = "high") -> dict[str, Any]:
     return {"content": content, "timestamp": timestamp, "importance": importance, "source_refs": refs}
 
 
@@ -118,9 +115,7 @@ def test_observation_off_or_unconfigured_queues_nothing(tmp_path: Path) -> None:
         memory.close()
 
 
-def test_forced_observation_takes_the_backlog_below_the_buffer(
-    tmp_path: Path, server: ScriptedChatServer
-) -> None:
+def test_forced_observation_takes_the_backlog_below_the_buffer(tmp_path: Path, server: ScriptedChatServer) -> None:
     memory = pipeline_service(tmp_path / "data", server, observer={"buffer_tokens": 100_000})
     memory.append_events("p", "s1", [user("the deploy target is eu-west-1")])
     drain(memory)
@@ -186,9 +181,7 @@ def test_receipts_keep_valid_items_and_explain_rejections(memory: Obsmem, server
     assert end["stop_reason"] == "done"
 
 
-def test_malformed_arguments_and_unknown_tools_get_receipts(
-    memory: Obsmem, server: ScriptedChatServer
-) -> None:
+def test_malformed_arguments_and_unknown_tools_get_receipts(memory: Obsmem, server: ScriptedChatServer) -> None:
     seen: list[Any] = []
 
     def first(request: Request) -> Reply:
@@ -271,9 +264,7 @@ def test_degenerate_repetitive_content_is_rejected(memory: Obsmem, server: Scrip
     assert observations(memory) == []
 
 
-def test_already_stored_observations_are_duplicates_not_rewrites(
-    memory: Obsmem, server: ScriptedChatServer
-) -> None:
+def test_already_stored_observations_are_duplicates_not_rewrites(memory: Obsmem, server: ScriptedChatServer) -> None:
     fact = obs("User states the deploy target is eu-west-1", [1])
     memory.append_events("p", "s1", [user("deploy to eu-west-1")])
     memory.add_observations("p", [fact | {"session_id": "s1"}])
@@ -315,9 +306,7 @@ def test_transient_errors_are_retried_by_the_client(tmp_path: Path, server: Scri
     memory.close()
 
 
-def test_a_job_that_always_fails_ends_in_exactly_one_job_failed(
-    memory: Obsmem, server: ScriptedChatServer
-) -> None:
+def test_a_job_that_always_fails_ends_in_exactly_one_job_failed(memory: Obsmem, server: ScriptedChatServer) -> None:
     server.responder = lambda request: error(500)
     fill(memory)
     drain(memory)
@@ -355,9 +344,7 @@ def test_a_hanging_model_is_cut_off_and_the_job_retried(tmp_path: Path, server: 
     memory.close()
 
 
-def test_without_a_model_the_job_fails_once_without_retrying(
-    tmp_path: Path, server: ScriptedChatServer
-) -> None:
+def test_without_a_model_the_job_fails_once_without_retrying(tmp_path: Path, server: ScriptedChatServer) -> None:
     memory = pipeline_service(tmp_path / "data", server)
     fill(memory)
     memory.settings.model.base_url = None  # the endpoint was removed from the settings meanwhile
@@ -370,9 +357,7 @@ def test_without_a_model_the_job_fails_once_without_retrying(
 # -- coverage -------------------------------------------------------------------------------------
 
 
-def test_an_oversized_event_is_cut_into_parts_each_covered_once(
-    tmp_path: Path, server: ScriptedChatServer
-) -> None:
+def test_an_oversized_event_is_cut_into_parts_each_covered_once(tmp_path: Path, server: ScriptedChatServer) -> None:
     memory = pipeline_service(tmp_path / "data", server, model={"context_window_tokens": 4096})
     budget = memory.pipeline.budget().events
     big = "\n".join(f"log line {n}: " + words(12, "trace") for n in range(budget // 4))
@@ -447,9 +432,7 @@ def test_status_shows_the_observer_running(tmp_path: Path, server: ScriptedChatS
     memory.close()
 
 
-def test_housekeeping_clears_stale_activity_and_resumes_observation(
-    tmp_path: Path, server: ScriptedChatServer
-) -> None:
+def test_housekeeping_clears_stale_activity_and_resumes_observation(tmp_path: Path, server: ScriptedChatServer) -> None:
     memory = pipeline_service(tmp_path / "data", server, observer={"enabled": False})
     fill(memory)  # stored while observation was off
     db = memory.database("p")

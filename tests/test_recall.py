@@ -17,14 +17,31 @@ def stored(service: Obsmem) -> tuple[Obsmem, str]:
         "s1",
         [
             {"role": "user", "content": "please bump httpx"},
-            {"role": "assistant", "type": "tool_call", "tool_name": "bash", "tool_args": {"cmd": "pip install -U httpx"}},
-            {"role": "tool", "type": "tool_result", "tool_name": "bash", "content": "Successfully installed httpx-0.28.1"},
+            {
+                "role": "assistant",
+                "type": "tool_call",
+                "tool_name": "bash",
+                "tool_args": {"cmd": "pip install -U httpx"},
+            },
+            {
+                "role": "tool",
+                "type": "tool_result",
+                "tool_name": "bash",
+                "content": "Successfully installed httpx-0.28.1",
+            },
         ],
     )
     receipt = service.add_observations(
         "p",
-        [{"session_id": "s1", "timestamp": "2026-04-01 10:00", "content": "Upgraded httpx to 0.28.1 at user request",
-          "importance": "medium", "source_refs": [1, 2, 3]}],
+        [
+            {
+                "session_id": "s1",
+                "timestamp": "2026-04-01 10:00",
+                "content": "Upgraded httpx to 0.28.1 at user request",
+                "importance": "medium",
+                "source_refs": [1, 2, 3],
+            }
+        ],
     )
     return service, receipt.added[0]["memory_id"]
 
@@ -34,7 +51,9 @@ def test_recall_by_display_id_returns_sources_in_order(stored: tuple[Obsmem, str
     result = service.recall("p", memory_id[:12])
     assert result["memory"]["memory_id"] == memory_id
     assert [(e["seq"], e["role"], e["type"]) for e in result["sources"]] == [
-        (1, "user", "message"), (2, "assistant", "tool_call"), (3, "tool", "tool_result")
+        (1, "user", "message"),
+        (2, "assistant", "tool_call"),
+        (3, "tool", "tool_result"),
     ]
     assert result["sources"][1]["tool_args"] == {"cmd": "pip install -U httpx"}
     assert result["supporting"] == []

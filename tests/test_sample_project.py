@@ -74,9 +74,7 @@ def test_loading_twice_adds_nothing(tmp_path: Path) -> None:
         first = load_sample(db)
         second = load_sample(db)
         with db.read() as conn:
-            stored = conn.execute(
-                "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM memories)"
-            ).fetchone()
+            stored = conn.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM memories)").fetchone()
     finally:
         registry.close()
     assert second["events_added"] == 0 and second["observations_added"] == 0
@@ -187,9 +185,7 @@ def test_demo_queries_show_hits_misses_and_recall(memory: Obsmem) -> None:
     without_hits = 0
     for query in queries:
         assert {"query", "why"} <= set(query) <= {"query", "why", "after", "before"}
-        result = memory.search(
-            SAMPLE_PROJECT, query["query"], after=query.get("after"), before=query.get("before")
-        )
+        result = memory.search(SAMPLE_PROJECT, query["query"], after=query.get("after"), before=query.get("before"))
         body = result.to_dict()
         assert set(body) == {"mode", "hits", "truncated", "partial"} and body["mode"] == "exact"
         for hit in body["hits"]:

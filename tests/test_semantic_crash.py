@@ -38,9 +38,7 @@ CRASH_POINTS = [
 QUERIES = ("flaky auth clock", "docker release image", "postgres vacuum index")
 
 
-def run_worker(
-    data: Path, base_url: str, *, crash_at: str | None = None, kill_after: float | None = None
-) -> int:
+def run_worker(data: Path, base_url: str, *, crash_at: str | None = None, kill_after: float | None = None) -> int:
     env = dict(os.environ)
     env.pop(CRASH_ENV, None)
     if crash_at:
@@ -56,9 +54,7 @@ def run_worker(
 
 def mutate(service, rng: random.Random, round_number: int) -> None:
     start = 1000 + round_number * 20
-    fresh = [
-        (stamp, f"{text} r{round_number}") for stamp, text in corpus(start + 15, seed=round_number)[start:]
-    ]
+    fresh = [(stamp, f"{text} r{round_number}") for stamp, text in corpus(start + 15, seed=round_number)[start:]]
     add_memories(service, "p", fresh, session=f"s{round_number % 3}")
     db = service.database("p")
     rows = [row[0] for row in db.query("SELECT memory_id FROM memories")]

@@ -126,15 +126,11 @@ def test_rerank_min_score_floor_and_document_cut(tmp_path: Path, model_server) -
         hits = service.search("p", "alpha beta gamma").hits
         # "alpha beta gamma" cut to 11 characters is "alpha beta " (score 2, kept); the others score < 2.
         assert [h.memory_id for h in hits] == [ids[0]]
-        documents = [
-            d for r in model_server.requests if r["path"] == "/v1/rerank" for d in r["body"]["documents"]
-        ]
+        documents = [d for r in model_server.requests if r["path"] == "/v1/rerank" for d in r["body"]["documents"]]
         assert max(len(d) for d in documents) <= 11
 
 
-@pytest.mark.parametrize(
-    "behaviour", ["slow", "drip", "500", "malformed", "nan", "bad_index", "missing_item"]
-)
+@pytest.mark.parametrize("behaviour", ["slow", "drip", "500", "malformed", "nan", "bad_index", "missing_item"])
 def test_bad_rerank_replies_are_visible(tmp_path: Path, model_server, behaviour: str) -> None:  # noqa: F811
     reranker = ModelServer()  # its own server, so only the reranker misbehaves
     try:

@@ -123,9 +123,7 @@ def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, c
 
 def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
     with make_service(tmp_path, model_server) as service:
-        add_memories(
-            service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")]
-        )
+        add_memories(service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")])
         service.index("p")
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"tokenizer": "porter unicode61"}) as service:
@@ -157,11 +155,7 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
                 assert time.monotonic() < deadline, "background indexing did not finish"
                 time.sleep(0.05)
 
-        wait_for(
-            lambda: (
-                service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0
-            )
-        )
+        wait_for(lambda: service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0)
         assert service.search("p", "auth clock").hits
         service.forget("p", ids[0])
         wait_for(lambda: service.status("p")["index"]["pending"] == 0)
@@ -170,8 +164,4 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
     with make_service(tmp_path, model_server) as other:
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
-        wait_for(
-            lambda: (
-                service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0
-            )
-        )
+        wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)

@@ -24,9 +24,7 @@ def corpus(count: int, seed: int = 7) -> list[tuple[str, str]]:
     for i in range(count):
         words = rng.sample(VOCABULARY, rng.randint(3, 9))
         day = 1 + i % 28
-        items.append(
-            (f"2024-{1 + (i // 28) % 12:02d}-{day:02d} {i % 24:02d}:{i % 60:02d}", " ".join(words) + f" m{i}")
-        )
+        items.append((f"2024-{1 + (i // 28) % 12:02d}-{day:02d} {i % 24:02d}:{i % 60:02d}", " ".join(words) + f" m{i}"))
     return items
 
 
@@ -134,15 +132,11 @@ def test_forget_hides_at_once_and_removes_derived_rows_next_batch(tmp_path: Path
 
 def test_edited_memory_never_returns_from_stale_chunks(tmp_path: Path, model_server) -> None:  # noqa: F811
     with make_service(tmp_path, model_server) as service:
-        ids = add_memories(
-            service, "p", [("2024-01-01 10:00", "zebra quagga okapi"), ("2024-01-02 10:00", "auth")]
-        )
+        ids = add_memories(service, "p", [("2024-01-01 10:00", "zebra quagga okapi"), ("2024-01-02 10:00", "auth")])
         service.index("p")
         db = service.database("p")
         with db.write() as conn:  # an edit made by another writer (e.g. a pipeline rewrite)
-            conn.execute(
-                "UPDATE memories SET content = 'completely different words' WHERE memory_id = ?", (ids[0],)
-            )
+            conn.execute("UPDATE memories SET content = 'completely different words' WHERE memory_id = ?", (ids[0],))
         result = service.search("p", "zebra quagga okapi")
         assert ids[0] not in [h.memory_id for h in result.hits]
         service.index("p")
@@ -188,9 +182,7 @@ def test_graph_filter_path_for_large_windows(tmp_path: Path, model_server) -> No
         for case in ({"after": "2024-01-01", "before": "2024-06-30"}, {"before": "2024-01-05"}):
             result = service.search("p", "backup restore schema", limit=50, **case)
             with db.read() as conn:
-                expected = reference_search(
-                    conn, service.settings.semantic, "backup restore schema", limit=50, **case
-                )
+                expected = reference_search(conn, service.settings.semantic, "backup restore schema", limit=50, **case)
             assert [h.memory_id for h in result.hits] == expected
 
 

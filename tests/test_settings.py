@@ -105,9 +105,7 @@ def test_a_short_key_is_refused_without_echoing_it(tmp_path: Path) -> None:
     assert "at least 16 characters" in caught.value.message and "sekrit" not in caught.value.message
 
 
-def test_a_named_file_that_does_not_exist_is_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_named_file_that_does_not_exist_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError, match="settings file not found"):
         load_settings(tmp_path / "missing.toml")
     monkeypatch.setenv("OBSMEM_CONFIG", str(tmp_path / "missing.toml"))
@@ -115,9 +113,7 @@ def test_a_named_file_that_does_not_exist_is_an_error(
         load_settings()
 
 
-def test_builtin_settings_ignore_the_file_and_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_builtin_settings_ignore_the_file_and_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OBSMEM_CONFIG", str(write(tmp_path / "c.toml", "[search]\ndefault_limit = 2\n")))
     monkeypatch.setenv("OBSMEM_SERVER__PORT", "9100")
     settings = builtin_settings(data_dir=tmp_path / "demo")

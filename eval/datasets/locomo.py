@@ -39,11 +39,27 @@ CATEGORIES: dict[int, str] = {
 _DIA_ID = re.compile(r"D(\d+):(\d+)")
 _EVIDENCE_SEPARATORS = re.compile(r"[;,\s]+")
 _SESSION_KEY = re.compile(r"session_(\d+)")
-_SESSION_DATE = re.compile(
-    r"\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*", re.I)
-_MONTHS = {name: number for number, name in enumerate(
-    ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"), start=1)}
+_SESSION_DATE = re.compile(r"\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*", re.I)
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        (
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ),
+        start=1,
+    )
+}
 
 
 class LocomoFormatError(ValueError):
@@ -156,9 +172,9 @@ def split_dia_id(value: str) -> tuple[int, int]:
 def dia_id(session_id: str, seq: int) -> str:
     """The dialogue id of a source ref written by :func:`turn_observations` or :func:`fact_observations`."""
     prefix = "session-"
-    if not session_id.startswith(prefix) or not session_id[len(prefix):].isdigit():
+    if not session_id.startswith(prefix) or not session_id[len(prefix) :].isdigit():
         raise ValueError("not a LoCoMo session id")
-    return f"D{int(session_id[len(prefix):])}:{seq}"
+    return f"D{int(session_id[len(prefix) :])}:{seq}"
 
 
 def clean_evidence(raw: Iterable[object], known: Mapping[str, object] | set[str]) -> tuple[str, ...]:
@@ -203,8 +219,17 @@ def _sessions(conversation: Mapping[str, Any]) -> tuple[Session, ...]:
             if turn_id != f"D{number}:{position}":
                 raise LocomoFormatError("a turn's dia_id does not match its session and position")
             caption = raw.get("blip_caption")
-            turns.append(Turn(turn_id, number, position, str(raw["speaker"]), str(raw["text"]),
-                              caption if isinstance(caption, str) and caption.strip() else None, when))
+            turns.append(
+                Turn(
+                    turn_id,
+                    number,
+                    position,
+                    str(raw["speaker"]),
+                    str(raw["text"]),
+                    caption if isinstance(caption, str) and caption.strip() else None,
+                    when,
+                )
+            )
         sessions.append(Session(number, when, tuple(turns)))
     sessions.sort(key=lambda s: s.number)
     return tuple(sessions)
@@ -266,8 +291,11 @@ def turn_observations(conversation: Conversation) -> list[ObservationSpec]:
 def fact_observations(conversation: Conversation) -> list[ObservationSpec]:
     """Way (b): the dataset's facts are observations citing their turns, dated with their session."""
     dates = {s.number: s.when.strftime("%Y-%m-%d %H:%M") for s in conversation.sessions}
-    return [ObservationSpec(session_name(f.session), dates[f.session], f.text, f.sources)
-            for f in conversation.facts if f.session in dates]
+    return [
+        ObservationSpec(session_name(f.session), dates[f.session], f.text, f.sources)
+        for f in conversation.facts
+        if f.session in dates
+    ]
 
 
 def turns_of(ranked_citations: Sequence[Sequence[str]]) -> list[str]:

@@ -87,16 +87,18 @@ def load_official(path: str | Path) -> LongMemEvalData:
         for session_id, date, raw in zip(ids, dates, item["haystack_sessions"], strict=True):
             sessions.setdefault(session_id, ChatSession(session_id, parse_date(date), _turns(raw)))
         question_id = str(item["question_id"])
-        questions.append(LongMemEvalQuestion(
-            id=question_id,
-            category=str(item.get("question_type", "")),
-            text=str(item["question"]),
-            answer=str(item.get("answer", "")),
-            answer_sessions=tuple(str(i) for i in item.get("answer_session_ids", [])),
-            haystack=tuple(ids),
-            abstention=question_id.endswith("_abs"),
-            asked=parse_date(item.get("question_date")),
-        ))
+        questions.append(
+            LongMemEvalQuestion(
+                id=question_id,
+                category=str(item.get("question_type", "")),
+                text=str(item["question"]),
+                answer=str(item.get("answer", "")),
+                answer_sessions=tuple(str(i) for i in item.get("answer_session_ids", [])),
+                haystack=tuple(ids),
+                abstention=question_id.endswith("_abs"),
+                asked=parse_date(item.get("question_date")),
+            )
+        )
     return LongMemEvalData(tuple(questions), sessions)
 
 
@@ -116,16 +118,18 @@ def load_subset(directory: str | Path) -> LongMemEvalData:
     for raw in _jsonl(root / "questions.jsonl"):
         truth = raw.get("ground_truth", {})
         constraints = raw.get("constraints", {})
-        questions.append(LongMemEvalQuestion(
-            id=str(raw["id"]),
-            category=str(raw.get("category", "")),
-            text=str(raw["question"]),
-            answer=str(truth.get("answer", "")),
-            answer_sessions=tuple(str(i) for i in truth.get("supporting_session_ids", [])),
-            haystack=pool,
-            abstention=bool(constraints.get("abstention_expected", False)),
-            asked=parse_date(truth.get("valid_as_of")),
-        ))
+        questions.append(
+            LongMemEvalQuestion(
+                id=str(raw["id"]),
+                category=str(raw.get("category", "")),
+                text=str(raw["question"]),
+                answer=str(truth.get("answer", "")),
+                answer_sessions=tuple(str(i) for i in truth.get("supporting_session_ids", [])),
+                haystack=pool,
+                abstention=bool(constraints.get("abstention_expected", False)),
+                asked=parse_date(truth.get("valid_as_of")),
+            )
+        )
     return LongMemEvalData(tuple(questions), sessions)
 
 

@@ -28,8 +28,13 @@ def _model_path() -> str:
 class Encoder:
     """all-MiniLM-L6-v2 on CPU, unit-length float32 vectors."""
 
-    def __init__(self, cache_dir: str | Path | None = None, batch_size: int = 64,
-                 model: SentenceTransformer | None = None, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        cache_dir: str | Path | None = None,
+        batch_size: int = 64,
+        model: SentenceTransformer | None = None,
+        threads: int | None = None,
+    ) -> None:
         if threads is not None:
             # torch's intra-op pool spins on every operator: on a busy 2-core machine two threads made
             # a single-query embedding ten times slower than one (373 ms against 37 ms, measured).
@@ -74,8 +79,9 @@ class Encoder:
 
     def _run(self, texts: list[str]) -> np.ndarray:
         self.encoded += len(texts)
-        vectors = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
+        vectors = self.model.encode(
+            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
         return np.asarray(vectors, dtype=np.float32)
 
 

@@ -64,7 +64,7 @@ def tail(text: str, limit: int | None) -> str:
         return text
     cut = text[-limit:]
     space = cut.find(" ")
-    return cut[space + 1:] if 0 <= space < len(cut) - 1 else cut
+    return cut[space + 1 :] if 0 <= space < len(cut) - 1 else cut
 
 
 def head(text: str, limit: int | None) -> str:
@@ -76,8 +76,7 @@ def head(text: str, limit: int | None) -> str:
     return cut[:space] if space > 0 else cut
 
 
-def contextual_documents(items: Sequence[Item],
-                         context_chars: int | None = CONTEXT_CHARS) -> list[ContextDocument]:
+def contextual_documents(items: Sequence[Item], context_chars: int | None = CONTEXT_CHARS) -> list[ContextDocument]:
     """Attach each item's neighbours within its session (items must be in conversation order).
 
     ``context_chars`` bounds the neighbour text kept (the end of the previous item, the start of the
@@ -91,6 +90,5 @@ def contextual_documents(items: Sequence[Item],
         same_after = after is not None and after.session == item.session
         previous = tail(before.text, context_chars) if before is not None and same_before else ""
         following = head(after.text, context_chars) if after is not None and same_after else ""
-        documents.append(ContextDocument(item.key, item.session, item.text, previous, following,
-                                         date_words(item.when)))
+        documents.append(ContextDocument(item.key, item.session, item.text, previous, following, date_words(item.when)))
     return documents

@@ -28,8 +28,9 @@ def ranking(scores: Mapping[K, float]) -> list[K]:
     return sorted(scores, key=lambda doc: -scores[doc])
 
 
-def reciprocal_rank_fusion(legs: Sequence[Mapping[K, float]], weights: Sequence[float] | None = None,
-                           k: float = 60.0) -> dict[K, float]:
+def reciprocal_rank_fusion(
+    legs: Sequence[Mapping[K, float]], weights: Sequence[float] | None = None, k: float = 60.0
+) -> dict[K, float]:
     weights = weights or [1.0] * len(legs)
     fused: dict[K, float] = {}
     for leg, weight in zip(legs, weights, strict=True):
@@ -84,8 +85,9 @@ def zscore_fusion(bm25: Mapping[K, float], cosine: Mapping[K, float], alpha: flo
     return _blend(_zscore(bm25), _zscore(cosine), alpha, 0.0)
 
 
-def neighbour_smoothing(scores: Mapping[K, float], neighbours: Mapping[K, Sequence[K]],
-                        weight: float) -> dict[K, float]:
+def neighbour_smoothing(
+    scores: Mapping[K, float], neighbours: Mapping[K, Sequence[K]], weight: float
+) -> dict[K, float]:
     """``score + weight * max(0, best neighbour's score)``: a hit lifts the turns around it.
 
     ``neighbours`` maps every document to the documents beside it (symmetric). Documents that only a

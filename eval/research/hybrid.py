@@ -72,8 +72,9 @@ class CorpusIndex:
         self.neighbours: dict[int, tuple[int, ...]] = {}
         for i, doc in enumerate(self.documents):
             near = (i - 1, i + 1)
-            self.neighbours[i] = tuple(j for j in near if 0 <= j < len(self.documents)
-                                       and self.documents[j].session == doc.session)
+            self.neighbours[i] = tuple(
+                j for j in near if 0 <= j < len(self.documents) and self.documents[j].session == doc.session
+            )
         self._bm25 = lru_cache(maxsize=65536)(self._bm25_uncached)
 
     # --- lexical leg -------------------------------------------------------------------------------
@@ -85,15 +86,21 @@ class CorpusIndex:
             self._fts[key] = Fts5Index(rows, columns=columns, tokenize=tokenize)
         return self._fts[key]
 
-    def _bm25_uncached(self, query: str, columns: tuple[str, ...], weights: tuple[float, ...],
-                       tokenize: str, stopwords: bool, limit: int) -> tuple[tuple[int, float], ...]:
+    def _bm25_uncached(
+        self,
+        query: str,
+        columns: tuple[str, ...],
+        weights: tuple[float, ...],
+        tokenize: str,
+        stopwords: bool,
+        limit: int,
+    ) -> tuple[tuple[int, float], ...]:
         terms = content_terms(query) if stopwords else list(dict.fromkeys(words(query)))
         hits = self.fts(columns, tokenize).search(match_expression(terms), limit, weights)
         return tuple((h.doc, h.score) for h in hits)
 
     def bm25(self, query: str, recipe: Recipe, limit: int) -> dict[int, float]:
-        return dict(self._bm25(query, recipe.columns, recipe.weights, recipe.tokenize, recipe.stopwords,
-                               limit))
+        return dict(self._bm25(query, recipe.columns, recipe.weights, recipe.tokenize, recipe.stopwords, limit))
 
     # --- vector leg --------------------------------------------------------------------------------
     def _require_encoder(self) -> Encoder:
@@ -141,8 +148,9 @@ class CorpusIndex:
             fused = neighbour_smoothing(fused, self.neighbours, recipe.smoothing)
         return fused
 
-    def _fuse(self, lexical: dict[int, float], vector: dict[int, float], cos: np.ndarray,
-              recipe: Recipe) -> dict[int, float]:
+    def _fuse(
+        self, lexical: dict[int, float], vector: dict[int, float], cos: np.ndarray, recipe: Recipe
+    ) -> dict[int, float]:
         if recipe.fusion == "rrf":
             return reciprocal_rank_fusion([lexical, vector], recipe.rrf_weights, recipe.rrf_k)
         # Score fusions see the exact cosine of every candidate, BM25-only ones included.
@@ -153,4 +161,3 @@ class CorpusIndex:
             return minmax_fusion(lexical, vector, recipe.alpha)
         full_lexical = {d: lexical.get(d, 0.0) for d in union}
         return zscore_fusion(full_lexical, union, recipe.alpha)
-

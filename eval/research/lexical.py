@@ -74,23 +74,27 @@ class LexicalHit:
 class Fts5Index:
     """An in-memory FTS5 table over documents given as tuples of column texts."""
 
-    def __init__(self, documents: Iterable[Sequence[str]], columns: Sequence[str] = ("body",),
-                 tokenize: str = "porter unicode61 remove_diacritics 2") -> None:
+    def __init__(
+        self,
+        documents: Iterable[Sequence[str]],
+        columns: Sequence[str] = ("body",),
+        tokenize: str = "porter unicode61 remove_diacritics 2",
+    ) -> None:
         self.columns = tuple(columns)
         self.db = apsw.Connection(":memory:")
         cols = ", ".join(self.columns)
         self.db.execute(f"CREATE VIRTUAL TABLE docs USING fts5({cols}, tokenize = {quote_sql(tokenize)})")
         marks = ", ".join("?" for _ in self.columns)
         with self.db:
-            self.db.executemany(f"INSERT INTO docs(rowid, {cols}) VALUES (?, {marks})",
-                                ((i, *doc) for i, doc in enumerate(documents)))
+            self.db.executemany(
+                f"INSERT INTO docs(rowid, {cols}) VALUES (?, {marks})", ((i, *doc) for i, doc in enumerate(documents))
+            )
 
     def search(self, expression: str, limit: int, weights: Sequence[float] | None = None) -> list[LexicalHit]:
         if not expression:
             return []
         weight_args = "".join(f", {float(w)}" for w in (weights or [1.0] * len(self.columns)))
-        sql = (f"SELECT rowid, bm25(docs{weight_args}) AS s FROM docs WHERE docs MATCH ? "
-               f"ORDER BY s LIMIT ?")
+        sql = f"SELECT rowid, bm25(docs{weight_args}) AS s FROM docs WHERE docs MATCH ? ORDER BY s LIMIT ?"
         return [LexicalHit(int(r), -float(s)) for r, s in self.db.execute(sql, (expression, limit))]
 
 

@@ -42,8 +42,9 @@ PLAIN = dict(columns=("body",), weights=(1.0,))
 CONTEXT = dict(columns=("body", "previous", "next"), weights=(1.0, 0.5, 0.2))
 
 # The recipe this study recommends; every constant was also chosen by leave-one-conversation-out tuning.
-RECOMMENDED = Recipe("recommended: convex 0.4, BM25 (1, 1, .2, 2), smoothing .2",
-                     alpha=0.4, weights=(1.0, 1.0, 0.2, 2.0), smoothing=0.2)
+RECOMMENDED = Recipe(
+    "recommended: convex 0.4, BM25 (1, 1, .2, 2), smoothing .2", alpha=0.4, weights=(1.0, 1.0, 0.2, 2.0), smoothing=0.2
+)
 FIRST_CUT = dict(alpha=0.5, weights=(1.0, 0.5, 0.2, 1.0))
 
 CATALOGUE: tuple[Recipe, ...] = (
@@ -75,14 +76,19 @@ CATALOGUE: tuple[Recipe, ...] = (
     Recipe("convex 0.4, BM25 (1, 1, .2, 2)", alpha=0.4, weights=RECOMMENDED.weights),
     RECOMMENDED,
     replace(RECOMMENDED, name="recommended legs, rrf k=60 equal", fusion="rrf"),
-    replace(RECOMMENDED, name="recommended legs, rrf k=60 weights 1 : 0.3", fusion="rrf",
-            rrf_weights=(1.0, 0.3)),
+    replace(RECOMMENDED, name="recommended legs, rrf k=60 weights 1 : 0.3", fusion="rrf", rrf_weights=(1.0, 0.3)),
     replace(RECOMMENDED, name="recommended, candidate depth 50", depth=50),
     replace(RECOMMENDED, name="recommended, candidate depth 200", depth=200),
     replace(RECOMMENDED, name="recommended + window view", views=("body", "window")),
 )
-FACT_RECIPES = ("bm25 porter, content words (plain)", "bm25 + neighbours + date (1, 1, .2, 2)",
-                "minilm turn", "rrf k=60 equal, plain legs", "convex 0.5, plain legs", RECOMMENDED.name)
+FACT_RECIPES = (
+    "bm25 porter, content words (plain)",
+    "bm25 + neighbours + date (1, 1, .2, 2)",
+    "minilm turn",
+    "rrf k=60 equal, plain legs",
+    "convex 0.5, plain legs",
+    RECOMMENDED.name,
+)
 
 
 # --- LoCoMo -------------------------------------------------------------------------------------------
@@ -94,8 +100,7 @@ class Prepared:
     search_limit: int  # documents to fetch so that enough turns remain after mapping citations
 
 
-def prepare_locomo(conversations: Sequence[Conversation], way: str,
-                   encoder: Encoder | None) -> list[Prepared]:
+def prepare_locomo(conversations: Sequence[Conversation], way: str, encoder: Encoder | None) -> list[Prepared]:
     build = locomo_turns if way == "turns" else locomo_facts
     prepared = []
     for conversation in conversations:
@@ -149,9 +154,15 @@ def loco_grid() -> list[Recipe]:
             for following in (0.0, 0.2, 0.5):
                 for date in (0.0, 1.0, 2.0):
                     for smoothing in (0.0, 0.2):
-                        grid.append(replace(
-                            RECOMMENDED, name=f"a={alpha} w=(1,{previous},{following},{date}) s={smoothing}",
-                            alpha=alpha, weights=(1.0, previous, following, date), smoothing=smoothing))
+                        grid.append(
+                            replace(
+                                RECOMMENDED,
+                                name=f"a={alpha} w=(1,{previous},{following},{date}) s={smoothing}",
+                                alpha=alpha,
+                                weights=(1.0, previous, following, date),
+                                smoothing=smoothing,
+                            )
+                        )
     return grid
 
 
@@ -168,14 +179,20 @@ def leave_one_out(prepared: Sequence[Prepared], grid: Sequence[Recipe]) -> Json:
     folds = []
     for held in prepared:
         name = held.conversation.sample_id
+
         def on_others(recipe: Recipe, held_out: str = name) -> float:
             return objective(pooled(t for c, t in per_recipe[recipe.name].items() if c != held_out))
 
         best = max(grid, key=on_others)
         held_out_tables.append(per_recipe[best.name][name])
-        folds.append({"held_out": name, "chosen": best.name,
-                      "held_out_metrics": per_recipe[best.name][name].means(),
-                      "recommended_on_held_out": fixed[name].means()})
+        folds.append(
+            {
+                "held_out": name,
+                "chosen": best.name,
+                "held_out_metrics": per_recipe[best.name][name].means(),
+                "recommended_on_held_out": fixed[name].means(),
+            }
+        )
     in_sample = max(grid, key=lambda r: objective(pooled(per_recipe[r.name].values())))
     return {
         "folds": folds,
@@ -202,11 +219,14 @@ def score_longmemeval(path: str, recipes: Sequence[Recipe], encoder: Encoder) ->
             keys = index.search(question.text, replace(recipe, depth=max(recipe.depth, 200)), limit=400)
             sessions = turns_of([corpus.cites[k] for k in keys])
             wanted = question.answer_sessions
-            table.add(question.category, {
-                **{f"recall_any@{k}": recall_any(sessions, wanted, k) for k in (5, 10)},
-                **{f"recall_all@{k}": recall_all(sessions, wanted, k) for k in (5, 10)},
-                **{f"ndcg@{k}": ndcg(sessions, wanted, k) for k in (5, 10)},
-            })
+            table.add(
+                question.category,
+                {
+                    **{f"recall_any@{k}": recall_any(sessions, wanted, k) for k in (5, 10)},
+                    **{f"recall_all@{k}": recall_all(sessions, wanted, k) for k in (5, 10)},
+                    **{f"ndcg@{k}": ndcg(sessions, wanted, k) for k in (5, 10)},
+                },
+            )
         results[recipe.name] = summary(table)
     return results
 
@@ -229,8 +249,9 @@ def rrf_diagnosis(prepared: Sequence[Prepared]) -> Json:
             vector_rank = {index.keys[int(i)]: rank for rank, i in enumerate(by_cosine, start=1)}
             for turn in question.evidence:
                 if turn in lexical[:5] and turn not in fused[:5]:
-                    lost.append((lexical.index(turn) + 1, vector_rank[turn],
-                                 fused.index(turn) + 1 if turn in fused else 201))
+                    lost.append(
+                        (lexical.index(turn) + 1, vector_rank[turn], fused.index(turn) + 1 if turn in fused else 201)
+                    )
             scores = sorted(index.bm25(question.text, bm25, 10).values(), reverse=True)
             if len(scores) == 10:
                 drops_bm25.append(1 - scores[9] / scores[0])
@@ -284,8 +305,10 @@ def time_locomo(path: str, recipe: Recipe, threads: int | None) -> Json:
         "indexing_s": round(indexing, 1),
         "queries_s": round(sum(latencies), 1),
         "texts_embedded": encoder.encoded,
-        "latency_ms": {"p50": round(1000 * median(latencies), 2),
-                       "p95": round(1000 * latencies[int(0.95 * (len(latencies) - 1))], 2)},
+        "latency_ms": {
+            "p50": round(1000 * median(latencies), 2),
+            "p95": round(1000 * latencies[int(0.95 * (len(latencies) - 1))], 2),
+        },
         **summary(pooled(tables)),
     }
 
@@ -297,8 +320,10 @@ def markdown_row(name: str, result: Json, keys: Sequence[str]) -> str:
     cells = [f"{metrics[k]:.3f}" for k in keys]
     by_category = result.get("by_category", {})
     assert isinstance(by_category, dict)
-    cats = [f"{by_category[c]['recall@10']:.3f}" if "recall@10" in by_category.get(c, {}) else "-"
-            for c in CATEGORIES.values()]
+    cats = [
+        f"{by_category[c]['recall@10']:.3f}" if "recall@10" in by_category.get(c, {}) else "-"
+        for c in CATEGORIES.values()
+    ]
     return f"| {name} | " + " | ".join(cells + cats) + " |"
 
 
@@ -324,6 +349,7 @@ VECTOR_LEG = "minilm turn"
 
 def never_loses(results: dict[str, Json], hybrid: str, legs: Sequence[str]) -> list[str]:
     """Every (group, k) where the hybrid scores below its best single leg."""
+
     def pick(result: Json, group: str) -> dict[str, float]:
         return result["metrics"] if group == "overall" else result["by_category"].get(group, {})
 
@@ -344,40 +370,55 @@ def run_locomo(data: str, encoder: Encoder, output: str | None) -> None:
     turns = prepare_locomo(conversations, "turns", encoder)
     for recipe in CATALOGUE:
         by_method[recipe.name] = summary(pooled(score_locomo(turns, recipe).values()))
-        print(markdown_row(recipe.name, by_method[recipe.name], [f"recall@{k}" for k in KS]),
-              file=sys.stderr, flush=True)
+        print(
+            markdown_row(recipe.name, by_method[recipe.name], [f"recall@{k}" for k in KS]), file=sys.stderr, flush=True
+        )
     facts = prepare_locomo(conversations, "facts", encoder)
     by_method["(b) facts: every cited turn (ceiling)"] = summary(fact_ceiling(facts))
     for recipe in CATALOGUE:
         if recipe.name in FACT_RECIPES:
             by_method[f"(b) facts: {recipe.name}"] = summary(pooled(score_locomo(facts, recipe).values()))
     losses = never_loses(by_method, RECOMMENDED.name, (BM25_LEG, VECTOR_LEG))
-    facts_losses = never_loses(by_method, f"(b) facts: {RECOMMENDED.name}",
-                               (f"(b) facts: {BM25_LEG}", f"(b) facts: {VECTOR_LEG}"))
-    check = "\n\nHybrid vs its best single leg, overall and per category, every k: (a) " + (
-        "never loses" if not losses else "; ".join(losses)) + "; (b) " + (
-        "never loses" if not facts_losses else "; ".join(facts_losses))
+    facts_losses = never_loses(
+        by_method, f"(b) facts: {RECOMMENDED.name}", (f"(b) facts: {BM25_LEG}", f"(b) facts: {VECTOR_LEG}")
+    )
+    check = (
+        "\n\nHybrid vs its best single leg, overall and per category, every k: (a) "
+        + ("never loses" if not losses else "; ".join(losses))
+        + "; (b) "
+        + ("never loses" if not facts_losses else "; ".join(facts_losses))
+    )
     by_method["never_loses_check"] = {"turns": losses, "facts": facts_losses}
     diagnosis = rrf_diagnosis(turns)
     by_method["rrf_diagnosis"] = diagnosis
     check += "\n\nWhy equal RRF loses to BM25 at small k:\n" + json.dumps(diagnosis, indent=2)
-    _write(output, "locomo", by_method, locomo_table({k: v for k, v in by_method.items() if "metrics" in v})
-           + check)
+    _write(output, "locomo", by_method, locomo_table({k: v for k, v in by_method.items() if "metrics" in v}) + check)
 
 
 def run_loco(data: str, encoder: Encoder, output: str | None) -> None:
     turns = prepare_locomo(load_locomo(data), "turns", encoder)
     loco = leave_one_out(turns, loco_grid())
-    lines = [locomo_table({"LOCO (tuned on 4, tested on 1)": loco["loco"],
-                           f"fixed: {RECOMMENDED.name}": loco["recommended"],
-                           f"in-sample best: {loco['in_sample_best']['recipe']}": loco["in_sample_best"]})]
-    lines += ["", "| held out | chosen on the other four | held-out @5 / @10 / @50 "
-              "| recommended @5 / @10 / @50 |", "|---|---|---|---|"]
+    lines = [
+        locomo_table(
+            {
+                "LOCO (tuned on 4, tested on 1)": loco["loco"],
+                f"fixed: {RECOMMENDED.name}": loco["recommended"],
+                f"in-sample best: {loco['in_sample_best']['recipe']}": loco["in_sample_best"],
+            }
+        )
+    ]
+    lines += [
+        "",
+        "| held out | chosen on the other four | held-out @5 / @10 / @50 | recommended @5 / @10 / @50 |",
+        "|---|---|---|---|",
+    ]
     for fold in loco["folds"]:
         got, rec = fold["held_out_metrics"], fold["recommended_on_held_out"]
-        lines.append(f"| {fold['held_out']} | {fold['chosen']} | "
-                     f"{got['recall@5']:.3f} / {got['recall@10']:.3f} / {got['recall@50']:.3f} | "
-                     f"{rec['recall@5']:.3f} / {rec['recall@10']:.3f} / {rec['recall@50']:.3f} |")
+        lines.append(
+            f"| {fold['held_out']} | {fold['chosen']} | "
+            f"{got['recall@5']:.3f} / {got['recall@10']:.3f} / {got['recall@50']:.3f} | "
+            f"{rec['recall@5']:.3f} / {rec['recall@10']:.3f} / {rec['recall@50']:.3f} |"
+        )
     _write(output, "loco", loco, "\n".join(lines))
 
 
@@ -393,8 +434,11 @@ def run_longmemeval(data: str, encoder: Encoder, output: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    parser = argparse.ArgumentParser(prog="python -m obsmem.eval.research.study", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m obsmem.eval.research.study",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("command", choices=("locomo", "loco", "longmemeval", "timing"))
     parser.add_argument("--data", required=True, help="LoCoMo JSON file, or LongMemEval file/directory")
     parser.add_argument("--output", help="folder for JSON and markdown results")

@@ -86,8 +86,11 @@ def run_way(
                     values = evidence_recalls(item.turns(retrieved.ranking), question.evidence, KS)
                     stages = retrieved.stages
                     if stages is not None and stages.bm25 is not None and stages.vector is not None:
-                        for name, ranking in (("bm25", stages.bm25), ("vector", stages.vector),
-                                              ("fused", stages.fused)):
+                        for name, ranking in (
+                            ("bm25", stages.bm25),
+                            ("vector", stages.vector),
+                            ("fused", stages.fused),
+                        ):
                             turns = item.turns(ranking)
                             values[f"candidates.{name}@{budgets[name]}"] = evidence_recall(
                                 turns, question.evidence, max(len(turns), 1)

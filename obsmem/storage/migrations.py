@@ -67,9 +67,7 @@ def migrate(conn: apsw.Connection, migrations: tuple[Migration, ...] = MIGRATION
     known = {m.version for m in migrations}
     newer = sorted(v for v in applied if v not in known)
     if newer:
-        raise StorageError(
-            f"database schema version {newer[-1]} is newer than this obsmem understands; upgrade obsmem"
-        )
+        raise StorageError(f"database schema version {newer[-1]} is newer than this obsmem understands; upgrade obsmem")
     done: list[int] = []
     for migration in migrations:
         if migration.version in applied:
@@ -83,9 +81,7 @@ def migrate(conn: apsw.Connection, migrations: tuple[Migration, ...] = MIGRATION
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have applied it while we waited for the lock.
-            if conn.execute(
-                "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
-            ).fetchall():
+            if conn.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)).fetchall():
                 conn.execute("COMMIT")
                 continue
             conn.execute(migration.sql)

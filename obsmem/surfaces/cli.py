@@ -164,9 +164,7 @@ def cli(ctx: click.Context, data_dir: Path | None, config: Path | None) -> None:
 
 @click.command()
 @click.option("--host", default=None, help="Interface to bind [default: server.host, 127.0.0.1].")
-@click.option(
-    "--port", type=click.IntRange(0, 65535), default=None, help="TCP port [default: server.port, 8765]."
-)
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="TCP port [default: server.port, 8765].")
 @pass_app
 def serve(app: App, host: str | None, port: int | None) -> None:
     """Run the HTTP API (and the MCP endpoint under /mcp) until interrupted.
@@ -182,8 +180,7 @@ def serve(app: App, host: str | None, port: int | None) -> None:
 @click.command()
 @click.argument("project")
 @session_option(
-    "The agent's current session: recall looks only there unless a call passes session_id"
-    " [default: the whole project]."
+    "The agent's current session: recall looks only there unless a call passes session_id [default: the whole project]."
 )
 @pass_app
 def mcp(app: App, project: str, session_id: str | None) -> None:
@@ -264,16 +261,10 @@ def ingest(
 @click.command()
 @click.argument("project")
 @click.argument("query")
-@click.option(
-    "--after", default=None, metavar="DATE", help="Only memories dated on or after: YYYY-MM-DD [HH:MM]."
-)
-@click.option(
-    "--before", default=None, metavar="DATE", help="Only memories dated on or before: YYYY-MM-DD [HH:MM]."
-)
+@click.option("--after", default=None, metavar="DATE", help="Only memories dated on or after: YYYY-MM-DD [HH:MM].")
+@click.option("--before", default=None, metavar="DATE", help="Only memories dated on or before: YYYY-MM-DD [HH:MM].")
 @click.option("--limit", type=int, default=None, help="Most hits to return [default: 20, at most 50].")
-@click.option(
-    "--mode", type=click.Choice(["exact", "hybrid"]), default=None, help="Search mode [default: exact]."
-)
+@click.option("--mode", type=click.Choice(["exact", "hybrid"]), default=None, help="Search mode [default: exact].")
 @session_option("Search only this session [default: every session of the project].")
 @json_option
 @pass_app

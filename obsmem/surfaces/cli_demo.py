@@ -151,22 +151,17 @@ def _print_demo(console: Console, shown: dict[str, Any], data_dir: Path, kept: b
     for recalled in shown["recalls"]:
         memory = recalled["memory"]
         console.print()
-        console.rule(
-            f"obsmem recall {shown['project']} {memory['id']} --session {memory['session_id']}", align="left"
-        )
+        console.rule(f"obsmem recall {shown['project']} {memory['id']} --session {memory['session_id']}", align="left")
         render.render_recall(console, recalled)
     if shown.get("eval"):
         _print_eval(console, shown)
     console.print()
     if kept:
         console.print(
-            f"The sample stays in {data_dir}."
-            f" Try: obsmem --data-dir {data_dir} search {shown['project']} QUERY"
+            f"The sample stays in {data_dir}. Try: obsmem --data-dir {data_dir} search {shown['project']} QUERY"
         )
     else:
-        console.print(
-            "The demo ran in a temporary directory, now removed. Keep it with: obsmem demo --data-dir DIR"
-        )
+        console.print("The demo ran in a temporary directory, now removed. Keep it with: obsmem demo --data-dir DIR")
 
 
 @click.command()
@@ -184,14 +179,13 @@ def demo(demo_dir: Path | None, as_json: bool) -> None:
     Uses the built-in settings only (no settings file, no OBSMEM_* variables) and never the usual data
     directory.
     """
-    with demo_directory(demo_dir) as data_dir, Obsmem(
-        builtin_settings(data_dir=data_dir, semantic=SemanticSettings()), background_indexing=False
-    ) as service:
+    with (
+        demo_directory(demo_dir) as data_dir,
+        Obsmem(builtin_settings(data_dir=data_dir, semantic=SemanticSettings()), background_indexing=False) as service,
+    ):
         shown = run_demo(service)
         if as_json:
             evaluated = shown["eval"] and {k: v for k, v in shown["eval"].items() if k != "mode_results"}
-            render.emit_json(
-                {**shown, "eval": evaluated, "data_dir": str(data_dir) if demo_dir is not None else None}
-            )
+            render.emit_json({**shown, "eval": evaluated, "data_dir": str(data_dir) if demo_dir is not None else None})
         else:
             _print_demo(render.stdout(), shown, data_dir, kept=demo_dir is not None)

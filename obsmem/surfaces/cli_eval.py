@@ -65,8 +65,12 @@ work_dir_option = click.option(
     help="New or empty directory to build the eval projects in, and keep [default: a temporary directory].",
 )
 project_options = _options(
-    click.option("--project", default=None, help="Evaluate this project of the data directory [default: the "
-                 "bundled sample project, loaded into a temporary directory]."),
+    click.option(
+        "--project",
+        default=None,
+        help="Evaluate this project of the data directory [default: the "
+        "bundled sample project, loaded into a temporary directory].",
+    ),
     click.option(
         "--questions",
         "questions_file",
@@ -266,7 +270,10 @@ def locomo_command(
 
 @eval_group.command("longmemeval")
 @click.option(
-    "--data", "data", type=_data_file, required=True,
+    "--data",
+    "data",
+    type=_data_file,
+    required=True,
     help="LongMemEval file (official layout) or subset directory (sessions.jsonl, questions.jsonl).",
 )
 @modes_option

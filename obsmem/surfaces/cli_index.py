@@ -28,9 +28,7 @@ def run_index(service: Obsmem, project: str, *, show_progress: bool) -> dict[str
 
     index = service.indexer.project(project) if service.indexer is not None else None
     total = index.pending_count() if index is not None else 0
-    bar = tqdm(
-        total=total, unit="memory", desc=f"indexing {project}", disable=not show_progress, file=sys.stderr
-    )
+    bar = tqdm(total=total, unit="memory", desc=f"indexing {project}", disable=not show_progress, file=sys.stderr)
     try:
 
         def advance(report: Any) -> None:
