@@ -1,4 +1,5 @@
-"""What one eval run measures, per mode: the ``results.json`` entries and the numbers behind them.
+"""What one eval run measures, per mode: the ``results.json`` entries and the numbers behind them
+(``per_question.jsonl``: each question's metrics and latency, to compare two runs question by question).
 
 ``results.json`` is a JSON list with one entry per (dataset, mode)::
 
@@ -38,9 +39,13 @@ class Scores:
     values: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     groups: dict[str, dict[str, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     questions: int = 0
+    per_question: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, values: Mapping[str, float], groups: Iterable[str] = ()) -> None:
+    def add(self, values: Mapping[str, float], groups: Iterable[str] = (), question: str | None = None) -> None:
+        groups = tuple(groups)
         self.questions += 1
+        self.per_question.append({"question": question or str(self.questions), "groups": list(groups),
+                                  "metrics": dict(values)})
         for name, value in values.items():
             self.values[name].append(value)
         for group in groups:
@@ -68,6 +73,7 @@ class ModeResult:
     by_category: dict[str, dict[str, float]]
     latencies_ms: list[float]
     elapsed_s: float
+    per_question: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_scores(
@@ -81,6 +87,10 @@ class ModeResult:
             by_category=scores.group_means(),
             latencies_ms=[1000.0 * value for value in latencies_s],
             elapsed_s=elapsed_s,
+            per_question=[
+                {**record, "latency_ms": round(1000.0 * seconds, 2)}
+                for record, seconds in zip(scores.per_question, latencies_s, strict=False)
+            ],
         )
 
     @property

@@ -331,7 +331,8 @@ def calibrate(
 
 
 def write_outputs(run: EvalRun, output: Path) -> list[Path]:
-    """``results.json``, ``run.json``, ``report.md`` and the PNG plots (and calibration files if any)."""
+    """``results.json``, ``run.json``, ``report.md``, ``per_question.jsonl`` and the PNG plots (and the
+    calibration files if any)."""
     import json
 
     from obsmem.eval.plots import write_plots
@@ -342,6 +343,11 @@ def write_outputs(run: EvalRun, output: Path) -> list[Path]:
     written[0].write_text(json.dumps([r.to_dict() for r in run.results], indent=2) + "\n", encoding="utf-8")
     written[1].write_text(json.dumps(run.meta(), indent=2, default=str) + "\n", encoding="utf-8")
     written[2].write_text(markdown_report(run), encoding="utf-8")
+    written.append(output / "per_question.jsonl")
+    with written[-1].open("w", encoding="utf-8") as handle:
+        for result in run.results:
+            for record in result.per_question:
+                handle.write(json.dumps({"dataset": result.dataset, "mode": result.mode, **record}) + "\n")
     written += write_plots(run.results, output)
     if run.calibration is not None:
         written += write_calibration(run.calibration, output)

@@ -190,8 +190,29 @@ class ObserverSettings(Section):
 class ReflectorSettings(Section):
     """`[reflector]`: condensing observations into reflections."""
 
+    enabled: bool = Field(
+        default=True, description="Reflect (and drop) in the background when the threshold is passed (needs `[model]`)."
+    )
     reflect_after_observation_tokens: int = Field(
         default=40_000, ge=1, description="Active observation tokens above which a reflection is due."
+    )
+    max_tool_rounds: int = Field(
+        default=16, ge=1, le=64, description="Model replies per Reflector run (first try plus correction rounds)."
+    )
+    max_reflection_chars: int = Field(
+        default=1000, ge=40, le=4000, description="Longest reflection accepted (longer ones are sent back)."
+    )
+    max_supporting_ids: int = Field(
+        default=100, ge=1, le=500, description="Most supporting observation ids one reflection may cite."
+    )
+    context_window_ratio: float = Field(
+        default=0.65, gt=0.05, le=0.95, description="Share of the model's context window one request may fill."
+    )
+    reflection_share: float = Field(
+        default=0.3, ge=0, le=0.8, description="Share of that envelope for existing reflections shown for context."
+    )
+    resume_after_failure_seconds: float = Field(
+        default=600, ge=0, description="Housekeeping retries a session over the threshold this long after a failure."
     )
     model: ModelOverride = Field(default_factory=ModelOverride)
 
@@ -199,7 +220,24 @@ class ReflectorSettings(Section):
 class DropperSettings(Section):
     """`[dropper]`: retiring observations that reflections cover."""
 
+    max_tool_rounds: int = Field(
+        default=16, ge=1, le=64, description="Model replies per Dropper run (first try plus correction rounds)."
+    )
+    context_window_ratio: float = Field(
+        default=0.65, gt=0.05, le=0.95, description="Share of the model's context window one request may fill."
+    )
     model: ModelOverride = Field(default_factory=ModelOverride)
+
+
+class PoolSettings(Section):
+    """`[pools]`: how large the active memory may grow."""
+
+    observations_max_tokens: int = Field(
+        default=30_000,
+        ge=1,
+        description="Target for the active observations: after new reflections, the Dropper retires covered "
+        "observations until the pool is back under it.",
+    )
 
 
 class JobSettings(Section):
@@ -250,6 +288,7 @@ class Settings(BaseSettings):
     observer: ObserverSettings = Field(default_factory=ObserverSettings)
     reflector: ReflectorSettings = Field(default_factory=ReflectorSettings)
     dropper: DropperSettings = Field(default_factory=DropperSettings)
+    pools: PoolSettings = Field(default_factory=PoolSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     semantic: SemanticSettings | None = Field(
         default=None,

@@ -20,7 +20,8 @@ from typing import Any
 import apsw
 from obsmem.pipeline.hygiene import EventView
 from obsmem.pipeline.packer import Chunk
-from obsmem.pipeline.tokens import estimate_tokens, event_tokens, sql_estimate
+from obsmem.pipeline.pool import active_observation_tokens, token_cost
+from obsmem.pipeline.tokens import event_tokens
 
 from obsmem import eventlog
 from obsmem.dates import now_iso
@@ -195,7 +196,7 @@ def commit_chunk(
             "observation_tokens": (
                 observation_tokens(conn, session_id)
                 if observation_tokens_before is None
-                else observation_tokens_before + sum(estimate_tokens(observations[i].content) for i in added)
+                else observation_tokens_before + round(sum(token_cost(observations[i].content) for i in added))
             ),
             "observed_through_seq": watermark,
         },
@@ -204,13 +205,8 @@ def commit_chunk(
 
 
 def observation_tokens(conn: apsw.Connection, session_id: str) -> int:
-    """Estimated tokens of the session's observations (what the Reflector's threshold measures)."""
-    row = conn.execute(
-        f"SELECT coalesce(sum({sql_estimate('content')}), 0) FROM memories"
-        " WHERE session_id = ? AND kind = 'observation'",
-        (session_id,),
-    ).fetchone()
-    return round(row[0])
+    """Estimated tokens of the session's active observations (what the Reflector's threshold measures)."""
+    return active_observation_tokens(conn, session_id)
 
 
 def _first_uncovered(conn: apsw.Connection, session_id: str, from_seq: int) -> int | None:

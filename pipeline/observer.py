@@ -12,7 +12,6 @@ with the chunk's coverage rows in one transaction.
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,21 +19,14 @@ from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.packer import Chunk, MemoryItem
-from obsmem.pipeline.prompts import (
-    OBSERVER_SYSTEM_PROMPT,
-    TOOL_NAME,
-    record_observations_tool,
-    seq_ranges,
-    user_message,
-)
+from obsmem.pipeline.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
+from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
 from pydantic import ValidationError
 
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ObsmemError
 from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
 from obsmem.redaction import redact_text
-
-REPEATED_CALLS_TO_STOP = 2
 
 
 def is_repetitive(text: str) -> bool:
@@ -59,21 +51,14 @@ class ItemChecker:
     duplicates: int = 0
 
     def check_call(self, arguments: str) -> dict[str, Any]:
-        try:
-            document = json.loads(arguments) if arguments.strip() else None
-        except json.JSONDecodeError as exc:
+        items, problem = parse_arguments(
+            arguments,
+            "observations",
+            '{"observations": [{"content", "timestamp", "importance", "source_refs"}, ...]}',
+        )
+        if items is None:
             self.rejected += 1
-            return {
-                "error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); "
-                'send {"observations": [...]}'
-            }
-        items = document.get("observations") if isinstance(document, dict) else document
-        if not isinstance(items, list) or not items:
-            self.rejected += 1
-            return {
-                "error": 'send a non-empty list: {"observations": [{"content", "timestamp", '
-                '"importance", "source_refs"}, ...]}'
-            }
+            return problem or {}
         receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
         for index, item in enumerate(items):
             outcome = self._check_item(item)
@@ -188,57 +173,19 @@ def run_cycle(
     """Talk to the model about one chunk until it is done (or the round budget is spent)."""
     example = chunk.pieces[0].view.header.split(" ", 1)[1][:16] if chunk.pieces else "2026-01-01 09:00"
     checker = ItemChecker(session_id, set(chunk.citable_seqs), exists, max_chars, example)
-    tool = record_observations_tool(max_chars)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": OBSERVER_SYSTEM_PROMPT},
         {"role": "user", "content": user_message(session_id, memory, chunk)},
     ]
-    seen_calls: set[str] = set()
-    repeats = 0
-    prompt_tokens = completion_tokens = 0
-    stop_reason = "rounds_exhausted"
-    rounds = 0
-    for rounds in range(1, max_rounds + 1):  # noqa: B007 - the count is reported
-        reply = client.complete(messages, tools=[tool], tool_choice="auto")
-        prompt_tokens += reply.prompt_tokens or 0
-        completion_tokens += reply.completion_tokens or 0
-        if not reply.tool_calls:
-            stop_reason = "done"
-            break
-        messages.append(reply.as_message())
-        for call in reply.tool_calls:
-            if call.name != TOOL_NAME:
-                result: dict[str, Any] = {"error": f"there is no tool named {call.name!r}; use {TOOL_NAME}"}
-            else:
-                fingerprint = _normalised(call.arguments)
-                if fingerprint in seen_calls:
-                    repeats += 1
-                    result = {
-                        "error": "this call is identical to an earlier one; nothing new was recorded. "
-                        "Reply without a tool call if you are done."
-                    }
-                else:
-                    seen_calls.add(fingerprint)
-                    result = checker.check_call(call.arguments)
-            messages.append(
-                {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result, ensure_ascii=False)}
-            )
-        if repeats >= REPEATED_CALLS_TO_STOP:
-            stop_reason = "repetition"
-            break
+    loop = run_tool_loop(
+        client, messages, record_observations_tool(max_chars), checker.check_call, max_rounds=max_rounds
+    )
     return CycleResult(
         observations=list(checker.accepted.values()),
-        rounds=rounds,
+        rounds=loop.rounds,
         rejected=checker.rejected,
         duplicates=checker.duplicates,
-        stop_reason=stop_reason,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
+        stop_reason=loop.stop_reason,
+        prompt_tokens=loop.prompt_tokens,
+        completion_tokens=loop.completion_tokens,
     )
-
-
-def _normalised(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
-    except ValueError:
-        return arguments.strip()

@@ -14,8 +14,11 @@ import time
 from typing import Any
 
 import apsw
-from obsmem.pipeline.coverage import observation_tokens, read_progress
+from obsmem.pipeline.coverage import read_progress
+from obsmem.pipeline.generations import active_generation_info
+from obsmem.pipeline.memory_view import pool_pressure
 
+from obsmem import eventlog
 from obsmem.errors import NotFound
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
@@ -48,11 +51,6 @@ def clear_stale_activity(db: ProjectDatabase, stale_seconds: float) -> int:
         return conn.changes()
 
 
-def generation_count(conn: apsw.Connection, session_id: str) -> int:
-    """Promoted memory generations of the session (pipeline II); 0 until generations exist."""
-    return 0
-
-
 def _last_error(conn: apsw.Connection, session_id: str) -> dict[str, Any] | None:
     """The newest failure for the session, unless a cycle has succeeded since."""
     row = conn.execute(
@@ -79,7 +77,12 @@ def _last_error(conn: apsw.Connection, session_id: str) -> dict[str, Any] | None
 
 
 def session_status(
-    conn: apsw.Connection, settings: Settings, session_id: str, *, observer_state: str
+    conn: apsw.Connection,
+    settings: Settings,
+    session_id: str,
+    *,
+    observer_state: str,
+    reflector_state: str = "not_configured",
 ) -> dict[str, Any]:
     """The progress state of one session (see docs/pipeline.md for every field)."""
     session = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
@@ -105,6 +108,8 @@ def session_status(
         ).fetchall()
     )
     threshold = settings.observer.buffer_tokens
+    pool = pool_pressure(conn, settings, session_id)
+    generation = active_generation_info(conn, session_id)
     return {
         "session_id": session_id,
         "status": STAGE_STATUS.get(activity["stage"], "observing") if activity else "idle",
@@ -112,15 +117,18 @@ def session_status(
         "threshold": threshold,
         "threshold_percent": round(100.0 * progress.pending_tokens / threshold, 1),
         "observation_threshold": settings.observer.observation_threshold,
-        "observation_tokens": observation_tokens(conn, session_id),
+        "observation_tokens": pool["observation_tokens"],
         "reflection_threshold": settings.reflector.reflect_after_observation_tokens,
-        "generation_count": generation_count(conn, session_id),
+        "generation_count": generation["number"] if generation else 0,
         "current_activity": activity,
         "last_error": _last_error(conn, session_id),
         "pending_events": progress.pending_events,
         "observed_through_seq": progress.observed_through_seq,
         "last_seq": session[0],
         "observer": observer_state,
+        "reflector": reflector_state,
+        "generation": generation,
+        "pool": pool,
         "jobs": {"queued": jobs.get("queued", 0), "running": jobs.get("running", 0)},
     }
 
@@ -128,3 +136,26 @@ def session_status(
 def session_order_key(session_id: str) -> str:
     """Jobs of one session share this order key, so they run one at a time, in order."""
     return f"session:{session_id}"
+
+
+def status_write(
+    db: ProjectDatabase,
+    type_: str,
+    session_id: str,
+    cycle_id: str,
+    job_id: int,
+    data: dict[str, Any],
+    *,
+    activity: tuple[str, int] | None = None,
+    clear: bool = False,
+) -> None:
+    """Log an event and set or clear the activity row, in one transaction; never fails the work."""
+    try:
+        with db.write() as conn:
+            eventlog.record(conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data)
+            if activity is not None:
+                set_activity(conn, session_id, job_id, *activity)
+            if clear:
+                clear_activity(conn, session_id, job_id)
+    except Exception as exc:  # noqa: BLE001 - status and the event log never fail model work
+        log.warning("could not record %s: %s", type_, type(exc).__name__)

@@ -7,8 +7,10 @@ The text is wrapped in ``<obsmem-memory>`` tags, which the Observer's input hygi
 later sends the text back as conversation. Empty memory is reported as empty (``empty: true``, no text),
 so the caller can fall back to its own summariser.
 
-The *active* memory is every reflection and observation of the session until pipeline II adds
-generations; :func:`active_memory` is the one place that decides it.
+It renders from the session's active generation: every reflection, and every observation that no
+promoted generation dropped (dropped observations stay searchable and recallable, they just leave this
+text). :func:`active_memory` is the one place that decides what is active; it must always equal the
+ledger replayed by :func:`obsmem.pipeline.generations.rebuild_active_memory`, which tests check.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
+from obsmem.pipeline.generations import generation_count
 from obsmem.pipeline.hygiene import MEMORY_TAG, PROJECTION_HEADER
 from obsmem.pipeline.packer import MemoryItem
 from obsmem.pipeline.tokens import estimate_tokens
@@ -35,8 +38,10 @@ def active_memory(conn: apsw.Connection, session_id: str) -> list[MemoryItem]:
     items: list[MemoryItem] = []
     for kind in ("reflection", "observation"):
         rows = conn.execute(
-            "SELECT memory_id, kind, substr(date, 1, 16), importance, content FROM memories"
-            " WHERE session_id = ? AND kind = ? ORDER BY date, id",
+            "SELECT m.memory_id, m.kind, substr(m.date, 1, 16), m.importance, m.content FROM memories AS m"
+            " WHERE m.session_id = ? AND m.kind = ?"
+            " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)"
+            " ORDER BY m.date, m.id",
             (session_id, kind),
         )
         items.extend(map(MemoryItem._make, rows))
@@ -49,6 +54,7 @@ class Projection:
     text: str
     reflections: int
     observations: int
+    generation: int = 0  # the active generation rendered (0: none promoted yet)
 
     @property
     def empty(self) -> bool:
@@ -64,17 +70,19 @@ class Projection:
             "empty": self.empty,
             "reflections": self.reflections,
             "observations": self.observations,
+            "generation": self.generation,
             "tokens": self.tokens,
             "text": self.text,
         }
 
 
-def render(session_id: str, items: list[MemoryItem]) -> Projection:
+def render(session_id: str, items: list[MemoryItem], generation: int = 0) -> Projection:
     reflections = [item for item in items if item.kind == "reflection"]
     observations = [item for item in items if item.kind == "observation"]
     if not items:
-        return Projection(session_id, "", 0, 0)
-    lines = [f'<{MEMORY_TAG} session="{session_id}">', HEADER]
+        return Projection(session_id, "", 0, 0, generation)
+    opening = f'<{MEMORY_TAG} session="{session_id}"' + (f' generation="{generation}">' if generation else ">")
+    lines = [opening, HEADER]
     if reflections:
         lines += ["", "Reflections:"]
         lines += [f"- [{r.memory_id[:12]}] {r.timestamp} {r.content}" for r in reflections]
@@ -82,9 +90,9 @@ def render(session_id: str, items: list[MemoryItem]) -> Projection:
         lines += ["", "Observations:"]
         lines += [f"- [{o.memory_id[:12]}] {o.timestamp} [{o.importance}] {o.content}" for o in observations]
     lines.append(f"</{MEMORY_TAG}>")
-    return Projection(session_id, "\n".join(lines), len(reflections), len(observations))
+    return Projection(session_id, "\n".join(lines), len(reflections), len(observations), generation)
 
 
 def project(conn: apsw.Connection, session_id: str) -> Projection:
-    """Render the session's active memory now."""
-    return render(session_id, active_memory(conn, session_id))
+    """Render the session's active memory now (call inside a read snapshot)."""
+    return render(session_id, active_memory(conn, session_id), generation_count(conn, session_id))

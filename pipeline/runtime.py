@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -26,9 +25,13 @@ from typing import Any
 
 import apsw
 import httpx
+from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.condense import REFLECT, Condenser
 from obsmem.pipeline.coverage import commit_chunk, observation_tokens, pending_events, read_progress
 from obsmem.pipeline.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
 from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.memory_view import memory_details
+from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
 from obsmem.pipeline.observer import run_cycle
 from obsmem.pipeline.packer import Budget, Chunk, MemoryItem, pack_chunk, select_memory
 from obsmem.pipeline.progress import (
@@ -36,52 +39,23 @@ from obsmem.pipeline.progress import (
     clear_stale_activity,
     session_order_key,
     session_status,
-    set_activity,
+    status_write,
 )
 from obsmem.pipeline.projection import Projection, active_memory, project
 from obsmem.pipeline.prompts import prompt_overhead_tokens
-from obsmem.pipeline.tokens import event_tokens
+from obsmem.pipeline.tokens import event_tokens, sql_estimate
 
 from obsmem import eventlog
 from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
-from obsmem.settings import ModelSettings, Settings
+from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.workers import JobContext
 
 log = logging.getLogger("obsmem.pipeline")
 
 OBSERVE = "observe"
-
-
-class ModelClients:
-    """One :class:`ChatClient` per role and model configuration, built on first use and reused."""
-
-    def __init__(self, settings: Settings, *, transport: httpx.BaseTransport | None = None) -> None:
-        self.settings = settings
-        self.transport = transport
-        self._clients: dict[tuple[str, str], ChatClient] = {}
-        self._lock = threading.Lock()
-
-    def model(self, role: str) -> ModelSettings:
-        return self.settings.model_for(role)
-
-    def get(self, role: str) -> ChatClient:
-        model = self.model(role)
-        key = (role, model.model_dump_json())
-        with self._lock:
-            client = self._clients.get(key)
-            if client is None:
-                client = ChatClient(model, role=role, transport=self.transport)
-                self._clients[key] = client
-            return client
-
-    def close(self) -> None:
-        with self._lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
 
 
 def observe_dedupe_key(session_id: str) -> str:
@@ -108,6 +82,7 @@ class ObservationPipeline:
     def __init__(self, settings: Settings, *, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
         self.clients = ModelClients(settings, transport=transport)
+        self.condenser = Condenser(settings, self.clients)
         self.render = functools.partial(render_event, omit_tags=DEFAULT_OMIT_TAGS, memory_tools=DEFAULT_MEMORY_TOOLS)
         if self.observer_state == "enabled":
             self.budget()  # fail at start-up, not in the first job, if the numbers cannot work
@@ -122,11 +97,16 @@ class ObservationPipeline:
         model = self.settings.model_for("observer")
         return "enabled" if model.base_url and model.model_id else "not_configured"
 
-    def budget(self) -> Budget:
+    @property
+    def reflector_state(self) -> str:
+        """``enabled``, ``disabled`` (reflector.enabled = false) or ``not_configured`` (no model)."""
+        return self.condenser.state
+
+    def budget(self, override: Override | None = None) -> Budget:
         observer = self.settings.observer
         try:
             return Budget.plan(
-                self.settings.model_for("observer").context_window_tokens,
+                self.clients.model("observer", override).context_window_tokens,
                 observer.context_window_ratio,
                 observer.memory_share,
                 prompt_overhead_tokens(observer.max_observation_chars),
@@ -202,7 +182,7 @@ class ObservationPipeline:
 
     @property
     def handlers(self) -> dict[str, Callable[[JobContext], None]]:
-        return {OBSERVE: self.observe_job}
+        return {OBSERVE: self.observe_job, REFLECT: self.condenser.reflect_job}
 
     def observe_job(self, ctx: JobContext) -> None:
         session_id = ctx.lease.payload.get("session_id")
@@ -210,12 +190,16 @@ class ObservationPipeline:
             raise ConfigurationError("observe job without a session_id")
         db = ctx.db
         backlog = read_progress(db.connection(), session_id).pending_tokens
-        if not ctx.lease.payload.get("force") and backlog < self.settings.observer.buffer_tokens:
-            return  # an earlier job observed the backlog already
         if self.observer_state == "disabled":
             return
-        client = self.clients.get("observer")
-        budget = self.budget()
+        if not ctx.lease.payload.get("force") and backlog < self.settings.observer.buffer_tokens:
+            # An earlier job observed the backlog already (and, seeing this job queued, left the decision
+            # about reflection to it).
+            self._reflect_if_due(ctx, session_id)
+            return
+        override = read_overrides(db.connection()).get("observer")
+        client = self.clients.get("observer", override)
+        budget = self.budget(override)
         for _ in range(self.settings.observer.max_chunks_per_job):
             ctx.raise_if_lost()
             with db.read() as conn:
@@ -223,18 +207,33 @@ class ObservationPipeline:
                     pending_events(conn, session_id, self.render, enough_tokens=budget.events), budget.events
                 )
                 if chunk is None:
-                    return
+                    break
                 memory = select_memory(active_memory(conn, session_id), budget.memory)
             self._observe_chunk(ctx, client, session_id, chunk, memory)
-        with db.read() as conn:
-            more = pending_events(conn, session_id, self.render, enough_tokens=0)
-        if more:
-            ctx.queue.enqueue(
-                OBSERVE,
-                {"session_id": session_id, "force": True},
-                order_key=session_order_key(session_id),
-                dedupe_key=observe_dedupe_key(session_id) + ":forced",
-            )
+        else:
+            with db.read() as conn:
+                more = pending_events(conn, session_id, self.render, enough_tokens=0)
+            if more:
+                ctx.queue.enqueue(
+                    OBSERVE,
+                    {"session_id": session_id, "force": True},
+                    order_key=session_order_key(session_id),
+                    dedupe_key=observe_dedupe_key(session_id) + ":forced",
+                )
+                return  # observe work is still pending: the continuation decides about reflection
+        self._reflect_if_due(ctx, session_id)
+
+    def _reflect_if_due(self, ctx: JobContext, session_id: str) -> None:
+        """All observe work of the session is durable: queue a reflect job if the threshold is passed.
+
+        Best effort: if this fails (or the worker dies first), housekeeping finds the session later.
+        """
+        if _queued(ctx.db, OBSERVE, session_id):
+            return  # more observation is queued; the last observe job decides
+        try:
+            self.condenser.queue_if_due(ctx.queue, ctx.db, session_id)
+        except Exception as exc:  # noqa: BLE001 - observation succeeded; reflection is retried by housekeeping
+            log.warning("could not queue reflection: %s", type(exc).__name__)
 
     def _observe_chunk(
         self, ctx: JobContext, client: ChatClient, session_id: str, chunk: Chunk, memory: list[MemoryItem]
@@ -254,7 +253,7 @@ class ObservationPipeline:
             "partial_event": any(not piece.whole for piece in chunk.pieces),
             "attempt": ctx.lease.attempt,
         }
-        self._status_write(
+        status_write(
             db, "om_observation_start", session_id, cycle_id, job_id, start_event, activity=("observer", chunk.tokens)
         )
         try:
@@ -299,31 +298,8 @@ class ObservationPipeline:
                 "error": sanitise_reason(exc),
                 "attempt": ctx.lease.attempt,
             }
-            self._status_write(db, "om_observation_failed", session_id, cycle_id, job_id, failed, clear=True)
+            status_write(db, "om_observation_failed", session_id, cycle_id, job_id, failed, clear=True)
             raise
-
-    @staticmethod
-    def _status_write(
-        db: ProjectDatabase,
-        type_: str,
-        session_id: str,
-        cycle_id: str,
-        job_id: int,
-        data: dict[str, Any],
-        *,
-        activity: tuple[str, int] | None = None,
-        clear: bool = False,
-    ) -> None:
-        """Log an event and set or clear the activity row, in one transaction; never fails the work."""
-        try:
-            with db.write() as conn:
-                eventlog.record(conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data)
-                if activity is not None:
-                    set_activity(conn, session_id, job_id, *activity)
-                if clear:
-                    clear_activity(conn, session_id, job_id)
-        except Exception as exc:  # noqa: BLE001 - status and the event log never fail model work
-            log.warning("could not record %s: %s", type_, type(exc).__name__)
 
     # -- housekeeping --------------------------------------------------------------------------
 
@@ -332,10 +308,15 @@ class ObservationPipeline:
         return [self.housekeep]
 
     def housekeep(self, project: str, db: ProjectDatabase) -> None:
-        """Clear stale activity rows; queue observation for sessions left over the buffer."""
+        """Clear stale activity rows; queue observation for sessions left over the buffer, and reflection
+        for sessions left over the reflection threshold."""
         clear_stale_activity(db, self.settings.jobs.stale_activity_seconds)
-        if self.observer_state != "enabled":
-            return
+        if self.observer_state == "enabled":
+            self._resume_observation(project, db)
+        if self.reflector_state == "enabled":
+            self._resume_reflection(project, db)
+
+    def _resume_observation(self, project: str, db: ProjectDatabase) -> None:
         cool_down = self.settings.observer.resume_after_failure_seconds
         conn = db.connection()
         rows = conn.execute(
@@ -360,15 +341,69 @@ class ObservationPipeline:
             )
             log.info("project %s: observation of a session over the buffer resumed", project)
 
+    def _resume_reflection(self, project: str, db: ProjectDatabase) -> None:
+        """Sessions over the threshold whose set was not reflected on (a lost trigger, a failed run)."""
+        conn = db.connection()
+        rows = conn.execute(
+            f"SELECT m.session_id FROM memories AS m WHERE m.kind = 'observation'"
+            " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)"
+            f" GROUP BY m.session_id HAVING sum({sql_estimate('m.content')}) > ?",
+            (self.settings.reflector.reflect_after_observation_tokens,),
+        ).fetchall()
+        cool_down = self.settings.reflector.resume_after_failure_seconds
+        for (session_id,) in rows:
+            if conn.execute(
+                "SELECT 1 FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') LIMIT 1",
+                (session_order_key(session_id),),
+            ).fetchone():
+                continue  # work in flight decides about reflection when it ends
+            failed = conn.execute(
+                "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
+                " AND json_extract(data, '$.kind') = ? ORDER BY id DESC LIMIT 1",
+                (session_id, REFLECT),
+            ).fetchone()
+            if failed is not None and _age_seconds(failed[0]) < cool_down:
+                continue
+            if self.condenser.queue_if_due(self.queue(db), db, session_id) is not None:
+                log.info("project %s: reflection of a session over the threshold queued", project)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def projection(self, db: ProjectDatabase, session_id: str) -> Projection:
         with db.read() as conn:
             return project(conn, session_id)
 
+    def memory_details(self, db: ProjectDatabase, session_id: str) -> dict[str, Any]:
+        with db.read() as conn:
+            return memory_details(conn, self.settings, session_id)
+
     def status(self, db: ProjectDatabase, session_id: str) -> dict[str, Any]:
         with db.read() as conn:
-            return session_status(conn, self.settings, session_id, observer_state=self.observer_state)
+            return session_status(
+                conn,
+                self.settings,
+                session_id,
+                observer_state=self.observer_state,
+                reflector_state=self.reflector_state,
+            )
+
+    def request_reflection(self, db: ProjectDatabase, session_id: str) -> EnqueueResult:
+        """Reflect on the session's active memory now, below the threshold too."""
+        return self.condenser.request(self.queue(db), session_id)
+
+    # -- model switching -----------------------------------------------------------------------
+
+    def models(self, db: ProjectDatabase) -> dict[str, Any]:
+        with db.read() as conn:
+            return {"models": effective_models(self.settings, read_overrides(conn))}
+
+    def switch_models(self, db: ProjectDatabase, body: object) -> dict[str, Any]:
+        """Apply ``{role: {model_id, context_window_tokens?} | null}``; the next job of each role uses it."""
+        changes = parse_changes(body)
+        with db.write() as conn:
+            changed = apply_changes(conn, self.settings, changes)
+            models = effective_models(self.settings, read_overrides(conn))
+        return {"models": models, "changed": changed}
 
     def events(
         self,
@@ -390,6 +425,18 @@ class ObservationPipeline:
         self.clients.close()
 
 
+def _queued(db: ProjectDatabase, kind: str, session_id: str) -> bool:
+    row = (
+        db.connection()
+        .execute(
+            "SELECT 1 FROM jobs WHERE order_key = ? AND kind = ? AND state = 'queued' LIMIT 1",
+            (session_order_key(session_id), kind),
+        )
+        .fetchone()
+    )
+    return row is not None
+
+
 def _memory_exists(conn: apsw.Connection, memory_id: str) -> bool:
     return conn.execute("SELECT 1 FROM memories WHERE memory_id = ?", (memory_id,)).fetchone() is not None
 
@@ -401,4 +448,4 @@ def _age_seconds(iso: str) -> float:
     return (datetime.now(UTC) - stamp).total_seconds()
 
 
-__all__ = ["OBSERVE", "ModelClients", "ObservationPipeline"]
+__all__ = ["OBSERVE", "REFLECT", "ModelClients", "ObservationPipeline"]

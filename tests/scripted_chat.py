@@ -5,7 +5,10 @@ with whatever its responder returns: tool calls, text, HTTP errors, slow or drip
 at all. Every request is recorded (headers and body) so tests can check what a model would have seen.
 
 ``ObserverScript`` plays a well-behaved Observer: it records one observation per event it may cite, then
-says it is done. Runnable as ``python scripted_chat.py PORT_FILE`` so worker processes can share one.
+says it is done. ``ReflectorScript`` and ``DropperScript`` play the Reflector (reflections over groups of
+the least covered observations shown) and the Dropper (proposes every covered observation shown, or all
+of them); ``PipelineScript`` answers each request with the one whose tool it offers. Runnable as
+``python scripted_chat.py PORT_FILE`` so worker processes can share one.
 """
 
 from __future__ import annotations
@@ -151,6 +154,126 @@ class ObserverScript:
         return reply
 
 
+_OBSERVATION_LINE = re.compile(
+    r"^- \[([0-9a-f]{12})\] (\d{4}-\d\d-\d\d \d\d:\d\d) \| (\w+) \| ([a-z ]+) \| (.*)$", re.MULTILINE
+)
+
+
+@dataclass(frozen=True)
+class ShownObservation:
+    id: str
+    timestamp: str
+    importance: str
+    coverage: str
+    content: str
+
+
+def shown_observations(message: str) -> list[ShownObservation]:
+    """Observations as the Reflector or Dropper request lists them."""
+    return [ShownObservation(*match) for match in _OBSERVATION_LINE.findall(message)]
+
+
+def offered_tool(request: Request) -> str | None:
+    tools = request.json.get("tools") or []
+    return tools[0]["function"]["name"] if tools else None
+
+
+def reflections(*items: dict[str, Any]) -> Reply:
+    return tool_calls(("record_reflections", {"reflections": list(items)}))
+
+
+def drops(*ids: str) -> Reply:
+    return tool_calls(("drop_observations", {"observation_ids": list(ids)}))
+
+
+class ReflectorScript:
+    """Reflections over groups of ``group`` observations, least covered first, at most ``most`` per reply;
+    then "done". Content names the call, so a reflection committed twice would show."""
+
+    def __init__(self, *, group: int = 3, most: int = 4, delay: float = 0.0, jitter: Callable[[], float] | None = None):
+        self.group = group
+        self.most = most
+        self.delay = delay
+        self.jitter = jitter
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Reply:
+        with self._lock:
+            self.calls += 1
+            call = self.calls
+        if request.messages[-1]["role"] != "user":
+            reply = text("done")
+        else:
+            shown = shown_observations(request.transcript)
+            order = {"not covered": 0, "partly covered": 1, "strongly covered": 2}
+            shown.sort(key=lambda o: (order[o.coverage], o.timestamp, o.id))
+            groups = [shown[i : i + self.group] for i in range(0, len(shown), self.group)][: self.most]
+            if not groups:
+                reply = text("nothing to reflect")
+            else:
+                reply = reflections(
+                    *[
+                        {
+                            "content": f"reflection over {', '.join(o.id for o in members)} in call {call}",
+                            "supporting_observation_ids": [o.id for o in members],
+                        }
+                        for members in groups
+                    ]
+                )
+        reply.delay = self.delay + (self.jitter() if self.jitter else 0.0)
+        return reply
+
+
+class DropperScript:
+    """Proposes every covered observation shown (``everything``: every one shown), then "done"."""
+
+    def __init__(self, *, everything: bool = False, delay: float = 0.0, jitter: Callable[[], float] | None = None):
+        self.everything = everything
+        self.delay = delay
+        self.jitter = jitter
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Reply:
+        with self._lock:
+            self.calls += 1
+        if request.messages[-1]["role"] != "user":
+            reply = text("done")
+        else:
+            shown = shown_observations(request.transcript)
+            chosen = [o.id for o in shown if self.everything or o.coverage != "not covered"]
+            reply = drops(*chosen) if chosen else text("nothing is safe to retire")
+        reply.delay = self.delay + (self.jitter() if self.jitter else 0.0)
+        return reply
+
+
+class PipelineScript:
+    """Observer, Reflector and Dropper in one responder, chosen by the tool a request offers."""
+
+    def __init__(
+        self,
+        observer: Callable[[Request], Reply] | None = None,
+        reflector: Callable[[Request], Reply] | None = None,
+        dropper: Callable[[Request], Reply] | None = None,
+    ) -> None:
+        self.observer = observer or ObserverScript()
+        self.reflector = reflector or ReflectorScript()
+        self.dropper = dropper or DropperScript()
+        self.models: list[tuple[str | None, str]] = []  # (tool, model) of every request
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Reply:
+        tool = offered_tool(request)
+        with self._lock:
+            self.models.append((tool, request.json.get("model", "")))
+        if tool == "record_reflections":
+            return self.reflector(request)
+        if tool == "drop_observations":
+            return self.dropper(request)
+        return self.observer(request)
+
+
 class ScriptedChatServer:
     """Serve scripted replies on 127.0.0.1 (port chosen by the OS). Use as a context manager."""
 
@@ -247,8 +370,11 @@ class ScriptedChatServer:
 def main(port_file: str, delay: float = 0.0, jitter: float = 0.0, group: float = 1) -> None:
     import random
 
-    script = ObserverScript(
-        delay=delay, jitter=(lambda: random.uniform(0, jitter)) if jitter else None, group=int(group)
+    spread = (lambda: random.uniform(0, jitter)) if jitter else None
+    script = PipelineScript(
+        ObserverScript(delay=delay, jitter=spread, group=int(group)),
+        ReflectorScript(delay=delay, jitter=spread),
+        DropperScript(delay=delay, jitter=spread),
     )
     server = ScriptedChatServer(script).start()
     with open(port_file + ".tmp", "w") as handle:

@@ -130,8 +130,12 @@ def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server) -> N
         "locomo-conv-1-a", "locomo-conv-1-b", "locomo-conv-2-a", "locomo-conv-2-b"]
 
     written = write_outputs(run, tmp_path / "out")
-    assert {p.name for p in written} == {"results.json", "run.json", "report.md", "recall_curves.png",
-                                         "categories.png", "latency.png"}
+    assert {p.name for p in written} == {"results.json", "run.json", "report.md", "per_question.jsonl",
+                                         "recall_curves.png", "categories.png", "latency.png"}
+    records = [json.loads(line) for line in (tmp_path / "out" / "per_question.jsonl").read_text().splitlines()]
+    assert len(records) == 8 * 10 and records[0]["question"] == "conv-1#0"
+    assert set(records[0]) == {"dataset", "mode", "question", "groups", "metrics", "latency_ms"}
+    assert records[0]["groups"] == ["single-hop"] and "recall@5" in records[0]["metrics"]
     entries = json.loads((tmp_path / "out" / "results.json").read_text())
     assert len(entries) == 8 and all(set(entry) == ENTRY_KEYS for entry in entries)
     assert set(entries[0]["latency_ms"]) == {"p50", "p95"}

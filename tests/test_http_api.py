@@ -450,3 +450,9 @@ def test_delete_memory_removes_it_from_search_and_recall(client: TestClient, ids
     error_of(client.delete(f"/v1/projects/alpha/memories/{target[:12]}"), 404, "not_found")
     error_of(client.delete("/v1/projects/alpha/memories/XYZ"), 422, "invalid_id")
     error_of(client.delete(f"/v1/projects/nope/memories/{target[:12]}"), 404, "project_not_found")
+
+
+def test_405_lists_every_method_of_the_path(client: TestClient, ids: list[str]) -> None:
+    response = client.put(f"/v1/projects/alpha/memories/{ids[0][:12]}")
+    error_of(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "DELETE, GET"

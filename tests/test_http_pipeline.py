@@ -61,6 +61,7 @@ def test_memory_is_empty_then_rendered_instantly(client: TestClient, memory: Obs
         "empty": True,
         "reflections": 0,
         "observations": 0,
+        "generation": 0,
         "tokens": 0,
         "text": "",
     }

@@ -1,4 +1,6 @@
-"""Seeded interleavings: two worker processes, kill -9 and stalls past the lease, duplicate enqueues.
+"""Seeded interleavings of observe, reflect and drop jobs: two worker processes, kill -9 and stalls past
+the lease, duplicate enqueues. The thresholds are tiny, so every session is reflected on (and pruned by
+the Dropper) several times while it is still being observed.
 
 For every seed, afterwards:
 
@@ -8,7 +10,13 @@ For every seed, afterwards:
   or committed by a worker that had lost its lease, would show up as an extra observation);
 - no job is stranded (nothing queued or running, nothing failed, no job_failed event);
 - the coverage watermark never moved backwards (sampled throughout) and ends at the last seq;
-- the backlog counters are back at zero and the database passes its integrity check.
+- the backlog counters are back at zero and the database passes its integrity check;
+- the active generation of each session is valid: the pointer names a promoted generation whose chain of
+  parents runs, one number at a time, back to generation 1, and no generation is left running;
+- the generation count never decreased (sampled throughout);
+- no reflection cites a missing observation, and each cited only observations active when it was
+  promoted; every reflection and drop record belongs to a promoted generation (a killed run left none);
+- the projection equals the projection rebuilt from the ledger.
 
 Disruptions per seed are bounded (at most 3, fewer than the 4 attempts a job has), so every job can
 still succeed. ``OBSMEM_INTERLEAVING_SEEDS`` raises the number of seeds.
@@ -26,8 +34,10 @@ import time
 from pathlib import Path
 
 import pytest
+from obsmem.pipeline.generations import promoted_chain, rebuild_active_memory
+from obsmem.pipeline.projection import project, render
 from pipeline_helpers import words
-from scripted_chat import ObserverScript, ScriptedChatServer
+from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
 from obsmem.jobs import JobQueue
 from obsmem.settings import load_settings
@@ -49,6 +59,13 @@ context_window_tokens = 4096
 [observer]
 buffer_tokens = 300
 max_chunks_per_job = 3
+
+[reflector]
+reflect_after_observation_tokens = 300
+resume_after_failure_seconds = 0
+
+[pools]
+observations_max_tokens = 150
 
 [jobs]
 lease_seconds = {lease}
@@ -111,11 +128,14 @@ class Workers:
 
 
 class WatermarkSampler(threading.Thread):
+    """Samples each session's coverage watermark and generation count; neither may ever go down."""
+
     def __init__(self, memory: Obsmem) -> None:
         super().__init__(daemon=True)
         self.memory = memory
         self.stop_event = threading.Event()
         self.seen: dict[str, int] = {}
+        self.generations: dict[str, int] = {}
         self.backwards: list[tuple[str, int, int]] = []
         self.samples = 0
 
@@ -126,6 +146,10 @@ class WatermarkSampler(threading.Thread):
                 if mark < self.seen.get(session, 0):
                     self.backwards.append((session, self.seen[session], mark))
                 self.seen[session] = max(mark, self.seen.get(session, 0))
+            for session, number in db.query("SELECT session_id, number FROM active_generation"):
+                if number < self.generations.get(session, 0):
+                    self.backwards.append((f"generation of {session}", self.generations[session], number))
+                self.generations[session] = max(number, self.generations.get(session, 0))
             self.samples += 1
 
 
@@ -187,18 +211,69 @@ def workload(memory: Obsmem, rng: random.Random, seconds: float) -> None:
 
 
 def settle(memory: Obsmem, timeout: float) -> None:
+    """Wait until nothing is queued or running, every event is covered and no reflection is due."""
     db = memory.database("p")
     deadline = time.monotonic() + timeout
+    quiet_since: float | None = None
     while time.monotonic() < deadline:
         busy = db.query("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')")[0][0]
         uncovered = db.query(
             "SELECT count(*) FROM events AS e WHERE NOT EXISTS (SELECT 1 FROM coverage AS c"
             " WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
         )[0][0]
-        if not busy and not uncovered:
-            return
+        due = [s for s in SESSIONS if memory.pipeline.condenser.due(db, s) is not None]
+        if not busy and not uncovered and not due:
+            # Quiet for longer than a housekeeping interval: nothing left to queue more work.
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 0.8:
+                return
+        else:
+            quiet_since = None
         time.sleep(0.1)
-    raise AssertionError(f"not settled after {timeout} s: {busy} jobs active, {uncovered} events uncovered")
+    raise AssertionError(
+        f"not settled after {timeout} s: {busy} jobs active, {uncovered} events uncovered, reflection due: {due}"
+    )
+
+
+def check_generations(memory: Obsmem) -> dict[str, int]:
+    db = memory.database("p")
+    assert db.query("SELECT count(*) FROM generations WHERE state = 'running'") == [(0,)]
+    promoted = 0
+    with db.read() as conn:
+        for session in SESSIONS:
+            chain = promoted_chain(conn, session)  # raises unless pointer -> ... -> generation 1
+            promoted += len(chain)
+            number, items = rebuild_active_memory(conn, session)
+            assert number == len(chain)
+            assert project(conn, session).text == render(session, items, number).text, session
+    # Every reflection and every drop record belongs to a promoted generation: no leftovers of killed runs.
+    assert db.query(
+        "SELECT count(*) FROM memories AS m WHERE m.kind = 'reflection' AND NOT EXISTS (SELECT 1 FROM"
+        " generation_reflections AS gr JOIN generations AS g ON g.id = gr.generation_row"
+        " WHERE gr.reflection_row = m.id AND g.state = 'promoted')"
+    ) == [(0,)]
+    assert db.query(
+        "SELECT count(*) FROM dropped_observations AS d JOIN generations AS g ON g.id = d.generation_row"
+        " WHERE g.state != 'promoted' OR g.session_id != d.session_id"
+    ) == [(0,)]
+    assert db.query(
+        "SELECT coalesce(sum(reflections_added), 0), coalesce(sum(observations_dropped), 0) FROM generations"
+    ) == db.query("SELECT (SELECT count(*) FROM generation_reflections), (SELECT count(*) FROM dropped_observations)")
+    # No reflection cites a missing observation, or one of another session, or one dropped before it was made.
+    assert db.query(
+        "SELECT count(*) FROM reflection_supports AS s JOIN memories AS r ON r.id = s.reflection_row"
+        " LEFT JOIN memories AS o ON o.id = s.observation_row"
+        " WHERE o.id IS NULL OR o.kind != 'observation' OR o.session_id != r.session_id"
+    ) == [(0,)]
+    assert db.query(
+        "SELECT count(*) FROM reflection_supports AS s"
+        " JOIN generation_reflections AS gr ON gr.reflection_row = s.reflection_row"
+        " JOIN generations AS made ON made.id = gr.generation_row"
+        " JOIN dropped_observations AS d ON d.observation_row = s.observation_row"
+        " JOIN generations AS gone ON gone.id = d.generation_row"
+        " WHERE gone.number < made.number"
+    ) == [(0,)]
+    return {"generations": promoted, "dropped": db.query("SELECT count(*) FROM dropped_observations")[0][0]}
 
 
 def check_invariants(memory: Obsmem, sampler: WatermarkSampler) -> None:
@@ -255,7 +330,15 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
         with lock:
             return jitter_rng.uniform(0.0, 0.25)
 
-    script = ObserverScript(jitter=jitter)
+    def short_jitter() -> float:
+        with lock:
+            return jitter_rng.uniform(0.0, 0.1)
+
+    script = PipelineScript(
+        ObserverScript(jitter=jitter),
+        ReflectorScript(group=3, jitter=short_jitter),
+        DropperScript(jitter=short_jitter),
+    )
     with ScriptedChatServer(script) as server:
         (data / "obsmem.toml").write_text(SETTINGS_TOML.format(base_url=server.base_url, lease=LEASE_SECONDS))
         memory = Obsmem(load_settings(data_dir=data))
@@ -265,13 +348,15 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
         sampler.start()
         disruptions = rng.randint(1, 3)
         outcomes = {"kills": 0, "stalls": 0}
-        plan = sorted(rng.uniform(0.3, 4.0) for _ in range(disruptions))
+        plan = sorted(rng.uniform(0.3, 4.5) for _ in range(disruptions))
 
-        def busy_slot() -> int:
-            """The worker running a job right now (most disruptions should hit work in flight)."""
+        def busy_slot(kind: str | None) -> int:
+            """The worker running a job (of ``kind``) right now: most disruptions should hit work in flight."""
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline:
-                owners = memory.database("p").query("SELECT lease_owner FROM jobs WHERE state = 'running'")
+                owners = memory.database("p").query(
+                    "SELECT lease_owner FROM jobs WHERE state = 'running' AND kind = coalesce(?, kind)", (kind,)
+                )
                 pids = {int(owner.split(":")[1]) for (owner,) in owners}
                 for slot, proc in enumerate(workers.procs):
                     if proc.pid in pids:
@@ -283,7 +368,9 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
             started = time.monotonic()
             for at in plan:
                 time.sleep(max(0.0, at - (time.monotonic() - started)))
-                slot = busy_slot() if rng.random() < 0.8 else rng.randrange(2)
+                roll = rng.random()
+                # Half the disruptions wait for a Reflector/Dropper run in flight, most others hit any job.
+                slot = busy_slot("reflect") if roll < 0.5 else busy_slot(None) if roll < 0.85 else rng.randrange(2)
                 if rng.random() < 0.6:
                     workers.kill(slot)
                     outcomes["kills"] += 1
@@ -301,13 +388,19 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
             sampler.join(timeout=10)
             check_invariants(memory, sampler)
             counts = {
+                **check_generations(memory),
                 "events": memory.database("p").query("SELECT count(*) FROM events")[0][0],
-                "model_calls": script.calls,
+                "model_calls": len(script.models),
                 **outcomes,
                 "retried_jobs": memory.database("p").query("SELECT count(*) FROM jobs WHERE attempts > 1")[0][0],
+                "retried_reflect_jobs": memory.database("p").query(
+                    "SELECT count(*) FROM jobs WHERE attempts > 1 AND kind = 'reflect'"
+                )[0][0],
+                "taken_over": memory.database("p").query("SELECT count(*) FROM generations WHERE claims > 1")[0][0],
                 "fenced_out": memory.database("p").query(
-                    "SELECT count(*) FROM om_events WHERE type = 'om_observation_failed'"
-                    " AND json_extract(data, '$.error') LIKE 'lease_lost%'"
+                    "SELECT count(*) FROM om_events WHERE type IN ('om_observation_failed', 'om_reflection_failed')"
+                    " AND (json_extract(data, '$.error') LIKE 'lease_lost%'"
+                    "  OR json_extract(data, '$.error') LIKE 'generation_lost%')"
                 )[0][0],
             }
         finally:
@@ -323,3 +416,4 @@ def test_seeded_interleaving_keeps_every_invariant(seed: int, tmp_path: Path) ->
     counts = run_seed(1000 + seed, tmp_path)
     assert counts["events"] > 20 and counts["model_calls"] > 3
     assert counts["kills"] + counts["stalls"] >= 1
+    assert counts["generations"] >= 1 and counts["dropped"] >= 1, counts

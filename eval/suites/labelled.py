@@ -176,7 +176,8 @@ def run_labelled(
                     memory, project, mode, question.query(mode), after=question.after, before=question.before
                 )
                 latencies.append(retrieved.seconds)
-                scores.add(question_scores(question, retrieved, budgets), (question.split, question.kind))
+                values = question_scores(question, retrieved, budgets)
+                scores.add(values, (question.split, question.kind), question.case)
                 bar.update(1)
         results.append(ModeResult.from_scores(mode, dataset, scores, latencies, time.perf_counter() - started))
     return results

@@ -92,7 +92,7 @@ def run_way(
                             values[f"candidates.{name}@{budgets[name]}"] = evidence_recall(
                                 turns, question.evidence, max(len(turns), 1)
                             )
-                    scores.add(values, (question.category_name,))
+                    scores.add(values, (question.category_name,), f"{item.conversation.sample_id}#{question.index}")
                     bar.update(1)
         results.append(ModeResult.from_scores(mode, dataset, scores, latencies, time.perf_counter() - started))
     return results

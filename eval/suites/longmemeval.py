@@ -81,7 +81,9 @@ def run_longmemeval(
                     retrieved = retrieve(memory, project, mode, question.text)
                     latencies[mode].append(retrieved.seconds)
                     sessions = turns_of([cites.get(m, ()) for m in retrieved.ranking])
-                    scores[mode].add(question_scores(sessions, question.answer_sessions), (question.category,))
+                    scores[mode].add(
+                        question_scores(sessions, question.answer_sessions), (question.category,), question.id
+                    )
                 bar.update(1)
             memory.release(project)
     results = [

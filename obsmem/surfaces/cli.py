@@ -45,6 +45,8 @@ COMMANDS: dict[str, str] = {
     "status": "obsmem.surfaces.cli_pipeline:status",
     "view": "obsmem.surfaces.cli_pipeline:view",
     "observe": "obsmem.surfaces.cli_pipeline:observe",
+    "reflect": "obsmem.surfaces.cli_pipeline:reflect",
+    "models": "obsmem.surfaces.cli_pipeline:models",
     "events": "obsmem.surfaces.cli_pipeline:events",
     "worker": "obsmem.surfaces.cli_pipeline:worker",
     "demo": "obsmem.surfaces.cli_demo:demo",

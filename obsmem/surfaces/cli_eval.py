@@ -6,7 +6,8 @@
     obsmem eval calibrate [--project P --questions FILE] [--max-recall-loss 0.0] [--output DIR]
 
 Every command prints one side-by-side table of the modes (``--json``: the results as JSON) and, with
-``--output DIR``, writes ``results.json``, ``run.json``, ``report.md`` and PNG plots there. The Python
+``--output DIR``, writes ``results.json``, ``run.json``, ``per_question.jsonl``, ``report.md`` and PNG
+plots there. The Python
 API is :mod:`obsmem.eval.runner`; docs/eval.md explains the metrics.
 """
 
@@ -52,7 +53,7 @@ output_option = click.option(
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Directory for results.json, run.json, report.md and the PNG plots.",
+    help="Directory for results.json, run.json, per_question.jsonl, report.md and the PNG plots.",
 )
 progress_option = click.option(
     "--progress/--no-progress", default=None, help="Progress bars on stderr [default: when stderr is a terminal]."
@@ -154,7 +155,7 @@ def _finish(run: Any, output: Path | None, as_json: bool) -> None:
     for note in run.notes:
         console.print(note, style="dim")
     if output is not None:
-        console.print(f"Wrote results.json, run.json, report.md and plots to {output}")
+        console.print(f"Wrote results.json, run.json, per_question.jsonl, report.md and plots to {output}")
 
 
 def _dataset_errors(load: Callable[[], Any]) -> Any:

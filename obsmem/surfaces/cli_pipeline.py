@@ -1,4 +1,5 @@
-"""CLI commands of the observation pipeline: ``worker``, ``view``, ``observe``, ``events`` and ``status``.
+"""CLI commands of the observation pipeline: ``worker``, ``view``, ``observe``, ``reflect``, ``models``,
+``events`` and ``status``.
 
 ``status`` extends the project counts of :func:`obsmem.surfaces.cli.status` with the pipeline: a line on
 background observation and jobs, and with ``--session`` the session's progress state (the same fields as
@@ -20,9 +21,6 @@ from rich.text import Text
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, json_option, pass_app, session_option
 from obsmem.validation import session_id as check_session_id
-
-EVENT_TYPES = ("om_observation_start", "om_observation_end", "om_observation_failed", "job_failed")
-
 
 # -- worker -------------------------------------------------------------------------------------------------
 
@@ -66,21 +64,112 @@ def worker(app: App, threads: int | None, grace: float, log_level: str) -> None:
 @click.command()
 @click.argument("project")
 @click.argument("session_id", metavar="SESSION")
+@click.option(
+    "--details",
+    is_flag=True,
+    help="Inspect instead: the generation, pool pressure, reflections with the observations supporting them, "
+    "observations with their coverage tier and source events.",
+)
 @json_option
 @pass_app
-def view(app: App, project: str, session_id: str, as_json: bool) -> None:
+def view(app: App, project: str, session_id: str, details: bool, as_json: bool) -> None:
     """Print the active memory of SESSION: what an agent injects when it compacts its context.
 
     Reflections, then observations, each with its 12-character id (for `obsmem recall`), timestamp and
     importance. Instant: no model is called. Empty memory prints a note on stderr and nothing on stdout.
+    With --details, tables for people instead (or their JSON with --json).
     """
-    projection = app.service.memory(project, check_session_id(session_id, field="SESSION"))
+    session = check_session_id(session_id, field="SESSION")
+    if details:
+        found = app.service.memory_details(project, session)
+        if as_json:
+            render.emit_json(found)
+        else:
+            render.stdout().print(details_view(project, found))
+        return
+    projection = app.service.memory(project, session)
     if as_json:
         render.emit_json(projection.to_dict())
     elif projection.empty:
         click.echo(f"No memory yet for session {session_id}.", err=True)
     else:
         click.echo(projection.text)
+
+
+def pressure_line(pool: dict[str, Any]) -> str:
+    return (
+        f"{_bar(min(pool['pool_percent'], 100.0))} {pool['observation_tokens']:,} / "
+        f"{pool['observations_max_tokens']:,} tokens ({pool['pool_percent']:.1f}% of the target; reflection due "
+        f"above {pool['reflection_threshold']:,}), {pool['observations']:,} observations"
+    )
+
+
+def generation_line(generation: dict[str, Any] | None) -> str:
+    if generation is None:
+        return "none promoted yet (every observation is active)"
+    return (
+        f"{generation['number']} ({generation['id']}), promoted {generation['promoted_at'][:19].replace('T', ' ')}: "
+        f"+{generation['reflections_added']} reflections, -{generation['observations_dropped']} observations"
+    )
+
+
+def coverage_line(pool: dict[str, Any]) -> str:
+    coverage = pool["coverage"]
+    return (
+        f"{coverage['not covered']:,} not covered, {coverage['partly covered']:,} partly covered, "
+        f"{coverage['strongly covered']:,} strongly covered; {pool['reflections']:,} reflections "
+        f"(~{pool['reflection_tokens']:,} tokens); {pool['dropped_observations']:,} observations dropped"
+    )
+
+
+def details_view(project: str, found: dict[str, Any]) -> RenderableType:
+    pool = found["pool"]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("Generation", generation_line(found["generation"]))
+    grid.add_row("Pool", pressure_line(pool))
+    grid.add_row("Coverage", coverage_line(pool))
+    parts: list[RenderableType] = [Text(f"Active memory of {found['session_id']} in {project}", style="bold"), grid]
+    reflections = Table(title=f"Reflections ({len(found['reflections'])})", title_justify="left", show_lines=False)
+    reflections.add_column("id", style="cyan", no_wrap=True, min_width=12)
+    reflections.add_column("time", no_wrap=True, min_width=16)
+    reflections.add_column("gen", justify="right", no_wrap=True)
+    reflections.add_column("content", overflow="fold", ratio=3)
+    reflections.add_column("supported by", overflow="fold", ratio=1)
+    for item in found["reflections"]:
+        support = ", ".join(item["supporting_observation_ids"])
+        if item["retired_support"]:
+            support += f" ({item['retired_support']} dropped since)"
+        generation = item["generation"]
+        reflections.add_row(
+            item["id"],
+            item["timestamp"],
+            "-" if generation is None else str(generation),
+            Text(item["content"]),
+            support,
+        )
+    observations = Table(title=f"Observations ({len(found['observations'])})", title_justify="left", show_lines=False)
+    observations.add_column("id", style="cyan", no_wrap=True, min_width=12)
+    observations.add_column("time", no_wrap=True, min_width=16)
+    observations.add_column("importance", no_wrap=True)
+    observations.add_column("coverage", no_wrap=True)
+    observations.add_column("events", overflow="fold")
+    observations.add_column("content", overflow="fold", ratio=3)
+    for item in found["observations"]:
+        observations.add_row(
+            item["id"],
+            item["timestamp"],
+            item["importance"],
+            Text(item["coverage"], style=TIER_STYLE[item["coverage"]]),
+            render.seq_list(item["source_seqs"]),
+            Text(item["content"]),
+        )
+    parts += [reflections, observations]
+    return Group(*parts)
+
+
+TIER_STYLE = {"not covered": "", "partly covered": "yellow", "strongly covered": "green"}
 
 
 @click.command()
@@ -100,6 +189,97 @@ def observe(app: App, project: str, session_id: str, as_json: bool) -> None:
     else:
         note = "queued" if result.created else "already queued"
         click.echo(f"Observation of {session_id} {note} (job {result.job_id}).")
+
+
+@click.command()
+@click.argument("project")
+@click.argument("session_id", metavar="SESSION")
+@json_option
+@pass_app
+def reflect(app: App, project: str, session_id: str, as_json: bool) -> None:
+    """Queue a Reflector run over SESSION's active memory now, below the reflection threshold too.
+
+    The Dropper still runs only when the run adds a reflection and the active observations exceed
+    `pools.observations_max_tokens`. A worker does the work; follow it with `obsmem status --session`.
+    """
+    result = app.service.reflect(project, check_session_id(session_id, field="SESSION"))
+    if as_json:
+        render.emit_json({"job_id": result.job_id, "queued": result.created})
+    else:
+        note = "queued" if result.created else "already queued"
+        click.echo(f"Reflection of {session_id} {note} (job {result.job_id}).")
+
+
+ROLES = ("observer", "reflector", "dropper")
+
+
+@click.command()
+@click.argument("project")
+@click.option("--observer", "observer_model", metavar="MODEL_ID", default=None, help="Switch the Observer's model.")
+@click.option("--reflector", "reflector_model", metavar="MODEL_ID", default=None, help="Switch the Reflector's model.")
+@click.option("--dropper", "dropper_model", metavar="MODEL_ID", default=None, help="Switch the Dropper's model.")
+@click.option(
+    "--context-window",
+    type=click.IntRange(2048, 10_000_000),
+    default=None,
+    help="Context window (tokens) of the model(s) switched to in this command [default: the configured one].",
+)
+@click.option(
+    "--reset",
+    type=click.Choice(ROLES),
+    multiple=True,
+    help="Return ROLE to the model of the settings file (repeatable).",
+)
+@json_option
+@pass_app
+def models(
+    app: App,
+    project: str,
+    observer_model: str | None,
+    reflector_model: str | None,
+    dropper_model: str | None,
+    context_window: int | None,
+    reset: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Show or switch the model each pipeline role of PROJECT uses, at run time.
+
+    Without options, shows each role's model and whether it comes from the settings file or a switch.
+    A switch is stored in the project, logged as an `om_model_changed` event and used by the role's next
+    job (a running one finishes with its model). Only the model id (and its context window) can change:
+    the endpoint and key stay those of the settings file.
+    """
+    wanted = {"observer": observer_model, "reflector": reflector_model, "dropper": dropper_model}
+    changes: dict[str, Any] = {
+        role: {"model_id": model_id} | ({"context_window_tokens": context_window} if context_window else {})
+        for role, model_id in wanted.items()
+        if model_id is not None
+    }
+    clash = set(changes) & set(reset)
+    if clash:
+        raise click.UsageError(f"--reset {sorted(clash)[0]} and --{sorted(clash)[0]} contradict each other")
+    if context_window is not None and not changes:
+        raise click.UsageError("--context-window goes with --observer, --reflector or --dropper")
+    changes.update(dict.fromkeys(reset))
+    result = app.service.switch_models(project, changes) if changes else app.service.models(project)
+    if as_json:
+        render.emit_json(result)
+        return
+    table = Table(title=f"Models of {project}", title_justify="left")
+    table.add_column("role", style="bold")
+    table.add_column("model", overflow="fold")
+    table.add_column("context window", justify="right")
+    table.add_column("source")
+    for role, model in result["models"].items():
+        source = model["source"] + (
+            f" (since {model['updated_at'][:19].replace('T', ' ')})" if model["updated_at"] else ""
+        )
+        table.add_row(role, Text(model["model_id"] or "(none)"), f"{model['context_window_tokens']:,}", source)
+    console = render.stdout()
+    console.print(table)
+    if "changed" in result:
+        changed = ", ".join(result["changed"]) or "nothing (already so)"
+        console.print(f"Changed: {changed}. Each role's next job uses its model.")
 
 
 # -- events -------------------------------------------------------------------------------------------------
@@ -152,15 +332,35 @@ def event_line(event: dict[str, Any]) -> Text:
     if "cycle_id" in event:
         parts.append(f"cycle {event['cycle_id'][:8]}")
     kind = event["type"]
-    if kind.endswith("_start"):
+    if kind == "om_observation_start":
         parts.append(
             f"~{event.get('tokens_to_observe', 0):,} tokens, #{event.get('first_seq')}-#{event.get('last_seq')}"
         )
-    elif kind.endswith("_end"):
+    elif kind == "om_observation_end":
         parts.append(
             f"{event.get('duration_ms', 0):,} ms, {event.get('observations', 0)} observations, "
             f"{event.get('rejected', 0)} rejected, through #{event.get('observed_through_seq')}"
         )
+    elif kind == "om_reflection_start":
+        parts.append(
+            f"{event.get('observations', 0):,} observations (~{event.get('observation_tokens', 0):,} tokens), "
+            f"{event.get('reflections', 0):,} reflections, on generation {event.get('generation', 0)}"
+        )
+    elif kind == "om_reflection_end":
+        parts.append(
+            f"{event.get('duration_ms', 0):,} ms, {event.get('reflections', 0)} new reflections, "
+            f"{event.get('rejected', 0)} rejected, {event.get('state')} generation {event.get('generation')}"
+        )
+    elif kind == "om_dropper_start":
+        parts.append(f"~{event.get('observation_tokens', 0):,} tokens, over the target by ~{event.get('over_by', 0):,}")
+    elif kind == "om_dropper_end":
+        parts.append(
+            f"{event.get('duration_ms', 0):,} ms, {event.get('proposed', 0)} proposed, {event.get('dropped', 0)} "
+            f"dropped, ~{event.get('observation_tokens_before', 0):,} -> ~{event.get('observation_tokens_after', 0):,}"
+            " tokens"
+        )
+    elif kind == "om_model_changed":
+        parts.append(f"{event.get('role')}: {event.get('previous_model_id')} -> {event.get('model_id')}")
     elif kind.endswith("_failed") and kind != "job_failed":
         parts.append(f"{event.get('duration_ms', 0):,} ms: {event.get('error', '')}")
     elif kind == "job_failed":
@@ -188,10 +388,12 @@ def event_line(event: dict[str, Any]) -> Text:
 @json_option
 @pass_app
 def status(app: App, project: str | None, session_id: str | None, live: bool, interval: float, as_json: bool) -> None:
-    """Counts for PROJECT (or every project), with background observation; --session for its progress.
+    """Counts for PROJECT (or every project), with the background pipeline; --session for its progress.
 
     With --session SESSION: idle, observing or reflecting; the unobserved backlog against the buffer
-    threshold; memory size; the current model stage; the last error and recent pipeline events.
+    threshold; the active generation; the pool's pressure (active observation tokens against the Dropper's
+    target and the reflection threshold) and coverage tiers; the current model stage; the last error and
+    recent pipeline events.
     """
     if session_id is not None and project is None:
         raise click.UsageError("--session needs PROJECT")
@@ -253,6 +455,13 @@ def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableTy
             f"{jobs.get('queued', 0)} queued, {jobs.get('running', 0)} running, {jobs.get('failed', 0)} failed"
         )
         parts.append(Text(line, style="red" if jobs.get("failed") else ""))
+        parts.append(
+            Text(
+                f"{row['project']}: reflection {row.get('reflector', 'unknown')}; "
+                f"{row.get('generations', 0):,} generations promoted, "
+                f"{row.get('dropped_observations', 0):,} observations dropped from active memory"
+            )
+        )
     return Group(*parts)
 
 
@@ -283,13 +492,16 @@ def session_view(project: str, state: dict[str, Any], recent: Sequence[dict[str,
         f"through #{state['observed_through_seq']:,} of #{state['last_seq']:,}; "
         f"agents compact at {state['observation_threshold']:,} tokens",
     )
-    table.add_row(
-        "Memory",
-        f"{state['observation_tokens']:,} observation tokens (reflection due at "
-        f"{state['reflection_threshold']:,}), generation {state['generation_count']}",
-    )
+    pool = state["pool"]
+    table.add_row("Generation", generation_line(state["generation"]))
+    table.add_row("Pool", pressure_line(pool))
+    table.add_row("Coverage", coverage_line(pool))
     jobs = state["jobs"]
-    table.add_row("Jobs", f"{jobs['queued']} queued, {jobs['running']} running; observer {state['observer']}")
+    table.add_row(
+        "Jobs",
+        f"{jobs['queued']} queued, {jobs['running']} running; observer {state['observer']}, "
+        f"reflector {state['reflector']}",
+    )
     parts: list[RenderableType] = [headline, table]
     error = state["last_error"]
     if error:

@@ -50,9 +50,7 @@ def clip(text: str, limit: int | None, *, one_line: bool = False) -> Text:
     return Text(text, no_wrap=one_line, overflow="ellipsis" if one_line else "fold")
 
 
-def hits_table(
-    hits: Sequence[dict[str, Any]], *, title: str | None = None, content_chars: int | None = None
-) -> Table:
+def hits_table(hits: Sequence[dict[str, Any]], *, title: str | None = None, content_chars: int | None = None) -> Table:
     """One row per memory: id, date, session, importance (``reflection`` for reflections), content."""
     table = Table(title=title, title_justify="left", show_lines=content_chars is None)
     compact = content_chars is not None
@@ -79,23 +77,18 @@ def render_search(console: Console, result: dict[str, Any], *, content_chars: in
     hits = result["hits"]
     if not hits:
         console.print(
-            "No memory matched. No hits does not prove it never happened:"
-            " memory can lag or leave details out."
+            "No memory matched. No hits does not prove it never happened: memory can lag or leave details out."
         )
         return
     noun = "hit" if len(hits) == 1 else "hits"
     order = "newest first" if result["mode"] == "exact" else "most relevant first"
     console.print(
-        hits_table(
-            hits, title=f"{len(hits)} {noun} ({result['mode']} mode, {order})", content_chars=content_chars
-        )
+        hits_table(hits, title=f"{len(hits)} {noun} ({result['mode']} mode, {order})", content_chars=content_chars)
     )
     if result.get("partial"):
         console.print("The index is still being built: these are the matches among what is indexed so far.")
     if result["truncated"]:
-        console.print(
-            "More memories matched: narrow the query or the dates (--after/--before), or raise --limit."
-        )
+        console.print("More memories matched: narrow the query or the dates (--after/--before), or raise --limit.")
 
 
 def _memory_header(memory: dict[str, Any]) -> Table:
@@ -158,6 +151,21 @@ def render_recall(console: Console, recalled: dict[str, Any]) -> None:
     console.print("Verify the current state of the repository before acting on an old decision.", style="dim")
 
 
+def seq_list(seqs: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"#3-5, #9"``: event numbers, short."""
+    parts: list[str] = []
+    ordered = sorted(set(seqs))
+    index = 0
+    while index < len(ordered):
+        start = end = ordered[index]
+        while index + 1 < len(ordered) and ordered[index + 1] == end + 1:
+            index += 1
+            end = ordered[index]
+        parts.append(f"#{start}" if start == end else f"#{start}-{end}")
+        index += 1
+    return ", ".join(parts)
+
+
 def _size(count: int) -> str:
     """Bytes in at most five characters: ``812B``, ``76K``, ``1.2M``, ``14G``."""
     units = ("B", "K", "M", "G", "T")
@@ -203,17 +211,13 @@ def render_import_receipt(console: Console, receipt: dict[str, Any]) -> None:
     table.add_column("duplicates", justify="right")
     table.add_column("last seq", justify="right")
     for session, totals in receipt["sessions"].items():
-        table.add_row(
-            Text(session), str(totals["appended"]), str(totals["duplicates"]), str(totals["last_seq"])
-        )
+        table.add_row(Text(session), str(totals["appended"]), str(totals["duplicates"]), str(totals["last_seq"]))
     console.print(table)
 
 
 def render_write_receipt(console: Console, receipt: dict[str, Any]) -> None:
     added, duplicates, rejected = receipt["added"], receipt["duplicates"], receipt["rejected"]
-    console.print(
-        f"Observations: {len(added)} added, {len(duplicates)} already stored, {len(rejected)} rejected"
-    )
+    console.print(f"Observations: {len(added)} added, {len(duplicates)} already stored, {len(rejected)} rejected")
     if added:
         table = Table(title="Added", title_justify="left")
         table.add_column("index", justify="right")

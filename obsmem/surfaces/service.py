@@ -240,9 +240,39 @@ class Obsmem:
         return self.pipeline.projection(self.projects.get(project), session_id)
 
     def session_status(self, project: str, session_id: str) -> dict[str, Any]:
-        """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error."""
+        """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,
+        the active generation and the pool's pressure."""
         session_id = check_session_id(session_id)
         return self.pipeline.status(self.projects.get(project), session_id)
+
+    def memory_details(self, project: str, session_id: str) -> dict[str, Any]:
+        """The active memory for inspection: generation, pool pressure, reflections with their supporting
+        observations, observations with their coverage tier and source events."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.memory_details(self.projects.get(project), session_id)
+
+    def reflect(self, project: str, session_id: str) -> EnqueueResult:
+        """Queue a Reflector run over the session's active memory now (below the threshold too)."""
+        session_id = check_session_id(session_id)
+        db = self.projects.get(project)
+        if db.query("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)) == []:
+            from obsmem.errors import NotFound
+
+            raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
+        result = self.pipeline.request_reflection(db, session_id)
+        self._wake_workers()
+        return result
+
+    def models(self, project: str) -> dict[str, Any]:
+        """The model each role (observer, reflector, dropper) uses for its next job, and where it comes from."""
+        return self.pipeline.models(self.projects.get(project))
+
+    def switch_models(self, project: str, changes: object) -> dict[str, Any]:
+        """Switch roles' models at run time: ``{"reflector": {"model_id": "..."}, "dropper": null}``.
+
+        ``null`` returns a role to the settings file. Logged as ``om_model_changed``; used by the next job.
+        """
+        return self.pipeline.switch_models(self.projects.get(project), changes)
 
     def pipeline_events(
         self,
@@ -303,6 +333,8 @@ class Obsmem:
             sessions, events = conn.execute("SELECT count(*), coalesce(sum(event_count), 0) FROM sessions").fetchone()
             kinds = dict(conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall())
             last = conn.execute("SELECT max(updated_at) FROM sessions").fetchone()[0]
+            generations = conn.execute("SELECT count(*) FROM generations WHERE state = 'promoted'").fetchone()[0]
+            dropped = conn.execute("SELECT count(*) FROM dropped_observations").fetchone()[0]
         return {
             "project": project,
             "sessions": sessions,
@@ -312,7 +344,10 @@ class Obsmem:
             "last_activity": last,
             "database_bytes": db.path.stat().st_size,
             "mode": self.default_mode,
+            "dropped_observations": dropped,
+            "generations": generations,
             "observer": self.pipeline.observer_state,
+            "reflector": self.pipeline.reflector_state,
             "jobs": self.pipeline.queue(db).counts(),
         } | self._index_status(project)
 

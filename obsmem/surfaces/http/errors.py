@@ -10,6 +10,7 @@ unexpected is a 500 ``internal_error`` with no detail (and a log line with the t
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI
@@ -100,6 +101,25 @@ def validation_problem(exc: RequestValidationError) -> tuple[str, str, str]:
     return code, field, f"{field}: {_clean_message(err)}"
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the published API serves on this path.
+
+    Starlette's 405 names only the methods of the first route whose path matched, but one path may be
+    served by several routes (recall is GET, forget is DELETE on the same path). The OpenAPI document
+    is the public list of what is served, so the path is matched against its templates.
+    """
+    app = request.app
+    table: list[tuple[re.Pattern[str], list[str]]] | None = getattr(app.state, "method_table", None)
+    if table is None:
+        table = []
+        for template, operations in app.openapi().get("paths", {}).items():
+            pattern = re.escape(template)
+            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
+            table.append((re.compile(pattern), sorted(method.upper() for method in operations)))
+        app.state.method_table = table
+    return sorted({method for pattern, methods in table if pattern.fullmatch(request.url.path) for method in methods})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_obsmem_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ObsmemError)
@@ -115,7 +135,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return error_response(404, "not_found", "no such route; see /docs for the API")
         if exc.status_code == 405:
-            headers = {"Allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+            allowed = allowed_methods(request)
+            headers = {"Allow": ", ".join(allowed)} if allowed else None
             return error_response(405, "method_not_allowed", "method not allowed on this route", headers=headers)
         if exc.status_code == 400:
             # FastAPI raises this when a body cannot be parsed at all (e.g. JSON nested too deeply).

@@ -1,8 +1,9 @@
-"""The observation pipeline over HTTP: a session's memory (the instant projection), its progress state,
-a request to observe it now, and the project's pipeline event log as a list or a server-sent-events stream.
+"""The observation pipeline over HTTP: a session's memory (the instant projection and its details), its
+progress state, requests to observe or reflect on it now, the project's pipeline event log as a list or a
+server-sent-events stream, and switching the models of the pipeline's roles at run time.
 
 Reads are ``async def`` and call the service on the event loop (indexed reads of a few milliseconds);
-``observe`` writes, so it runs in the threadpool.
+routes that write (``observe``, ``reflect``, ``PUT models``) run in the threadpool.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.responses import PlainTextResponse, Response
 
 from obsmem.errors import ValidationFailed
+from obsmem.pipeline.model_overrides import ModelChanges
 from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
@@ -26,7 +28,19 @@ router = APIRouter(tags=["pipeline"])
 
 STREAM_POLL_SECONDS = 0.25
 STREAM_PAGE = 200
-EVENT_TYPES = ("om_observation_start", "om_observation_end", "om_observation_failed", "job_failed")
+EVENT_TYPES = (
+    "om_observation_start",
+    "om_observation_end",
+    "om_observation_failed",
+    "om_reflection_start",
+    "om_reflection_end",
+    "om_reflection_failed",
+    "om_dropper_start",
+    "om_dropper_end",
+    "om_dropper_failed",
+    "om_model_changed",
+    "job_failed",
+)
 
 
 class MemoryProjection(BaseModel):
@@ -34,19 +48,22 @@ class MemoryProjection(BaseModel):
     empty: bool = Field(description="No reflections and no observations: fall back to your own summary.")
     reflections: int
     observations: int
+    generation: int = Field(description="The active generation rendered (0 before the first promotion).")
     tokens: int = Field(description="Estimated tokens of `text`.")
     text: str = Field(description="The rendered memory, empty when `empty`.")
 
 
 class CurrentActivity(BaseModel):
-    stage: str = Field(description="`observer` (pipeline II adds `reflector` and `dropper`).")
+    stage: str = Field(description="`observer`, `reflector` or `dropper`.")
     tokens: int = Field(description="Estimated tokens the stage is working on.")
     running_seconds: float
     job_id: int
 
 
 class LastError(BaseModel):
-    type: str = Field(description="`om_observation_failed` or `job_failed`.")
+    type: str = Field(
+        description="`om_observation_failed`, `om_reflection_failed`, `om_dropper_failed` or `job_failed`."
+    )
     code: str
     message: str
     at: str
@@ -57,6 +74,38 @@ class SessionJobs(BaseModel):
     running: int
 
 
+class Generation(BaseModel):
+    number: int = Field(description="The generation count: 1 for the first promoted generation, then +1.")
+    id: str = Field(description="12-character display form of `generation_id`.")
+    generation_id: str = Field(description="Derived from the session and the active observations it started from.")
+    promoted_at: str
+    reflections_added: int
+    observations_dropped: int
+    observation_tokens_before: int
+    observation_tokens_after: int | None
+
+
+class Coverage(BaseModel):
+    model_config = {"populate_by_name": True}
+
+    not_covered: int = Field(alias="not covered", description="Active observations no reflection cites.")
+    partly_covered: int = Field(alias="partly covered", description="Cited by one reflection.")
+    strongly_covered: int = Field(alias="strongly covered", description="Cited by two or more reflections.")
+
+
+class PoolPressure(BaseModel):
+    observations: int = Field(description="Active observations.")
+    observation_tokens: int = Field(description="Their estimated tokens.")
+    observations_max_tokens: int = Field(description="`pools.observations_max_tokens`: the Dropper's target.")
+    pool_percent: float = Field(description="`observation_tokens / observations_max_tokens x 100`.")
+    reflection_threshold: int = Field(description="`reflector.reflect_after_observation_tokens`.")
+    reflection_percent: float = Field(description="`observation_tokens / reflection_threshold x 100`.")
+    reflections: int
+    reflection_tokens: int
+    dropped_observations: int = Field(description="Observations retired from the active memory (still searchable).")
+    coverage: Coverage
+
+
 class SessionStatus(BaseModel):
     session_id: str
     status: Literal["idle", "observing", "reflecting"]
@@ -64,7 +113,7 @@ class SessionStatus(BaseModel):
     threshold: int = Field(description="`observer.buffer_tokens`: the backlog that starts observation.")
     threshold_percent: float
     observation_threshold: int = Field(description="`observer.observation_threshold` (where agents compact).")
-    observation_tokens: int = Field(description="Estimated tokens of the session's observations.")
+    observation_tokens: int = Field(description="Estimated tokens of the session's active observations.")
     reflection_threshold: int
     generation_count: int
     current_activity: CurrentActivity | None
@@ -73,7 +122,63 @@ class SessionStatus(BaseModel):
     observed_through_seq: int = Field(description="Every event up to this seq is observed (never decreases).")
     last_seq: int
     observer: Literal["enabled", "disabled", "not_configured"]
+    reflector: Literal["enabled", "disabled", "not_configured"]
+    generation: Generation | None = Field(description="The active generation; null before the first promotion.")
+    pool: PoolPressure
     jobs: SessionJobs
+
+
+class ReflectionDetail(BaseModel):
+    id: str
+    memory_id: str
+    timestamp: str
+    generation: int | None = Field(description="The generation that added it (null: written outside the pipeline).")
+    content: str
+    supporting_observation_ids: list[str] = Field(description="12-character ids of the observations it cites.")
+    retired_support: int = Field(description="How many of them were dropped from the active memory since.")
+
+
+class ObservationDetail(BaseModel):
+    id: str
+    memory_id: str
+    timestamp: str
+    importance: Literal["low", "medium", "high", "critical"]
+    coverage: Literal["not covered", "partly covered", "strongly covered"]
+    citations: int = Field(description="Reflections citing it.")
+    source_seqs: list[int] = Field(description="The session events it was observed from.")
+    content: str
+
+
+class MemoryDetails(BaseModel):
+    session_id: str
+    generation_count: int
+    generation: Generation | None
+    pool: PoolPressure
+    reflections: list[ReflectionDetail] = Field(description="Active reflections, in time order.")
+    observations: list[ObservationDetail] = Field(description="Active observations, in time order.")
+
+
+class RoleModelState(BaseModel):
+    model_id: str | None = Field(description="The model the role's next job uses (null: none configured).")
+    context_window_tokens: int
+    source: Literal["settings", "override"]
+    updated_at: str | None = Field(description="When the override was set (null for `settings`).")
+
+
+class RoleModels(BaseModel):
+    observer: RoleModelState
+    reflector: RoleModelState
+    dropper: RoleModelState
+
+
+class ModelsResponse(BaseModel):
+    models: RoleModels
+
+
+class ModelsChanged(ModelsResponse):
+    changed: list[Literal["observer", "reflector", "dropper"]] = Field(
+        description="Roles whose model changed (each logged as an `om_model_changed` event)."
+    )
 
 
 class ObserveResponse(BaseModel):
@@ -154,6 +259,54 @@ def observe_session(request: Request, project: ProjectName, session_id: SessionP
     allowed_project(request, project)
     result = service_of(request).observe(project, session_id)
     return JSONBody({"job_id": result.job_id, "queued": result.created}, status_code=202)
+
+
+@router.get(
+    "/projects/{project}/sessions/{session_id}/memory/details",
+    response_model=MemoryDetails,
+    responses=errors(),
+    summary="The active memory for inspection: generation, pool pressure, support and coverage tiers",
+)
+async def session_memory_details(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).memory_details(project, session_id))
+
+
+@router.post(
+    "/projects/{project}/sessions/{session_id}/reflect",
+    response_model=ObserveResponse,
+    status_code=202,
+    responses=errors(
+        (409, "This server does not reflect: no `[model]`, or `reflector.enabled = false` (`reflection_off`).")
+    ),
+    summary="Queue a Reflector run over the session's active memory now (below the threshold too)",
+)
+def reflect_session(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
+    allowed_project(request, project)
+    result = service_of(request).reflect(project, session_id)
+    return JSONBody({"job_id": result.job_id, "queued": result.created}, status_code=202)
+
+
+@router.get(
+    "/projects/{project}/models",
+    response_model=ModelsResponse,
+    responses=errors(),
+    summary="The model each pipeline role (observer, reflector, dropper) uses for its next job",
+)
+async def get_models(request: Request, project: ProjectName) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).models(project))
+
+
+@router.put(
+    "/projects/{project}/models",
+    response_model=ModelsChanged,
+    responses=errors(),
+    summary="Switch the model of pipeline roles at run time (used by each role's next job)",
+)
+def put_models(request: Request, project: ProjectName, body: ModelChanges) -> Response:
+    allowed_project(request, project)
+    return JSONBody(service_of(request).switch_models(project, body))
 
 
 @router.get(

@@ -1,0 +1,323 @@
+"""The reflect job: threshold trigger, delta Reflector, bounded Dropper, one atomic promotion.
+
+Flow::
+
+    observe job drains a session's backlog (all its observe work is durable)
+      -> active observation tokens > reflector.reflect_after_observation_tokens?
+         and this active observation set not reflected on yet?  -> queue a "reflect" job
+            (dedupe key = the generation id, so duplicate enqueues fold into one queued job)
+    worker claims the job
+      -> read the pool (active reflections, observations with coverage tiers)
+      -> claim the generation (fenced write, with om_reflection_start)        [pipeline.generations]
+      -> Reflector: record_reflections, receipts, bounded rounds               [pipeline.reflector]
+      -> >= 1 new reflection and pool > pools.observations_max_tokens?
+           Dropper: drop_observations proposals; server ranks and caps          [pipeline.dropper]
+      -> promote (fenced write): reflections + drops + pointer by compare-and-set + end events
+
+Reflect jobs share the session's order key with observe jobs, so a session's observation and reflection
+never run at the same time: a run's snapshot of the pool only changes through its own promotion.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.dropper import DropperResult, run_dropper
+from obsmem.pipeline.generations import Claim, Drop, Promotion, claim_generation, promote
+from obsmem.pipeline.model_overrides import Override, read_overrides
+from obsmem.pipeline.pool import (
+    Pool,
+    active_observation_ids,
+    active_observation_tokens,
+    generation_id,
+    read_pool,
+    token_cost,
+)
+from obsmem.pipeline.progress import clear_activity, session_order_key, set_activity, status_write
+from obsmem.pipeline.reflector import ReflectorResult, citations_with, run_reflector
+
+from obsmem import eventlog
+from obsmem.errors import ObservationOff
+from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
+from obsmem.settings import Settings
+from obsmem.storage.connection import ProjectDatabase
+from obsmem.workers import JobContext
+
+log = logging.getLogger("obsmem.pipeline.condense")
+
+REFLECT = "reflect"
+
+
+def reflect_dedupe_key(generation: str) -> str:
+    return f"reflect:{generation}"
+
+
+class Condenser:
+    """Decides when a session's observations are condensed, and runs the reflect job."""
+
+    def __init__(self, settings: Settings, clients: ModelClients) -> None:
+        self.settings = settings
+        self.clients = clients
+
+    @property
+    def state(self) -> str:
+        """``enabled``, ``disabled`` (reflector.enabled = false) or ``not_configured`` (no model)."""
+        if not self.settings.reflector.enabled:
+            return "disabled"
+        model = self.settings.model_for("reflector")
+        return "enabled" if model.base_url and model.model_id else "not_configured"
+
+    # -- the trigger ---------------------------------------------------------------------------
+
+    def due(self, db: ProjectDatabase, session_id: str) -> str | None:
+        """The generation id to reflect under, if the session is over the threshold with a set not
+        reflected on yet (and no run of it in flight); else None."""
+        with db.read() as conn:
+            if active_observation_tokens(conn, session_id) <= self.settings.reflector.reflect_after_observation_tokens:
+                return None
+            generation = generation_id(session_id, active_observation_ids(conn, session_id))
+            row = conn.execute("SELECT state FROM generations WHERE generation_id = ?", (generation,)).fetchone()
+        if row is not None and row[0] != "running":
+            return None
+        return generation
+
+    def queue_if_due(self, queue: JobQueue, db: ProjectDatabase, session_id: str) -> EnqueueResult | None:
+        if self.state != "enabled":
+            return None
+        generation = self.due(db, session_id)
+        if generation is None:
+            return None
+        return queue.enqueue(
+            REFLECT,
+            {"session_id": session_id, "generation_id": generation},
+            order_key=session_order_key(session_id),
+            dedupe_key=reflect_dedupe_key(generation),
+        )
+
+    def request(self, queue: JobQueue, session_id: str) -> EnqueueResult:
+        """Reflect now, below the threshold too (the Dropper still only runs over the pool target)."""
+        state = self.state
+        if state != "enabled":
+            reason = "reflector.enabled is false" if state == "disabled" else "no [model] is configured"
+            raise ObservationOff(f"this server does not reflect: {reason}", code="reflection_off")
+        return queue.enqueue(
+            REFLECT,
+            {"session_id": session_id, "force": True},
+            order_key=session_order_key(session_id),
+            dedupe_key=f"reflect:{session_id}:forced",
+        )
+
+    # -- the job -------------------------------------------------------------------------------
+
+    def reflect_job(self, ctx: JobContext) -> None:
+        session_id = ctx.lease.payload.get("session_id")
+        if not isinstance(session_id, str) or self.state != "enabled":
+            return
+        db = ctx.db
+        with db.read() as conn:
+            pool = read_pool(conn, session_id)
+            overrides = read_overrides(conn)
+        threshold = self.settings.reflector.reflect_after_observation_tokens
+        if not pool.observations or (not ctx.lease.payload.get("force") and pool.observation_tokens <= threshold):
+            return
+        cycle_id = uuid.uuid4().hex
+        with ctx.fenced_write() as conn:
+            claim = claim_generation(conn, pool, job_id=ctx.lease.job_id, cycle_id=cycle_id)
+            if claim is None:
+                return  # this observation set was reflected on already (a duplicate job)
+            eventlog.record(
+                conn,
+                "om_reflection_start",
+                session_id=session_id,
+                cycle_id=cycle_id,
+                job_id=ctx.lease.job_id,
+                data={
+                    "operation": "reflect",
+                    "generation_id": claim.generation_id[:12],
+                    "generation": claim.parent_number,
+                    "observations": len(pool.observations),
+                    "observation_tokens": pool.observation_tokens,
+                    "reflections": len(pool.reflections),
+                    "reflection_tokens": pool.reflection_tokens,
+                    "threshold": threshold,
+                    "takeover": claim.takeover,
+                    "attempt": ctx.lease.attempt,
+                },
+            )
+            set_activity(conn, session_id, ctx.lease.job_id, "reflector", pool.observation_tokens)
+        _Run(self, ctx, pool, claim, overrides).run()
+
+
+class _Run:
+    """One claimed run: the two model stages and the promotion, with their events."""
+
+    def __init__(
+        self, condenser: Condenser, ctx: JobContext, pool: Pool, claim: Claim, overrides: dict[str, Override]
+    ) -> None:
+        self.condenser = condenser
+        self.settings = condenser.settings
+        self.ctx = ctx
+        self.pool = pool
+        self.claim = claim
+        self.overrides = overrides
+        self.stage = "reflection"
+        self.started = time.monotonic()
+
+    def _event(self, type_: str, data: dict[str, Any], conn: Any = None, **kwargs: Any) -> None:
+        if conn is not None:
+            eventlog.record(
+                conn,
+                type_,
+                session_id=self.pool.session_id,
+                cycle_id=self.claim.cycle_id,
+                job_id=self.ctx.lease.job_id,
+                data=data,
+            )
+        else:
+            status_write(
+                self.ctx.db, type_, self.pool.session_id, self.claim.cycle_id, self.ctx.lease.job_id, data, **kwargs
+            )
+
+    def run(self) -> None:
+        settings, pool, ctx = self.settings, self.pool, self.ctx
+        reflector_started = self.started
+        dropper_started: float | None = None
+        try:
+            reflector_model = self.condenser.clients.model("reflector", self.overrides.get("reflector"))
+            reflected = run_reflector(
+                self.condenser.clients.get("reflector", self.overrides.get("reflector")),
+                pool,
+                context_window=reflector_model.context_window_tokens,
+                ratio=settings.reflector.context_window_ratio,
+                reflection_share=settings.reflector.reflection_share,
+                threshold=settings.reflector.reflect_after_observation_tokens,
+                max_rounds=settings.reflector.max_tool_rounds,
+                max_chars=settings.reflector.max_reflection_chars,
+                max_ids=settings.reflector.max_supporting_ids,
+            )
+            reflector_ms = round((time.monotonic() - reflector_started) * 1000)
+            ctx.raise_if_lost()
+            dropped: DropperResult | None = None
+            target = settings.pools.observations_max_tokens
+            if reflected.reflections and pool.observation_tokens > target:
+                self.stage = "dropper"
+                dropper_started = time.monotonic()
+                self._event(
+                    "om_dropper_start",
+                    {
+                        "operation": "drop",
+                        "generation_id": self.claim.generation_id[:12],
+                        "observation_tokens": pool.observation_tokens,
+                        "target": target,
+                        "over_by": pool.observation_tokens - target,
+                        "new_reflections": len(reflected.reflections),
+                        "attempt": ctx.lease.attempt,
+                    },
+                    activity=("dropper", pool.observation_tokens),
+                )
+                dropper_model = self.condenser.clients.model("dropper", self.overrides.get("dropper"))
+                dropped = run_dropper(
+                    self.condenser.clients.get("dropper", self.overrides.get("dropper")),
+                    pool,
+                    reflected.reflections,
+                    citations_with(pool, reflected.reflections),
+                    target=target,
+                    context_window=dropper_model.context_window_tokens,
+                    ratio=settings.dropper.context_window_ratio,
+                    max_rounds=settings.dropper.max_tool_rounds,
+                )
+                ctx.raise_if_lost()
+            self.stage = "promotion"
+            drops = dropped.drops if dropped else []
+            self._promote(reflected, reflector_ms, dropped, drops, dropper_started)
+        except BaseException as exc:
+            self._failed(exc, dropper_started)
+            raise
+
+    def _promote(
+        self,
+        reflected: ReflectorResult,
+        reflector_ms: int,
+        dropped: DropperResult | None,
+        drops: list[Drop],
+        dropper_started: float | None,
+    ) -> None:
+        pool = self.pool
+        tokens_after = round(sum(o.tokens for o in pool.observations) - sum(d.observation.tokens for d in drops))
+        dropper_ms = round((time.monotonic() - dropper_started) * 1000) if dropper_started is not None else 0
+        with self.ctx.fenced_write() as conn:
+            promotion = promote(conn, self.claim, reflected.reflections, drops, observation_tokens_after=tokens_after)
+            kept = promotion.state == "promoted"
+            new_tokens = round(sum(token_cost(r.content) for r in reflected.reflections)) if kept else 0
+            self._event(
+                "om_reflection_end",
+                {
+                    "duration_ms": reflector_ms,
+                    "state": promotion.state,
+                    "generation": promotion.number,
+                    "reflections": promotion.reflections_added,
+                    "rejected": reflected.rejected,
+                    "duplicates": reflected.duplicates,
+                    "rounds": reflected.rounds,
+                    "stop_reason": reflected.stop_reason,
+                    "tokens_to_reflect": reflected.shown_tokens,
+                    "observations_shown": reflected.shown_observations,
+                    "prompt_tokens": reflected.prompt_tokens,
+                    "completion_tokens": reflected.completion_tokens,
+                    "observation_tokens_before": pool.observation_tokens,
+                    "observation_tokens_after": tokens_after if kept else pool.observation_tokens,
+                    "reflection_tokens_before": pool.reflection_tokens,
+                    "reflection_tokens_after": pool.reflection_tokens + new_tokens,
+                },
+                conn,
+            )
+            if dropped is not None:
+                self._event(
+                    "om_dropper_end",
+                    {
+                        "duration_ms": dropper_ms,
+                        "state": promotion.state,
+                        "generation": promotion.number,
+                        "proposed": dropped.proposed,
+                        "rejected": dropped.rejected,
+                        "dropped": promotion.observations_dropped,
+                        "capped": dropped.proposed - len(drops),
+                        "rounds": dropped.rounds,
+                        "stop_reason": dropped.stop_reason,
+                        "observations_shown": dropped.shown_observations,
+                        "prompt_tokens": dropped.prompt_tokens,
+                        "completion_tokens": dropped.completion_tokens,
+                        "observation_tokens_before": pool.observation_tokens,
+                        "observation_tokens_after": tokens_after if kept else pool.observation_tokens,
+                        "target": self.settings.pools.observations_max_tokens,
+                    },
+                    conn,
+                )
+            clear_activity(conn, pool.session_id, self.ctx.lease.job_id)
+        _log_promotion(promotion)
+
+    def _failed(self, exc: BaseException, dropper_started: float | None) -> None:
+        now = time.monotonic()
+        error = sanitise_reason(exc)
+        common = {"error": error, "attempt": self.ctx.lease.attempt, "stage": self.stage}
+        # Every stage that started gets its failure event: the Reflector's results are only kept with the
+        # promotion, so a failed Dropper (or promotion) fails the reflection too.
+        reflection_ms = round((now - self.started) * 1000)
+        self._event("om_reflection_failed", common | {"duration_ms": reflection_ms}, clear=dropper_started is None)
+        if dropper_started is not None:
+            dropper_ms = round((now - dropper_started) * 1000)
+            self._event("om_dropper_failed", common | {"duration_ms": dropper_ms}, clear=True)
+
+
+def _log_promotion(promotion: Promotion) -> None:
+    log.info(
+        "session generation %s: %s (%d reflections added, %d observations dropped)",
+        promotion.number,
+        promotion.state,
+        promotion.reflections_added,
+        promotion.observations_dropped,
+    )

@@ -1,0 +1,159 @@
+"""The bounded Dropper: the model proposes, deterministic code ranks and caps.
+
+The model proposes observations to retire through ``drop_observations``; each id is checked (it must
+name one observation of the active set) and answered with a receipt. At the end of the run the server
+ranks every accepted proposal — strongly covered before partly covered before not covered, low importance
+before critical, oldest first — and retires proposals in that order only until the pool is back under
+``pools.observations_max_tokens``: however many ids the model proposes, no more are retired than the
+overage needs. Retired observations leave the active memory only; they stay searchable and recallable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from obsmem.pipeline.condense_prompts import (
+    DROPPER_SYSTEM_PROMPT,
+    choose_for_dropper,
+    data_budget,
+    drop_observations_tool,
+    drop_rank,
+    dropper_message,
+)
+from obsmem.pipeline.generations import Drop, NewReflection
+from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.pool import IdResolver, Pool, PoolObservation, PoolReflection, token_cost
+from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
+
+MAX_IDS_PER_CALL = 2000
+REFLECTION_SHARE = 0.3  # of a request's memory budget, for the reflections that cover what may go
+
+
+def rank_and_cap(
+    proposals: Iterable[PoolObservation], citations: dict[str, int], pool_tokens: float, target: int
+) -> list[Drop]:
+    """The drops to make: proposals in the server's order, only until the pool is at or under ``target``."""
+    excess = pool_tokens - target
+    if excess <= 0:
+        return []
+    ranked = sorted((o._replace(citations=citations.get(o.memory_id, o.citations)) for o in proposals), key=drop_rank)
+    drops: list[Drop] = []
+    freed = 0.0
+    for rank, observation in enumerate(ranked):
+        if freed >= excess:
+            break
+        drops.append(Drop(observation, rank, observation.citations))
+        freed += observation.tokens
+    return drops
+
+
+@dataclass
+class DropChecker:
+    """Validates ids from ``drop_observations`` calls and collects the proposals."""
+
+    observations: dict[str, PoolObservation]
+    reflection_ids: Sequence[str]
+    pool_tokens: float
+    target: int
+    proposals: dict[str, PoolObservation] = field(default_factory=dict)
+    rejected: int = 0
+
+    def __post_init__(self) -> None:
+        self._resolver = IdResolver(self.observations, self.reflection_ids)
+
+    def check_call(self, arguments: str) -> dict[str, Any]:
+        items, problem = parse_arguments(arguments, "observation_ids", '{"observation_ids": ["a1b2c3d4e5f6", ...]}')
+        if items is None:
+            self.rejected += 1
+            return problem or {}
+        accepted: list[str] = []
+        rejected: list[dict[str, Any]] = []
+        for index, raw in enumerate(items[:MAX_IDS_PER_CALL]):
+            resolved = self._resolver.resolve(raw)
+            if resolved.memory_id is None:
+                self.rejected += 1
+                rejected.append({"index": index, "reason": resolved.problem})
+                continue
+            self.proposals[resolved.memory_id] = self.observations[resolved.memory_id]
+            accepted.append(resolved.memory_id[:12])
+        proposed_tokens = sum(o.tokens for o in self.proposals.values())
+        over = max(0.0, self.pool_tokens - self.target)
+        result: dict[str, Any] = {}
+        if accepted:
+            result["proposed"] = accepted
+        if rejected:
+            result["rejected"] = rejected
+        if len(items) > MAX_IDS_PER_CALL:
+            result["ignored"] = f"only the first {MAX_IDS_PER_CALL} ids of a call are read"
+        result["status"] = (
+            f"{len(self.proposals)} observations proposed (~{round(proposed_tokens):,} tokens); the pool is over "
+            f"budget by ~{round(over):,} tokens. The server retires proposals in its own order only until the "
+            "pool is under budget."
+        )
+        result["next"] = (
+            "Fix the rejected ids, propose more that are safe to retire, or reply without a tool call if you are done."
+            if rejected or proposed_tokens < over
+            else "Reply without a tool call if you are done."
+        )
+        return result
+
+
+@dataclass
+class DropperResult:
+    drops: list[Drop]
+    proposed: int
+    rejected: int
+    rounds: int
+    stop_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    shown_observations: int
+
+
+def run_dropper(
+    client: ChatClient,
+    pool: Pool,
+    new_reflections: Sequence[NewReflection],
+    citations: dict[str, int],
+    *,
+    target: int,
+    context_window: int,
+    ratio: float,
+    max_rounds: int,
+) -> DropperResult:
+    """One Dropper run: the model proposes, then :func:`rank_and_cap` decides."""
+    observations = [o._replace(citations=citations.get(o.memory_id, o.citations)) for o in pool.observations]
+    by_id = {o.memory_id: o for o in observations}
+    reflections = list(pool.reflections) + [
+        PoolReflection(-1, r.memory_id, r.timestamp, r.content, token_cost(r.content)) for r in new_reflections
+    ]
+    tool = drop_observations_tool()
+    budget = data_budget(context_window, ratio, DROPPER_SYSTEM_PROMPT, tool)
+    shown = choose_for_dropper(
+        reflections, observations, budget, REFLECTION_SHARE, frozenset(r.memory_id for r in new_reflections)
+    )
+    pool_tokens = sum(o.tokens for o in observations)
+    checker = DropChecker(by_id, [r.memory_id for r in reflections], pool_tokens, target)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": DROPPER_SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": dropper_message(
+                pool.session_id, shown, round(pool_tokens), target, [r.memory_id for r in new_reflections]
+            ),
+        },
+    ]
+    loop = run_tool_loop(client, messages, tool, checker.check_call, max_rounds=max_rounds)
+    drops = rank_and_cap(checker.proposals.values(), citations, pool_tokens, target)
+    return DropperResult(
+        drops=drops,
+        proposed=len(checker.proposals),
+        rejected=checker.rejected,
+        rounds=loop.rounds,
+        stop_reason=loop.stop_reason,
+        prompt_tokens=loop.prompt_tokens,
+        completion_tokens=loop.completion_tokens,
+        shown_observations=len(shown.observations),
+    )

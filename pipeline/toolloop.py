@@ -1,0 +1,90 @@
+"""The conversation every model stage has: call the one tool, get a receipt, correct, stop.
+
+Each stage (Observer, Reflector, Dropper) gives the model one tool and answers every call with a receipt
+it can act on. The conversation goes on for at most ``max_rounds`` model replies; it ends early when the
+model answers without a tool call, or when it keeps sending calls identical to earlier ones (a repetition
+loop). Calls to another tool name get an error result naming the right one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from obsmem.pipeline.llm import ChatClient
+
+REPEATED_CALLS_TO_STOP = 2
+
+
+@dataclass
+class LoopResult:
+    rounds: int
+    stop_reason: str  # "done" | "rounds_exhausted" | "repetition"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def run_tool_loop(
+    client: ChatClient,
+    messages: list[dict[str, Any]],
+    tool: dict[str, Any],
+    handle_call: Callable[[str], dict[str, Any]],
+    *,
+    max_rounds: int,
+) -> LoopResult:
+    """Talk to the model until it is done; ``handle_call(arguments)`` returns the receipt of one call."""
+    name = tool["function"]["name"]
+    seen_calls: set[str] = set()
+    repeats = 0
+    prompt_tokens = completion_tokens = 0
+    stop_reason = "rounds_exhausted"
+    rounds = 0
+    for rounds in range(1, max_rounds + 1):  # noqa: B007 - the count is reported
+        reply = client.complete(messages, tools=[tool], tool_choice="auto")
+        prompt_tokens += reply.prompt_tokens or 0
+        completion_tokens += reply.completion_tokens or 0
+        if not reply.tool_calls:
+            stop_reason = "done"
+            break
+        messages.append(reply.as_message())
+        for call in reply.tool_calls:
+            if call.name != name:
+                result: dict[str, Any] = {"error": f"there is no tool named {call.name!r}; use {name}"}
+            else:
+                fingerprint = _normalised(call.arguments)
+                if fingerprint in seen_calls:
+                    repeats += 1
+                    result = {
+                        "error": "this call is identical to an earlier one; nothing new was recorded. "
+                        "Reply without a tool call if you are done."
+                    }
+                else:
+                    seen_calls.add(fingerprint)
+                    result = handle_call(call.arguments)
+            content = json.dumps(result, ensure_ascii=False)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        if repeats >= REPEATED_CALLS_TO_STOP:
+            stop_reason = "repetition"
+            break
+    return LoopResult(rounds, stop_reason, prompt_tokens, completion_tokens)
+
+
+def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] | None, dict[str, Any] | None]:
+    """The list under ``key`` in a call's JSON arguments (a bare list is accepted too), or an error result."""
+    try:
+        document = json.loads(arguments) if arguments.strip() else None
+    except json.JSONDecodeError as exc:
+        return None, {"error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); send {example}"}
+    items = document.get(key) if isinstance(document, dict) else document
+    if not isinstance(items, list) or not items:
+        return None, {"error": f"send a non-empty list: {example}"}
+    return items, None
+
+
+def _normalised(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments.strip()
