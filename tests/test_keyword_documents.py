@@ -215,6 +215,24 @@ def test_reflections_carry_no_context_and_are_nobodys_neighbour(tmp_path: Path, 
         assert keyword_hits(service, "date", "march") == sorted([first, second, "f" * 64])
         check(service)
 
+        # A reflection written later into the indexed session (as the Reflector does) is indexed alone:
+        # no observation's rows change, and it is no neighbour for smoothing either.
+        with service.database("p").write() as conn:
+            conn.execute(
+                "INSERT INTO memories(memory_id, kind, session_id, content, date, created_at)"
+                " VALUES (?, 'reflection', 's1', 'summary delta', '2024-03-01 10:01:00', '2024-03-01')",
+                ("e" * 64,),
+            )
+        report = service.indexer.run_batch("p")
+        assert report.chunks_embedded == 1 and report.neighbours_rewritten == 0
+        assert keyword_hits(service, "next", "beta") == [first]
+        context = service.database("p").query(
+            "SELECT x.previous_row, x.next_row FROM semantic_context AS x JOIN memories AS m ON m.id = x.memory_row"
+            " WHERE m.kind = 'reflection'"
+        )
+        assert context == [(None, None), (None, None)]
+        check(service)
+
 
 def test_long_memory_first_chunk_gets_previous_last_chunk_gets_next(tmp_path: Path, model_server) -> None:  # noqa: F811
     long_text = " ".join(f"w{i}" for i in range(120))  # several chunks at 100 bytes
