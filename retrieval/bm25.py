@@ -13,7 +13,7 @@ The work. An OR query scores every match, so when the terms' document counts add
 bounds the work per query while dropping only the terms BM25 weighs least.
 
 The ranking is ``bm25(semantic_fts, body, previous, next, date)`` with the configured column weights
-(default 1.0, 1.0, 0.2, 2.0). FTS5's ``bm25()`` is negative with lower better; scores here are negated
+(default 1.0, 0.5, 0.2, 2.0). FTS5's ``bm25()`` is negative with lower better; scores here are negated
 so higher is better. With a date or session filter the match runs in its own materialised CTE and the
 filter joins afterwards — filter first, rank second — so a narrow window never loses its matches to a
 global top-k (joining ``MATCH`` with the filters directly can invert the plan).
@@ -77,7 +77,7 @@ def fts_string(text: str) -> str:
 
 
 def rank_function(weights: dict[str, float]) -> str:
-    """``bm25(1.0, 1.0, 0.2, 2.0)``: FTS5's per-query rank setting, one weight per column in order."""
+    """``bm25(1.0, 0.5, 0.2, 2.0)``: FTS5's per-query rank setting, one weight per column in order."""
     return "bm25(" + ", ".join(repr(float(weights[column])) for column in COLUMNS) + ")"
 
 

@@ -28,7 +28,7 @@ def test_toml_section_and_defaults(tmp_path: Path) -> None:
     assert semantic.fusion.method == "convex" and semantic.fusion.weights == {"bm25": 0.4, "vector": 0.5}
     assert semantic.fusion.neighbour_weight == 0.2
     assert semantic.bm25.tokenizer == "porter unicode61 remove_diacritics 2"
-    assert semantic.bm25.column_weights == {"body": 1.0, "previous": 1.0, "next": 0.2, "date": 2.0}
+    assert semantic.bm25.column_weights == {"body": 1.0, "previous": 0.5, "next": 0.2, "date": 2.0}
     assert semantic.bm25.context_characters == 300 and semantic.index.exact_scan_max_chunks is None
     assert semantic.fusion.candidates_per_list == 100 and semantic.fusion.fused_candidates == 200
     assert semantic.fusion.rrf_k == 60
@@ -43,7 +43,7 @@ def test_fusion_weights_default_per_method(tmp_path: Path) -> None:
     assert convex is not None and convex.fusion.weights == {"bm25": 0.4, "vector": 0.6}
     partial = load_settings(data_dir=tmp_path, semantic={"bm25": {"column_weights": {"next": 0.5}}}).semantic
     assert partial is not None
-    assert partial.bm25.column_weights == {"body": 1.0, "previous": 1.0, "next": 0.5, "date": 2.0}
+    assert partial.bm25.column_weights == {"body": 1.0, "previous": 0.5, "next": 0.5, "date": 2.0}
 
 
 def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
