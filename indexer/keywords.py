@@ -11,7 +11,8 @@ Every chunk is one row of ``semantic_fts`` with four columns:
 Why: in a conversation an answer often shares no word with the question about it, but follows the turn
 that asked it ("What position are you playing?" / "I'm a shooting guard"); and questions name dates
 that no memory text spells out. The column weights are applied at query time
-(``bm25(semantic_fts, 1.0, 0.5, 0.2, 2.0)`` by default: a memory's own words count most). Embeddings are of the body only.
+(``bm25(semantic_fts, 1.0, 0.5, 0.2, 2.0)`` by default: a memory's own words count most). Embeddings
+are of the body only.
 
 Order and neighbours: observations of one session in (date, row id) order, the order they were said
 in. Only observations chain: a reflection condenses many observations, so it carries no neighbour

@@ -439,14 +439,20 @@ def test_reflections_and_dropped_observations_are_found_in_hybrid_mode(
         with memory.database("p").read() as conn:
             facts = index_matches_memories(conn, memory.settings.semantic)
             assert facts["contexts_wrong"] == 0 and facts["missing"] == 0 and facts["stale"] == 0
-            assert conn.execute(
-                "SELECT count(*) FROM semantic_context AS x JOIN memories AS m ON m.id = x.memory_row"
-                " WHERE m.kind = 'reflection' AND (x.previous_row IS NOT NULL OR x.next_row IS NOT NULL)"
-            ).fetchone()[0] == 0
-            assert conn.execute(
-                "SELECT count(*) FROM semantic_context AS x JOIN dropped_observations AS d"
-                " ON d.observation_row = x.previous_row OR d.observation_row = x.next_row"
-            ).fetchone()[0] > 0
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM semantic_context AS x JOIN memories AS m ON m.id = x.memory_row"
+                    " WHERE m.kind = 'reflection' AND (x.previous_row IS NOT NULL OR x.next_row IS NOT NULL)"
+                ).fetchone()[0]
+                == 0
+            )
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM semantic_context AS x JOIN dropped_observations AS d"
+                    " ON d.observation_row = x.previous_row OR d.observation_row = x.next_row"
+                ).fetchone()[0]
+                > 0
+            )
         memory.close()
     finally:
         embeddings.stop()
