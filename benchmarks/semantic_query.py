@@ -58,7 +58,8 @@ def questions(shared: Path, count: int) -> list[str]:
 
 
 def reference(service, project: str, query: str, vector, where: Filter, limit: int) -> list[str]:
-    """Brute force: exact scan of every vector in the window, BM25 over the window, the same fusion."""
+    """Brute force: exact scan of every vector in the window, BM25 over the window, the same fusion and
+    neighbour smoothing as the product (``HybridSearcher.rank``)."""
     searcher = service.hybrid
     index = service.indexer.project(project)
     vectors = index.vectors()
@@ -70,10 +71,11 @@ def reference(service, project: str, query: str, vector, where: Filter, limit: i
             RankedList("vector", vectors.exact(vector, slots, k)),
         ]
         valid = searcher._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
-    for ranked in lists:
-        ranked.items = [item for item in ranked.items if item[0] in valid][:k]
+        for ranked in lists:
+            ranked.items = [item for item in ranked.items if item[0] in valid][:k]
+        fused = searcher.rank(conn, lists, valid, vectors, vector, where)
     hits: list[str] = []
-    for label, _ in searcher.fuse(lists, searcher.weights)[: searcher.settings.fusion.fused_candidates]:
+    for label, _ in fused[: searcher.settings.fusion.fused_candidates]:
         memory_id = valid[label].memory_id
         if memory_id not in hits:
             hits.append(memory_id)

@@ -56,20 +56,7 @@ class SemanticIndexer:
     def backfill(self, name: str, progress: Callable[[BatchReport], None] | None = None) -> dict[str, Any]:
         """Index everything pending now, in the foreground, then build and publish the graph."""
         index = self.project(name)
-        total = BatchReport()
-        while True:
-            report = index.run_batch()
-            if report.busy:
-                raise_busy()
-            total.memories += report.memories
-            total.chunks_embedded += report.chunks_embedded
-            total.chunks_reused += report.chunks_reused
-            total.reset = total.reset or report.reset
-            total.remaining = report.remaining
-            if progress is not None:
-                progress(report)
-            if report.remaining == 0:
-                break
+        total = index.backfill(progress)
         index.maintain()
         return total.to_dict() | index.status()
 
@@ -128,8 +115,3 @@ class SemanticIndexer:
             self._indexes.clear()
         self.embedder.close()
 
-
-def raise_busy() -> None:
-    from obsmem.errors import IndexBusy
-
-    raise IndexBusy("another indexer is working on this project; try again when it has finished")

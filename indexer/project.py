@@ -16,9 +16,12 @@ and a restart never repeats a finished one. Work is proportional to what changed
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from obsmem.indexer import stores
 from obsmem.indexer.chunker import Chunk, ChunkSettings, chunk_text
 from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
+from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.indexer.vectors import VectorSet, read_vector_set
 
@@ -53,6 +57,7 @@ class BatchReport:
     chunks_reused: int = 0  # chunks whose stored embedding was kept
     remaining: int = 0  # memories still pending after the batch
     busy: bool = False  # another indexer holds this project
+    neighbours_rewritten: int = 0  # other memories whose keyword rows changed with their neighbours
     reset: bool = False  # the derived data was dropped (settings changed)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +72,14 @@ class _Planned:
     chunks: list[Chunk] = field(default_factory=list)
 
 
+@dataclass
+class _Embedded:
+    plan: list[_Planned]
+    reused: dict[str, bytes]  # chunk key -> stored embedding
+    fresh: dict[str, np.ndarray] = field(default_factory=dict)  # chunk key -> new embedding
+    width: int | None = None  # dimensions of the new embeddings
+
+
 class ProjectIndex:
     def __init__(self, name: str, db: ProjectDatabase, settings: SemanticSettings, embedder: Embedder) -> None:
         self.name = name
@@ -75,7 +88,8 @@ class ProjectIndex:
         self.embedder = embedder
         self.chunking = ChunkSettings(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)
         self.signature = index_signature(embedder.identity, self.chunking)
-        self.tokenizer = settings.bm25.tokenizer
+        self.keywords = KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
+        self.keyword_signature = self.keywords.signature
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
@@ -88,18 +102,19 @@ class ProjectIndex:
             return IndexState.read(conn)
 
     def ensure_compatible(self) -> bool:
-        """Reset derived data if the signature changed; rebuild the keyword table if its tokenizer did."""
+        """Reset derived data if the signature changed; rebuild the keyword tables if their layout did."""
         state = self.state()
-        if state.compatible_with(self.signature, self.tokenizer):
+        if state.compatible_with(self.signature, self.keyword_signature):
             return False
         reset = False
         with self.db.write() as conn:
             state = IndexState.read(conn)
             if state.signature != self.signature:
-                stores.reset_derived(conn, self.signature, self.tokenizer)
+                stores.reset_derived(conn, self.signature, self.keywords)
                 reset = True
-            elif state.fts_tokenizer != self.tokenizer:
-                stores.create_fts(conn, self.tokenizer)
+            elif state.fts_tokenizer != self.keyword_signature:
+                log.info("project %s: keyword table layout changed; rebuilding it (no embedding work)", self.name)
+                self.keywords.create(conn)
         if reset:
             log.info("project %s: index settings changed; rebuilding derived data", self.name)
             with self.files.locked():
@@ -114,7 +129,7 @@ class ProjectIndex:
     def status(self) -> dict[str, Any]:
         with self.db.read() as conn:
             state = IndexState.read(conn)
-            compatible = state.compatible_with(self.signature, self.tokenizer)
+            compatible = state.compatible_with(self.signature, self.keyword_signature)
             sources = stores.source_count(conn)
             indexed = stores.indexed_count(conn) if compatible else 0
             pending = conn.execute("SELECT count(*) FROM semantic_pending").fetchone()[0]
@@ -135,26 +150,73 @@ class ProjectIndex:
 
     def run_batch(self, max_chunks: int | None = None) -> BatchReport:
         """Index one bounded batch of pending memories. Raises EmbeddingUnavailable (nothing stored)."""
+        with self._indexing() as free:
+            if not free:
+                return BatchReport(busy=True)
+            report = BatchReport(reset=self.ensure_compatible())
+            plan = self._plan(max_chunks or self.settings.index.batch_chunks)
+            crash_point("batch:read")
+            if plan:
+                self._commit(self._embed(plan), report)
+            report.remaining = self.pending_count()
+            return report
+
+    def backfill(self, progress: Callable[[BatchReport], None] | None = None) -> BatchReport:
+        """Index everything pending now, batch after batch, each committed as :meth:`run_batch` would.
+
+        The model encodes batch N+1 (in a helper thread, holding no lock) while this thread commits batch
+        N, so the SQLite writes hide behind the model's time; the graph grows as batches commit, one
+        thread, beside the model. Raises IndexBusy when another indexer holds the project.
+        """
+        with self._indexing() as free:
+            if not free:
+                raise IndexBusy("another indexer is working on this project; try again when it has finished")
+            total = BatchReport(reset=self.ensure_compatible())
+            budget = self.settings.index.batch_chunks
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-encode") as model:
+                # Batches are planned in row order, each after the one being encoded.
+                upcoming = self._plan(budget)
+                crash_point("batch:read")
+                encoding = model.submit(self._encode, self._reuse(upcoming)) if upcoming else None
+                while encoding is not None:
+                    embedded = encoding.result()
+                    upcoming = self._plan(budget, after_row=embedded.plan[-1].memory_row)
+                    crash_point("batch:read")
+                    encoding = model.submit(self._encode, self._reuse(upcoming)) if upcoming else None
+                    report = BatchReport()
+                    self._commit(embedded, report, grow_graph=True)
+                    total.memories += report.memories
+                    total.chunks_embedded += report.chunks_embedded
+                    total.chunks_reused += report.chunks_reused
+                    total.neighbours_rewritten += report.neighbours_rewritten
+                    if encoding is None and self.pending_count():
+                        upcoming = self._plan(budget)  # rows that changed behind us: another round
+                        encoding = model.submit(self._encode, self._reuse(upcoming)) if upcoming else None
+                    if progress is not None:
+                        report.remaining = self.pending_count()
+                        progress(report)
+            total.remaining = self.pending_count()
+            return total
+
+    @contextlib.contextmanager
+    def _indexing(self) -> Iterator[bool]:
+        """Both indexing locks (this process's and the project's lock file); yields False if busy."""
         if not self._batch_lock.acquire(blocking=False):
-            return BatchReport(busy=True)
+            yield False
+            return
         try:
             with self.files.locked(INDEXING_LOCK, blocking=False) as free:
-                if not free:
-                    return BatchReport(busy=True)
-                report = BatchReport(reset=self.ensure_compatible())
-                self._index_batch(report, max_chunks or self.settings.index.batch_chunks)
-                report.remaining = self.pending_count()
-                return report
+                yield free
         finally:
             self._batch_lock.release()
 
-    def _plan(self, budget: int) -> list[_Planned]:
+    def _plan(self, budget: int, *, after_row: int = 0) -> list[_Planned]:
         with self.db.read() as conn:
             rows = conn.execute(
                 "SELECT p.memory_row, p.change, m.memory_id, m.content, m.date, m.session_id"
                 " FROM semantic_pending AS p LEFT JOIN memories AS m ON m.id = p.memory_row"
-                " ORDER BY p.memory_row LIMIT ?",
-                (budget,),
+                " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?",
+                (after_row, budget),
             ).fetchall()
         plan: list[_Planned] = []
         chunk_total = 0
@@ -169,26 +231,33 @@ class ProjectIndex:
             chunk_total += len(item.chunks)
         return plan
 
-    def _index_batch(self, report: BatchReport, budget: int) -> None:
-        plan = self._plan(budget)
-        crash_point("batch:read")
-        if not plan:
-            return
-        keys = [chunk.key for item in plan for chunk in item.chunks]
+    def _embed(self, plan: list[_Planned]) -> _Embedded:
+        return self._encode(self._reuse(plan))
+
+    def _reuse(self, plan: list[_Planned]) -> _Embedded:
+        """The plan with the embeddings already stored for its chunks (re-chunked unchanged text)."""
         with self.db.read() as conn:
-            reused = stores.stored_embeddings(conn, keys)
-        texts = [chunk.text for item in plan for chunk in item.chunks if chunk.key not in reused]
-        fresh = self.embedder.embed_documents(texts) if texts else None
+            reused = stores.stored_embeddings(conn, [chunk.key for item in plan for chunk in item.chunks])
+        return _Embedded(plan, reused)
+
+    def _encode(self, embedded: _Embedded) -> _Embedded:
+        """Embed the chunks not reused. A model call: no lock or transaction is held, no database used."""
+        chunks = [chunk for item in embedded.plan for chunk in item.chunks if chunk.key not in embedded.reused]
+        if chunks:
+            fresh = self.embedder.embed_documents([chunk.text for chunk in chunks])
+            embedded.width = int(fresh.shape[1])
+            embedded.fresh = dict(zip([chunk.key for chunk in chunks], fresh, strict=True))
         crash_point("batch:embedded")
-        fresh_by_key: dict[str, np.ndarray] = {}
-        if fresh is not None:
-            new_keys = [chunk.key for item in plan for chunk in item.chunks if chunk.key not in reused]
-            fresh_by_key = dict(zip(new_keys, fresh, strict=True))
+        return embedded
+
+    def _commit(self, embedded: _Embedded, report: BatchReport, *, grow_graph: bool = False) -> None:
+        """One transaction: the plan's memories whose pending entry is unchanged get their derived rows
+        replaced (or removed), then the keyword rows of their neighbours are brought up to date."""
         with self.db.write() as conn:
             state = IndexState.read(conn)
             if state.signature != self.signature:
                 return  # reset by another process meanwhile; the next batch starts over
-            width = fresh.shape[1] if fresh is not None else state.dimensions
+            width = embedded.width if embedded.width is not None else state.dimensions
             if state.dimensions is None:
                 update_state(conn, dimensions=width)
             elif width != state.dimensions:
@@ -197,13 +266,14 @@ class ProjectIndex:
                     f"{state.dimensions}-dimensional ones"
                 )
             _, version = bump_version(conn)
-            for item in plan:
+            processed: list[int] = []
+            for item in embedded.plan:
                 current = conn.execute(
                     "SELECT change FROM semantic_pending WHERE memory_row = ?", (item.memory_row,)
                 ).fetchone()
                 if current is None or current[0] != item.change:
                     continue  # changed again (or done by another indexer): a later batch takes it
-                stores.remove_chunks(conn, item.memory_row, version)
+                stores.remove_chunks(conn, item.memory_row, version, self.keywords)
                 if item.memory is not None:
                     memory_id, content, date, session_id = item.memory
                     conn.execute(
@@ -212,11 +282,11 @@ class ProjectIndex:
                         (item.memory_row, memory_id, content_hash(content), len(item.chunks)),
                     )
                     for chunk in item.chunks:
-                        if chunk.key in reused:
-                            vector = np.frombuffer(reused[chunk.key], dtype=np.float32)
+                        if chunk.key in embedded.reused:
+                            vector = np.frombuffer(embedded.reused[chunk.key], dtype=np.float32)
                             report.chunks_reused += 1
                         else:
-                            vector = fresh_by_key[chunk.key]
+                            vector = embedded.fresh[chunk.key]
                             report.chunks_embedded += 1
                         stores.insert_chunk(
                             conn,
@@ -229,11 +299,16 @@ class ProjectIndex:
                             vector=vector,
                         )
                 conn.execute("DELETE FROM semantic_pending WHERE memory_row = ?", (item.memory_row,))
+                processed.append(item.memory_row)
                 report.memories += 1
+            report.neighbours_rewritten += self.keywords.sync(conn, processed)
             crash_point("batch:written")
         crash_point("batch:committed")
-        if self._vectors is not None:
-            self.vectors()  # apply the commit to the in-memory vectors now
+        if self._vectors is not None or grow_graph:
+            vectors = self.vectors()  # apply the commit to the in-memory vectors (and graph) now
+            if grow_graph and vectors is not None and vectors.graph is None and vectors.live:
+                index = self.settings.index
+                vectors.build_graph(m=index.hnsw_m, ef_construction=index.hnsw_ef_construction, threads=1)
 
     # -- in-memory vectors and the graph file ----------------------------------------------------
 
@@ -244,7 +319,7 @@ class ProjectIndex:
         try:
             with self.db.read() as conn:
                 state = IndexState.read(conn)
-                if not state.compatible_with(self.signature, self.tokenizer):
+                if not state.compatible_with(self.signature, self.keyword_signature):
                     return None
                 current = self._vectors
                 if current is not None and current.refresh(conn, state):

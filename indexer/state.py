@@ -3,7 +3,8 @@
 - ``signature`` — what the derived data was made with (embedding model, chunk settings). A different
   configured signature means the index is incompatible: every derived row is dropped and rebuilt.
 - ``dimensions`` — vector size, learnt from the first valid embedding reply.
-- ``fts_tokenizer`` — tokenizer of the keyword table; a change rebuilds only that table.
+- ``fts_tokenizer`` — the keyword tables' signature (layout, tokenizer, context size; see
+  :func:`obsmem.indexer.keywords.keyword_signature`); a change rebuilds only those tables.
 - ``dirty`` — committed as 1 before a write that spans SQLite and the index file directory, cleared
   when both agree again. Seen at start-up it means the file side cannot be trusted: the HNSW file is
   discarded and rebuilt from the stored embeddings (no model call). Canonical rows are never touched.
@@ -48,8 +49,8 @@ class IndexState:
         row = conn.execute(f"SELECT {_COLUMNS} FROM semantic_state WHERE id = 1").fetchone()
         return cls(row[0], row[1], row[2], bool(row[3]), *row[4:])
 
-    def compatible_with(self, signature: str, tokenizer: str) -> bool:
-        return self.signature == signature and self.fts_tokenizer == tokenizer
+    def compatible_with(self, signature: str, keyword_signature: str) -> bool:
+        return self.signature == signature and self.fts_tokenizer == keyword_signature
 
 
 def index_signature(embedder_identity: str, chunking: ChunkSettings) -> str:

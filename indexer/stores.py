@@ -1,39 +1,20 @@
-"""The derived stores in SQLite: chunk rows, their FTS5 keyword table and their embeddings.
+"""The derived stores in SQLite: chunk rows, their keyword rows and their embeddings.
 
-A chunk's row id is its vector label (AUTOINCREMENT, so a label is never reused). ``semantic_fts`` is an
-external-content FTS5 table over ``semantic_chunks.text``; its tokenizer is a setting, so it is created
-here rather than in a migration. Embeddings are stored as float32 blobs checked by sqlite-vec
-(``vec_f32``), so the graph index can always be rebuilt from them without calling the model.
+A chunk's row id is its vector label (AUTOINCREMENT, so a label is never reused) and its keyword row's
+rowid in ``semantic_fts`` (contextual keyword documents, see :mod:`obsmem.indexer.keywords`, which
+writes them). Embeddings are stored as float32 blobs checked by sqlite-vec (``vec_f32``), so the graph
+index can always be rebuilt from them without calling the model.
 """
 
 from __future__ import annotations
 
 import apsw
 import numpy as np
+from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.state import bump_version, update_state
 
-FTS_TABLE = "semantic_fts"
-FTS_VOCAB = "semantic_fts_vocab"
 
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def create_fts(conn: apsw.Connection, tokenizer: str) -> None:
-    """(Re)create the keyword table with ``tokenizer`` and fill it from the stored chunks."""
-    conn.execute(f"DROP TABLE IF EXISTS {FTS_VOCAB}")
-    conn.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
-    conn.execute(
-        f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(text, content='semantic_chunks', content_rowid='id', "
-        f"tokenize={_quoted(tokenizer)})"
-    )
-    conn.execute(f"CREATE VIRTUAL TABLE {FTS_VOCAB} USING fts5vocab({FTS_TABLE}, 'row')")
-    conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
-    update_state(conn, fts_tokenizer=tokenizer)
-
-
-def reset_derived(conn: apsw.Connection, signature: str, tokenizer: str) -> None:
+def reset_derived(conn: apsw.Connection, signature: str, keywords: KeywordDocuments) -> None:
     """Drop every derived row and queue every memory again (one transaction; canonical rows untouched)."""
     conn.execute("DELETE FROM semantic_vectors")
     conn.execute("DELETE FROM semantic_chunks")
@@ -43,7 +24,7 @@ def reset_derived(conn: apsw.Connection, signature: str, tokenizer: str) -> None
         "INSERT INTO semantic_pending(memory_row) SELECT id FROM memories WHERE true"
         " ON CONFLICT(memory_row) DO UPDATE SET change = change + 1"
     )
-    create_fts(conn, tokenizer)
+    keywords.create(conn)
     _, version = bump_version(conn)
     update_state(
         conn,
@@ -59,11 +40,13 @@ def reset_derived(conn: apsw.Connection, signature: str, tokenizer: str) -> None
     )
 
 
-def remove_chunks(conn: apsw.Connection, memory_row: int, version: int) -> list[int]:
+def remove_chunks(
+    conn: apsw.Connection, memory_row: int, version: int, keywords: KeywordDocuments
+) -> list[int]:
     """Delete a memory's chunks, their keyword rows and embeddings; returns the removed labels."""
-    rows = conn.execute("SELECT id, text FROM semantic_chunks WHERE memory_row = ?", (memory_row,)).fetchall()
-    for label, text in rows:
-        conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', ?, ?)", (label, text))
+    labels = [row[0] for row in conn.execute("SELECT id FROM semantic_chunks WHERE memory_row = ?", (memory_row,))]
+    keywords.remove(conn, memory_row, labels)
+    for label in labels:
         conn.execute("DELETE FROM semantic_vectors WHERE chunk = ?", (label,))
         conn.execute(
             "INSERT INTO semantic_removed(label, version) VALUES (?, ?)"
@@ -72,7 +55,7 @@ def remove_chunks(conn: apsw.Connection, memory_row: int, version: int) -> list[
         )
     conn.execute("DELETE FROM semantic_chunks WHERE memory_row = ?", (memory_row,))
     conn.execute("DELETE FROM semantic_sources WHERE memory_row = ?", (memory_row,))
-    return [label for label, _ in rows]
+    return labels
 
 
 def insert_chunk(
@@ -95,7 +78,6 @@ def insert_chunk(
         "INSERT INTO semantic_vectors(chunk, embedding) VALUES (?, vec_f32(?))",
         (label, np.ascontiguousarray(vector, dtype=np.float32).tobytes()),
     )
-    conn.execute(f"INSERT INTO {FTS_TABLE}(rowid, text) VALUES (?, ?)", (label, text))
     return int(label)
 
 

@@ -118,11 +118,12 @@ class VectorSet:
             if self._journal is not None:
                 self._journal.append(("add", added))
 
-    def _graph_add(self, graph: hnswlib.Index, slots: list[int]) -> None:
+    def _graph_add(self, graph: hnswlib.Index, slots: list[int], threads: int = 1) -> None:
+        # One thread by default: additions follow indexing batches, beside the embedding model.
         needed = graph.get_current_count() + len(slots)
         if needed > graph.get_max_elements():
             graph.resize_index(max(needed, int(graph.get_max_elements() * 1.5) + 1024))
-        graph.add_items(self.matrix[slots], self.labels[slots], replace_deleted=True)
+        graph.add_items(self.matrix[slots], self.labels[slots], num_threads=threads, replace_deleted=True)
         self.graph_live += len(slots)
         self.graph_deleted = graph.get_current_count() - self.graph_live  # new items may reuse deleted slots
 
@@ -163,7 +164,10 @@ class VectorSet:
             if self.version < state.removed_floor or state.dimensions != self.dimensions:
                 return False
             removed = [
-                row[0] for row in conn.execute("SELECT label FROM semantic_removed WHERE version > ?", (self.version,))
+                row[0]
+                for row in conn.execute(
+                    "SELECT label FROM semantic_removed WHERE version > ?", (self.version,)
+                )
             ]
             rows = conn.execute(
                 "SELECT v.chunk, v.embedding, c.date, c.session_id FROM semantic_vectors AS v"
@@ -193,7 +197,7 @@ class VectorSet:
                 except RuntimeError:
                     continue
             if missing:
-                self._graph_add(graph, missing)
+                self._graph_add(graph, missing, threads=-1)
             graph.set_ef(self.ef_search)
             self.graph = graph
             # How far the file is behind: what the next publish would bring it up to date with.
@@ -254,13 +258,45 @@ class VectorSet:
             slots = np.flatnonzero(self.alive[: self.count])
         if len(slots) == 0 or k <= 0:
             return []
-        scores = self.matrix[slots] @ query
+        scores = self._scores(query, slots)
         top = np.argpartition(-scores, k - 1)[:k] if len(slots) > k else np.arange(len(slots))
         # Ties by label, so the order is deterministic.
         order = top[np.lexsort((self.labels[slots[top]], -scores[top]))]
         return [(int(self.labels[slots[i]]), float(scores[i])) for i in order]
 
-    def approximate(self, query: np.ndarray, k: int, where: Filter | None = None) -> list[tuple[int, float]] | None:
+    def _scores(self, query: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """``matrix[slots] @ query`` without copying long runs of consecutive slots.
+
+        Memories are mostly written in date order, so a date window is mostly one run of slots; a
+        matrix-vector product over a view of the run reads each row once, where gathering the rows
+        first would copy them (measured at 245k rows: 62 ms against 283 ms)."""
+        matrix = self.matrix
+        if len(slots) < 4096:
+            return matrix[slots] @ query
+        breaks = np.flatnonzero(np.diff(slots) != 1) + 1
+        starts = np.concatenate(([0], breaks))
+        ends = np.concatenate((breaks, [len(slots)]))
+        if len(starts) * 64 > len(slots):  # scattered: runs too short for views to pay
+            return matrix[slots] @ query
+        scores = np.empty(len(slots), dtype=np.float32)
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            first = int(slots[start])
+            scores[start:end] = matrix[first : first + (end - start)] @ query
+        return scores
+
+    def similarities(self, query: np.ndarray, labels: list[int]) -> dict[int, float]:
+        """The exact inner product of ``query`` with each of ``labels`` held here (others are left out)."""
+        with self.lock:
+            known = [(label, self.slot_of[label]) for label in labels if label in self.slot_of]
+            if not known:
+                return {}
+            slots = np.fromiter((slot for _, slot in known), dtype=np.int64, count=len(known))
+            scores = self.matrix[slots] @ query
+        return {label: float(score) for (label, _), score in zip(known, scores, strict=True)}
+
+    def approximate(
+        self, query: np.ndarray, k: int, where: Filter | None = None
+    ) -> list[tuple[int, float]] | None:
         """Top-k from the graph (None if there is no graph or it cannot return k filtered items)."""
         with self.lock:
             graph = self.graph

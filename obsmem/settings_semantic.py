@@ -165,18 +165,36 @@ class RerankerSettings(_Section):
         return self
 
 
+FUSION_METHODS = ("convex", "rrf")
+# Each method's list weights when `weights` does not name a list. Convex: the blend measured on LoCoMo
+# (docs/semantic.md, "Why convex fusion"); RRF: the usual equal weights.
+DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {
+    "convex": {"bm25": 0.4, "vector": 0.6},
+    "rrf": {"bm25": 1.0, "vector": 1.0},
+}
+
+
 class FusionSettings(_Section):
     """How the BM25 and vector lists become one ranking."""
 
-    method: Literal["rrf", "convex"] = Field(
-        default="rrf",
-        description="`rrf`: reciprocal-rank fusion, sum of weight / (rrf_k + rank); `convex`: weighted sum of "
-        "min-max normalised scores.",
+    method: Literal["convex", "rrf"] = Field(
+        default="convex",
+        description="`convex`: weights['bm25'] * bm25 / best bm25 + weights['vector'] * cosine, the cosine "
+        "exact for every candidate; `rrf`: reciprocal-rank fusion, sum of weight / (rrf_k + rank).",
     )
-    rrf_k: float = Field(default=60.0, gt=0, le=10_000, description="The RRF constant k.")
+    rrf_k: float = Field(default=60.0, gt=0, le=10_000, description="The RRF constant k (`rrf` only).")
     weights: dict[Literal["bm25", "vector"], float] = Field(
-        default_factory=lambda: {"bm25": 1.0, "vector": 1.0},
-        description="Weight of each list, e.g. `{ bm25 = 1.0, vector = 0.5 }`. A weight of 0 turns a list off.",
+        default_factory=dict,
+        description="Weight of each list, e.g. `{ bm25 = 0.4, vector = 0.6 }`. A list not named gets the "
+        "method's default (`convex`: bm25 0.4, vector 0.6; `rrf`: 1.0 each). A weight of 0 turns a list off.",
+    )
+    neighbour_weight: float = Field(
+        default=0.2,
+        ge=0,
+        le=10,
+        description="Neighbour smoothing: each fused candidate gains this share of the best fused score among "
+        "its neighbours in the same session (a neighbour that is not a candidate enters with that share "
+        "alone). 0 turns it off.",
     )
     candidates_per_list: int = Field(default=100, gt=0, le=1000, description="Chunks taken from each list.")
     fused_candidates: int = Field(
@@ -186,24 +204,34 @@ class FusionSettings(_Section):
     @field_validator("weights")
     @classmethod
     def _weights(cls, value: dict[str, float]) -> dict[str, float]:
-        merged = {"bm25": 1.0, "vector": 1.0, **value}
-        for name, weight in merged.items():
+        for name, weight in value.items():
             if not math.isfinite(weight) or weight < 0:
                 raise ValueError(f"weight of '{name}' must be a finite number >= 0")
-        if not any(merged.values()):
+        return value
+
+    @model_validator(mode="after")
+    def _method_weights(self) -> FusionSettings:
+        self.weights = {**DEFAULT_WEIGHTS[self.method], **self.weights}
+        if not any(self.weights.values()):
             raise ValueError("at least one list needs a weight above 0")
-        return merged
+        return self
 
 
 _TOKENIZER = re.compile(r"[a-z0-9_ ]{1,200}")
 
 
+KEYWORD_COLUMNS = ("body", "previous", "next", "date")
+# A memory's own words outweigh its neighbours': with `previous` as heavy as `body`, the memory right after a
+# match scores about as high as the match itself (docs/eval.md, "Why the recipe works").
+DEFAULT_COLUMN_WEIGHTS: dict[str, float] = {"body": 1.0, "previous": 0.5, "next": 0.2, "date": 2.0}
+
+
 class Bm25Settings(_Section):
-    """The keyword list: an FTS5 table over chunk text."""
+    """The keyword list: an FTS5 table of contextual keyword documents (docs/semantic.md)."""
 
     tokenizer: str = Field(
-        default="unicode61 remove_diacritics 2",
-        description="The FTS5 `tokenize` argument, e.g. `porter unicode61` for English stemming. Changing it "
+        default="porter unicode61 remove_diacritics 2",
+        description="The FTS5 `tokenize` argument (default: English stemming over unicode61). Changing it "
         "rebuilds only the keyword table (no embedding work).",
     )
     stopwords: Literal["english", "none"] = Field(
@@ -218,6 +246,31 @@ class Bm25Settings(_Section):
         "their document counts stays within this (the rarest term is always kept). FTS5 scores every "
         "match of an OR query: about 20 ms per 20,000 matches here.",
     )
+    column_weights: dict[Literal["body", "previous", "next", "date"], float] = Field(
+        default_factory=lambda: dict(DEFAULT_COLUMN_WEIGHTS),
+        description="BM25 weight of each column of a keyword document: `body` (the chunk), `previous` / "
+        "`next` (the end of the memory before it and the start of the one after it in its session), "
+        "`date` (its date as words, `8 May 2023`). Unnamed columns keep their defaults (1.0, 0.5, 0.2, "
+        "2.0). Applied at query time: changing them rebuilds nothing.",
+    )
+    context_characters: int = Field(
+        default=300,
+        ge=0,
+        le=10_000,
+        description="Characters of each neighbouring memory kept in `previous` / `next` (cut at a word "
+        "boundary); 0 leaves them empty. Changing it rebuilds only the keyword table.",
+    )
+
+    @field_validator("column_weights")
+    @classmethod
+    def _column_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        merged = {**DEFAULT_COLUMN_WEIGHTS, **value}
+        for name, weight in merged.items():
+            if not math.isfinite(weight) or weight < 0:
+                raise ValueError(f"weight of column '{name}' must be a finite number >= 0")
+        if merged["body"] <= 0:
+            raise ValueError("the weight of column 'body' must be above 0")
+        return {name: merged[name] for name in KEYWORD_COLUMNS}
 
     @field_validator("tokenizer")
     @classmethod
@@ -250,11 +303,12 @@ class IndexSettings(_Section):
     poll_seconds: float = Field(
         default=5.0, gt=0, description="How often the background indexer looks for writes made elsewhere."
     )
-    exact_scan_max_chunks: int = Field(
-        default=50_000,
+    exact_scan_max_chunks: int | None = Field(
+        default=None,
         ge=0,
-        description="A date or session filter that leaves at most this many chunks is ranked by an exact "
-        "vector scan (no omissions); larger windows use the HNSW graph with the filter.",
+        description="Unset (the default): every date- or session-filtered search ranks the window's vectors "
+        "by an exact scan, so nothing inside the window can be missed. A number: windows larger than it use "
+        "the HNSW graph with the filter instead (faster for huge windows, but it may omit matches).",
     )
     hnsw_m: int = Field(default=16, ge=4, le=128, description="HNSW graph degree M.")
     hnsw_ef_construction: int = Field(default=200, ge=10, le=2000, description="HNSW build-time ef.")

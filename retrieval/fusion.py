@@ -1,14 +1,23 @@
-"""Fusion: several ranked lists of chunk labels -> one ranking.
+"""Fusion: the BM25 list and the vector list -> one ranking, then neighbour smoothing.
 
 Each method is a small pure function over :class:`RankedList` objects and per-list weights; the
 configured one is chosen once by name (:func:`fuser`). Ties are broken by the best rank an item has in
 any list, then by list order (as given), so the result is deterministic.
 
+- ``convex`` (the default) — ``weights["bm25"] * bm25 / best_bm25 + weights["vector"] * cosine`` over
+  the union of both lists' candidates. BM25 has no fixed scale, so it is divided by the query's best
+  BM25 score; an item the BM25 list lacks scores 0 there (exact for an OR query that does not match
+  it). The cosine already has a fixed scale and is used raw — not normalised over the candidates, which
+  would stretch a flat cosine list to [0, 1] and let it outvote a decisive BM25 list — and it is the
+  exact cosine for every candidate, BM25-only ones included (the caller computes those from the stored
+  embeddings). Default weights 0.4 and 0.6.
 - ``rrf`` — reciprocal-rank fusion (Cormack, Clarke and Büttcher, SIGIR 2009): an item scores
-  ``sum(weight / (k + rank))`` over the lists that hold it, ranks counted from 1. Uses ranks only, so
-  lists with incomparable scores (BM25, cosine) combine without calibration.
-- ``convex`` — a weighted sum of each list's scores min-max normalised to [0, 1] within the list
-  (absent items contribute 0). Uses score gaps, which RRF ignores.
+  ``sum(weight / (k + rank))`` over the lists that hold it, ranks counted from 1. Ranks only: it throws
+  away how much better the first BM25 match is than the tenth, which is why it loses to BM25 alone at
+  small k on conversational memories (docs/semantic.md, "Why convex fusion").
+
+:func:`neighbour_smoothing` then lifts each candidate by a share of its best-scoring session neighbour,
+so an answer that shares no word with the question still follows the turn that asked it.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from obsmem.retrieval.ranked import RankedList
 
 Fused = list[tuple[int, float]]
-Fuser = Callable[[Sequence[RankedList], Mapping[str, float]], Fused]
+Fuser = Callable[..., Fused]
 
 
 def _ordered(scores: dict[int, float], first_seen: dict[int, tuple[int, int]]) -> Fused:
@@ -45,24 +54,59 @@ def reciprocal_rank_fusion(lists: Sequence[RankedList], weights: Mapping[str, fl
     return _ordered(scores, _first_seen(lists))
 
 
-def convex_fusion(lists: Sequence[RankedList], weights: Mapping[str, float]) -> Fused:
+def convex_fusion(
+    lists: Sequence[RankedList], weights: Mapping[str, float], cosines: Mapping[int, float] | None = None
+) -> Fused:
+    """``cosines`` maps candidates to their exact cosine; without it (or for a label it lacks) the vector
+    list's own score is used, and 0 for an item only the BM25 list holds."""
+    lexical: dict[int, float] = {}
+    similarity: dict[int, float] = {}
+    for ranked in lists:
+        if ranked.name == "bm25":
+            lexical.update(ranked.items)
+        elif ranked.name == "vector":
+            similarity.update(ranked.items)
+    if cosines:
+        similarity.update(cosines)
+    best = max(lexical.values(), default=0.0)
+    w_lexical, w_vector = weights.get("bm25", 0.0), weights.get("vector", 0.0)
     scores: dict[int, float] = {}
     for ranked in lists:
-        weight = weights.get(ranked.name, 1.0)
-        if weight == 0 or not ranked.items:
-            continue
-        values = [score for _, score in ranked.items]
-        low, high = min(values), max(values)
-        span = high - low
-        for label, score in ranked.items:
-            normalised = (score - low) / span if span > 0 else 1.0
-            scores[label] = scores.get(label, 0.0) + weight * normalised
+        for label in ranked.labels:
+            if label in scores:
+                continue
+            normalised = lexical.get(label, 0.0) / best if best > 0 else 0.0
+            scores[label] = w_lexical * normalised + w_vector * similarity.get(label, 0.0)
     return _ordered(scores, _first_seen(lists))
 
 
+def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], weight: float) -> Fused:
+    """``score + weight * max(0, best neighbour's score)``: a strong match lifts the memories beside it.
+
+    ``neighbours`` maps labels to the labels beside them (both ways). A neighbour that is not among
+    ``fused`` enters with that share alone when it is positive. Ties keep the fused order; entrants tie
+    after every candidate, by label.
+    """
+    if weight <= 0 or not fused:
+        return list(fused)
+    scores = dict(fused)
+    order = {label: position for position, (label, _) in enumerate(fused)}
+    reached = dict.fromkeys(scores)
+    for label in scores:
+        reached.update(dict.fromkeys(neighbours.get(label, ())))
+    smoothed: dict[int, float] = {}
+    for label in reached:
+        best = max((scores[other] for other in neighbours.get(label, ()) if other in scores), default=0.0)
+        if label in scores or best > 0:
+            smoothed[label] = scores.get(label, 0.0) + weight * max(best, 0.0)
+    tail = len(order)
+    return sorted(smoothed.items(), key=lambda item: (-item[1], order.get(item[0], tail), item[0]))
+
+
 def fuser(method: str, *, rrf_k: float = 60.0) -> Fuser:
+    """``fuse(lists, weights, cosines=None)`` for a method name; an unknown name is a ValueError."""
     if method == "rrf":
-        return lambda lists, weights: reciprocal_rank_fusion(lists, weights, rrf_k)
+        return lambda lists, weights, cosines=None: reciprocal_rank_fusion(lists, weights, rrf_k)
     if method == "convex":
         return convex_fusion
-    raise ValueError(f"unknown fusion method '{method}' (known: rrf, convex)")
+    raise ValueError(f"unknown fusion method '{method}' (known: convex, rrf)")

@@ -1,16 +1,20 @@
-"""Hybrid ``memory_search``: BM25 and vector lists, fusion, optional rerank, chunks -> memories.
+"""Hybrid ``memory_search``: BM25 and vector lists, fusion, smoothing, optional rerank, chunks -> memories.
 
 Order of work for one query:
 
 1. readiness — an uninitialised, incompatible (settings changed) or still-empty index is
    ``index_building`` with ``indexed_count`` and ``source_count``; never a silent fallback to exact;
 2. the query embedding — a model call, made with no lock or transaction held;
-3. in one read snapshot: the keyword list and the vector list (each up to ``candidates_per_list``
-   valid chunks), with any date or session filter applied first; every candidate chunk is checked
-   against the current memory (same memory id, same content hash, inside the filter), so deleted or
-   edited memories never come back from stale chunks;
-4. fusion to ``fused_candidates`` chunks, the optional rerank (after the snapshot is released), then
-   the chunks collapse to their memories in order and the limit applies.
+3. in one read snapshot: the keyword list (BM25 over the contextual keyword documents) and the vector
+   list (each up to ``candidates_per_list`` valid chunks), with any date or session filter applied
+   first; every candidate chunk is checked against the current memory (same memory id, same content
+   hash, inside the filter), so deleted or edited memories never come back from stale chunks;
+4. fusion (convex by default: BM25 scaled by its best score, blended with the exact cosine of every
+   candidate), then neighbour smoothing (each candidate gains a share of its best session neighbour's
+   score; neighbours that were not candidates may enter, after the same checks), cut to
+   ``fused_candidates`` chunks;
+5. the optional rerank (after the snapshot is released), then the chunks collapse to their memories in
+   order and the limit applies.
 
 ``truncated`` says a candidate budget or the limit was reached; ``partial`` says memories are still
 waiting to be indexed (search served what is indexed). No scores are returned.
@@ -31,11 +35,12 @@ import apsw
 import numpy as np
 from obsmem.indexer import stores
 from obsmem.indexer.engine import SemanticIndexer
+from obsmem.indexer.keywords import CONTEXT_TABLE
 from obsmem.indexer.project import ProjectIndex
 from obsmem.indexer.state import IndexState
 from obsmem.indexer.vectors import Filter, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
-from obsmem.retrieval.fusion import fuser
+from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -65,12 +70,13 @@ def vector_list(
     query: np.ndarray,
     k: int,
     where: Filter,
-    exact_max: int,
+    exact_max: int | None,
     slots: np.ndarray | None = None,
 ) -> RankedList:
     """Top-k chunks by cosine similarity among those passing the filter (filter first, then rank).
 
-    ``slots`` is the filter's selection when the caller has already made it."""
+    ``slots`` is the filter's selection when the caller has already made it. A filtered selection is
+    ranked by an exact scan unless ``exact_max`` is set and the selection is larger."""
     result = RankedList("vector")
     if where.is_open:
         items = vectors.approximate(query, k + 1)
@@ -80,7 +86,7 @@ def vector_list(
         if slots is None:
             slots = vectors.selection(where)
         items = None
-        if len(slots) > exact_max:
+        if exact_max is not None and len(slots) > exact_max:
             items = vectors.approximate(query, k + 1, where)
         if items is None:
             items = vectors.exact(query, slots, k + 1)
@@ -115,7 +121,8 @@ class StageRankings:
     """Memory ids, best first, after each stage of one search (a memory ranks where its best chunk does).
 
     ``bm25`` and ``vector`` are the candidate lists at their budget (None when not computed), ``fused``
-    the fused candidates at the fused budget (before any rerank), ``final`` the whole final ranking: the
+    the fused and smoothed candidates at the fused budget (before any rerank), ``final`` the whole final
+    ranking: the
     hits are its first ``limit`` entries. ``rerank_scores`` (internal, never shown to users) are the raw
     reranker scores of ``final``'s memories, or None without a rerank.
     """
@@ -144,6 +151,8 @@ class HybridSearcher:
         self.bm25 = Bm25List(settings.bm25)
         self.fuse = fuser(settings.fusion.method, rrf_k=settings.fusion.rrf_k)
         self.weights = settings.fusion.weights
+        self.exact_cosines = settings.fusion.method == "convex"
+        self.neighbour_weight = settings.fusion.neighbour_weight
 
     def _building(self, index: ProjectIndex, conn: apsw.Connection, compatible: bool) -> IndexBuilding:
         return IndexBuilding(
@@ -164,7 +173,7 @@ class HybridSearcher:
         index = self.indexer.project(project)
         with index.db.read() as conn:
             state = IndexState.read(conn)
-            if not state.compatible_with(index.signature, index.tokenizer) or state.dimensions is None:
+            if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
                 if stores.source_count(conn) == 0:
                     return SearchResult(mode="hybrid"), stages
                 raise self._building(index, conn, compatible=False)
@@ -176,7 +185,7 @@ class HybridSearcher:
         k = fusion.candidates_per_list
         with index.db.read() as conn:
             state = IndexState.read(conn)
-            if vectors is None or not state.compatible_with(index.signature, index.tokenizer):
+            if vectors is None or not state.compatible_with(index.signature, index.keyword_signature):
                 raise self._building(index, conn, compatible=False)
             if vectors.live == 0:
                 if stores.source_count(conn) == 0:
@@ -201,14 +210,13 @@ class HybridSearcher:
                 exact_max = self.settings.index.exact_scan_max_chunks
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
             valid = self._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
-        for ranked in lists:
-            kept = [item for item in ranked.items if item[0] in valid]
-            ranked.full = ranked.full or len(kept) > k
-            ranked.items = kept[:k]
+            for ranked in lists:
+                kept = [item for item in ranked.items if item[0] in valid]
+                ranked.full = ranked.full or len(kept) > k
+                ranked.items = kept[:k]
+            fused = self.rank(conn, lists, valid, vectors, query_vector, where)
         for ranked in lists:
             setattr(stages, ranked.name, _memories(ranked.labels, valid))
-        # One list alone keeps its own order: fusion of one list is that list.
-        fused = self.fuse(lists, self.weights) if len(lists) > 1 else list(lists[0].items)
         truncated = any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates
         candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
         stages.fused = _memories([c.label for c in candidates], valid)
@@ -241,6 +249,53 @@ class HybridSearcher:
         if plan.lists != LISTS:
             return "bm25" in plan.lists, "vector" in plan.lists
         return self.weights.get("bm25", 1.0) > 0, self.weights.get("vector", 1.0) > 0
+
+    def rank(
+        self,
+        conn: apsw.Connection,
+        lists: list[RankedList],
+        valid: dict[int, Candidate],
+        vectors: VectorSet,
+        query_vector: np.ndarray | None,
+        where: Filter,
+    ) -> Fused:
+        """The candidates' order: one list alone in its own order, or fused and smoothed.
+
+        Runs inside the read snapshot of the lists (stored embeddings and neighbours are read from it);
+        neighbours that enter are validated like the lists' candidates and added to ``valid``."""
+        if len(lists) == 1:
+            return list(lists[0].items)
+        cosines = None
+        if self.exact_cosines and query_vector is not None:
+            # Every candidate's exact cosine, BM25-only ones included (and the graph's rounding aside).
+            wanted = list(dict.fromkeys(label for ranked in lists for label in ranked.labels))
+            cosines = self._cosines(conn, vectors, query_vector, wanted)
+        fused = self.fuse(lists, self.weights, cosines)
+        if self.neighbour_weight <= 0 or not fused:
+            return fused
+        neighbours = _neighbour_labels(conn, [label for label, _ in fused])
+        entrants = {other for near in neighbours.values() for other in near} - valid.keys()
+        valid.update(self._validated(conn, entrants, where))
+        neighbours = {
+            label: [other for other in near if other in valid] for label, near in neighbours.items() if label in valid
+        }
+        return neighbour_smoothing(fused, neighbours, self.neighbour_weight)
+
+    @staticmethod
+    def _cosines(
+        conn: apsw.Connection, vectors: VectorSet, query: np.ndarray, labels: list[int]
+    ) -> dict[int, float]:
+        """Exact cosines of ``labels`` (unit vectors: inner products), from memory or the stored embeddings."""
+        found = vectors.similarities(query, labels)
+        missing = [label for label in labels if label not in found]
+        if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
+            for label, blob in conn.execute(
+                "SELECT v.chunk, v.embedding FROM json_each(?) AS wanted"
+                " JOIN semantic_vectors AS v ON v.chunk = wanted.value",
+                (json.dumps(missing),),
+            ):
+                found[int(label)] = float(np.frombuffer(blob, dtype=np.float32) @ query)
+        return found
 
     def _stale_margin(self, conn: apsw.Connection) -> int:
         """Indexed chunks whose memory has changed since (pending), capped: what the lists may lose."""
@@ -283,3 +338,39 @@ class HybridSearcher:
                 continue
             found[int(label)] = Candidate(int(label), text, memory_id, tuple(row))
         return found
+
+
+def _neighbour_labels(conn: apsw.Connection, labels: list[int]) -> dict[int, list[int]]:
+    """For each chunk label, the chunks beside it (both ways): the memory's own previous and next chunk,
+    and across memories the previous observation's last chunk and the next observation's first one."""
+    rows = conn.execute(
+        "SELECT c.id, c.memory_row, c.position, x.previous_row, x.next_row FROM json_each(?) AS wanted"
+        f" JOIN semantic_chunks AS c ON c.id = wanted.value LEFT JOIN {CONTEXT_TABLE} AS x"
+        " ON x.memory_row = c.memory_row",
+        (json.dumps(labels),),
+    ).fetchall()
+    memory_rows = {row[1] for row in rows} | {r for row in rows for r in row[3:5] if r is not None}
+    chunks: dict[int, list[int]] = {}
+    for memory_row, label in conn.execute(
+        "SELECT c.memory_row, c.id FROM json_each(?) AS wanted JOIN semantic_chunks AS c"
+        " ON c.memory_row = wanted.value ORDER BY c.memory_row, c.position",
+        (json.dumps(sorted(memory_rows)),),
+    ):
+        chunks.setdefault(int(memory_row), []).append(int(label))
+    beside: dict[int, dict[int, None]] = {}
+
+    def link(one: int, other: int) -> None:
+        beside.setdefault(one, {})[other] = None
+        beside.setdefault(other, {})[one] = None
+
+    for label, memory_row, position, previous_row, next_row in rows:
+        own = chunks.get(memory_row, [])
+        if position > 0 and position - 1 < len(own):
+            link(label, own[position - 1])
+        elif position == 0 and previous_row is not None and chunks.get(previous_row):
+            link(label, chunks[previous_row][-1])
+        if position + 1 < len(own):
+            link(label, own[position + 1])
+        elif position == len(own) - 1 and next_row is not None and chunks.get(next_row):
+            link(label, chunks[next_row][0])
+    return {label: list(near) for label, near in beside.items()}

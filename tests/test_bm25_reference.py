@@ -8,6 +8,7 @@ from pathlib import Path
 import apsw
 import pytest
 from obsmem.retrieval.bm25 import Bm25List
+from semantic_reference import keyword_documents
 from semantic_support import make_service, model_server  # noqa: F401
 
 LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo-dev5.json"
@@ -27,10 +28,13 @@ def locomo() -> tuple[list[str], list[str]]:
 
 @pytest.mark.skipif(not LOCOMO.is_file(), reason="shared LoCoMo data not present")
 def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> None:  # noqa: F811
+    """With every column weighted 1, FTS5's multi-column bm25() is BM25 over the row's four columns joined,
+    so rank-bm25 over (body + previous + next + date) tokens, built from scratch, must give the same scores."""
     from rank_bm25 import BM25Okapi
 
     turns, questions = locomo()
-    with make_service(tmp_path, model_server) as service:
+    weights = {"column_weights": {"previous": 1.0, "next": 1.0, "date": 1.0}, "max_postings": 10_000_000}
+    with make_service(tmp_path, model_server, bm25=weights) as service:
         service.append_events("p", "s1", [{"role": "user", "content": "x"} for _ in range(len(turns))])
         for start in range(0, len(turns), 500):
             receipt = service.add_observations(
@@ -49,20 +53,24 @@ def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> 
         service.index("p")
         db = service.database("p")
         conn = db.connection()
-        keyword = Bm25List(service.settings.semantic.bm25)
-        tokenize = conn.fts5_tokenizer("unicode61", ["remove_diacritics", "2"])
+        settings = service.settings.semantic
+        keyword = Bm25List(settings.bm25)
+        tokenize = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
 
         def tokens(text: str) -> list[str]:
             return [t[2] for t in tokenize(text.encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None)]
 
-        chunks = conn.execute("SELECT id, text FROM semantic_chunks ORDER BY id").fetchall()
-        labels = [label for label, _ in chunks]
+        docs, _ = keyword_documents(conn, settings)
+        docs.sort(key=lambda doc: doc.label)
+        labels = [doc.label for doc in docs]
+        assert sum(1 for doc in docs if doc.previous) > len(docs) - 5  # the documents carry their context
         # FTS5's bm25(): k1 = 1.2, b = 0.75; idf = ln((N - n + 0.5) / (n + 0.5)) (tiny floor when negative).
-        reference = BM25Okapi([tokens(text) for _, text in chunks], k1=1.2, b=0.75, epsilon=0.0)
+        corpus = [tokens(doc.body) + tokens(doc.previous) + tokens(doc.next) + tokens(doc.date) for doc in docs]
+        reference = BM25Okapi(corpus, k1=1.2, b=0.75, epsilon=0.0)
         compared = agree_top1 = 0
         overlaps = []
         for question in questions[::4]:
-            terms = [term for term, _ in keyword.terms(conn, question)]
+            terms = [token for _, found in keyword.terms(conn, question) for token in found]
             ours = keyword.search(conn, question, 10)
             if not ours.items:
                 continue
@@ -74,9 +82,10 @@ def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> 
             # Same scores for our top 10 as rank-bm25's own top 10 (ties may order differently).
             ours_scores = sorted((scores[labels.index(label)] for label in ours.labels), reverse=True)
             assert ours_scores == pytest.approx([scores[i] for i in order], rel=1e-4, abs=1e-4), question
-            agree_top1 += ours.labels[0] == theirs[0] or scores[labels.index(ours.labels[0])] == pytest.approx(
-                scores[order[0]]
-            )
+            assert [score for _, score in ours.items] == pytest.approx(ours_scores, rel=1e-4), question
+            agree_top1 += ours.labels[0] == theirs[0] or scores[
+                labels.index(ours.labels[0])
+            ] == pytest.approx(scores[order[0]])
             overlaps.append(len(set(ours.labels) & set(theirs)) / 10)
         assert compared >= 200
         assert agree_top1 == compared

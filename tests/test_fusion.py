@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from obsmem.retrieval.fusion import convex_fusion, fuser, reciprocal_rank_fusion
+from obsmem.retrieval.fusion import convex_fusion, fuser, neighbour_smoothing, reciprocal_rank_fusion
 from obsmem.retrieval.ranked import RankedList
 
 
@@ -48,14 +48,43 @@ def test_rrf_small_k_example() -> None:
 
 
 def test_convex_hand_computed() -> None:
-    # bm25 normalised: 10 -> 1, 20 -> 0.5, 30 -> 0. vector: 30 -> 1, 40 -> 0.875, 10 -> 0.
-    fused = convex_fusion(lists(), {"bm25": 1.0, "vector": 1.0})
-    assert [(label, round(score, 4)) for label, score in fused] == [
-        (10, 1.0),
-        (30, 1.0),
-        (40, 0.875),
-        (20, 0.5),
+    # 0.4 * bm25 / 9 + 0.6 * cosine, with the exact cosine of every candidate (20 is BM25-only):
+    # 10: 0.4 * 1 + 0.6 * 0.1 = 0.46; 20: 0.4 * 5/9 + 0.6 * 0.3 = 0.40222; 30: 0.4 * 1/9 + 0.6 * 0.9 = 0.58444;
+    # 40 (vector only, no BM25 match): 0.6 * 0.8 = 0.48.
+    cosines = {10: 0.1, 20: 0.3, 30: 0.9, 40: 0.8}
+    fused = convex_fusion(lists(), {"bm25": 0.4, "vector": 0.6}, cosines)
+    assert [(label, round(score, 5)) for label, score in fused] == [
+        (30, 0.58444),
+        (40, 0.48),
+        (10, 0.46),
+        (20, 0.40222),
     ]
+    # Without the exact cosines a BM25-only item counts 0 there: 20 -> 0.4 * 5/9 = 0.22222.
+    plain = convex_fusion(lists(), {"bm25": 0.4, "vector": 0.6})
+    assert [label for label, _ in plain] == [30, 40, 10, 20]
+    assert plain[-1][1] == pytest.approx(0.4 * 5 / 9)
+    # The cosine is raw, not rescaled over the candidates: a flat vector list moves little.
+    flat = convex_fusion(lists(), {"bm25": 0.4, "vector": 0.6}, {10: 0.50, 20: 0.50, 30: 0.52, 40: 0.51})
+    assert [label for label, _ in flat] == [10, 20, 30, 40]
+    assert fuser("convex")(lists(), {"bm25": 0.4, "vector": 0.6}, cosines) == fused
+
+
+def test_neighbour_smoothing_hand_computed() -> None:
+    fused = convex_fusion(lists(), {"bm25": 0.4, "vector": 0.6}, {10: 0.1, 20: 0.3, 30: 0.9, 40: 0.8})
+    beside = {10: [20], 20: [10, 50], 50: [20], 30: [40], 40: [30]}
+    smoothed = neighbour_smoothing(fused, beside, 0.2)
+    # 30: 0.58444 + 0.2 * 0.48 = 0.68044; 40: 0.48 + 0.2 * 0.58444 = 0.59689; 10: 0.46 + 0.2 * 0.40222 =
+    # 0.54044; 20: 0.40222 + 0.2 * 0.46 = 0.49422; 50 (not a candidate) enters with 0.2 * 0.40222 = 0.08044.
+    assert [(label, round(score, 5)) for label, score in smoothed] == [
+        (30, 0.68044),
+        (40, 0.59689),
+        (10, 0.54044),
+        (20, 0.49422),
+        (50, 0.08044),
+    ]
+    assert neighbour_smoothing(fused, beside, 0.0) == fused
+    # A neighbour whose only neighbour scores below zero does not enter; negative scores are not lifted.
+    assert neighbour_smoothing([(1, -0.1)], {1: [2], 2: [1]}, 0.2) == [(1, -0.1)]
 
 
 def test_unknown_method() -> None:

@@ -432,6 +432,27 @@ def test_reflections_and_dropped_observations_are_found_in_hybrid_mode(
             " ON m.id = d.observation_row LIMIT 1"
         )[0]
         assert dropped_id in [hit.memory_id for hit in memory.search("p", content, mode="hybrid").hits]
+        # Keyword documents: reflections carry no neighbour context; a dropped observation is still what
+        # was said in its place, so it stays its neighbours' neighbour. Both equal a from-scratch computation.
+        from semantic_reference import index_matches_memories
+
+        with memory.database("p").read() as conn:
+            facts = index_matches_memories(conn, memory.settings.semantic)
+            assert facts["contexts_wrong"] == 0 and facts["missing"] == 0 and facts["stale"] == 0
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM semantic_context AS x JOIN memories AS m ON m.id = x.memory_row"
+                    " WHERE m.kind = 'reflection' AND (x.previous_row IS NOT NULL OR x.next_row IS NOT NULL)"
+                ).fetchone()[0]
+                == 0
+            )
+            assert (
+                conn.execute(
+                    "SELECT count(*) FROM semantic_context AS x JOIN dropped_observations AS d"
+                    " ON d.observation_row = x.previous_row OR d.observation_row = x.next_row"
+                ).fetchone()[0]
+                > 0
+            )
         memory.close()
     finally:
         embeddings.stop()

@@ -122,18 +122,46 @@ def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, c
 
 
 def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
-    with make_service(tmp_path, model_server) as service:
-        add_memories(service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")])
+    from obsmem.indexer.keywords import keyword_signature
+
+    plain = {"tokenizer": "unicode61"}
+    with make_service(tmp_path, model_server, bm25=plain) as service:
+        add_memories(
+            service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")]
+        )
         service.index("p")
+        db = service.database("p")
+        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH 'body:\"run\"'")[0][0] == 0
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"tokenizer": "porter unicode61"}) as service:
         summary = service.index("p")
         assert summary["chunks_embedded"] == 0 and not summary["reset"]
         assert len(model_server.texts_embedded()) == embedded
         db = service.database("p")
-        assert db.query("SELECT fts_tokenizer FROM semantic_state")[0][0] == "porter unicode61"
-        # Stemming now matches "run" against "running".
-        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH '\"run\"'")[0][0] == 1
+        signature = keyword_signature("porter unicode61", 300)
+        assert db.query("SELECT fts_tokenizer FROM semantic_state")[0][0] == signature
+        # Stemming now matches "run" against "running" (in the body; the next memory has it as context).
+        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH 'body:\"run\"'")[0][0] == 1
+        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH 'previous:\"run\"'")[0][0] == 1
+        with db.read() as conn:
+            assert index_matches_memories(conn, service.settings.semantic)["contexts_wrong"] == 0
+
+
+def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", [("2024-01-01 10:00", "alpha beta gamma delta"), ("2024-01-02 10:00", "other")])
+        service.index("p")
+    embedded = len(model_server.texts_embedded())
+    with make_service(tmp_path, model_server, bm25={"context_characters": 10}) as service:
+        summary = service.index("p")
+        assert summary["chunks_embedded"] == 0 and not summary["reset"]
+        assert len(model_server.texts_embedded()) == embedded
+        db = service.database("p")
+        # The last 10 characters, from a word start: "delta" only.
+        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH 'previous:\"delta\"'")[0][0] == 1
+        assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH 'previous:\"gamma\"'")[0][0] == 0
+        with db.read() as conn:
+            assert index_matches_memories(conn, service.settings.semantic)["contexts_wrong"] == 0
 
 
 def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_server) -> None:  # noqa: F811
@@ -155,7 +183,11 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
                 assert time.monotonic() < deadline, "background indexing did not finish"
                 time.sleep(0.05)
 
-        wait_for(lambda: service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0)
+        wait_for(
+            lambda: (
+                service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0
+            )
+        )
         assert service.search("p", "auth clock").hits
         service.forget("p", ids[0])
         wait_for(lambda: service.status("p")["index"]["pending"] == 0)
@@ -164,4 +196,8 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
     with make_service(tmp_path, model_server) as other:
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
-        wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)
+        wait_for(
+            lambda: (
+                service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0
+            )
+        )

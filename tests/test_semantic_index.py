@@ -58,6 +58,7 @@ def test_backfill_then_results_match_reference(tmp_path: Path, model_server) -> 
                 "vectors_match": True,
                 "fts_match": True,
                 "pending": 0,
+                "contexts_wrong": 0,
             }
         for query in (
             "flaky auth test",

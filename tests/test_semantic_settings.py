@@ -25,11 +25,25 @@ def test_toml_section_and_defaults(tmp_path: Path) -> None:
     assert settings.semantic_enabled and semantic is not None
     assert (semantic.chunk_bytes, semantic.overlap_bytes, semantic.max_lines) == (800, 192, 80)
     assert semantic.embedding.provider == "local" and semantic.embedding.model == ""
-    assert semantic.fusion.weights == {"bm25": 1.0, "vector": 0.5}
+    assert semantic.fusion.method == "convex" and semantic.fusion.weights == {"bm25": 0.4, "vector": 0.5}
+    assert semantic.fusion.neighbour_weight == 0.2
+    assert semantic.bm25.tokenizer == "porter unicode61 remove_diacritics 2"
+    assert semantic.bm25.column_weights == {"body": 1.0, "previous": 0.5, "next": 0.2, "date": 2.0}
+    assert semantic.bm25.context_characters == 300 and semantic.index.exact_scan_max_chunks is None
     assert semantic.fusion.candidates_per_list == 100 and semantic.fusion.fused_candidates == 200
     assert semantic.fusion.rrf_k == 60
     assert semantic.reranker is not None and semantic.reranker.base_url == "http://127.0.0.1:9/v1"
     assert (semantic.reranker.batch_size, semantic.reranker.document_characters) == (8, 768)
+
+
+def test_fusion_weights_default_per_method(tmp_path: Path) -> None:
+    rrf = load_settings(data_dir=tmp_path, semantic={"fusion": {"method": "rrf"}}).semantic
+    assert rrf is not None and rrf.fusion.weights == {"bm25": 1.0, "vector": 1.0} and rrf.fusion.rrf_k == 60
+    convex = load_settings(data_dir=tmp_path, semantic={}).semantic
+    assert convex is not None and convex.fusion.weights == {"bm25": 0.4, "vector": 0.6}
+    partial = load_settings(data_dir=tmp_path, semantic={"bm25": {"column_weights": {"next": 0.5}}}).semantic
+    assert partial is not None
+    assert partial.bm25.column_weights == {"body": 1.0, "previous": 0.5, "next": 0.5, "date": 2.0}
 
 
 def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
@@ -90,6 +104,13 @@ def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
         ({"fusion": {"weights": {"bm25": 0, "vector": 0}}}, "at least one list"),
         ({"fusion": {"weights": {"bm25": -1}}}, "must be a finite number >= 0"),
         ({"fusion": {"weights": {"title": 1}}}, "semantic.fusion.weights"),
+        ({"fusion": {"method": "borda"}}, "semantic.fusion.method"),
+        ({"fusion": {"neighbour_weight": -0.1}}, "semantic.fusion.neighbour_weight"),
+        ({"bm25": {"column_weights": {"title": 1}}}, "semantic.bm25.column_weights"),
+        ({"bm25": {"column_weights": {"date": float("inf")}}}, "must be a finite number >= 0"),
+        ({"bm25": {"column_weights": {"body": 0}}}, "'body' must be above 0"),
+        ({"bm25": {"context_characters": -1}}, "semantic.bm25.context_characters"),
+        ({"index": {"exact_scan_max_chunks": -1}}, "semantic.index.exact_scan_max_chunks"),
         ({"bm25": {"tokenizer": "nope"}}, "FTS5 does not accept this tokenizer"),
         ({"bm25": {"tokenizer": "unicode61' ); DROP TABLE memories; --"}}, "may contain only"),
         ({"colour": "blue"}, "semantic.colour"),

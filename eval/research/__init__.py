@@ -1,1 +1,0 @@
-"""Retrieval research prototypes used to choose the product recipe (see the study script)."""
