@@ -95,10 +95,18 @@ def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], w
     for label in scores:
         reached.update(dict.fromkeys(neighbours.get(label, ())))
     smoothed: dict[int, float] = {}
+    score_of = scores.get
     for label in reached:
-        best = max((scores[other] for other in neighbours.get(label, ()) if other in scores), default=0.0)
-        if label in scores or best > 0:
-            smoothed[label] = scores.get(label, 0.0) + weight * max(best, 0.0)
+        best = 0.0  # a negative neighbour lifts nothing
+        for other in neighbours.get(label, ()):
+            score = score_of(other)
+            if score is not None and score > best:
+                best = score
+        own = score_of(label)
+        if own is not None:
+            smoothed[label] = own + weight * best
+        elif best > 0:
+            smoothed[label] = weight * best
     tail = len(order)
     return sorted(smoothed.items(), key=lambda item: (-item[1], order.get(item[0], tail), item[0]))
 

@@ -27,8 +27,7 @@ modes and the candidate stages through it, so what it measures is this code.
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import apsw
@@ -59,6 +58,13 @@ class Candidate:
     text: str
     memory_id: str
     row: tuple  # the memory's hit columns; turned into a Hit only if it is returned
+    # Where the chunk sits, for neighbour smoothing: its memory's row, its position among the memory's
+    # chunk_count chunks, and the rows of the observations before and after it in its session.
+    memory_row: int = 0
+    position: int = 0
+    chunk_count: int = 1
+    previous_row: int | None = None
+    next_row: int | None = None
 
     @property
     def hit(self) -> Hit:
@@ -273,12 +279,7 @@ class HybridSearcher:
         fused = self.fuse(lists, self.weights, cosines)
         if self.neighbour_weight <= 0 or not fused:
             return fused
-        neighbours = _neighbour_labels(conn, [label for label, _ in fused])
-        entrants = {other for near in neighbours.values() for other in near} - valid.keys()
-        valid.update(self._validated(conn, entrants, where))
-        neighbours = {
-            label: [other for other in near if other in valid] for label, near in neighbours.items() if label in valid
-        }
+        neighbours = self._neighbours(conn, [label for label, _ in fused], valid, where)
         return neighbour_smoothing(fused, neighbours, self.neighbour_weight)
 
     @staticmethod
@@ -292,7 +293,7 @@ class HybridSearcher:
             for label, blob in conn.execute(
                 "SELECT v.chunk, v.embedding FROM json_each(?) AS wanted"
                 " JOIN semantic_vectors AS v ON v.chunk = wanted.value",
-                (json.dumps(missing),),
+                (_json_list(missing),),
             ):
                 found[int(label)] = float(np.frombuffer(blob, dtype=np.float32) @ query)
         return found
@@ -309,68 +310,112 @@ class HybridSearcher:
 
     def _validated(self, conn: apsw.Connection, labels: set[int], where: Filter) -> dict[int, Candidate]:
         """The candidates whose chunk still describes the current memory and passes the filter."""
-        found: dict[int, Candidate] = {}
         if not labels:
-            return found
-        hashes: dict[str, str] = {}
+            return {}
         # One statement for any number of labels (a JSON array), so it is prepared once and cached.
-        rows = conn.execute(
-            "SELECT c.id, c.text, s.memory_id, s.content_hash,"
-            " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
-            " FROM json_each(?) AS wanted JOIN semantic_chunks AS c ON c.id = wanted.value"
-            " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
-            " JOIN memories AS m ON m.id = c.memory_row",
-            (json.dumps(sorted(labels)),),
-        ).fetchall()
-        lower, upper, session = where.lower, where.upper, where.session_id
-        for label, text, source_id, source_hash, *row in rows:
-            memory_id, _, session_id, date, _, content = row
-            if memory_id != source_id:
-                continue  # the row id now belongs to another memory
+        return _checked(conn.execute(_VALIDATION.format(source=_BY_LABEL), (_json_list(labels),)), where)
+
+    def _neighbours(
+        self, conn: apsw.Connection, labels: list[int], valid: dict[int, Candidate], where: Filter
+    ) -> dict[int, list[int]]:
+        """For each of ``labels`` (all in ``valid``) and each chunk beside one, the valid chunks beside it
+        (both ways): the memory's own previous and next chunk, and across memories the previous
+        observation's last chunk and the next observation's first one. Neighbours that were not
+        candidates are validated and added to ``valid``.
+
+        Where each candidate sits came with its validation; one more statement reads (and validates) every
+        chunk of the memories beside them and of the candidates' own multi-chunk memories."""
+        chosen = [valid[label] for label in labels]
+        rows = {c.previous_row for c in chosen} | {c.next_row for c in chosen}
+        rows |= {c.memory_row for c in chosen if c.chunk_count > 1}
+        rows.discard(None)
+        chunks: dict[int, list[tuple[int, int]]] = {}  # memory row -> (position, label) of every chunk
+        for c in chosen:
+            chunks.setdefault(c.memory_row, []).append((c.position, c.label))
+        if rows:
+            cursor = conn.execute(_VALIDATION.format(source=_BY_MEMORY), (_json_list(rows),))
+            seen: dict[int, list[tuple[int, int]]] = {}
+            entrants = _checked(cursor, where, seen, skip=valid.keys())
+            valid.update(entrants)
+            chunks.update(seen)
+        for memory_chunks in chunks.values():
+            memory_chunks.sort()
+        beside: dict[int, dict[int, None]] = {}
+
+        def link(one: int, other: int) -> None:
+            if one in valid and other in valid:
+                beside.setdefault(one, {})[other] = None
+                beside.setdefault(other, {})[one] = None
+
+        for c in chosen:
+            own = chunks.get(c.memory_row, [])
+            position = c.position
+            count = len(own)
+            if position > 0 and position - 1 < count:
+                link(c.label, own[position - 1][1])
+            elif position == 0 and c.previous_row is not None and chunks.get(c.previous_row):
+                link(c.label, chunks[c.previous_row][-1][1])
+            if position + 1 < count:
+                link(c.label, own[position + 1][1])
+            elif position == count - 1 and c.next_row is not None and chunks.get(c.next_row):
+                link(c.label, chunks[c.next_row][0][1])
+        return {label: list(near) for label, near in beside.items()}
+
+
+def _json_list(values: set[int] | list[int]) -> str:
+    """``[1,2,3]``: the argument of ``json_each`` (faster than json.dumps for plain integers)."""
+    return "[" + ",".join(map(str, sorted(values))) + "]"
+
+
+# The candidate chunks (by label, or every chunk of the given memory rows) with what validation needs,
+# where each sits (for neighbour smoothing) and whether its memory has changed since it was indexed.
+_BY_LABEL = "semantic_chunks AS c ON c.id = wanted.value"
+_BY_MEMORY = "semantic_chunks AS c ON c.memory_row = wanted.value"
+_VALIDATION = (
+    "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
+    " x.previous_row, x.next_row, p.memory_row IS NOT NULL,"
+    " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
+    " FROM json_each(?) AS wanted JOIN {source}"
+    " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
+    " JOIN memories AS m ON m.id = c.memory_row"
+    f" LEFT JOIN {CONTEXT_TABLE} AS x ON x.memory_row = c.memory_row"
+    " LEFT JOIN semantic_pending AS p ON p.memory_row = c.memory_row"
+)
+
+
+def _checked(
+    rows: apsw.Cursor,
+    where: Filter,
+    positions: dict[int, list[tuple[int, int]]] | None = None,
+    skip: Collection[int] = (),
+) -> dict[int, Candidate]:
+    """The rows of :data:`_VALIDATION` whose chunk still describes the current memory and pass the filter.
+
+    A memory changed since its chunks were indexed has a ``semantic_pending`` row (the memories
+    triggers write it in the same transaction as the change, on the columns checked here), so only
+    those memories' content is hashed. ``positions`` collects ``(position, label)`` of every valid chunk
+    by memory row; labels in ``skip`` are left out of the result (already validated)."""
+    found: dict[int, Candidate] = {}
+    hashes: dict[str, str] = {}
+    lower, upper, session = where.lower, where.upper, where.session_id
+    for label, text, source_id, source_hash, memory_row, position, count, previous, following, pending, *row in rows:
+        memory_id, _, session_id, date, _, content = row
+        if memory_id != source_id:
+            continue  # the row id now belongs to another memory
+        if pending:
             digest = hashes.get(memory_id)
             if digest is None:
                 digest = hashes[memory_id] = hashlib.sha256(content.encode("utf-8")).hexdigest()
             if digest != source_hash:
                 continue  # edited since it was indexed
-            if (lower is not None and date < lower) or (upper is not None and date > upper):
-                continue
-            if session is not None and session_id != session:
-                continue
-            found[int(label)] = Candidate(int(label), text, memory_id, tuple(row))
-        return found
-
-
-def _neighbour_labels(conn: apsw.Connection, labels: list[int]) -> dict[int, list[int]]:
-    """For each chunk label, the chunks beside it (both ways): the memory's own previous and next chunk,
-    and across memories the previous observation's last chunk and the next observation's first one."""
-    rows = conn.execute(
-        "SELECT c.id, c.memory_row, c.position, x.previous_row, x.next_row FROM json_each(?) AS wanted"
-        f" JOIN semantic_chunks AS c ON c.id = wanted.value LEFT JOIN {CONTEXT_TABLE} AS x"
-        " ON x.memory_row = c.memory_row",
-        (json.dumps(labels),),
-    ).fetchall()
-    memory_rows = {row[1] for row in rows} | {r for row in rows for r in row[3:5] if r is not None}
-    chunks: dict[int, list[int]] = {}
-    for memory_row, label in conn.execute(
-        "SELECT c.memory_row, c.id FROM json_each(?) AS wanted JOIN semantic_chunks AS c"
-        " ON c.memory_row = wanted.value ORDER BY c.memory_row, c.position",
-        (json.dumps(sorted(memory_rows)),),
-    ):
-        chunks.setdefault(int(memory_row), []).append(int(label))
-    beside: dict[int, dict[int, None]] = {}
-
-    def link(one: int, other: int) -> None:
-        beside.setdefault(one, {})[other] = None
-        beside.setdefault(other, {})[one] = None
-
-    for label, memory_row, position, previous_row, next_row in rows:
-        own = chunks.get(memory_row, [])
-        if position > 0 and position - 1 < len(own):
-            link(label, own[position - 1])
-        elif position == 0 and previous_row is not None and chunks.get(previous_row):
-            link(label, chunks[previous_row][-1])
-        if position + 1 < len(own):
-            link(label, own[position + 1])
-        elif position == len(own) - 1 and next_row is not None and chunks.get(next_row):
-            link(label, chunks[next_row][0])
-    return {label: list(near) for label, near in beside.items()}
+        if (lower is not None and date < lower) or (upper is not None and date > upper):
+            continue
+        if session is not None and session_id != session:
+            continue
+        if positions is not None:
+            positions.setdefault(memory_row, []).append((position, label))
+        if label not in skip:
+            found[label] = Candidate(
+                label, text, memory_id, tuple(row), memory_row, position, count, previous, following
+            )
+    return found
