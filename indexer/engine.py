@@ -114,4 +114,3 @@ class SemanticIndexer:
                 index.close()
             self._indexes.clear()
         self.embedder.close()
-

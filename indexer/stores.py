@@ -40,9 +40,7 @@ def reset_derived(conn: apsw.Connection, signature: str, keywords: KeywordDocume
     )
 
 
-def remove_chunks(
-    conn: apsw.Connection, memory_row: int, version: int, keywords: KeywordDocuments
-) -> list[int]:
+def remove_chunks(conn: apsw.Connection, memory_row: int, version: int, keywords: KeywordDocuments) -> list[int]:
     """Delete a memory's chunks, their keyword rows and embeddings; returns the removed labels."""
     labels = [row[0] for row in conn.execute("SELECT id FROM semantic_chunks WHERE memory_row = ?", (memory_row,))]
     keywords.remove(conn, memory_row, labels)

@@ -164,10 +164,7 @@ class VectorSet:
             if self.version < state.removed_floor or state.dimensions != self.dimensions:
                 return False
             removed = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT label FROM semantic_removed WHERE version > ?", (self.version,)
-                )
+                row[0] for row in conn.execute("SELECT label FROM semantic_removed WHERE version > ?", (self.version,))
             ]
             rows = conn.execute(
                 "SELECT v.chunk, v.embedding, c.date, c.session_id FROM semantic_vectors AS v"
@@ -294,9 +291,7 @@ class VectorSet:
             scores = self.matrix[slots] @ query
         return {label: float(score) for (label, _), score in zip(known, scores, strict=True)}
 
-    def approximate(
-        self, query: np.ndarray, k: int, where: Filter | None = None
-    ) -> list[tuple[int, float]] | None:
+    def approximate(self, query: np.ndarray, k: int, where: Filter | None = None) -> list[tuple[int, float]] | None:
         """Top-k from the graph (None if there is no graph or it cannot return k filtered items)."""
         with self.lock:
             graph = self.graph

@@ -283,9 +283,7 @@ class HybridSearcher:
         return neighbour_smoothing(fused, neighbours, self.neighbour_weight)
 
     @staticmethod
-    def _cosines(
-        conn: apsw.Connection, vectors: VectorSet, query: np.ndarray, labels: list[int]
-    ) -> dict[int, float]:
+    def _cosines(conn: apsw.Connection, vectors: VectorSet, query: np.ndarray, labels: list[int]) -> dict[int, float]:
         """Exact cosines of ``labels`` (unit vectors: inner products), from memory or the stored embeddings."""
         found = vectors.similarities(query, labels)
         missing = [label for label in labels if label not in found]

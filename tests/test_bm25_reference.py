@@ -83,9 +83,9 @@ def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> 
             ours_scores = sorted((scores[labels.index(label)] for label in ours.labels), reverse=True)
             assert ours_scores == pytest.approx([scores[i] for i in order], rel=1e-4, abs=1e-4), question
             assert [score for _, score in ours.items] == pytest.approx(ours_scores, rel=1e-4), question
-            agree_top1 += ours.labels[0] == theirs[0] or scores[
-                labels.index(ours.labels[0])
-            ] == pytest.approx(scores[order[0]])
+            agree_top1 += ours.labels[0] == theirs[0] or scores[labels.index(ours.labels[0])] == pytest.approx(
+                scores[order[0]]
+            )
             overlaps.append(len(set(ours.labels) & set(theirs)) / 10)
         assert compared >= 200
         assert agree_top1 == compared

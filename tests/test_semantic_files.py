@@ -126,9 +126,7 @@ def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_serv
 
     plain = {"tokenizer": "unicode61"}
     with make_service(tmp_path, model_server, bm25=plain) as service:
-        add_memories(
-            service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")]
-        )
+        add_memories(service, "p", [("2024-01-01 10:00", "running runners ran"), ("2024-01-02 10:00", "other")])
         service.index("p")
         db = service.database("p")
         assert db.query("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH 'body:\"run\"'")[0][0] == 0
@@ -183,11 +181,7 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
                 assert time.monotonic() < deadline, "background indexing did not finish"
                 time.sleep(0.05)
 
-        wait_for(
-            lambda: (
-                service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0
-            )
-        )
+        wait_for(lambda: service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0)
         assert service.search("p", "auth clock").hits
         service.forget("p", ids[0])
         wait_for(lambda: service.status("p")["index"]["pending"] == 0)
@@ -196,8 +190,4 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
     with make_service(tmp_path, model_server) as other:
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
-        wait_for(
-            lambda: (
-                service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0
-            )
-        )
+        wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)

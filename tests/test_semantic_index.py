@@ -11,11 +11,52 @@ from semantic_support import add_memories, make_service, model_server  # noqa: F
 
 from obsmem.errors import IndexBuilding, ValidationFailed
 
-VOCABULARY = (
-    "auth login clock mock flaky test deploy arm64 runner postgres index vacuum billing ledger rename "
-    "cache redis timeout retry queue worker cron backup restore schema migration column tabs spaces "
-    "linter format commit branch review merge release tag docker image build layer python rust golang"
-).split()
+VOCABULARY = [
+    "auth",
+    "login",
+    "clock",
+    "mock",
+    "flaky",
+    "test",
+    "deploy",
+    "arm64",
+    "runner",
+    "postgres",
+    "index",
+    "vacuum",
+    "billing",
+    "ledger",
+    "rename",
+    "cache",
+    "redis",
+    "timeout",
+    "retry",
+    "queue",
+    "worker",
+    "cron",
+    "backup",
+    "restore",
+    "schema",
+    "migration",
+    "column",
+    "tabs",
+    "spaces",
+    "linter",
+    "format",
+    "commit",
+    "branch",
+    "review",
+    "merge",
+    "release",
+    "tag",
+    "docker",
+    "image",
+    "build",
+    "layer",
+    "python",
+    "rust",
+    "golang",
+]
 
 
 def corpus(count: int, seed: int = 7) -> list[tuple[str, str]]:
@@ -213,8 +254,9 @@ def test_semantic_off_indexes_nothing(tmp_path: Path) -> None:
 
 
 def test_another_indexer_makes_backfill_busy(tmp_path: Path, model_server) -> None:  # noqa: F811
-    from obsmem.errors import IndexBusy
     from obsmem.indexer.project import INDEXING_LOCK
+
+    from obsmem.errors import IndexBusy
 
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(5))
