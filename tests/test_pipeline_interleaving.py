@@ -235,6 +235,15 @@ def settle(memory: Obsmem, timeout: float) -> None:
     )
 
 
+def condensed(memory: Obsmem) -> bool:
+    """Some session has a promoted generation that retired observations (a whole reflect + drop cycle)."""
+    return bool(
+        memory.database("p").query(
+            "SELECT EXISTS (SELECT 1 FROM generations WHERE state = 'promoted' AND observations_dropped > 0)"
+        )[0][0]
+    )
+
+
 def check_generations(memory: Obsmem) -> dict[str, int]:
     db = memory.database("p")
     assert db.query("SELECT count(*) FROM generations WHERE state = 'running'") == [(0,)]
@@ -382,6 +391,15 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
         chaos.start()
         try:
             workload(memory, rng, seconds=4.0)
+            # On a loaded machine the Observer sees fewer, larger chunks and writes fewer observations, so
+            # the pool may stay under the reflection threshold: keep the conversation going (bounded)
+            # until a Reflector + Dropper cycle has been promoted, so every seed exercises all three jobs.
+            deadline = time.monotonic() + 60
+            while not condensed(memory) and time.monotonic() < deadline:
+                workload(memory, rng, seconds=1.0)
+                waited = time.monotonic() + 3.0
+                while not condensed(memory) and time.monotonic() < waited:
+                    time.sleep(0.1)
             chaos.join(timeout=60)
             settle(memory, timeout=120)
             sampler.stop_event.set()
