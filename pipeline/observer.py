@@ -20,7 +20,7 @@ from typing import Any
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.packer import Chunk, MemoryItem
 from obsmem.pipeline.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
-from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
+from obsmem.pipeline.toolloop import parse_arguments, receipt_reply, run_tool_loop
 from pydantic import ValidationError
 
 from obsmem.dates import parse_timestamp
@@ -77,13 +77,7 @@ class ItemChecker:
             else:
                 self.accepted[memory_id] = outcome
                 receipt["recorded"].append({"index": index, "id": short})
-        result: dict[str, Any] = {key: value for key, value in receipt.items() if value}
-        result["next"] = (
-            "Fix and resend only the rejected items, or reply without a tool call if you are done."
-            if receipt["rejected"]
-            else "Record anything else worth keeping, or reply without a tool call if you are done."
-        )
-        return result
+        return receipt_reply(receipt)
 
     def _check_item(self, item: Any) -> ObservationIn | str:
         if not isinstance(item, dict):

@@ -7,6 +7,7 @@ Observer, and nothing the Observer is told can pass for something the user said.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from obsmem.pipeline.packer import Chunk, MemoryItem
@@ -99,18 +100,20 @@ def record_observations_tool(max_chars: int) -> dict[str, Any]:
     }
 
 
+def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
+    """``[3, 4, 5, 9]`` -> ``[(3, 5), (9, 9)]``: runs of consecutive event numbers, in order."""
+    runs: list[tuple[int, int]] = []
+    for seq in sorted(set(seqs)):
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    return runs
+
+
 def seq_ranges(seqs: list[int]) -> str:
     """``[3, 4, 5, 9]`` -> ``"#3-#5, #9"`` (long transcripts stay short to list)."""
-    parts: list[str] = []
-    ordered = sorted(set(seqs))
-    index = 0
-    while index < len(ordered):
-        start = end = ordered[index]
-        while index + 1 < len(ordered) and ordered[index + 1] == end + 1:
-            index += 1
-            end = ordered[index]
-        parts.append(f"#{start}" if start == end else f"#{start}-#{end}")
-        index += 1
+    parts = [f"#{start}" if start == end else f"#{start}-#{end}" for start, end in seq_runs(seqs)]
     return ", ".join(parts) or "none"
 
 

@@ -25,7 +25,7 @@ from obsmem.pipeline.generations import NewReflection
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.observer import is_repetitive
 from obsmem.pipeline.pool import IdResolver, Pool, PoolObservation
-from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
+from obsmem.pipeline.toolloop import parse_arguments, receipt_reply, run_tool_loop
 
 from obsmem import ids
 from obsmem.redaction import redact_text
@@ -80,13 +80,7 @@ class ReflectionChecker:
             else:
                 self.accepted[outcome.memory_id] = outcome
                 receipt["recorded"].append({"index": index, "id": short})
-        result: dict[str, Any] = {key: value for key, value in receipt.items() if value}
-        result["next"] = (
-            "Fix and resend only the rejected items, or reply without a tool call if you are done."
-            if receipt["rejected"]
-            else "Record anything else worth keeping, or reply without a tool call if you are done."
-        )
-        return result
+        return receipt_reply(receipt)
 
     def _check_item(self, item: Any) -> NewReflection | str:
         if not isinstance(item, dict):

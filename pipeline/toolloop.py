@@ -71,6 +71,17 @@ def run_tool_loop(
     return LoopResult(rounds, stop_reason, prompt_tokens, completion_tokens)
 
 
+def receipt_reply(receipt: dict[str, list[Any]]) -> dict[str, Any]:
+    """A recording tool's reply: the non-empty parts of its receipt and what the model should do next."""
+    result: dict[str, Any] = {key: value for key, value in receipt.items() if value}
+    result["next"] = (
+        "Fix and resend only the rejected items, or reply without a tool call if you are done."
+        if receipt["rejected"]
+        else "Record anything else worth keeping, or reply without a tool call if you are done."
+    )
+    return result
+
+
 def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] | None, dict[str, Any] | None]:
     """The list under ``key`` in a call's JSON arguments (a bare list is accepted too), or an error result."""
     try:

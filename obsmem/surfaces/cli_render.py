@@ -21,6 +21,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from obsmem.pipeline.prompts import seq_runs
+
 RECALL_SOURCE_CHARS = 600
 PIPED_WIDTH = 120
 
@@ -153,17 +155,7 @@ def render_recall(console: Console, recalled: dict[str, Any]) -> None:
 
 def seq_list(seqs: Sequence[int]) -> str:
     """``[3, 4, 5, 9]`` -> ``"#3-5, #9"``: event numbers, short."""
-    parts: list[str] = []
-    ordered = sorted(set(seqs))
-    index = 0
-    while index < len(ordered):
-        start = end = ordered[index]
-        while index + 1 < len(ordered) and ordered[index + 1] == end + 1:
-            index += 1
-            end = ordered[index]
-        parts.append(f"#{start}" if start == end else f"#{start}-{end}")
-        index += 1
-    return ", ".join(parts)
+    return ", ".join(f"#{start}" if start == end else f"#{start}-{end}" for start, end in seq_runs(seqs))
 
 
 def _size(count: int) -> str:
