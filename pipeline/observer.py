@@ -20,7 +20,7 @@ from typing import Any
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.packer import Chunk, MemoryItem
 from obsmem.pipeline.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
-from obsmem.pipeline.toolloop import parse_arguments, receipt_reply, run_tool_loop
+from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
 from pydantic import ValidationError
 
 from obsmem.dates import parse_timestamp
@@ -59,25 +59,19 @@ class ItemChecker:
         if items is None:
             self.rejected += 1
             return problem or {}
-        receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
-        for index, item in enumerate(items):
-            outcome = self._check_item(item)
-            if isinstance(outcome, str):
-                self.rejected += 1
-                receipt["rejected"].append({"index": index, "reason": outcome})
-                continue
-            memory_id = outcome.memory_id()
-            short = memory_id[:12]
-            if memory_id in self.accepted:
-                self.duplicates += 1
-                receipt["duplicates"].append({"index": index, "id": short, "note": "already recorded in this request"})
-            elif self.exists(memory_id):
-                self.duplicates += 1
-                receipt["duplicates"].append({"index": index, "id": short, "note": "already in memory"})
-            else:
-                self.accepted[memory_id] = outcome
-                receipt["recorded"].append({"index": index, "id": short})
-        return receipt_reply(receipt)
+        reply = check_items(items, self._check_item, self._file)
+        self.rejected += len(reply.get("rejected", []))
+        self.duplicates += len(reply.get("duplicates", []))
+        return reply
+
+    def _file(self, outcome: ObservationIn) -> tuple[str, str | None]:
+        memory_id = outcome.memory_id()
+        if memory_id in self.accepted:
+            return memory_id[:12], "already recorded in this request"
+        if self.exists(memory_id):
+            return memory_id[:12], "already in memory"
+        self.accepted[memory_id] = outcome
+        return memory_id[:12], None
 
     def _check_item(self, item: Any) -> ObservationIn | str:
         if not isinstance(item, dict):

@@ -25,7 +25,7 @@ from obsmem.pipeline.generations import NewReflection
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.observer import is_repetitive
 from obsmem.pipeline.pool import IdResolver, Pool, PoolObservation
-from obsmem.pipeline.toolloop import parse_arguments, receipt_reply, run_tool_loop
+from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
 
 from obsmem import ids
 from obsmem.redaction import redact_text
@@ -60,27 +60,20 @@ class ReflectionChecker:
         if items is None:
             self.rejected += 1
             return problem or {}
-        receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
-        for index, item in enumerate(items):
-            outcome = self._check_item(item)
-            if isinstance(outcome, str):
-                self.rejected += 1
-                receipt["rejected"].append({"index": index, "reason": outcome})
-                continue
-            short = outcome.memory_id[:12]
-            text = _normal_text(outcome.content)
-            if outcome.memory_id in self.accepted or any(
-                _normal_text(r.content) == text for r in self.accepted.values()
-            ):
-                self.duplicates += 1
-                receipt["duplicates"].append({"index": index, "id": short, "note": "already recorded in this run"})
-            elif outcome.memory_id in self._existing_ids or text in self._existing_texts:
-                self.duplicates += 1
-                receipt["duplicates"].append({"index": index, "id": short, "note": "an existing reflection says this"})
-            else:
-                self.accepted[outcome.memory_id] = outcome
-                receipt["recorded"].append({"index": index, "id": short})
-        return receipt_reply(receipt)
+        reply = check_items(items, self._check_item, self._file)
+        self.rejected += len(reply.get("rejected", []))
+        self.duplicates += len(reply.get("duplicates", []))
+        return reply
+
+    def _file(self, outcome: NewReflection) -> tuple[str, str | None]:
+        short = outcome.memory_id[:12]
+        text = _normal_text(outcome.content)
+        if outcome.memory_id in self.accepted or any(_normal_text(r.content) == text for r in self.accepted.values()):
+            return short, "already recorded in this run"
+        if outcome.memory_id in self._existing_ids or text in self._existing_texts:
+            return short, "an existing reflection says this"
+        self.accepted[outcome.memory_id] = outcome
+        return short, None
 
     def _check_item(self, item: Any) -> NewReflection | str:
         if not isinstance(item, dict):

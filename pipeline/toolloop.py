@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from obsmem.pipeline.llm import ChatClient
 
 REPEATED_CALLS_TO_STOP = 2
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -71,8 +73,25 @@ def run_tool_loop(
     return LoopResult(rounds, stop_reason, prompt_tokens, completion_tokens)
 
 
-def receipt_reply(receipt: dict[str, list[Any]]) -> dict[str, Any]:
-    """A recording tool's reply: the non-empty parts of its receipt and what the model should do next."""
+def check_items(
+    items: list[Any],
+    check: Callable[[Any], T | str],
+    file: Callable[[T], tuple[str, str | None]],
+) -> dict[str, Any]:
+    """A recording tool's reply to one call: each item checked (``check`` returns the valid item or why
+    not), each valid one filed (``file`` returns its short id and a duplicate note, or None once it has
+    recorded it), then the non-empty parts of the receipt and what the model should do next."""
+    receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
+    for index, item in enumerate(items):
+        outcome = check(item)
+        if isinstance(outcome, str):
+            receipt["rejected"].append({"index": index, "reason": outcome})
+            continue
+        short, duplicate = file(outcome)
+        if duplicate is not None:
+            receipt["duplicates"].append({"index": index, "id": short, "note": duplicate})
+        else:
+            receipt["recorded"].append({"index": index, "id": short})
     result: dict[str, Any] = {key: value for key, value in receipt.items() if value}
     result["next"] = (
         "Fix and resend only the rejected items, or reply without a tool call if you are done."
