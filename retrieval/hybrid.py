@@ -27,7 +27,7 @@ modes and the candidate stages through it, so what it measures is this code.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import apsw
@@ -267,8 +267,9 @@ class HybridSearcher:
     ) -> Fused:
         """The candidates' order: one list alone in its own order, or fused and smoothed.
 
-        Runs inside the read snapshot of the lists (stored embeddings and neighbours are read from it);
-        neighbours that enter are validated like the lists' candidates and added to ``valid``."""
+        Runs inside the read snapshot of the lists (stored embeddings and neighbours are read from it).
+        Smoothing stops one past the ``fused_candidates`` budget (enough to tell whether it was reached);
+        neighbours that enter that far are validated like the lists' candidates and added to ``valid``."""
         if len(lists) == 1:
             return list(lists[0].items)
         cosines = None
@@ -279,8 +280,9 @@ class HybridSearcher:
         fused = self.fuse(lists, self.weights, cosines)
         if self.neighbour_weight <= 0 or not fused:
             return fused
-        neighbours = self._neighbours(conn, [label for label, _ in fused], valid, where)
-        return neighbour_smoothing(fused, neighbours, self.neighbour_weight)
+        neighbours = self._neighbours(conn, [label for label, _ in fused], valid)
+        smoothed = neighbour_smoothing(fused, neighbours, self.neighbour_weight)
+        return self._admitted(conn, smoothed, valid, where, self.settings.fusion.fused_candidates + 1)
 
     @staticmethod
     def _cosines(conn: apsw.Connection, vectors: VectorSet, query: np.ndarray, labels: list[int]) -> dict[int, float]:
@@ -311,18 +313,20 @@ class HybridSearcher:
         if not labels:
             return {}
         # One statement for any number of labels (a JSON array), so it is prepared once and cached.
-        return _checked(conn.execute(_VALIDATION.format(source=_BY_LABEL), (_json_list(labels),)), where)
+        return _checked(conn.execute(_VALIDATION, (_json_list(labels),)), where)
 
     def _neighbours(
-        self, conn: apsw.Connection, labels: list[int], valid: dict[int, Candidate], where: Filter
+        self, conn: apsw.Connection, labels: list[int], valid: dict[int, Candidate]
     ) -> dict[int, list[int]]:
-        """For each of ``labels`` (all in ``valid``) and each chunk beside one, the valid chunks beside it
-        (both ways): the memory's own previous and next chunk, and across memories the previous
-        observation's last chunk and the next observation's first one. Neighbours that were not
-        candidates are validated and added to ``valid``.
+        """For each of ``labels`` (all in ``valid``) and each chunk beside one, the chunks beside it (both
+        ways): the memory's own previous and next chunk, and across memories the previous observation's
+        last chunk and the next observation's first one.
 
-        Where each candidate sits came with its validation; one more statement reads (and validates) every
-        chunk of the memories beside them and of the candidates' own multi-chunk memories."""
+        Where each candidate sits came with its validation; one statement reads where every chunk of the
+        memories beside them (and of the candidates' own multi-chunk memories) sits, by index alone. Those
+        chunks are not validated here: they can only enter the ranking, never lift a candidate, so
+        :meth:`_admitted` validates the few that rank high enough (every check is per memory, so a
+        memory's chunks pass or fail together and a neighbour that fails simply leaves)."""
         chosen = [valid[label] for label in labels]
         rows = {c.previous_row for c in chosen} | {c.next_row for c in chosen}
         rows |= {c.memory_row for c in chosen if c.chunk_count > 1}
@@ -331,19 +335,17 @@ class HybridSearcher:
         for c in chosen:
             chunks.setdefault(c.memory_row, []).append((c.position, c.label))
         if rows:
-            cursor = conn.execute(_VALIDATION.format(source=_BY_MEMORY), (_json_list(rows),))
-            seen: dict[int, list[tuple[int, int]]] = {}
-            entrants = _checked(cursor, where, seen, skip=valid.keys())
-            valid.update(entrants)
-            chunks.update(seen)
+            found: dict[int, list[tuple[int, int]]] = {}
+            for memory_row, position, label in conn.execute(_POSITIONS, (_json_list(rows),)):
+                found.setdefault(memory_row, []).append((position, label))
+            chunks.update(found)
         for memory_chunks in chunks.values():
             memory_chunks.sort()
         beside: dict[int, dict[int, None]] = {}
 
         def link(one: int, other: int) -> None:
-            if one in valid and other in valid:
-                beside.setdefault(one, {})[other] = None
-                beside.setdefault(other, {})[one] = None
+            beside.setdefault(one, {})[other] = None
+            beside.setdefault(other, {})[one] = None
 
         for c in chosen:
             own = chunks.get(c.memory_row, [])
@@ -359,21 +361,41 @@ class HybridSearcher:
                 link(c.label, chunks[c.next_row][0][1])
         return {label: list(near) for label, near in beside.items()}
 
+    def _admitted(
+        self, conn: apsw.Connection, ranked: Fused, valid: dict[int, Candidate], where: Filter, wanted: int
+    ) -> Fused:
+        """The first ``wanted`` of ``ranked`` that pass validation: chunks not yet in ``valid`` (neighbours
+        that entered) are validated a stretch at a time and added to it; those that fail leave and the
+        ones below move up. Only what can reach the budget is ever checked."""
+        admitted: Fused = []
+        position = 0
+        while position < len(ranked) and len(admitted) < wanted:
+            stretch = ranked[position : position + wanted - len(admitted)]
+            position += len(stretch)
+            unchecked = {label for label, _ in stretch if label not in valid}
+            if unchecked:
+                valid.update(self._validated(conn, unchecked, where))
+            admitted.extend(item for item in stretch if item[0] in valid)
+        return admitted
+
 
 def _json_list(values: set[int] | list[int]) -> str:
     """``[1,2,3]``: the argument of ``json_each`` (faster than json.dumps for plain integers)."""
     return "[" + ",".join(map(str, sorted(values))) + "]"
 
 
-# The candidate chunks (by label, or every chunk of the given memory rows) with what validation needs,
-# where each sits (for neighbour smoothing) and whether its memory has changed since it was indexed.
-_BY_LABEL = "semantic_chunks AS c ON c.id = wanted.value"
-_BY_MEMORY = "semantic_chunks AS c ON c.memory_row = wanted.value"
+# Where every chunk of the given memory rows sits: the (memory_row, position) index alone answers it.
+_POSITIONS = (
+    "SELECT c.memory_row, c.position, c.id FROM json_each(?) AS wanted"
+    " JOIN semantic_chunks AS c ON c.memory_row = wanted.value"
+)
+# The given chunks (by label) with what validation needs, where each sits (for neighbour smoothing) and
+# whether its memory has changed since it was indexed.
 _VALIDATION = (
     "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
     " x.previous_row, x.next_row, p.memory_row IS NOT NULL,"
     " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
-    " FROM json_each(?) AS wanted JOIN {source}"
+    " FROM json_each(?) AS wanted JOIN semantic_chunks AS c ON c.id = wanted.value"
     " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
     " JOIN memories AS m ON m.id = c.memory_row"
     f" LEFT JOIN {CONTEXT_TABLE} AS x ON x.memory_row = c.memory_row"
@@ -381,18 +403,12 @@ _VALIDATION = (
 )
 
 
-def _checked(
-    rows: apsw.Cursor,
-    where: Filter,
-    positions: dict[int, list[tuple[int, int]]] | None = None,
-    skip: Collection[int] = (),
-) -> dict[int, Candidate]:
+def _checked(rows: apsw.Cursor, where: Filter) -> dict[int, Candidate]:
     """The rows of :data:`_VALIDATION` whose chunk still describes the current memory and pass the filter.
 
     A memory changed since its chunks were indexed has a ``semantic_pending`` row (the memories
     triggers write it in the same transaction as the change, on the columns checked here), so only
-    those memories' content is hashed. ``positions`` collects ``(position, label)`` of every valid chunk
-    by memory row; labels in ``skip`` are left out of the result (already validated)."""
+    those memories' content is hashed."""
     found: dict[int, Candidate] = {}
     hashes: dict[str, str] = {}
     lower, upper, session = where.lower, where.upper, where.session_id
@@ -410,10 +426,5 @@ def _checked(
             continue
         if session is not None and session_id != session:
             continue
-        if positions is not None:
-            positions.setdefault(memory_row, []).append((position, label))
-        if label not in skip:
-            found[label] = Candidate(
-                label, text, memory_id, tuple(row), memory_row, position, count, previous, following
-            )
+        found[label] = Candidate(label, text, memory_id, tuple(row), memory_row, position, count, previous, following)
     return found

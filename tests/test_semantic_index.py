@@ -215,6 +215,53 @@ def test_date_and_session_filters_have_no_omissions(tmp_path: Path, model_server
                         assert hit.session_id == case["session_id"]
 
 
+def test_small_budgets_admit_neighbours_like_the_reference(tmp_path: Path, model_server) -> None:  # noqa: F811
+    # Lists of 5 chunks and a fused budget of 8: most chunks beside a candidate are not candidates, so they
+    # enter through smoothing, are validated only once they reach the budget, and a window or session
+    # keeps the ones outside it out.
+    budgets = {"candidates_per_list": 5, "fused_candidates": 8}
+    with make_service(tmp_path, model_server, fusion=budgets) as service:
+        items = corpus(300)
+        add_memories(service, "p", items[:200], session="s1")
+        add_memories(service, "p", items[200:], session="s2")
+        service.index("p")
+        db = service.database("p")
+        cases = [{}, {"after": "2024-03-01", "before": "2024-03-05"}, {"session_id": "s2"}]
+        for case in cases:
+            for query in ("auth clock mock", "docker image layer", "vacuum ledger"):
+                result = service.search("p", query, limit=50, **case)
+                with db.read() as conn:
+                    expected = reference_search(conn, service.settings.semantic, query, limit=50, **case)
+                assert [h.memory_id for h in result.hits] == expected, (case, query)
+
+
+def test_changed_neighbours_never_enter_through_smoothing(tmp_path: Path, model_server) -> None:  # noqa: F811
+    # One candidate per list: the strong match alone is a candidate and the memories before and after it
+    # can only enter as its neighbours. An edited or forgotten neighbour (not yet re-indexed) must not.
+    budgets = {"candidates_per_list": 1, "fused_candidates": 3}
+    with make_service(tmp_path, model_server, fusion=budgets) as service:
+        ids = add_memories(
+            service,
+            "p",
+            [
+                ("2024-01-01 10:00", "release tag branch"),
+                ("2024-01-02 10:00", "zebra quagga okapi"),
+                ("2024-01-03 10:00", "docker image layer"),
+                ("2024-01-04 10:00", "cron backup restore"),
+            ],
+        )
+        service.index("p")
+        before, match, after = ids[0], ids[1], ids[2]
+        assert {h.memory_id for h in service.search("p", "zebra quagga okapi").hits} == {before, match, after}
+        with service.database("p").write() as conn:
+            conn.execute("UPDATE memories SET content = 'changed words' WHERE memory_id = ?", (after,))
+        assert [h.memory_id for h in service.search("p", "zebra quagga okapi").hits] == [match, before]
+        service.forget("p", before)
+        assert [h.memory_id for h in service.search("p", "zebra quagga okapi").hits] == [match]
+        windowed = service.search("p", "zebra quagga okapi", after="2024-01-02", before="2024-01-04").hits
+        assert [h.memory_id for h in windowed] == [match]
+
+
 def test_graph_filter_path_for_large_windows(tmp_path: Path, model_server) -> None:  # noqa: F811
     # With a tiny exact-scan limit, wide windows go through the filtered graph search.
     with make_service(tmp_path, model_server, index={"exact_scan_max_chunks": 10}) as service:
