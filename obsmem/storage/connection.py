@@ -56,6 +56,9 @@ def check_sqlite_capabilities() -> None:
         _capabilities_checked = True
 
 
+MMAP_BYTES = 16 * 1024**3
+
+
 def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     """Open one connection with obsmem's pragmas. ``create=False`` never creates a file."""
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW
@@ -79,7 +82,10 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA temp_store=MEMORY")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache per connection
-    conn.execute("PRAGMA mmap_size=268435456")
+    # Map the whole file (up to 16 GiB; the mapping is only address space until pages are read): reads
+    # then come straight from the OS page cache. Hybrid search validates candidates scattered over a large
+    # database, and with a 256 MiB map each of those row lookups was a read() call — 40% slower at 1M chunks.
+    conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
     return conn
 
 
