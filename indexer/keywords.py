@@ -54,7 +54,7 @@ from obsmem.indexer.state import update_state
 from obsmem.faults import crash_point
 
 FTS_TABLE = "semantic_fts"
-FTS_VOCAB = "semantic_fts_vocab"
+FTS_VOCAB = "semantic_fts_vocab"  # no longer made; dropped with the old tables on a rebuild
 CONTEXT_TABLE = "semantic_context"
 COLUMNS = ("body", "previous", "next", "date")
 LAYOUT = "contextual-1"  # bump when the rows' layout or content rules change: old tables are rebuilt
@@ -160,7 +160,6 @@ class KeywordDocuments:
             f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5({', '.join(COLUMNS)}, content='', "
             f"contentless_delete=1, tokenize={_quoted(self.tokenizer)})"
         )
-        conn.execute(f"CREATE VIRTUAL TABLE {FTS_VOCAB} USING fts5vocab({FTS_TABLE}, 'row')")
         conn.execute(
             f"CREATE TABLE {CONTEXT_TABLE} (memory_row INTEGER PRIMARY KEY, previous_row INTEGER,"
             " next_row INTEGER, digest BLOB NOT NULL)"

@@ -10,7 +10,12 @@ default) then treats a quoted term exactly as it treats document text.
 
 The work. An OR query scores every match, so when the terms' document counts add up to more than
 ``max_postings`` the most common terms are dropped until they do not (the rarest always stays): this
-bounds the work per query while dropping only the terms BM25 weighs least.
+bounds the work per query while dropping only the terms BM25 weighs least. On a very large project even
+the rarest term may be in more chunks than that; an open search then scores only the ``max_postings``
+most recent chunks holding it (the vector list still ranks every chunk). Which term is rarest is decided
+without reading whole posting lists: each term's chunks are counted newest first up to ``max_postings``
++ 1, and among terms past that bound the rarest is the one whose ``max_postings`` + 1 most recent chunks
+reach furthest back — the rarest over the very stretch that is scored.
 
 The ranking is ``bm25(semantic_fts, body, previous, next, date)`` with the configured column weights
 (default 1.0, 0.5, 0.2, 2.0). FTS5's ``bm25()`` is negative with lower better; scores here are negated
@@ -25,7 +30,7 @@ import re
 import time
 
 import apsw
-from obsmem.indexer.keywords import COLUMNS, FTS_TABLE, FTS_VOCAB
+from obsmem.indexer.keywords import COLUMNS, FTS_TABLE
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.ranked import RankedList
 
@@ -51,7 +56,7 @@ _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 _SUFFIX = re.compile(r"['\u2019]")
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
-DOCUMENT_COUNT_SECONDS = 300.0
+POSTINGS_CACHE_SECONDS = 300.0
 
 
 def query_words(text: str) -> list[str]:
@@ -89,7 +94,7 @@ class Bm25List:
         self._trigram = parts[0] == "trigram"
         self._stopwords = ENGLISH_STOPWORDS if settings.stopwords == "english" else frozenset()
         self._rank = rank_function(settings.column_weights)
-        self._document_counts: dict[tuple[str, str], tuple[float, int]] = {}
+        self._postings: dict[tuple[str, str], tuple[float, int, int]] = {}
 
     def terms(self, conn: apsw.Connection, query: str) -> list[tuple[str, list[str]]]:
         """``(term, the tokens FTS5 indexes it as)`` for each query term (tokens empty for trigram)."""
@@ -104,42 +109,55 @@ class Bm25List:
                 found.append((word, tokens))
         return found
 
-    def document_count(self, conn: apsw.Connection, token: str) -> int:
-        """Rows holding ``token``, cached for a while: fts5vocab reads the token's whole posting list,
-        and the count only sizes the work budget, so a slightly old count is harmless."""
-        key = (conn.filename, token)
-        now = time.monotonic()
-        cached = self._document_counts.get(key)
-        if cached is not None and now - cached[0] < DOCUMENT_COUNT_SECONDS:
-            return cached[1]
-        row = conn.execute(f"SELECT doc FROM {FTS_VOCAB} WHERE term = ?", (token,)).fetchone()
-        count = 0 if row is None else int(row[0])
-        if len(self._document_counts) > 100_000:
-            self._document_counts.clear()
-        self._document_counts[key] = (now, count)
-        return count
+    def postings(self, conn: apsw.Connection, term: str) -> tuple[int, int]:
+        """``(chunks holding term, counted up to max_postings + 1; the oldest label counted)``.
 
-    def _bounded(self, conn: apsw.Connection, terms: list[tuple[str, list[str]]]) -> list[str]:
-        if self._trigram or len(terms) <= 1:
-            return [term for term, _ in terms]
-        counted = [
-            (sum(self.document_count(conn, token) for token in tokens), position, term)
-            for position, (term, tokens) in enumerate(terms)
-        ]
+        Counting newest first and stopping at the bound reads at most that many postings, where an exact
+        count reads the term's whole list (tens of milliseconds for a common word at 1M chunks). Cached
+        for a while: the figures only size the work, so slightly old ones are harmless."""
+        key = (conn.filename, term)
+        now = time.monotonic()
+        cached = self._postings.get(key)
+        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS:
+            return cached[1], cached[2]
+        count, oldest = conn.execute(
+            f"SELECT count(*), min(id) FROM (SELECT rowid AS id FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?"
+            " ORDER BY rowid DESC LIMIT ?)",
+            (fts_string(term), self.settings.max_postings + 1),
+        ).fetchone()
+        if len(self._postings) > 100_000:
+            self._postings.clear()
+        self._postings[key] = (now, int(count), int(oldest or 0))
+        return int(count), int(oldest or 0)
+
+    def _bounded(self, conn: apsw.Connection, terms: list[tuple[str, list[str]]]) -> tuple[list[str], bool]:
+        """The terms kept (in query order) and whether their chunks exceed ``max_postings``."""
+        if self._trigram or not terms:
+            return [term for term, _ in terms], False
+        bound = self.settings.max_postings
+        counted = []
+        for position, (term, _) in enumerate(terms):
+            count, oldest = self.postings(conn, term)
+            # Past the bound, the term whose most recent postings reach further back is the rarer one.
+            counted.append((count, oldest if count > bound else 0, position, term))
         kept: list[tuple[int, str]] = []
         total = 0
-        for docs, position, term in sorted(counted):
-            if kept and total + docs > self.settings.max_postings:
+        for docs, _, position, term in sorted(counted):
+            if kept and total + docs > bound:
                 break
             kept.append((position, term))
             total += docs
-        return [term for _, term in sorted(kept)]
+        return [term for _, term in sorted(kept)], total > bound
+
+    def match(self, conn: apsw.Connection, query: str) -> tuple[str | None, bool]:
+        """The FTS5 query for ``query`` (None if it has no terms) and whether scoring must be bounded."""
+        terms, over = self._bounded(conn, self.terms(conn, query))
+        if not terms:
+            return None, False
+        return " OR ".join(fts_string(term) for term in terms), over
 
     def match_expression(self, conn: apsw.Connection, query: str) -> str | None:
-        terms = self._bounded(conn, self.terms(conn, query))
-        if not terms:
-            return None
-        return " OR ".join(fts_string(term) for term in terms)
+        return self.match(conn, query)[0]
 
     def search(
         self,
@@ -152,17 +170,28 @@ class Bm25List:
         """Top-k chunks. With a filter, ``label_range`` may bound the chunk labels that can pass it (known
         from the in-memory vectors): FTS5 then reads only that stretch of each posting list, which for a
         date window over memories written in date order is a small part of it. The filter itself is
-        still applied exactly."""
-        expression = self.match_expression(conn, query)
+        still applied exactly.
+
+        An open search whose rarest term is in more than ``max_postings`` chunks scores the most recent
+        ``max_postings`` of them (see the module's text); a filtered one scores every match inside its
+        window."""
+        expression, over = self.match(conn, query)
         result = RankedList("bm25")
         if expression is None or k <= 0:
             return result
-        if where is None or where.is_open:
+        if (where is None or where.is_open) and over:
+            sql = (
+                f"SELECT id, score FROM (SELECT rowid AS id, rank AS score FROM {FTS_TABLE}"
+                f" WHERE {FTS_TABLE} MATCH ? AND rank MATCH ? ORDER BY rowid DESC LIMIT ?)"
+                " ORDER BY score, id LIMIT ?"
+            )
+            params: list[object] = [expression, self._rank, self.settings.max_postings, k + 1]
+        elif where is None or where.is_open:
             sql = (
                 f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? AND rank MATCH ?"
                 " ORDER BY rank, rowid LIMIT ?"
             )
-            params: list[object] = [expression, self._rank, k + 1]
+            params = [expression, self._rank, k + 1]
         else:
             clauses, params = [], [expression, self._rank]
             if where.lower is not None:

@@ -1,0 +1,97 @@
+"""How the keyword list bounds its work on large projects (``semantic.bm25.max_postings``).
+
+Terms are kept rarest first while their chunks add up to the bound; counting stops at the bound + 1, and
+when every term is past it the rarest is the one whose most recent chunks reach furthest back. An open
+search whose kept term is past the bound scores only its ``max_postings`` most recent chunks, which must
+rank exactly as the full ranking restricted to them; a filtered search still scores its whole window.
+"""
+
+from __future__ import annotations
+
+import apsw
+from obsmem.indexer.keywords import KeywordDocuments
+from obsmem.indexer.vectors import Filter
+from obsmem.retrieval.bm25 import Bm25List, rank_function
+
+from obsmem.settings_semantic import Bm25Settings
+
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+DATE = "2024-05-01 10:00:00"
+
+
+def keyword_table(bodies: dict[int, str]) -> apsw.Connection:
+    """An in-memory keyword table holding ``bodies`` by label (chunk rows too, for filtered searches)."""
+    conn = apsw.Connection(":memory:")
+    conn.execute(
+        "CREATE TABLE semantic_state(id INTEGER PRIMARY KEY, fts_tokenizer TEXT, updated_at TEXT);"
+        "INSERT INTO semantic_state(id) VALUES (1);"
+        "CREATE TABLE memories(id INTEGER PRIMARY KEY, session_id TEXT, date TEXT, kind TEXT, content TEXT);"
+        "CREATE TABLE semantic_sources(memory_row INTEGER PRIMARY KEY);"
+        "CREATE TABLE semantic_chunks(id INTEGER PRIMARY KEY, memory_row INTEGER, position INTEGER,"
+        " text TEXT, date TEXT, session_id TEXT);"
+    )
+    KeywordDocuments(TOKENIZER, 300).create(conn)
+    with conn:
+        for label, body in bodies.items():
+            conn.execute(
+                "INSERT INTO semantic_fts(rowid, body, previous, next, date) VALUES (?, ?, '', '', '1 May 2024')",
+                (label, body),
+            )
+            conn.execute(
+                "INSERT INTO semantic_chunks(id, memory_row, position, text, date, session_id)"
+                " VALUES (?, ?, 0, ?, ?, 's1')",
+                (label, label, body, DATE),
+            )
+    return conn
+
+
+def corpus() -> dict[int, str]:
+    """alpha in labels 1-20 (old), gamma in 30-33, beta in 41-50 (recent); filler everywhere else."""
+    bodies = {label: f"filler words number {label}" for label in range(1, 61)}
+    for label in range(1, 21):
+        bodies[label] = "alpha " * (1 + label % 3) + f"old note {label}"
+    for label in range(30, 34):
+        bodies[label] = f"gamma middle note {label}"
+    for label in range(41, 51):
+        bodies[label] = "beta " * (1 + label % 4) + f"recent note {label}"
+    return bodies
+
+
+def test_terms_are_kept_rarest_first_within_the_bound() -> None:
+    conn = keyword_table(corpus())
+    keyword = Bm25List(Bm25Settings(max_postings=15))
+    assert keyword.postings(conn, "gamma") == (4, 30)
+    assert keyword.postings(conn, "alpha")[0] == 16  # counting stopped one past the bound
+    # gamma (4) and beta (10) fit in 15; alpha does not. Kept terms stay in query order.
+    assert keyword.match(conn, "alpha beta gamma") == ('"beta" OR "gamma"', False)
+
+
+def test_past_the_bound_the_rarest_recent_term_is_scored_on_its_recent_chunks() -> None:
+    conn = keyword_table(corpus())
+    keyword = Bm25List(Bm25Settings(max_postings=3))
+    # Every term is in more than 3 chunks. Their 4 most recent chunks reach back to label 17 (alpha),
+    # 30 (gamma) and 47 (beta): alpha is the rarest over the stretch that would be scored.
+    assert keyword.match(conn, "beta gamma alpha") == ('"alpha"', True)
+    found = keyword.search(conn, "beta gamma alpha", 10)
+    assert sorted(found.labels) == [18, 19, 20]  # the 3 most recent chunks holding alpha
+
+
+def test_bounded_scoring_ranks_like_the_full_ranking_of_those_chunks() -> None:
+    bodies = {label: ("delta " * (1 + label % 5)) + "word " * (label % 7) for label in range(1, 41)}
+    conn = keyword_table(bodies)
+    keyword = Bm25List(Bm25Settings(max_postings=12))
+    full = [
+        label
+        for label, _ in conn.execute(
+            "SELECT rowid, rank FROM semantic_fts WHERE semantic_fts MATCH '\"delta\"' AND rank MATCH ?"
+            " ORDER BY rank, rowid",
+            (rank_function(Bm25Settings().column_weights),),
+        )
+    ]
+    recent = set(range(29, 41))
+    found = keyword.search(conn, "delta", 5)
+    assert found.labels == [label for label in full if label in recent][:5]
+    assert found.full
+    # A filtered search scores every chunk of its window, old ones included.
+    everything = keyword.search(conn, "delta", 40, Filter(lower="2024-01-01 00:00:00"))
+    assert everything.labels == full
