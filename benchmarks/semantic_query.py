@@ -9,15 +9,16 @@ questions (real natural language). Reports, as medians (p50) and p95 in millisec
 - ``hybrid_including_embedding`` — ``Obsmem.search`` end to end, the local query embedding included, on
   another set of questions (of the same size);
 - ``embedding_only`` — the query embedding alone;
-
-Every timed search runs a question for the first time: the warm-up (model, caches, the process's first
-page faults) uses 40 other questions, and the two hybrid figures use disjoint sets, so no figure profits
-from pages a repeat of the same question would find already read. The two sets' searches alternate in
-blocks of 10, so both figures see the same state of the page cache.
 - ``date_filtered`` — windows of 1, 7, 30 and 180 days (excluding embedding), each result compared with
   a brute-force reference (exact vector scan of the window, BM25 over the window, the same fusion):
   ``omissions`` counts reference hits missing from the real result;
 - ``recall_at_100`` — the HNSW top-100 against the exact top-100 over all vectors.
+
+Every timed search runs a question for the first time: the warm-up (model, caches, the process's first
+page faults) uses 40 other questions, and the two hybrid figures use disjoint sets, so no figure profits
+from pages a repeat of the same question would find already read. The two sets' searches alternate in
+blocks of 10, so both figures see the same state of the page cache. Words shared with earlier questions
+do find their keyword counts cached (for 5 minutes), as they would in a running service.
 
 BLAS is pinned to one thread (the service does the same) and query embeddings run on one torch thread.
 """

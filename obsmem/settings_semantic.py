@@ -244,8 +244,8 @@ class Bm25Settings(_Section):
         gt=0,
         description="Bound on keyword work per query: query terms are kept rarest first while the sum of "
         "their document counts stays within this (the rarest term is always kept; counts stop at this + 1). "
-        "When even the rarest term is in more chunks, an open search scores only the most recent this-many "
-        "of them (a date or session filter scores its whole window). FTS5 scores every match of an OR "
+        "When even the rarest term is in more chunks, an open search scores only the this-many most "
+        "recently indexed of them (a date or session filter scores its whole window). FTS5 scores every match of an OR "
         "query: about 3 ms per 5,000 matches, 13 ms per 20,000 (100k chunks). 5,000 never binds on a "
         "LoCoMo conversation (at most 680 turns).",
     )

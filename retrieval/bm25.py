@@ -12,10 +12,12 @@ The work. An OR query scores every match, so when the terms' document counts add
 ``max_postings`` the most common terms are dropped until they do not (the rarest always stays): this
 bounds the work per query while dropping only the terms BM25 weighs least. On a very large project even
 the rarest term may be in more chunks than that; an open search then scores only the ``max_postings``
-most recent chunks holding it (the vector list still ranks every chunk). Which term is rarest is decided
-without reading whole posting lists: each term's chunks are counted newest first up to ``max_postings``
-+ 1, and among terms past that bound the rarest is the one whose ``max_postings`` + 1 most recent chunks
-reach furthest back — the rarest over the very stretch that is scored.
+most recently indexed chunks holding it (highest labels first; the vector list still ranks every
+chunk). Which term is rarest is decided without reading whole posting lists: each term's chunks are
+counted newest first up to ``max_postings`` + 1, and among terms past that bound the rarest is the one
+whose ``max_postings`` + 1 most recent chunks reach furthest back — for an open search, the rarest over
+the very stretch that is scored; for a filtered one (which scores its whole window) a cheap stand-in
+for the rarest term over the whole table.
 
 The ranking is ``bm25(semantic_fts, body, previous, next, date)`` with the configured column weights
 (default 1.0, 0.5, 0.2, 2.0). FTS5's ``bm25()`` is negative with lower better; scores here are negated
@@ -114,7 +116,8 @@ class Bm25List:
 
         Counting newest first and stopping at the bound reads at most that many postings, where an exact
         count reads the term's whole list (tens of milliseconds for a common word at 1M chunks). Cached
-        for a while: the figures only size the work, so slightly old ones are harmless."""
+        for a while: the figures decide which terms are kept and whether scoring is bounded, and a few
+        minutes' drift in them moves those choices only at the margin."""
         key = (conn.filename, term)
         now = time.monotonic()
         cached = self._postings.get(key)
@@ -215,6 +218,7 @@ class Bm25List:
             )
             params.append(k + 1)
         rows = conn.execute(sql, params).fetchall()
-        result.full = len(rows) > k
+        # A bounded search left matches unscored: its budget was reached whatever the count.
+        result.full = len(rows) > k or ((where is None or where.is_open) and over)
         result.items = [(int(label), -float(rank)) for label, rank in rows[:k]]
         return result

@@ -95,3 +95,13 @@ def test_bounded_scoring_ranks_like_the_full_ranking_of_those_chunks() -> None:
     # A filtered search scores every chunk of its window, old ones included.
     everything = keyword.search(conn, "delta", 40, Filter(lower="2024-01-01 00:00:00"))
     assert everything.labels == full
+
+
+def test_a_bounded_list_says_its_budget_was_reached() -> None:
+    # Even when fewer chunks come back than were asked for, a bound that left matches unscored is a
+    # reached budget (the search reports ``truncated``).
+    conn = keyword_table({label: "delta note" for label in range(1, 41)})
+    keyword = Bm25List(Bm25Settings(max_postings=10))
+    found = keyword.search(conn, "delta", 20)
+    assert len(found.labels) == 10 and found.full
+    assert not Bm25List(Bm25Settings(max_postings=100)).search(conn, "delta", 50).full
