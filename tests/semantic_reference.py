@@ -98,6 +98,22 @@ def keyword_documents(conn: apsw.Connection, settings: SemanticSettings) -> tupl
     return docs, neighbours
 
 
+def scratch_keyword_table(tokenizer: str, context_characters: int = 300) -> apsw.Connection:
+    """An in-memory database with empty keyword tables (and the few tables their creation reads), for
+    running the keyword list over documents a test writes itself."""
+    conn = apsw.Connection(":memory:")
+    conn.execute(
+        "CREATE TABLE semantic_state(id INTEGER PRIMARY KEY, fts_tokenizer TEXT, updated_at TEXT);"
+        "INSERT INTO semantic_state(id) VALUES (1);"
+        "CREATE TABLE memories(id INTEGER PRIMARY KEY, session_id TEXT, date TEXT, kind TEXT, content TEXT);"
+        "CREATE TABLE semantic_sources(memory_row INTEGER PRIMARY KEY);"
+        "CREATE TABLE semantic_chunks(id INTEGER PRIMARY KEY, memory_row INTEGER, position INTEGER, text TEXT,"
+        " date TEXT, session_id TEXT);"
+    )
+    KeywordDocuments(tokenizer, context_characters).create(conn)
+    return conn
+
+
 def reference_search(
     conn: apsw.Connection,
     settings: SemanticSettings,
@@ -131,16 +147,7 @@ def reference_search(
     ordered = sorted(cosine.items(), key=lambda item: (-item[1], item[0]))
     vector = RankedList("vector", ordered[:k])
     # BM25 list over a fresh table holding exactly the current keyword documents.
-    memory_db = apsw.Connection(":memory:")
-    memory_db.execute(
-        "CREATE TABLE semantic_state(id INTEGER PRIMARY KEY, fts_tokenizer TEXT, updated_at TEXT);"
-        "INSERT INTO semantic_state(id) VALUES (1);"
-        "CREATE TABLE memories(id INTEGER PRIMARY KEY, session_id TEXT, date TEXT, kind TEXT, content TEXT);"
-        "CREATE TABLE semantic_sources(memory_row INTEGER PRIMARY KEY);"
-        "CREATE TABLE semantic_chunks(id INTEGER PRIMARY KEY, memory_row INTEGER, position INTEGER, text TEXT,"
-        " date TEXT, session_id TEXT);"
-    )
-    KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters).create(memory_db)
+    memory_db = scratch_keyword_table(settings.bm25.tokenizer, settings.bm25.context_characters)
     for doc in docs:
         memory_db.execute(
             "INSERT INTO semantic_fts(rowid, body, previous, next, date) VALUES (?, ?, ?, ?, ?)",

@@ -9,9 +9,9 @@ rank exactly as the full ranking restricted to them; a filtered search still sco
 from __future__ import annotations
 
 import apsw
-from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, rank_function
+from semantic_reference import scratch_keyword_table
 
 from obsmem.settings_semantic import Bm25Settings
 
@@ -21,16 +21,7 @@ DATE = "2024-05-01 10:00:00"
 
 def keyword_table(bodies: dict[int, str]) -> apsw.Connection:
     """An in-memory keyword table holding ``bodies`` by label (chunk rows too, for filtered searches)."""
-    conn = apsw.Connection(":memory:")
-    conn.execute(
-        "CREATE TABLE semantic_state(id INTEGER PRIMARY KEY, fts_tokenizer TEXT, updated_at TEXT);"
-        "INSERT INTO semantic_state(id) VALUES (1);"
-        "CREATE TABLE memories(id INTEGER PRIMARY KEY, session_id TEXT, date TEXT, kind TEXT, content TEXT);"
-        "CREATE TABLE semantic_sources(memory_row INTEGER PRIMARY KEY);"
-        "CREATE TABLE semantic_chunks(id INTEGER PRIMARY KEY, memory_row INTEGER, position INTEGER,"
-        " text TEXT, date TEXT, session_id TEXT);"
-    )
-    KeywordDocuments(TOKENIZER, 300).create(conn)
+    conn = scratch_keyword_table(TOKENIZER)
     with conn:
         for label, body in bodies.items():
             conn.execute(

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from obsmem.indexer.keywords import date_words, head, tail
 from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
-from semantic_reference import contexts_wrong, index_matches_memories, reference_search
+from semantic_reference import contexts_wrong, index_matches_memories, reference_search, scratch_keyword_table
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 
 from obsmem.settings_semantic import Bm25Settings
@@ -75,20 +75,9 @@ TOKENIZERS = ["porter unicode61 remove_diacritics 2", "unicode61", "trigram"]
 
 @pytest.fixture(scope="module")
 def tables() -> dict[str, apsw.Connection]:
-    from obsmem.indexer.keywords import KeywordDocuments
-
     made = {}
     for tokenizer in TOKENIZERS:
-        conn = apsw.Connection(":memory:")
-        conn.execute(
-            "CREATE TABLE semantic_state(id INTEGER PRIMARY KEY, fts_tokenizer TEXT, updated_at TEXT);"
-            "INSERT INTO semantic_state(id) VALUES (1);"
-            "CREATE TABLE memories(id INTEGER PRIMARY KEY, session_id TEXT, date TEXT, kind TEXT, content TEXT);"
-            "CREATE TABLE semantic_sources(memory_row INTEGER PRIMARY KEY);"
-            "CREATE TABLE semantic_chunks(id INTEGER PRIMARY KEY, memory_row INTEGER, position INTEGER,"
-            " text TEXT, date TEXT, session_id TEXT);"
-        )
-        KeywordDocuments(tokenizer, 300).create(conn)
+        conn = scratch_keyword_table(tokenizer)
         conn.execute(
             "INSERT INTO semantic_fts(rowid, body, previous, next, date) VALUES"
             " (1, 'caroline went to the LGBTQ support group', 'when did you go', '', '8 May 2023'),"
