@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from obsmem.eval.modes import retrieve
+from obsmem.eval.modes import Retrieved, retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.suites.labelled import LabelledQuestion
 from obsmem.retrieval.hybrid import SearchPlan
@@ -74,21 +74,20 @@ def effect(floor: float | None, shown: Sequence[tuple[LabelledQuestion, list[str
     )
 
 
+def reranked(memory: Obsmem, project: str, question: LabelledQuestion, plan: SearchPlan | None) -> Retrieved:
+    """One labelled question searched in ``hybrid+rerank`` mode with its own date window."""
+    return retrieve(
+        memory, project, "hybrid+rerank", question.question, after=question.after, before=question.before, plan=plan
+    )
+
+
 def score_questions(
     memory: Obsmem, project: str, questions: Sequence[LabelledQuestion], progress: Progress = SILENT
 ) -> list[Scored]:
     scored = []
     with progress.bar("calibrate: rerank without a floor", len(questions)) as bar:
         for question in questions:
-            got = retrieve(
-                memory,
-                project,
-                "hybrid+rerank",
-                question.question,
-                after=question.after,
-                before=question.before,
-                plan=UNFLOORED,
-            )
+            got = reranked(memory, project, question, UNFLOORED)
             assert got.stages is not None and got.stages.rerank_scores is not None
             scored.append(Scored(question, got.ranking, got.stages.rerank_scores))
             bar.update(1)
@@ -154,15 +153,7 @@ def measure_held_out(
     """Search the held-out split through the product (``plan`` None: the configured floor applies)."""
     shown = []
     for question in held_out:
-        got = retrieve(
-            memory,
-            project,
-            "hybrid+rerank",
-            question.question,
-            after=question.after,
-            before=question.before,
-            plan=plan,
-        )
+        got = reranked(memory, project, question, plan)
         shown.append((question, got.ranking[:FIRST]))
     return effect(floor, shown)
 

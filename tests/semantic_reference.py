@@ -178,6 +178,17 @@ def reference_search(
     return result[:limit]
 
 
+# What index_matches_memories says of an index in step with its memories.
+IN_STEP: dict[str, Any] = {
+    "missing": 0,
+    "stale": 0,
+    "vectors_match": True,
+    "fts_match": True,
+    "pending": 0,
+    "contexts_wrong": 0,
+}
+
+
 def index_matches_memories(conn: apsw.Connection, settings: SemanticSettings) -> dict[str, Any]:
     """Facts a test asserts after any sequence of writes, deletes and crashes."""
     chunking = ChunkSettings(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)

@@ -17,20 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from obsmem.indexer.keywords import date_words, head, tail
 from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
-from semantic_reference import contexts_wrong, index_matches_memories, reference_search, scratch_keyword_table
+from semantic_reference import IN_STEP, contexts_wrong, index_matches_memories, reference_search, scratch_keyword_table
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 
 from obsmem.settings_semantic import Bm25Settings
-
-QUIET = {
-    "missing": 0,
-    "stale": 0,
-    "vectors_match": True,
-    "fts_match": True,
-    "pending": 0,
-    "contexts_wrong": 0,
-}
-
 
 # -- pieces ------------------------------------------------------------------------------------------
 
@@ -123,7 +113,7 @@ def keyword_hits(service, column: str, word: str) -> list[str]:  # noqa: ANN001
 def check(service) -> None:  # noqa: ANN001
     db = service.database("p")
     with db.read() as conn:
-        assert index_matches_memories(conn, service.settings.semantic) == QUIET
+        assert index_matches_memories(conn, service.settings.semantic) == IN_STEP
         for query in ("what position are you playing", "shooting guard", "apples on 3 March"):
             assert [h.memory_id for h in service.search("p", query).hits] == reference_search(
                 conn, service.settings.semantic, query

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from semantic_reference import index_matches_memories, reference_search
+from semantic_reference import IN_STEP, index_matches_memories, reference_search
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 from test_semantic_index import corpus
 
@@ -70,14 +70,7 @@ def check(service) -> None:
     db = service.database("p")
     settings = service.settings.semantic
     with db.read() as conn:
-        assert index_matches_memories(conn, settings) == {
-            "missing": 0,
-            "stale": 0,
-            "vectors_match": True,
-            "fts_match": True,
-            "pending": 0,
-            "contexts_wrong": 0,
-        }
+        assert index_matches_memories(conn, settings) == IN_STEP
     state = service.indexer.project("p").state()
     assert not state.dirty
     directory = db.path.parent / "semantic"

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from semantic_reference import index_matches_memories, reference_search
+from semantic_reference import IN_STEP, index_matches_memories, reference_search
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 
 from obsmem.errors import IndexBuilding, ValidationFailed
@@ -93,14 +93,7 @@ def test_backfill_then_results_match_reference(tmp_path: Path, model_server) -> 
         db = service.database("p")
         settings = service.settings.semantic
         with db.read() as conn:
-            assert index_matches_memories(conn, settings) == {
-                "missing": 0,
-                "stale": 0,
-                "vectors_match": True,
-                "fts_match": True,
-                "pending": 0,
-                "contexts_wrong": 0,
-            }
+            assert index_matches_memories(conn, settings) == IN_STEP
         for query in (
             "flaky auth test",
             "postgres vacuum",
