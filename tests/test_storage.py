@@ -10,7 +10,7 @@ import pytest
 
 from obsmem.errors import StorageError
 from obsmem.projects import ProjectRegistry
-from obsmem.storage.connection import open_connection
+from obsmem.storage.connection import MMAP_BYTES, open_connection
 from obsmem.storage.migrations import MIGRATIONS, Migration, migrate
 from obsmem.surfaces.service import Obsmem
 
@@ -65,3 +65,11 @@ def test_a_damaged_database_file_is_a_storage_error_not_a_crash(tmp_path: Path) 
         service.search("junk", "anything")
     assert caught.value.code == "storage_error" and caught.value.status == 503
     assert "junk/obsmem.db" in caught.value.message and str(tmp_path) not in caught.value.message
+
+
+def test_connections_map_the_whole_database_file(tmp_path: Path) -> None:
+    # Searches validate rows scattered over the file; the bundled SQLite must accept the whole-file map
+    # (it silently caps mmap_size at its compile-time maximum, which would bring back read() per page).
+    conn = open_connection(tmp_path / "m.db", create=True)
+    assert conn.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_BYTES >= 16 * 1024**3
+    conn.close()
