@@ -143,7 +143,8 @@ def _override_fields(settings: type[BaseModel]) -> dict[str, Any]:
     """
     fields: dict[str, Any] = {}
     for name, field in settings.model_fields.items():
-        optional = field.annotation | None
+        declared: Any = field.annotation  # a runtime type here, never None: every field is annotated
+        optional = declared | None
         annotation = Annotated[optional, *field.metadata] if field.metadata else optional
         fields[name] = (annotation, Field(default=None, description=f"Overrides `model.{name}` for this role."))
     return fields
