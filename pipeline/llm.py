@@ -31,7 +31,8 @@ from obsmem.settings import ModelSettings
 
 log = logging.getLogger("obsmem.pipeline.llm")
 
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+MiB = 1024 * 1024
+MAX_RESPONSE_BYTES = 8 * MiB
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
@@ -166,7 +167,8 @@ class ChatClient:
         """The model error for a failed attempt: raised at once unless it is worth retrying (returned)."""
         timeout = self.model.timeout_seconds
         if exc.stage == "too_large":
-            raise ModelBadResponse(f"the {self.role} model's reply is larger than 8 MiB") from None
+            cap = MAX_RESPONSE_BYTES // MiB
+            raise ModelBadResponse(f"the {self.role} model's reply is larger than {cap} MiB") from None
         if exc.stage == "timeout" or time.monotonic() >= deadline:
             log.warning("model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout)
             raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
