@@ -43,7 +43,7 @@ from obsmem.eval.suites import labelled, locomo, longmemeval
 
 from obsmem.errors import ValidationFailed
 from obsmem.settings import Settings
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.semantic import SemanticSettings
 from obsmem.surfaces.service import Obsmem
 
 DEFAULT_MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid")

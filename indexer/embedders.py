@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
-from obsmem.settings_semantic import EmbeddingSettings
+from obsmem.settings.semantic import EmbeddingSettings
 
 Vectors = np.ndarray  # (n, dimensions) float32, rows of unit length
 

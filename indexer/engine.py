@@ -12,7 +12,7 @@ from obsmem.indexer.embedders import Embedder, make_embedder
 from obsmem.indexer.project import BatchReport, ProjectIndex
 
 from obsmem.projects import ProjectRegistry
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.semantic import SemanticSettings
 
 log = logging.getLogger("obsmem.indexer")
 

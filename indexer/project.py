@@ -37,7 +37,7 @@ from obsmem.indexer.vectors import VectorSet, read_vector_set
 
 from obsmem.errors import EmbeddingUnavailable, IndexBusy
 from obsmem.faults import crash_point
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.semantic import SemanticSettings
 from obsmem.storage.connection import ProjectDatabase
 
 log = logging.getLogger("obsmem.indexer")

@@ -18,7 +18,7 @@ class ModelClients:
     override) gives the next job a client for the new model while a running job keeps its own.
     """
 
-    def __init__(self, settings: Settings, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.settings = settings
         self.transport = transport
         self._clients: dict[tuple[str, str], ChatClient] = {}

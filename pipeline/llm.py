@@ -3,12 +3,12 @@
 One :class:`ChatClient` per role (observer, reflector, dropper), built from the shared ``[model]``
 settings with the role's overrides. What it promises:
 
-- **One overall deadline per call** (``timeout_seconds``), covering every retry, the backoff sleeps and
-  the whole response body: a server that hangs or drips bytes is cut off at the deadline.
+- **The outbound policy of** :mod:`obsmem.outbound`: one overall deadline per call (``timeout_seconds``),
+  here covering every retry and the backoff sleeps too; no redirects (a 3xx is an error, so the key is
+  never sent anywhere but the configured host); a response size cap (8 MiB); the key only in the
+  Authorization header.
 - **Bounded retries** (``max_retries``) on HTTP 429, 5xx and connection failures, with exponential
   backoff and ``Retry-After`` honoured when it fits in the deadline. Other 4xx answers are not retried.
-- **The key only in the Authorization header**; redirects are never followed (a 3xx is an error), so
-  the key is never sent anywhere but the configured host.
 - **No prompt, memory or response text in logs or errors**: log lines carry the role, attempt, status
   and duration; errors carry a stable code and the HTTP status at most.
 """
@@ -25,13 +25,14 @@ from typing import Any
 
 import httpx
 
-from obsmem import __version__
 from obsmem.errors import ModelBadResponse, ModelNotConfigured, ModelRejected, ModelTimeout, ModelUnavailable
+from obsmem.outbound import Endpoint, OutboundError, Reply
 from obsmem.settings import ModelSettings
 
 log = logging.getLogger("obsmem.pipeline.llm")
 
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+MiB = 1024 * 1024
+MAX_RESPONSE_BYTES = 8 * MiB
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
@@ -65,19 +66,19 @@ class ChatReply:
         return message
 
 
-class _DeadlineExceeded(Exception):
-    pass
-
-
 class ChatClient:
-    """Chat completions against one endpoint for one role. Thread-safe; reuse it across calls."""
+    """Chat completions against one endpoint for one role. Thread-safe; reuse it across calls.
+
+    The transport policy (deadline, no redirects, size cap, key placement) is :mod:`obsmem.outbound`'s;
+    this class adds what is particular to chat completions: retries and the model errors.
+    """
 
     def __init__(
         self,
         model: ModelSettings,
         *,
         role: str,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not model.base_url or not model.model_id:
@@ -85,14 +86,19 @@ class ChatClient:
         self.model = model
         self.role = role
         self._sleep = sleep
-        self._url = f"{model.base_url}/chat/completions"
-        headers = {"User-Agent": f"obsmem/{__version__}", "Accept": "application/json"}
-        if model.api_key is not None:
-            headers["Authorization"] = f"Bearer {model.api_key.get_secret_value()}"
-        self._http = httpx.Client(headers=headers, follow_redirects=False, transport=transport, trust_env=False)
+        key = model.api_key.get_secret_value() if model.api_key is not None else None
+        self._endpoint = Endpoint(
+            f"{model.base_url}/chat/completions",
+            timeout_seconds=model.timeout_seconds,
+            api_key=lambda: key,
+            max_response_bytes=MAX_RESPONSE_BYTES,
+            connect_timeout_seconds=CONNECT_TIMEOUT_SECONDS,
+            label=f"the {role} model",
+            transport=transport,
+        )
 
     def close(self) -> None:
-        self._http.close()
+        self._endpoint.close()
 
     def complete(
         self,
@@ -121,33 +127,27 @@ class ChatClient:
             started = time.monotonic()
             retry_after: float | None = None
             try:
-                status, raw, headers = self._post(body, deadline)
-            except _DeadlineExceeded:
-                log.warning("model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout)
-                raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
-            except httpx.TransportError as exc:
-                if time.monotonic() >= deadline:
-                    raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
-                error: Exception = ModelUnavailable(
-                    f"the {self.role} model endpoint is unreachable ({type(exc).__name__})"
-                )
-                log.warning("model call role=%s attempt=%d failed: %s", self.role, attempt, type(exc).__name__)
+                reply = self._attempt(body, deadline)
+            except OutboundError as exc:
+                error = self._failure(exc, attempt, deadline)
             else:
                 elapsed_ms = (time.monotonic() - started) * 1000
                 log.info(
                     "model call role=%s attempt=%d status=%d duration_ms=%d bytes=%d",
                     self.role,
                     attempt,
-                    status,
+                    reply.status,
                     elapsed_ms,
-                    len(raw),
+                    len(reply.body),
                 )
-                if status == 200:
-                    return self._parse(raw)
-                if status != 429 and status < 500:
-                    raise ModelRejected(f"the {self.role} model endpoint answered HTTP {status}")
-                error = ModelUnavailable(f"the {self.role} model endpoint answered HTTP {status} after {attempt} tries")
-                retry_after = _retry_after_seconds(headers.get("retry-after"))
+                if reply.status == 200:
+                    return self._parse(reply.body)
+                if reply.status != 429 and reply.status < 500:
+                    raise ModelRejected(f"the {self.role} model endpoint answered HTTP {reply.status}")
+                error = ModelUnavailable(
+                    f"the {self.role} model endpoint answered HTTP {reply.status} after {attempt} tries"
+                )
+                retry_after = _retry_after_seconds(reply.headers.get("retry-after"))
             if attempt > self.model.max_retries:
                 raise error
             delay = self.model.retry_backoff_seconds * (2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
@@ -157,25 +157,23 @@ class ChatClient:
                 raise error
             self._sleep(delay)
 
-    def _post(self, body: bytes, deadline: float) -> tuple[int, bytes, httpx.Headers]:
+    def _attempt(self, body: bytes, deadline: float) -> Reply:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise _DeadlineExceeded
-        timeout = httpx.Timeout(remaining, connect=min(CONNECT_TIMEOUT_SECONDS, remaining))
-        with self._http.stream(
-            "POST", self._url, content=body, headers={"Content-Type": "application/json"}, timeout=timeout
-        ) as response:
-            chunks: list[bytes] = []
-            size = 0
-            if response.status_code == 200:
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > MAX_RESPONSE_BYTES:
-                        raise ModelBadResponse(f"the {self.role} model's reply is larger than 8 MiB")
-                    chunks.append(chunk)
-                    if time.monotonic() >= deadline:
-                        raise _DeadlineExceeded
-            return response.status_code, b"".join(chunks), response.headers
+            raise OutboundError("timeout", "deadline reached before the attempt", "")
+        return self._endpoint.send(body, within=remaining)
+
+    def _failure(self, exc: OutboundError, attempt: int, deadline: float) -> ModelUnavailable:
+        """The model error for a failed attempt: raised at once unless it is worth retrying (returned)."""
+        timeout = self.model.timeout_seconds
+        if exc.stage == "too_large":
+            cap = MAX_RESPONSE_BYTES // MiB
+            raise ModelBadResponse(f"the {self.role} model's reply is larger than {cap} MiB") from None
+        if exc.stage == "timeout" or time.monotonic() >= deadline:
+            log.warning("model call role=%s attempt=%d: deadline of %ss reached", self.role, attempt, timeout)
+            raise ModelTimeout(f"the {self.role} model did not answer within {timeout:g} s") from None
+        log.warning("model call role=%s attempt=%d failed: %s", self.role, attempt, exc.cause)
+        return ModelUnavailable(f"the {self.role} model endpoint is unreachable ({exc.cause})")
 
     def _parse(self, raw: bytes) -> ChatReply:
         problem = ModelBadResponse(f"the {self.role} model's reply is not an OpenAI-compatible chat completion")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -36,11 +36,9 @@ class RoleModel(BaseModel):
         pattern=MODEL_ID_PATTERN,
         description="The `model` sent to the configured endpoint (letters, digits and `._:/@+=-`, at most 200).",
     )
-    context_window_tokens: int | None = Field(
-        default=None,
-        ge=2048,
-        le=10_000_000,
-        description="The new model's context window; unset keeps the configured one.",
+    # The same bounds as the `[model]` setting it replaces, taken from there so the two never drift apart.
+    context_window_tokens: Annotated[int | None, *ModelSettings.model_fields["context_window_tokens"].metadata] = Field(
+        default=None, description="The new model's context window; unset keeps the configured one."
     )
 
 

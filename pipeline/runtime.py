@@ -79,7 +79,7 @@ class AppendHook:
 class ObservationPipeline:
     """Everything pipeline I adds to a data directory; the service facade delegates to it."""
 
-    def __init__(self, settings: Settings, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.settings = settings
         self.clients = ModelClients(settings, transport=transport)
         self.condenser = Condenser(settings, self.clients)

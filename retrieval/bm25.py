@@ -36,7 +36,7 @@ from obsmem.indexer.keywords import COLUMNS, FTS_TABLE
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.ranked import RankedList
 
-from obsmem.settings_semantic import Bm25Settings
+from obsmem.settings.semantic import Bm25Settings
 
 # Words that carry no topic in a question: function words, question words and auxiliaries of English,
 # and the pieces contractions leave behind. Kept short on purpose: BM25's idf already down-weights common

@@ -46,7 +46,7 @@ from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
 
 from obsmem.errors import IndexBuilding
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.semantic import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
 MAX_STALE_MARGIN = 1000

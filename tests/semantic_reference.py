@@ -25,7 +25,7 @@ from obsmem.retrieval.fusion import fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
 
 from obsmem.dates import parse_window
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.semantic import SemanticSettings
 
 
 @dataclass

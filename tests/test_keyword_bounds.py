@@ -13,7 +13,7 @@ from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, rank_function
 from semantic_reference import scratch_keyword_table
 
-from obsmem.settings_semantic import Bm25Settings
+from obsmem.settings.semantic import Bm25Settings
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 DATE = "2024-05-01 10:00:00"

@@ -20,7 +20,7 @@ from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
 from semantic_reference import IN_STEP, contexts_wrong, index_matches_memories, reference_search, scratch_keyword_table
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 
-from obsmem.settings_semantic import Bm25Settings
+from obsmem.settings.semantic import Bm25Settings
 
 # -- pieces ------------------------------------------------------------------------------------------
 

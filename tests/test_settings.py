@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from obsmem.errors import ConfigurationError
-from obsmem.settings import builtin_settings, default_data_dir, load_settings
+from obsmem.settings import ModelOverride, ModelSettings, builtin_settings, default_data_dir, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -119,3 +119,39 @@ def test_builtin_settings_ignore_the_file_and_the_environment(tmp_path: Path, mo
     settings = builtin_settings(data_dir=tmp_path / "demo")
     assert (settings.search.default_limit, settings.server.port) == (20, 8765)
     assert settings.data_dir == tmp_path / "demo"
+
+
+def test_role_overrides_offer_every_model_setting_with_its_bounds() -> None:
+    assert list(ModelOverride.model_fields) == list(ModelSettings.model_fields)
+    for name, field in ModelOverride.model_fields.items():
+        assert field.default is None, name
+        assert field.metadata == ModelSettings.model_fields[name].metadata, name
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("timeout_seconds = 0", "reflector.model.timeout_seconds: Input should be greater than 0"),
+        ("max_retries = 11", "reflector.model.max_retries: Input should be less than or equal to 10"),
+        ('base_url = "ftp://h/v1"', "reflector.model.base_url: Value error, must be an http:// or https://"),
+        ('base_url = "http://u:p@h/v1"', "must not contain credentials; set api_key instead"),
+        ("colour = 1", "reflector.model.colour"),
+    ],
+)
+def test_role_overrides_are_checked_like_the_model_settings(tmp_path: Path, value: str, named: str) -> None:
+    config = write(tmp_path / "obsmem.toml", f"[reflector.model]\n{value}\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(config)
+    assert named in caught.value.message
+
+
+def test_a_role_override_replaces_only_what_it_names(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "obsmem.toml",
+        '[model]\nbase_url = "http://h/v1"\nmodel_id = "big"\nmax_retries = 5\n'
+        '[observer.model]\nbase_url = "http://other/v1/"\nmodel_id = "small"\n',
+    )
+    settings = load_settings(config)
+    observer = settings.model_for("observer")
+    assert (observer.base_url, observer.model_id, observer.max_retries) == ("http://other/v1", "small", 5)
+    assert settings.model_for("reflector") == settings.model

@@ -20,7 +20,7 @@ import click
 from rich.console import Console
 
 from obsmem.settings import builtin_settings
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.semantic import SemanticSettings
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import json_option
 from obsmem.surfaces.service import Obsmem

@@ -21,27 +21,14 @@ from __future__ import annotations
 import math
 import re
 from typing import Literal
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-
-class _Section(BaseModel):
-    # Same rule as obsmem.settings.Section (kept local so this module imports nothing from there).
-    model_config = ConfigDict(extra="forbid")
+from obsmem.settings.base import Section, check_base_url
 
 
 def _check_base_url(value: str | None) -> str | None:
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("base_url must be an http:// or https:// URL with a host")
-    if parts.username or parts.password:
-        raise ValueError("base_url must not contain credentials; put the key in the environment variable")
-    if parts.query or parts.fragment:
-        raise ValueError("base_url must not have a query string or fragment")
-    return value.rstrip("/")
+    return check_base_url(value, key_hint="put the key in the environment variable")
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -53,7 +40,7 @@ def _check_env_name(value: str) -> str:
     return value
 
 
-class EmbeddingSettings(_Section):
+class EmbeddingSettings(Section):
     """How chunks and queries become vectors."""
 
     provider: Literal["local", "openai"] = Field(
@@ -115,7 +102,7 @@ class EmbeddingSettings(_Section):
         return self
 
 
-class RerankerSettings(_Section):
+class RerankerSettings(Section):
     """An optional second-stage scorer of the fused candidates."""
 
     provider: Literal["http", "local"] = Field(
@@ -174,7 +161,7 @@ DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {
 }
 
 
-class FusionSettings(_Section):
+class FusionSettings(Section):
     """How the BM25 and vector lists become one ranking."""
 
     method: Literal["convex", "rrf"] = Field(
@@ -226,7 +213,7 @@ KEYWORD_COLUMNS = ("body", "previous", "next", "date")
 DEFAULT_COLUMN_WEIGHTS: dict[str, float] = {"body": 1.0, "previous": 0.5, "next": 0.2, "date": 2.0}
 
 
-class Bm25Settings(_Section):
+class Bm25Settings(Section):
     """The keyword list: an FTS5 table of contextual keyword documents (docs/semantic.md)."""
 
     tokenizer: str = Field(
@@ -293,7 +280,7 @@ class Bm25Settings(_Section):
         return value
 
 
-class IndexSettings(_Section):
+class IndexSettings(Section):
     """How the background indexer and the vector index behave."""
 
     background: bool = Field(
@@ -325,7 +312,7 @@ class IndexSettings(_Section):
     )
 
 
-class SemanticSettings(_Section):
+class SemanticSettings(Section):
     """Hybrid search. The section's presence turns it on."""
 
     enabled: bool = Field(default=True, description="Set false to keep the section but search exactly.")

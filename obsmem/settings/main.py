@@ -1,18 +1,18 @@
-"""Settings: one model, read from a TOML file and overridden by the environment.
+"""The settings model: every section but `[semantic]` (its own module), and where each value may come from.
 
-Precedence, highest first: values passed in code (the CLI's flags), ``OBSMEM_*`` environment variables
-(nested sections with ``__``, e.g. ``OBSMEM_SERVER__PORT=9000``), the settings file, the defaults below.
-The settings file is ``--config`` / ``OBSMEM_CONFIG``, else ``obsmem.toml`` in the data directory when
-it exists. Every field is documented in docs/configuration.md; a test keeps the two in step.
+Values come, highest first, from code (the CLI's flags), ``OBSMEM_*`` environment variables (nested
+sections with ``__``, e.g. ``OBSMEM_SERVER__PORT=9000``), the settings file, the defaults below; which
+file is read is decided in :mod:`obsmem.settings.loading`. Every field is documented in
+docs/configuration.md; a test keeps the two in step.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,12 +20,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from obsmem.errors import ConfigurationError
-from obsmem.settings_semantic import SemanticSettings
+from obsmem.settings.base import Section, check_base_url
+from obsmem.settings.semantic import SemanticSettings
 
 ENV_PREFIX = "OBSMEM_"
-CONFIG_ENV = "OBSMEM_CONFIG"
-DATA_DIR_ENV = "OBSMEM_DATA_DIR"
 ALL_PROJECTS = "*"
 
 
@@ -33,12 +31,6 @@ def default_data_dir() -> Path:
     """``$XDG_DATA_HOME/obsmem``, else ``~/.local/share/obsmem``."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "obsmem"
-
-
-class Section(BaseModel):
-    """A settings section: unknown keys are errors, so a typo never silently does nothing."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class ApiKey(Section):
@@ -124,42 +116,50 @@ class ModelSettings(Section):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL")
-        if parts.username or parts.password:
-            raise ValueError("must not contain credentials; set api_key instead")
-        if parts.query or parts.fragment:
-            raise ValueError("must not have a query string or fragment")
-        return value.rstrip("/")
+        return _model_base_url(value)
 
 
-class ModelOverride(Section):
-    """`[observer.model]`, `[reflector.model]`, `[dropper.model]`: fields that differ from `[model]`."""
+def _model_base_url(value: str | None) -> str | None:
+    return check_base_url(value, key_hint="set api_key instead")
 
-    base_url: str | None = Field(default=None, description="Overrides `model.base_url` for this role.")
-    model_id: str | None = Field(default=None, description="Overrides `model.model_id` for this role.")
-    api_key: SecretStr | None = Field(default=None, description="Overrides `model.api_key` for this role.")
-    timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="Overrides the deadline.")
-    max_retries: int | None = Field(default=None, ge=0, le=10, description="Overrides `model.max_retries`.")
-    retry_backoff_seconds: float | None = Field(
-        default=None, ge=0, le=60, description="Overrides `model.retry_backoff_seconds`."
-    )
-    context_window_tokens: int | None = Field(
-        default=None, ge=2048, le=10_000_000, description="Overrides `model.context_window_tokens`."
-    )
-    temperature: float | None = Field(default=None, ge=0, le=2, description="Overrides `model.temperature`.")
-    max_output_tokens: int | None = Field(default=None, ge=16, description="Overrides `model.max_output_tokens`.")
 
-    _check_url = field_validator("base_url")(ModelSettings._http_url.__func__)  # type: ignore[attr-defined]
+class ModelOverrideBase(Section):
+    """What a role's overrides do; their fields are derived from :class:`ModelSettings` below."""
+
+    @field_validator("base_url", check_fields=False)
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return _model_base_url(value)
 
     def apply_to(self, shared: ModelSettings) -> ModelSettings:
         changes = self.model_dump(exclude_none=True)
         return shared.model_copy(update=changes) if changes else shared
+
+
+def _override_fields(settings: type[BaseModel]) -> dict[str, Any]:
+    """Every field of ``settings`` as an optional override: same type and bounds, unset by default.
+
+    Derived rather than written out, so a new `[model]` setting can be overridden per role at once.
+    """
+    fields: dict[str, Any] = {}
+    for name, field in settings.model_fields.items():
+        declared: Any = field.annotation  # a runtime type here, never None: every field is annotated
+        optional = declared | None
+        annotation = Annotated[optional, *field.metadata] if field.metadata else optional
+        fields[name] = (annotation, Field(default=None, description=f"Overrides `model.{name}` for this role."))
+    return fields
+
+
+if TYPE_CHECKING:
+    ModelOverride = ModelOverrideBase
+else:
+    ModelOverride = create_model(
+        "ModelOverride",
+        __base__=ModelOverrideBase,
+        __module__=__name__,
+        __doc__="`[observer.model]`, `[reflector.model]`, `[dropper.model]`: fields that differ from `[model]`.",
+        **_override_fields(ModelSettings),
+    )
 
 
 class ObserverSettings(Section):
@@ -335,60 +335,3 @@ class Settings(BaseSettings):
     @property
     def semantic_enabled(self) -> bool:
         return self.semantic is not None and self.semantic.enabled
-
-
-def resolve_config_path(config: Path | str | None, data_dir: Path | str | None) -> Path | None:
-    """The settings file to read: explicit, then ``OBSMEM_CONFIG``, then ``<data_dir>/obsmem.toml``."""
-    explicit = config or os.environ.get(CONFIG_ENV)
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise ConfigurationError(f"settings file not found: {path}")
-        return path
-    base = Path(data_dir or os.environ.get(DATA_DIR_ENV) or default_data_dir()).expanduser()
-    candidate = base / "obsmem.toml"
-    return candidate if candidate.is_file() else None
-
-
-def load_settings(
-    config: Path | str | None = None, *, data_dir: Path | str | None = None, **overrides: Any
-) -> Settings:
-    """Build settings from the file, the environment and explicit overrides (highest)."""
-    path = resolve_config_path(config, data_dir)
-    if data_dir is not None:
-        overrides["data_dir"] = Path(data_dir)
-    # A subclass per load carries the file to read, so concurrent loads never see each other's file.
-    reader = type("Settings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
-    try:
-        return reader(**overrides)
-    except ValidationError as exc:
-        source = f" in {path}" if path else ""
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigurationError(f"invalid settings{source}: {problems}") from None
-    except (OSError, ValueError) as exc:  # unreadable or malformed TOML
-        raise ConfigurationError(f"cannot read settings file {path}: {exc}") from None
-
-
-class _BuiltinSettings(Settings):
-    """Settings that read neither a file nor the environment."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
-
-
-def builtin_settings(**values: Any) -> Settings:
-    """The built-in defaults plus ``values``, ignoring any settings file and ``OBSMEM_*`` variables.
-
-    For runs that must behave the same on every machine, such as ``obsmem demo``.
-    """
-    return _BuiltinSettings(**values)
