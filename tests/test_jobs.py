@@ -6,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from obsmem import eventlog
 from obsmem.errors import ValidationFailed
-from obsmem.jobs import JobQueue, LeaseLost, backoff_seconds, sanitise_reason
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import JobSettings
-from obsmem.workers import JobContext, WorkerPool
+from obsmem.work import JobContext, JobQueue, LeaseLost, WorkerPool, backoff_seconds, eventlog, sanitise_reason
 
 
 class Clock:
