@@ -18,7 +18,7 @@ This package is part of the base: it imports no stage, no app floor and no surfa
 """
 
 from obsmem.work import eventlog
-from obsmem.work.pool import Handler, HousekeepingTask, JobContext, WorkerPool, relax_durability
+from obsmem.work.pool import Handler, HousekeepingTask, JobContext, WorkerPool
 from obsmem.work.queue import EnqueueResult, JobQueue, Lease, LeaseLost, backoff_seconds, sanitise_reason
 
 __all__ = [
@@ -32,6 +32,5 @@ __all__ = [
     "WorkerPool",
     "backoff_seconds",
     "eventlog",
-    "relax_durability",
     "sanitise_reason",
 ]
