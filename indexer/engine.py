@@ -7,9 +7,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from obsmem.indexer.background import BackgroundIndexer
 from obsmem.indexer.embedders import Embedder, make_embedder
 from obsmem.indexer.project import BatchReport, ProjectIndex
+from obsmem.indexer.scheduler import IndexBatchScheduler
 
 from obsmem.projects import ProjectRegistry
 from obsmem.settings.semantic import SemanticSettings
@@ -36,7 +36,7 @@ class SemanticIndexer:
         self.embedder = embedder or make_embedder(settings.embedding)
         self._indexes: dict[str, ProjectIndex] = {}
         self._lock = threading.Lock()
-        self._background: BackgroundIndexer | None = None
+        self._scheduler: IndexBatchScheduler | None = None
         pin_math_threads()
 
     def project(self, name: str) -> ProjectIndex:
@@ -60,22 +60,23 @@ class SemanticIndexer:
         index.maintain()
         return total.to_dict() | index.status()
 
-    # -- background -----------------------------------------------------------------------------
+    # -- background: the indexer's own scheduler ------------------------------------------------
 
     def start_background(self) -> None:
-        if self._background is not None or not self.settings.index.background:
+        """Start this process's :class:`IndexBatchScheduler` (unless ``semantic.index.background`` is off)."""
+        if self._scheduler is not None or not self.settings.index.background:
             return
-        self._background = BackgroundIndexer(
-            self._background_batch,
+        self._scheduler = IndexBatchScheduler(
+            self._scheduled_batch,
             lambda name: self.project(name).maintain(),
             self._discover,
             poll_seconds=self.settings.index.poll_seconds,
         )
-        self._background.start()
+        self._scheduler.start()
         for name in self.projects.names():
-            self._background.notify(name)
+            self._scheduler.notify(name)
 
-    def _background_batch(self, name: str) -> int | None:
+    def _scheduled_batch(self, name: str) -> int | None:
         report = self.run_batch(name)
         return None if report.busy else report.remaining
 
@@ -91,12 +92,12 @@ class SemanticIndexer:
         return found
 
     def notify(self, name: str) -> None:
-        if self._background is not None:
-            self._background.notify(name)
+        if self._scheduler is not None:
+            self._scheduler.notify(name)
 
     def wait_idle(self, timeout: float) -> bool:
-        """For tests and the CLI: wait until the background thread has no work left."""
-        return self._background.idle.wait(timeout) if self._background is not None else True
+        """For tests and the CLI: wait until the scheduler has no work left."""
+        return self._scheduler.idle.wait(timeout) if self._scheduler is not None else True
 
     def release(self, name: str) -> None:
         """Drop one project's in-memory index (vectors, graph); it loads again on its next use."""
@@ -106,9 +107,9 @@ class SemanticIndexer:
             index.close()
 
     def close(self) -> None:
-        if self._background is not None:
-            self._background.stop()
-            self._background = None
+        if self._scheduler is not None:
+            self._scheduler.stop()
+            self._scheduler = None
         with self._lock:
             for index in self._indexes.values():
                 index.close()

@@ -1,7 +1,7 @@
 """One project's semantic index: incremental batches, compatibility, the in-memory vectors, the graph file.
 
-:meth:`ProjectIndex.run_batch` is the single entry point for indexing work — the background thread,
-``obsmem index`` and (later) a durable job queue all call it. One batch:
+:meth:`ProjectIndex.run_batch` is the single entry point for indexing work — the indexer's scheduler
+(:mod:`obsmem.indexer.scheduler`) and ``obsmem index`` both call it. One batch:
 
 1. reads up to ``batch_chunks`` pending memories in a short read snapshot;
 2. chunks them and embeds the chunks whose text is not stored yet — with no database lock held;

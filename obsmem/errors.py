@@ -29,7 +29,7 @@ response bodies, so they are safe to log.
         ├── ModelRejected (502)        model_rejected (the endpoint refused the request: 4xx)
         └── ModelBadResponse (502)     model_bad_response (not an OpenAI-compatible reply)
 
-    LeaseLost (409, obsmem.jobs)      lease_lost: a worker lost its job and must not commit
+    LeaseLost (409, obsmem.work)      lease_lost: a worker lost its job and must not commit
 """
 
 from __future__ import annotations

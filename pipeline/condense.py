@@ -40,12 +40,10 @@ from obsmem.pipeline.pool import (
 from obsmem.pipeline.progress import clear_activity, session_order_key, set_activity, status_write
 from obsmem.pipeline.reflector import ReflectorResult, citations_with, run_reflector
 
-from obsmem import eventlog
 from obsmem.errors import ObservationOff
-from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.workers import JobContext
+from obsmem.work import EnqueueResult, JobContext, JobQueue, eventlog, sanitise_reason
 
 log = logging.getLogger("obsmem.pipeline.condense")
 

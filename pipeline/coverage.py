@@ -23,11 +23,11 @@ from obsmem.pipeline.packer import Chunk
 from obsmem.pipeline.pool import active_observation_tokens, token_cost
 from obsmem.pipeline.tokens import event_tokens
 
-from obsmem import eventlog
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.work import eventlog
 
 PAGE = 256
 

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from obsmem import eventlog
 from obsmem.dates import now_iso
 from obsmem.errors import ValidationFailed
 from obsmem.settings import ModelSettings, Settings
 from obsmem.validation import first_problem
+from obsmem.work import eventlog
 
 ROLES: tuple[str, ...] = ("observer", "reflector", "dropper")
 MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$"

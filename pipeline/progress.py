@@ -18,10 +18,10 @@ from obsmem.pipeline.coverage import read_progress
 from obsmem.pipeline.generations import active_generation_info
 from obsmem.pipeline.memory_view import pool_pressure
 
-from obsmem import eventlog
 from obsmem.errors import NotFound
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.work import eventlog
 
 log = logging.getLogger("obsmem.pipeline.progress")
 

@@ -45,13 +45,11 @@ from obsmem.pipeline.projection import Projection, active_memory, project
 from obsmem.pipeline.prompts import prompt_overhead_tokens
 from obsmem.pipeline.tokens import event_tokens, sql_estimate
 
-from obsmem import eventlog
 from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
-from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.workers import JobContext
+from obsmem.work import EnqueueResult, JobContext, JobQueue, eventlog, sanitise_reason
 
 log = logging.getLogger("obsmem.pipeline")
 

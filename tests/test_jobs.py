@@ -6,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from obsmem import eventlog
 from obsmem.errors import ValidationFailed
-from obsmem.jobs import JobQueue, LeaseLost, backoff_seconds, sanitise_reason
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import JobSettings
-from obsmem.workers import JobContext, WorkerPool
+from obsmem.work import JobContext, JobQueue, LeaseLost, WorkerPool, backoff_seconds, eventlog, sanitise_reason
 
 
 class Clock:
@@ -218,6 +216,36 @@ def test_worker_pool_threads_and_housekeeping_start_and_stop(tmp_path: Path) -> 
     pool.stop()
     assert any(x > 0 for x in done) and -1 in done
     assert not pool.running
+    registry.close()
+
+
+def test_run_until_stop_lets_a_running_job_finish_within_the_grace(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    registry = ProjectRegistry(tmp_path / "data")
+    registry.get("proj", create=True)
+    started, release = threading.Event(), threading.Event()
+
+    def slow(ctx: JobContext) -> None:
+        started.set()
+        assert release.wait(10)
+        with ctx.fenced_write() as conn:
+            conn.execute("INSERT INTO om_events(type, created_at) VALUES ('slow-done', 'now')")
+
+    pool = WorkerPool(registry, {"slow": slow}, JobSettings(poll_seconds=0.02, lease_seconds=5))
+    pool.queue("proj").enqueue("slow", {})
+    stop = threading.Event()
+    runner = threading.Thread(target=pool.run_until, args=(stop,), kwargs={"threads": 1, "grace_seconds": 10})
+    runner.start()
+    assert started.wait(10)
+    stop.set()
+    time.sleep(0.3)
+    assert runner.is_alive()  # still inside its grace, waiting for the running job
+    release.set()
+    runner.join(timeout=15)
+    assert not runner.is_alive() and not pool.running
+    assert pool.queue("proj").counts() == {"queued": 0, "running": 0, "done": 1, "failed": 0}
     registry.close()
 
 

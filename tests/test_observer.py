@@ -454,7 +454,7 @@ def test_housekeeping_clears_stale_activity_and_resumes_observation(tmp_path: Pa
 
 
 def test_housekeeping_cool_down_follows_failed_observe_jobs_only(tmp_path: Path, server: ScriptedChatServer) -> None:
-    from obsmem import eventlog
+    from obsmem.work import eventlog
 
     memory = pipeline_service(tmp_path / "data", server, observer={"enabled": False})
     fill(memory)

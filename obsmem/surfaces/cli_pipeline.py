@@ -18,10 +18,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from obsmem.eventlog import MAX_EVENT_ID
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, json_option, pass_app, session_option
 from obsmem.validation import session_id as check_session_id
+from obsmem.work.eventlog import MAX_EVENT_ID
 
 # -- worker -------------------------------------------------------------------------------------------------
 

@@ -12,11 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from obsmem import eventlog
 from obsmem.errors import NotFound
 from obsmem.events import AppendReceipt, append_events
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
-from obsmem.jobs import EnqueueResult
 from obsmem.memories import WriteReceipt, add_observations
 from obsmem.pipeline.projection import Projection
 from obsmem.pipeline.runtime import ObservationPipeline
@@ -30,7 +28,7 @@ from obsmem.settings import Settings, load_settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
-from obsmem.workers import WorkerPool
+from obsmem.work import EnqueueResult, WorkerPool, eventlog
 
 if TYPE_CHECKING:
     from obsmem.indexer.engine import SemanticIndexer

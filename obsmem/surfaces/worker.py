@@ -1,9 +1,11 @@
 """``obsmem worker``: run background jobs (observation, reflection, indexing) for every project of a data directory.
 
-Any number of worker processes may run beside ``obsmem serve`` (which runs its own unless
-``jobs.in_server = false``); the database's leases decide who runs what. SIGTERM or SIGINT stops claiming
-new jobs and waits up to ``--grace`` seconds for running ones; a job still running after that is left to
-its lease, which expires and hands it to another worker.
+A thin adapter: the jobs run on the worker pool of :mod:`obsmem.work` (the same pool ``obsmem serve``
+runs unless ``jobs.in_server = false``), and with semantic search configured the indexer's own scheduler
+runs in this process too. Any number of worker processes may run beside the server; the database's
+leases decide who runs what. SIGTERM or SIGINT stops claiming new jobs and waits up to ``--grace`` seconds
+for running ones; a job still running after that is left to its lease, which expires and hands it to
+another worker.
 
 Also runnable as ``python -m obsmem.surfaces.worker --data-dir DIR``.
 """
@@ -36,7 +38,7 @@ def run_worker(
             signal.signal(signum, lambda *_: stop.set())
     memory = Obsmem(settings)
     try:
-        pool = memory.start_workers(threads=threads)
+        pool = memory.worker_pool()
         log.info(
             "worker %s running %d thread(s) over %s (observer %s)",
             pool.owner_prefix,
@@ -44,10 +46,7 @@ def run_worker(
             settings.data_dir,
             memory.pipeline.observer_state,
         )
-        while not stop.wait(1.0):
-            pass
-        log.info("worker stopping")
-        memory.stop_workers(timeout=grace_seconds)
+        pool.run_until(stop, threads=threads, grace_seconds=grace_seconds)
     finally:
         memory.close()
 

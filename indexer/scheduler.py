@@ -1,11 +1,25 @@
-"""The background indexing thread of a running service.
+"""The indexer's own scheduler: one thread per process that decides when each project's next index batch runs.
 
 It runs :meth:`ProjectIndex.run_batch` for projects that have work — after the service's own writes
-(:meth:`BackgroundIndexer.notify`), for every project at start-up, and for writes made by other
+(:meth:`IndexBatchScheduler.notify`), for every project at start-up, and for writes made by other
 processes, which it finds by polling each project's pending queue every ``poll_seconds``. When a project
 has no more pending work it gets maintenance (graph build, repair or publish). A failing embedding
 endpoint is retried with exponential backoff (up to a minute) rather than hammered; the failure is
 logged with its stage, never with memory text.
+
+This is a second scheduler beside the job queue's worker pool (:mod:`obsmem.work`), on purpose:
+
+- its durable queue already exists: ``semantic_pending``, filled by triggers on ``memories`` inside the
+  writer's own transaction, so a job row per write would only repeat it;
+- indexing never gives up: pending memories stay pending, and a failing endpoint is retried for as long
+  as it fails, where a job is marked failed after its last attempt;
+- a batch updates the in-memory vectors of the process that runs it, so searches in the serving process
+  see new memories without reloading them;
+- the project's indexing lock file, not a lease, keeps two processes from indexing one project at once;
+  the loser hears ``busy`` and polls again later.
+
+It holds no durable state of its own: stopping it (or the process) loses nothing, and the next start
+resumes from ``semantic_pending``.
 """
 
 from __future__ import annotations
@@ -22,7 +36,7 @@ log = logging.getLogger("obsmem.indexer")
 MAX_BACKOFF_SECONDS = 60.0
 
 
-class BackgroundIndexer:
+class IndexBatchScheduler:
     def __init__(
         self,
         run_batch: Callable[[str], int | None],

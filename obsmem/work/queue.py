@@ -31,10 +31,10 @@ from typing import Any
 
 import apsw
 
-from obsmem import eventlog
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.work import eventlog
 
 MAX_BACKOFF_SECONDS = 900.0
 MAX_REASON_CHARS = 300
@@ -393,15 +393,6 @@ class JobQueue:
             "finished_at",
         )
         return [dict(zip(names, row, strict=True)) for row in self.db.connection().execute(sql, params).fetchall()]
-
-
-def unfinished_job_exists(conn: apsw.Connection, kind: str, order_key: str) -> bool:
-    """Is a job of this kind queued or running for this order key?"""
-    row = conn.execute(
-        "SELECT 1 FROM jobs WHERE order_key = ? AND kind = ? AND state IN ('queued', 'running') LIMIT 1",
-        (order_key, kind),
-    ).fetchone()
-    return row is not None
 
 
 def _kind_filter(kinds: Iterable[str] | None, alias: str = "") -> tuple[str, list[str]]:

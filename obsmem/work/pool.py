@@ -1,15 +1,18 @@
 """Workers: threads that claim jobs from every project's queue and run their handlers.
 
 The same pool runs inside ``obsmem serve`` and as ``obsmem worker`` (any number of processes may run
-against one data directory; the database arbitrates). Handlers come from the stages (the Observer, the
-indexer) and are wired in by the surfaces, so this module knows nothing about what a job does.
+against one data directory; the database arbitrates). Its handlers and housekeeping tasks come from the
+pipeline (observe and reflect jobs; clearing stale activity rows and resuming sessions left over a
+threshold) and are wired in by the app floor, so this module knows nothing about what a job does. The
+indexer registers nothing here: it runs its batches on its own scheduler
+(:class:`obsmem.indexer.scheduler.IndexBatchScheduler`).
 
 While a handler runs, a heartbeat thread renews its lease every third of the lease time. If a renewal
 fails the lease is lost: :attr:`JobContext.lost` is set and the handler's next fenced commit raises
-:class:`~obsmem.jobs.LeaseLost`, so its work is rolled back and left to whoever holds the job now.
+:class:`~obsmem.work.queue.LeaseLost`, so its work is rolled back and left to whoever holds the job now.
 
 Housekeeping runs on an APScheduler interval: reap expired leases, prune old finished jobs, then each
-registered task (clearing stale activity rows, resuming observation or indexing, ...).
+registered task.
 
 Durability: the connections of worker, heartbeat and housekeeping threads commit with
 ``synchronous=NORMAL`` (no fsync per commit), while appends keep ``FULL``. Everything a worker writes can
@@ -34,11 +37,12 @@ from dataclasses import dataclass, field
 import apsw
 
 from obsmem.errors import ObsmemError
-from obsmem.jobs import JobQueue, Lease, LeaseLost, sanitise_reason
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import JobSettings
 from obsmem.storage.connection import ProjectDatabase
+from obsmem.work.queue import JobQueue, Lease, LeaseLost, sanitise_reason
 
+# Named for what it logs (the workers): a stable name that log configurations can rely on.
 log = logging.getLogger("obsmem.workers")
 
 
@@ -211,6 +215,20 @@ class WorkerPool:
             self._threads.append(thread)
         if housekeeping:
             self._start_scheduler()
+
+    def run_until(self, stop: threading.Event, *, threads: int | None = None, grace_seconds: float = 30.0) -> None:
+        """Run jobs and housekeeping until ``stop`` is set, then stop claiming and wait for running jobs.
+
+        A job still running after ``grace_seconds`` is left to its lease, which expires and hands it to
+        another worker. The wait wakes every second so that a signal handler on the calling thread runs.
+        """
+        self.start(threads=threads)
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            log.info("worker stopping: running jobs have %.0f s to finish", grace_seconds)
+            self.stop(timeout=grace_seconds)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
