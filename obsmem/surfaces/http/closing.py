@@ -39,7 +39,13 @@ class CloseOnServerError:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = complete = False
+        started = complete = gone = False
+
+        async def watched_receive() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
 
         async def send_closing_on_5xx(message: Message) -> None:
             nonlocal started, complete
@@ -52,12 +58,22 @@ class CloseOnServerError:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_closing_on_5xx)
+            await self.app(scope, watched_receive, send_closing_on_5xx)
         except Exception:
             if complete:
                 return  # answered (a 500 with Connection: close) and logged by the error handler
             if started:
                 raise
             logger.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            message = "internal error; the server log has the details"
-            await send_error(send, 500, "internal_error", message, headers={"Connection": "close"})
+            await _internal_error(send)
+            return
+        if not started and not gone:
+            # An app that returns without answering (a library's code path with no response) would leave
+            # the server to improvise a plain-text 500; answer in the API's shape instead.
+            logger.error("no response was sent for %s %s", scope.get("method"), scope.get("path"))
+            await _internal_error(send)
+
+
+async def _internal_error(send: Send) -> None:
+    message = "internal error; the server log has the details"
+    await send_error(send, 500, "internal_error", message, headers={"Connection": "close"})

@@ -71,6 +71,9 @@ class McpEndpoint:
         if slot is None:
             await self.followers.send_refusal(send)
             return
+        # Stateless, the stream keeps no event store and never carries a message, so there is nothing to
+        # resume: without the header the SDK opens a fresh stream (with it, it answered nothing at all).
+        scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"last-event-id"]}
         try:
             await serve_bounded_stream(self.manager.handle_request, scope, receive, send, self.followers.idle_seconds)
         finally:

@@ -66,14 +66,21 @@ def carries_message(body: bytes) -> bool:
 
 
 async def serve_bounded_stream(app: ASGIApp, scope: Scope, receive: Receive, send: Send, idle_seconds: float) -> None:
-    """Run ``app`` (which answers with an event stream) and end its stream once it is idle too long."""
+    """Run ``app`` (which answers with an event stream) and end its stream once it is idle too long.
+
+    The idle clock starts with the response: until then the app is still working on the request (and a
+    request cancelled before its response started would get no answer at all).
+    """
     started = complete = False
+    responding = anyio.Event()
     last_message = time.monotonic()
 
     async def watched_send(message: Message) -> None:
         nonlocal started, complete, last_message
         if message["type"] == "http.response.start":
             started = True
+            last_message = time.monotonic()
+            responding.set()
         elif message["type"] == "http.response.body":
             if carries_message(message.get("body", b"")):
                 last_message = time.monotonic()
@@ -83,6 +90,7 @@ async def serve_bounded_stream(app: ASGIApp, scope: Scope, receive: Receive, sen
     async with anyio.create_task_group() as group:
 
         async def end_when_idle() -> None:
+            await responding.wait()
             while (remaining := last_message + idle_seconds - time.monotonic()) > 0:
                 await anyio.sleep(remaining)
             group.cancel_scope.cancel()
