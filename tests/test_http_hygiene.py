@@ -11,12 +11,15 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import apsw
 import httpx
 import pytest
 from http_support import ALPHA_NOTES, KEY_ALPHA, KEYS, WRONG_KEY, bearer, live_server, seed, settings_for
 
+from obsmem.surfaces.http.closing import CloseOnServerError
 from obsmem.surfaces.http.ratelimit import FailureLimiter
 from obsmem.surfaces.service import Obsmem
 
@@ -219,3 +222,62 @@ def test_failure_limiter_refills_at_its_rate_and_forgets_the_oldest_address() ->
     limiter.record_failure("10.0.0.2")
     limiter.record_failure("10.0.0.3")  # the table holds two: the oldest address is forgotten
     assert limiter.retry_after("10.0.0.1") == 0
+
+
+def test_an_mcp_get_resuming_with_last_event_id_gets_a_stream_that_ends(data_dir: Path) -> None:
+    with live_server(data_dir, stream_idle_seconds=0.5) as base:
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": "5"}
+        with httpx.stream("GET", f"{base}/mcp/alpha", headers=headers, timeout=10) as stream:
+            assert stream.status_code == 200
+            assert b"data:" not in b"".join(stream.iter_raw())
+
+
+class Recorder:
+    """The ASGI server's side of one request: what the app sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    def status_and_headers(self) -> tuple[int, dict[bytes, bytes]]:
+        return self.sent[0]["status"], dict(self.sent[0]["headers"])
+
+
+SCOPE = {"type": "http", "method": "GET", "path": "/x", "headers": []}
+
+
+def test_close_on_server_error_marks_every_5xx_and_answers_apps_that_did_not() -> None:
+    async def unavailable(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": [(b"connection", b"keep-alive")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def silent(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    async def fails_before(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("broken")
+
+    async def fails_after_answering(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+        raise RuntimeError("re-raised after the handler answered")
+
+    async def fails_mid_stream(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        raise RuntimeError("stream broke")
+
+    for app, status in ((unavailable, 503), (silent, 500), (fails_before, 500), (fails_after_answering, 500)):
+        recorder = Recorder()
+        anyio.run(CloseOnServerError(app), SCOPE, recorder.receive, recorder.send)
+        got, headers = recorder.status_and_headers()
+        assert got == status and headers[b"connection"] == b"close", app.__name__
+        assert list(headers).count(b"connection") == 1
+    recorder = Recorder()
+    with pytest.raises(RuntimeError):  # the server must abort the connection: the stream is broken
+        anyio.run(CloseOnServerError(fails_mid_stream), SCOPE, recorder.receive, recorder.send)
