@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,23 @@ import anyio
 import apsw
 import httpx
 import pytest
-from http_support import ALPHA_NOTES, KEY_ALPHA, KEYS, WRONG_KEY, bearer, live_server, seed, settings_for
+import uvicorn
+from http_support import (
+    ALPHA_NOTES,
+    KEY_ALPHA,
+    KEYS,
+    WRONG_KEY,
+    bearer,
+    free_port,
+    live_server,
+    seed,
+    settings_for,
+)
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from obsmem.surfaces.http import create_app
 from obsmem.surfaces.http.closing import CloseOnServerError
+from obsmem.surfaces.http.protocol import protocol_class
 from obsmem.surfaces.http.ratelimit import FailureLimiter
 from obsmem.surfaces.service import Obsmem
 
@@ -281,3 +296,38 @@ def test_close_on_server_error_marks_every_5xx_and_answers_apps_that_did_not() -
     recorder = Recorder()
     with pytest.raises(RuntimeError):  # the server must abort the connection: the stream is broken
         anyio.run(CloseOnServerError(fails_mid_stream), SCOPE, recorder.receive, recorder.send)
+
+
+def test_the_connection_deadlines_hold_over_the_h11_protocol_too(tmp_path: Path) -> None:
+    # uvicorn picks httptools when it is installed (as here); the deadlines must not depend on it.
+    port = free_port()
+    settings = settings_for(tmp_path, keep_alive_seconds=0.5, header_timeout_seconds=0.5)
+    with Obsmem(settings) as service:
+        config = uvicorn.Config(
+            create_app(service),
+            host="127.0.0.1",
+            port=port,
+            http=protocol_class(0.5, H11Protocol),
+            timeout_keep_alive=0.5,  # type: ignore[arg-type]
+            lifespan="off",
+            log_level="warning",
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 20
+            while not server.started:
+                assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+                time.sleep(0.05)
+            base = f"http://127.0.0.1:{port}"
+            with connection(base) as silent:
+                assert closed_cleanly(silent)
+            with connection(base) as slow:
+                slow.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127")
+                status, headers, _ = read_response(slow)
+                assert status == 408 and headers["connection"] == "close" and closed_cleanly(slow)
+            assert httpx.get(f"{base}/v1/health").status_code == 200
+        finally:
+            server.should_exit = True
+            thread.join(timeout=20)
