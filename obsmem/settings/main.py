@@ -68,6 +68,41 @@ class ServerSettings(Section):
         description="Without API keys, Host names accepted besides loopback ones (e.g. behind a local proxy).",
     )
     access_log: bool = Field(default=True, description="Log one line per request (method, path, status).")
+    # Connection hygiene: every way a client can hold a connection or a worker has a bound.
+    keep_alive_seconds: float = Field(
+        default=5.0, gt=0, le=3600, description="An idle connection (before its first request or between two) closes."
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=3600, description="A started request's line and headers must arrive within this (408)."
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="A request body must arrive whole within this (408 request_timeout)."
+    )
+    max_connections: int = Field(
+        default=512, ge=1, le=1_000_000, description="Open connections; a request beyond them gets 503 over_capacity."
+    )
+    max_in_flight: int = Field(
+        default=128,
+        ge=1,
+        le=100_000,
+        description="Requests served at once (streams included); 503 over_capacity beyond.",
+    )
+    auth_failures_per_minute: int = Field(
+        default=30, ge=1, le=100_000, description="Failed authentications per client address before 429 rate_limited."
+    )
+    stream_idle_seconds: float = Field(
+        default=300.0, gt=0, le=86_400, description="An event stream (SSE, MCP GET) with no message this long ends."
+    )
+    max_stream_followers: int = Field(
+        default=16, ge=1, le=10_000, description="Event streams open at once; one more gets 503 too_many_streams."
+    )
+
+    @model_validator(mode="after")
+    def _streams_fit_in_flight(self) -> ServerSettings:
+        # A stream is an in-flight request for its whole life: more followers than requests could never be served.
+        if self.max_stream_followers > self.max_in_flight:
+            raise ValueError("max_stream_followers must not be larger than max_in_flight")
+        return self
 
 
 class SearchSettings(Section):

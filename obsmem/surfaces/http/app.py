@@ -1,8 +1,10 @@
 """``create_app(service)``: the FastAPI application.
 
-Layers, outermost first: Starlette's error middleware (a last-resort JSON 500), the
-:class:`~obsmem.surfaces.http.guard.RequestGuard` (host/origin, API keys, body limit), FastAPI's
-routing with the error handlers of :mod:`~obsmem.surfaces.http.errors`. Routes live in
+Layers, outermost first: :class:`~obsmem.surfaces.http.closing.CloseOnServerError` (every 5xx closes
+its connection properly), :class:`~obsmem.surfaces.http.capacity.CapacityGuard` (connections and
+requests in flight), Starlette's error middleware (a last-resort JSON 500), the
+:class:`~obsmem.surfaces.http.guard.RequestGuard` (host/origin, API keys and their failure rate, body
+limit and deadline), FastAPI's routing with the error handlers of :mod:`~obsmem.surfaces.http.errors`. Routes live in
 ``routes/<area>.py``; another area joins with one line in :data:`ROUTERS`.
 """
 
@@ -16,14 +18,19 @@ from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from obsmem import __version__
 from obsmem.surfaces.http.auth import KeyRing
+from obsmem.surfaces.http.capacity import CapacityGuard, ConnectionGauge
+from obsmem.surfaces.http.closing import CloseOnServerError
 from obsmem.surfaces.http.errors import install_error_handlers
 from obsmem.surfaces.http.guard import PUBLIC_PATHS, RequestGuard
 from obsmem.surfaces.http.mcp import MCP_PATH, McpEndpoint
+from obsmem.surfaces.http.ratelimit import FailureLimiter
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.routes import health, ingest, memory, pipeline, projects
+from obsmem.surfaces.http.streams import StreamFollowers
 from obsmem.surfaces.service import Obsmem
 
 API_PREFIX = "/v1"
@@ -44,9 +51,25 @@ projects. The MCP endpoint (streamable HTTP) is at `/mcp/{project}`.
 """
 
 
+class ObsmemAPI(FastAPI):
+    """FastAPI with the connection layers outside Starlette's error middleware (which answers a 500 with
+    a ``send`` of its own, so only a layer outside it can mark that answer ``Connection: close``)."""
+
+    def __init__(self, *, capacity: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._capacity = capacity
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return CloseOnServerError(CapacityGuard(super().build_middleware_stack(), **self._capacity))
+
+
 def create_app(service: Obsmem) -> FastAPI:
+    """The app; ``app.state.connections`` is the gauge a server binds to its count of open connections."""
     settings = service.settings
-    mcp_endpoint = McpEndpoint(service) if settings.server.mcp else None
+    server = settings.server
+    followers = StreamFollowers(server.max_stream_followers, server.stream_idle_seconds)
+    gauge = ConnectionGauge()
+    mcp_endpoint = McpEndpoint(service, followers) if server.mcp else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,7 +85,8 @@ def create_app(service: Obsmem) -> FastAPI:
         finally:
             await run_in_threadpool(service.stop_workers)
 
-    app = FastAPI(
+    app = ObsmemAPI(
+        capacity={"max_connections": server.max_connections, "max_in_flight": server.max_in_flight, "gauge": gauge},
         title="obsmem",
         version=__version__,
         description=DESCRIPTION,
@@ -73,6 +97,8 @@ def create_app(service: Obsmem) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.stream_followers = followers
+    app.state.connections = gauge
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix=API_PREFIX)
@@ -82,8 +108,10 @@ def create_app(service: Obsmem) -> FastAPI:
     app.add_middleware(
         RequestGuard,
         keys=keys,
-        max_body_bytes=settings.server.max_body_bytes,
-        allowed_hosts=settings.server.allowed_hosts,
+        max_body_bytes=server.max_body_bytes,
+        allowed_hosts=server.allowed_hosts,
+        body_timeout_seconds=server.body_timeout_seconds,
+        auth_failures=FailureLimiter(server.auth_failures_per_minute),
     )
     app.openapi = lambda: _openapi(app, secured=keys.enabled)  # type: ignore[method-assign]
     return app

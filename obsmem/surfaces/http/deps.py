@@ -55,6 +55,9 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     404: _error("Unknown project, or one this key may not use (`project_not_found`); unknown memory (`not_found`)."),
     413: _error("Request body larger than `server.max_body_bytes` (`payload_too_large`)."),
     422: _error("A field is not valid; `field` names it (`invalid_request`, `invalid_query`, `invalid_date`, ...)."),
+    408: _error("The request body did not arrive within `server.body_timeout_seconds` (`request_timeout`)."),
+    429: _error("Too many failed authentications from this address (`rate_limited`; see `Retry-After`)."),
+    503: _error("More connections or requests than the server's caps (`over_capacity`; see `Retry-After`)."),
 }
 
 

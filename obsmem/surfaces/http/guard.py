@@ -11,6 +11,10 @@ It runs before routing, so no route (and no body parser) ever sees a request tha
 3. **Body limit**: a declared ``Content-Length`` above ``server.max_body_bytes`` is refused at once; a
    body without one (chunked) is counted as it streams and refused as soon as it passes the limit. The
    body is read here, before routing, and replayed to the app. A JSON body must be UTF-8.
+4. **Body deadline**: the whole body must arrive within ``server.body_timeout_seconds``; a client that
+   stops sending gets ``408 request_timeout`` and the connection is closed.
+5. **Failed authentication** is rate limited per client address (:mod:`~obsmem.surfaces.http.ratelimit`):
+   an address out of allowance gets ``429 rate_limited`` with ``Retry-After``, its key unchecked.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from obsmem.surfaces.http.auth import OPEN_ACCESS, Access, KeyRing
 from obsmem.surfaces.http.errors import send_error
+from obsmem.surfaces.http.ratelimit import FailureLimiter
 
 ACCESS_SCOPE_KEY = "obsmem.access"
 PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
@@ -56,10 +62,21 @@ def origin_host(origin: str) -> str | None:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, max_body_bytes: int, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyRing,
+        max_body_bytes: int,
+        allowed_hosts: Iterable[str] = (),
+        body_timeout_seconds: float = 30.0,
+        auth_failures: FailureLimiter | None = None,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_seconds = body_timeout_seconds
+        self.auth_failures = auth_failures or FailureLimiter(30)
         self.allowed_hosts = frozenset(host_name(h) for h in allowed_hosts)
         self._hosts_seen: dict[str, bool] = {}
 
@@ -102,8 +119,15 @@ class RequestGuard:
                     await send_error(send, 403, "forbidden", "cross-origin requests are refused without API keys")
                     return
         elif scope["path"] not in PUBLIC_PATHS:
+            address = client_address(scope)
+            wait = self.auth_failures.retry_after(address)
+            if wait:
+                message = "too many failed authentications from this address; retry after the time given"
+                await send_error(send, 429, "rate_limited", message, headers={"Retry-After": str(wait)})
+                return
             key = self.keys.match(authorization)
             if key is None:
+                self.auth_failures.record_failure(address)
                 message = "a valid API key is required: send 'Authorization: Bearer <key>'"
                 await send_error(send, 401, "unauthorized", message, headers=_CHALLENGE)
                 return
@@ -121,7 +145,14 @@ class RequestGuard:
             if declared > self.max_body_bytes:
                 await self._too_large(send)
                 return
-        body, last = await self._read_body(receive)
+        body: bytes | None = b""
+        last: Message | None = None
+        with anyio.move_on_after(self.body_timeout_seconds) as deadline:
+            body, last = await self._read_body(receive)
+        if deadline.cancelled_caught:
+            message = f"the request body did not arrive within {self.body_timeout_seconds:g} s"
+            await send_error(send, 408, "request_timeout", message, "body", headers={"Connection": "close"})
+            return
         if body is None:
             await self._too_large(send)
             return
@@ -155,6 +186,11 @@ class RequestGuard:
     async def _too_large(self, send: Send) -> None:
         message = f"request body is larger than {self.max_body_bytes} bytes"
         await send_error(send, 413, "payload_too_large", message, "body", headers={"Connection": "close"})
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

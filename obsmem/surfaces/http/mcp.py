@@ -5,7 +5,9 @@ and, optionally, its current session (``?session_id=s1``, recall's default scope
 has already checked the API key; here the key must also allow the project (otherwise
 ``project_not_found``, exactly as for a missing project). The SDK's session manager then serves the
 request in stateless mode with JSON responses: every POST is answered on its own, so nothing is kept
-per client and any worker can answer any request.
+per client and any worker can answer any request. A GET opens the SDK's stream for server-initiated
+messages; stateless, it never carries one, so it counts as a stream follower and ends after
+``server.stream_idle_seconds`` like any idle stream (:mod:`~obsmem.surfaces.http.streams`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from obsmem.errors import ObsmemError
 from obsmem.surfaces.http.auth import OPEN_ACCESS, Access
 from obsmem.surfaces.http.errors import send_error
 from obsmem.surfaces.http.guard import ACCESS_SCOPE_KEY
+from obsmem.surfaces.http.streams import StreamFollowers, serve_bounded_stream
 from obsmem.surfaces.mcp_server import MCP_SCOPE_KEY, build_server
 from obsmem.surfaces.service import Obsmem
 from obsmem.validation import project_name
@@ -33,8 +36,9 @@ MCP_PATH = "/mcp/{project}"
 class McpEndpoint:
     """ASGI app behind the ``/mcp/{project}`` route; the session manager lives for the app's lifespan."""
 
-    def __init__(self, service: Obsmem) -> None:
+    def __init__(self, service: Obsmem, followers: StreamFollowers) -> None:
         self.server = build_server(service)
+        self.followers = followers
         self.manager: StreamableHTTPSessionManager | None = None
 
     @contextlib.asynccontextmanager
@@ -60,7 +64,20 @@ class McpEndpoint:
             await send_error(send, 503, "service_unavailable", "the MCP endpoint is not running")
             return
         scope[MCP_SCOPE_KEY] = {"project": project, "session_id": session}
-        await self.manager.handle_request(scope, receive, send)
+        if scope["method"] != "GET":
+            await self.manager.handle_request(scope, receive, send)
+            return
+        slot = self.followers.claim()
+        if slot is None:
+            await self.followers.send_refusal(send)
+            return
+        # Stateless, the stream keeps no event store and never carries a message, so there is nothing to
+        # resume: without the header the SDK opens a fresh stream (with it, it answered nothing at all).
+        scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"last-event-id"]}
+        try:
+            await serve_bounded_stream(self.manager.handle_request, scope, receive, send, self.followers.idle_seconds)
+        finally:
+            slot.release()
 
 
 def _session_from_query(query_string: bytes) -> str | None:

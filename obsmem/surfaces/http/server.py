@@ -3,6 +3,11 @@
 Without API keys the server only binds to a loopback address, and says so in the log; asked to bind
 anything else without keys it refuses with a :class:`ConfigurationError` (the CLI prints it and exits
 non-zero) before opening a socket.
+
+Connection hygiene is configured here and in the app: uvicorn closes idle connections after
+``server.keep_alive_seconds``; its protocol class (:mod:`~obsmem.surfaces.http.protocol`) bounds a new
+connection's idle time and a request head's arrival too; the app bounds the body, the connections and
+requests in flight (it reads the server's count of open connections), failed authentication and streams.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import uvicorn
 from obsmem.errors import ConfigurationError, ObsmemError
 from obsmem.settings import Settings, load_settings
 from obsmem.surfaces.http.app import create_app
+from obsmem.surfaces.http.protocol import protocol_class
 from obsmem.surfaces.service import Obsmem
 
 logger = logging.getLogger("obsmem.http")
@@ -56,7 +62,8 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         host=server.host,
         port=server.port,
         loop="auto",  # uvloop when installed
-        http="auto",  # httptools when installed
+        http=protocol_class(server.header_timeout_seconds),  # httptools when installed, with a head deadline
+        timeout_keep_alive=server.keep_alive_seconds,  # type: ignore[arg-type]  # a float works: call_later
         lifespan="on",
         access_log=server.access_log,
         server_header=False,
@@ -75,7 +82,10 @@ def serve(settings: Settings) -> None:
     else:
         logger.warning("obsmem: no API keys configured: listening on loopback only (%s), without authentication", where)
     with Obsmem(settings) as service:
-        server = uvicorn.Server(uvicorn_config(create_app(service), settings))
+        app = create_app(service)
+        server = uvicorn.Server(uvicorn_config(app, settings))
+        connections = server.server_state.connections
+        app.state.connections.bind(lambda: len(connections))
         server.run()
 
 

@@ -29,7 +29,13 @@ router = APIRouter(tags=["memory"])
 @router.post(
     "/projects/{project}/search",
     response_model=SearchResponse,
-    responses=errors((503, "Hybrid search cannot answer now (`index_building`, `embedding_unavailable`, ...).")),
+    responses=errors(
+        (
+            503,
+            "Hybrid search cannot answer now (`index_building`, `embedding_unavailable`, ...), or the server is "
+            "over its caps (`over_capacity`).",
+        )
+    ),
     summary="memory_search: exact substring or hybrid search over memories",
 )
 async def search(request: Request, project: ProjectName, body: SearchRequest) -> Response:

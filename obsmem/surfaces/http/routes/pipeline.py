@@ -23,6 +23,7 @@ from obsmem.pipeline.model_overrides import ModelChanges
 from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
+from obsmem.surfaces.http.streams import FollowedStream, StreamFollowers
 from obsmem.work.eventlog import MAX_EVENT_ID
 
 router = APIRouter(tags=["pipeline"])
@@ -349,7 +350,12 @@ async def pipeline_events(
                 raise ValidationFailed("Last-Event-ID must be an event id", field="Last-Event-ID")
             start = max(start, int(text))
         service.pipeline_events(project, after=start, limit=1)  # unknown project: a 404 now, not mid-stream
-        return EventSourceResponse(_stream(request, project, start, session_id, types), ping=15)
+        followers: StreamFollowers = request.app.state.stream_followers
+        slot = followers.claim()
+        if slot is None:
+            return followers.refusal()
+        stream = EventSourceResponse(_stream(request, project, start, session_id, types), ping=15)
+        return FollowedStream(stream, slot, followers.idle_seconds)
     found = service.pipeline_events(project, after=start, limit=limit, session_id=session_id, types=types)
     return JSONBody({"events": found, "last_id": found[-1]["id"] if found else start})
 
