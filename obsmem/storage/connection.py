@@ -13,6 +13,7 @@ apsw rather than the stdlib module: it bundles a current SQLite with FTS5 and ca
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,8 @@ from typing import Any
 
 import apsw
 
-from obsmem.errors import StorageError
+from obsmem.errors import StorageCorrupt, StorageError
+from obsmem.storage.faults import read_only, storage_fault
 
 BUSY_TIMEOUT_MS = 30_000
 _capabilities_checked = False
@@ -59,6 +61,13 @@ def check_sqlite_capabilities() -> None:
 MMAP_BYTES = 16 * 1024**3
 
 
+def _read_only_directory(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY) or not os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
 def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     """Open one connection with obsmem's pragmas. ``create=False`` never creates a file."""
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW
@@ -67,17 +76,30 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     try:
         conn = apsw.Connection(str(path), flags=flags)
     except apsw.CantOpenError:
+        if _read_only_directory(path.parent):
+            # A WAL database cannot even be opened for reading where its -shm file cannot be created.
+            raise read_only() from None
         raise StorageError(f"cannot open database {path.name}") from None
+    except apsw.Error as exc:
+        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     _load_vector_extension(conn)
     try:
         conn.execute("PRAGMA journal_mode=WAL").fetchall()  # the first statement that reads the file
     except (apsw.NotADBError, apsw.CorruptError):
         conn.close()
-        raise StorageError(
+        raise StorageCorrupt(
             f"database {path.parent.name}/{path.name} is not a readable SQLite database (damaged or replaced); "
             "restore it from a backup"
         ) from None
+    except apsw.Error as exc:
+        conn.close()
+        if isinstance(exc, apsw.CantOpenError) and _read_only_directory(path.parent):
+            raise read_only() from None  # the -shm file of a WAL database cannot be created here
+        fault = storage_fault(exc)
+        if fault is None:
+            raise
+        raise fault from None
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA temp_store=MEMORY")
@@ -87,6 +109,18 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     # database, and with a 256 MiB map each of those row lookups was a read() call — 40% slower at 1M chunks.
     conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
     return conn
+
+
+@contextlib.contextmanager
+def storage_faults() -> Iterator[None]:
+    """Raise storage faults from SQLite as :class:`~obsmem.errors.StorageError` (other errors unchanged)."""
+    try:
+        yield
+    except apsw.Error as exc:
+        fault = storage_fault(exc)
+        if fault is None:
+            raise
+        raise fault from exc
 
 
 class ProjectDatabase:
@@ -112,9 +146,13 @@ class ProjectDatabase:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception.
+
+        A storage fault (disk full, read-only, I/O error, lock timeout, damage) leaves as a
+        :class:`~obsmem.errors.StorageError`; the transaction is rolled back, so nothing half-written stays.
+        """
         conn = self.connection()
-        with self._write_lock:
+        with self._write_lock, storage_faults():
             if conn.in_transaction:
                 # Nested use joins the outer transaction (apsw savepoints would hide the outer BEGIN).
                 yield conn
@@ -124,10 +162,18 @@ class ProjectDatabase:
                 yield conn
             except BaseException:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    # SQLite may already have rolled back after an I/O error or a full disk.
+                    with contextlib.suppress(apsw.Error):
+                        conn.execute("ROLLBACK")
                 raise
             else:
-                conn.execute("COMMIT")
+                try:
+                    conn.execute("COMMIT")
+                except apsw.Error:
+                    if conn.in_transaction:
+                        with contextlib.suppress(apsw.Error):
+                            conn.execute("ROLLBACK")
+                    raise
 
     @contextlib.contextmanager
     def read(self) -> Iterator[apsw.Connection]:
@@ -136,15 +182,17 @@ class ProjectDatabase:
         if conn.in_transaction:
             yield conn
             return
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        with storage_faults():
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
 
     def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        return self.connection().execute(sql, params).fetchall()
+        with storage_faults():
+            return self.connection().execute(sql, params).fetchall()
 
     def close(self) -> None:
         """Close every connection this object opened (all threads); used at shutdown and in tests."""
