@@ -25,6 +25,11 @@ from obsmem.errors import StorageCorrupt, StorageError
 from obsmem.storage.faults import read_only, storage_fault
 
 BUSY_TIMEOUT_MS = 30_000
+# The write-ahead log is folded back into the database and truncated once it passes this size. SQLite's
+# automatic checkpoint (every 1000 pages) reuses the log but never shrinks it, so one large ingest, or
+# readers holding back a checkpoint under sustained load, used to leave a log of hundreds of MB for good.
+WAL_TRUNCATE_BYTES = 32 * 1024 * 1024
+CHECKPOINT_BUSY_MS = 200
 _capabilities_checked = False
 _capabilities_lock = threading.Lock()
 
@@ -101,6 +106,8 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
             raise
         raise fault from None
     conn.execute("PRAGMA synchronous=FULL")
+    # Whenever a checkpoint resets the log, cut the file back to this size (SQLite keeps it otherwise).
+    conn.execute(f"PRAGMA journal_size_limit={WAL_TRUNCATE_BYTES}").fetchall()
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA temp_store=MEMORY")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache per connection
@@ -174,6 +181,34 @@ class ProjectDatabase:
                         with contextlib.suppress(apsw.Error):
                             conn.execute("ROLLBACK")
                     raise
+                self._truncate_large_wal(conn)
+
+    @property
+    def wal_path(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
+
+    def wal_bytes(self) -> int:
+        """The current size of the write-ahead log (0 when there is none)."""
+        try:
+            return self.wal_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _truncate_large_wal(self, conn: apsw.Connection) -> None:
+        """After a commit that left the log above :data:`WAL_TRUNCATE_BYTES`, checkpoint and truncate it.
+
+        Runs with a short busy timeout: a reader in another process that still needs the old log makes the
+        checkpoint stop early (it is tried again after the next large commit) rather than stall this writer.
+        The commit is durable already, so a checkpoint that fails (busy, disk full) never fails the write.
+        """
+        if self.wal_bytes() <= WAL_TRUNCATE_BYTES:
+            return
+        conn.set_busy_timeout(CHECKPOINT_BUSY_MS)
+        try:
+            with contextlib.suppress(apsw.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[apsw.Connection]:
