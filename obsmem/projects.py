@@ -36,6 +36,7 @@ def create_database(path: Path) -> None:
     made_directory = not directory.exists()
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _remove_abandoned_builds(directory)
         scratch = directory / f"{BUILDING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.db"
         try:
             conn = open_connection(scratch, create=True)
@@ -68,6 +69,26 @@ def create_database(path: Path) -> None:
             with contextlib.suppress(OSError):
                 directory.rmdir()
         raise
+
+
+def _remove_abandoned_builds(directory: Path) -> None:
+    """Delete what a creation killed half-way left (its process is gone); a live one's files are kept."""
+    for leftover in directory.glob(f"{BUILDING_PREFIX}*"):
+        pid_text = leftover.name.removeprefix(BUILDING_PREFIX).split("-", 1)[0]
+        if not pid_text.isdigit() or _process_alive(int(pid_text)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _publish(scratch: Path, path: Path) -> None:

@@ -10,6 +10,8 @@ that fails I/O (see fault_support).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,3 +236,19 @@ def test_concurrent_first_writes_create_one_database(tmp_path: Path) -> None:
     ]
     first.close()
     second.close()
+
+
+def test_a_creation_killed_half_way_is_cleaned_up_by_the_next_one(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])  # a process id that is surely gone once waited for
+    gone.wait()
+    directory = tmp_path / "data" / "projects" / "revived"
+    directory.mkdir(parents=True)
+    abandoned = directory / f".building-{gone.pid}-0badcafe.db"
+    abandoned.write_bytes(b"half a database")
+    mine = directory / f".building-{os.getpid()}-0badcafe.db"  # a live process's build is left alone
+    mine.write_bytes(b"being built")
+    with Obsmem(data_dir=tmp_path / "data") as service:
+        assert service.project_names() == []  # a build in progress is never listed
+        service.append_events("revived", "s1", SMALL_BATCH["events"])
+        assert service.project_names() == ["revived"]
+    assert not abandoned.exists() and mine.exists()
