@@ -253,3 +253,32 @@ def test_cli_ingest_files(memory: Obsmem, data_dir: Path, tmp_path: Path, value:
     else:
         assert result.exit_code == 2, result.output
         assert "line 1.seq" in result.output
+
+
+def click_int_in_range(text: str, low: int, high: int) -> bool:
+    """Whether click's integer parsing (Python's ``int()``, which allows ``+1`` and ``1_0``) accepts it."""
+    try:
+        return low <= int(text) <= high
+    except ValueError:
+        return False
+
+
+@SLOW_PROPERTY
+@given(text=HOSTILE_TEXT)
+def test_cli_model_context_window(memory: Obsmem, data_dir: Path, text: str) -> None:
+    result = run(data_dir, "models", PROJECT, "--observer", "probe-model", f"--context-window={text}", "--json")
+    if click_int_in_range(text, 2048, 10_000_000):
+        assert result.exit_code in (0, 1), result.output  # switched, or refused for another reason
+    else:
+        assert result.exit_code == 2 and "--context-window" in result.output, result.output
+
+
+@SLOW_PROPERTY
+@given(text=HOSTILE_TEXT, option=st.sampled_from(["serve --port", "worker --threads"]))
+def test_cli_flags_of_long_running_commands(data_dir: Path, text: str, option: str) -> None:
+    command, flag = option.split()
+    low, high = (0, 65535) if flag == "--port" else (1, 32)
+    if click_int_in_range(text, low, high):
+        return  # a valid value starts a server or a worker that runs until stopped
+    result = run(data_dir, command, f"{flag}={text}")
+    assert result.exit_code == 2 and flag in result.output, result.output
