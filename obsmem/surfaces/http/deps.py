@@ -55,11 +55,17 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     404: _error("Unknown project, or one this key may not use (`project_not_found`); unknown memory (`not_found`)."),
     413: _error("Request body larger than `server.max_body_bytes` (`payload_too_large`)."),
     422: _error("A field is not valid; `field` names it (`invalid_request`, `invalid_query`, `invalid_date`, ...)."),
+    503: _error(
+        "The storage failed: `storage_full`, `storage_read_only`, `storage_io_error`, `storage_busy` or "
+        "`storage_corrupt` (with `Retry-After` where waiting helps)."
+    ),
 }
 
 
 def errors(*extra: tuple[int, str]) -> dict[int | str, dict[str, Any]]:
     responses = dict(COMMON_ERRORS)
     for status, description in extra:
+        if status in responses:  # a route's own reasons come first; the common ones still apply
+            description = f"{description} {responses[status]['description']}"
         responses[status] = _error(description)
     return responses
