@@ -55,6 +55,30 @@ class IndexFiles:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # (name, checksum, size, mtime, inode) of the last file whose checksum matched: status asks often,
+        # and hashing a large graph file each time would cost a full read.
+        self._verified_stamp: tuple[object, ...] | None = None
+
+    def problem(self, state: IndexState) -> str | None:
+        """What is wrong with the recorded graph file, for status: ``missing``, ``damaged`` or None.
+
+        None also when no file is recorded. Loading never relies on this (see :meth:`verified_path`).
+        """
+        if not state.hnsw_file:
+            return None
+        path = self.directory / state.hnsw_file
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return "missing"
+        if state.hnsw_bytes is None or not state.hnsw_checksum or info.st_size != state.hnsw_bytes:
+            return "damaged"
+        stamp = (state.hnsw_file, state.hnsw_checksum, info.st_size, info.st_mtime_ns, info.st_ino)
+        if stamp != self._verified_stamp:
+            if file_checksum(path) != state.hnsw_checksum:
+                return "damaged"
+            self._verified_stamp = stamp
+        return None
 
     def ensure(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.indexer.vectors import VectorSet, read_vector_set
 
+from obsmem.dates import now_iso
 from obsmem.errors import EmbeddingUnavailable, IndexBusy
 from obsmem.faults import crash_point
 from obsmem.settings.semantic import SemanticSettings
@@ -43,6 +44,12 @@ from obsmem.storage.connection import ProjectDatabase
 log = logging.getLogger("obsmem.indexer")
 
 INDEX_DIRECTORY = "semantic"
+# Why a graph file is rebuilt, as logged and shown in status (never any memory text).
+GRAPH_PROBLEMS = {
+    "missing": "the vector index graph file is missing",
+    "damaged": "the vector index graph file does not match its recorded size and checksum (damaged or replaced)",
+    "unfinished": "the vector index graph file was left unfinished (a publish was interrupted)",
+}
 INDEXING_LOCK = ".indexing.lock"
 
 
@@ -94,6 +101,9 @@ class ProjectIndex:
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
         self._batch_lock = threading.Lock()
+        self._rebuilding = False
+        self._reported: tuple[str | None, str] | None = None  # the graph file problem logged last
+        self.last_rebuild: dict[str, str] | None = None  # why and when the graph was last rebuilt
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -143,8 +153,27 @@ class ProjectIndex:
             "compatible": compatible,
             "dirty": state.dirty,
             "graph": vectors is not None and vectors.graph is not None,
-            "graph_file": state.hnsw_file is not None,
+            "graph_file": self.graph_file_state(state),
+            "graph_rebuild": self.last_rebuild,
         }
+
+    def graph_file_state(self, state: IndexState) -> str:
+        """The graph file as it is on disk now: ``present`` (verified), ``missing``, ``damaged``,
+        ``rebuilding`` (being rebuilt or published) or ``none`` (nothing published yet)."""
+        if self._rebuilding or state.dirty:
+            return "rebuilding"
+        if state.hnsw_file is None:
+            return "none"
+        return self.files.problem(state) or "present"
+
+    def _report_graph_problem(self, state: IndexState, problem: str) -> None:
+        """Log a damaged, missing or unfinished graph file once (per file and problem) and keep it for status."""
+        if self._reported == (state.hnsw_file, problem):
+            return
+        self._reported = (state.hnsw_file, problem)
+        reason = GRAPH_PROBLEMS.get(problem, problem)
+        self.last_rebuild = {"reason": reason, "at": now_iso()}
+        log.warning("project %s: %s; rebuilding it from the stored embeddings", self.name, reason)
 
     # -- indexing -------------------------------------------------------------------------------
 
@@ -338,10 +367,13 @@ class ProjectIndex:
                 return  # a publish is running; the graph comes with the next maintenance
             state = self.state()
             if state.dirty:
+                self._report_graph_problem(state, "unfinished")
                 return  # maintenance repairs it
             graph = self.files.load(state, max_elements=vectors.live + 1024, ef=self.settings.index.hnsw_ef_search)
             if graph is not None:
                 vectors.attach_graph(graph)
+            elif state.hnsw_file is not None:
+                self._report_graph_problem(state, self.files.problem(state) or "damaged")
 
     def maintain(self) -> None:
         """Repair a dirty or damaged graph file, build the graph if missing, publish if enough changed."""
@@ -353,10 +385,8 @@ class ProjectIndex:
                 return
             state = self.state()
             if state.dirty or (state.hnsw_file is not None and self.files.verified_path(state) is None):
-                log.warning(
-                    "project %s: index file unfinished or damaged; rebuilding it from stored embeddings",
-                    self.name,
-                )
+                problem = "unfinished" if state.dirty else (self.files.problem(state) or "damaged")
+                self._report_graph_problem(state, problem)
                 with self.db.write() as conn:
                     update_state(
                         conn,
@@ -376,16 +406,20 @@ class ProjectIndex:
             if vectors.live == 0:
                 return
             rebuilt = False
-            if vectors.needs_graph_rebuild():
-                index = self.settings.index
-                vectors.build_graph(m=index.hnsw_m, ef_construction=index.hnsw_ef_construction)
-                rebuilt = True
-            if (
-                rebuilt
-                or state.hnsw_file is None
-                or vectors.changes_since_publish >= self.settings.index.publish_min_changes
-            ):
-                self.publish(vectors)
+            self._rebuilding = state.hnsw_file is None and self._reported is not None
+            try:
+                if vectors.needs_graph_rebuild():
+                    index = self.settings.index
+                    vectors.build_graph(m=index.hnsw_m, ef_construction=index.hnsw_ef_construction)
+                    rebuilt = True
+                if (
+                    rebuilt
+                    or state.hnsw_file is None
+                    or vectors.changes_since_publish >= self.settings.index.publish_min_changes
+                ):
+                    self.publish(vectors)
+            finally:
+                self._rebuilding = False
 
     def publish(self, vectors: VectorSet) -> None:
         """Write the graph file now (caller holds the file lock)."""

@@ -22,6 +22,12 @@ response bodies, so they are safe to log.
     ├── Unauthorized (401) / Forbidden (403)
     ├── PayloadTooLarge (413)
     ├── ConfigurationError            configuration_error (start-up only)
+    ├── StorageError (503)            storage_error: the database cannot be used (see obsmem.storage.faults)
+    │   ├── StorageFull                storage_full (Retry-After): the disk is full
+    │   ├── StorageReadOnly            storage_read_only: the data directory cannot be written
+    │   ├── StorageIOError             storage_io_error (Retry-After): the OS reported an I/O error
+    │   ├── StorageBusy                storage_busy (Retry-After): the write lock was held beyond the timeout
+    │   └── StorageCorrupt             storage_corrupt: the file is damaged or not a database
     └── ServiceUnavailable (503)      embedding_unavailable, reranker_unavailable, index_building,
         │                             index_busy, model_unavailable
         ├── ModelNotConfigured         model_not_configured
@@ -43,6 +49,7 @@ class ObsmemError(Exception):
     code: str = "error"
     status: int = 400
     retryable: bool = True  # for background jobs: may another attempt succeed?
+    retry_after: int | None = None  # seconds a client should wait before retrying (HTTP Retry-After)
 
     def __init__(
         self,
@@ -181,6 +188,41 @@ class StorageError(ObsmemError):
 
     code = "storage_error"
     status = 503
+
+
+class StorageFull(StorageError):
+    """The disk (or quota) of the data directory is full; writes succeed again once space is freed."""
+
+    code = "storage_full"
+    retry_after = 30
+
+
+class StorageReadOnly(StorageError):
+    """The data directory or database cannot be written (read-only mount, permissions); reads still work."""
+
+    code = "storage_read_only"
+    retryable = False
+
+
+class StorageIOError(StorageError):
+    """The operating system reported an I/O error reading or writing the database."""
+
+    code = "storage_io_error"
+    retry_after = 5
+
+
+class StorageBusy(StorageError):
+    """Another writer held the database lock for longer than the busy timeout."""
+
+    code = "storage_busy"
+    retry_after = 1
+
+
+class StorageCorrupt(StorageError):
+    """The database file is damaged or is not a SQLite database; restore it from a backup."""
+
+    code = "storage_corrupt"
+    retryable = False
 
 
 class InvalidArguments(ValidationFailed):

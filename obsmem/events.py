@@ -21,6 +21,7 @@ from typing import Any, Literal
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from obsmem.bounds import MAX_SEQ
 from obsmem.dates import now_iso
 from obsmem.errors import SeqConflict, ValidationFailed
 from obsmem.ids import canonical_json
@@ -31,7 +32,6 @@ from obsmem.validation import session_id as check_session_id
 
 MAX_EVENT_CONTENT = 2_000_000
 MAX_BATCH = 10_000
-MAX_SEQ = 2**53  # exact in JSON numbers everywhere
 
 Role = Literal["user", "assistant", "tool", "system"]
 EventType = Literal["message", "tool_call", "tool_result"]
@@ -42,7 +42,9 @@ class EventIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seq: int | None = Field(default=None, ge=1, le=MAX_SEQ, description="Position in the session; omitted: next.")
+    seq: int | None = Field(
+        default=None, strict=True, ge=1, le=MAX_SEQ, description="Position in the session; omitted: next."
+    )
     role: Role
     type: EventType = "message"
     content: str = Field(default="", max_length=MAX_EVENT_CONTENT)

@@ -15,6 +15,7 @@ import apsw
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from obsmem import ids
+from obsmem.bounds import MAX_SEQ, is_strict_int
 from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.redaction import redact_text
@@ -33,7 +34,7 @@ class SourceRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_id: str | None = Field(default=None, pattern=SESSION_ID.pattern)
-    seq: int = Field(ge=1, le=2**53)
+    seq: int = Field(strict=True, ge=1, le=MAX_SEQ)
 
 
 def _one_line(value: str) -> str:
@@ -65,6 +66,23 @@ class ObservationIn(BaseModel):
 
     _check_content = field_validator("content")(_one_line)
     _memory_id: str | None = PrivateAttr(default=None)
+
+    @field_validator("source_refs", mode="before")
+    @classmethod
+    def _bounded_seqs(cls, value: Any) -> Any:
+        # A bare seq is checked here, before pydantic's lax int (which takes "1" and true) and before
+        # SQLite (which cannot bind an integer beyond 64 bits): either would let a bad ref through.
+        if isinstance(value, list):
+            for position, ref in enumerate(value):
+                if isinstance(ref, (dict, SourceRef)):
+                    continue
+                if not is_strict_int(ref):
+                    raise ValueError(
+                        f"entry {position} must be an event seq (an integer) or a {{session_id, seq}} object"
+                    )
+                if not 1 <= ref <= MAX_SEQ:
+                    raise ValueError(f"entry {position} must be a seq between 1 and {MAX_SEQ}")
+        return value
 
     @field_validator("timestamp")
     @classmethod

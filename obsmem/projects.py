@@ -6,16 +6,109 @@ file. Reading an unknown project is ``project_not_found``; only writes create on
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
 import threading
 from pathlib import Path
 
+import apsw
+
 from obsmem.errors import ProjectNotFound
-from obsmem.storage.connection import ProjectDatabase, check_sqlite_capabilities, open_connection
+from obsmem.storage.connection import ProjectDatabase, check_sqlite_capabilities, open_connection, storage_faults
+from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
 from obsmem.validation import project_name
 
 DATABASE_FILE = "obsmem.db"
+BUILDING_PREFIX = ".building-"  # a database being created: never listed, removed if creation fails
+
+
+def create_database(path: Path) -> None:
+    """Create a project's database atomically: it appears migrated and complete, or not at all.
+
+    The file is built under a temporary name in the same directory, synced and then linked into place, so
+    a full disk or a crash half-way never leaves an empty file that would list the project and then fail
+    every read. Linking (not renaming) keeps a database another process created meanwhile.
+    """
+    directory = path.parent
+    made_directory = not directory.exists()
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _remove_abandoned_builds(directory)
+        scratch = directory / f"{BUILDING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.db"
+        try:
+            conn = open_connection(scratch, create=True)
+            try:
+                with storage_faults():
+                    migrate(conn)
+                    # Fold the WAL into the file: the rename must carry every page, not leave them behind.
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.close()
+            os.chmod(scratch, 0o600)
+            with open(scratch, "rb") as handle:
+                os.fsync(handle.fileno())
+            _publish(scratch, path)
+            _fsync_directory(directory)
+        finally:
+            for leftover in (scratch, *(Path(f"{scratch}{suffix}") for suffix in ("-wal", "-shm", "-journal"))):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
+    except (OSError, apsw.Error) as exc:
+        if made_directory:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only if empty: never removes anything but what this call made
+        fault = storage_fault(exc)
+        if fault is None:
+            raise
+        raise fault from exc
+    except BaseException:
+        if made_directory:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
+
+
+def _remove_abandoned_builds(directory: Path) -> None:
+    """Delete what a creation killed half-way left (its process is gone); a live one's files are kept."""
+    for leftover in directory.glob(f"{BUILDING_PREFIX}*"):
+        pid_text = leftover.name.removeprefix(BUILDING_PREFIX).split("-", 1)[0]
+        if not pid_text.isdigit() or _process_alive(int(pid_text)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _publish(scratch: Path, path: Path) -> None:
+    """Give the finished database its name, unless another process created one first (theirs is kept)."""
+    try:
+        os.link(scratch, path)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP) or path.exists():
+            raise
+        os.rename(scratch, path)  # a file system without hard links: the rename is still atomic
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 class ProjectRegistry:
@@ -57,14 +150,14 @@ class ProjectRegistry:
                 if not create:
                     raise ProjectNotFound(f"project '{name}' does not exist", field="project")
                 check_sqlite_capabilities()
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            conn = open_connection(path, create=create)
-            try:
-                migrate(conn)
-            finally:
-                conn.close()
-            if create:
-                os.chmod(path, 0o600)
+                create_database(path)
+            else:
+                conn = open_connection(path, create=False)
+                try:
+                    with storage_faults():
+                        migrate(conn)
+                finally:
+                    conn.close()
             db = ProjectDatabase(path)
             self._open[name] = db
             return db

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ import hnswlib
 import numpy as np
 import pytest
 from obsmem.indexer.hnsw_file import IndexFiles
+from obsmem.indexer.project import GRAPH_PROBLEMS
 from semantic_reference import index_matches_memories, reference_search
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 from test_semantic_index import corpus
@@ -191,3 +193,39 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
         wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)
+
+
+@pytest.mark.parametrize(
+    ("how", "problem"), [("deleted", "missing"), ("bit_flipped", "damaged"), ("truncated", "damaged")]
+)
+def test_a_damaged_graph_file_is_logged_once_and_status_tells_the_truth(
+    tmp_path: Path,
+    model_server,  # noqa: F811
+    how: str,
+    problem: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = tmp_path / "data"
+    items = corpus(80)
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", items)
+        service.index("p")
+        [name] = graph_files(service)
+        assert service.status("p")["index"]["graph_file"] == "present"
+        assert service.status("p")["index"]["graph_rebuild"] is None
+    damage(data / "projects" / "p" / "semantic" / name, how, tmp_path)
+    caplog.set_level(logging.WARNING, logger="obsmem.indexer")
+    with make_service(data, model_server) as service:
+        index = service.indexer.project("p")
+        assert service.status("p")["index"]["graph_file"] == problem  # before anything loads it
+        index.vectors()  # detected at load: the graph is not used
+        service.search("p", QUERIES[0])
+        index.maintain()  # detected again, rebuilt and published
+        index.maintain()
+        status = service.status("p")["index"]
+        assert status["graph_file"] == "present" and status["graph"] is True
+        assert status["graph_rebuild"]["reason"] == GRAPH_PROBLEMS[problem]
+    warnings = [record.getMessage() for record in caplog.records if record.name == "obsmem.indexer"]
+    assert len(warnings) == 1, warnings
+    assert GRAPH_PROBLEMS[problem] in warnings[0] and "project p" in warnings[0]
+    assert not any(content in warnings[0] for _, content in items)  # no memory text

@@ -63,7 +63,7 @@ def test_a_damaged_database_file_is_a_storage_error_not_a_crash(tmp_path: Path) 
     path.write_bytes(b"this is not an SQLite database" * 300)
     with Obsmem(data_dir=tmp_path / "data") as service, pytest.raises(StorageError) as caught:
         service.search("junk", "anything")
-    assert caught.value.code == "storage_error" and caught.value.status == 503
+    assert caught.value.code == "storage_corrupt" and caught.value.status == 503
     assert "junk/obsmem.db" in caught.value.message and str(tmp_path) not in caught.value.message
 
 

@@ -47,7 +47,8 @@ def load_settings(
     except ValidationError as exc:
         source = f" in {path}" if path else ""
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise ConfigurationError(f"invalid settings{source}: {problems}") from None
     except (OSError, ValueError) as exc:  # unreadable or malformed TOML

@@ -22,9 +22,12 @@ from pydantic_settings import (
 
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
+from obsmem.validation import PROJECT_SLUG
 
 ENV_PREFIX = "OBSMEM_"
 ALL_PROJECTS = "*"
+# Shorter keys can be guessed by an online search well within a key's lifetime.
+MIN_API_KEY_CHARS = 16
 
 
 def default_data_dir() -> Path:
@@ -45,9 +48,26 @@ class ApiKey(Section):
 
     @field_validator("key")
     @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError("API keys must be at least 16 characters")
+    def _usable_key(cls, value: SecretStr) -> SecretStr:
+        # Messages describe the problem, never the key: settings errors are printed and logged.
+        secret = value.get_secret_value()
+        if not secret.strip():
+            raise ValueError("is blank")
+        if any(char.isspace() or not char.isprintable() for char in secret):
+            raise ValueError("must not contain spaces or control characters (it is sent in an HTTP header)")
+        if len(secret) < MIN_API_KEY_CHARS:
+            raise ValueError(f"API keys must be at least {MIN_API_KEY_CHARS} characters")
+        return value
+
+    @field_validator("projects")
+    @classmethod
+    def _project_slugs(cls, value: list[str]) -> list[str]:
+        for position, name in enumerate(value):
+            if name != ALL_PROJECTS and not PROJECT_SLUG.fullmatch(name):
+                raise ValueError(
+                    f"entry {position} is neither '*' nor a project name (1-64 characters of a-z, 0-9, '.', '_' "
+                    "or '-', starting with a letter or digit)"
+                )
         return value
 
     def allows(self, project: str) -> bool:
@@ -339,6 +359,21 @@ class Settings(BaseSettings):
         default=None,
         description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",
     )
+
+    @field_validator("api_keys")
+    @classmethod
+    def _distinct_keys(cls, value: list[ApiKey]) -> list[ApiKey]:
+        # Two entries with one key would leave the second's projects silently unused: refuse it, naming
+        # the entries by position and label (never the key).
+        first_seen: dict[str, int] = {}
+        for position, entry in enumerate(value):
+            earlier = first_seen.setdefault(entry.key.get_secret_value(), position)
+            if earlier != position:
+                raise ValueError(
+                    f"entries {earlier} ({value[earlier].name or 'unnamed'}) and {position} "
+                    f"({entry.name or 'unnamed'}) hold the same key; give each entry its own key"
+                )
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -13,6 +13,7 @@ apsw rather than the stdlib module: it bundles a current SQLite with FTS5 and ca
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +21,15 @@ from typing import Any
 
 import apsw
 
-from obsmem.errors import StorageError
+from obsmem.errors import StorageCorrupt, StorageError
+from obsmem.storage.faults import read_only, storage_fault
 
 BUSY_TIMEOUT_MS = 30_000
+# The write-ahead log is folded back into the database and truncated once it passes this size. SQLite's
+# automatic checkpoint (every 1000 pages) reuses the log but never shrinks it, so one large ingest, or
+# readers holding back a checkpoint under sustained load, used to leave a log of hundreds of MB for good.
+WAL_TRUNCATE_BYTES = 32 * 1024 * 1024
+CHECKPOINT_BUSY_MS = 200
 _capabilities_checked = False
 _capabilities_lock = threading.Lock()
 
@@ -59,6 +66,13 @@ def check_sqlite_capabilities() -> None:
 MMAP_BYTES = 16 * 1024**3
 
 
+def _read_only_directory(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY) or not os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
 def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     """Open one connection with obsmem's pragmas. ``create=False`` never creates a file."""
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW
@@ -67,18 +81,33 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     try:
         conn = apsw.Connection(str(path), flags=flags)
     except apsw.CantOpenError:
+        if _read_only_directory(path.parent):
+            # A WAL database cannot even be opened for reading where its -shm file cannot be created.
+            raise read_only() from None
         raise StorageError(f"cannot open database {path.name}") from None
+    except apsw.Error as exc:
+        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     _load_vector_extension(conn)
     try:
         conn.execute("PRAGMA journal_mode=WAL").fetchall()  # the first statement that reads the file
     except (apsw.NotADBError, apsw.CorruptError):
         conn.close()
-        raise StorageError(
+        raise StorageCorrupt(
             f"database {path.parent.name}/{path.name} is not a readable SQLite database (damaged or replaced); "
             "restore it from a backup"
         ) from None
+    except apsw.Error as exc:
+        conn.close()
+        if isinstance(exc, apsw.CantOpenError) and _read_only_directory(path.parent):
+            raise read_only() from None  # the -shm file of a WAL database cannot be created here
+        fault = storage_fault(exc)
+        if fault is None:
+            raise
+        raise fault from None
     conn.execute("PRAGMA synchronous=FULL")
+    # Whenever a checkpoint resets the log, cut the file back to this size (SQLite keeps it otherwise).
+    conn.execute(f"PRAGMA journal_size_limit={WAL_TRUNCATE_BYTES}").fetchall()
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA temp_store=MEMORY")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache per connection
@@ -87,6 +116,18 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     # database, and with a 256 MiB map each of those row lookups was a read() call — 40% slower at 1M chunks.
     conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
     return conn
+
+
+@contextlib.contextmanager
+def storage_faults() -> Iterator[None]:
+    """Raise storage faults from SQLite as :class:`~obsmem.errors.StorageError` (other errors unchanged)."""
+    try:
+        yield
+    except apsw.Error as exc:
+        fault = storage_fault(exc)
+        if fault is None:
+            raise
+        raise fault from exc
 
 
 class ProjectDatabase:
@@ -112,9 +153,13 @@ class ProjectDatabase:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
-        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
+        """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception.
+
+        A storage fault (disk full, read-only, I/O error, lock timeout, damage) leaves as a
+        :class:`~obsmem.errors.StorageError`; the transaction is rolled back, so nothing half-written stays.
+        """
         conn = self.connection()
-        with self._write_lock:
+        with self._write_lock, storage_faults():
             if conn.in_transaction:
                 # Nested use joins the outer transaction (apsw savepoints would hide the outer BEGIN).
                 yield conn
@@ -124,10 +169,46 @@ class ProjectDatabase:
                 yield conn
             except BaseException:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    # SQLite may already have rolled back after an I/O error or a full disk.
+                    with contextlib.suppress(apsw.Error):
+                        conn.execute("ROLLBACK")
                 raise
             else:
-                conn.execute("COMMIT")
+                try:
+                    conn.execute("COMMIT")
+                except apsw.Error:
+                    if conn.in_transaction:
+                        with contextlib.suppress(apsw.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+                self._truncate_large_wal(conn)
+
+    @property
+    def wal_path(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
+
+    def wal_bytes(self) -> int:
+        """The current size of the write-ahead log (0 when there is none)."""
+        try:
+            return self.wal_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _truncate_large_wal(self, conn: apsw.Connection) -> None:
+        """After a commit that left the log above :data:`WAL_TRUNCATE_BYTES`, checkpoint and truncate it.
+
+        Runs with a short busy timeout: a reader in another process that still needs the old log makes the
+        checkpoint stop early (it is tried again after the next large commit) rather than stall this writer.
+        The commit is durable already, so a checkpoint that fails (busy, disk full) never fails the write.
+        """
+        if self.wal_bytes() <= WAL_TRUNCATE_BYTES:
+            return
+        conn.set_busy_timeout(CHECKPOINT_BUSY_MS)
+        try:
+            with contextlib.suppress(apsw.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[apsw.Connection]:
@@ -136,15 +217,17 @@ class ProjectDatabase:
         if conn.in_transaction:
             yield conn
             return
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        with storage_faults():
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
 
     def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        return self.connection().execute(sql, params).fetchall()
+        with storage_faults():
+            return self.connection().execute(sql, params).fetchall()
 
     def close(self) -> None:
         """Close every connection this object opened (all threads); used at shutdown and in tests."""

@@ -4,8 +4,8 @@
 
 Commands that print data print tables for people, or JSON with ``--json``. A mistake in the input (a bad
 date, id or project name) prints ``error: <code>: <message>`` on stderr and exits 2; a well-formed request
-that fails (unknown project, seq conflict, storage) prints the same and exits 1. Never a traceback for
-either.
+that fails (unknown project, seq conflict) prints the same and exits 1; a storage fault (disk full,
+read-only, I/O error, lock timeout, damaged file) prints the same and exits 74. Never a traceback.
 
 Adding a command
     Write a ``click.Command`` in its own module and add one line to :data:`COMMANDS`. Take the settings and
@@ -24,17 +24,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import apsw
 import click
 
 from obsmem import __version__
-from obsmem.errors import AmbiguousId, ObsmemError, ValidationFailed
+from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
+from obsmem.storage.faults import storage_fault
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.service import Obsmem
 from obsmem.validation import session_id as check_session_id
 
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1
+STORAGE_EXIT = 74  # EX_IOERR of sysexits.h: scripts can tell "retry when the disk is fixed" from a bad request
 
 # Every command: name -> "module:attribute" of its click.Command. One line per command.
 COMMANDS: dict[str, str] = {
@@ -58,8 +61,11 @@ COMMANDS: dict[str, str] = {
 
 
 def exit_code(error: ObsmemError) -> int:
-    """2 when the input itself was wrong, 1 when a well-formed request could not be done."""
-    return USAGE_EXIT if isinstance(error, (ValidationFailed, AmbiguousId)) else RUNTIME_EXIT
+    """2 when the input itself was wrong, 74 when the storage failed (disk full, read-only, I/O error, lock
+    timeout, damaged file), 1 when a well-formed request could not be done for another reason."""
+    if isinstance(error, (ValidationFailed, AmbiguousId)):
+        return USAGE_EXIT
+    return STORAGE_EXIT if isinstance(error, StorageError) else RUNTIME_EXIT
 
 
 class App:
@@ -123,9 +129,19 @@ class CommandGroup(click.Group):
         except ObsmemError as exc:
             click.echo(f"error: {exc.code}: {exc.message}", err=True)
             ctx.exit(exit_code(exc))
+        except apsw.Error as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            click.echo(f"error: {fault.code}: {fault.message}", err=True)
+            ctx.exit(STORAGE_EXIT)
         except OSError as exc:
             if exc.errno == errno.EPIPE:  # output piped into `head` and the like: click handles it
                 raise
+            fault = storage_fault(exc)
+            if fault is not None:
+                click.echo(f"error: {fault.code}: {fault.message}", err=True)
+                ctx.exit(STORAGE_EXIT)
             where = f": {exc.filename}" if exc.filename else ""
             click.echo(f"error: io_error: {exc.strerror or exc}{where}", err=True)
             ctx.exit(RUNTIME_EXIT)

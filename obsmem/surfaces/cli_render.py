@@ -188,7 +188,7 @@ def status_table(projects: Sequence[dict[str, Any]]) -> Table:
             f"{row['observations']:,}",
             f"{row['reflections']:,}",
             last[:16].replace("T", " ") if last else "-",
-            _size(row["database_bytes"]),
+            _size(row["database_bytes"] + row.get("wal_bytes", 0)),  # what the project takes on disk
         )
     return table
 

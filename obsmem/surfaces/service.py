@@ -348,6 +348,7 @@ class Obsmem:
             "reflections": kinds.get("reflection", 0),
             "last_activity": last,
             "database_bytes": db.path.stat().st_size,
+            "wal_bytes": db.wal_bytes(),
             "mode": self.default_mode,
             "dropped_observations": dropped,
             "generations": generations,

@@ -18,7 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import apsw
+
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
+from obsmem.storage.faults import storage_fault
 from obsmem.surfaces.service import Obsmem
 
 MEMORY_SEARCH = "memory_search"
@@ -207,6 +210,11 @@ def run_tool(
             result = service.recall(project, args["id"], session_id=scope)
     except ObsmemError as exc:
         return _failure(exc.code, exc.message)
+    except (apsw.Error, OSError) as exc:
+        fault = storage_fault(exc)
+        if fault is None:
+            raise
+        return _failure(fault.code, fault.message)
     return ToolOutcome(json.dumps(result, ensure_ascii=False), result)
 
 

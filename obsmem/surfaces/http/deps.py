@@ -57,12 +57,18 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     422: _error("A field is not valid; `field` names it (`invalid_request`, `invalid_query`, `invalid_date`, ...)."),
     408: _error("The request body did not arrive within `server.body_timeout_seconds` (`request_timeout`)."),
     429: _error("Too many failed authentications from this address (`rate_limited`; see `Retry-After`)."),
-    503: _error("More connections or requests than the server's caps (`over_capacity`; see `Retry-After`)."),
+    503: _error(
+        "More connections or requests than the server's caps (`over_capacity`), or the storage failed: "
+        "`storage_full`, `storage_read_only`, `storage_io_error`, `storage_busy` or `storage_corrupt` "
+        "(with `Retry-After` where waiting helps)."
+    ),
 }
 
 
 def errors(*extra: tuple[int, str]) -> dict[int | str, dict[str, Any]]:
     responses = dict(COMMON_ERRORS)
     for status, description in extra:
+        if status in responses:  # a route's own reasons come first; the common ones still apply
+            description = f"{description} {responses[status]['description']}"
         responses[status] = _error(description)
     return responses

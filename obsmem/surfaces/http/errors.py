@@ -4,7 +4,8 @@ Errors are mapped here once: :class:`ObsmemError` by its ``status`` and ``code``
 validation to 422 with the code of the field (``invalid_query`` for ``query``, ``invalid_date`` for
 ``after``/``before``, ...) or ``invalid_request``; unknown paths to 404 ``not_found``; a wrong method to
 405 ``method_not_allowed``. Messages name the field and what is allowed, never the value sent. Anything
-unexpected is a 500 ``internal_error`` with no detail (and a log line with the traceback).
+unexpected is a 500 ``internal_error`` with no detail (and a log line with the traceback). Storage faults
+(:mod:`obsmem.storage.faults`) are 503 with their own codes and ``Retry-After`` where waiting helps.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import apsw
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -24,6 +26,7 @@ from starlette.types import Send
 from obsmem.dates import parse_window
 from obsmem.errors import ObsmemError
 from obsmem.ids import parse_id_prefix
+from obsmem.storage.faults import storage_fault
 from obsmem.surfaces.http.responses import JSONBody, dumps
 from obsmem.validation import field_path, project_name, session_id
 
@@ -65,8 +68,12 @@ def error_response(
 
 
 def obsmem_error_response(exc: ObsmemError) -> Response:
-    headers = {"WWW-Authenticate": 'Bearer realm="obsmem"'} if exc.status == 401 else None
-    return JSONBody({"error": exc.to_dict()}, status_code=exc.status, headers=headers)
+    headers: dict[str, str] = {}
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="obsmem"'
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return JSONBody({"error": exc.to_dict()}, status_code=exc.status, headers=headers or None)
 
 
 async def send_error(
@@ -172,11 +179,22 @@ def install_error_handlers(app: FastAPI) -> None:
         code = "unauthorized" if exc.status_code == 401 else "http_error"
         return error_response(exc.status_code, code, "request refused")
 
+    async def on_storage_fault(request: Request, exc: Exception) -> Response:
+        # A full disk, a read-only mount, an I/O error, a lock timeout or a damaged file reached a route
+        # without passing through the database wrapper (opening a file, making a directory): still a 503.
+        fault = storage_fault(exc)
+        if fault is None:
+            return await on_unexpected(request, exc)
+        logger.warning("storage fault on %s %s: %s", request.method, request.url.path, fault.code)
+        return obsmem_error_response(fault)
+
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "internal error; the server log has the details")
 
     app.add_exception_handler(ObsmemError, on_obsmem_error)
+    app.add_exception_handler(apsw.Error, on_storage_fault)
+    app.add_exception_handler(OSError, on_storage_fault)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected)

@@ -115,7 +115,8 @@ class ProjectStatus(BaseModel):
     observations: int
     reflections: int
     last_activity: str | None
-    database_bytes: int
+    database_bytes: int = Field(description="Size of the database file.")
+    wal_bytes: int = Field(description="Size of its write-ahead log (truncated after large writes).")
     mode: str
 
 

@@ -14,10 +14,11 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from sse_starlette.sse import EventSourceResponse
 from starlette.responses import PlainTextResponse, Response
 
+from obsmem.bounds import decimal_integer
 from obsmem.errors import ValidationFailed
 from obsmem.pipeline.model_overrides import ModelChanges
 from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
@@ -327,8 +328,14 @@ def put_models(request: Request, project: ProjectName, body: ModelChanges) -> Re
 async def pipeline_events(
     request: Request,
     project: ProjectName,
-    after_id: Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID, description="Only events with a larger id.")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000, description="Most events in a page.")] = 100,
+    after_id: Annotated[
+        int | None,
+        BeforeValidator(decimal_integer),
+        Query(ge=0, le=MAX_EVENT_ID, description="Only events with a larger id."),
+    ] = None,
+    limit: Annotated[
+        int, BeforeValidator(decimal_integer), Query(ge=1, le=1000, description="Most events in a page.")
+    ] = 100,
     session_id: SessionQuery = None,
     type: Annotated[  # noqa: A002 - the query parameter's name
         list[str] | None, Query(description="Only these event types (repeatable).")

@@ -1,0 +1,254 @@
+"""Storage faults are answered, not crashed: a full disk, a read-only data directory, an I/O error, a lock
+held beyond the timeout and a damaged file each have a stable code (503 over HTTP, exit 74 from the CLI,
+``<code>: <message>`` from the tools), no half-created project is left behind, and the server recovers
+by itself once the fault is gone.
+
+The faults are real: a small tmpfs filled to the last block, a read-only bind mount, and an SQLite VFS
+that fails I/O (see fault_support).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import httpx
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from fault_support import failing_vfs, fill, read_only_view, small_tmpfs
+from http_support import LOCAL, live_server, seed
+
+from obsmem.errors import StorageBusy, StorageFull, StorageIOError, StorageReadOnly
+from obsmem.settings import load_settings
+from obsmem.storage import connection
+from obsmem.surfaces.cli import STORAGE_EXIT, cli
+from obsmem.surfaces.http.app import create_app
+from obsmem.surfaces.service import Obsmem
+from obsmem.surfaces.tools import run_tool
+
+NOTES = [("2026-01-05 09:00", "high", "the deploy script needs the staging flag")]
+BIG_BATCH = {"events": [{"role": "user", "content": "x" * 200_000} for _ in range(10)]}  # 2 MB of text
+SMALL_BATCH = {"events": [{"role": "user", "content": "a short event"}]}
+
+
+def project_files(data_dir: Path) -> set[str]:
+    root = data_dir / "projects"
+    return {str(path.relative_to(root)) for path in root.rglob("*")} if root.exists() else set()
+
+
+def assert_fault(response: httpx.Response, code: str, *, retry_after: bool) -> None:
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert ("retry-after" in response.headers) is retry_after
+    assert "x" * 20 not in error["message"]  # never memory text
+
+
+# -- a full disk -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    with small_tmpfs(tmp_path / "disk") as mount:
+        yield mount
+
+
+def test_a_full_disk_is_503_storage_full_and_the_server_recovers_when_space_returns(
+    full_disk: Path, tmp_path: Path
+) -> None:
+    data_dir = full_disk / "data"
+    with live_server(data_dir) as base, httpx.Client(base_url=base, timeout=30) as client:
+        assert client.post("/v1/projects/existing/sessions/s1/events", json=SMALL_BATCH).status_code == 200
+        filler = fill(full_disk)
+        before = project_files(data_dir)
+
+        # A first write to a new project leaves nothing behind: not listed, not half there.
+        response = client.post("/v1/projects/fresh/sessions/s1/events", json=SMALL_BATCH)
+        assert_fault(response, "storage_full", retry_after=True)
+        assert project_files(data_dir) == before
+        assert client.get("/v1/projects").json()["projects"] == ["existing"]
+        assert client.get("/v1/projects/fresh/status").status_code == 404
+
+        # A write that needs space in an existing project; reads still answer.
+        assert_fault(
+            client.post("/v1/projects/existing/sessions/s1/events", json=BIG_BATCH), "storage_full", retry_after=True
+        )
+        status = client.get("/v1/projects/existing/status")
+        assert status.status_code == 200 and status.json()["events"] == 1
+        assert client.get("/v1/health").status_code == 200
+
+        filler.unlink()  # space returns: the same requests now succeed, with no restart
+        assert client.post("/v1/projects/existing/sessions/s1/events", json=BIG_BATCH).status_code == 200
+        assert client.post("/v1/projects/fresh/sessions/s1/events", json=SMALL_BATCH).status_code == 200
+        assert client.get("/v1/projects").json()["projects"] == ["existing", "fresh"]
+        assert client.get("/v1/projects/existing/status").json()["events"] == 11
+
+
+def test_a_full_disk_from_the_cli_and_the_python_api(full_disk: Path, tmp_path: Path) -> None:
+    data_dir = full_disk / "data"
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"session_id": "s1", "role": "user", "type": "message", "content": "hi"}) + "\n")
+    with Obsmem(data_dir=data_dir) as service:
+        service.append_events("existing", "s1", SMALL_BATCH["events"])
+        filler = fill(full_disk)
+        with pytest.raises(StorageFull):
+            service.append_events("existing", "s1", BIG_BATCH["events"])
+        with pytest.raises(StorageFull):
+            service.append_events("fresh", "s1", SMALL_BATCH["events"])
+        assert service.project_names() == ["existing"]
+    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "ingest", "fresh", str(events)])
+    assert result.exit_code == STORAGE_EXIT, result.output
+    assert "error: storage_full: " in result.output and "Traceback" not in result.output
+    assert project_files(data_dir) == {"existing", "existing/obsmem.db"} | {
+        name for name in project_files(data_dir) if name.startswith("existing/obsmem.db-")
+    }
+    filler.unlink()
+    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "ingest", "fresh", str(events)])
+    assert result.exit_code == 0, result.output
+
+
+# -- a read-only data directory -----------------------------------------------------------------------------
+
+
+def test_a_read_only_data_directory_refuses_writes_with_storage_read_only(tmp_path: Path) -> None:
+    source = tmp_path / "data"
+    with Obsmem(data_dir=source) as service:
+        seed(service, "alpha", NOTES)
+    with read_only_view(source, tmp_path / "read-only") as data_dir:
+        before = project_files(data_dir)
+        service = Obsmem(load_settings(data_dir=data_dir))
+        try:
+            with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
+                response = client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH)
+                assert_fault(response, "storage_read_only", retry_after=False)  # retrying cannot help
+                response = client.post("/v1/projects/beta/sessions/s1/events", json=SMALL_BATCH)
+                assert_fault(response, "storage_read_only", retry_after=False)
+                # Reads answer, or say the storage is read-only: never a 500.
+                search = client.post("/v1/projects/alpha/search", json={"query": "deploy"})
+                assert search.status_code in (200, 503), search.text
+                if search.status_code == 503:
+                    assert search.json()["error"]["code"] == "storage_read_only"
+                assert client.get("/v1/health").status_code == 200
+            with pytest.raises(StorageReadOnly):
+                service.append_events("gamma", "s1", SMALL_BATCH["events"])
+        finally:
+            service.close()
+        result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "forget", "alpha", "0" * 12])
+        assert result.exit_code in (1, STORAGE_EXIT) and "Traceback" not in result.output
+        assert project_files(data_dir) == before
+
+
+# -- an I/O error -------------------------------------------------------------------------------------------
+
+
+def test_an_io_error_is_503_storage_io_error_everywhere_and_passes(tmp_path: Path) -> None:
+    with failing_vfs() as vfs, Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        seed(service, "alpha", NOTES)
+        with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
+            vfs.fail_writes = True
+            response = client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH)
+            assert_fault(response, "storage_io_error", retry_after=True)
+            with pytest.raises(StorageIOError):
+                service.append_events("alpha", "s1", SMALL_BATCH["events"])
+            vfs.fail_writes = False
+            vfs.fail_reads = True
+            service.release("alpha")  # a fresh connection must read the file (no cached pages)
+            outcome = run_tool(service, "alpha", "memory_search", {"query": "deploy"})
+            assert outcome.is_error and outcome.text.startswith("storage_io_error: "), outcome.text
+            vfs.fail_reads = False
+            response = client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH)
+            assert response.status_code == 200, response.text
+            assert service.status("alpha")["events"] == len(NOTES) + 1
+
+
+# -- a lock held beyond the busy timeout ---------------------------------------------------------------------
+
+
+def test_a_lock_held_beyond_the_timeout_is_503_storage_busy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_MS", 200)
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        seed(service, "alpha", NOTES)
+        holder = apsw.Connection(str(service.database("alpha").path))
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
+                response = client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH)
+                assert_fault(response, "storage_busy", retry_after=True)
+                assert response.headers["retry-after"] == "1"
+            with pytest.raises(StorageBusy):
+                service.append_events("alpha", "s1", SMALL_BATCH["events"])
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        service.append_events("alpha", "s1", SMALL_BATCH["events"])
+
+
+# -- a damaged file ------------------------------------------------------------------------------------------
+
+
+def test_a_damaged_file_is_503_storage_corrupt_on_every_surface(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with Obsmem(data_dir=data_dir) as service:
+        seed(service, "alpha", NOTES)
+        path = service.database("alpha").path
+    path.write_bytes(b"not a database at all" * 400)
+    with Obsmem(load_settings(data_dir=data_dir)) as service:
+        with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
+            for response in (
+                client.get("/v1/projects/alpha/status"),
+                client.post("/v1/projects/alpha/search", json={"query": "deploy"}),
+                client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH),
+            ):
+                assert_fault(response, "storage_corrupt", retry_after=False)
+            assert client.get("/v1/projects").status_code == 200
+        outcome = run_tool(service, "alpha", "memory_search", {"query": "deploy"})
+        assert outcome.text.startswith("storage_corrupt: ")
+    result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "search", "alpha", "deploy"])
+    assert result.exit_code == STORAGE_EXIT and "error: storage_corrupt: " in result.output
+
+
+def test_concurrent_first_writes_create_one_database(tmp_path: Path) -> None:
+    # Two registries (two processes' worth) race to create a project: both writes land in one file.
+    first, second = Obsmem(data_dir=tmp_path / "data"), Obsmem(data_dir=tmp_path / "data")
+    barrier = threading.Barrier(2)
+
+    def write(service: Obsmem, session: str) -> None:
+        barrier.wait()
+        service.append_events("race", session, SMALL_BATCH["events"])
+
+    threads = [threading.Thread(target=write, args=(first, "s1")), threading.Thread(target=write, args=(second, "s2"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert first.status("race")["sessions"] == second.status("race")["sessions"] == 2
+    assert sorted(path.name for path in (tmp_path / "data" / "projects" / "race").iterdir() if "db" in path.name)[
+        0
+    ] == ("obsmem.db")
+    assert not [
+        path for path in (tmp_path / "data" / "projects" / "race").iterdir() if path.name.startswith(".building")
+    ]
+    first.close()
+    second.close()
+
+
+def test_a_creation_killed_half_way_is_cleaned_up_by_the_next_one(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])  # a process id that is surely gone once waited for
+    gone.wait()
+    directory = tmp_path / "data" / "projects" / "revived"
+    directory.mkdir(parents=True)
+    abandoned = directory / f".building-{gone.pid}-0badcafe.db"
+    abandoned.write_bytes(b"half a database")
+    mine = directory / f".building-{os.getpid()}-0badcafe.db"  # a live process's build is left alone
+    mine.write_bytes(b"being built")
+    with Obsmem(data_dir=tmp_path / "data") as service:
+        assert service.project_names() == []  # a build in progress is never listed
+        service.append_events("revived", "s1", SMALL_BATCH["events"])
+        assert service.project_names() == ["revived"]
+    assert not abandoned.exists() and mine.exists()
