@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 from obsmem.bounds import MAX_SEQ, decimal_integer, is_strict_int
 from obsmem.errors import ValidationFailed
-from obsmem.work.eventlog import MAX_EVENT_ID
 from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.service import Obsmem
 from obsmem.surfaces.tools import run_tool
+from obsmem.work.eventlog import MAX_EVENT_ID
 
 EDGES = [0, -1, 1, 2, 50, 51, 1000, 2**31, MAX_SEQ, MAX_SEQ + 1, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1]
 EDGES += [10**30, -(10**30)]
