@@ -83,7 +83,7 @@ def corpus_sessions(observations: int, per_session: int = 1000, seed: int = 7):
 
 def build_corpus(data_dir: Path, observations: int) -> dict[str, Any]:
     """Write the corpus through the Python API (events first, then observations citing them)."""
-    from obsmem.surfaces.service import Obsmem
+    from obsmem.app import Obsmem
 
     with Obsmem(data_dir=data_dir) as service:
         if PROJECT in service.project_names() and service.status(PROJECT)["observations"] >= observations:

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.cli import COMMANDS, cli
-from obsmem.surfaces.service import Obsmem
 
 ROOT = Path(__file__).resolve().parent.parent
 

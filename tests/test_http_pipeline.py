@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import ObserverScript, ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
-from obsmem.surfaces.service import Obsmem
 
 LOCAL = "http://127.0.0.1"
 

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import PipelineScript, ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
-from obsmem.surfaces.service import Obsmem
 
 LOCAL = "http://127.0.0.1"
 SMALL = {"reflector": {"reflect_after_observation_tokens": 100}, "pools": {"observations_max_tokens": 60}}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from obsmem import ids
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 
 @pytest.fixture

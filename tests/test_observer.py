@@ -22,7 +22,7 @@ from scripted_chat import (
     tool_calls,
 )
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 Round = Callable[[Request], Reply]
 

@@ -39,9 +39,9 @@ from obsmem.pipeline.projection import project, render
 from pipeline_helpers import words
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.jobs import JobQueue
 from obsmem.settings import load_settings
-from obsmem.surfaces.service import Obsmem
 
 SEEDS = int(os.environ.get("OBSMEM_INTERLEAVING_SEEDS", "8"))
 LEASE_SECONDS = 1.5

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, InvalidId, NotFound, ProjectNotFound
-from obsmem.surfaces.service import Obsmem
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ from scripted_chat import (
     text,
 )
 
+from obsmem.app import Obsmem
 from obsmem.jobs import JobQueue
-from obsmem.surfaces.service import Obsmem
 
 Round = Callable[[Request], Reply]
 # Twenty observations of ~8 tokens each are ~160 tokens: over a threshold of 100 and a target of 60.

@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 import click
 
 from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.surfaces import cli_render as render
-from obsmem.surfaces.service import Obsmem
 from obsmem.validation import session_id as check_session_id
 
 USAGE_EXIT = 2

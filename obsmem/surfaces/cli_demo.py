@@ -19,11 +19,11 @@ from typing import Any
 import click
 from rich.console import Console
 
+from obsmem.app import Obsmem
 from obsmem.settings import builtin_settings
 from obsmem.settings_semantic import SemanticSettings
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import json_option
-from obsmem.surfaces.service import Obsmem
 
 # The model loader's own progress bars would interleave with ours (set before it is first imported).
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
+from obsmem.app import Obsmem
 from obsmem.errors import ObsmemError
-from obsmem.surfaces.service import Obsmem
 
 
 def run_index(service: Obsmem, project: str, *, show_progress: bool) -> dict[str, Any]:

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from obsmem.app import Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
-from obsmem.surfaces.service import Obsmem
 
 MEMORY_SEARCH = "memory_search"
 RECALL = "recall"

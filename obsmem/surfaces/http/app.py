@@ -18,13 +18,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.surfaces.http.auth import KeyRing
 from obsmem.surfaces.http.errors import install_error_handlers
 from obsmem.surfaces.http.guard import PUBLIC_PATHS, RequestGuard
 from obsmem.surfaces.http.mcp import MCP_PATH, McpEndpoint
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.routes import health, ingest, memory, pipeline, projects
-from obsmem.surfaces.service import Obsmem
 
 API_PREFIX = "/v1"
 # Routes are matched in this order: the hot read path (search, recall) first.

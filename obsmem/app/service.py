@@ -1,4 +1,4 @@
-"""The Python API: one object that every surface (HTTP, CLI, tools, MCP) calls.
+"""The Python API: one object that every surface (HTTP, CLI, tools, MCP) and the eval harness calls.
 
 from obsmem import Obsmem
 memory = Obsmem(data_dir="~/.local/share/obsmem")
