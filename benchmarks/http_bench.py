@@ -86,8 +86,8 @@ def build_corpus(data_dir: Path, observations: int) -> dict[str, Any]:
     from obsmem.app import Obsmem
 
     with Obsmem(data_dir=data_dir) as service:
-        if PROJECT in service.project_names() and service.status(PROJECT)["observations"] >= observations:
-            return {"observations": service.status(PROJECT)["observations"], "built_seconds": None}
+        if PROJECT in service.project_names() and service.status(PROJECT).observations >= observations:
+            return {"observations": service.status(PROJECT).observations, "built_seconds": None}
         started = time.perf_counter()
         stored = 0
         for session, events, notes in corpus_sessions(observations):

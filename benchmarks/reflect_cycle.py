@@ -215,7 +215,7 @@ def one_run(server: ScriptedChatServer, observations: int, seed: int) -> dict[st
         events = {e["type"]: e for e in memory.pipeline_events("bench", limit=1000)}
         memory.close()
     db_seconds = database.seconds
-    assert status["generation_count"] == 1, status
+    assert status.generation_count == 1, status
     return {
         "total_ms": total * 1000,
         "model_ms": model.seconds * 1000,

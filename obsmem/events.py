@@ -22,7 +22,7 @@ import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from obsmem.dates import now_iso
-from obsmem.errors import SeqConflict, ValidationFailed
+from obsmem.errors import NotFound, SeqConflict, ValidationFailed
 from obsmem.ids import canonical_json
 from obsmem.redaction import redact_json, redact_text
 from obsmem.storage.connection import ProjectDatabase
@@ -252,3 +252,25 @@ def append_events(
             if after_insert is not None:
                 after_insert(conn, session, [StoredEvent(*row[1:9]) for row in rows])
     return AppendReceipt(appended=len(rows), duplicates=duplicates, last_seq=last_seq)
+
+
+def require_session(conn: apsw.Connection, session_id: str) -> None:
+    """A session without events has nothing to observe or reflect on: say so instead of queueing a job."""
+    if conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone() is None:
+        raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
+
+
+@dataclass(frozen=True)
+class SessionTotals:
+    """A project's sessions, their events and when the newest one last changed (None: no sessions)."""
+
+    sessions: int
+    events: int
+    last_activity: str | None
+
+
+def session_totals(conn: apsw.Connection) -> SessionTotals:
+    sessions, events, last = conn.execute(
+        "SELECT count(*), coalesce(sum(event_count), 0), max(updated_at) FROM sessions"
+    ).fetchone()
+    return SessionTotals(sessions, events, last)

@@ -285,3 +285,10 @@ def rebuild_active_memory(conn: apsw.Connection, session_id: str) -> tuple[int, 
     reflections.sort(key=lambda entry: entry[:2])
     observations.sort(key=lambda entry: entry[:2])
     return len(chain), [entry[2] for entry in reflections] + [entry[2] for entry in observations]
+
+
+def project_generation_totals(conn: apsw.Connection) -> tuple[int, int]:
+    """``(promoted generations, dropped observations)`` over every session of the project."""
+    (promoted,) = conn.execute("SELECT count(*) FROM generations WHERE state = 'promoted'").fetchone()
+    (dropped,) = conn.execute("SELECT count(*) FROM dropped_observations").fetchone()
+    return int(promoted), int(dropped)

@@ -289,8 +289,8 @@ poll_seconds = 0.02
         memory = Obsmem(settings)
         try:
             fill(memory)
-            models = memory.models("p")["models"]
-            assert {role: (m["model_id"], m["context_window_tokens"], m["source"]) for role, m in models.items()} == {
+            models = memory.models("p").models
+            assert {role: (m.model_id, m.context_window_tokens, m.source) for role, m in models.items()} == {
                 "observer": ("small-observer", 16384, "settings"),
                 "reflector": ("shared-model", 32768, "settings"),
                 "dropper": ("dropper-model", 32768, "settings"),

@@ -112,7 +112,7 @@ def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, c
             service.search("p", "auth")
         assert caught.value.to_dict()["indexed_count"] == 0
         summary = service.index("p")
-        assert summary["reset"] and summary["chunks_embedded"] >= 30 and summary["chunks_reused"] == 0
+        assert summary.totals.reset and summary.totals.chunks_embedded >= 30 and summary.totals.chunks_reused == 0
         assert graph_files(service) != old_file and len(graph_files(service)) == 1
         with service.database("p").read() as conn:
             assert index_matches_memories(conn, service.settings.semantic)["missing"] == 0
@@ -133,7 +133,7 @@ def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_serv
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"tokenizer": "porter unicode61"}) as service:
         summary = service.index("p")
-        assert summary["chunks_embedded"] == 0 and not summary["reset"]
+        assert summary.totals.chunks_embedded == 0 and not summary.totals.reset
         assert len(model_server.texts_embedded()) == embedded
         db = service.database("p")
         signature = keyword_signature("porter unicode61", 300)
@@ -152,7 +152,7 @@ def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_s
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"context_characters": 10}) as service:
         summary = service.index("p")
-        assert summary["chunks_embedded"] == 0 and not summary["reset"]
+        assert summary.totals.chunks_embedded == 0 and not summary.totals.reset
         assert len(model_server.texts_embedded()) == embedded
         db = service.database("p")
         # The last 10 characters, from a word start: "delta" only.
@@ -181,13 +181,13 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
                 assert time.monotonic() < deadline, "background indexing did not finish"
                 time.sleep(0.05)
 
-        wait_for(lambda: service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0)
+        wait_for(lambda: service.status("p").indexed_count == 50 and service.status("p").index.pending == 0)
         assert service.search("p", "auth clock").hits
         service.forget("p", ids[0])
-        wait_for(lambda: service.status("p")["index"]["pending"] == 0)
+        wait_for(lambda: service.status("p").index.pending == 0)
         assert service.database("p").query("SELECT count(*) FROM semantic_sources")[0][0] == 49
     # Started again, it finds work left by another process.
     with make_service(tmp_path, model_server) as other:
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
-        wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)
+        wait_for(lambda: service.status("p").indexed_count == 54 and service.status("p").index.pending == 0)

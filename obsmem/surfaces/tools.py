@@ -20,11 +20,11 @@ from typing import Any
 
 from obsmem.app import Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
+from obsmem.retrieval.search import MODES
 
 MEMORY_SEARCH = "memory_search"
 RECALL = "recall"
 TOOL_NAMES = (MEMORY_SEARCH, RECALL)
-MODES = ("exact", "hybrid")
 
 _ARGUMENTS = {
     MEMORY_SEARCH: ("query", "after", "before", "limit", "session_id"),
@@ -204,7 +204,7 @@ def run_tool(
             scope = args.get("session_id", session_id)
             if scope is not None and not isinstance(scope, str):
                 return _failure("invalid_session", "session_id must be a string")
-            result = service.recall(project, args["id"], session_id=scope)
+            result = service.recall(project, args["id"], session_id=scope).to_dict()
     except ObsmemError as exc:
         return _failure(exc.code, exc.message)
     return ToolOutcome(json.dumps(result, ensure_ascii=False), result)

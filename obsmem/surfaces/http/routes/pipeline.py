@@ -244,7 +244,7 @@ async def session_memory(
 )
 async def session_status(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).session_status(project, session_id))
+    return JSONBody(service_of(request).session_status(project, session_id).to_dict())
 
 
 @router.post(
@@ -270,7 +270,7 @@ def observe_session(request: Request, project: ProjectName, session_id: SessionP
 )
 async def session_memory_details(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).memory_details(project, session_id))
+    return JSONBody(service_of(request).memory_details(project, session_id).to_dict())
 
 
 @router.post(
@@ -296,7 +296,7 @@ def reflect_session(request: Request, project: ProjectName, session_id: SessionP
 )
 async def get_models(request: Request, project: ProjectName) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).models(project))
+    return JSONBody(service_of(request).models(project).to_dict())
 
 
 @router.put(
@@ -307,7 +307,7 @@ async def get_models(request: Request, project: ProjectName) -> Response:
 )
 def put_models(request: Request, project: ProjectName, body: ModelChanges) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).switch_models(project, body))
+    return JSONBody(service_of(request).switch_models(project, body).to_dict())
 
 
 @router.get(
