@@ -212,7 +212,7 @@ def one_run(server: ScriptedChatServer, observations: int, seed: int) -> dict[st
             assert pool.run_next()
             total = time.perf_counter() - started
         status = memory.session_status("bench", "s1")
-        events = {e["type"]: e for e in memory.pipeline_events("bench", limit=1000)}
+        events = {e.type: e.to_dict() for e in memory.pipeline_events("bench", limit=1000)}
         memory.close()
     db_seconds = database.seconds
     assert status.generation_count == 1, status

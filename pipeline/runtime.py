@@ -45,7 +45,6 @@ from obsmem.pipeline.projection import Projection, active_memory, project
 from obsmem.pipeline.prompts import prompt_overhead_tokens
 from obsmem.pipeline.tokens import event_tokens, sql_estimate
 
-from obsmem import eventlog
 from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
@@ -406,22 +405,6 @@ class ObservationPipeline:
             changed = apply_changes(conn, self.settings, changes)
             models = effective_models(self.settings, read_overrides(conn))
         return {"models": models, "changed": changed}
-
-    def events(
-        self,
-        db: ProjectDatabase,
-        *,
-        after: int = 0,
-        limit: int = eventlog.DEFAULT_LIST,
-        session_id: str | None = None,
-        types: tuple[str, ...] = (),
-        newest: bool = False,
-    ) -> list[dict[str, Any]]:
-        with db.read() as conn:
-            found = eventlog.list_events(
-                conn, after=after, limit=limit, session_id=session_id, types=types, newest=newest
-            )
-        return [event.to_dict() for event in found]
 
     def close(self) -> None:
         self.clients.close()

@@ -89,7 +89,7 @@ def test_switching_a_role_changes_the_model_of_its_next_job(
         ("drop_observations", "m/d:1"),
     }
     logged = memory.pipeline_events("p", types=("om_model_changed",))
-    assert [(e["role"], e["previous_model_id"], e["model_id"]) for e in logged] == [
+    assert [(e.data["role"], e.data["previous_model_id"], e.data["model_id"]) for e in logged] == [
         ("reflector", "scripted", "big-reflector"),
         ("dropper", "scripted", "m/d:1"),
     ]

@@ -79,7 +79,7 @@ def coverage(memory: Obsmem, session: str = "s1") -> list[tuple[int, int, int | 
 
 
 def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
-    return memory.pipeline_events("p", types=types, limit=1000)
+    return [event.to_dict() for event in memory.pipeline_events("p", types=types, limit=1000)]
 
 
 def obs(content: str, refs: list[Any], timestamp: str = "2026-05-01 10:32", importance: str = "high") -> dict[str, Any]:
@@ -406,7 +406,7 @@ def test_cycles_are_logged_with_correlated_start_and_end(memory: Obsmem) -> None
     assert end["duration_ms"] >= 0 and end["tokens_observed"] == start["tokens_to_observe"]
     assert end["observation_tokens"] > 0 and end["observed_through_seq"] == 4
     after_first = memory.pipeline_events("p", after=start["id"])
-    assert after_first[0]["id"] == end["id"]
+    assert after_first[0].id == end["id"]
     assert memory.pipeline_events("p", session_id="other") == []
 
 

@@ -95,7 +95,7 @@ def drain(memory: Obsmem) -> None:
 
 
 def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
-    return memory.pipeline_events("p", types=types, limit=1000)
+    return [event.to_dict() for event in memory.pipeline_events("p", types=types, limit=1000)]
 
 
 def assert_projection_is_the_ledger(memory: Obsmem, session: str = "s1") -> None:

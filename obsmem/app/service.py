@@ -28,6 +28,7 @@ from obsmem.app.results import (
 )
 from obsmem.app.typed import build
 from obsmem.errors import ValidationFailed
+from obsmem.eventlog import LoggedEvent
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.jobs import EnqueueResult
@@ -295,21 +296,18 @@ class Obsmem:
         session_id: str | None = None,
         types: tuple[str, ...] = (),
         newest: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[LoggedEvent]:
         """The om event log, oldest first, from the event after ``after`` (an event id).
 
         ``newest`` returns the last ``limit`` events (still oldest first) instead of the first.
         """
         if session_id is not None:
             session_id = check_session_id(session_id)
-        return self.pipeline.events(
-            self.projects.get(project),
-            after=eventlog.parse_after(after),
-            limit=eventlog.parse_list_limit(limit),
-            session_id=session_id,
-            types=types,
-            newest=newest,
-        )
+        start, count = eventlog.parse_after(after), eventlog.parse_list_limit(limit)
+        with self.projects.get(project).read() as conn:
+            return eventlog.list_events(
+                conn, after=start, limit=count, session_id=session_id, types=types, newest=newest
+            )
 
     def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> JobList:
         queue = self.pipeline.queue(self.projects.get(project))

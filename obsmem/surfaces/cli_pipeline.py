@@ -308,7 +308,7 @@ def events(
     cursor = after_id or 0
     while True:
         found = service.pipeline_events(project, after=cursor, limit=limit, session_id=session_id)
-        for event in found:
+        for event in (logged.to_dict() for logged in found):
             if as_json:
                 import json
 
@@ -407,7 +407,7 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
 
         def draw() -> RenderableType:
             state = service.session_status(name, session).to_dict()
-            recent = service.pipeline_events(name, session_id=session, limit=5, newest=True)
+            recent = [e.to_dict() for e in service.pipeline_events(name, session_id=session, limit=5, newest=True)]
             return session_view(name, state, recent)
 
         if as_json:

@@ -351,7 +351,7 @@ async def pipeline_events(
         service.pipeline_events(project, after=start, limit=1)  # unknown project: a 404 now, not mid-stream
         return EventSourceResponse(_stream(request, project, start, session_id, types), ping=15)
     found = service.pipeline_events(project, after=start, limit=limit, session_id=session_id, types=types)
-    return JSONBody({"events": found, "last_id": found[-1]["id"] if found else start})
+    return JSONBody({"events": [event.to_dict() for event in found], "last_id": found[-1].id if found else start})
 
 
 async def _stream(
@@ -361,7 +361,7 @@ async def _stream(
     while not await request.is_disconnected():
         found = service.pipeline_events(project, after=cursor, limit=STREAM_PAGE, session_id=session_id, types=types)
         for event in found:
-            cursor = event["id"]
-            yield {"id": str(event["id"]), "event": event["type"], "data": json.dumps(event, ensure_ascii=False)}
+            cursor = event.id
+            yield {"id": str(event.id), "event": event.type, "data": json.dumps(event.to_dict(), ensure_ascii=False)}
         if len(found) < STREAM_PAGE:
             await asyncio.sleep(STREAM_POLL_SECONDS)
