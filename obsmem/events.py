@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -270,7 +270,8 @@ class SessionTotals:
 
 
 def session_totals(conn: apsw.Connection) -> SessionTotals:
-    sessions, events, last = conn.execute(
+    # An aggregate without GROUP BY always returns exactly one row.
+    ((sessions, events, last),) = conn.execute(
         "SELECT count(*), coalesce(sum(event_count), 0), max(updated_at) FROM sessions"
-    ).fetchone()
-    return SessionTotals(sessions, events, last)
+    ).fetchall()
+    return SessionTotals(cast(int, sessions), cast(int, events), cast(str | None, last))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -259,5 +259,6 @@ def delete_memory(conn: apsw.Connection, row_id: int) -> None:
 
 def memory_counts(conn: apsw.Connection) -> dict[str, int]:
     """How many memories of each kind the project holds: ``{"observation": n, "reflection": m}``."""
-    found = dict(conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall())
-    return {kind: int(found.get(kind, 0)) for kind in ("observation", "reflection")}
+    rows = conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall()
+    found = {cast(str, kind): cast(int, count) for kind, count in rows}
+    return {kind: found.get(kind, 0) for kind in ("observation", "reflection")}

@@ -76,7 +76,7 @@ class SourceEvent(JsonResult):
     tool_name: str | None = field(default=None, metadata=OMIT_IF_NONE)
     tool_args: Any = field(default=None, metadata=OMIT_IF_NONE)
     tool_call_id: str | None = field(default=None, metadata=OMIT_IF_NONE)
-    created_at: str = ""
+    created_at: str = ""  # always set; the default only because it follows the optional tool fields
 
 
 @dataclass(frozen=True)

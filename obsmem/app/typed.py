@@ -12,7 +12,6 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from functools import cache
 from typing import Any, TypeVar
 
 Result = TypeVar("Result", bound="JsonResult")
@@ -57,9 +56,15 @@ def build(cls: type[Result], data: Mapping[str, Any]) -> Result:
     return cls(**{name: _convert(hints[name], data[name]) for name in names if name in data})
 
 
-@cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The resolved field types of ``cls`` (the annotations are strings under postponed evaluation)."""
+    found = _HINTS.get(cls)
+    if found is None:
+        found = _HINTS[cls] = typing.get_type_hints(cls)
+    return found
 
 
 def _convert(hint: Any, value: Any) -> Any:
