@@ -28,7 +28,6 @@ from obsmem.app.results import (
 )
 from obsmem.app.typed import build
 from obsmem.errors import ValidationFailed
-from obsmem.eventlog import LoggedEvent
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.jobs import EnqueueResult
@@ -296,7 +295,7 @@ class Obsmem:
         session_id: str | None = None,
         types: tuple[str, ...] = (),
         newest: bool = False,
-    ) -> list[LoggedEvent]:
+    ) -> list[eventlog.LoggedEvent]:
         """The om event log, oldest first, from the event after ``after`` (an event id).
 
         ``newest`` returns the last ``limit`` events (still oldest first) instead of the first.
