@@ -632,8 +632,8 @@ def read_only_probes(work: Path) -> list[Row]:
 
 def break_a_project(data_dir: Path) -> None:
     """Project ``broken``: a valid database whose ``sessions`` table is gone (an unexpected server error)."""
+    from obsmem.app import Obsmem
     from obsmem.settings import load_settings
-    from obsmem.surfaces.service import Obsmem
 
     with Obsmem(load_settings(data_dir=data_dir)) as service:
         service.append_events("broken", "s1", [{"role": "user", "content": "soon broken"}])

@@ -83,11 +83,11 @@ def corpus_sessions(observations: int, per_session: int = 1000, seed: int = 7):
 
 def build_corpus(data_dir: Path, observations: int) -> dict[str, Any]:
     """Write the corpus through the Python API (events first, then observations citing them)."""
-    from obsmem.surfaces.service import Obsmem
+    from obsmem.app import Obsmem
 
     with Obsmem(data_dir=data_dir) as service:
-        if PROJECT in service.project_names() and service.status(PROJECT)["observations"] >= observations:
-            return {"observations": service.status(PROJECT)["observations"], "built_seconds": None}
+        if PROJECT in service.project_names() and service.status(PROJECT).observations >= observations:
+            return {"observations": service.status(PROJECT).observations, "built_seconds": None}
         started = time.perf_counter()
         stored = 0
         for session, events, notes in corpus_sessions(observations):

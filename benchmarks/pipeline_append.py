@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from obsmem.app import Obsmem
 from obsmem.settings import load_settings
-from obsmem.surfaces.service import Obsmem
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = [

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import line  # noqa: E402
 from obsmem.pipeline.projection import active_memory, render  # noqa: E402
 
+from obsmem.app import Obsmem  # noqa: E402
 from obsmem.memories import ReflectionIn, add_reflection  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
-from obsmem.surfaces.service import Obsmem  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

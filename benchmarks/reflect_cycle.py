@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from obsmem.pipeline.llm import ChatClient  # noqa: E402
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer  # noqa: E402
 
+from obsmem.app import Obsmem  # noqa: E402
 from obsmem.memories import add_observations  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 from obsmem.storage.connection import ProjectDatabase  # noqa: E402
-from obsmem.surfaces.service import Obsmem  # noqa: E402
 
 WORDS = [
     "the",
@@ -212,10 +212,10 @@ def one_run(server: ScriptedChatServer, observations: int, seed: int) -> dict[st
             assert pool.run_next()
             total = time.perf_counter() - started
         status = memory.session_status("bench", "s1")
-        events = {e["type"]: e for e in memory.pipeline_events("bench", limit=1000)}
+        events = {e.type: e.to_dict() for e in memory.pipeline_events("bench", limit=1000)}
         memory.close()
     db_seconds = database.seconds
-    assert status["generation_count"] == 1, status
+    assert status.generation_count == 1, status
     return {
         "total_ms": total * 1000,
         "model_ms": model.seconds * 1000,

@@ -117,7 +117,7 @@ def main() -> None:
         index.maintain()  # a graph for every vector before timing
         report["chunks"] = vectors.live
         report["graph"] = vectors.graph is not None
-        report["memories"] = service.status(args.project)["source_count"]
+        report["memories"] = service.status(args.project).source_count
         embedder = index.embedder
         pool = questions(args.shared_data, WARM_UP_QUESTIONS + 2 * args.queries)
         warm_up, texts, others = (

@@ -26,8 +26,8 @@ from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.suites.labelled import LabelledQuestion
 from obsmem.retrieval.hybrid import SearchPlan
 
+from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
-from obsmem.surfaces.service import Obsmem
 
 FIRST = 10
 UNFLOORED = SearchPlan(floor=False)

@@ -17,8 +17,9 @@ from typing import Any
 from obsmem.eval.datasets.locomo import Conversation, ObservationSpec, fact_observations, turn_observations
 from obsmem.eval.datasets.longmemeval import LongMemEvalData
 
+from obsmem.app import Obsmem
+from obsmem.app.results import IndexReport
 from obsmem.memories import MAX_MEMORY_CHARS
-from obsmem.surfaces.service import Obsmem
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID
 
 Citations = dict[str, tuple[str, ...]]
@@ -202,13 +203,13 @@ def load_sample_project(memory: Obsmem) -> dict[str, int]:
 IndexProgress = Callable[[str, int, int], None]
 
 
-def index_project(memory: Obsmem, project: str, progress: IndexProgress | None = None) -> dict[str, Any]:
+def index_project(memory: Obsmem, project: str, progress: IndexProgress | None = None) -> IndexReport | None:
     """Index everything pending in ``project`` with the product's indexer (``Obsmem.index``).
 
-    ``progress(project, done, total)`` is told after each batch.
+    ``progress(project, done, total)`` is told after each batch. None when semantic mode is off.
     """
     if memory.indexer is None:
-        return {}
+        return None
     total = memory.indexer.project(project).pending_count()
     done = 0
 

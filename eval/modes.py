@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from obsmem.retrieval.hybrid import SearchPlan, StageRankings
 
+from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
-from obsmem.surfaces.service import Obsmem
 
 MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid", "hybrid+rerank")
 PLANS: dict[str, SearchPlan] = {

@@ -41,10 +41,10 @@ from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult
 from obsmem.eval.suites import labelled, locomo, longmemeval
 
+from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.settings import Settings
 from obsmem.settings.semantic import SemanticSettings
-from obsmem.surfaces.service import Obsmem
 
 DEFAULT_MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid")
 

@@ -1,6 +1,7 @@
 """obsmem: observational memory for AI agents.
 
-The base package (settings, storage, ids, errors, ingestion). The Python API is :class:`Obsmem`::
+The base package (settings, storage, ids, errors, ingestion). The Python API is :class:`Obsmem`, from the
+application floor (:mod:`obsmem.app`)::
 
     from obsmem import Obsmem
 """
@@ -12,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from obsmem.surfaces.service import Obsmem
+    from obsmem.app import Obsmem
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so importing the base (as every stage does) never pulls in the surfaces.
+    # Lazy, so importing the base (as every stage does) never pulls in the application floor above it.
     if name == "Obsmem":
-        from obsmem.surfaces.service import Obsmem
+        from obsmem.app import Obsmem
 
         return Obsmem
     raise AttributeError(name)

@@ -16,14 +16,14 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from obsmem.bounds import MAX_SEQ
 from obsmem.dates import now_iso
-from obsmem.errors import SeqConflict, ValidationFailed
+from obsmem.errors import NotFound, SeqConflict, ValidationFailed
 from obsmem.ids import canonical_json
 from obsmem.redaction import redact_json, redact_text
 from obsmem.storage.connection import ProjectDatabase
@@ -254,3 +254,26 @@ def append_events(
             if after_insert is not None:
                 after_insert(conn, session, [StoredEvent(*row[1:9]) for row in rows])
     return AppendReceipt(appended=len(rows), duplicates=duplicates, last_seq=last_seq)
+
+
+def require_session(conn: apsw.Connection, session_id: str) -> None:
+    """A session without events has nothing to observe or reflect on: say so instead of queueing a job."""
+    if conn.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone() is None:
+        raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
+
+
+@dataclass(frozen=True)
+class SessionTotals:
+    """A project's sessions, their events and when the newest one last changed (None: no sessions)."""
+
+    sessions: int
+    events: int
+    last_activity: str | None
+
+
+def session_totals(conn: apsw.Connection) -> SessionTotals:
+    # An aggregate without GROUP BY always returns exactly one row.
+    ((sessions, events, last),) = conn.execute(
+        "SELECT count(*), coalesce(sum(event_count), 0), max(updated_at) FROM sessions"
+    ).fetchall()
+    return SessionTotals(cast(int, sessions), cast(int, events), cast(str | None, last))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -265,3 +265,18 @@ def add_reflection(conn: apsw.Connection, reflection: ReflectionIn) -> tuple[str
         [(row[0], observation_row) for observation_row in rows],
     )
     return memory_id, True
+
+
+def delete_memory(conn: apsw.Connection, row_id: int) -> None:
+    """Delete one memory row inside the caller's write transaction.
+
+    Its support, source and generation links go with it (the schema cascades); the events it cites stay.
+    """
+    conn.execute("DELETE FROM memories WHERE id = ?", (row_id,))
+
+
+def memory_counts(conn: apsw.Connection) -> dict[str, int]:
+    """How many memories of each kind the project holds: ``{"observation": n, "reflection": m}``."""
+    rows = conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall()
+    found = {cast(str, kind): cast(int, count) for kind, count in rows}
+    return {kind: found.get(kind, 0) for kind in ("observation", "reflection")}

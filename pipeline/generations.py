@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import apsw
 from obsmem.pipeline.packer import MemoryItem
@@ -285,3 +285,10 @@ def rebuild_active_memory(conn: apsw.Connection, session_id: str) -> tuple[int, 
     reflections.sort(key=lambda entry: entry[:2])
     observations.sort(key=lambda entry: entry[:2])
     return len(chain), [entry[2] for entry in reflections] + [entry[2] for entry in observations]
+
+
+def project_generation_totals(conn: apsw.Connection) -> tuple[int, int]:
+    """``(promoted generations, dropped observations)`` over every session of the project."""
+    ((promoted,),) = conn.execute("SELECT count(*) FROM generations WHERE state = 'promoted'").fetchall()
+    ((dropped,),) = conn.execute("SELECT count(*) FROM dropped_observations").fetchall()
+    return cast(int, promoted), cast(int, dropped)

@@ -49,7 +49,7 @@ from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.work import EnqueueResult, JobContext, JobQueue, eventlog, sanitise_reason
+from obsmem.work import EnqueueResult, JobContext, JobQueue, sanitise_reason
 
 log = logging.getLogger("obsmem.pipeline")
 
@@ -404,22 +404,6 @@ class ObservationPipeline:
             changed = apply_changes(conn, self.settings, changes)
             models = effective_models(self.settings, read_overrides(conn))
         return {"models": models, "changed": changed}
-
-    def events(
-        self,
-        db: ProjectDatabase,
-        *,
-        after: int = 0,
-        limit: int = eventlog.DEFAULT_LIST,
-        session_id: str | None = None,
-        types: tuple[str, ...] = (),
-        newest: bool = False,
-    ) -> list[dict[str, Any]]:
-        with db.read() as conn:
-            found = eventlog.list_events(
-                conn, after=after, limit=limit, session_id=session_id, types=types, newest=newest
-            )
-        return [event.to_dict() for event in found]
 
     def close(self) -> None:
         self.clients.close()

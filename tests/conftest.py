@@ -11,8 +11,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from obsmem.app import Obsmem  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
-from obsmem.surfaces.service import Obsmem  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

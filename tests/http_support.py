@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
+from obsmem.app import Obsmem
 from obsmem.settings import Settings, load_settings
-from obsmem.surfaces.service import Obsmem
 
 KEY_ALPHA = "alpha-key-0123456789abcdef"
 KEY_BETA = "beta-key-0123456789abcdef"

@@ -7,8 +7,8 @@ from typing import Any
 
 from scripted_chat import ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.settings import load_settings
-from obsmem.surfaces.service import Obsmem
 
 
 def pipeline_service(data_dir: Path, server: ScriptedChatServer | None, **sections: dict[str, Any]) -> Obsmem:

@@ -17,9 +17,9 @@ def test_appends_return_promptly_while_observation_is_slow(tmp_path: Path) -> No
         memory.start_workers(threads=2)
         memory.append_events("p", "s1", [user(words(300))])
         deadline = time.monotonic() + 10
-        while memory.session_status("p", "s1")["status"] != "observing" and time.monotonic() < deadline:
+        while memory.session_status("p", "s1").status != "observing" and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert memory.session_status("p", "s1")["status"] == "observing"
+        assert memory.session_status("p", "s1").status == "observing"
 
         timings = []
         started = time.monotonic()
@@ -29,14 +29,14 @@ def test_appends_return_promptly_while_observation_is_slow(tmp_path: Path) -> No
             timings.append(time.perf_counter() - t0)
             assert receipt.appended == 1
         elapsed = time.monotonic() - started
-        still_observing = memory.session_status("p", "s1")["status"] == "observing"
+        still_observing = memory.session_status("p", "s1").status == "observing"
         assert elapsed < MODEL_DELAY and still_observing  # all appends happened during one model call
         assert max(timings) < 0.5, f"slowest append took {max(timings):.3f} s"
 
         # The events that arrived meanwhile are observed afterwards, by the queued follow-up job.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if all(memory.session_status("p", s)["pending_tokens"] == 0 for s in ("s1", "s2")):
+            if all(memory.session_status("p", s).pending_tokens == 0 for s in ("s1", "s2")):
                 break
             time.sleep(0.1)
         covered = memory.database("p").query("SELECT count(*) FROM coverage")[0][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -17,8 +18,9 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
+from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.surfaces.cli import COMMANDS, cli
-from obsmem.surfaces.service import Obsmem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,6 +115,13 @@ def loaded(data_dir: Path, tmp_path: Path) -> Path:
 
 
 # -- ingest -------------------------------------------------------------------------------------------------
+
+
+def test_the_version_has_one_source() -> None:
+    # The package metadata (pyproject's dynamic version) and `obsmem --version` both read obsmem.__version__.
+    assert importlib.metadata.version("obsmem") == __version__
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"obsmem, version {__version__}"
 
 
 def test_ingest_openai_messages_keeps_tool_names_and_parsed_arguments(data_dir: Path, tmp_path: Path) -> None:

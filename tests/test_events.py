@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from obsmem.app import Obsmem
 from obsmem.errors import InvalidSession, SeqConflict, ValidationFailed
-from obsmem.surfaces.service import Obsmem
 
 
 def _rows(service: Obsmem, project: str = "p") -> list[tuple]:

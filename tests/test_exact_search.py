@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from obsmem.retrieval.exact import ExactSearcher, fts_phrase, like_pattern
 
+from obsmem.app import Obsmem
 from obsmem.dates import parse_window
 from obsmem.errors import InvalidDate, InvalidQuery, ValidationFailed
 from obsmem.projects import ProjectRegistry
-from obsmem.surfaces.service import Obsmem
 
 ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
 

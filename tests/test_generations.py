@@ -22,9 +22,9 @@ from obsmem.pipeline.generations import (
 from obsmem.pipeline.pool import IdResolver, PoolObservation, generation_id, read_pool, tier_of
 from obsmem.pipeline.projection import project, render
 
+from obsmem.app import Obsmem
 from obsmem.memories import add_observations
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.surfaces.service import Obsmem
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from http_support import ALPHA_NOTES, LOCAL, seed, settings_for, tree
 
 from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
 from obsmem.surfaces.http.errors import FIELD_CODES
-from obsmem.surfaces.service import Obsmem
 
 
 @pytest.fixture

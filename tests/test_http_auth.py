@@ -26,9 +26,9 @@ from http_support import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
 from obsmem.surfaces.http.guard import PUBLIC_PATHS
-from obsmem.surfaces.service import Obsmem
 
 EVENT_BODY = {"events": [{"role": "user", "content": "hello"}]}
 OBSERVATION_BODY = {

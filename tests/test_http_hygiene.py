@@ -32,11 +32,11 @@ from http_support import (
 )
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
 from obsmem.surfaces.http.closing import CloseOnServerError
 from obsmem.surfaces.http.protocol import protocol_class
 from obsmem.surfaces.http.ratelimit import FailureLimiter
-from obsmem.surfaces.service import Obsmem
 
 HEAD = "Host: 127.0.0.1\r\n"
 SSE = {"Accept": "text/event-stream"}

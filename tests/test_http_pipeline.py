@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import ObserverScript, ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
-from obsmem.surfaces.service import Obsmem
 
 LOCAL = "http://127.0.0.1"
 
@@ -66,7 +66,7 @@ def test_memory_is_empty_then_rendered_instantly(client: TestClient, memory: Obs
         "text": "",
     }
     append(client, "s1", *(f"message {i}: " + words(60) for i in range(4)))
-    wait_for(lambda: memory.session_status("p", "s1")["pending_tokens"] == 0)  # the server's own workers
+    wait_for(lambda: memory.session_status("p", "s1").pending_tokens == 0)  # the server's own workers
     body = client.get("/v1/projects/p/sessions/s1/memory").json()
     assert not body["empty"] and body["observations"] == 5 and body["text"].startswith("<obsmem-memory")
     text = client.get("/v1/projects/p/sessions/s1/memory", params={"format": "text"})

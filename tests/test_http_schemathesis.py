@@ -15,7 +15,7 @@ import httpx
 import pytest
 from http_support import ALPHA_NOTES, KEY_ALL, KEYS, live_server, seed, settings_for
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,9 @@ from http_support import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_ser
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError
 from obsmem.surfaces.http.server import check_bind, is_loopback_host
-from obsmem.surfaces.service import Obsmem
 
 
 @pytest.fixture

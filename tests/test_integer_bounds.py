@@ -19,12 +19,12 @@ from http_support import LOCAL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from obsmem.app import Obsmem
 from obsmem.bounds import MAX_SEQ, decimal_integer, is_strict_int
 from obsmem.errors import ValidationFailed
 from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http.app import create_app
-from obsmem.surfaces.service import Obsmem
 from obsmem.surfaces.tools import run_tool
 from obsmem.work.eventlog import MAX_EVENT_ID
 

@@ -12,7 +12,7 @@ from http_support import ALPHA_NOTES, seed, settings_for
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 from obsmem.surfaces.tools import tool_definitions
 
 

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import PipelineScript, ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
-from obsmem.surfaces.service import Obsmem
 
 LOCAL = "http://127.0.0.1"
 SMALL = {"reflector": {"reflect_after_observation_tokens": 100}, "pools": {"observations_max_tokens": 60}}
@@ -89,7 +89,7 @@ def test_switching_a_role_changes_the_model_of_its_next_job(
         ("drop_observations", "m/d:1"),
     }
     logged = memory.pipeline_events("p", types=("om_model_changed",))
-    assert [(e["role"], e["previous_model_id"], e["model_id"]) for e in logged] == [
+    assert [(e.data["role"], e.data["previous_model_id"], e.data["model_id"]) for e in logged] == [
         ("reflector", "scripted", "big-reflector"),
         ("dropper", "scripted", "m/d:1"),
     ]
@@ -289,8 +289,8 @@ poll_seconds = 0.02
         memory = Obsmem(settings)
         try:
             fill(memory)
-            models = memory.models("p")["models"]
-            assert {role: (m["model_id"], m["context_window_tokens"], m["source"]) for role, m in models.items()} == {
+            models = memory.models("p").models
+            assert {role: (m.model_id, m.context_window_tokens, m.source) for role, m in models.items()} == {
                 "observer": ("small-observer", 16384, "settings"),
                 "reflector": ("shared-model", 32768, "settings"),
                 "dropper": ("dropper-model", 32768, "settings"),

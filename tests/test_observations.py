@@ -7,7 +7,7 @@ import json
 import pytest
 
 from obsmem import ids
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_refs_may_cite_other_sessions(project: Obsmem) -> None:
     receipt = project.add_observations("p", [_obs(source_refs=[{"session_id": "s2", "seq": 1}])])
     assert len(receipt.added) == 1
     recalled = project.recall("p", receipt.added[0]["id"])
-    assert [(s["session_id"], s["seq"]) for s in recalled["sources"]] == [("s2", 1)]
+    assert [(s.session_id, s.seq) for s in recalled.sources] == [("s2", 1)]
 
 
 def test_views_present_each_kind(project: Obsmem) -> None:

@@ -22,7 +22,7 @@ from scripted_chat import (
     tool_calls,
 )
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 Round = Callable[[Request], Reply]
 
@@ -79,7 +79,7 @@ def coverage(memory: Obsmem, session: str = "s1") -> list[tuple[int, int, int | 
 
 
 def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
-    return memory.pipeline_events("p", types=types, limit=1000)
+    return [event.to_dict() for event in memory.pipeline_events("p", types=types, limit=1000)]
 
 
 def obs(content: str, refs: list[Any], timestamp: str = "2026-05-01 10:32", importance: str = "high") -> dict[str, Any]:
@@ -94,14 +94,14 @@ def test_below_the_buffer_nothing_is_queued_crossing_it_queues_one_job(
 ) -> None:
     memory = pipeline_service(tmp_path / "data", server, observer={"buffer_tokens": 500})
     memory.append_events("p", "s1", [user("short message")])
-    assert memory.jobs("p")["counts"]["queued"] == 0
+    assert memory.jobs("p").counts.queued == 0
     status = memory.session_status("p", "s1")
-    assert status["pending_tokens"] > 0 and status["threshold"] == 500 and status["status"] == "idle"
+    assert status.pending_tokens > 0 and status.threshold == 500 and status.status == "idle"
     for _ in range(5):
         memory.append_events("p", "s1", [user(words(200))])
-    assert memory.jobs("p")["counts"]["queued"] == 1  # deduplicated
+    assert memory.jobs("p").counts.queued == 1  # deduplicated
     drain(memory)
-    assert memory.session_status("p", "s1")["pending_tokens"] == 0
+    assert memory.session_status("p", "s1").pending_tokens == 0
     assert len(observations(memory)) == 6
     memory.close()
 
@@ -110,8 +110,8 @@ def test_observation_off_or_unconfigured_queues_nothing(tmp_path: Path) -> None:
     for sections in ({"observer": {"enabled": False}}, {}):
         memory = pipeline_service(tmp_path / f"d{len(sections)}", None, **sections)
         memory.append_events("p", "s1", [user(words(2000))])
-        assert memory.jobs("p")["counts"]["queued"] == 0
-        assert memory.session_status("p", "s1")["observer"] in ("disabled", "not_configured")
+        assert memory.jobs("p").counts.queued == 0
+        assert memory.session_status("p", "s1").observer in ("disabled", "not_configured")
         memory.close()
 
 
@@ -123,7 +123,7 @@ def test_forced_observation_takes_the_backlog_below_the_buffer(tmp_path: Path, s
     memory.observe("p", "s1")
     drain(memory)
     assert len(observations(memory)) == 1
-    assert memory.session_status("p", "s1")["observed_through_seq"] == 1
+    assert memory.session_status("p", "s1").observed_through_seq == 1
     memory.close()
 
 
@@ -317,16 +317,16 @@ def test_a_job_that_always_fails_ends_in_exactly_one_job_failed(memory: Obsmem, 
     (gave_up,) = events_of(memory, "job_failed")
     assert gave_up["attempts"] == 4 and gave_up["kind"] == "observe" and gave_up["session_id"] == "s1"
     assert "HTTP 500" in gave_up["reason"] and "scripted failure" not in gave_up["reason"]
-    assert memory.jobs("p")["counts"] == {"queued": 0, "running": 0, "done": 0, "failed": 1}
+    assert memory.jobs("p").counts.to_dict() == {"queued": 0, "running": 0, "done": 0, "failed": 1}
     assert coverage(memory) == [] and observations(memory) == []
     status = memory.session_status("p", "s1")
-    assert status["last_error"]["code"] == "model_unavailable" and status["pending_tokens"] > 0
+    assert status.last_error.code == "model_unavailable" and status.pending_tokens > 0
     # The backlog is kept: the next append over the buffer queues a fresh job that succeeds.
     server.responder = ObserverScript()
     fill(memory, n=1)
     drain(memory)
     assert len(coverage(memory)) == 5
-    assert memory.session_status("p", "s1")["last_error"] is None
+    assert memory.session_status("p", "s1").last_error is None
 
 
 def test_a_hanging_model_is_cut_off_and_the_job_retried(tmp_path: Path, server: ScriptedChatServer) -> None:
@@ -384,11 +384,11 @@ def test_an_oversized_event_is_cut_into_parts_each_covered_once(tmp_path: Path, 
 def test_late_events_below_the_watermark_are_observed_and_it_never_moves_back(memory: Obsmem) -> None:
     memory.append_events("p", "s1", [user(words(80), seq=1), user(words(80), seq=2), user(words(80), seq=5)])
     drain(memory)
-    assert memory.session_status("p", "s1")["observed_through_seq"] == 5
+    assert memory.session_status("p", "s1").observed_through_seq == 5
     memory.append_events("p", "s1", [user("late: " + words(120), seq=3)])
     drain(memory)
     assert [row[0] for row in coverage(memory)] == [1, 2, 3, 5]
-    assert memory.session_status("p", "s1")["observed_through_seq"] == 5
+    assert memory.session_status("p", "s1").observed_through_seq == 5
     import apsw
 
     with pytest.raises(apsw.ConstraintError, match="backwards"):
@@ -406,7 +406,7 @@ def test_cycles_are_logged_with_correlated_start_and_end(memory: Obsmem) -> None
     assert end["duration_ms"] >= 0 and end["tokens_observed"] == start["tokens_to_observe"]
     assert end["observation_tokens"] > 0 and end["observed_through_seq"] == 4
     after_first = memory.pipeline_events("p", after=start["id"])
-    assert after_first[0]["id"] == end["id"]
+    assert after_first[0].id == end["id"]
     assert memory.pipeline_events("p", session_id="other") == []
 
 
@@ -418,17 +418,17 @@ def test_status_shows_the_observer_running(tmp_path: Path, server: ScriptedChatS
     fill(memory)
     deadline = time.monotonic() + 10
     status = memory.session_status("p", "s1")
-    while status["status"] != "observing" and time.monotonic() < deadline:
+    while status.status != "observing" and time.monotonic() < deadline:
         time.sleep(0.02)
         status = memory.session_status("p", "s1")
-    assert status["status"] == "observing"
-    assert status["current_activity"]["stage"] == "observer" and status["current_activity"]["tokens"] > 0
-    assert status["jobs"]["running"] == 1
-    while memory.session_status("p", "s1")["pending_tokens"] and time.monotonic() < deadline + 10:
+    assert status.status == "observing"
+    assert status.current_activity.stage == "observer" and status.current_activity.tokens > 0
+    assert status.jobs.running == 1
+    while memory.session_status("p", "s1").pending_tokens and time.monotonic() < deadline + 10:
         time.sleep(0.05)
     final = memory.session_status("p", "s1")
-    assert final["status"] == "idle" and final["current_activity"] is None
-    assert final["observation_tokens"] > 0 and final["threshold_percent"] == 0.0
+    assert final.status == "idle" and final.current_activity is None
+    assert final.observation_tokens > 0 and final.threshold_percent == 0.0
     memory.close()
 
 
@@ -440,14 +440,14 @@ def test_housekeeping_clears_stale_activity_and_resumes_observation(tmp_path: Pa
         "INSERT INTO current_activity(session_id, job_id, stage, tokens, started_at, updated_at)"
         " VALUES ('s1', 99, 'observer', 10, 0, 0)"
     )
-    assert memory.session_status("p", "s1")["current_activity"] is None  # stale rows are hidden
+    assert memory.session_status("p", "s1").current_activity is None  # stale rows are hidden
     memory.close()
     memory = pipeline_service(tmp_path / "data", server)  # observation switched on
     pool = memory.worker_pool()
     pool.housekeep()
     assert db.path.exists()
     assert memory.database("p").query("SELECT count(*) FROM current_activity") == [(0,)]
-    assert memory.jobs("p")["counts"]["queued"] == 1
+    assert memory.jobs("p").counts.queued == 1
     drain(memory)
     assert len(observations(memory)) == 4
     memory.close()
@@ -463,12 +463,12 @@ def test_housekeeping_cool_down_follows_failed_observe_jobs_only(tmp_path: Path,
     with memory.database("p").write() as conn:  # a Reflector that just gave up on this session
         eventlog.record(conn, "job_failed", session_id="s1", job_id=41, data={"kind": "reflect", "attempts": 4})
     memory.worker_pool().housekeep()
-    assert memory.jobs("p")["counts"]["queued"] == 1  # observation is resumed all the same
+    assert memory.jobs("p").counts.queued == 1  # observation is resumed all the same
     with memory.database("p").write() as conn:
         conn.execute("DELETE FROM jobs")
         eventlog.record(conn, "job_failed", session_id="s1", job_id=42, data={"kind": "observe", "attempts": 4})
     memory.worker_pool().housekeep()
-    assert memory.jobs("p")["counts"]["queued"] == 0  # a failed observe job cools the session down
+    assert memory.jobs("p").counts.queued == 0  # a failed observe job cools the session down
     memory.close()
 
 

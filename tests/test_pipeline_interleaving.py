@@ -39,8 +39,8 @@ from obsmem.pipeline.projection import project, render
 from pipeline_helpers import words
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
+from obsmem.app import Obsmem
 from obsmem.settings import load_settings
-from obsmem.surfaces.service import Obsmem
 from obsmem.work import JobQueue
 
 SEEDS = int(os.environ.get("OBSMEM_INTERLEAVING_SEEDS", "8"))

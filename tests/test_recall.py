@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, InvalidId, NotFound, ProjectNotFound
-from obsmem.surfaces.service import Obsmem
 
 
 @pytest.fixture
@@ -49,15 +49,15 @@ def stored(service: Obsmem) -> tuple[Obsmem, str]:
 def test_recall_by_display_id_returns_sources_in_order(stored: tuple[Obsmem, str]) -> None:
     service, memory_id = stored
     result = service.recall("p", memory_id[:12])
-    assert result["memory"]["memory_id"] == memory_id
-    assert [(e["seq"], e["role"], e["type"]) for e in result["sources"]] == [
+    assert result.memory.memory_id == memory_id
+    assert [(e.seq, e.role, e.type) for e in result.sources] == [
         (1, "user", "message"),
         (2, "assistant", "tool_call"),
         (3, "tool", "tool_result"),
     ]
-    assert result["sources"][1]["tool_args"] == {"cmd": "pip install -U httpx"}
-    assert result["supporting"] == []
-    assert service.recall("p", memory_id)["memory"]["id"] == memory_id[:12]
+    assert result.sources[1].tool_args == {"cmd": "pip install -U httpx"}
+    assert result.supporting == ()
+    assert service.recall("p", memory_id).memory.id == memory_id[:12]
 
 
 def test_unknown_id_names_the_session_and_says_what_to_pass(stored: tuple[Obsmem, str]) -> None:
@@ -81,7 +81,7 @@ def test_ambiguous_prefix(stored: tuple[Obsmem, str]) -> None:
             )
     with pytest.raises(AmbiguousId):
         service.recall("p", "abcdefabcdef")
-    assert service.recall("p", "abcdefabcdef1")["memory"]["content"] == "x"
+    assert service.recall("p", "abcdefabcdef1").memory.content == "x"
 
 
 def test_reflection_recall_lists_supporting_observations(stored: tuple[Obsmem, str]) -> None:
@@ -93,9 +93,9 @@ def test_reflection_recall_lists_supporting_observations(stored: tuple[Obsmem, s
         reflection_id, added = add_reflection(conn, ReflectionIn("s1", "Dependencies are kept current", (memory_id,)))
     assert added
     result = service.recall("p", reflection_id[:16])
-    assert result["memory"]["kind"] == "reflection" and "importance" not in result["memory"]
-    assert [item["memory_id"] for item in result["supporting"]] == [memory_id]
-    assert result["sources"] == []
+    assert result.memory.kind == "reflection" and "importance" not in result.memory.to_dict()
+    assert [item.memory_id for item in result.supporting] == [memory_id]
+    assert result.sources == ()
     assert [hit.kind for hit in service.search("p", "dependencies are").hits] == ["reflection"]
 
 
@@ -134,7 +134,7 @@ def test_a_prefix_resolves_exactly_as_a_scan_of_the_ids_would(  # type: ignore[n
             )
         matching = [memory_id for memory_id in memory_ids if memory_id.startswith(prefix)]
         if len(matching) == 1:
-            assert service.recall("p", prefix)["memory"]["memory_id"] == matching[0]
+            assert service.recall("p", prefix).memory.memory_id == matching[0]
         else:
             with pytest.raises(AmbiguousId if matching else NotFound):
                 service.recall("p", prefix)

@@ -106,7 +106,7 @@ def test_a_planted_secret_reaches_neither_model_nor_database_nor_logs(
         memory.observe("p", "s1")
         memory.observe("p", "s2")
         assert memory.worker_pool().drain(timeout=60)
-        recalled = [memory.recall("p", hit.id) for hit in memory.search("p", "REDACTED").hits]
+        recalled = [memory.recall("p", hit.id).to_dict() for hit in memory.search("p", "REDACTED").hits]
         sent = server.all_bytes()
         projection = memory.memory("p", "s1").text
         memory.close()

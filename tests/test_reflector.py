@@ -30,7 +30,7 @@ from scripted_chat import (
     text,
 )
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 from obsmem.work import JobQueue
 
 Round = Callable[[Request], Reply]
@@ -95,7 +95,7 @@ def drain(memory: Obsmem) -> None:
 
 
 def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
-    return memory.pipeline_events("p", types=types, limit=1000)
+    return [event.to_dict() for event in memory.pipeline_events("p", types=types, limit=1000)]
 
 
 def assert_projection_is_the_ledger(memory: Obsmem, session: str = "s1") -> None:
@@ -111,26 +111,24 @@ def test_threshold_promotes_a_generation_and_dropped_observations_stay_searchabl
     fill(memory, "quiet", n=3)  # under the threshold: never reflected on
     drain(memory)
     status = memory.session_status("p", "s1")
-    assert status["generation_count"] == 1 and status["reflector"] == "enabled"
-    pool = status["pool"]
-    assert pool["reflections"] == 4 and pool["dropped_observations"] > 0
-    assert pool["observation_tokens"] <= 60 < status["generation"]["observation_tokens_before"]
-    assert memory.session_status("p", "quiet")["generation_count"] == 0
+    assert status.generation_count == 1 and status.reflector == "enabled"
+    pool = status.pool
+    assert pool.reflections == 4 and pool.dropped_observations > 0
+    assert pool.observation_tokens <= 60 < status.generation.observation_tokens_before
+    assert memory.session_status("p", "quiet").generation_count == 0
     assert memory.database("p").query("SELECT DISTINCT session_id FROM generations") == [("s1",)]
     projection = memory.memory("p", "s1")
-    assert (
-        projection.generation == 1 and projection.reflections == 4 and projection.observations == pool["observations"]
-    )
+    assert projection.generation == 1 and projection.reflections == 4 and projection.observations == pool.observations
     dropped = memory.database("p").query(
         "SELECT m.memory_id, m.content FROM dropped_observations AS d JOIN memories AS m ON m.id = d.observation_row"
     )
     for memory_id, content in dropped:
         assert f"[{memory_id[:12]}]" not in projection.text
         assert [hit.id for hit in memory.search("p", content, session_id="s1").hits] == [memory_id[:12]]
-        assert memory.recall("p", memory_id[:12])["sources"]  # provenance intact
+        assert memory.recall("p", memory_id[:12]).sources  # provenance intact
     reflection = memory.search("p", "reflection over").hits[0]
     recalled = memory.recall("p", reflection.id)
-    assert recalled["supporting"] and all(item["kind"] == "observation" for item in recalled["supporting"])
+    assert recalled.supporting and all(item.kind == "observation" for item in recalled.supporting)
     assert_projection_is_the_ledger(memory)
 
 
@@ -210,7 +208,7 @@ def test_drop_proposals_unknown_rejected_and_over_large_capped_in_rank_order(
     )
     assert [rank for rank, _, _ in rows] == list(range(len(rows)))
     assert all(citations >= 1 for _, citations, _ in rows)  # the four reflections cover twelve observations
-    tokens = memory.session_status("p", "s1")["pool"]["observation_tokens"]
+    tokens = memory.session_status("p", "s1").pool.observation_tokens
     last = len(rows[-1][2]) / 4
     assert tokens <= 60 < tokens + last + 1
     assert_projection_is_the_ledger(memory)
@@ -234,7 +232,7 @@ def test_duplicate_reflect_jobs_do_nothing(tmp_path: Path, server: ScriptedChatS
     assert first.created and not second.created and second.job_id == first.job_id
     drain(memory)
     calls = len(requests_for(server, "record_reflections"))
-    assert calls == 2 and memory.session_status("p", "s1")["generation_count"] == 1
+    assert calls == 2 and memory.session_status("p", "s1").generation_count == 1
     # The same observation set again (no drops: the pool is under its target): claimed already, no model call.
     queue.enqueue("reflect", payload, order_key="session:s1", dedupe_key="reflect:dup")
     memory.reflect("p", "s1")
@@ -255,7 +253,7 @@ def test_no_new_reflection_changes_nothing_and_is_not_retried(
     end = events_of(memory, "om_reflection_end")
     assert len(end) == 1 and end[0]["state"] == "unchanged" and end[0]["reflections"] == 0
     assert requests_for(server, "drop_observations") == []  # no reflection, no Dropper
-    assert memory.session_status("p", "s1")["generation_count"] == 0
+    assert memory.session_status("p", "s1").generation_count == 0
     memory.pipeline.housekeep("p", memory.database("p"))  # the set was reflected on: not queued again
     assert memory.database("p").query("SELECT count(*) FROM jobs WHERE state = 'queued'") == [(0,)]
 
@@ -264,7 +262,7 @@ def test_the_dropper_runs_only_over_the_target(tmp_path: Path, server: ScriptedC
     memory = service_for(tmp_path, server, pools={"observations_max_tokens": 1000})
     fill(memory)
     drain(memory)
-    assert memory.session_status("p", "s1")["generation_count"] == 1
+    assert memory.session_status("p", "s1").generation_count == 1
     assert requests_for(server, "drop_observations") == [] and events_of(memory, "om_dropper_start") == []
     memory.close()
 
@@ -286,7 +284,7 @@ def test_events_share_the_cycle_and_carry_durations_and_token_counts(memory: Obs
         assert end["generation"] == 1 and end["state"] == "promoted" and end["duration_ms"] >= 0
         assert end["observation_tokens_before"] == start["observation_tokens"] > end["observation_tokens_after"]
     assert reflection_end["reflection_tokens_after"] > reflection_end["reflection_tokens_before"] == 0
-    assert memory.session_status("p", "s1")["last_error"] is None
+    assert memory.session_status("p", "s1").last_error is None
 
 
 def test_status_says_reflecting_while_a_stage_runs(
@@ -299,10 +297,10 @@ def test_status_says_reflecting_while_a_stage_runs(
     fill(memory)
     seen: set[str] = set()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and memory.session_status("p", "s1")["generation_count"] == 0:
+    while time.monotonic() < deadline and memory.session_status("p", "s1").generation_count == 0:
         state = memory.session_status("p", "s1")
-        if state["current_activity"]:
-            seen.add(f"{state['status']}:{state['current_activity']['stage']}")
+        if state.current_activity:
+            seen.add(f"{state.status}:{state.current_activity.stage}")
         time.sleep(0.05)
     memory.close()
     assert {"reflecting:reflector", "reflecting:dropper"} <= seen
@@ -332,7 +330,7 @@ def test_a_failed_stage_keeps_the_previous_generation_and_the_retry_succeeds(
     # Only the retry's reflections exist: the failed attempt wrote nothing.
     assert memory.database("p").query("SELECT count(*) FROM memories WHERE kind = 'reflection'") == [(4,)]
     assert memory.database("p").query("SELECT claims, state FROM generations") == [(2, "promoted")]
-    assert memory.session_status("p", "s1")["last_error"] is None
+    assert memory.session_status("p", "s1").last_error is None
     memory.close()
 
 
@@ -362,13 +360,13 @@ def test_a_crash_inside_the_promotion_commits_nothing(
     assert db.query("SELECT count(*) FROM memories WHERE kind = 'reflection'") == [(0,)]
     assert db.query("SELECT count(*) FROM dropped_observations") == [(0,)]
     assert db.query("SELECT state FROM generations") == [("running",)]
-    assert memory.session_status("p", "s1")["generation_count"] == 0
+    assert memory.session_status("p", "s1").generation_count == 0
     assert_projection_is_the_ledger(memory)
     # The job's lease runs out like a dead worker's; the retry takes the claim over and promotes.
     db.query("UPDATE jobs SET lease_expires = 0, run_after = 0 WHERE state = 'running'")
     drain(memory)
     assert db.query("SELECT state, claims FROM generations") == [("promoted", 2)]
-    assert memory.session_status("p", "s1")["generation_count"] == 1
+    assert memory.session_status("p", "s1").generation_count == 1
     assert_projection_is_the_ledger(memory)
     memory.close()
 
@@ -403,11 +401,11 @@ def test_observation_and_reflection_of_one_session_never_overlap(
         time.sleep(0.1)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        counts = memory.jobs("p")["counts"]
-        if not counts["queued"] and not counts["running"]:
+        counts = memory.jobs("p").counts
+        if not counts.queued and not counts.running:
             break
         time.sleep(0.05)
-    generations = memory.session_status("p", "s1")["generation_count"]
+    generations = memory.session_status("p", "s1").generation_count
     kinds = memory.database("p").query("SELECT kind, count(*) FROM jobs GROUP BY kind")
     memory.close()
     assert running["most"] == 1, kinds  # one session: its jobs run one at a time

@@ -60,7 +60,7 @@ def test_load_gives_the_sample_counts(loaded: tuple[Path, dict[str, int]], memor
     assert counts["events_added"] == counts["events"]
     assert counts["observations_added"] == counts["observations"]
     status = memory.status(SAMPLE_PROJECT)
-    assert (status["sessions"], status["events"], status["observations"]) == (
+    assert (status.sessions, status.events, status.observations) == (
         counts["sessions"],
         counts["events"],
         counts["observations"],
@@ -197,8 +197,8 @@ def test_demo_queries_show_hits_misses_and_recall(memory: Obsmem) -> None:
         with_hits += 1
         first = result.hits[0]
         recalled = memory.recall(SAMPLE_PROJECT, first.id, session_id=first.session_id)
-        assert recalled["memory"]["memory_id"] == first.memory_id
-        assert recalled["sources"], "an observation recalls its source events"
+        assert recalled.memory.memory_id == first.memory_id
+        assert recalled.sources, "an observation recalls its source events"
     assert with_hits >= 2 and without_hits >= 1
     assert any("after" in query or "before" in query for query in queries)
     assert any(" " in query["query"] for query in queries), "a phrase query"

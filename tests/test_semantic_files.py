@@ -114,7 +114,7 @@ def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, c
             service.search("p", "auth")
         assert caught.value.to_dict()["indexed_count"] == 0
         summary = service.index("p")
-        assert summary["reset"] and summary["chunks_embedded"] >= 30 and summary["chunks_reused"] == 0
+        assert summary.totals.reset and summary.totals.chunks_embedded >= 30 and summary.totals.chunks_reused == 0
         assert graph_files(service) != old_file and len(graph_files(service)) == 1
         with service.database("p").read() as conn:
             assert index_matches_memories(conn, service.settings.semantic)["missing"] == 0
@@ -135,7 +135,7 @@ def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_serv
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"tokenizer": "porter unicode61"}) as service:
         summary = service.index("p")
-        assert summary["chunks_embedded"] == 0 and not summary["reset"]
+        assert summary.totals.chunks_embedded == 0 and not summary.totals.reset
         assert len(model_server.texts_embedded()) == embedded
         db = service.database("p")
         signature = keyword_signature("porter unicode61", 300)
@@ -154,7 +154,7 @@ def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_s
     embedded = len(model_server.texts_embedded())
     with make_service(tmp_path, model_server, bm25={"context_characters": 10}) as service:
         summary = service.index("p")
-        assert summary["chunks_embedded"] == 0 and not summary["reset"]
+        assert summary.totals.chunks_embedded == 0 and not summary.totals.reset
         assert len(model_server.texts_embedded()) == embedded
         db = service.database("p")
         # The last 10 characters, from a word start: "delta" only.
@@ -183,16 +183,16 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
                 assert time.monotonic() < deadline, "background indexing did not finish"
                 time.sleep(0.05)
 
-        wait_for(lambda: service.status("p")["indexed_count"] == 50 and service.status("p")["index"]["pending"] == 0)
+        wait_for(lambda: service.status("p").indexed_count == 50 and service.status("p").index.pending == 0)
         assert service.search("p", "auth clock").hits
         service.forget("p", ids[0])
-        wait_for(lambda: service.status("p")["index"]["pending"] == 0)
+        wait_for(lambda: service.status("p").index.pending == 0)
         assert service.database("p").query("SELECT count(*) FROM semantic_sources")[0][0] == 49
     # Started again, it finds work left by another process.
     with make_service(tmp_path, model_server) as other:
         add_memories(other, "p", corpus(55)[50:])
     with Obsmem(settings) as service:
-        wait_for(lambda: service.status("p")["indexed_count"] == 54 and service.status("p")["index"]["pending"] == 0)
+        wait_for(lambda: service.status("p").indexed_count == 54 and service.status("p").index.pending == 0)
 
 
 @pytest.mark.parametrize(
@@ -211,20 +211,20 @@ def test_a_damaged_graph_file_is_logged_once_and_status_tells_the_truth(
         add_memories(service, "p", items)
         service.index("p")
         [name] = graph_files(service)
-        assert service.status("p")["index"]["graph_file"] == "present"
-        assert service.status("p")["index"]["graph_rebuild"] is None
+        assert service.status("p").index.graph_file == "present"
+        assert service.status("p").index.graph_rebuild is None
     damage(data / "projects" / "p" / "semantic" / name, how, tmp_path)
     caplog.set_level(logging.WARNING, logger="obsmem.indexer")
     with make_service(data, model_server) as service:
         index = service.indexer.project("p")
-        assert service.status("p")["index"]["graph_file"] == problem  # before anything loads it
+        assert service.status("p").index.graph_file == problem  # before anything loads it
         index.vectors()  # detected at load: the graph is not used
         service.search("p", QUERIES[0])
         index.maintain()  # detected again, rebuilt and published
         index.maintain()
-        status = service.status("p")["index"]
-        assert status["graph_file"] == "present" and status["graph"] is True
-        assert status["graph_rebuild"]["reason"] == GRAPH_PROBLEMS[problem]
+        status = service.status("p").index
+        assert status.graph_file == "present" and status.graph is True
+        assert status.graph_rebuild["reason"] == GRAPH_PROBLEMS[problem]
     warnings = [record.getMessage() for record in caplog.records if record.name == "obsmem.indexer"]
     assert len(warnings) == 1, warnings
     assert GRAPH_PROBLEMS[problem] in warnings[0] and "project p" in warnings[0]

@@ -86,10 +86,10 @@ def test_backfill_then_results_match_reference(tmp_path: Path, model_server) -> 
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(300))
         summary = service.index("p")
-        assert summary["indexed_count"] == 300 and summary["source_count"] == 300
-        assert summary["chunks_embedded"] == 300
+        assert summary.status.indexed_count == 300 and summary.status.source_count == 300
+        assert summary.totals.chunks_embedded == 300
         status = service.status("p")
-        assert status["indexed_count"] == 300 and status["source_count"] == 300
+        assert status.indexed_count == 300 and status.source_count == 300
         db = service.database("p")
         settings = service.settings.semantic
         with db.read() as conn:
@@ -115,14 +115,14 @@ def test_incremental_batches_embed_only_what_changed(tmp_path: Path, model_serve
         before = len(model_server.texts_embedded())
         add_memories(service, "p", corpus(45)[40:])
         summary = service.index("p")
-        assert summary["memories"] == 5 and summary["chunks_embedded"] == 5
+        assert summary.totals.memories == 5 and summary.totals.chunks_embedded == 5
         assert len(model_server.texts_embedded()) - before == 5
         # Re-queueing unchanged memories reuses their stored embeddings.
         db = service.database("p")
         with db.write() as conn:
             conn.execute("INSERT INTO semantic_pending(memory_row) SELECT id FROM memories")
         summary = service.index("p")
-        assert summary["chunks_embedded"] == 0 and summary["chunks_reused"] == 45
+        assert summary.totals.chunks_embedded == 0 and summary.totals.chunks_reused == 45
 
 
 def test_partial_results_while_catching_up(tmp_path: Path, model_server) -> None:  # noqa: F811
@@ -142,10 +142,10 @@ def test_forget_hides_at_once_and_removes_derived_rows_next_batch(tmp_path: Path
         ids = add_memories(service, "p", corpus(20))
         service.index("p")
         target = ids[4]
-        content = service.recall("p", target)["memory"]["content"]
+        content = service.recall("p", target).memory.content
         assert target in [h.memory_id for h in service.search("p", content).hits]
         deleted = service.forget("p", target[:12])
-        assert deleted["deleted"]["memory_id"] == target
+        assert deleted.deleted.memory_id == target
         result = service.search("p", content)
         assert target not in [h.memory_id for h in result.hits]
         assert result.partial  # the delete is pending in the index
@@ -162,7 +162,7 @@ def test_forget_hides_at_once_and_removes_derived_rows_next_batch(tmp_path: Path
         assert db.query("SELECT count(*) FROM semantic_sources WHERE memory_id = ?", (target,))[0][0] == 0
         with db.read() as conn:
             assert index_matches_memories(conn, service.settings.semantic)["stale"] == 0
-        assert service.status("p")["indexed_count"] == 19
+        assert service.status("p").indexed_count == 19
 
 
 def test_edited_memory_never_returns_from_stale_chunks(tmp_path: Path, model_server) -> None:  # noqa: F811
@@ -306,4 +306,4 @@ def test_another_indexer_makes_backfill_busy(tmp_path: Path, model_server) -> No
             with pytest.raises(IndexBusy) as caught:
                 service.index("p")
             assert caught.value.code == "index_busy" and caught.value.status == 503
-        assert service.index("p")["indexed_count"] == 5
+        assert service.index("p").status.indexed_count == 5

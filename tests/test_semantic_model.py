@@ -55,7 +55,7 @@ def test_paraphrase_finds_its_memory_where_exact_cannot(tmp_path: Path) -> None:
         windowed = service.search("app", "database upgrade", after="2024-03-04")
         assert all(h.date >= "2024-03-04" for h in windowed.hits) and len(windowed.hits) == 3
         status = service.status("app")
-        assert status["indexed_count"] == 6 and status["source_count"] == 6
+        assert status.indexed_count == 6 and status.source_count == 6
 
 
 def test_index_command_without_semantic_settings(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import apsw
 import pytest
 
+from obsmem.app import Obsmem
 from obsmem.errors import StorageError
 from obsmem.projects import ProjectRegistry
 from obsmem.storage.connection import MMAP_BYTES, open_connection
 from obsmem.storage.migrations import MIGRATIONS, Migration, migrate
-from obsmem.surfaces.service import Obsmem
 
 
 def _fresh(tmp_path: Path) -> apsw.Connection:

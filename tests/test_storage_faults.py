@@ -24,12 +24,12 @@ from fastapi.testclient import TestClient
 from fault_support import failing_vfs, fill, read_only_view, small_tmpfs
 from http_support import LOCAL, live_server, seed
 
+from obsmem.app import Obsmem
 from obsmem.errors import StorageBusy, StorageFull, StorageIOError, StorageReadOnly
 from obsmem.settings import load_settings
 from obsmem.storage import connection
 from obsmem.surfaces.cli import STORAGE_EXIT, cli
 from obsmem.surfaces.http.app import create_app
-from obsmem.surfaces.service import Obsmem
 from obsmem.surfaces.tools import run_tool
 
 NOTES = [("2026-01-05 09:00", "high", "the deploy script needs the staging flag")]
@@ -164,7 +164,7 @@ def test_an_io_error_is_503_storage_io_error_everywhere_and_passes(tmp_path: Pat
             vfs.fail_reads = False
             response = client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH)
             assert response.status_code == 200, response.text
-            assert service.status("alpha")["events"] == len(NOTES) + 1
+            assert service.status("alpha").events == len(NOTES) + 1
 
 
 # -- a lock held beyond the busy timeout ---------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_concurrent_first_writes_create_one_database(tmp_path: Path) -> None:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert first.status("race")["sessions"] == second.status("race")["sessions"] == 2
+    assert first.status("race").sessions == second.status("race").sessions == 2
     assert sorted(path.name for path in (tmp_path / "data" / "projects" / "race").iterdir() if "db" in path.name)[
         0
     ] == ("obsmem.db")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from http_support import ALPHA_NOTES, seed, settings_for
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 from obsmem.surfaces.tools import execute_tool, run_tool, tool_definitions
 
 

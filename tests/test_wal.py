@@ -9,9 +9,9 @@ from pathlib import Path
 import apsw
 import pytest
 
+from obsmem.app import Obsmem
 from obsmem.settings import load_settings
 from obsmem.storage import connection
-from obsmem.surfaces.service import Obsmem
 
 LIMIT = 1024 * 1024  # a small limit keeps the test's writes small
 BATCH = [{"role": "user", "content": f"{n:06d} " + "y" * 99_000} for n in range(30)]  # about 3 MB
@@ -47,7 +47,7 @@ def test_a_reader_holding_the_log_delays_truncation_without_stalling_the_writer(
         memory.append_events("p", "s2", BATCH)
         assert time.monotonic() - started < connection.BUSY_TIMEOUT_MS / 1000 / 3  # not waiting on the reader
         assert db.wal_bytes() > LIMIT  # the reader still needs the log
-        assert memory.status("p")["wal_bytes"] == db.wal_bytes()
+        assert memory.status("p").wal_bytes == db.wal_bytes()
     finally:
         reader.execute("COMMIT")
         reader.close()

@@ -28,8 +28,8 @@ from obsmem.eval.modes import Retrieved, retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
 
+from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
-from obsmem.surfaces.service import Obsmem
 
 HIT_KS = (1, 5, 10, 20)
 MRR_DEPTH = 50

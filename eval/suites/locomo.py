@@ -24,7 +24,7 @@ from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
 from obsmem.eval.suites.labelled import candidate_budgets
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 KS = (5, 10, 25, 50)
 DATASETS = {"a": "locomo (a) turns", "b": "locomo (b) observations"}

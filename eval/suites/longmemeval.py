@@ -23,7 +23,7 @@ from obsmem.eval.modes import retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
 
-from obsmem.surfaces.service import Obsmem
+from obsmem.app import Obsmem
 
 KS = (5, 10)
 DATASET = "longmemeval"

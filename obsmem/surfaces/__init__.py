@@ -1,4 +1,5 @@
-"""The ways in: the Python service facade, HTTP API, CLI, agent tools and MCP server.
+"""The ways in: HTTP API, CLI, agent tools and MCP server.
 
-Nothing below this package imports it; it imports the stages.
+They sit on top: each drives the application floor (:class:`obsmem.app.Obsmem`) and turns its typed
+results into JSON or text at its own edge. Nothing below this package imports it.
 """

@@ -28,11 +28,11 @@ import apsw
 import click
 
 from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.storage.faults import storage_fault
 from obsmem.surfaces import cli_render as render
-from obsmem.surfaces.service import Obsmem
 from obsmem.validation import session_id as check_session_id
 
 USAGE_EXIT = 2
@@ -321,7 +321,7 @@ def recall(app: App, project: str, memory_id: str, session_id: str | None, as_js
     ID is the 12-character id of a search hit, or any unique prefix of 12 to 64 hex characters. An
     observation shows the events it cites; a reflection the observations that support it.
     """
-    recalled = app.service.recall(project, memory_id, session_id=session_id)
+    recalled = app.service.recall(project, memory_id, session_id=session_id).to_dict()
     if as_json:
         render.emit_json(recalled)
     else:
@@ -340,7 +340,7 @@ def forget(app: App, project: str, memory_id: str, session_id: str | None, as_js
     It leaves every search result at once; in semantic mode its indexed copies go at the next indexing
     batch. The events it cites are kept. ID is a 12-character id or any unique 12-64 hex prefix.
     """
-    deleted = app.service.forget(project, memory_id, session_id=session_id)
+    deleted = app.service.forget(project, memory_id, session_id=session_id).to_dict()
     if as_json:
         render.emit_json(deleted)
     else:

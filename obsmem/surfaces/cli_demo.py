@@ -19,11 +19,11 @@ from typing import Any
 import click
 from rich.console import Console
 
+from obsmem.app import Obsmem
 from obsmem.settings import builtin_settings
 from obsmem.settings.semantic import SemanticSettings
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import json_option
-from obsmem.surfaces.service import Obsmem
 
 # The model loader's own progress bars would interleave with ours (set before it is first imported).
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -73,12 +73,12 @@ def run_demo(service: Obsmem) -> dict[str, Any]:
         hits = entry["result"]["hits"]
         if hits and hits[0]["memory_id"] not in seen:
             seen.add(hits[0]["memory_id"])
-            recalls.append(service.recall(SAMPLE_PROJECT, hits[0]["id"], session_id=hits[0]["session_id"]))
+            recalls.append(service.recall(SAMPLE_PROJECT, hits[0]["id"], session_id=hits[0]["session_id"]).to_dict())
     return {
         "project": SAMPLE_PROJECT,
         "loaded": loaded,
         "load_seconds": round(load_seconds, 3),
-        "status": service.status(SAMPLE_PROJECT),
+        "status": service.status(SAMPLE_PROJECT).to_dict(),
         "searches": searches,
         "recalls": recalls,
         "eval": run_demo_eval(service, SAMPLE_PROJECT),
@@ -102,7 +102,7 @@ def run_demo_eval(service: Obsmem, project: str) -> dict[str, Any] | None:
     results = run_labelled(service, project, parse_labelled(labelled_questions), EVAL_MODES)
     return {
         "questions": len(labelled_questions),
-        "indexed": indexed.get("indexed_count"),
+        "indexed": indexed.status.indexed_count if indexed is not None else None,
         "index_seconds": round(index_seconds, 2),
         "eval_seconds": round(time.perf_counter() - started, 2),
         "results": [result.to_dict() for result in results],

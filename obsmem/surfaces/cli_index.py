@@ -18,11 +18,12 @@ from typing import Any
 
 import click
 
+from obsmem.app import Obsmem
+from obsmem.app.results import IndexReport
 from obsmem.errors import ObsmemError
-from obsmem.surfaces.service import Obsmem
 
 
-def run_index(service: Obsmem, project: str, *, show_progress: bool) -> dict[str, Any]:
+def run_index(service: Obsmem, project: str, *, show_progress: bool) -> IndexReport:
     """Backfill ``project``; draws a tqdm bar on stderr when ``show_progress``."""
     from tqdm import tqdm
 
@@ -56,7 +57,7 @@ def index(app: Any, project: str, as_json: bool, progress: bool | None) -> None:
     show = sys.stderr.isatty() if progress is None else progress
     service = Obsmem(app.settings(), background_indexing=False)
     try:
-        summary = run_index(service, project, show_progress=show and not as_json)
+        summary = run_index(service, project, show_progress=show and not as_json).to_dict()
     except ObsmemError:
         raise
     finally:

@@ -82,7 +82,7 @@ def view(app: App, project: str, session_id: str, details: bool, as_json: bool) 
     """
     session = check_session_id(session_id, field="SESSION")
     if details:
-        found = app.service.memory_details(project, session)
+        found = app.service.memory_details(project, session).to_dict()
         if as_json:
             render.emit_json(found)
         else:
@@ -262,7 +262,7 @@ def models(
     if context_window is not None and not changes:
         raise click.UsageError("--context-window goes with --observer, --reflector or --dropper")
     changes.update(dict.fromkeys(reset))
-    result = app.service.switch_models(project, changes) if changes else app.service.models(project)
+    result = (app.service.switch_models(project, changes) if changes else app.service.models(project)).to_dict()
     if as_json:
         render.emit_json(result)
         return
@@ -308,7 +308,7 @@ def events(
     cursor = after_id or 0
     while True:
         found = service.pipeline_events(project, after=cursor, limit=limit, session_id=session_id)
-        for event in found:
+        for event in (logged.to_dict() for logged in found):
             if as_json:
                 import json
 
@@ -406,22 +406,22 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
         name = project
 
         def draw() -> RenderableType:
-            state = service.session_status(name, session)
-            recent = service.pipeline_events(name, session_id=session, limit=5, newest=True)
+            state = service.session_status(name, session).to_dict()
+            recent = [e.to_dict() for e in service.pipeline_events(name, session_id=session, limit=5, newest=True)]
             return session_view(name, state, recent)
 
         if as_json:
-            render.emit_json(service.session_status(name, session))
+            render.emit_json(service.session_status(name, session).to_dict())
             return
     else:
         names = [project] if project is not None else None
 
         def draw() -> RenderableType:
-            rows = [service.status(name) for name in (names or service.project_names())]
+            rows = [service.status(name).to_dict() for name in (names or service.project_names())]
             return projects_view(rows, str(service.projects.data_dir))
 
         if as_json:
-            rows = [service.status(name) for name in (names or service.project_names())]
+            rows = [service.status(name).to_dict() for name in (names or service.project_names())]
             if project is not None:
                 render.emit_json(rows[0])
             else:

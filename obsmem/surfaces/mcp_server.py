@@ -27,8 +27,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.errors import ObsmemError
-from obsmem.surfaces.service import Obsmem
 from obsmem.surfaces.tools import run_tool, tool_definitions
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id

@@ -20,14 +20,14 @@ from typing import Any
 
 import apsw
 
+from obsmem.app import Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
+from obsmem.retrieval.search import MODES
 from obsmem.storage.faults import storage_fault
-from obsmem.surfaces.service import Obsmem
 
 MEMORY_SEARCH = "memory_search"
 RECALL = "recall"
 TOOL_NAMES = (MEMORY_SEARCH, RECALL)
-MODES = ("exact", "hybrid")
 
 _ARGUMENTS = {
     MEMORY_SEARCH: ("query", "after", "before", "limit", "session_id"),
@@ -207,7 +207,7 @@ def run_tool(
             scope = args.get("session_id", session_id)
             if scope is not None and not isinstance(scope, str):
                 return _failure("invalid_session", "session_id must be a string")
-            result = service.recall(project, args["id"], session_id=scope)
+            result = service.recall(project, args["id"], session_id=scope).to_dict()
     except ObsmemError as exc:
         return _failure(exc.code, exc.message)
     except (apsw.Error, OSError) as exc:

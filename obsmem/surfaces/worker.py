@@ -18,8 +18,8 @@ import signal
 import threading
 from pathlib import Path
 
+from obsmem.app import Obsmem
 from obsmem.settings import Settings, load_settings
-from obsmem.surfaces.service import Obsmem
 
 log = logging.getLogger("obsmem.worker")
 

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from obsmem import __version__
+from obsmem.app import Obsmem
 from obsmem.surfaces.http.auth import KeyRing
 from obsmem.surfaces.http.capacity import CapacityGuard, ConnectionGauge
 from obsmem.surfaces.http.closing import CloseOnServerError
@@ -31,7 +32,6 @@ from obsmem.surfaces.http.ratelimit import FailureLimiter
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.routes import health, ingest, memory, pipeline, projects
 from obsmem.surfaces.http.streams import StreamFollowers
-from obsmem.surfaces.service import Obsmem
 
 API_PREFIX = "/v1"
 # Routes are matched in this order: the hot read path (search, recall) first.

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 from fastapi import Path, Request
 
+from obsmem.app import Obsmem
 from obsmem.surfaces.http.auth import OPEN_ACCESS, Access
 from obsmem.surfaces.http.guard import ACCESS_SCOPE_KEY
 from obsmem.surfaces.http.models import ID_PATTERN, PROJECT_PATTERN, SESSION_PATTERN, ErrorResponse
-from obsmem.surfaces.service import Obsmem
 
 ProjectName = Annotated[
     str,

@@ -20,13 +20,13 @@ from urllib.parse import parse_qs
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
+from obsmem.app import Obsmem
 from obsmem.errors import ObsmemError
 from obsmem.surfaces.http.auth import OPEN_ACCESS, Access
 from obsmem.surfaces.http.errors import send_error
 from obsmem.surfaces.http.guard import ACCESS_SCOPE_KEY
 from obsmem.surfaces.http.streams import StreamFollowers, serve_bounded_stream
 from obsmem.surfaces.mcp_server import MCP_SCOPE_KEY, build_server
-from obsmem.surfaces.service import Obsmem
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 

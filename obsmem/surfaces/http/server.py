@@ -19,11 +19,11 @@ import sys
 
 import uvicorn
 
+from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError, ObsmemError
 from obsmem.settings import Settings, load_settings
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.http.protocol import protocol_class
-from obsmem.surfaces.service import Obsmem
 
 logger = logging.getLogger("obsmem.http")
 

@@ -1,8 +1,9 @@
 """Reads of memory: ``memory_search`` and ``recall``.
 
-Both are ``async def`` and call the service on the event loop: an exact search or a recall is an
-indexed SQLite read of about a millisecond, cheaper than a hop through the threadpool (see
-docs/benchmarks.md, "HTTP"). A search mode that may take longer (hybrid) runs in the threadpool.
+Both are ``async def`` and call the service on the event loop: a recall is an indexed SQLite read of
+about a millisecond, cheaper than a hop through the threadpool (see docs/benchmarks.md, "HTTP"). Whether a
+search runs inline too or in the threadpool is decided by retrieval's mode dispatch
+(``SearchModes.runs_inline``: exact inline, hybrid in the threadpool).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ async def search(request: Request, project: ProjectName, body: SearchRequest) ->
     allowed_project(request, project)
     service = service_of(request)
     arguments = body.model_dump(exclude={"query"})
-    mode = body.mode or service.default_mode
-    if mode == "exact":
+    if service.search_modes.runs_inline(body.mode):
         result = service.search(project, body.query, **arguments)
     else:
         result = await run_in_threadpool(lambda: service.search(project, body.query, **arguments))
@@ -70,7 +70,7 @@ async def recall(
     ] = None,
 ) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).recall(project, id, session_id=session_id))
+    return JSONBody(service_of(request).recall(project, id, session_id=session_id).to_dict())
 
 
 @router.delete(
@@ -89,4 +89,4 @@ def forget(
     ] = None,
 ) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).forget(project, id, session_id=session_id))
+    return JSONBody(service_of(request).forget(project, id, session_id=session_id).to_dict())

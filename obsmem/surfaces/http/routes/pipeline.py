@@ -246,7 +246,7 @@ async def session_memory(
 )
 async def session_status(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).session_status(project, session_id))
+    return JSONBody(service_of(request).session_status(project, session_id).to_dict())
 
 
 @router.post(
@@ -272,7 +272,7 @@ def observe_session(request: Request, project: ProjectName, session_id: SessionP
 )
 async def session_memory_details(request: Request, project: ProjectName, session_id: SessionPath) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).memory_details(project, session_id))
+    return JSONBody(service_of(request).memory_details(project, session_id).to_dict())
 
 
 @router.post(
@@ -298,7 +298,7 @@ def reflect_session(request: Request, project: ProjectName, session_id: SessionP
 )
 async def get_models(request: Request, project: ProjectName) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).models(project))
+    return JSONBody(service_of(request).models(project).to_dict())
 
 
 @router.put(
@@ -309,7 +309,7 @@ async def get_models(request: Request, project: ProjectName) -> Response:
 )
 def put_models(request: Request, project: ProjectName, body: ModelChanges) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).switch_models(project, body))
+    return JSONBody(service_of(request).switch_models(project, body).to_dict())
 
 
 @router.get(
@@ -364,7 +364,7 @@ async def pipeline_events(
         stream = EventSourceResponse(_stream(request, project, start, session_id, types), ping=15)
         return FollowedStream(stream, slot, followers.idle_seconds)
     found = service.pipeline_events(project, after=start, limit=limit, session_id=session_id, types=types)
-    return JSONBody({"events": found, "last_id": found[-1]["id"] if found else start})
+    return JSONBody({"events": [event.to_dict() for event in found], "last_id": found[-1].id if found else start})
 
 
 async def _stream(
@@ -374,7 +374,7 @@ async def _stream(
     while not await request.is_disconnected():
         found = service.pipeline_events(project, after=cursor, limit=STREAM_PAGE, session_id=session_id, types=types)
         for event in found:
-            cursor = event["id"]
-            yield {"id": str(event["id"]), "event": event["type"], "data": json.dumps(event, ensure_ascii=False)}
+            cursor = event.id
+            yield {"id": str(event.id), "event": event.type, "data": json.dumps(event.to_dict(), ensure_ascii=False)}
         if len(found) < STREAM_PAGE:
             await asyncio.sleep(STREAM_POLL_SECONDS)

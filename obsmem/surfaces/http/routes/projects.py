@@ -26,4 +26,4 @@ def list_projects(request: Request) -> Response:
 )
 def project_status(request: Request, project: ProjectName) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).status(project))
+    return JSONBody(service_of(request).status(project).to_dict())

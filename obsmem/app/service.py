@@ -1,4 +1,4 @@
-"""The Python API: one object that every surface (HTTP, CLI, tools, MCP) calls.
+"""The Python API: one object that every surface (HTTP, CLI, tools, MCP) and the eval harness calls.
 
 from obsmem import Obsmem
 memory = Obsmem(data_dir="~/.local/share/obsmem")
@@ -12,18 +12,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from obsmem.errors import NotFound
-from obsmem.events import AppendReceipt, append_events
+from obsmem.app.results import (
+    Forgotten,
+    IndexReport,
+    IndexStatus,
+    IndexTotals,
+    JobList,
+    MemoryDetails,
+    ModelChoices,
+    ModelSwitch,
+    ProjectStatus,
+    Recollection,
+    SessionStatus,
+)
+from obsmem.app.typed import build
+from obsmem.errors import ValidationFailed
+from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
-from obsmem.memories import WriteReceipt, add_observations
+from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
+from obsmem.pipeline.generations import project_generation_totals
 from obsmem.pipeline.projection import Projection
 from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.projects import ProjectRegistry
-from obsmem.retrieval.exact import ExactSearcher
 from obsmem.retrieval.recall import find_memory_row
 from obsmem.retrieval.recall import recall as recall_memory
 from obsmem.retrieval.results import SearchResult
-from obsmem.retrieval.search import SearchRequest, run_exact
+from obsmem.retrieval.search import SearchModes, SearchRequest
 from obsmem.settings import Settings, load_settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.validation import project_name
@@ -35,6 +49,9 @@ if TYPE_CHECKING:
     from obsmem.indexer.project import BatchReport
     from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
     from obsmem.retrieval.rerank import Reranker
+
+# The keys of an indexing run's totals; the rest of the indexer's report is the index status after it.
+_TOTALS = tuple(IndexTotals.__dataclass_fields__)
 
 
 class Obsmem:
@@ -71,6 +88,7 @@ class Obsmem:
             background = settings.semantic.index.background if background_indexing is None else background_indexing
             if background:
                 self.indexer.start_background()
+        self.search_modes = SearchModes(self.hybrid)
 
     def _memories_changed(self, project: str) -> None:
         if self.indexer is not None:
@@ -116,7 +134,8 @@ class Obsmem:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""
         session_id = check_session_id(session_id)
         db = self.projects.get(project)
-        _require_session(db, session_id)
+        with db.read() as conn:
+            require_session(conn, session_id)
         result = self.pipeline.request_observation(db, session_id)
         self._wake_workers()
         return result
@@ -132,7 +151,7 @@ class Obsmem:
             self._memories_changed(project)
         return receipt
 
-    def forget(self, project: str, memory_id: object, *, session_id: str | None = None) -> dict[str, Any]:
+    def forget(self, project: str, memory_id: object, *, session_id: str | None = None) -> Forgotten:
         """Delete one memory (an observation or a reflection) by id or unique prefix.
 
         It leaves every search result at once (hybrid search checks each chunk against the current
@@ -142,9 +161,9 @@ class Obsmem:
         db = self.projects.get(project)
         with db.write() as conn:
             row_id, hit, _ = find_memory_row(conn, memory_id, session_id=session_id, project=project)
-            conn.execute("DELETE FROM memories WHERE id = ?", (row_id,))
+            delete_memory(conn, row_id)
         self._memories_changed(project)
-        return {"deleted": hit.to_dict()}
+        return Forgotten(deleted=hit)
 
     def import_observations(
         self, project: str, path: Path | str, *, progress: ImportProgress | None = None
@@ -178,11 +197,7 @@ class Obsmem:
             default_mode=self.default_mode,
             limits=self.settings.search,
         )
-        db = self.projects.get(project)
-        if request.mode == "hybrid":
-            return self._hybrid().search(project, request)
-        with db.read() as conn:
-            return run_exact(ExactSearcher(conn), request)
+        return self.search_modes.run(self.projects.get(project), project, request)
 
     def search_stages(
         self,
@@ -207,38 +222,27 @@ class Obsmem:
             session_id=session_id,
             limits=self.settings.search,
         )
-        return self._hybrid().run(project, request, plan)
+        return self.search_modes.hybrid_searcher().run(project, request, plan)
 
-    def _hybrid(self) -> HybridSearcher:
-        if self.hybrid is None:
-            from obsmem.errors import ValidationFailed
-
-            raise ValidationFailed(
-                "hybrid mode needs the [semantic] section in the settings file",
-                code="mode_unavailable",
-                field="mode",
-            )
-        return self.hybrid
-
-    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> dict[str, Any]:
+    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection:
         db = self.projects.get(project)
         with db.read() as conn:
-            return recall_memory(conn, memory_id, session_id=session_id, project=project)
+            return Recollection.from_dict(recall_memory(conn, memory_id, session_id=session_id, project=project))
 
     @property
     def default_mode(self) -> str:
         """``hybrid`` when semantic mode is on, else ``exact`` (tool descriptions follow this)."""
-        return "hybrid" if self.hybrid is not None else "exact"
+        return self.search_modes.default_mode
 
-    def index(self, project: str, progress: Callable[[BatchReport], None] | None = None) -> dict[str, Any]:
+    def index(self, project: str, progress: Callable[[BatchReport], None] | None = None) -> IndexReport:
         """Index everything pending for ``project`` now (``obsmem index``), then publish the graph file."""
         if self.indexer is None:
-            from obsmem.errors import ValidationFailed
-
             raise ValidationFailed(
                 "indexing needs the [semantic] section in the settings file", code="mode_unavailable"
             )
-        return self.indexer.backfill(project, progress)
+        report = self.indexer.backfill(project, progress)
+        totals = {name: report.pop(name) for name in _TOTALS}
+        return IndexReport(totals=build(IndexTotals, totals), status=build(IndexStatus, report))
 
     # -- the observation pipeline ---------------------------------------------------------------
 
@@ -247,37 +251,38 @@ class Obsmem:
         session_id = check_session_id(session_id)
         return self.pipeline.projection(self.projects.get(project), session_id)
 
-    def session_status(self, project: str, session_id: str) -> dict[str, Any]:
+    def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,
         the active generation and the pool's pressure."""
         session_id = check_session_id(session_id)
-        return self.pipeline.status(self.projects.get(project), session_id)
+        return build(SessionStatus, self.pipeline.status(self.projects.get(project), session_id))
 
-    def memory_details(self, project: str, session_id: str) -> dict[str, Any]:
+    def memory_details(self, project: str, session_id: str) -> MemoryDetails:
         """The active memory for inspection: generation, pool pressure, reflections with their supporting
         observations, observations with their coverage tier and source events."""
         session_id = check_session_id(session_id)
-        return self.pipeline.memory_details(self.projects.get(project), session_id)
+        return build(MemoryDetails, self.pipeline.memory_details(self.projects.get(project), session_id))
 
     def reflect(self, project: str, session_id: str) -> EnqueueResult:
         """Queue a Reflector run over the session's active memory now (below the threshold too)."""
         session_id = check_session_id(session_id)
         db = self.projects.get(project)
-        _require_session(db, session_id)
+        with db.read() as conn:
+            require_session(conn, session_id)
         result = self.pipeline.request_reflection(db, session_id)
         self._wake_workers()
         return result
 
-    def models(self, project: str) -> dict[str, Any]:
+    def models(self, project: str) -> ModelChoices:
         """The model each role (observer, reflector, dropper) uses for its next job, and where it comes from."""
-        return self.pipeline.models(self.projects.get(project))
+        return build(ModelChoices, self.pipeline.models(self.projects.get(project)))
 
-    def switch_models(self, project: str, changes: object) -> dict[str, Any]:
+    def switch_models(self, project: str, changes: object) -> ModelSwitch:
         """Switch roles' models at run time: ``{"reflector": {"model_id": "..."}, "dropper": null}``.
 
         ``null`` returns a role to the settings file. Logged as ``om_model_changed``; used by the next job.
         """
-        return self.pipeline.switch_models(self.projects.get(project), changes)
+        return build(ModelSwitch, self.pipeline.switch_models(self.projects.get(project), changes))
 
     def pipeline_events(
         self,
@@ -288,25 +293,22 @@ class Obsmem:
         session_id: str | None = None,
         types: tuple[str, ...] = (),
         newest: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[eventlog.LoggedEvent]:
         """The om event log, oldest first, from the event after ``after`` (an event id).
 
         ``newest`` returns the last ``limit`` events (still oldest first) instead of the first.
         """
         if session_id is not None:
             session_id = check_session_id(session_id)
-        return self.pipeline.events(
-            self.projects.get(project),
-            after=eventlog.parse_after(after),
-            limit=eventlog.parse_list_limit(limit),
-            session_id=session_id,
-            types=types,
-            newest=newest,
-        )
+        start, count = eventlog.parse_after(after), eventlog.parse_list_limit(limit)
+        with self.projects.get(project).read() as conn:
+            return eventlog.list_events(
+                conn, after=start, limit=count, session_id=session_id, types=types, newest=newest
+            )
 
-    def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> dict[str, Any]:
+    def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> JobList:
         queue = self.pipeline.queue(self.projects.get(project))
-        return {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)}
+        return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
     def worker_pool(self) -> WorkerPool:
         """The pool that runs background jobs for every project of this data directory (not started)."""
@@ -332,30 +334,32 @@ class Obsmem:
         if self.workers is not None and self.workers.running:
             self.workers.wake()
 
-    def status(self, project: str) -> dict[str, Any]:
+    def status(self, project: str) -> ProjectStatus:
         db = self.projects.get(project)
         with db.read() as conn:
-            sessions, events = conn.execute("SELECT count(*), coalesce(sum(event_count), 0) FROM sessions").fetchone()
-            kinds = dict(conn.execute("SELECT kind, count(*) FROM memories GROUP BY kind").fetchall())
-            last = conn.execute("SELECT max(updated_at) FROM sessions").fetchone()[0]
-            generations = conn.execute("SELECT count(*) FROM generations WHERE state = 'promoted'").fetchone()[0]
-            dropped = conn.execute("SELECT count(*) FROM dropped_observations").fetchone()[0]
-        return {
-            "project": project,
-            "sessions": sessions,
-            "events": events,
-            "observations": kinds.get("observation", 0),
-            "reflections": kinds.get("reflection", 0),
-            "last_activity": last,
-            "database_bytes": db.path.stat().st_size,
-            "wal_bytes": db.wal_bytes(),
-            "mode": self.default_mode,
-            "dropped_observations": dropped,
-            "generations": generations,
-            "observer": self.pipeline.observer_state,
-            "reflector": self.pipeline.reflector_state,
-            "jobs": self.pipeline.queue(db).counts(),
-        } | self._index_status(project)
+            totals = session_totals(conn)
+            kinds = memory_counts(conn)
+            generations, dropped = project_generation_totals(conn)
+        return build(
+            ProjectStatus,
+            {
+                "project": project,
+                "sessions": totals.sessions,
+                "events": totals.events,
+                "observations": kinds["observation"],
+                "reflections": kinds["reflection"],
+                "last_activity": totals.last_activity,
+                "database_bytes": db.path.stat().st_size,
+                "wal_bytes": db.wal_bytes(),
+                "mode": self.default_mode,
+                "dropped_observations": dropped,
+                "generations": generations,
+                "observer": self.pipeline.observer_state,
+                "reflector": self.pipeline.reflector_state,
+                "jobs": self.pipeline.queue(db).counts(),
+            }
+            | self._index_status(project),
+        )
 
     def _index_status(self, project: str) -> dict[str, Any]:
         if self.indexer is None:
@@ -393,9 +397,3 @@ class Obsmem:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _require_session(db: ProjectDatabase, session_id: str) -> None:
-    """A session without events has nothing to observe or reflect on: say so instead of queueing a job."""
-    if db.query("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)) == []:
-        raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
