@@ -30,38 +30,44 @@ _URL_PASSWORD = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:(?P<secret>[^
 _BEARER = re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE)
 
 # Tokens recognisable by their own shape: (detector name, marker kind, pattern, literals one of which it
-# needs to be present).
+# needs to be present). A token may follow an underscore (``run_with_ghp_...``, ``MY_AKIA...``), so the
+# left edge is "no letter or digit before", not a regex word boundary.
 _SHAPED: tuple[tuple[str, str, re.Pattern[str], tuple[str, ...]], ...] = (
     (
         "sk_dash_key",
         "api_key",
-        re.compile(r"\bsk-(?:proj-|ant-(?:api\d+-)?|live-|test-)?[A-Za-z0-9_-]{20,}"),
+        re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|ant-(?:api\d+-)?|live-|test-)?[A-Za-z0-9_-]{20,}"),
         ("sk-",),
     ),
     (
         "stripe_style_key",
         "api_key",
-        re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+        re.compile(r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
         ("sk_", "rk_", "pk_"),
     ),
     (
         "aws_access_key_id",
         "aws_access_key",
-        re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b"),
+        re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
         ("akia", "asia", "agpa", "aida", "aroa", "anpa"),
     ),
     (
         "github_token",
         "github_token",
-        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+        re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
-    ("gitlab_token", "gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), ("glpat-",)),
-    ("slack_token", "slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
-    ("google_api_key", "google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), ("aiza",)),
-    ("huggingface_token", "huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), ("hf_",)),
-    ("npm_token", "npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}"), ("npm_",)),
-    ("jwt", "jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), ("eyj",)),
+    ("gitlab_token", "gitlab_token", re.compile(r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_-]{20,}"), ("glpat-",)),
+    ("slack_token", "slack_token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
+    ("google_api_key", "google_api_key", re.compile(r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"), ("aiza",)),
+    ("huggingface_token", "huggingface_token", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"), ("hf_",)),
+    ("npm_token", "npm_token", re.compile(r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}"), ("npm_",)),
+    (
+        "jwt",
+        "jwt",
+        re.compile(r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        ("eyj",),
+    ),
 )
 
 # A word saying that what follows holds a secret (OPENAI_API_KEY, db_password, "client_secret", DB_PASS).
