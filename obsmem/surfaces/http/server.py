@@ -16,6 +16,7 @@ import uvicorn
 
 from obsmem.errors import ConfigurationError, ObsmemError
 from obsmem.settings import Settings, load_settings
+from obsmem.surfaces.http.access_log import logging_config
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.service import Obsmem
 
@@ -59,6 +60,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         http="auto",  # httptools when installed
         lifespan="on",
         access_log=server.access_log,
+        log_config=logging_config(),  # the access log's request targets are redacted
         server_header=False,
         proxy_headers=False,
         log_level="info",
