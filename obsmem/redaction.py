@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME
+from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan
 
 MARK = "[REDACTED:{kind}]"
 _MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
@@ -45,6 +45,7 @@ _INVISIBLE = re.compile(
 )
 
 Found = tuple[int, int, str]  # (start, end, marker kind) in the original text
+_PRIORITIES = tuple(enumerate(DETECTORS))
 
 
 def _matching_view(text: str) -> tuple[str, list[int] | None]:
@@ -72,10 +73,13 @@ def find_secrets(text: str) -> list[Found]:
     if not text:
         return []
     view, origin = _matching_view(text)
-    lower = _lowercase_same_length(view)
+    scan = Scan(view, _lowercase_same_length(view))
+    ready = {"own": True, "shaped": scan.may_hold_a_shaped_token(), "words": bool(scan.word_positions())}
     claims: list[tuple[int, int, int, str]] = []
-    for priority, detector in enumerate(DETECTORS):
-        for start, end in detector.find(view, lower):
+    for priority, detector in _PRIORITIES:
+        if not ready[detector.needs]:
+            continue
+        for start, end in detector.find(scan):
             if end > start:
                 claims.append((start, priority, end, detector.kind))
     if not claims:

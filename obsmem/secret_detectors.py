@@ -13,7 +13,7 @@ starts, found with ``str.find``, never at every position of the text.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 Span = tuple[int, int]
@@ -158,56 +158,82 @@ def _prose_value_is_secret(value: str) -> bool:
     return not (value.islower() and _ENGLISH_SUFFIX.fullmatch(value))
 
 
-def _private_key(text: str, lower: str) -> Iterator[Span]:
-    if "-----begin" in lower:
-        for match in _PRIVATE_KEY.finditer(text):
-            yield match.span()
+class Scan:
+    """One text as the detectors see it. What several detectors need (where secret words start, whether
+    any token prefix occurs) is computed once, on first use."""
+
+    __slots__ = ("text", "lower", "_words", "_prefixed")
+
+    def __init__(self, text: str, lower: str) -> None:
+        self.text = text
+        self.lower = lower  # same length as text, so offsets found in one index the other
+        self._words: list[int] | None = None
+        self._prefixed: bool | None = None
+
+    def word_positions(self) -> list[int]:
+        """Where a secret word may start, in order (the only places the word detectors are tried)."""
+        if self._words is None:
+            starts: set[int] = set()
+            lower = self.lower
+            for word in WORD_STARTS:
+                position = lower.find(word)
+                while position != -1:
+                    starts.add(position)
+                    position = lower.find(word, position + 1)
+            self._words = sorted(starts)
+        return self._words
+
+    def may_hold_a_shaped_token(self) -> bool:
+        if self._prefixed is None:
+            self._prefixed = any(prefix in self.lower for prefix in _SHAPED_PREFIXES)
+        return self._prefixed
 
 
-def _url_password(text: str, lower: str) -> Iterator[Span]:
-    if "://" in text and "@" in text:
-        for match in _URL_PASSWORD.finditer(text):
-            yield match.span("secret")
+_SHAPED_PREFIXES = tuple(prefix for _, _, _, literals in _SHAPED for prefix in literals)
+Find = Callable[[Scan], list[Span]]
 
 
-def _bearer(text: str, lower: str) -> Iterator[Span]:
-    if "bearer" in lower or "basic" in lower or "token" in lower:
-        for match in _BEARER.finditer(text):
-            yield match.span("secret")
+def _private_key(scan: Scan) -> list[Span]:
+    if "-----begin" not in scan.lower:
+        return []
+    return [match.span() for match in _PRIVATE_KEY.finditer(scan.text)]
 
 
-def _shaped(pattern: re.Pattern[str], literals: tuple[str, ...]) -> Callable[[str, str], Iterator[Span]]:
-    def find(text: str, lower: str) -> Iterator[Span]:
-        if any(literal in lower for literal in literals):
-            for match in pattern.finditer(text):
-                yield match.span()
+def _url_password(scan: Scan) -> list[Span]:
+    if "://" not in scan.text or "@" not in scan.text:
+        return []
+    return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
+
+
+def _bearer(scan: Scan) -> list[Span]:
+    lower = scan.lower
+    if "bearer" not in lower and "basic" not in lower and "token" not in lower:
+        return []
+    return [match.span("secret") for match in _BEARER.finditer(scan.text)]
+
+
+def _shaped(pattern: re.Pattern[str], literals: tuple[str, ...]) -> Find:
+    def find(scan: Scan) -> list[Span]:
+        if not any(literal in scan.lower for literal in literals):
+            return []
+        return [match.span() for match in pattern.finditer(scan.text)]
 
     return find
 
 
-def word_positions(lower: str) -> list[int]:
-    """Where a secret word may start, in order (the only places the word detectors are tried)."""
-    starts: set[int] = set()
-    for word in WORD_STARTS:
-        position = lower.find(word)
-        while position != -1:
-            starts.add(position)
-            position = lower.find(word, position + 1)
-    return sorted(starts)
-
-
-def _at_words(
-    pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bool
-) -> Callable[[str, str], Iterator[Span]]:
+def _at_words(pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bool) -> Find:
     """A detector that tries ``pattern`` only where a secret word starts; ``keep`` judges the value.
 
     ``trim`` drops sentence punctuation after an unquoted value (prose ends sentences; an assigned value
     is taken whole, as it always was, so texts stored earlier redact the same way).
     """
 
-    def find(text: str, lower: str) -> Iterator[Span]:
+    def find(scan: Scan) -> list[Span]:
+        positions = scan.word_positions()
+        text = scan.text
+        spans: list[Span] = []
         done = 0
-        for position in word_positions(lower):
+        for position in positions:
             if position < done:
                 continue
             match = pattern.match(text, position)
@@ -222,8 +248,9 @@ def _at_words(
                 end -= len(value) - len(trimmed)
                 value = trimmed
             if value and keep(value):
-                yield start, end
+                spans.append((start, end))
                 done = match.end()
+        return spans
 
     return find
 
@@ -234,7 +261,11 @@ class Detector:
 
     name: str
     kind: str
-    find: Callable[[str, str], Iterator[Span]]  # (text, lowercased text) -> spans to replace
+    find: Find  # the spans of scan.text to replace
+    # What the detector cannot match without, checked once per text for all detectors of a group
+    # (calling fifteen functions per text showed up in the ingest profile): "shaped" needs a token
+    # prefix, "words" a secret word; "own" detectors check their own literals.
+    needs: str = "own"
 
 
 # In priority order: where two detectors claim overlapping text, the span that starts first wins, and at
@@ -243,10 +274,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("private_key", "private_key", _private_key),
     Detector("url_password", "password", _url_password),
     Detector("bearer_token", "token", _bearer),
-    *(Detector(name, kind, _shaped(pattern, literals)) for name, kind, pattern, literals in _SHAPED),
-    Detector("assignment", "secret", _at_words(_ASSIGNMENT, _assigned_value_is_secret, trim=False)),
-    Detector("prose_password", "secret", _at_words(_PROSE, _prose_value_is_secret, trim=True)),
-    Detector("hex_after_secret_word", "secret", _at_words(_HEX_AFTER_WORD, lambda value: True, trim=False)),
+    *(Detector(name, kind, _shaped(pattern, literals), "shaped") for name, kind, pattern, literals in _SHAPED),
+    Detector("assignment", "secret", _at_words(_ASSIGNMENT, _assigned_value_is_secret, trim=False), "words"),
+    Detector("prose_password", "secret", _at_words(_PROSE, _prose_value_is_secret, trim=True), "words"),
+    Detector("hex_after_secret_word", "secret", _at_words(_HEX_AFTER_WORD, lambda value: True, trim=False), "words"),
 )
 
 SECRET_KEY_NAME = re.compile(r"^(?:[A-Za-z0-9_.-]*?" + SECRET_WORD + r"|pass)$", re.IGNORECASE)

@@ -15,7 +15,7 @@ from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import ObserverScript, Reply, Request, ScriptedChatServer, record, text
 
 from obsmem.redaction import redact_json, redact_text, secret_kind
-from obsmem.secret_detectors import DETECTORS
+from obsmem.secret_detectors import DETECTORS, Scan
 
 
 def planted() -> dict[str, str]:
@@ -206,7 +206,7 @@ def test_the_corpus_has_positives_and_near_misses_with_reasons() -> None:
 def test_every_detector_finds_at_least_one_corpus_positive() -> None:
     positives = [case["text"] for case in CORPUS if case["expect"] == "redact"]
     for detector in DETECTORS:
-        hits = [text for text in positives if any(detector.find(*_view(text)))]
+        hits = [text for text in positives if detector.find(Scan(*_view(text)))]
         assert hits, f"no corpus case exercises detector {detector.name}"
 
 
