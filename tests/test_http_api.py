@@ -521,3 +521,12 @@ def test_a_project_name_that_looks_like_a_secret_is_refused(client: TestClient, 
     error = error_of(response, 422, "invalid_project", "project")
     assert "looks like a secret" in error["message"] and project not in response.text
     assert tree(memory.settings.data_dir) == before
+
+
+def test_a_project_directory_named_like_a_secret_is_never_listed(client: TestClient, memory: Obsmem) -> None:
+    seed(memory, "alpha", ALPHA_NOTES[:1])
+    memory.projects.release("alpha")
+    projects = memory.settings.data_dir / "projects"
+    (projects / "alpha").rename(projects / "xoxb-2048-4096-zk9qmt3vlp8r")  # as if made before names were checked
+    assert client.get("/v1/projects").json() == {"projects": []}
+    assert memory.project_names() == []
