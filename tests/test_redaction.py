@@ -267,3 +267,10 @@ def test_secret_kind_names_what_an_identifier_looks_like() -> None:
     assert secret_kind("password:hunter22") == "secret"
     for ordinary in ("s1", "fix-login", "123e4567-e89b-12d3-a456-426614174000", "a" * 64, "claude:2026-05-01"):
         assert secret_kind(ordinary) is None
+
+
+def test_invisible_characters_outside_a_secret_are_kept_where_they_were() -> None:
+    text = "\u200bx\u200d\u200d AKIA\u200b\u2060IOSFODNN7EXAMPL\u00adE \ufeffpass\u200bword=hunter22x\u200b end\u200c"
+    assert redact_text(text) == (
+        "\u200bx\u200d\u200d [REDACTED:aws_access_key] \ufeffpass\u200bword=[REDACTED:secret]\u200b end\u200c"
+    )
