@@ -140,6 +140,8 @@ _PROSE_WORD_LIST = """
 """
 _PROSE_WORDS = frozenset(_PROSE_WORD_LIST.split())
 _ENGLISH_SUFFIX = re.compile(r"[a-z]+(?:ed|ing|ly)")
+# ``if token is other_token:``, ``while secret is self.pending``: an identity test in code, not prose.
+_CODE_NAME = re.compile(r"[a-z_][a-z_]*(?:[._][a-z_]+)+:?")
 
 
 def _assigned_value_is_secret(value: str) -> bool:
@@ -153,7 +155,7 @@ def _prose_value_is_secret(value: str) -> bool:
     """The word after "password is": anything but English and placeholders (``<your password>``)."""
     if value.startswith(("[REDACTED", "<", "${", "{{")) or value.lower() in _PLACEHOLDERS:
         return False
-    if value.lower() in _PROSE_WORDS:
+    if value.lower() in _PROSE_WORDS or _CODE_NAME.fullmatch(value):
         return False
     return not (value.islower() and _ENGLISH_SUFFIX.fullmatch(value))
 
