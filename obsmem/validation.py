@@ -56,10 +56,10 @@ def _looks_secret(field: str, kind: str) -> str:
     )
 
 
-def secret_free_identifier(value: str) -> str:
+def secret_free_identifier(value: str | None) -> str | None:
     """A pydantic validator for identifier fields checked by pattern only: refuse one that looks like a
     secret (the message names the kind, never the value)."""
-    kind = secret_kind(value)
+    kind = None if value is None else secret_kind(value)
     if kind is not None:
         raise ValueError(f"looks like a secret ({kind}); use an identifier that is not a credential")
     return value
