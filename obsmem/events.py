@@ -4,10 +4,11 @@ An event is addressed by ``(session_id, seq)``. Appending the identical event at
 duplicate (a retry is always safe); a *different* event at a used ``seq`` is a conflict, and the whole
 batch is refused so nothing partial is stored. Events without a ``seq`` are numbered after the last one.
 
-Secrets are redacted (:mod:`obsmem.redaction`) before an event is fingerprinted or stored, so a key pasted
-into a conversation never reaches the database. An ``after_insert`` hook runs inside the append's own
-transaction with the rows just stored; the Observer trigger uses it to count unobserved tokens and queue
-a job atomically with the append (it never calls a model).
+Secrets are redacted (:mod:`obsmem.redaction`) from every text field before an event is fingerprinted or
+stored, so a key pasted into a conversation (or a tool name, arguments or result) never reaches the
+database. An ``after_insert`` hook runs inside the append's own transaction with the rows just stored; the
+Observer trigger uses it to count unobserved tokens and queue a job atomically with the append (it never
+calls a model).
 """
 
 from __future__ import annotations
@@ -141,12 +142,19 @@ def parse_events(raw: Sequence[Any], field: str = "events") -> list[EventIn]:
 
 
 def redacted(event: EventIn) -> EventIn:
-    """The event with secrets cut out of its content and tool arguments."""
-    content = redact_text(event.content)
+    """The event with secrets cut out of every text field: content (messages and tool results), tool name,
+    tool arguments and tool call id. Role, type, seq and time are validated to fixed shapes."""
+    update: dict[str, Any] = {}
+    for name in ("content", "tool_name", "tool_call_id"):
+        value = getattr(event, name)
+        if value:
+            cleaned = redact_text(value)
+            if cleaned != value:
+                update[name] = cleaned
     tool_args = redact_json(event.tool_args)
-    if content == event.content and tool_args == event.tool_args:
-        return event
-    return event.model_copy(update={"content": content, "tool_args": tool_args})
+    if tool_args != event.tool_args:
+        update["tool_args"] = tool_args
+    return event.model_copy(update=update) if update else event
 
 
 @dataclass(frozen=True)

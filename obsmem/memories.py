@@ -20,7 +20,7 @@ from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.redaction import redact_text
 from obsmem.storage.connection import ProjectDatabase
-from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem
+from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem, secret_free_identifier
 
 Importance = Literal["low", "medium", "high", "critical"]
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
@@ -35,6 +35,8 @@ class SourceRef(BaseModel):
 
     session_id: str | None = Field(default=None, pattern=SESSION_ID.pattern)
     seq: int = Field(strict=True, ge=1, le=MAX_SEQ)
+
+    _secret_free = field_validator("session_id")(secret_free_identifier)
 
 
 def _one_line(value: str) -> str:
@@ -65,6 +67,7 @@ class ObservationIn(BaseModel):
     source_refs: list[SourceRef | int] = Field(min_length=1, max_length=MAX_SOURCE_REFS)
 
     _check_content = field_validator("content")(_one_line)
+    _secret_free = field_validator("session_id")(secret_free_identifier)
     _memory_id: str | None = PrivateAttr(default=None)
 
     @field_validator("source_refs", mode="before")

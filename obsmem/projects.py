@@ -15,7 +15,7 @@ from pathlib import Path
 
 import apsw
 
-from obsmem.errors import ProjectNotFound
+from obsmem.errors import InvalidProject, ProjectNotFound
 from obsmem.storage.connection import ProjectDatabase, check_sqlite_capabilities, open_connection, storage_faults
 from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
@@ -130,12 +130,15 @@ class ProjectRegistry:
         return self.database_path(project).is_file()
 
     def names(self) -> list[str]:
+        """Projects on disk that a request could name. A directory whose name is not a valid project name
+        (made by hand, or named like a secret before such names were refused) is not listed, so it is
+        never polled, indexed or written to a log."""
         if not self.projects_dir.is_dir():
             return []
         return sorted(
             entry.name
             for entry in self.projects_dir.iterdir()
-            if (entry / DATABASE_FILE).is_file() and entry.name == entry.name.strip()
+            if (entry / DATABASE_FILE).is_file() and _is_valid_name(entry.name)
         )
 
     def get(self, project: str, *, create: bool = False) -> ProjectDatabase:
@@ -175,3 +178,11 @@ class ProjectRegistry:
             for db in self._open.values():
                 db.close()
             self._open.clear()
+
+
+def _is_valid_name(name: str) -> bool:
+    try:
+        project_name(name)
+    except InvalidProject:
+        return False
+    return True

@@ -1,180 +1,169 @@
 """Secret redaction: API keys, tokens, private keys and passwords are cut out before anything is stored.
 
-Applied to every event when it is appended (content and tool arguments), to every memory when it is
-written, and again to whatever the Observer shows a model (defence in depth for rows stored before a
-pattern existed). A redaction leaves a marker naming what was removed (``[REDACTED:api_key]``) so the
-text still reads sensibly and the Observer can record that a key was used without ever seeing it.
+Applied to every field of an event when it is appended (content, tool name, tool arguments, tool call
+id), to every memory when it is written, again to whatever the Observer shows a model (defence in depth
+for rows stored before a detector existed), and to the request path of every HTTP access-log line.
+Session ids and project names are never redacted but refused when they look like a secret (see
+:func:`secret_kind` and :mod:`obsmem.validation`): they are keys, shown in URLs, logs and memory blocks.
 
-The patterns favour recall over precision for things that look like credentials: a false positive costs a
-few characters of context, a false negative leaks a secret into a database and a model provider's logs.
+A redaction leaves a marker naming what was removed (``[REDACTED:api_key]``) so the text still reads
+sensibly and the Observer can record that a key was used without ever seeing it. The detectors, in
+:mod:`obsmem.secret_detectors`, favour recall over precision for things that look like credentials: a
+false positive costs a few characters of context, a false negative leaks a secret into a database and a
+model provider's logs. Hashes, commit ids, UUIDs and base64 content are left alone unless a word saying
+"secret" stands right before them.
+
+Invisible characters (zero-width spaces and joiners, bidi controls, soft hyphens: Unicode's format
+category Cf, and a few fillers that render as nothing) are removed from the view the detectors match on,
+so ``AKIA\\u200bIOSFODNN7EXAMPLE`` is found. What is stored is the original text with only the secret
+spans replaced: an emoji sequence joined by U+200D or a Persian word with a zero-width non-joiner keeps
+every character unless a secret covers it.
+
 Redaction is deterministic, so the same event always redacts to the same text (idempotent appends stay
-idempotent) and redacting twice changes nothing.
+idempotent), and redacting twice changes nothing.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from bisect import bisect_right
 from typing import Any
 
+from obsmem.secret_detectors import ANY_NEEDED_LITERAL, DETECTORS, SECRET_KEY_NAME, Scan
+
 MARK = "[REDACTED:{kind}]"
-
-# Whole PEM blocks (or from BEGIN to the end of the text when the END line is missing).
-_PRIVATE_KEY = re.compile(
-    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-    r".*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-    re.DOTALL,
-)
-# scheme://user:password@host -> keep scheme, user and host.
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<secret>[^\s@/]+)(?P<tail>@)")
-# Authorization headers and bearer tokens.
-_BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE)
-
-# Tokens recognisable by their own shape.
-_SHAPED: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("api_key", re.compile(r"\bsk-(?:proj-|ant-(?:api\d+-)?|live-|test-)?[A-Za-z0-9_-]{20,}")),
-    ("api_key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}\b")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
-    ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-)
-
-# name = value, name: value, "name": "value", NAME=value for names that end in a word saying they hold
-# a secret (OPENAI_API_KEY, db_password, "client_secret"). The assignment pattern starts at that word,
-# not at the start of the name: a lazy name prefix tried at every position of every text was the
-# slowest part of an append.
-_SECRET_WORD = (
-    r"(?:api[_.-]?key|apikey|secret|token|passw(?:or)?d|passphrase|pwd|"
-    r"access[_.-]?key|private[_.-]?key|client[_.-]?secret|auth[_.-]?key|credentials?)"
-)
-_SECRET_NAME = r"(?:[A-Za-z0-9_.-]*?" + _SECRET_WORD + r")"
-_ASSIGNMENT = re.compile(
-    r"(?P<head>" + _SECRET_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*(?P<vq>[\"']?))"
-    r"(?P<secret>[^\s\"',;)}\]]+)",
-    re.IGNORECASE,
-)
-_SECRET_KEY_NAME = re.compile(r"^" + _SECRET_NAME + r"$", re.IGNORECASE)
+_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
 _ALREADY = re.compile(r"^\[REDACTED:[a-z_]+\]$")
 
-
-def _looks_secret(value: str) -> bool:
-    """An assigned value worth hiding: long, or mixing digits in (``password: required`` is not a secret)."""
-    if _ALREADY.match(value) or value.startswith("[REDACTED"):
-        return False
-    if value.lower() in {"none", "null", "true", "false", "undefined", "redacted", "xxx", "****"}:
-        return False
-    return len(value) >= 16 or (len(value) >= 6 and any(ch.isdigit() for ch in value))
-
-
-def _replace_group(kind: str) -> Callable[[re.Match[str]], str]:
-    def replace(match: re.Match[str]) -> str:
-        return match.group("head") + MARK.format(kind=kind) + (match.groupdict().get("tail") or "")
-
-    return replace
-
-
-def _replace_assignment(match: re.Match[str]) -> str:
-    secret = match.group("secret")
-    if not _looks_secret(secret):
-        return match.group(0)
-    return match.group("head") + MARK.format(kind="secret")
-
-
-# Cheap gates, checked on the lowercased text with C-level substring searches: a pattern runs only when
-# a literal it cannot match without is present. Every appended event passes through here, and running
-# all the patterns on every text cost more than the rest of an append (regex engines try each position).
-_SHAPED_PREFIXES = (
-    "sk-",
-    "sk_",
-    "rk_",
-    "pk_",
-    "akia",
-    "asia",
-    "agpa",
-    "aida",
-    "aroa",
-    "anpa",
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "glpat-",
-    "xox",
-    "aiza",
-    "hf_",
-    "npm_",
-    "eyj",
+# Unicode's format characters (category Cf, Unicode 15), the combining grapheme joiner, the Hangul
+# fillers, the Mongolian and Khmer invisible vowels and the variation selectors: none of them is visible,
+# so any of them can split a key without a reader noticing.
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f\U000e0100-\U000e01ef]"
 )
-_BEARER_WORDS = ("bearer", "basic", "token")
-# Where a secret word can start (the first letters of every alternative of _SECRET_WORD).
-_SECRET_WORD_STARTS = ("api", "secret", "token", "pass", "pwd", "access", "private", "client", "auth", "credential")
+
+Found = tuple[int, int, str]  # (start, end, marker kind) in the original text
+_PRIORITIES = tuple(enumerate(DETECTORS))
 
 
-def _redact_assignments(text: str, lower: str) -> str:
-    """Apply _ASSIGNMENT only where a secret word starts, found with C-level ``str.find``."""
-    starts: set[int] = set()
-    for word in _SECRET_WORD_STARTS:
-        position = lower.find(word)
-        while position != -1:
-            starts.add(position)
-            position = lower.find(word, position + 1)
-    if not starts:
-        return text
-    pieces: list[str] = []
+def _matching_view(text: str) -> tuple[str, list[int] | None]:
+    """The text the detectors see, and where its invisible characters were taken out.
+
+    The second value holds, for each removed character in order, the view index it would have had; a
+    view index maps back with :func:`_original_index`. ``None`` means the view is the text itself (by
+    far the common case: ASCII cannot hold an invisible character, and ``isascii`` is a C-level scan).
+    Only the removed characters are listed, so a 2 MB text with one zero-width space costs two scans.
+    """
+    if text.isascii():
+        return text, None
+    removed = [match.start() for match in _INVISIBLE.finditer(text)]
+    if not removed:
+        return text, None
+    return _INVISIBLE.sub("", text), [position - count for count, position in enumerate(removed)]
+
+
+def _original_index(index: int, shifts: list[int]) -> int:
+    """The index in the original text of character ``index`` of the view."""
+    return index + bisect_right(shifts, index)
+
+
+def _lowercase_same_length(view: str) -> str:
+    """Lowercase with one character per character (``"İ".lower()`` is two), so offsets stay aligned."""
+    lower = view.lower()
+    if len(lower) == len(view):
+        return lower
+    return "".join(char.lower()[:1] for char in view)
+
+
+def find_secrets(text: str) -> list[Found]:
+    """The secret spans of ``text`` (in its own offsets), in order and not overlapping."""
+    if not text:
+        return []
+    view, shifts = _matching_view(text)
+    lower = _lowercase_same_length(view)
+    if ANY_NEEDED_LITERAL.search(lower) is None:
+        return []
+    scan = Scan(view, lower)
+    claims: list[tuple[int, int, int, str]] = []
+    for priority, detector in _PRIORITIES:
+        if (detector.prefixes and scan.prefixes.isdisjoint(detector.prefixes)) or (
+            detector.at_words and not scan.words
+        ):
+            continue
+        for start, end in detector.find(scan):
+            if end > start:
+                claims.append((start, priority, end, detector.kind))
+    if not claims:
+        return []
+    if "[REDACTED:" in view:
+        # A marker left by an earlier pass is never part of a new span: redacting twice changes nothing.
+        markers = [match.span() for match in _MARKER.finditer(view)]
+        claims = [claim for claim in claims if not any(claim[0] < end and start < claim[2] for start, end in markers)]
+    claims.sort()
+    found: list[Found] = []
     done = 0
-    for position in sorted(starts):
-        if position < done:
-            continue
-        match = _ASSIGNMENT.match(text, position)
-        if match is None:
-            continue
-        replacement = _replace_assignment(match)
-        pieces.append(text[done : match.start()])
-        pieces.append(replacement)
-        done = match.end()
-    if not pieces:
-        return text
-    pieces.append(text[done:])
-    return "".join(pieces)
+    for start, _, end, kind in claims:
+        if start < done:
+            continue  # overlaps a span already taken (earlier start, or same start and higher priority)
+        done = end
+        if shifts is None:
+            found.append((start, end, kind))
+        else:
+            found.append((_original_index(start, shifts), _original_index(end - 1, shifts) + 1, kind))
+    return found
 
 
 def redact_text(text: str) -> str:
     """The text with every recognised secret replaced by a marker."""
-    if not text:
+    found = find_secrets(text)
+    if not found:
         return text
-    lower = text.lower()
-    if "-----begin" in lower:
-        text = _PRIVATE_KEY.sub(MARK.format(kind="private_key"), text)
-    if "://" in text and "@" in text:
-        text = _URL_PASSWORD.sub(_replace_group("password"), text)
-    if any(word in lower for word in _BEARER_WORDS):
-        text = _BEARER.sub(_replace_group("token"), text)
-    if any(prefix in lower for prefix in _SHAPED_PREFIXES):
-        for kind, pattern in _SHAPED:
-            text = pattern.sub(MARK.format(kind=kind), text)
-    # Earlier replacements only shorten secrets to markers, so recompute the lowercase view first.
-    return _redact_assignments(text, text.lower())
+    pieces: list[str] = []
+    done = 0
+    for start, end, kind in found:
+        pieces.append(text[done:start])
+        pieces.append(MARK.format(kind=kind))
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def secret_kind(value: str) -> str | None:
+    """What kind of secret ``value`` holds (the first one found), or None: for identifiers that are refused
+    rather than redacted."""
+    found = find_secrets(value)
+    return found[0][2] if found else None
+
+
+def _is_secret_key_name(key: str) -> bool:
+    view, _ = _matching_view(key)
+    return SECRET_KEY_NAME.match(view) is not None
 
 
 def redact_json(value: Any) -> Any:
-    """Redact every string in a JSON value; a value under a key that names a secret is hidden whole."""
+    """Redact every string in a JSON value, keys included; a value under a key that names a secret is
+    hidden whole. Two keys that redact to the same marker stay apart (``[REDACTED:api_key]#2``)."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, list):
         return [redact_json(item) for item in value]
     if isinstance(value, dict):
-        result: dict[str, Any] = {}
+        result: dict[Any, Any] = {}
         for key, item in value.items():
-            if isinstance(key, str) and _SECRET_KEY_NAME.match(key) and isinstance(item, (str, int)) and item:
-                result[key] = item if _ALREADY.match(str(item)) else MARK.format(kind="secret")
+            name = key
+            if isinstance(key, str):
+                name = redact_text(key)
+                if name != key and (name in result or name in value):
+                    number = 2
+                    while f"{name}#{number}" in result or f"{name}#{number}" in value:
+                        number += 1
+                    name = f"{name}#{number}"
+            if isinstance(key, str) and _is_secret_key_name(key) and isinstance(item, (str, int)) and item:
+                result[name] = item if _ALREADY.match(str(item)) else MARK.format(kind="secret")
             else:
-                result[key] = redact_json(item)
+                result[name] = redact_json(item)
         return result
     return value

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from obsmem.errors import InvalidProject, InvalidSession, ValidationFailed
+from obsmem.redaction import secret_kind
 
 PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # Parts of a field path that are safe to show; anything else came from the client and is not echoed.
@@ -20,22 +21,47 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def project_name(value: object) -> str:
-    """A project slug: ``[a-z0-9][a-z0-9._-]{0,63}``. Never a path."""
+    """A project slug: ``[a-z0-9][a-z0-9._-]{0,63}`` that does not look like a secret. Never a path."""
     if not isinstance(value, str) or not PROJECT_SLUG.fullmatch(value):
         raise InvalidProject(
             "project must be a slug: 1-64 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
             field="project",
         )
+    kind = secret_kind(value)
+    if kind is not None:
+        raise InvalidProject(_looks_secret("project", kind), field="project")
     return value
 
 
 def session_id(value: object, field: str = "session_id") -> str:
+    """A session id: ``[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}`` that does not look like a secret."""
     if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
         raise InvalidSession(
             f"{field} must be 1-128 characters of letters, digits, '.', '_', ':', '@' or '-', "
             "starting with a letter or digit",
             field=field,
         )
+    kind = secret_kind(value)
+    if kind is not None:
+        raise InvalidSession(_looks_secret(field, kind), field=field)
+    return value
+
+
+def _looks_secret(field: str, kind: str) -> str:
+    # Identifiers are shown in URLs, access logs, event streams and memory blocks, and are the keys rows
+    # are found by: redacting one would merge sessions, so one that looks like a credential is refused.
+    return (
+        f"{field} looks like a secret ({kind}) and is refused: identifiers appear in URLs, logs and memory "
+        "blocks; use a name that is not a credential"
+    )
+
+
+def secret_free_identifier(value: str | None) -> str | None:
+    """A pydantic validator for identifier fields checked by pattern only: refuse one that looks like a
+    secret (the message names the kind, never the value)."""
+    kind = None if value is None else secret_kind(value)
+    if kind is not None:
+        raise ValueError(f"looks like a secret ({kind}); use an identifier that is not a credential")
     return value
 
 

@@ -93,7 +93,7 @@ def render_event(
             False,
             source_tokens,
         )
-    tool = tool_name or "unknown tool"
+    tool = redact_text(tool_name) if tool_name else "unknown tool"
     if type_ == "tool_call":
         parts = [f"arguments: {_arguments(tool_args)}"]
         text = clean_text(content, omit_tags)

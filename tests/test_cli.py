@@ -710,3 +710,19 @@ def test_forget_deletes_a_memory_and_keeps_its_events(loaded: Path) -> None:
     assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 6
     again = run(loaded, "forget", "proj", target["id"])
     assert again.exit_code == 1 and again.stderr.startswith("error: not_found: ")
+
+
+def test_a_session_id_or_project_that_looks_like_a_secret_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "chat.jsonl", CHAT)
+    secret = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    session = run(data_dir, "ingest", "proj", str(path), "--session", secret)
+    assert session.exit_code == 2 and session.stderr.startswith("error: invalid_session: --session looks like a secret")
+    project = run(data_dir, "ingest", "xoxb-2048-4096-zk9qmt3vlp8r", str(path), "--session", "s1")
+    assert project.exit_code == 2 and project.stderr.startswith("error: invalid_project: project looks like a secret")
+    for result in (session, project):
+        assert secret not in result.output + result.stderr and "zk9qmt3vlp8r" not in result.stderr
+    assert not (data_dir / "projects").exists()
+    in_file = write_jsonl(tmp_path / "keyed.jsonl", [dict(record, session_id=secret) for record in CHAT])
+    from_file = run(data_dir, "ingest", "proj", str(in_file))
+    assert from_file.exit_code == 2 and "invalid_session" in from_file.stderr and secret not in from_file.stderr
+    assert not (data_dir / "projects").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from pydantic import BaseModel
 
+from obsmem.secret_detectors import DETECTORS
 from obsmem.settings import ENV_PREFIX, Settings
 from obsmem.surfaces.cli import COMMANDS, cli
 
@@ -84,3 +85,9 @@ def test_every_command_and_option_is_in_docs_cli() -> None:
     for param in cli.params:
         for option in getattr(param, "opts", []):
             assert option in text, f"docs/cli.md does not mention the global option {option}"
+
+
+def test_every_secret_detector_is_documented_with_its_marker() -> None:
+    text = (DOCS / "redaction.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| `([a-z_]+)` \|", text, flags=re.MULTILINE))
+    assert rows == {detector.name: detector.kind for detector in DETECTORS}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from obsmem.app import Obsmem
@@ -132,3 +134,66 @@ def test_a_bad_project_name_is_reported_before_the_transcript_is_read(service: O
     with pytest.raises(ValidationFailed) as caught:
         service.import_jsonl("../etc", transcript, session_id="s1")
     assert caught.value.code == "invalid_project"
+
+
+def test_every_event_field_is_redacted_before_it_is_stored(service: Obsmem) -> None:
+    key = "ghp_" + "Zk9QmT3vLp8R" * 3
+    split_aws = "AKIA\u200bIOSFODNN7EXAMPLE"
+    service.append_events(
+        "p",
+        "s1",
+        [
+            {
+                "role": "assistant",
+                "type": "tool_call",
+                "tool_name": f"run_with_{key}",
+                "tool_call_id": f"call-{key}",
+                "tool_args": {key: "value", "env": {"DB_PASS": "x"}, "cmd": f"aws --key {split_aws}"},
+            },
+            {"role": "tool", "type": "tool_result", "tool_name": "bash", "content": "export NAME_PASS=Zr81kq4wLm"},
+            {"role": "user", "content": "my password is swordfish, do not store it"},
+        ],
+    )
+    rows = service.database("p").query("SELECT tool_name, tool_call_id, tool_args, content FROM events ORDER BY seq")
+    stored = json.dumps(rows, ensure_ascii=False)
+    for secret in (key, "IOSFODNN7EXAMPLE", "Zr81kq4wLm", "swordfish", '"x"'):
+        assert secret not in stored, secret
+    assert rows[0][0] == "run_with_[REDACTED:github_token]" and rows[0][1] == "call-[REDACTED:github_token]"
+    assert json.loads(rows[0][2]) == {
+        "[REDACTED:github_token]": "value",
+        "cmd": "aws --key [REDACTED:aws_access_key]",
+        "env": {"DB_PASS": "[REDACTED:secret]"},
+    }
+    assert rows[2][3] == "my password is [REDACTED:secret], do not store it"
+
+
+def test_an_event_with_a_redacted_field_is_still_an_idempotent_append(service: Obsmem) -> None:
+    event = {"seq": 1, "role": "assistant", "type": "tool_call", "tool_name": "sk-proj-" + "a1" * 12}
+    service.append_events("p", "s1", [event])
+    assert service.append_events("p", "s1", [event]).duplicates == 1
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        "sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+        "AKIAIOSFODNN7EXAMPLE",
+        "xoxb-2048-4096-Zk9QmT3vLp8R",
+        "password:hunter22",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ],
+)
+def test_session_ids_that_look_like_secrets_are_refused_not_stored(service: Obsmem, session: str) -> None:
+    with pytest.raises(InvalidSession) as caught:
+        service.append_events("p", session, [{"role": "user", "content": "a"}])
+    assert "looks like a secret" in caught.value.message and session not in caught.value.message
+    assert caught.value.code == "invalid_session" and caught.value.field == "session_id"
+    assert not service.projects.exists("p")
+
+
+@pytest.mark.parametrize(
+    "session", ["s1", "123e4567-e89b-12d3-a456-426614174000", "9fceb02d0ae598e95dc970b74767f19372d61af8", "a" * 64]
+)
+def test_ordinary_session_ids_are_accepted(service: Obsmem, session: str) -> None:
+    assert service.append_events("p", session, [{"role": "user", "content": "a"}]).appended == 1

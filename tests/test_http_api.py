@@ -471,3 +471,62 @@ def test_pattern_mismatches_say_what_is_allowed_in_words(client: TestClient, ids
         error = error_of(response, 422, FIELD_CODES[field], field)
         assert error["message"].startswith(f"{field} must be"), error["message"]
         assert "^" not in error["message"] and "\\d" not in error["message"]
+
+
+# -- identifiers that look like secrets ------------------------------------------------------------
+
+SECRET_SESSION = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+
+
+def test_a_session_id_that_looks_like_a_secret_is_refused_on_every_route(
+    client: TestClient, memory: Obsmem, ids: list[str]
+) -> None:
+    before = tree(memory.settings.data_dir)
+    session_routes = [
+        client.post(f"/v1/projects/alpha/sessions/{SECRET_SESSION}/events", json={"events": [{"role": "user"}]}),
+        client.post(f"/v1/projects/fresh/sessions/{SECRET_SESSION}/events", json={"events": [{"role": "user"}]}),
+        client.get(f"/v1/projects/alpha/sessions/{SECRET_SESSION}/memory"),
+        client.get(f"/v1/projects/alpha/sessions/{SECRET_SESSION}/status"),
+        client.get(f"/v1/projects/alpha/memories/{ids[0][:12]}", params={"session_id": SECRET_SESSION}),
+        client.post("/v1/projects/alpha/search", json={"query": "gpt", "session_id": SECRET_SESSION}),
+    ]
+    for response in session_routes:
+        error = error_of(response, 422, "invalid_session", "session_id")
+        assert "looks like a secret (github_token)" in error["message"], error
+        assert SECRET_SESSION not in response.text
+    # An invisible character is outside the session id alphabet: refused before it is looked at as a secret.
+    split = client.get("/v1/projects/alpha/sessions/AKIA%E2%80%8BIOSFODNN7EXAMPLE/memory")
+    error_of(split, 422, "invalid_session", "session_id")
+    assert "IOSFODNN7EXAMPLE" not in split.text
+    assert tree(memory.settings.data_dir) == before  # nothing stored, no project created
+
+
+def test_an_observation_citing_a_secret_looking_session_is_rejected_item_by_item(
+    client: TestClient, ids: list[str]
+) -> None:
+    good = {"session_id": "s1", "content": "kept", "timestamp": "2026-03-02 10:15", "source_refs": [1]}
+    bad = dict(good, session_id=SECRET_SESSION, content="refused")
+    response = client.post("/v1/projects/alpha/observations", json={"observations": [bad, good]})
+    assert response.status_code == 200, response.text
+    receipt = response.json()
+    assert [item["index"] for item in receipt["added"]] == [1]
+    assert [item["index"] for item in receipt["rejected"]] == [0]
+    assert "looks like a secret" in receipt["rejected"][0]["message"] and SECRET_SESSION not in response.text
+
+
+def test_a_project_name_that_looks_like_a_secret_is_refused(client: TestClient, memory: Obsmem) -> None:
+    before = tree(memory.settings.data_dir)
+    project = "xoxb-2048-4096-zk9qmt3vlp8r"  # a valid slug, and a Slack token
+    response = client.post(f"/v1/projects/{project}/sessions/s1/events", json={"events": [{"role": "user"}]})
+    error = error_of(response, 422, "invalid_project", "project")
+    assert "looks like a secret" in error["message"] and project not in response.text
+    assert tree(memory.settings.data_dir) == before
+
+
+def test_a_project_directory_named_like_a_secret_is_never_listed(client: TestClient, memory: Obsmem) -> None:
+    seed(memory, "alpha", ALPHA_NOTES[:1])
+    memory.projects.release("alpha")
+    projects = memory.settings.data_dir / "projects"
+    (projects / "alpha").rename(projects / "xoxb-2048-4096-zk9qmt3vlp8r")  # as if made before names were checked
+    assert client.get("/v1/projects").json() == {"projects": []}
+    assert memory.project_names() == []

@@ -166,3 +166,25 @@ def test_mcp_over_streamable_http_with_keys(data_dir: Path) -> None:
         assert refused.status_code == 404 and refused.json()["error"]["code"] == "project_not_found"
         bad_session = httpx.post(f"{base}/mcp/alpha?session_id=a%20b", json=listing, headers=bearer(KEY_ALPHA))
         assert bad_session.status_code == 422
+
+
+def test_the_access_log_never_prints_a_secret_from_the_request_target(data_dir: Path) -> None:
+    secrets_sent = ("ghp_16C7e42F292c6912E7710c838347Ae178B4a", "AKIAIOSFODNN7EXAMPLE", "Zr81kq4wLm")
+    with live_server(data_dir, keys=KEYS) as base:
+        headers = bearer(KEY_ALL)
+        targets = [
+            f"/v1/projects/alpha/sessions/{secrets_sent[0]}/memory",
+            f"/v1/projects/alpha/memories/000000000000?session_id={secrets_sent[1]}",
+            "/v1/projects/alpha/sessions/AKIA%E2%80%8BIOSFODNN7EXAMPLE/status",  # split by a zero-width space
+            "/v1/projects/alpha/sessions/s1/memory?note=DB_PASS%3DZr81kq4wLm",
+            "/v1/projects/alpha/sessions/s1/memory",
+        ]
+        statuses = [httpx.get(base + target, headers=headers, timeout=10).status_code for target in targets]
+    assert statuses == [422, 422, 422, 200, 200]  # an unknown query parameter is ignored, but logged
+    log = "\n".join(path.read_text(encoding="utf-8") for path in data_dir.parent.glob("server-*.log"))
+    for secret in secrets_sent:
+        assert secret not in log
+    assert "IOSFODNN7EXAMPLE" not in log
+    assert "GET /v1/projects/alpha/sessions/[REDACTED:github_token]/memory HTTP/1.1" in log
+    assert "session_id=[REDACTED:aws_access_key]" in log and "note=[REDACTED:secret]" in log
+    assert "GET /v1/projects/alpha/sessions/s1/memory HTTP/1.1" in log  # ordinary targets are kept as sent

@@ -72,3 +72,15 @@ def test_stdio_refuses_a_bad_project_name(data_dir: Path) -> None:
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert finished.returncode == 2
     assert "invalid_project" in finished.stderr
+
+
+def test_stdio_refuses_a_session_id_that_looks_like_a_secret(data_dir: Path) -> None:
+    import subprocess
+
+    secret = "sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5"
+    command = [sys.executable, "-m", "obsmem.surfaces.mcp_server", "--data-dir", str(data_dir), "--project", "alpha"]
+    command += ["--session-id", secret]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert finished.returncode == 2
+    assert "invalid_session" in finished.stderr and "looks like a secret" in finished.stderr
+    assert secret not in finished.stderr + finished.stdout

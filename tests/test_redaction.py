@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import ObserverScript, Reply, Request, ScriptedChatServer, record, text
 
-from obsmem.redaction import redact_json, redact_text
+from obsmem.redaction import redact_json, redact_text, secret_kind
+from obsmem.secret_detectors import DETECTORS, Scan
 
 
 def planted() -> dict[str, str]:
@@ -174,3 +176,101 @@ def test_json_values_under_secret_names_are_hidden() -> None:
         "token_count": 5,
         "name": "ok",
     }
+
+
+# -- the corpus: positives and near misses, one case per line of tests/data/redaction_corpus.jsonl --------
+
+CORPUS_FILE = Path(__file__).resolve().parent / "data" / "redaction_corpus.jsonl"
+CORPUS: list[dict[str, str]] = [json.loads(line) for line in CORPUS_FILE.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[case["reason"] for case in CORPUS])
+def test_corpus_case(case: dict[str, str]) -> None:
+    redacted = redact_text(case["text"])
+    if case["expect"] == "keep":
+        assert redacted == case["text"], case["reason"]
+    else:
+        assert case["expect"] == "redact"
+        assert case["secret"] not in redacted, case["reason"]
+        assert f"[REDACTED:{case['kind']}]" in redacted, (case["reason"], redacted)
+    assert redact_text(redacted) == redacted
+
+
+def test_the_corpus_has_positives_and_near_misses_with_reasons() -> None:
+    expectations = [case["expect"] for case in CORPUS]
+    assert expectations.count("redact") >= 30 and expectations.count("keep") >= 30
+    assert all(case["reason"].strip() for case in CORPUS)
+    assert len({case["text"] for case in CORPUS}) == len(CORPUS)
+
+
+def test_every_detector_finds_at_least_one_corpus_positive() -> None:
+    positives = [case["text"] for case in CORPUS if case["expect"] == "redact"]
+    for detector in DETECTORS:
+        hits = [text for text in positives if detector.find(Scan(*_view(text)))]
+        assert hits, f"no corpus case exercises detector {detector.name}"
+
+
+def _view(text: str) -> tuple[str, str]:
+    view = "".join(char for char in text if unicodedata.category(char) != "Cf")
+    return view, view.lower()
+
+
+def test_every_unicode_format_character_is_ignored_when_matching() -> None:
+    key = "AKIAIOSFODNN7EXAMPLE"
+    format_characters = [chr(cp) for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf"]
+    assert len(format_characters) > 150
+    for char in format_characters:
+        assert redact_text(key[:9] + char + key[9:]) == "[REDACTED:aws_access_key]", f"U+{ord(char):04X}"
+
+
+invisible = st.sampled_from(["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e", "\U000e0041"])
+
+
+@given(filler, secret_shapes, invisible, st.integers(min_value=1, max_value=19), filler)
+def test_a_secret_split_by_an_invisible_character_is_redacted_and_the_rest_kept(
+    before: str, secret: str, char: str, at: int, after: str
+) -> None:
+    split = secret[:at] + char + secret[at:]
+    redacted = redact_text(f"{before} {split} {after}")
+    assert split not in redacted and secret[at:] not in redacted
+    assert redact_text(redacted) == redacted
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200))
+def test_redaction_only_ever_replaces_spans_with_markers(value: str) -> None:
+    # Whatever the text, what is not a secret comes out character for character (invisible ones too).
+    redacted = redact_text(value)
+    kept = redacted.split("[REDACTED:")
+    position = 0
+    for piece in [kept[0]] + [part.split("]", 1)[1] for part in kept[1:] if "]" in part]:
+        found = value.find(piece, position)
+        assert found >= 0
+        position = found + len(piece)
+
+
+def test_json_keys_are_redacted_and_secret_names_match_through_invisible_characters() -> None:
+    key = "sk-proj-abcdefghijklmnopqrstuvwx1234"
+    value = {key: 1, key + "5": 2, "pass\u200bword": "hunter", "DB_PASS": "x", "bypass": "kept"}
+    assert redact_json(value) == {
+        "[REDACTED:api_key]": 1,
+        "[REDACTED:api_key]#2": 2,
+        "pass\u200bword": "[REDACTED:secret]",
+        "DB_PASS": "[REDACTED:secret]",
+        "bypass": "kept",
+    }
+    assert redact_json(redact_json(value)) == redact_json(value)
+
+
+def test_secret_kind_names_what_an_identifier_looks_like() -> None:
+    assert secret_kind("ghp_abcdefghijklmnopqrstuvwxyz0123456789") == "github_token"
+    assert secret_kind("AKIA\u200bIOSFODNN7EXAMPLE") == "aws_access_key"
+    assert secret_kind("password:hunter22") == "secret"
+    for ordinary in ("s1", "fix-login", "123e4567-e89b-12d3-a456-426614174000", "a" * 64, "claude:2026-05-01"):
+        assert secret_kind(ordinary) is None
+
+
+def test_invisible_characters_outside_a_secret_are_kept_where_they_were() -> None:
+    text = "\u200bx\u200d\u200d AKIA\u200b\u2060IOSFODNN7EXAMPL\u00adE \ufeffpass\u200bword=hunter22x\u200b end\u200c"
+    assert redact_text(text) == (
+        "\u200bx\u200d\u200d [REDACTED:aws_access_key] \ufeffpass\u200bword=[REDACTED:secret]\u200b end\u200c"
+    )

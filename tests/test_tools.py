@@ -117,6 +117,8 @@ def test_recall_defaults_to_the_current_session(memory: Obsmem, ids: list[str]) 
         ("recall", {"id": 123456789012}, "invalid_id"),
         ("recall", {"id": "ffffffffffff"}, "not_found"),
         ("recall", {"id": "ffffffffffff", "session_id": "bad id"}, "invalid_session"),
+        ("recall", {"id": "ffffffffffff", "session_id": "AKIAIOSFODNN7EXAMPLE"}, "invalid_session"),
+        ("memory_search", {"query": "x", "session_id": "sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5"}, "invalid_session"),
         ("recall", {"memory_id": "ffffffffffff"}, "invalid_arguments"),
         ("delete_everything", {}, "unknown_tool"),
     ],
@@ -126,6 +128,7 @@ def test_model_mistakes_come_back_as_error_text(
 ) -> None:
     text = execute_tool(memory, "alpha", name, arguments)  # type: ignore[arg-type]
     assert text.startswith(f"{code}: "), text
+    assert "AKIAIOSFODNN7EXAMPLE" not in text and "sk-proj-" not in text  # an error never echoes a secret
     assert not run_tool(memory, "alpha", name, arguments).result  # type: ignore[arg-type]
 
 

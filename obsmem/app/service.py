@@ -101,6 +101,7 @@ class Obsmem:
 
         Never waits for a model: observation runs on the workers (``start_workers`` / ``obsmem worker``).
         """
+        session_id = check_session_id(session_id)  # a refused session id creates no project
         db = self.projects.get(project, create=True)
         hook = self.pipeline.append_hook(db)
         receipt = append_events(db, session_id, events, after_insert=hook)

@@ -27,6 +27,7 @@ from obsmem.dates import parse_window
 from obsmem.errors import ObsmemError
 from obsmem.ids import parse_id_prefix
 from obsmem.storage.faults import storage_fault
+from obsmem.surfaces.http.access_log import loggable_target
 from obsmem.surfaces.http.responses import JSONBody, dumps
 from obsmem.validation import field_path, project_name, session_id
 
@@ -189,7 +190,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return obsmem_error_response(fault)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        logger.exception("unhandled error on %s %s", request.method, loggable_target(request.url.path))
         return error_response(500, "internal_error", "internal error; the server log has the details")
 
     app.add_exception_handler(ObsmemError, on_obsmem_error)

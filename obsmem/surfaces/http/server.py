@@ -22,6 +22,7 @@ import uvicorn
 from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError, ObsmemError
 from obsmem.settings import Settings, load_settings
+from obsmem.surfaces.http.access_log import logging_config
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.http.protocol import protocol_class
 
@@ -66,6 +67,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         timeout_keep_alive=server.keep_alive_seconds,  # type: ignore[arg-type]  # a float works: call_later
         lifespan="on",
         access_log=server.access_log,
+        log_config=logging_config(),  # the access log's request targets are redacted
         server_header=False,
         proxy_headers=False,
         log_level="info",

@@ -1,0 +1,290 @@
+"""The secret detectors :mod:`obsmem.redaction` runs, each a named pattern with a cheap gate.
+
+A detector reports the spans of a text that hold a secret; it never rewrites the text itself, so the
+redaction engine can run every detector over one normalised view and map the spans back to the original
+(see :mod:`obsmem.redaction`). ``DETECTORS`` is the documented list (docs/redaction.md names each one).
+
+Gates are what keeps redaction affordable on every appended event: a detector runs only when a literal
+it cannot match without is in the lowercased text (C-level substring searches), and the detectors that
+hang off a word ("password", "secret", "api key", ...) are tried only at the positions where such a word
+starts, found with ``str.find``, never at every position of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Span = tuple[int, int]
+
+# Whole PEM blocks (or from BEGIN to the end of the text when the END line is missing).
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+    r".*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    re.DOTALL,
+)
+# scheme://user:password@host -> keep scheme, user and host.
+_URL_PASSWORD = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:(?P<secret>[^\s@/]+)@")
+# Authorization headers and bearer tokens.
+_BEARER = re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE)
+
+# Tokens recognisable by their own shape: (detector name, marker kind, pattern, literals one of which it
+# needs to be present). A token may follow an underscore (``run_with_ghp_...``, ``MY_AKIA...``), so the
+# left edge is "no letter or digit before", not a regex word boundary.
+_SHAPED: tuple[tuple[str, str, re.Pattern[str], tuple[str, ...]], ...] = (
+    (
+        "sk_dash_key",
+        "api_key",
+        re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|ant-(?:api\d+-)?|live-|test-)?[A-Za-z0-9_-]{20,}"),
+        ("sk-",),
+    ),
+    (
+        "stripe_style_key",
+        "api_key",
+        re.compile(r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+        ("sk_", "rk_", "pk_"),
+    ),
+    (
+        "aws_access_key_id",
+        "aws_access_key",
+        re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
+        ("akia", "asia", "agpa", "aida", "aroa", "anpa"),
+    ),
+    (
+        "github_token",
+        "github_token",
+        re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    ("gitlab_token", "gitlab_token", re.compile(r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_-]{20,}"), ("glpat-",)),
+    ("slack_token", "slack_token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
+    ("google_api_key", "google_api_key", re.compile(r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"), ("aiza",)),
+    ("huggingface_token", "huggingface_token", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"), ("hf_",)),
+    ("npm_token", "npm_token", re.compile(r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}"), ("npm_",)),
+    (
+        "jwt",
+        "jwt",
+        re.compile(r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        ("eyj",),
+    ),
+)
+
+# A word saying that what follows holds a secret (OPENAI_API_KEY, db_password, "client_secret", DB_PASS).
+# ``pass`` alone counts only as the last part of a longer name (DB_PASS, --pass): "PASS: test_login" is
+# test output, not a credential.
+SECRET_WORD = (
+    r"(?:api[ _.-]?key|apikey|secret|token|passw(?:or)?d|passphrase|pwd|(?<=[_.-])pass(?![a-z0-9])|"
+    r"access[_.-]?key|private[_.-]?key|client[_.-]?secret|auth[_.-]?key|credentials?)"
+)
+# Where such a word can start (the first letters of every alternative of the word patterns below).
+WORD_STARTS = (
+    "api",
+    "secret",
+    "token",
+    "pass",
+    "pwd",
+    "access",
+    "private",
+    "client",
+    "auth",
+    "credential",
+    "signing",
+    "hmac",
+)
+
+# name = value, name: value, "name": "value", NAME=value. The pattern starts at the secret word, not at
+# the start of the name: a lazy name prefix tried at every position of every text was the slowest part
+# of an append.
+_ASSIGNMENT = re.compile(
+    SECRET_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*[\"']?(?P<secret>[^\s\"',;)}\]]+)",
+    re.IGNORECASE,
+)
+# Prose: "my password is hunter2", "the API key for staging was 'a b c'". Only "is"/"was": a colon or an
+# equals sign is an assignment (above), with its own test of the value.
+_PROSE = re.compile(
+    r"(?<![a-z0-9])(?:passw(?:or)?d|passphrase|passcode|secret(?:[ _-]?key)?|api[ _-]?key|access[ _-]?key|"
+    r"private[ _-]?key|token|credentials?)"
+    r"(?:\s+(?:for|of|to|on)\s+(?:the\s+|my\s+|our\s+|your\s+)?[\w.@-]{1,40})?"
+    r"\s+(?:is|was)\s+(?:now\s+|still\s+)?"
+    r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"']+)",
+    re.IGNORECASE,
+)
+# A bare run of 32-128 hex digits right after a word naming a secret ("webhook secret 3f9a...", "API
+# key: 9c1e..."), at most three linking words between. A hex run anywhere else is a hash, a commit or
+# an id, and is left alone.
+_LINK = r"(?:is|was|are|of|for|the|a|my|our|your|its|this|value|hex|set|to|now|new|=|:)"
+_HEX_AFTER_WORD = re.compile(
+    r"(?<![a-z0-9])(?:secret(?:[ _-]?key)?|api[ _-]?key|access[ _-]?key|private[ _-]?key|signing[ _-]?key|"
+    r"hmac[ _-]?key|token|passw(?:or)?d|passphrase|credentials?)"
+    r"(?:[\s:=\"'`]+" + _LINK + r"){0,3}[\s:=\"'`]+(?P<secret>[0-9a-f]{32,128})(?![0-9a-z_])",
+    re.IGNORECASE,
+)
+
+_PLACEHOLDERS = {"none", "null", "nil", "true", "false", "undefined", "redacted", "xxx", "****", "changeme"}
+# Words that follow "password is" in ordinary prose ("the password is required"): a value that is one of
+# these, or an all-lowercase word ending in -ed, -ing or -ly, is English, not a secret.
+_PROSE_WORD_LIST = """
+    a an the this that these those it its not no none null nil empty blank missing required optional mandatory
+    needed necessary incorrect correct wrong invalid valid expired revoked rotated changed reset set unset
+    stored saved kept hashed encrypted encoded redacted hidden masked secret private public too very now still
+    also already being in on at of for from to with by as via under inside only never always same different
+    weak strong short long good bad ok okay fine safe unsafe there here what which where when how why who
+    sent used generated provided configured given shown printed logged checked verified accepted rejected
+    defined specified available unavailable out known unknown right compromised leaked exposed due about just
+    probably likely usually typically supposed meant displayed read loaded passed managed handled one your my
+    our his her their mine yours identical longer shorter case ignored applied included removed deleted
+    created updated refreshed renewed issued granted attached added more less all any each every some both
+    either neither so quite really actually then if because and or but case-sensitive unchanged different
+    ready fixed broken stale old new fresh current temporary permanent random unique default
+"""
+_PROSE_WORDS = frozenset(_PROSE_WORD_LIST.split())
+_ENGLISH_SUFFIX = re.compile(r"[a-z]+(?:ed|ing|ly)")
+# ``if token is other_token:``, ``while secret is self.pending``: an identity test in code, not prose.
+_CODE_NAME = re.compile(r"[a-z_][a-z_]*(?:[._][a-z_]+)+:?")
+
+
+def _assigned_value_is_secret(value: str) -> bool:
+    """An assigned value worth hiding: long, or mixing digits in (``password: required`` is not a secret)."""
+    if value.startswith("[REDACTED") or value.lower() in _PLACEHOLDERS:
+        return False
+    return len(value) >= 16 or (len(value) >= 6 and any(ch.isdigit() for ch in value))
+
+
+def _prose_value_is_secret(value: str) -> bool:
+    """The word after "password is": anything but English and placeholders (``<your password>``)."""
+    if value.startswith(("[REDACTED", "<", "${", "{{")) or value.lower() in _PLACEHOLDERS:
+        return False
+    if value.lower() in _PROSE_WORDS or _CODE_NAME.fullmatch(value):
+        return False
+    return not (value.islower() and _ENGLISH_SUFFIX.fullmatch(value))
+
+
+_SHAPED_PREFIXES = tuple(prefix for _, _, _, literals in _SHAPED for prefix in literals)
+# Every literal some detector cannot match without: a text holding none of them (most short texts, such
+# as tool names and argument keys) is done after one regex search.
+ANY_NEEDED_LITERAL = re.compile(
+    "|".join(
+        re.escape(literal) for literal in (*_SHAPED_PREFIXES, *WORD_STARTS, "-----begin", "://", "bearer", "basic")
+    )
+)
+
+
+class Scan:
+    """One text as the detectors see it, with what several detectors need computed once: which token
+    prefixes occur and where secret words start."""
+
+    __slots__ = ("text", "lower", "prefixes", "words")
+
+    def __init__(self, text: str, lower: str) -> None:
+        self.text = text
+        self.lower = lower  # same length as text, so offsets found in one index the other
+        # One C-level substring search per prefix measured faster than a regex of all of them.
+        self.prefixes = frozenset(prefix for prefix in _SHAPED_PREFIXES if prefix in lower)
+        self.words = _word_positions(lower)
+
+
+def _word_positions(lower: str) -> list[int]:
+    """Where a secret word may start, in order (the only places the word detectors are tried);
+    ``str.find`` per word measured faster than one regex of all of them."""
+    starts: set[int] = set()
+    for word in WORD_STARTS:
+        position = lower.find(word)
+        while position != -1:
+            starts.add(position)
+            position = lower.find(word, position + 1)
+    return sorted(starts)
+
+
+Find = Callable[[Scan], list[Span]]
+
+
+def _private_key(scan: Scan) -> list[Span]:
+    if "-----begin" not in scan.lower:
+        return []
+    return [match.span() for match in _PRIVATE_KEY.finditer(scan.text)]
+
+
+def _url_password(scan: Scan) -> list[Span]:
+    if "://" not in scan.text or "@" not in scan.text:
+        return []
+    return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
+
+
+def _bearer(scan: Scan) -> list[Span]:
+    lower = scan.lower
+    if "bearer" not in lower and "basic" not in lower and "token" not in lower:
+        return []
+    return [match.span("secret") for match in _BEARER.finditer(scan.text)]
+
+
+def _shaped(pattern: re.Pattern[str]) -> Find:
+    def find(scan: Scan) -> list[Span]:
+        return [match.span() for match in pattern.finditer(scan.text)]
+
+    return find
+
+
+def _at_words(pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bool) -> Find:
+    """A detector that tries ``pattern`` only where a secret word starts; ``keep`` judges the value.
+
+    ``trim`` drops sentence punctuation after an unquoted value (prose ends sentences; an assigned value
+    is taken whole, as it always was, so texts stored earlier redact the same way).
+    """
+
+    def find(scan: Scan) -> list[Span]:
+        positions = scan.words
+        text = scan.text
+        spans: list[Span] = []
+        done = 0
+        for position in positions:
+            if position < done:
+                continue
+            match = pattern.match(text, position)
+            if match is None:
+                continue
+            value = match.group("secret")
+            start, end = match.span("secret")
+            if value[:1] in "\"'" and len(value) > 1 and value[-1] == value[0]:
+                value, start, end = value[1:-1], start + 1, end - 1
+            elif trim:
+                trimmed = value.rstrip(".,;:!?")
+                end -= len(value) - len(trimmed)
+                value = trimmed
+            if value and keep(value):
+                spans.append((start, end))
+                done = match.end()
+        return spans
+
+    return find
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One documented detector: its name, the marker kind it leaves, what it finds."""
+
+    name: str
+    kind: str
+    find: Find  # the spans of scan.text to replace
+    # Checked by the engine once per text for all detectors, rather than by each detector (calling every
+    # detector on every text showed in the ingest profile): token prefixes one of which must occur, and
+    # whether the detector hangs off a secret word.
+    prefixes: frozenset[str] = frozenset()
+    at_words: bool = False
+
+
+# In priority order: where two detectors claim overlapping text, the span that starts first wins, and at
+# the same start the detector listed first.
+DETECTORS: tuple[Detector, ...] = (
+    Detector("private_key", "private_key", _private_key),
+    Detector("url_password", "password", _url_password),
+    Detector("bearer_token", "token", _bearer),
+    *(Detector(name, kind, _shaped(pattern), frozenset(literals)) for name, kind, pattern, literals in _SHAPED),
+    Detector("assignment", "secret", _at_words(_ASSIGNMENT, _assigned_value_is_secret, trim=False), at_words=True),
+    Detector("prose_password", "secret", _at_words(_PROSE, _prose_value_is_secret, trim=True), at_words=True),
+    Detector(
+        "hex_after_secret_word", "secret", _at_words(_HEX_AFTER_WORD, lambda value: True, trim=False), at_words=True
+    ),
+)
+
+SECRET_KEY_NAME = re.compile(r"^(?:[A-Za-z0-9_.-]*?" + SECRET_WORD + r"|pass)$", re.IGNORECASE)

@@ -1,0 +1,62 @@
+"""The access log without secrets: every path segment and query value is checked before it is logged.
+
+uvicorn logs one line per request with the request target as sent (``GET /v1/projects/p/sessions/<id>/
+memory?session_id=...``). Session ids and project names that look like secrets are refused with a 422,
+but the refused request is still logged, so the target itself is redacted: a segment or query value
+that holds a secret (after percent-decoding, with invisible characters ignored as everywhere in
+:mod:`obsmem.redaction`) is replaced whole by its marker. The rest of the line (client, method, status)
+is kept, so operators still see which project a request went to.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+from urllib.parse import unquote, unquote_plus
+
+from uvicorn.config import LOGGING_CONFIG
+
+from obsmem.redaction import MARK, secret_kind
+
+ACCESS_LOGGER = "uvicorn.access"
+
+
+def _shown(piece: str, *, query: bool) -> str:
+    if not piece:
+        return piece
+    decoded = unquote_plus(piece) if query else unquote(piece)
+    kind = secret_kind(decoded)
+    return piece if kind is None else MARK.format(kind=kind)
+
+
+def loggable_target(target: str) -> str:
+    """A request target (path and query) with every segment or value that holds a secret replaced."""
+    path, has_query, query = target.partition("?")
+    shown = "/".join(_shown(segment, query=False) for segment in path.split("/"))
+    if not has_query:
+        return shown
+    pairs = []
+    for pair in query.split("&"):
+        name, equals, value = pair.partition("=")
+        pairs.append(_shown(name, query=True) + equals + _shown(value, query=True))
+    return f"{shown}?{'&'.join(pairs)}"
+
+
+class RedactedTargets(logging.Filter):
+    """Rewrites the request target of uvicorn's access records (``client, method, target, version,
+    status``) before any handler formats them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], loggable_target(args[2]), *args[3:])
+        return True
+
+
+def logging_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with :class:`RedactedTargets` on the access logger."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["redacted_targets"] = {"()": f"{__name__}.RedactedTargets"}
+    config["loggers"][ACCESS_LOGGER]["filters"] = ["redacted_targets"]
+    return config
