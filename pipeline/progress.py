@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 import apsw
-from obsmem.pipeline.coverage import read_progress
-from obsmem.pipeline.generations import active_generation_info
-from obsmem.pipeline.memory_view import pool_pressure
+from obsmem.pipeline.observe.coverage import read_progress
+from obsmem.pipeline.reflect.generations import active_generation_info
+from obsmem.pipeline.views.memory_view import pool_pressure
 
 from obsmem import eventlog
 from obsmem.errors import NotFound

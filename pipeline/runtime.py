@@ -26,14 +26,13 @@ from typing import Any
 import apsw
 import httpx
 from obsmem.pipeline.clients import ModelClients
-from obsmem.pipeline.condense import REFLECT, Condenser
-from obsmem.pipeline.coverage import commit_chunk, observation_tokens, pending_events, read_progress
-from obsmem.pipeline.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
 from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.memory_view import memory_details
 from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
-from obsmem.pipeline.observer import run_cycle
-from obsmem.pipeline.packer import Budget, Chunk, MemoryItem, pack_chunk, select_memory
+from obsmem.pipeline.observe.coverage import commit_chunk, observation_tokens, pending_events, read_progress
+from obsmem.pipeline.observe.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
+from obsmem.pipeline.observe.observer import run_cycle
+from obsmem.pipeline.observe.packer import Budget, Chunk, MemoryItem, pack_chunk, select_memory
+from obsmem.pipeline.observe.prompts import prompt_overhead_tokens
 from obsmem.pipeline.progress import (
     clear_activity,
     clear_stale_activity,
@@ -41,9 +40,10 @@ from obsmem.pipeline.progress import (
     session_status,
     status_write,
 )
-from obsmem.pipeline.projection import Projection, active_memory, project
-from obsmem.pipeline.prompts import prompt_overhead_tokens
+from obsmem.pipeline.reflect.condense import REFLECT, Condenser
 from obsmem.pipeline.tokens import event_tokens, sql_estimate
+from obsmem.pipeline.views.memory_view import memory_details
+from obsmem.pipeline.views.projection import Projection, active_memory, project
 
 from obsmem import eventlog
 from obsmem.errors import ConfigurationError, ObservationOff

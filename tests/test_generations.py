@@ -10,8 +10,8 @@ import apsw
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from obsmem.pipeline.dropper import rank_and_cap
-from obsmem.pipeline.generations import (
+from obsmem.pipeline.reflect.dropper import rank_and_cap
+from obsmem.pipeline.reflect.generations import (
     GenerationLost,
     NewReflection,
     claim_generation,
@@ -19,8 +19,8 @@ from obsmem.pipeline.generations import (
     promoted_chain,
     rebuild_active_memory,
 )
-from obsmem.pipeline.pool import IdResolver, PoolObservation, generation_id, read_pool, tier_of
-from obsmem.pipeline.projection import project, render
+from obsmem.pipeline.reflect.pool import IdResolver, PoolObservation, generation_id, read_pool, tier_of
+from obsmem.pipeline.views.projection import project, render
 
 from obsmem.memories import add_observations
 from obsmem.storage.connection import ProjectDatabase

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from obsmem.pipeline.hygiene import EventView, clean_text, render_event
-from obsmem.pipeline.packer import Budget, MemoryItem, Piece, pack_chunk, select_memory
-from obsmem.pipeline.projection import render
+from obsmem.pipeline.observe.hygiene import EventView, clean_text, render_event
+from obsmem.pipeline.observe.packer import Budget, MemoryItem, Piece, pack_chunk, select_memory
 from obsmem.pipeline.tokens import chars_for_tokens, estimate_tokens, event_tokens
+from obsmem.pipeline.views.projection import render
 
 STAMP = "2026-05-01T10:32:07.123Z"
 

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import pytest
-from obsmem.pipeline.generations import promoted_chain, rebuild_active_memory
-from obsmem.pipeline.projection import project, render
+from obsmem.pipeline.reflect.generations import promoted_chain, rebuild_active_memory
+from obsmem.pipeline.views.projection import project, render
 from pipeline_helpers import words
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from obsmem.pipeline.generations import rebuild_active_memory
-from obsmem.pipeline.projection import project, render
+from obsmem.pipeline.reflect.generations import rebuild_active_memory
+from obsmem.pipeline.views.projection import project, render
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import (
     DropperScript,
@@ -339,7 +339,7 @@ def test_a_failed_stage_keeps_the_previous_generation_and_the_retry_succeeds(
 def test_a_crash_inside_the_promotion_commits_nothing(
     tmp_path: Path, server: ScriptedChatServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import obsmem.pipeline.condense as condense
+    import obsmem.pipeline.reflect.condense as condense
 
     real_promote = condense.promote
     crashes = {"left": 1}

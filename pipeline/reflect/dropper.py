@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from obsmem.pipeline.condense_prompts import (
+from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.reflect.condense_prompts import (
     DROPPER_SYSTEM_PROMPT,
     choose_for_dropper,
     data_budget,
@@ -22,9 +23,8 @@ from obsmem.pipeline.condense_prompts import (
     drop_rank,
     dropper_message,
 )
-from obsmem.pipeline.generations import Drop, NewReflection
-from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.pool import IdResolver, Pool, PoolObservation, PoolReflection, token_cost
+from obsmem.pipeline.reflect.generations import Drop, NewReflection
+from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation, PoolReflection, token_cost
 from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
 
 MAX_IDS_PER_CALL = 2000

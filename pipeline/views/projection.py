@@ -10,7 +10,7 @@ so the caller can fall back to its own summariser.
 It renders from the session's active generation: every reflection, and every observation that no
 promoted generation dropped (dropped observations stay searchable and recallable, they just leave this
 text). :func:`active_memory` is the one place that decides what is active; it must always equal the
-ledger replayed by :func:`obsmem.pipeline.generations.rebuild_active_memory`, which tests check.
+ledger replayed by :func:`obsmem.pipeline.reflect.generations.rebuild_active_memory`, which tests check.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-from obsmem.pipeline.generations import generation_count
-from obsmem.pipeline.hygiene import MEMORY_TAG, PROJECTION_HEADER
-from obsmem.pipeline.packer import MemoryItem
+from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER
+from obsmem.pipeline.observe.packer import MemoryItem
+from obsmem.pipeline.reflect.generations import generation_count
 from obsmem.pipeline.tokens import estimate_tokens
 
 HEADER = (

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-from obsmem.pipeline.hygiene import EventView
-from obsmem.pipeline.packer import Chunk
-from obsmem.pipeline.pool import active_observation_tokens, token_cost
+from obsmem.pipeline.observe.hygiene import EventView
+from obsmem.pipeline.observe.packer import Chunk
+from obsmem.pipeline.reflect.pool import active_observation_tokens, token_cost
 from obsmem.pipeline.tokens import event_tokens
 
 from obsmem import eventlog

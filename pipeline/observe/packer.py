@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from obsmem.pipeline.hygiene import EventView
+from obsmem.pipeline.observe.hygiene import EventView
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, chars_for_tokens, estimate_tokens
 
 MIN_EVENT_BUDGET = 256

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from obsmem.pipeline.packer import Chunk, MemoryItem
+from obsmem.pipeline.observe.packer import Chunk, MemoryItem
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, estimate_tokens
 
 TOOL_NAME = "record_observations"

@@ -8,10 +8,10 @@ Flow::
             (dedupe key = the generation id, so duplicate enqueues fold into one queued job)
     worker claims the job
       -> read the pool (active reflections, observations with coverage tiers)
-      -> claim the generation (fenced write, with om_reflection_start)        [pipeline.generations]
-      -> Reflector: record_reflections, receipts, bounded rounds               [pipeline.reflector]
+      -> claim the generation (fenced write, with om_reflection_start)        [reflect.generations]
+      -> Reflector: record_reflections, receipts, bounded rounds               [reflect.reflector]
       -> >= 1 new reflection and pool > pools.observations_max_tokens?
-           Dropper: drop_observations proposals; server ranks and caps          [pipeline.dropper]
+           Dropper: drop_observations proposals; server ranks and caps          [reflect.dropper]
       -> promote (fenced write): reflections + drops + pointer by compare-and-set + end events
 
 Reflect jobs share the session's order key with observe jobs, so a session's observation and reflection
@@ -26,10 +26,11 @@ import uuid
 from typing import Any
 
 from obsmem.pipeline.clients import ModelClients
-from obsmem.pipeline.dropper import DropperResult, run_dropper
-from obsmem.pipeline.generations import Claim, Drop, Promotion, claim_generation, promote
 from obsmem.pipeline.model_overrides import Override, read_overrides
-from obsmem.pipeline.pool import (
+from obsmem.pipeline.progress import clear_activity, session_order_key, set_activity, status_write
+from obsmem.pipeline.reflect.dropper import DropperResult, run_dropper
+from obsmem.pipeline.reflect.generations import Claim, Drop, Promotion, claim_generation, promote
+from obsmem.pipeline.reflect.pool import (
     Pool,
     active_observation_ids,
     active_observation_tokens,
@@ -37,8 +38,7 @@ from obsmem.pipeline.pool import (
     read_pool,
     token_cost,
 )
-from obsmem.pipeline.progress import clear_activity, session_order_key, set_activity, status_write
-from obsmem.pipeline.reflector import ReflectorResult, citations_with, run_reflector
+from obsmem.pipeline.reflect.reflector import ReflectorResult, citations_with, run_reflector
 
 from obsmem import eventlog
 from obsmem.errors import ObservationOff
@@ -47,7 +47,7 @@ from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.workers import JobContext
 
-log = logging.getLogger("obsmem.pipeline.condense")
+log = logging.getLogger("obsmem.pipeline.reflect.condense")
 
 REFLECT = "reflect"
 
