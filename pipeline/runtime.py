@@ -25,25 +25,27 @@ from typing import Any
 
 import apsw
 import httpx
+from obsmem.pipeline.activity import clear_activity, clear_stale_activity, log_stage_event
 from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.job_keys import (
+    OBSERVE,
+    REFLECT,
+    forced_observe_dedupe_key,
+    observe_dedupe_key,
+    session_order_key,
+)
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
 from obsmem.pipeline.observe.coverage import commit_chunk, observation_tokens, pending_events, read_progress
 from obsmem.pipeline.observe.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
 from obsmem.pipeline.observe.observer import run_cycle
-from obsmem.pipeline.observe.packer import Budget, Chunk, MemoryItem, pack_chunk, select_memory
+from obsmem.pipeline.observe.packer import Budget, EventChunk, MemoryItem, pack_chunk, select_memory
 from obsmem.pipeline.observe.prompts import prompt_overhead_tokens
-from obsmem.pipeline.progress import (
-    clear_activity,
-    clear_stale_activity,
-    session_order_key,
-    session_status,
-    status_write,
-)
-from obsmem.pipeline.reflect.condense import REFLECT, Condenser
+from obsmem.pipeline.reflect.job import ReflectJob
 from obsmem.pipeline.tokens import event_tokens, sql_estimate
-from obsmem.pipeline.views.memory_view import memory_details
+from obsmem.pipeline.views.details import memory_details
 from obsmem.pipeline.views.projection import Projection, active_memory, project
+from obsmem.pipeline.views.status import session_status
 
 from obsmem import eventlog
 from obsmem.errors import ConfigurationError, ObservationOff
@@ -54,12 +56,6 @@ from obsmem.storage.connection import ProjectDatabase
 from obsmem.workers import JobContext
 
 log = logging.getLogger("obsmem.pipeline")
-
-OBSERVE = "observe"
-
-
-def observe_dedupe_key(session_id: str) -> str:
-    return f"observe:{session_id}"
 
 
 class AppendHook:
@@ -82,7 +78,7 @@ class ObservationPipeline:
     def __init__(self, settings: Settings, *, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
         self.clients = ModelClients(settings, transport=transport)
-        self.condenser = Condenser(settings, self.clients)
+        self.reflect = ReflectJob(settings, self.clients)
         self.render = functools.partial(render_event, omit_tags=DEFAULT_OMIT_TAGS, memory_tools=DEFAULT_MEMORY_TOOLS)
         if self.observer_state == "enabled":
             self.budget()  # fail at start-up, not in the first job, if the numbers cannot work
@@ -100,7 +96,7 @@ class ObservationPipeline:
     @property
     def reflector_state(self) -> str:
         """``enabled``, ``disabled`` (reflector.enabled = false) or ``not_configured`` (no model)."""
-        return self.condenser.state
+        return self.reflect.state
 
     def budget(self, override: Override | None = None) -> Budget:
         observer = self.settings.observer
@@ -175,14 +171,14 @@ class ObservationPipeline:
             OBSERVE,
             {"session_id": session_id, "force": True},
             order_key=session_order_key(session_id),
-            dedupe_key=observe_dedupe_key(session_id) + ":forced",
+            dedupe_key=forced_observe_dedupe_key(session_id),
         )
 
     # -- the observe job -----------------------------------------------------------------------
 
     @property
     def handlers(self) -> dict[str, Callable[[JobContext], None]]:
-        return {OBSERVE: self.observe_job, REFLECT: self.condenser.reflect_job}
+        return {OBSERVE: self.observe_job, REFLECT: self.reflect.handle}
 
     def observe_job(self, ctx: JobContext) -> None:
         session_id = ctx.lease.payload.get("session_id")
@@ -218,7 +214,7 @@ class ObservationPipeline:
                     OBSERVE,
                     {"session_id": session_id, "force": True},
                     order_key=session_order_key(session_id),
-                    dedupe_key=observe_dedupe_key(session_id) + ":forced",
+                    dedupe_key=forced_observe_dedupe_key(session_id),
                 )
                 return  # observe work is still pending: the continuation decides about reflection
         self._reflect_if_due(ctx, session_id)
@@ -231,12 +227,12 @@ class ObservationPipeline:
         if _queued(ctx.db, OBSERVE, session_id):
             return  # more observation is queued; the last observe job decides
         try:
-            self.condenser.queue_if_due(ctx.queue, ctx.db, session_id)
+            self.reflect.queue_if_due(ctx.queue, ctx.db, session_id)
         except Exception as exc:  # noqa: BLE001 - observation succeeded; reflection is retried by housekeeping
             log.warning("could not queue reflection: %s", type(exc).__name__)
 
     def _observe_chunk(
-        self, ctx: JobContext, client: ChatClient, session_id: str, chunk: Chunk, memory: list[MemoryItem]
+        self, ctx: JobContext, client: ChatClient, session_id: str, chunk: EventChunk, memory: list[MemoryItem]
     ) -> None:
         # Two write transactions per cycle (start, and commit or failure): every write here makes an
         # append to the same project wait for the lock, so status rows ride along with the events.
@@ -253,7 +249,7 @@ class ObservationPipeline:
             "partial_event": any(not piece.whole for piece in chunk.pieces),
             "attempt": ctx.lease.attempt,
         }
-        status_write(
+        log_stage_event(
             db, "om_observation_start", session_id, cycle_id, job_id, start_event, activity=("observer", chunk.tokens)
         )
         try:
@@ -298,7 +294,7 @@ class ObservationPipeline:
                 "error": sanitise_reason(exc),
                 "attempt": ctx.lease.attempt,
             }
-            status_write(db, "om_observation_failed", session_id, cycle_id, job_id, failed, clear=True)
+            log_stage_event(db, "om_observation_failed", session_id, cycle_id, job_id, failed, clear=True)
             raise
 
     # -- housekeeping --------------------------------------------------------------------------
@@ -366,7 +362,7 @@ class ObservationPipeline:
             ).fetchone()
             if failed is not None and _age_seconds(failed[0]) < cool_down:
                 continue
-            if self.condenser.queue_if_due(self.queue(db), db, session_id) is not None:
+            if self.reflect.queue_if_due(self.queue(db), db, session_id) is not None:
                 log.info("project %s: reflection of a session over the threshold queued", project)
 
     # -- reads ---------------------------------------------------------------------------------
@@ -391,7 +387,7 @@ class ObservationPipeline:
 
     def request_reflection(self, db: ProjectDatabase, session_id: str) -> EnqueueResult:
         """Reflect on the session's active memory now, below the threshold too."""
-        return self.condenser.request(self.queue(db), session_id)
+        return self.reflect.request(self.queue(db), session_id)
 
     # -- model switching -----------------------------------------------------------------------
 

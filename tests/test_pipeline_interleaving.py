@@ -221,7 +221,7 @@ def settle(memory: Obsmem, timeout: float) -> None:
             "SELECT count(*) FROM events AS e WHERE NOT EXISTS (SELECT 1 FROM coverage AS c"
             " WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
         )[0][0]
-        due = [s for s in SESSIONS if memory.pipeline.condenser.due(db, s) is not None]
+        due = [s for s in SESSIONS if memory.pipeline.reflect.due(db, s) is not None]
         if not busy and not uncovered and not due:
             # Quiet for longer than a housekeeping interval: nothing left to queue more work.
             quiet_since = quiet_since or time.monotonic()
@@ -235,7 +235,7 @@ def settle(memory: Obsmem, timeout: float) -> None:
     )
 
 
-def condensed(memory: Obsmem) -> bool:
+def reflected(memory: Obsmem) -> bool:
     """Some session has a promoted generation that retired observations (a whole reflect + drop cycle)."""
     return bool(
         memory.database("p").query(
@@ -395,10 +395,10 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
             # the pool may stay under the reflection threshold: keep the conversation going (bounded)
             # until a Reflector + Dropper cycle has been promoted, so every seed exercises all three jobs.
             deadline = time.monotonic() + 60
-            while not condensed(memory) and time.monotonic() < deadline:
+            while not reflected(memory) and time.monotonic() < deadline:
                 workload(memory, rng, seconds=1.0)
                 waited = time.monotonic() + 3.0
-                while not condensed(memory) and time.monotonic() < waited:
+                while not reflected(memory) and time.monotonic() < waited:
                     time.sleep(0.1)
             chaos.join(timeout=60)
             settle(memory, timeout=120)

@@ -339,9 +339,9 @@ def test_a_failed_stage_keeps_the_previous_generation_and_the_retry_succeeds(
 def test_a_crash_inside_the_promotion_commits_nothing(
     tmp_path: Path, server: ScriptedChatServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import obsmem.pipeline.reflect.condense as condense
+    import obsmem.pipeline.reflect.job as reflect_job
 
-    real_promote = condense.promote
+    real_promote = reflect_job.promote
     crashes = {"left": 1}
 
     def promote_then_die(*args: Any, **kwargs: Any) -> Any:
@@ -351,7 +351,7 @@ def test_a_crash_inside_the_promotion_commits_nothing(
             raise SystemExit("killed mid-transaction")
         return result
 
-    monkeypatch.setattr(condense, "promote", promote_then_die)
+    monkeypatch.setattr(reflect_job, "promote", promote_then_die)
     memory = service_for(tmp_path, server)
     fill(memory)
     pool = memory.worker_pool()

@@ -19,7 +19,7 @@ from typing import Any
 
 import apsw
 from obsmem.pipeline.observe.hygiene import EventView
-from obsmem.pipeline.observe.packer import Chunk
+from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.reflect.pool import active_observation_tokens, token_cost
 from obsmem.pipeline.tokens import event_tokens
 
@@ -108,7 +108,7 @@ def pending_events(
         start = rows[-1][0] + 1
 
 
-def _check_uncovered(conn: apsw.Connection, session_id: str, chunk: Chunk) -> None:
+def _check_uncovered(conn: apsw.Connection, session_id: str, chunk: EventChunk) -> None:
     for piece in chunk.pieces:
         seq = piece.view.seq
         final, covered_to = conn.execute(
@@ -124,7 +124,7 @@ def commit_chunk(
     db: ProjectDatabase,
     *,
     session_id: str,
-    chunk: Chunk,
+    chunk: EventChunk,
     observations: Sequence[ObservationIn],
     cycle_id: str,
     job_id: int | None,

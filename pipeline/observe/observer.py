@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.observe.packer import Chunk, MemoryItem
+from obsmem.pipeline.observe.packer import EventChunk, MemoryItem
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
 from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
 from pydantic import ValidationError
@@ -152,7 +152,7 @@ def run_cycle(
     client: ChatClient,
     *,
     session_id: str,
-    chunk: Chunk,
+    chunk: EventChunk,
     memory: list[MemoryItem],
     exists: Callable[[str], bool],
     max_rounds: int,

@@ -76,7 +76,12 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class Chunk:
+class EventChunk:
+    """The events (or the part of one) shown in one Observer request: "chunk" in the pipeline.
+
+    Named apart from the indexer's ``Chunk`` (a piece of one memory's text, for embedding).
+    """
+
     pieces: tuple[Piece, ...]
 
     @property
@@ -113,7 +118,7 @@ def _cut(body: str, start: int, budget: int) -> int:
     return end
 
 
-def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> Chunk | None:
+def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> EventChunk | None:
     """The next chunk from events in ``seq`` order, each with the offset its uncovered text starts at."""
     pieces: list[Piece] = []
     used = 0
@@ -136,7 +141,7 @@ def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> Chunk |
         end = _cut(view.body, offset, max(1, budget - header_cost))
         pieces.append(Piece(view, offset, end, end >= len(view.body)))
         break
-    return Chunk(tuple(pieces)) if pieces else None
+    return EventChunk(tuple(pieces)) if pieces else None
 
 
 class MemoryItem(NamedTuple):

@@ -16,15 +16,15 @@ from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.observe.observer import is_repetitive
-from obsmem.pipeline.reflect.condense_prompts import (
+from obsmem.pipeline.reflect.generations import NewReflection
+from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
+from obsmem.pipeline.reflect.prompts import (
     REFLECTOR_SYSTEM_PROMPT,
     choose_for_reflector,
     data_budget,
     record_reflections_tool,
     reflector_message,
 )
-from obsmem.pipeline.reflect.generations import NewReflection
-from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
 from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
 
 from obsmem import ids

@@ -25,9 +25,10 @@ import time
 import uuid
 from typing import Any
 
+from obsmem.pipeline.activity import clear_activity, log_stage_event, set_activity
 from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.job_keys import REFLECT, forced_reflect_dedupe_key, reflect_dedupe_key, session_order_key
 from obsmem.pipeline.model_overrides import Override, read_overrides
-from obsmem.pipeline.progress import clear_activity, session_order_key, set_activity, status_write
 from obsmem.pipeline.reflect.dropper import DropperResult, run_dropper
 from obsmem.pipeline.reflect.generations import Claim, Drop, Promotion, claim_generation, promote
 from obsmem.pipeline.reflect.pool import (
@@ -47,17 +48,11 @@ from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.workers import JobContext
 
-log = logging.getLogger("obsmem.pipeline.reflect.condense")
-
-REFLECT = "reflect"
+log = logging.getLogger("obsmem.pipeline.reflect.job")
 
 
-def reflect_dedupe_key(generation: str) -> str:
-    return f"reflect:{generation}"
-
-
-class Condenser:
-    """Decides when a session's observations are condensed, and runs the reflect job."""
+class ReflectJob:
+    """Decides when a session is reflected on, and runs the reflect job."""
 
     def __init__(self, settings: Settings, clients: ModelClients) -> None:
         self.settings = settings
@@ -108,12 +103,12 @@ class Condenser:
             REFLECT,
             {"session_id": session_id, "force": True},
             order_key=session_order_key(session_id),
-            dedupe_key=f"reflect:{session_id}:forced",
+            dedupe_key=forced_reflect_dedupe_key(session_id),
         )
 
     # -- the job -------------------------------------------------------------------------------
 
-    def reflect_job(self, ctx: JobContext) -> None:
+    def handle(self, ctx: JobContext) -> None:
         session_id = ctx.lease.payload.get("session_id")
         if not isinstance(session_id, str) or self.state != "enabled":
             return
@@ -156,10 +151,10 @@ class _Run:
     """One claimed run: the two model stages and the promotion, with their events."""
 
     def __init__(
-        self, condenser: Condenser, ctx: JobContext, pool: Pool, claim: Claim, overrides: dict[str, Override]
+        self, job: ReflectJob, ctx: JobContext, pool: Pool, claim: Claim, overrides: dict[str, Override]
     ) -> None:
-        self.condenser = condenser
-        self.settings = condenser.settings
+        self.job = job
+        self.settings = job.settings
         self.ctx = ctx
         self.pool = pool
         self.claim = claim
@@ -178,7 +173,7 @@ class _Run:
                 data=data,
             )
         else:
-            status_write(
+            log_stage_event(
                 self.ctx.db, type_, self.pool.session_id, self.claim.cycle_id, self.ctx.lease.job_id, data, **kwargs
             )
 
@@ -187,9 +182,9 @@ class _Run:
         reflector_started = self.started
         dropper_started: float | None = None
         try:
-            reflector_model = self.condenser.clients.model("reflector", self.overrides.get("reflector"))
+            reflector_model = self.job.clients.model("reflector", self.overrides.get("reflector"))
             reflected = run_reflector(
-                self.condenser.clients.get("reflector", self.overrides.get("reflector")),
+                self.job.clients.get("reflector", self.overrides.get("reflector")),
                 pool,
                 context_window=reflector_model.context_window_tokens,
                 ratio=settings.reflector.context_window_ratio,
@@ -219,9 +214,9 @@ class _Run:
                     },
                     activity=("dropper", pool.observation_tokens),
                 )
-                dropper_model = self.condenser.clients.model("dropper", self.overrides.get("dropper"))
+                dropper_model = self.job.clients.model("dropper", self.overrides.get("dropper"))
                 dropped = run_dropper(
-                    self.condenser.clients.get("dropper", self.overrides.get("dropper")),
+                    self.job.clients.get("dropper", self.overrides.get("dropper")),
                     pool,
                     reflected.reflections,
                     citations_with(pool, reflected.reflections),
