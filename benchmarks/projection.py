@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import line  # noqa: E402
-from obsmem.pipeline.views.projection import active_memory, render  # noqa: E402
+from obsmem.pipeline.memory_items import active_memory  # noqa: E402
+from obsmem.pipeline.views.projection import render  # noqa: E402
 
 from obsmem.memories import ReflectionIn, add_reflection  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402

@@ -27,24 +27,25 @@ import apsw
 import httpx
 from obsmem.pipeline.activity import clear_activity, clear_stale_activity, log_stage_event
 from obsmem.pipeline.clients import ModelClients
-from obsmem.pipeline.job_keys import (
+from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.memory_items import MemoryItem, active_memory, active_observation_tokens, memory_exists
+from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
+from obsmem.pipeline.observe.coverage import commit_chunk, pending_events, read_progress
+from obsmem.pipeline.observe.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
+from obsmem.pipeline.observe.observer import run_cycle
+from obsmem.pipeline.observe.packer import Budget, EventChunk, pack_chunk, select_memory
+from obsmem.pipeline.observe.prompts import prompt_overhead_tokens
+from obsmem.pipeline.reflect.job import ReflectJob
+from obsmem.pipeline.session_jobs import (
     OBSERVE,
     REFLECT,
     forced_observe_dedupe_key,
     observe_dedupe_key,
     session_order_key,
 )
-from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
-from obsmem.pipeline.observe.coverage import commit_chunk, observation_tokens, pending_events, read_progress
-from obsmem.pipeline.observe.hygiene import DEFAULT_MEMORY_TOOLS, DEFAULT_OMIT_TAGS, render_event
-from obsmem.pipeline.observe.observer import run_cycle
-from obsmem.pipeline.observe.packer import Budget, EventChunk, MemoryItem, pack_chunk, select_memory
-from obsmem.pipeline.observe.prompts import prompt_overhead_tokens
-from obsmem.pipeline.reflect.job import ReflectJob
 from obsmem.pipeline.tokens import event_tokens, sql_estimate
 from obsmem.pipeline.views.details import memory_details
-from obsmem.pipeline.views.projection import Projection, active_memory, project
+from obsmem.pipeline.views.projection import Projection, project
 from obsmem.pipeline.views.status import session_status
 
 from obsmem import eventlog
@@ -254,13 +255,13 @@ class ObservationPipeline:
         )
         try:
             conn = db.connection()
-            tokens_before = observation_tokens(conn, session_id)
+            tokens_before = active_observation_tokens(conn, session_id)
             result = run_cycle(
                 client,
                 session_id=session_id,
                 chunk=chunk,
                 memory=memory,
-                exists=lambda memory_id: _memory_exists(conn, memory_id),
+                exists=lambda memory_id: memory_exists(conn, memory_id),
                 max_rounds=self.settings.observer.max_tool_rounds,
                 max_chars=self.settings.observer.max_observation_chars,
             )
@@ -433,10 +434,6 @@ def _queued(db: ProjectDatabase, kind: str, session_id: str) -> bool:
         .fetchone()
     )
     return row is not None
-
-
-def _memory_exists(conn: apsw.Connection, memory_id: str) -> bool:
-    return conn.execute("SELECT 1 FROM memories WHERE memory_id = ?", (memory_id,)).fetchone() is not None
 
 
 def _age_seconds(iso: str) -> float:

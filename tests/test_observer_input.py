@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.observe.hygiene import EventView, clean_text, render_event
-from obsmem.pipeline.observe.packer import Budget, MemoryItem, Piece, pack_chunk, select_memory
+from obsmem.pipeline.observe.packer import Budget, Piece, pack_chunk, select_memory
 from obsmem.pipeline.tokens import chars_for_tokens, estimate_tokens, event_tokens
 from obsmem.pipeline.views.projection import render
 

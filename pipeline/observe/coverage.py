@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
+from obsmem.pipeline.memory_items import active_observation_tokens
 from obsmem.pipeline.observe.hygiene import EventView
 from obsmem.pipeline.observe.packer import EventChunk
-from obsmem.pipeline.reflect.pool import active_observation_tokens, token_cost
-from obsmem.pipeline.tokens import event_tokens
+from obsmem.pipeline.tokens import event_tokens, token_cost
 
 from obsmem import eventlog
 from obsmem.dates import now_iso
@@ -194,7 +194,7 @@ def commit_chunk(
             # Counted before the transaction when the caller can (it reads every observation of the session,
             # which should not lengthen a write that appends wait for).
             "observation_tokens": (
-                observation_tokens(conn, session_id)
+                active_observation_tokens(conn, session_id)
                 if observation_tokens_before is None
                 else observation_tokens_before + round(sum(token_cost(observations[i].content) for i in added))
             ),
@@ -202,11 +202,6 @@ def commit_chunk(
         },
     )
     return receipt
-
-
-def observation_tokens(conn: apsw.Connection, session_id: str) -> int:
-    """Estimated tokens of the session's active observations (what the Reflector's threshold measures)."""
-    return active_observation_tokens(conn, session_id)
 
 
 def _first_uncovered(conn: apsw.Connection, session_id: str, from_seq: int) -> int | None:

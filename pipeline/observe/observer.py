@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.observe.packer import EventChunk, MemoryItem
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
 from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
 from pydantic import ValidationError

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from obsmem.pipeline.observe.packer import EventChunk, MemoryItem
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, estimate_tokens
 
 TOOL_NAME = "record_observations"

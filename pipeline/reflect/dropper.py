@@ -16,7 +16,7 @@ from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.reflect.generations import Drop, NewReflection
-from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation, PoolReflection, token_cost
+from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation, PoolReflection
 from obsmem.pipeline.reflect.prompts import (
     DROPPER_SYSTEM_PROMPT,
     choose_for_dropper,
@@ -25,6 +25,7 @@ from obsmem.pipeline.reflect.prompts import (
     drop_rank,
     dropper_message,
 )
+from obsmem.pipeline.tokens import token_cost
 from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
 
 MAX_IDS_PER_CALL = 2000

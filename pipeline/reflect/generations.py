@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import apsw
-from obsmem.pipeline.observe.packer import MemoryItem
+from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.reflect.pool import Pool, PoolObservation, active_pointer, one
 
 from obsmem.dates import now_iso

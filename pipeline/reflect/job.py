@@ -27,19 +27,14 @@ from typing import Any
 
 from obsmem.pipeline.activity import clear_activity, log_stage_event, set_activity
 from obsmem.pipeline.clients import ModelClients
-from obsmem.pipeline.job_keys import REFLECT, forced_reflect_dedupe_key, reflect_dedupe_key, session_order_key
+from obsmem.pipeline.memory_items import active_observation_ids, active_observation_tokens
 from obsmem.pipeline.model_overrides import Override, read_overrides
 from obsmem.pipeline.reflect.dropper import DropperResult, run_dropper
 from obsmem.pipeline.reflect.generations import Claim, Drop, Promotion, claim_generation, promote
-from obsmem.pipeline.reflect.pool import (
-    Pool,
-    active_observation_ids,
-    active_observation_tokens,
-    generation_id,
-    read_pool,
-    token_cost,
-)
+from obsmem.pipeline.reflect.pool import Pool, generation_id, read_pool
 from obsmem.pipeline.reflect.reflector import ReflectorResult, citations_with, run_reflector
+from obsmem.pipeline.session_jobs import REFLECT, forced_reflect_dedupe_key, reflect_dedupe_key, session_order_key
+from obsmem.pipeline.tokens import token_cost
 
 from obsmem import eventlog
 from obsmem.errors import ObservationOff

@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 import apsw
-from obsmem.pipeline.job_keys import session_order_key
 from obsmem.pipeline.observe.coverage import read_progress
 from obsmem.pipeline.reflect.generations import active_generation_info
+from obsmem.pipeline.session_jobs import session_order_key
 from obsmem.pipeline.views.details import pool_pressure
 
 from obsmem.errors import NotFound
