@@ -12,7 +12,6 @@ with the chunk's coverage rows in one transaction.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,8 @@ from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
-from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
+from obsmem.pipeline.receipts import ReceiptCheck, is_repetitive
+from obsmem.pipeline.toolloop import run_tool_loop
 from pydantic import ValidationError
 
 from obsmem.dates import parse_timestamp
@@ -30,17 +30,12 @@ from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
 from obsmem.redaction import redact_text
 
 
-def is_repetitive(text: str) -> bool:
-    """Degenerate output (the same phrase over and over) compresses far better than any real fact."""
-    if len(text) < 200:
-        return False
-    data = text.encode("utf-8")
-    return len(zlib.compress(data)) < len(data) * 0.12
-
-
 @dataclass
-class ItemChecker:
+class ItemChecker(ReceiptCheck[ObservationIn]):
     """Validates items from ``record_observations`` calls and remembers the accepted ones."""
+
+    key = "observations"
+    example = '{"observations": [{"content", "timestamp", "importance", "source_refs"}, ...]}'
 
     session_id: str
     shown: set[int]
@@ -48,24 +43,8 @@ class ItemChecker:
     max_chars: int
     example_time: str
     accepted: dict[str, ObservationIn] = field(default_factory=dict)
-    rejected: int = 0
-    duplicates: int = 0
 
-    def check_call(self, arguments: str) -> dict[str, Any]:
-        items, problem = parse_arguments(
-            arguments,
-            "observations",
-            '{"observations": [{"content", "timestamp", "importance", "source_refs"}, ...]}',
-        )
-        if items is None:
-            self.rejected += 1
-            return problem or {}
-        reply = check_items(items, self._check_item, self._file)
-        self.rejected += len(reply.get("rejected", []))
-        self.duplicates += len(reply.get("duplicates", []))
-        return reply
-
-    def _file(self, outcome: ObservationIn) -> tuple[str, str | None]:
+    def file(self, outcome: ObservationIn) -> tuple[str, str | None]:
         memory_id = outcome.memory_id()
         if memory_id in self.accepted:
             return memory_id[:12], "already recorded in this request"
@@ -74,7 +53,7 @@ class ItemChecker:
         self.accepted[memory_id] = outcome
         return memory_id[:12], None
 
-    def _check_item(self, item: Any) -> ObservationIn | str:
+    def check_item(self, item: Any) -> ObservationIn | str:
         if not isinstance(item, dict):
             return "each item must be an object with content, timestamp, importance and source_refs"
         content = item.get("content")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.observe.observer import is_repetitive
+from obsmem.pipeline.receipts import ReceiptCheck, is_repetitive
 from obsmem.pipeline.reflect.generations import NewReflection
 from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
 from obsmem.pipeline.reflect.prompts import (
@@ -25,7 +25,7 @@ from obsmem.pipeline.reflect.prompts import (
     record_reflections_tool,
     reflector_message,
 )
-from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
+from obsmem.pipeline.toolloop import run_tool_loop
 
 from obsmem import ids
 from obsmem.redaction import redact_text
@@ -37,15 +37,16 @@ def _normal_text(text: str) -> str:
 
 
 @dataclass
-class ReflectionChecker:
+class ReflectionChecker(ReceiptCheck[NewReflection]):
     """Validates items from ``record_reflections`` calls and remembers the accepted ones."""
+
+    key = "reflections"
+    example = '{"reflections": [{"content", "supporting_observation_ids"}, ...]}'
 
     pool: Pool
     max_chars: int
     max_ids: int
     accepted: dict[str, NewReflection] = field(default_factory=dict)
-    rejected: int = 0
-    duplicates: int = 0
 
     def __post_init__(self) -> None:
         self._observations = self.pool.by_id()
@@ -53,19 +54,7 @@ class ReflectionChecker:
         self._existing_ids = {r.memory_id for r in self.pool.reflections}
         self._existing_texts = {_normal_text(r.content) for r in self.pool.reflections}
 
-    def check_call(self, arguments: str) -> dict[str, Any]:
-        items, problem = parse_arguments(
-            arguments, "reflections", '{"reflections": [{"content", "supporting_observation_ids"}, ...]}'
-        )
-        if items is None:
-            self.rejected += 1
-            return problem or {}
-        reply = check_items(items, self._check_item, self._file)
-        self.rejected += len(reply.get("rejected", []))
-        self.duplicates += len(reply.get("duplicates", []))
-        return reply
-
-    def _file(self, outcome: NewReflection) -> tuple[str, str | None]:
+    def file(self, outcome: NewReflection) -> tuple[str, str | None]:
         short = outcome.memory_id[:12]
         text = _normal_text(outcome.content)
         if outcome.memory_id in self.accepted or any(_normal_text(r.content) == text for r in self.accepted.values()):
@@ -75,7 +64,7 @@ class ReflectionChecker:
         self.accepted[outcome.memory_id] = outcome
         return short, None
 
-    def _check_item(self, item: Any) -> NewReflection | str:
+    def check_item(self, item: Any) -> NewReflection | str:
         if not isinstance(item, dict):
             return "each item must be an object with content and supporting_observation_ids"
         unknown_keys = set(item) - {"content", "supporting_observation_ids"}
