@@ -1,5 +1,9 @@
 """Coverage: which events the Observer has seen, the backlog it still has, and the watermark.
 
+The session's *progress* is its ``observer_progress`` row: the backlog (``pending_tokens``,
+``pending_events``), the watermark and where the next backlog scan starts. Appends add to it
+(:func:`add_to_backlog`); each committed chunk takes its events off it.
+
 An observation cycle ends in :func:`commit_chunk`, one write transaction (opened by the caller, fenced by
 the job lease) that stores the accepted observations, the chunk's coverage rows, the progress counters
 and the ``om_observation_end`` event. Either all of it commits or none of it does, so after any crash or
@@ -26,6 +30,7 @@ from obsmem.pipeline.tokens import event_tokens, token_cost
 from obsmem import eventlog
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
+from obsmem.events import StoredEvent
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations
 from obsmem.storage.connection import ProjectDatabase
 
@@ -61,6 +66,26 @@ def read_progress(conn: apsw.Connection, session_id: str) -> Progress:
         (session_id,),
     ).fetchone()
     return Progress(*row) if row is not None else Progress.empty()
+
+
+def add_to_backlog(conn: apsw.Connection, session_id: str, events: Sequence[StoredEvent]) -> int:
+    """Count appended events into the session's backlog, inside the append's transaction; the new backlog.
+
+    The scan for uncovered events will start no later than the lowest seq appended, so an event filling a
+    gap below the watermark is still observed.
+    """
+    tokens = sum(event_tokens(e.role, e.type, e.content, e.tool_name, e.tool_args) for e in events)
+    lowest = min(e.seq for e in events)
+    row = conn.execute(
+        "INSERT INTO observer_progress(session_id, pending_tokens, pending_events, scan_from_seq)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET"
+        " pending_tokens = pending_tokens + excluded.pending_tokens,"
+        " pending_events = pending_events + excluded.pending_events,"
+        " scan_from_seq = min(scan_from_seq, excluded.scan_from_seq)"
+        " RETURNING pending_tokens",
+        (session_id, tokens, len(events), lowest),
+    ).fetchone()
+    return int(row[0])
 
 
 Renderer = Callable[..., EventView]

@@ -33,8 +33,14 @@ from obsmem.pipeline.reflect.dropper import DropperResult, run_dropper
 from obsmem.pipeline.reflect.generations import Claim, Drop, Promotion, claim_generation, promote
 from obsmem.pipeline.reflect.pool import Pool, generation_id, read_pool
 from obsmem.pipeline.reflect.reflector import ReflectorResult, citations_with, run_reflector
-from obsmem.pipeline.session_jobs import REFLECT, forced_reflect_dedupe_key, reflect_dedupe_key, session_order_key
-from obsmem.pipeline.tokens import token_cost
+from obsmem.pipeline.session_jobs import (
+    REFLECT,
+    forced_reflect_dedupe_key,
+    reflect_dedupe_key,
+    seconds_since_failure,
+    session_order_key,
+)
+from obsmem.pipeline.tokens import sql_estimate, token_cost
 
 from obsmem import eventlog
 from obsmem.errors import ObservationOff
@@ -47,7 +53,8 @@ log = logging.getLogger("obsmem.pipeline.reflect.job")
 
 
 class ReflectJob:
-    """Decides when a session is reflected on, and runs the reflect job."""
+    """Decides when a session is reflected on, runs the reflect job, and resumes sessions left over the
+    threshold."""
 
     def __init__(self, settings: Settings, clients: ModelClients) -> None:
         self.settings = settings
@@ -100,6 +107,30 @@ class ReflectJob:
             order_key=session_order_key(session_id),
             dedupe_key=forced_reflect_dedupe_key(session_id),
         )
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def resume(self, project: str, db: ProjectDatabase, queue: JobQueue) -> None:
+        """Sessions over the threshold whose set was not reflected on (a lost trigger, a failed run)."""
+        conn = db.connection()
+        rows = conn.execute(
+            f"SELECT m.session_id FROM memories AS m WHERE m.kind = 'observation'"
+            " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)"
+            f" GROUP BY m.session_id HAVING sum({sql_estimate('m.content')}) > ?",
+            (self.settings.reflector.reflect_after_observation_tokens,),
+        ).fetchall()
+        cool_down = self.settings.reflector.resume_after_failure_seconds
+        for (session_id,) in rows:
+            if conn.execute(
+                "SELECT 1 FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') LIMIT 1",
+                (session_order_key(session_id),),
+            ).fetchone():
+                continue  # work in flight decides about reflection when it ends
+            age = seconds_since_failure(conn, session_id, REFLECT)
+            if age is not None and age < cool_down:
+                continue
+            if self.queue_if_due(queue, db, session_id) is not None:
+                log.info("project %s: reflection of a session over the threshold queued", project)
 
     # -- the job -------------------------------------------------------------------------------
 
