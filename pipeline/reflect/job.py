@@ -43,7 +43,7 @@ from obsmem.pipeline.session_jobs import (
 from obsmem.pipeline.tokens import sql_estimate, token_cost
 
 from obsmem import eventlog
-from obsmem.errors import ObservationOff
+from obsmem.errors import ReflectionOff
 from obsmem.jobs import EnqueueResult, JobQueue, sanitise_reason
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
@@ -100,7 +100,7 @@ class ReflectJob:
         state = self.state
         if state != "enabled":
             reason = "reflector.enabled is false" if state == "disabled" else "no [model] is configured"
-            raise ObservationOff(f"this server does not reflect: {reason}", code="reflection_off")
+            raise ReflectionOff(f"this server does not reflect: {reason}")
         return queue.enqueue(
             REFLECT,
             {"session_id": session_id, "force": True},
