@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import pytest
+from obsmem.pipeline import project, render_projection
 from obsmem.pipeline.reflect.generations import promoted_chain, rebuild_active_memory
-from obsmem.pipeline.views.projection import project, render
 from pipeline_helpers import words
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
@@ -254,7 +254,7 @@ def check_generations(memory: Obsmem) -> dict[str, int]:
             promoted += len(chain)
             number, items = rebuild_active_memory(conn, session)
             assert number == len(chain)
-            assert project(conn, session).text == render(session, items, number).text, session
+            assert project(conn, session).text == render_projection(session, items, number).text, session
     # Every reflection and every drop record belongs to a promoted generation: no leftovers of killed runs.
     assert db.query(
         "SELECT count(*) FROM memories AS m WHERE m.kind = 'reflection' AND NOT EXISTS (SELECT 1 FROM"

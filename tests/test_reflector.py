@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from obsmem.pipeline.reflect.generations import rebuild_active_memory
-from obsmem.pipeline.views.projection import project, render
+from obsmem.pipeline import project, rebuild_active_memory, render_projection
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import (
     DropperScript,
@@ -101,7 +100,7 @@ def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
 def assert_projection_is_the_ledger(memory: Obsmem, session: str = "s1") -> None:
     with memory.database("p").read() as conn:
         number, items = rebuild_active_memory(conn, session)
-        assert project(conn, session).text == render(session, items, number).text
+        assert project(conn, session).text == render_projection(session, items, number).text
 
 
 def test_threshold_promotes_a_generation_and_dropped_observations_stay_searchable(

@@ -18,8 +18,7 @@ from obsmem.events import AppendReceipt, append_events
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.jobs import EnqueueResult
 from obsmem.memories import WriteReceipt, add_observations
-from obsmem.pipeline.runtime import ObservationPipeline
-from obsmem.pipeline.views.projection import Projection
+from obsmem.pipeline import ObservationPipeline, Projection
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.exact import ExactSearcher
 from obsmem.retrieval.recall import find_memory_row

@@ -61,7 +61,7 @@ class Projection:
         }
 
 
-def render(session_id: str, items: list[MemoryItem], generation: int = 0) -> Projection:
+def render_projection(session_id: str, items: list[MemoryItem], generation: int = 0) -> Projection:
     reflections = [item for item in items if item.kind == "reflection"]
     observations = [item for item in items if item.kind == "observation"]
     if not items:
@@ -80,4 +80,4 @@ def render(session_id: str, items: list[MemoryItem], generation: int = 0) -> Pro
 
 def project(conn: apsw.Connection, session_id: str) -> Projection:
     """Render the session's active memory now (call inside a read snapshot)."""
-    return render(session_id, active_memory(conn, session_id), generation_count(conn, session_id))
+    return render_projection(session_id, active_memory(conn, session_id), generation_count(conn, session_id))
