@@ -18,7 +18,10 @@ import json
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+
+from obsmem.redaction import redact_text
+from obsmem.validation import CONTROL_CHARACTERS
 
 T = TypeVar("T")
 
@@ -29,6 +32,38 @@ def is_repetitive(text: str) -> bool:
         return False
     data = text.encode("utf-8")
     return len(zlib.compress(data)) < len(data) * 0.12
+
+
+class CheckedText(NamedTuple):
+    text: str | None  # the cleaned, redacted line, or None
+    problem: str | None  # why not, phrased for the model
+
+
+@dataclass(frozen=True)
+class OneLine:
+    """The ``content`` rules a recording tool shares with the others, and how its model is told about them.
+
+    A line of text: present, redacted, one line, within the length limit, not degenerate repetition.
+    """
+
+    what: str  # "the fact": what the model should write
+    split_into: str  # "separate observations, one fact each": what a multi-line item becomes
+    too_long: str  # "shorten it or split it into separate facts"
+    reject_control_characters: bool = False
+
+    def check(self, content: Any, max_chars: int) -> CheckedText:
+        if not isinstance(content, str) or not content.strip():
+            return CheckedText(None, f"content is missing: write {self.what} as one line of text")
+        content = redact_text(content.strip())
+        if "\n" in content or "\r" in content:
+            return CheckedText(None, f"content must be one line: split it into {self.split_into}")
+        if self.reject_control_characters and CONTROL_CHARACTERS.search(content):
+            return CheckedText(None, "content must not contain control characters")
+        if len(content) > max_chars:
+            return CheckedText(None, f"content is {len(content)} characters; the limit is {max_chars}: {self.too_long}")
+        if is_repetitive(content):
+            return CheckedText(None, f"content repeats the same text over and over: write {self.what} once")
+        return CheckedText(content, None)
 
 
 def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] | None, dict[str, Any] | None]:

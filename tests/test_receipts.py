@@ -93,3 +93,38 @@ def test_repetition_is_caught_only_in_long_degenerate_text() -> None:
     assert is_repetitive("the same phrase " * 40)
     assert not is_repetitive("the same phrase " * 5)
     assert not is_repetitive(" ".join(f"fact {n} about port {n * 7919 % 65536}" for n in range(40)))
+
+
+def test_content_rules_are_shared_and_the_messages_stay_each_stages_own() -> None:
+    observer, reflector = observer_checker(), ReflectionChecker(POOL, 40, 100)
+    cases = {
+        "": (
+            "content is missing: write the fact as one line of text",
+            "content is missing: write the reflection as one line of text",
+        ),
+        "two\nlines": (
+            "content must be one line: split it into separate observations, one fact each",
+            "content must be one line: split it into separate reflections",
+        ),
+        "x" * 41: (None, "content is 41 characters; the limit is 40: shorten it or split it"),
+        "bell\x07": (None, "content must not contain control characters"),
+        "the same phrase " * 40: (
+            "content repeats the same text over and over: write the fact once",
+            "content is 639 characters; the limit is 40: shorten it or split it",
+        ),
+    }
+    for content, (observer_says, reflector_says) in cases.items():
+        observation = {"content": content, "timestamp": "2026-05-01 10:00", "importance": "low", "source_refs": [1]}
+        observed = observer.check_item(observation)
+        if observer_says is None:
+            assert not isinstance(observed, str) or not observed.startswith("content"), content
+        else:
+            assert observed == observer_says
+        assert reflector.check_item({"content": content, "supporting_observation_ids": ["1" * 12]}) == reflector_says
+    long_fact = observer.check_item({"content": "y" * 1001, "timestamp": "2026-05-01 10:00", "importance": "low"})
+    assert long_fact == "content is 1001 characters; the limit is 1000: shorten it or split it into separate facts"
+    secret = observer.check_item(
+        {"content": "The key is sk-abcdefghijklmnopqrstuvwxyz123456", "timestamp": "2026-05-01 10:00"}
+        | {"importance": "low", "source_refs": [1]}
+    )
+    assert not isinstance(secret, str) and "sk-abcdef" not in secret.content and "[REDACTED" in secret.content

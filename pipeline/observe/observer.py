@@ -20,14 +20,15 @@ from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
-from obsmem.pipeline.receipts import ReceiptCheck, is_repetitive
+from obsmem.pipeline.receipts import OneLine, ReceiptCheck
 from obsmem.pipeline.toolloop import run_tool_loop
 from pydantic import ValidationError
 
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ObsmemError
 from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
-from obsmem.redaction import redact_text
+
+CONTENT = OneLine("the fact", "separate observations, one fact each", "shorten it or split it into separate facts")
 
 
 @dataclass
@@ -56,19 +57,9 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
     def check_item(self, item: Any) -> ObservationIn | str:
         if not isinstance(item, dict):
             return "each item must be an object with content, timestamp, importance and source_refs"
-        content = item.get("content")
-        if not isinstance(content, str) or not content.strip():
-            return "content is missing: write the fact as one line of text"
-        content = redact_text(content.strip())
-        if "\n" in content or "\r" in content:
-            return "content must be one line: split it into separate observations, one fact each"
-        if len(content) > self.max_chars:
-            return (
-                f"content is {len(content)} characters; the limit is {self.max_chars}: "
-                "shorten it or split it into separate facts"
-            )
-        if is_repetitive(content):
-            return "content repeats the same text over and over: write the fact once"
+        content, problem = CONTENT.check(item.get("content"), self.max_chars)
+        if content is None:
+            return problem or "content is missing"
         timestamp = item.get("timestamp")
         try:
             timestamp = parse_timestamp(timestamp)

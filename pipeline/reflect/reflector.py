@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.receipts import ReceiptCheck, is_repetitive
+from obsmem.pipeline.receipts import OneLine, ReceiptCheck
 from obsmem.pipeline.reflect.generations import NewReflection
 from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
 from obsmem.pipeline.reflect.prompts import (
@@ -28,12 +28,13 @@ from obsmem.pipeline.reflect.prompts import (
 from obsmem.pipeline.toolloop import run_tool_loop
 
 from obsmem import ids
-from obsmem.redaction import redact_text
-from obsmem.validation import CONTROL_CHARACTERS
 
 
 def _normal_text(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+CONTENT = OneLine("the reflection", "separate reflections", "shorten it or split it", reject_control_characters=True)
 
 
 @dataclass
@@ -70,18 +71,9 @@ class ReflectionChecker(ReceiptCheck[NewReflection]):
         unknown_keys = set(item) - {"content", "supporting_observation_ids"}
         if unknown_keys:
             return "each item has only content and supporting_observation_ids"
-        content = item.get("content")
-        if not isinstance(content, str) or not content.strip():
-            return "content is missing: write the reflection as one line of text"
-        content = redact_text(content.strip())
-        if "\n" in content or "\r" in content:
-            return "content must be one line: split it into separate reflections"
-        if CONTROL_CHARACTERS.search(content):
-            return "content must not contain control characters"
-        if len(content) > self.max_chars:
-            return f"content is {len(content)} characters; the limit is {self.max_chars}: shorten it or split it"
-        if is_repetitive(content):
-            return "content repeats the same text over and over: write the reflection once"
+        content, problem = CONTENT.check(item.get("content"), self.max_chars)
+        if content is None:
+            return problem or "content is missing"
         raw_ids = item.get("supporting_observation_ids")
         if not isinstance(raw_ids, list) or not raw_ids:
             return "supporting_observation_ids must be a non-empty list of the 12-character observation ids shown"
