@@ -59,13 +59,13 @@ def active_memory(conn: apsw.Connection, session_id: str) -> list[MemoryItem]:
 
 def active_observation_tokens(conn: apsw.Connection, session_id: str) -> int:
     """Estimated tokens of the session's active observations (what the reflection threshold measures)."""
-    (tokens,) = conn.execute(
+    row = conn.execute(
         f"SELECT coalesce(sum({sql_estimate('m.content')}), 0) FROM memories AS m"
         " WHERE m.session_id = ? AND m.kind = 'observation'"
         " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)",
         (session_id,),
     ).fetchone()
-    return round(tokens)
+    return round(row[0]) if row is not None else 0  # an aggregate always has its one row
 
 
 def active_observation_ids(conn: apsw.Connection, session_id: str) -> list[str]:

@@ -129,7 +129,7 @@ class ReflectJob:
             age = seconds_since_failure(conn, session_id, REFLECT)
             if age is not None and age < cool_down:
                 continue
-            if self.queue_if_due(queue, db, session_id) is not None:
+            if self.queue_if_due(queue, db, str(session_id)) is not None:
                 log.info("project %s: reflection of a session over the threshold queued", project)
 
     # -- the job -------------------------------------------------------------------------------
