@@ -46,6 +46,8 @@ class CoverageConflict(ObsmemError):
 
 @dataclass(frozen=True)
 class Progress:
+    """A session's progress: its ``observer_progress`` row (the backlog, the watermark, the scan start)."""
+
     pending_tokens: int
     pending_events: int
     observed_through_seq: int

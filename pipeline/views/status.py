@@ -54,7 +54,7 @@ def session_status(
     observer_state: str,
     reflector_state: str = "not_configured",
 ) -> dict[str, Any]:
-    """The progress state of one session (see docs/pipeline.md for every field)."""
+    """The status of one session (see docs/pipeline.md for every field)."""
     session = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     if session is None:
         raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
