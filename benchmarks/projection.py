@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import line  # noqa: E402
-from obsmem.pipeline.projection import active_memory, render  # noqa: E402
+from obsmem.pipeline import active_memory, render_projection  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.memories import ReflectionIn, add_reflection  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> None:
         rendering: list[float] = []
         for _ in range(args.repeat):
             started = time.perf_counter()
-            render("s1", items)
+            render_projection("s1", items)
             rendering.append(time.perf_counter() - started)
         deterministic = memory.memory("bench", "s1").text == projection.text
         memory.close()

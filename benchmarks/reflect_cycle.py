@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from obsmem.pipeline.llm import ChatClient  # noqa: E402
+from obsmem.pipeline import ChatClient  # noqa: E402
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402

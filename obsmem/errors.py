@@ -19,6 +19,7 @@ response bodies, so they are safe to log.
     ├── NotFound (404)                not_found, project_not_found
     ├── SeqConflict (409)             seq_conflict
     ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
+    ├── ReflectionOff (409)           reflection_off: reflection asked for, but no model or switched off
     ├── Unauthorized (401) / Forbidden (403)
     ├── PayloadTooLarge (413)
     ├── ConfigurationError            configuration_error (start-up only)
@@ -241,6 +242,14 @@ class ObservationOff(ObsmemError):
     """Observation was asked for, but this server observes nothing (no model configured, or switched off)."""
 
     code = "observation_off"
+    status = 409
+    retryable = False
+
+
+class ReflectionOff(ObsmemError):
+    """Reflection was asked for, but this server reflects on nothing (no model configured, or switched off)."""
+
+    code = "reflection_off"
     status = 409
     retryable = False
 

@@ -26,6 +26,13 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(0.25 * chars + 0.375 * extra)
 
 
+def token_cost(text: str) -> float:
+    """The token estimate of :func:`estimate_tokens`, unrounded, so sums over many
+    observations agree with the SQL sum (:func:`~obsmem.pipeline.memory_items.active_observation_tokens`)."""
+    chars = len(text)
+    return 0.25 * chars + 0.375 * (len(text.encode("utf-8", "surrogatepass")) - chars)
+
+
 def sql_estimate(column: str) -> str:
     """The same estimate as a SQL expression over a text column (summed over rows by the caller)."""
     return f"(0.25 * length({column}) + 0.375 * (length(CAST({column} AS BLOB)) - length({column})))"

@@ -3,7 +3,8 @@
 Each stage (Observer, Reflector, Dropper) gives the model one tool and answers every call with a receipt
 it can act on. The conversation goes on for at most ``max_rounds`` model replies; it ends early when the
 model answers without a tool call, or when it keeps sending calls identical to earlier ones (a repetition
-loop). Calls to another tool name get an error result naming the right one.
+loop). Calls to another tool name get an error result naming the right one. What a call's receipt says is
+the stage's :class:`~obsmem.pipeline.receipts.ReceiptCheck`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
 
 REPEATED_CALLS_TO_STOP = 2
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -71,46 +70,6 @@ def run_tool_loop(
             stop_reason = "repetition"
             break
     return LoopResult(rounds, stop_reason, prompt_tokens, completion_tokens)
-
-
-def check_items(
-    items: list[Any],
-    check: Callable[[Any], T | str],
-    file: Callable[[T], tuple[str, str | None]],
-) -> dict[str, Any]:
-    """A recording tool's reply to one call: each item checked (``check`` returns the valid item or why
-    not), each valid one filed (``file`` returns its short id and a duplicate note, or None once it has
-    recorded it), then the non-empty parts of the receipt and what the model should do next."""
-    receipt: dict[str, list[dict[str, Any]]] = {"recorded": [], "duplicates": [], "rejected": []}
-    for index, item in enumerate(items):
-        outcome = check(item)
-        if isinstance(outcome, str):
-            receipt["rejected"].append({"index": index, "reason": outcome})
-            continue
-        short, duplicate = file(outcome)
-        if duplicate is not None:
-            receipt["duplicates"].append({"index": index, "id": short, "note": duplicate})
-        else:
-            receipt["recorded"].append({"index": index, "id": short})
-    result: dict[str, Any] = {key: value for key, value in receipt.items() if value}
-    result["next"] = (
-        "Fix and resend only the rejected items, or reply without a tool call if you are done."
-        if receipt["rejected"]
-        else "Record anything else worth keeping, or reply without a tool call if you are done."
-    )
-    return result
-
-
-def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] | None, dict[str, Any] | None]:
-    """The list under ``key`` in a call's JSON arguments (a bare list is accepted too), or an error result."""
-    try:
-        document = json.loads(arguments) if arguments.strip() else None
-    except json.JSONDecodeError as exc:
-        return None, {"error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); send {example}"}
-    items = document.get(key) if isinstance(document, dict) else document
-    if not isinstance(items, list) or not items:
-        return None, {"error": f"send a non-empty list: {example}"}
-    return items, None
 
 
 def _normalised(arguments: str) -> str:

@@ -10,8 +10,9 @@ import apsw
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from obsmem.pipeline.dropper import rank_and_cap
-from obsmem.pipeline.generations import (
+from obsmem.pipeline import project, render_projection
+from obsmem.pipeline.reflect.dropper import rank_and_cap
+from obsmem.pipeline.reflect.generations import (
     GenerationLost,
     NewReflection,
     claim_generation,
@@ -19,8 +20,7 @@ from obsmem.pipeline.generations import (
     promoted_chain,
     rebuild_active_memory,
 )
-from obsmem.pipeline.pool import IdResolver, PoolObservation, generation_id, read_pool, tier_of
-from obsmem.pipeline.projection import project, render
+from obsmem.pipeline.reflect.pool import IdResolver, PoolObservation, generation_id, read_pool, tier_of
 
 from obsmem.app import Obsmem
 from obsmem.memories import add_observations
@@ -74,7 +74,7 @@ def run_generation(db: ProjectDatabase, text: str, drop_count: int, cycle: str =
 def check_projection_equals_ledger(db: ProjectDatabase, session: str = "s1") -> None:
     with db.read() as conn:
         number, items = rebuild_active_memory(conn, session)
-        assert project(conn, session).text == render(session, items, number).text
+        assert project(conn, session).text == render_projection(session, items, number).text
 
 
 def test_claim_promote_and_duplicates(db: ProjectDatabase) -> None:
@@ -198,7 +198,7 @@ def test_generations_chain_and_projection_equals_the_replayed_ledger(db: Project
         )
     with db.read() as conn:
         number, items = rebuild_active_memory(conn, "s1")
-        assert project(conn, "s1").text != render("s1", items, number).text
+        assert project(conn, "s1").text != render_projection("s1", items, number).text
 
 
 def test_generation_id_depends_on_the_set_only() -> None:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline import ChatClient
 from scripted_chat import Reply, ScriptedChatServer, error, text, tool_calls
 
 from obsmem.errors import ModelBadResponse, ModelNotConfigured, ModelRejected, ModelTimeout, ModelUnavailable

@@ -14,6 +14,7 @@ from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import PipelineScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
+from obsmem.errors import ObservationOff, ReflectionOff
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
 
@@ -168,6 +169,9 @@ def test_reflect_without_a_model_is_409(tmp_path: Path) -> None:
         refused = other.post("/v1/projects/p/sessions/s1/reflect")
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "reflection_off"
         assert other.get("/v1/projects/p/sessions/s1/status").json()["reflector"] == "not_configured"
+    with pytest.raises(ReflectionOff) as refused_here:  # its own class, not ObservationOff with another code
+        plain.reflect("p", "s1")
+    assert not isinstance(refused_here.value, ObservationOff) and refused_here.value.status == 409
     plain.close()
 
 

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import pytest
-from obsmem.pipeline.generations import promoted_chain, rebuild_active_memory
-from obsmem.pipeline.projection import project, render
+from obsmem.pipeline import project, render_projection
+from obsmem.pipeline.reflect.generations import promoted_chain, rebuild_active_memory
 from pipeline_helpers import words
 from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
@@ -221,7 +221,7 @@ def settle(memory: Obsmem, timeout: float) -> None:
             "SELECT count(*) FROM events AS e WHERE NOT EXISTS (SELECT 1 FROM coverage AS c"
             " WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
         )[0][0]
-        due = [s for s in SESSIONS if memory.pipeline.condenser.due(db, s) is not None]
+        due = [s for s in SESSIONS if memory.pipeline.reflect.due(db, s) is not None]
         if not busy and not uncovered and not due:
             # Quiet for longer than a housekeeping interval: nothing left to queue more work.
             quiet_since = quiet_since or time.monotonic()
@@ -235,7 +235,7 @@ def settle(memory: Obsmem, timeout: float) -> None:
     )
 
 
-def condensed(memory: Obsmem) -> bool:
+def reflected(memory: Obsmem) -> bool:
     """Some session has a promoted generation that retired observations (a whole reflect + drop cycle)."""
     return bool(
         memory.database("p").query(
@@ -254,7 +254,7 @@ def check_generations(memory: Obsmem) -> dict[str, int]:
             promoted += len(chain)
             number, items = rebuild_active_memory(conn, session)
             assert number == len(chain)
-            assert project(conn, session).text == render(session, items, number).text, session
+            assert project(conn, session).text == render_projection(session, items, number).text, session
     # Every reflection and every drop record belongs to a promoted generation: no leftovers of killed runs.
     assert db.query(
         "SELECT count(*) FROM memories AS m WHERE m.kind = 'reflection' AND NOT EXISTS (SELECT 1 FROM"
@@ -395,10 +395,10 @@ def run_seed(seed: int, root: Path) -> dict[str, int]:
             # the pool may stay under the reflection threshold: keep the conversation going (bounded)
             # until a Reflector + Dropper cycle has been promoted, so every seed exercises all three jobs.
             deadline = time.monotonic() + 60
-            while not condensed(memory) and time.monotonic() < deadline:
+            while not reflected(memory) and time.monotonic() < deadline:
                 workload(memory, rng, seconds=1.0)
                 waited = time.monotonic() + 3.0
-                while not condensed(memory) and time.monotonic() < waited:
+                while not reflected(memory) and time.monotonic() < waited:
                     time.sleep(0.1)
             chaos.join(timeout=60)
             settle(memory, timeout=120)

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from obsmem.pipeline.generations import rebuild_active_memory
-from obsmem.pipeline.projection import project, render
+from obsmem.pipeline import project, rebuild_active_memory, render_projection
 from pipeline_helpers import pipeline_service, user, words
 from scripted_chat import (
     DropperScript,
@@ -101,7 +100,7 @@ def events_of(memory: Obsmem, *types: str) -> list[dict[str, Any]]:
 def assert_projection_is_the_ledger(memory: Obsmem, session: str = "s1") -> None:
     with memory.database("p").read() as conn:
         number, items = rebuild_active_memory(conn, session)
-        assert project(conn, session).text == render(session, items, number).text
+        assert project(conn, session).text == render_projection(session, items, number).text
 
 
 def test_threshold_promotes_a_generation_and_dropped_observations_stay_searchable(
@@ -337,9 +336,9 @@ def test_a_failed_stage_keeps_the_previous_generation_and_the_retry_succeeds(
 def test_a_crash_inside_the_promotion_commits_nothing(
     tmp_path: Path, server: ScriptedChatServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import obsmem.pipeline.condense as condense
+    import obsmem.pipeline.reflect.job as reflect_job
 
-    real_promote = condense.promote
+    real_promote = reflect_job.promote
     crashes = {"left": 1}
 
     def promote_then_die(*args: Any, **kwargs: Any) -> Any:
@@ -349,7 +348,7 @@ def test_a_crash_inside_the_promotion_commits_nothing(
             raise SystemExit("killed mid-transaction")
         return result
 
-    monkeypatch.setattr(condense, "promote", promote_then_die)
+    monkeypatch.setattr(reflect_job, "promote", promote_then_die)
     memory = service_for(tmp_path, server)
     fill(memory)
     pool = memory.worker_pool()

@@ -30,9 +30,8 @@ from obsmem.errors import ValidationFailed
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.pipeline.generations import project_generation_totals
-from obsmem.pipeline.projection import Projection
-from obsmem.pipeline.runtime import ObservationPipeline
+from obsmem.pipeline import ObservationPipeline, Projection
+from obsmem.pipeline.reflect.generations import project_generation_totals
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.recall import find_memory_row
 from obsmem.retrieval.recall import recall as recall_memory

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from obsmem.pipeline import ROLES
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, json_option, pass_app, session_option
 from obsmem.validation import session_id as check_session_id
@@ -209,9 +210,6 @@ def reflect(app: App, project: str, session_id: str, as_json: bool) -> None:
     else:
         note = "queued" if result.created else "already queued"
         click.echo(f"Reflection of {session_id} {note} (job {result.job_id}).")
-
-
-ROLES = ("observer", "reflector", "dropper")
 
 
 @click.command()

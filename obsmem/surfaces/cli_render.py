@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from obsmem.pipeline.prompts import seq_runs
+from obsmem.pipeline import seq_runs
 
 RECALL_SOURCE_CHARS = 600
 PIPED_WIDTH = 120

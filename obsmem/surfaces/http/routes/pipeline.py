@@ -20,7 +20,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from obsmem.bounds import decimal_integer
 from obsmem.errors import ValidationFailed
-from obsmem.pipeline.model_overrides import ModelChanges
+from obsmem.pipeline import ModelChanges
 from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody

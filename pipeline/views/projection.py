@@ -9,8 +9,9 @@ so the caller can fall back to its own summariser.
 
 It renders from the session's active generation: every reflection, and every observation that no
 promoted generation dropped (dropped observations stay searchable and recallable, they just leave this
-text). :func:`active_memory` is the one place that decides what is active; it must always equal the
-ledger replayed by :func:`obsmem.pipeline.generations.rebuild_active_memory`, which tests check.
+text). :func:`~obsmem.pipeline.memory_items.active_memory` is the one place that decides what is active;
+it must always equal the ledger replayed by
+:func:`obsmem.pipeline.reflect.generations.rebuild_active_memory`, which tests check.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-from obsmem.pipeline.generations import generation_count
-from obsmem.pipeline.hygiene import MEMORY_TAG, PROJECTION_HEADER
-from obsmem.pipeline.packer import MemoryItem
+from obsmem.pipeline.memory_items import MemoryItem, active_memory
+from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER
+from obsmem.pipeline.reflect.generations import generation_count
 from obsmem.pipeline.tokens import estimate_tokens
 
 HEADER = (
@@ -30,22 +31,6 @@ HEADER = (
     "`memory_search` for details not shown here. Verify the current state of files, branches and pull "
     "requests before acting on older decisions."
 )
-
-
-def active_memory(conn: apsw.Connection, session_id: str) -> list[MemoryItem]:
-    """The session's active reflections and observations, reflections first, each in time order."""
-    # One query per kind, each read in index order: sorting all rows in one query costs more than both.
-    items: list[MemoryItem] = []
-    for kind in ("reflection", "observation"):
-        rows = conn.execute(
-            "SELECT m.memory_id, m.kind, substr(m.date, 1, 16), m.importance, m.content FROM memories AS m"
-            " WHERE m.session_id = ? AND m.kind = ?"
-            " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)"
-            " ORDER BY m.date, m.id",
-            (session_id, kind),
-        )
-        items.extend(map(MemoryItem._make, rows))
-    return items
 
 
 @dataclass(frozen=True)
@@ -76,7 +61,7 @@ class Projection:
         }
 
 
-def render(session_id: str, items: list[MemoryItem], generation: int = 0) -> Projection:
+def render_projection(session_id: str, items: list[MemoryItem], generation: int = 0) -> Projection:
     reflections = [item for item in items if item.kind == "reflection"]
     observations = [item for item in items if item.kind == "observation"]
     if not items:
@@ -95,4 +80,4 @@ def render(session_id: str, items: list[MemoryItem], generation: int = 0) -> Pro
 
 def project(conn: apsw.Connection, session_id: str) -> Projection:
     """Render the session's active memory now (call inside a read snapshot)."""
-    return render(session_id, active_memory(conn, session_id), generation_count(conn, session_id))
+    return render_projection(session_id, active_memory(conn, session_id), generation_count(conn, session_id))

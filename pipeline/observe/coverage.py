@@ -1,5 +1,9 @@
 """Coverage: which events the Observer has seen, the backlog it still has, and the watermark.
 
+The session's *progress* is its ``observer_progress`` row: the backlog (``pending_tokens``,
+``pending_events``), the watermark and where the next backlog scan starts. Appends add to it
+(:func:`add_to_backlog`); each committed chunk takes its events off it.
+
 An observation cycle ends in :func:`commit_chunk`, one write transaction (opened by the caller, fenced by
 the job lease) that stores the accepted observations, the chunk's coverage rows, the progress counters
 and the ``om_observation_end`` event. Either all of it commits or none of it does, so after any crash or
@@ -18,13 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-from obsmem.pipeline.hygiene import EventView
-from obsmem.pipeline.packer import Chunk
-from obsmem.pipeline.pool import active_observation_tokens, token_cost
-from obsmem.pipeline.tokens import event_tokens
+from obsmem.pipeline.memory_items import active_observation_tokens
+from obsmem.pipeline.observe.hygiene import EventView
+from obsmem.pipeline.observe.packer import EventChunk
+from obsmem.pipeline.tokens import event_tokens, token_cost
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
+from obsmem.events import StoredEvent
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.work import eventlog
@@ -41,6 +46,8 @@ class CoverageConflict(ObsmemError):
 
 @dataclass(frozen=True)
 class Progress:
+    """A session's progress: its ``observer_progress`` row (the backlog, the watermark, the scan start)."""
+
     pending_tokens: int
     pending_events: int
     observed_through_seq: int
@@ -61,6 +68,26 @@ def read_progress(conn: apsw.Connection, session_id: str) -> Progress:
         (session_id,),
     ).fetchone()
     return Progress(*row) if row is not None else Progress.empty()
+
+
+def add_to_backlog(conn: apsw.Connection, session_id: str, events: Sequence[StoredEvent]) -> int:
+    """Count appended events into the session's backlog, inside the append's transaction; the new backlog.
+
+    The scan for uncovered events will start no later than the lowest seq appended, so an event filling a
+    gap below the watermark is still observed.
+    """
+    tokens = sum(event_tokens(e.role, e.type, e.content, e.tool_name, e.tool_args) for e in events)
+    lowest = min(e.seq for e in events)
+    row = conn.execute(
+        "INSERT INTO observer_progress(session_id, pending_tokens, pending_events, scan_from_seq)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET"
+        " pending_tokens = pending_tokens + excluded.pending_tokens,"
+        " pending_events = pending_events + excluded.pending_events,"
+        " scan_from_seq = min(scan_from_seq, excluded.scan_from_seq)"
+        " RETURNING pending_tokens",
+        (session_id, tokens, len(events), lowest),
+    ).fetchone()
+    return int(row[0])
 
 
 Renderer = Callable[..., EventView]
@@ -108,7 +135,7 @@ def pending_events(
         start = rows[-1][0] + 1
 
 
-def _check_uncovered(conn: apsw.Connection, session_id: str, chunk: Chunk) -> None:
+def _check_uncovered(conn: apsw.Connection, session_id: str, chunk: EventChunk) -> None:
     for piece in chunk.pieces:
         seq = piece.view.seq
         final, covered_to = conn.execute(
@@ -124,7 +151,7 @@ def commit_chunk(
     db: ProjectDatabase,
     *,
     session_id: str,
-    chunk: Chunk,
+    chunk: EventChunk,
     observations: Sequence[ObservationIn],
     cycle_id: str,
     job_id: int | None,
@@ -194,7 +221,7 @@ def commit_chunk(
             # Counted before the transaction when the caller can (it reads every observation of the session,
             # which should not lengthen a write that appends wait for).
             "observation_tokens": (
-                observation_tokens(conn, session_id)
+                active_observation_tokens(conn, session_id)
                 if observation_tokens_before is None
                 else observation_tokens_before + round(sum(token_cost(observations[i].content) for i in added))
             ),
@@ -202,11 +229,6 @@ def commit_chunk(
         },
     )
     return receipt
-
-
-def observation_tokens(conn: apsw.Connection, session_id: str) -> int:
-    """Estimated tokens of the session's active observations (what the Reflector's threshold measures)."""
-    return active_observation_tokens(conn, session_id)
 
 
 def _first_uncovered(conn: apsw.Connection, session_id: str, from_seq: int) -> int | None:

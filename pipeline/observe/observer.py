@@ -12,34 +12,31 @@ with the chunk's coverage rows in one transaction.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.packer import Chunk, MemoryItem
-from obsmem.pipeline.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
-from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.observe.packer import EventChunk
+from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
+from obsmem.pipeline.receipts import OneLine, ReceiptCheck
+from obsmem.pipeline.toolloop import run_tool_loop
 from pydantic import ValidationError
 
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ObsmemError
 from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
-from obsmem.redaction import redact_text
 
-
-def is_repetitive(text: str) -> bool:
-    """Degenerate output (the same phrase over and over) compresses far better than any real fact."""
-    if len(text) < 200:
-        return False
-    data = text.encode("utf-8")
-    return len(zlib.compress(data)) < len(data) * 0.12
+CONTENT = OneLine("the fact", "separate observations, one fact each", "shorten it or split it into separate facts")
 
 
 @dataclass
-class ItemChecker:
+class ItemChecker(ReceiptCheck[ObservationIn]):
     """Validates items from ``record_observations`` calls and remembers the accepted ones."""
+
+    key = "observations"
+    example = '{"observations": [{"content", "timestamp", "importance", "source_refs"}, ...]}'
 
     session_id: str
     shown: set[int]
@@ -47,24 +44,8 @@ class ItemChecker:
     max_chars: int
     example_time: str
     accepted: dict[str, ObservationIn] = field(default_factory=dict)
-    rejected: int = 0
-    duplicates: int = 0
 
-    def check_call(self, arguments: str) -> dict[str, Any]:
-        items, problem = parse_arguments(
-            arguments,
-            "observations",
-            '{"observations": [{"content", "timestamp", "importance", "source_refs"}, ...]}',
-        )
-        if items is None:
-            self.rejected += 1
-            return problem or {}
-        reply = check_items(items, self._check_item, self._file)
-        self.rejected += len(reply.get("rejected", []))
-        self.duplicates += len(reply.get("duplicates", []))
-        return reply
-
-    def _file(self, outcome: ObservationIn) -> tuple[str, str | None]:
+    def file(self, outcome: ObservationIn) -> tuple[str, str | None]:
         memory_id = outcome.memory_id()
         if memory_id in self.accepted:
             return memory_id[:12], "already recorded in this request"
@@ -73,22 +54,12 @@ class ItemChecker:
         self.accepted[memory_id] = outcome
         return memory_id[:12], None
 
-    def _check_item(self, item: Any) -> ObservationIn | str:
+    def check_item(self, item: Any) -> ObservationIn | str:
         if not isinstance(item, dict):
             return "each item must be an object with content, timestamp, importance and source_refs"
-        content = item.get("content")
-        if not isinstance(content, str) or not content.strip():
-            return "content is missing: write the fact as one line of text"
-        content = redact_text(content.strip())
-        if "\n" in content or "\r" in content:
-            return "content must be one line: split it into separate observations, one fact each"
-        if len(content) > self.max_chars:
-            return (
-                f"content is {len(content)} characters; the limit is {self.max_chars}: "
-                "shorten it or split it into separate facts"
-            )
-        if is_repetitive(content):
-            return "content repeats the same text over and over: write the fact once"
+        content, problem = CONTENT.check(item.get("content"), self.max_chars)
+        if content is None:
+            return problem or "content is missing"
         timestamp = item.get("timestamp")
         try:
             timestamp = parse_timestamp(timestamp)
@@ -152,7 +123,7 @@ def run_cycle(
     client: ChatClient,
     *,
     session_id: str,
-    chunk: Chunk,
+    chunk: EventChunk,
     memory: list[MemoryItem],
     exists: Callable[[str], bool],
     max_rounds: int,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from obsmem.pipeline.pool import IMPORTANCE_RANK, PoolObservation, PoolReflection
+from obsmem.pipeline.reflect.pool import IMPORTANCE_RANK, PoolObservation, PoolReflection
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, estimate_tokens
 
 REFLECT_TOOL = "record_reflections"

@@ -14,7 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from obsmem.pipeline.condense_prompts import (
+from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.receipts import Receipt, ReceiptCheck
+from obsmem.pipeline.reflect.generations import Drop, NewReflection
+from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation, PoolReflection
+from obsmem.pipeline.reflect.prompts import (
     DROPPER_SYSTEM_PROMPT,
     choose_for_dropper,
     data_budget,
@@ -22,10 +26,8 @@ from obsmem.pipeline.condense_prompts import (
     drop_rank,
     dropper_message,
 )
-from obsmem.pipeline.generations import Drop, NewReflection
-from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.pool import IdResolver, Pool, PoolObservation, PoolReflection, token_cost
-from obsmem.pipeline.toolloop import parse_arguments, run_tool_loop
+from obsmem.pipeline.tokens import token_cost
+from obsmem.pipeline.toolloop import run_tool_loop
 
 MAX_IDS_PER_CALL = 2000
 REFLECTION_SHARE = 0.3  # of a request's memory budget, for the reflections that cover what may go
@@ -50,42 +52,45 @@ def rank_and_cap(
 
 
 @dataclass
-class DropChecker:
-    """Validates ids from ``drop_observations`` calls and collects the proposals."""
+class DropChecker(ReceiptCheck[PoolObservation]):
+    """Validates ids from ``drop_observations`` calls and collects the proposals.
+
+    Its receipt lists the accepted ids as ``proposed`` (the server decides what is retired) and says how
+    far the proposals go against the pool's overage.
+    """
+
+    key = "observation_ids"
+    example = '{"observation_ids": ["a1b2c3d4e5f6", ...]}'
+    max_items = MAX_IDS_PER_CALL
 
     observations: dict[str, PoolObservation]
     reflection_ids: Sequence[str]
     pool_tokens: float
     target: int
     proposals: dict[str, PoolObservation] = field(default_factory=dict)
-    rejected: int = 0
 
     def __post_init__(self) -> None:
         self._resolver = IdResolver(self.observations, self.reflection_ids)
 
-    def check_call(self, arguments: str) -> dict[str, Any]:
-        items, problem = parse_arguments(arguments, "observation_ids", '{"observation_ids": ["a1b2c3d4e5f6", ...]}')
-        if items is None:
-            self.rejected += 1
-            return problem or {}
-        accepted: list[str] = []
-        rejected: list[dict[str, Any]] = []
-        for index, raw in enumerate(items[:MAX_IDS_PER_CALL]):
-            resolved = self._resolver.resolve(raw)
-            if resolved.memory_id is None:
-                self.rejected += 1
-                rejected.append({"index": index, "reason": resolved.problem})
-                continue
-            self.proposals[resolved.memory_id] = self.observations[resolved.memory_id]
-            accepted.append(resolved.memory_id[:12])
+    def check_item(self, item: Any) -> PoolObservation | str:
+        resolved = self._resolver.resolve(item)
+        if resolved.memory_id is None:
+            return resolved.problem or "unknown id"
+        return self.observations[resolved.memory_id]
+
+    def file(self, outcome: PoolObservation) -> tuple[str, str | None]:
+        self.proposals[outcome.memory_id] = outcome
+        return outcome.memory_id[:12], None
+
+    def reply(self, receipt: Receipt, items: int) -> dict[str, Any]:
         proposed_tokens = sum(o.tokens for o in self.proposals.values())
         over = max(0.0, self.pool_tokens - self.target)
         result: dict[str, Any] = {}
-        if accepted:
-            result["proposed"] = accepted
-        if rejected:
-            result["rejected"] = rejected
-        if len(items) > MAX_IDS_PER_CALL:
+        if receipt.recorded:
+            result["proposed"] = [entry["id"] for entry in receipt.recorded]
+        if receipt.rejected:
+            result["rejected"] = receipt.rejected
+        if items > MAX_IDS_PER_CALL:
             result["ignored"] = f"only the first {MAX_IDS_PER_CALL} ids of a call are read"
         result["status"] = (
             f"{len(self.proposals)} observations proposed (~{round(proposed_tokens):,} tokens); the pool is over "
@@ -94,7 +99,7 @@ class DropChecker:
         )
         result["next"] = (
             "Fix the rejected ids, propose more that are safe to retire, or reply without a tool call if you are done."
-            if rejected or proposed_tokens < over
+            if receipt.rejected or proposed_tokens < over
             else "Reply without a tool call if you are done."
         )
         return result

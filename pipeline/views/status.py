@@ -1,54 +1,26 @@
-"""Progress state: what the pipeline is doing for a session, for status views and agents' progress bars.
+"""The status view: what the pipeline is doing for a session, for `obsmem status` and agents' progress bars.
 
-``current_activity`` holds at most one row per session while a model stage runs. It is written with the
-stage's start event and removed in the transaction that commits the stage's results, or with its failure
-event (guarded by job id, so a late cleanup never removes a newer job's row); rows left by a crashed
-worker are hidden once older than ``stale_activity_seconds`` and deleted by housekeeping. Writing it is
-best effort: a failed status write never fails model work.
+It reads the observer's progress counters (backlog and watermark), the activity row the jobs write
+(:mod:`obsmem.pipeline.activity`), the newest failure, the session's jobs, the active generation and the
+pool's pressure. Read-only and cheap enough for a live view.
 """
 
 from __future__ import annotations
 
-import logging
+import json
 import time
 from typing import Any
 
 import apsw
-from obsmem.pipeline.coverage import read_progress
-from obsmem.pipeline.generations import active_generation_info
-from obsmem.pipeline.memory_view import pool_pressure
+from obsmem.pipeline.observe.coverage import read_progress
+from obsmem.pipeline.reflect.generations import active_generation_info
+from obsmem.pipeline.session_jobs import session_order_key
+from obsmem.pipeline.views.details import pool_pressure
 
 from obsmem.errors import NotFound
 from obsmem.settings import Settings
-from obsmem.storage.connection import ProjectDatabase
-from obsmem.work import eventlog
-
-log = logging.getLogger("obsmem.pipeline.progress")
 
 STAGE_STATUS = {"observer": "observing", "reflector": "reflecting", "dropper": "reflecting"}
-
-
-def set_activity(conn: apsw.Connection, session_id: str, job_id: int, stage: str, tokens: int) -> None:
-    """Record the running stage, inside the caller's write transaction."""
-    now = time.time()
-    conn.execute(
-        "INSERT INTO current_activity(session_id, job_id, stage, tokens, started_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET job_id = excluded.job_id,"
-        " stage = excluded.stage, tokens = excluded.tokens, started_at = excluded.started_at,"
-        " updated_at = excluded.updated_at",
-        (session_id, job_id, stage, tokens, now, now),
-    )
-
-
-def clear_activity(conn: apsw.Connection, session_id: str, job_id: int) -> None:
-    """Remove the job's activity row (never a newer job's), inside the caller's write transaction."""
-    conn.execute("DELETE FROM current_activity WHERE session_id = ? AND job_id = ?", (session_id, job_id))
-
-
-def clear_stale_activity(db: ProjectDatabase, stale_seconds: float) -> int:
-    with db.write() as conn:
-        conn.execute("DELETE FROM current_activity WHERE updated_at < ?", (time.time() - stale_seconds,))
-        return conn.changes()
 
 
 def _last_error(conn: apsw.Connection, session_id: str) -> dict[str, Any] | None:
@@ -68,8 +40,6 @@ def _last_error(conn: apsw.Connection, session_id: str) -> dict[str, Any] | None
     ).fetchone()
     if success is not None:
         return None
-    import json
-
     data = json.loads(row[3])
     reason = data.get("error") or data.get("reason") or ""
     code, _, message = reason.partition(": ")
@@ -84,7 +54,7 @@ def session_status(
     observer_state: str,
     reflector_state: str = "not_configured",
 ) -> dict[str, Any]:
-    """The progress state of one session (see docs/pipeline.md for every field)."""
+    """The status of one session (see docs/pipeline.md for every field)."""
     session = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     if session is None:
         raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
@@ -131,31 +101,3 @@ def session_status(
         "pool": pool,
         "jobs": {"queued": jobs.get("queued", 0), "running": jobs.get("running", 0)},
     }
-
-
-def session_order_key(session_id: str) -> str:
-    """Jobs of one session share this order key, so they run one at a time, in order."""
-    return f"session:{session_id}"
-
-
-def status_write(
-    db: ProjectDatabase,
-    type_: str,
-    session_id: str,
-    cycle_id: str,
-    job_id: int,
-    data: dict[str, Any],
-    *,
-    activity: tuple[str, int] | None = None,
-    clear: bool = False,
-) -> None:
-    """Log an event and set or clear the activity row, in one transaction; never fails the work."""
-    try:
-        with db.write() as conn:
-            eventlog.record(conn, type_, session_id=session_id, cycle_id=cycle_id, job_id=job_id, data=data)
-            if activity is not None:
-                set_activity(conn, session_id, job_id, *activity)
-            if clear:
-                clear_activity(conn, session_id, job_id)
-    except Exception as exc:  # noqa: BLE001 - status and the event log never fail model work
-        log.warning("could not record %s: %s", type_, type(exc).__name__)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from obsmem.pipeline.packer import Chunk, MemoryItem
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, estimate_tokens
 
 TOOL_NAME = "record_observations"
@@ -117,7 +118,7 @@ def seq_ranges(seqs: list[int]) -> str:
     return ", ".join(parts) or "none"
 
 
-def user_message(session_id: str, memory: list[MemoryItem], chunk: Chunk) -> str:
+def user_message(session_id: str, memory: list[MemoryItem], chunk: EventChunk) -> str:
     """The data of one request: existing memory for reference, then the transcript to observe."""
     lines = [f"Session: {session_id}", ""]
     if memory:
@@ -143,6 +144,8 @@ def prompt_overhead_tokens(max_chars: int) -> int:
     import json
 
     fixed = (
-        OBSERVER_SYSTEM_PROMPT + json.dumps(record_observations_tool(max_chars)) + user_message("x" * 64, [], Chunk(()))
+        OBSERVER_SYSTEM_PROMPT
+        + json.dumps(record_observations_tool(max_chars))
+        + user_message("x" * 64, [], EventChunk(()))
     )
     return estimate_tokens(fixed) + 3 * MESSAGE_OVERHEAD + 64

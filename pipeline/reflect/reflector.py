@@ -14,38 +14,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from obsmem.pipeline.condense_prompts import (
+from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.receipts import OneLine, ReceiptCheck
+from obsmem.pipeline.reflect.generations import NewReflection
+from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
+from obsmem.pipeline.reflect.prompts import (
     REFLECTOR_SYSTEM_PROMPT,
     choose_for_reflector,
     data_budget,
     record_reflections_tool,
     reflector_message,
 )
-from obsmem.pipeline.generations import NewReflection
-from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.observer import is_repetitive
-from obsmem.pipeline.pool import IdResolver, Pool, PoolObservation
-from obsmem.pipeline.toolloop import check_items, parse_arguments, run_tool_loop
+from obsmem.pipeline.toolloop import run_tool_loop
 
 from obsmem import ids
-from obsmem.redaction import redact_text
-from obsmem.validation import CONTROL_CHARACTERS
 
 
 def _normal_text(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+CONTENT = OneLine("the reflection", "separate reflections", "shorten it or split it", reject_control_characters=True)
+
+
 @dataclass
-class ReflectionChecker:
+class ReflectionChecker(ReceiptCheck[NewReflection]):
     """Validates items from ``record_reflections`` calls and remembers the accepted ones."""
+
+    key = "reflections"
+    example = '{"reflections": [{"content", "supporting_observation_ids"}, ...]}'
 
     pool: Pool
     max_chars: int
     max_ids: int
     accepted: dict[str, NewReflection] = field(default_factory=dict)
-    rejected: int = 0
-    duplicates: int = 0
 
     def __post_init__(self) -> None:
         self._observations = self.pool.by_id()
@@ -53,19 +55,7 @@ class ReflectionChecker:
         self._existing_ids = {r.memory_id for r in self.pool.reflections}
         self._existing_texts = {_normal_text(r.content) for r in self.pool.reflections}
 
-    def check_call(self, arguments: str) -> dict[str, Any]:
-        items, problem = parse_arguments(
-            arguments, "reflections", '{"reflections": [{"content", "supporting_observation_ids"}, ...]}'
-        )
-        if items is None:
-            self.rejected += 1
-            return problem or {}
-        reply = check_items(items, self._check_item, self._file)
-        self.rejected += len(reply.get("rejected", []))
-        self.duplicates += len(reply.get("duplicates", []))
-        return reply
-
-    def _file(self, outcome: NewReflection) -> tuple[str, str | None]:
+    def file(self, outcome: NewReflection) -> tuple[str, str | None]:
         short = outcome.memory_id[:12]
         text = _normal_text(outcome.content)
         if outcome.memory_id in self.accepted or any(_normal_text(r.content) == text for r in self.accepted.values()):
@@ -75,24 +65,15 @@ class ReflectionChecker:
         self.accepted[outcome.memory_id] = outcome
         return short, None
 
-    def _check_item(self, item: Any) -> NewReflection | str:
+    def check_item(self, item: Any) -> NewReflection | str:
         if not isinstance(item, dict):
             return "each item must be an object with content and supporting_observation_ids"
         unknown_keys = set(item) - {"content", "supporting_observation_ids"}
         if unknown_keys:
             return "each item has only content and supporting_observation_ids"
-        content = item.get("content")
-        if not isinstance(content, str) or not content.strip():
-            return "content is missing: write the reflection as one line of text"
-        content = redact_text(content.strip())
-        if "\n" in content or "\r" in content:
-            return "content must be one line: split it into separate reflections"
-        if CONTROL_CHARACTERS.search(content):
-            return "content must not contain control characters"
-        if len(content) > self.max_chars:
-            return f"content is {len(content)} characters; the limit is {self.max_chars}: shorten it or split it"
-        if is_repetitive(content):
-            return "content repeats the same text over and over: write the reflection once"
+        content, problem = CONTENT.check(item.get("content"), self.max_chars)
+        if content is None:
+            return problem or "content is missing"
         raw_ids = item.get("supporting_observation_ids")
         if not isinstance(raw_ids, list) or not raw_ids:
             return "supporting_observation_ids must be a non-empty list of the 12-character observation ids shown"

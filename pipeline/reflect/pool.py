@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import apsw
-from obsmem.pipeline.tokens import sql_estimate
+from obsmem.pipeline.tokens import token_cost
 
 from obsmem.ids import canonical_json
 
@@ -40,13 +40,6 @@ def one(conn: apsw.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[An
 def tier_of(citations: int) -> str:
     """Coverage tier of an observation cited by ``citations`` reflections."""
     return TIERS[min(citations, 2)]
-
-
-def token_cost(text: str) -> float:
-    """The token estimate of :func:`~obsmem.pipeline.tokens.estimate_tokens`, unrounded, so sums over many
-    observations agree with the SQL sum (:func:`active_observation_tokens`)."""
-    chars = len(text)
-    return 0.25 * chars + 0.375 * (len(text.encode("utf-8", "surrogatepass")) - chars)
 
 
 class PoolObservation(NamedTuple):
@@ -156,29 +149,6 @@ def read_pool(conn: apsw.Connection, session_id: str) -> Pool:
     )
     generation_row, number = active_pointer(conn, session_id)
     return Pool(session_id, observations, reflections, generation_row, number)
-
-
-def active_observation_tokens(conn: apsw.Connection, session_id: str) -> int:
-    """Estimated tokens of the session's active observations (what the reflection threshold measures)."""
-    row = one(
-        conn,
-        f"SELECT coalesce(sum({sql_estimate('m.content')}), 0) FROM memories AS m"
-        " WHERE m.session_id = ? AND m.kind = 'observation'"
-        " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)",
-        (session_id,),
-    )
-    return round(row[0])
-
-
-def active_observation_ids(conn: apsw.Connection, session_id: str) -> list[str]:
-    return [
-        row[0]
-        for row in conn.execute(
-            "SELECT m.memory_id FROM memories AS m WHERE m.session_id = ? AND m.kind = 'observation'"
-            " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)",
-            (session_id,),
-        )
-    ]
 
 
 class Resolved(NamedTuple):

@@ -3,7 +3,7 @@
 A Reflector/Dropper run works like this:
 
 1. **Claim** (a short fenced write): the run's generation id is derived from the session and the active
-   observation set it starts from (:func:`~obsmem.pipeline.pool.generation_id`). A new id gets a
+   observation set it starts from (:func:`~obsmem.pipeline.reflect.pool.generation_id`). A new id gets a
    ``running`` row whose ``parent`` is the active generation; a ``running`` row left by an earlier attempt
    is taken over (a new ``cycle_id``, so the earlier attempt can never promote it); a finished row means
    this set was reflected on already, so the run does nothing (duplicate jobs end here).
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 import apsw
-from obsmem.pipeline.packer import MemoryItem
-from obsmem.pipeline.pool import Pool, PoolObservation, active_pointer, one
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.reflect.pool import Pool, PoolObservation, active_pointer, one
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError

@@ -8,10 +8,10 @@ Flow::
             (dedupe key = the generation id, so duplicate enqueues fold into one queued job)
     worker claims the job
       -> read the pool (active reflections, observations with coverage tiers)
-      -> claim the generation (fenced write, with om_reflection_start)        [pipeline.generations]
-      -> Reflector: record_reflections, receipts, bounded rounds               [pipeline.reflector]
+      -> claim the generation (fenced write, with om_reflection_start)        [reflect.generations]
+      -> Reflector: record_reflections, receipts, bounded rounds               [reflect.reflector]
       -> >= 1 new reflection and pool > pools.observations_max_tokens?
-           Dropper: drop_observations proposals; server ranks and caps          [pipeline.dropper]
+           Dropper: drop_observations proposals; server ranks and caps          [reflect.dropper]
       -> promote (fenced write): reflections + drops + pointer by compare-and-set + end events
 
 Reflect jobs share the session's order key with observe jobs, so a session's observation and reflection
@@ -25,37 +25,34 @@ import time
 import uuid
 from typing import Any
 
+from obsmem.pipeline.activity import clear_activity, log_stage_event, set_activity
 from obsmem.pipeline.clients import ModelClients
-from obsmem.pipeline.dropper import DropperResult, run_dropper
-from obsmem.pipeline.generations import Claim, Drop, Promotion, claim_generation, promote
+from obsmem.pipeline.memory_items import active_observation_ids, active_observation_tokens
 from obsmem.pipeline.model_overrides import Override, read_overrides
-from obsmem.pipeline.pool import (
-    Pool,
-    active_observation_ids,
-    active_observation_tokens,
-    generation_id,
-    read_pool,
-    token_cost,
+from obsmem.pipeline.reflect.dropper import DropperResult, run_dropper
+from obsmem.pipeline.reflect.generations import Claim, Drop, Promotion, claim_generation, promote
+from obsmem.pipeline.reflect.pool import Pool, generation_id, read_pool
+from obsmem.pipeline.reflect.reflector import ReflectorResult, citations_with, run_reflector
+from obsmem.pipeline.session_jobs import (
+    REFLECT,
+    forced_reflect_dedupe_key,
+    reflect_dedupe_key,
+    seconds_since_failure,
+    session_order_key,
 )
-from obsmem.pipeline.progress import clear_activity, session_order_key, set_activity, status_write
-from obsmem.pipeline.reflector import ReflectorResult, citations_with, run_reflector
+from obsmem.pipeline.tokens import sql_estimate, token_cost
 
-from obsmem.errors import ObservationOff
+from obsmem.errors import ReflectionOff
 from obsmem.settings import Settings
 from obsmem.storage.connection import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue, eventlog, sanitise_reason
 
-log = logging.getLogger("obsmem.pipeline.condense")
-
-REFLECT = "reflect"
+log = logging.getLogger("obsmem.pipeline.reflect.job")
 
 
-def reflect_dedupe_key(generation: str) -> str:
-    return f"reflect:{generation}"
-
-
-class Condenser:
-    """Decides when a session's observations are condensed, and runs the reflect job."""
+class ReflectJob:
+    """Decides when a session is reflected on, runs the reflect job, and resumes sessions left over the
+    threshold."""
 
     def __init__(self, settings: Settings, clients: ModelClients) -> None:
         self.settings = settings
@@ -101,17 +98,41 @@ class Condenser:
         state = self.state
         if state != "enabled":
             reason = "reflector.enabled is false" if state == "disabled" else "no [model] is configured"
-            raise ObservationOff(f"this server does not reflect: {reason}", code="reflection_off")
+            raise ReflectionOff(f"this server does not reflect: {reason}")
         return queue.enqueue(
             REFLECT,
             {"session_id": session_id, "force": True},
             order_key=session_order_key(session_id),
-            dedupe_key=f"reflect:{session_id}:forced",
+            dedupe_key=forced_reflect_dedupe_key(session_id),
         )
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def resume(self, project: str, db: ProjectDatabase, queue: JobQueue) -> None:
+        """Sessions over the threshold whose set was not reflected on (a lost trigger, a failed run)."""
+        conn = db.connection()
+        rows = conn.execute(
+            f"SELECT m.session_id FROM memories AS m WHERE m.kind = 'observation'"
+            " AND NOT EXISTS (SELECT 1 FROM dropped_observations AS d WHERE d.observation_row = m.id)"
+            f" GROUP BY m.session_id HAVING sum({sql_estimate('m.content')}) > ?",
+            (self.settings.reflector.reflect_after_observation_tokens,),
+        ).fetchall()
+        cool_down = self.settings.reflector.resume_after_failure_seconds
+        for (session_id,) in rows:
+            if conn.execute(
+                "SELECT 1 FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') LIMIT 1",
+                (session_order_key(session_id),),
+            ).fetchone():
+                continue  # work in flight decides about reflection when it ends
+            age = seconds_since_failure(conn, session_id, REFLECT)
+            if age is not None and age < cool_down:
+                continue
+            if self.queue_if_due(queue, db, str(session_id)) is not None:
+                log.info("project %s: reflection of a session over the threshold queued", project)
 
     # -- the job -------------------------------------------------------------------------------
 
-    def reflect_job(self, ctx: JobContext) -> None:
+    def handle(self, ctx: JobContext) -> None:
         session_id = ctx.lease.payload.get("session_id")
         if not isinstance(session_id, str) or self.state != "enabled":
             return
@@ -154,10 +175,10 @@ class _Run:
     """One claimed run: the two model stages and the promotion, with their events."""
 
     def __init__(
-        self, condenser: Condenser, ctx: JobContext, pool: Pool, claim: Claim, overrides: dict[str, Override]
+        self, job: ReflectJob, ctx: JobContext, pool: Pool, claim: Claim, overrides: dict[str, Override]
     ) -> None:
-        self.condenser = condenser
-        self.settings = condenser.settings
+        self.job = job
+        self.settings = job.settings
         self.ctx = ctx
         self.pool = pool
         self.claim = claim
@@ -176,7 +197,7 @@ class _Run:
                 data=data,
             )
         else:
-            status_write(
+            log_stage_event(
                 self.ctx.db, type_, self.pool.session_id, self.claim.cycle_id, self.ctx.lease.job_id, data, **kwargs
             )
 
@@ -185,9 +206,9 @@ class _Run:
         reflector_started = self.started
         dropper_started: float | None = None
         try:
-            reflector_model = self.condenser.clients.model("reflector", self.overrides.get("reflector"))
+            reflector_model = self.job.clients.model("reflector", self.overrides.get("reflector"))
             reflected = run_reflector(
-                self.condenser.clients.get("reflector", self.overrides.get("reflector")),
+                self.job.clients.get("reflector", self.overrides.get("reflector")),
                 pool,
                 context_window=reflector_model.context_window_tokens,
                 ratio=settings.reflector.context_window_ratio,
@@ -217,9 +238,9 @@ class _Run:
                     },
                     activity=("dropper", pool.observation_tokens),
                 )
-                dropper_model = self.condenser.clients.model("dropper", self.overrides.get("dropper"))
+                dropper_model = self.job.clients.model("dropper", self.overrides.get("dropper"))
                 dropped = run_dropper(
-                    self.condenser.clients.get("dropper", self.overrides.get("dropper")),
+                    self.job.clients.get("dropper", self.overrides.get("dropper")),
                     pool,
                     reflected.reflections,
                     citations_with(pool, reflected.reflections),

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
-from obsmem.pipeline.hygiene import EventView
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.observe.hygiene import EventView
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, chars_for_tokens, estimate_tokens
 
 MIN_EVENT_BUDGET = 256
-_RANK = {"reflection": 5, "critical": 4, "high": 3, "medium": 2, "low": 1}
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,12 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class Chunk:
+class EventChunk:
+    """The events (or the part of one) shown in one Observer request: "chunk" in the pipeline.
+
+    Named apart from the indexer's ``Chunk`` (a piece of one memory's text, for embedding).
+    """
+
     pieces: tuple[Piece, ...]
 
     @property
@@ -113,7 +117,7 @@ def _cut(body: str, start: int, budget: int) -> int:
     return end
 
 
-def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> Chunk | None:
+def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> EventChunk | None:
     """The next chunk from events in ``seq`` order, each with the offset its uncovered text starts at."""
     pieces: list[Piece] = []
     used = 0
@@ -136,30 +140,7 @@ def pack_chunk(pending: Sequence[tuple[EventView, int]], budget: int) -> Chunk |
         end = _cut(view.body, offset, max(1, budget - header_cost))
         pieces.append(Piece(view, offset, end, end >= len(view.body)))
         break
-    return Chunk(tuple(pieces)) if pieces else None
-
-
-class MemoryItem(NamedTuple):
-    """A reflection or observation as the packer and the projection use it (a tuple: cheap by the thousand)."""
-
-    memory_id: str
-    kind: str  # "reflection" | "observation"
-    timestamp: str  # "YYYY-MM-DD HH:MM"
-    importance: str | None
-    content: str
-
-    def line(self) -> str:
-        if self.kind == "reflection":
-            return f"- [{self.memory_id[:12]}] {self.timestamp} {self.content}"
-        return f"- [{self.memory_id[:12]}] {self.timestamp} ({self.importance}) {self.content}"
-
-    @property
-    def tokens(self) -> int:
-        return estimate_tokens(self.line()) + 1
-
-    @property
-    def rank(self) -> int:
-        return _RANK["reflection"] if self.kind == "reflection" else _RANK.get(self.importance or "low", 1)
+    return EventChunk(tuple(pieces)) if pieces else None
 
 
 def select_memory(items: Sequence[MemoryItem], budget: int) -> list[MemoryItem]:

@@ -1,0 +1,1 @@
+"""The observe wing: input hygiene, the packer, the Observer, coverage and the Observer's prompts."""

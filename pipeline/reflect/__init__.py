@@ -1,0 +1,1 @@
+"""The reflect wing: the pool, the Reflector, the Dropper, generations, the reflect job and their prompts."""

@@ -1,0 +1,1 @@
+"""Views of a session's memory and work: status, details and the instant projection."""
