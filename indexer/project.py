@@ -32,8 +32,8 @@ from obsmem.indexer.chunker import Chunk, ChunkSettings, chunk_text
 from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
+from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
-from obsmem.indexer.store import Fts5Keywords, IndexReader, SqliteIndexReader
 from obsmem.indexer.vectors import VectorSet, read_vector_set
 
 from obsmem.errors import EmbeddingUnavailable, IndexBusy

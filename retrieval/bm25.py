@@ -23,7 +23,7 @@ The ranking is BM25 over the body, previous, next and date columns with the conf
 (default 1.0, 0.5, 0.2, 2.0), higher is better. With a date or session filter the match is ranked inside
 the filter (filter first, rank second), so a narrow window never loses its matches to a global top-k.
 
-The index itself is asked through :class:`~obsmem.indexer.store.IndexReader` (which words it can match,
+The index itself is asked through :class:`~obsmem.indexer.reader.IndexReader` (which words it can match,
 posting counts, the top chunks for a set of terms): the FTS5 syntax, tokenizer and ``bm25()`` sign live
 behind it, in the indexer.
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 import time
 
-from obsmem.indexer.store import IndexReader
+from obsmem.indexer.reader import IndexReader
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.ranked import RankedList
 

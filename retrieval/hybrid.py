@@ -32,7 +32,7 @@ from typing import TypeAlias
 
 import numpy as np
 from obsmem.indexer.engine import SemanticIndexer
-from obsmem.indexer.store import IndexReader, ValidChunk
+from obsmem.indexer.reader import IndexReader, ValidChunk
 from obsmem.indexer.vectors import Filter, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing

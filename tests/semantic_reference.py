@@ -19,7 +19,7 @@ import numpy as np
 from loopback_models import embed
 from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head, tail
-from obsmem.indexer.store import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
+from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing

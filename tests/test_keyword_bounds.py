@@ -9,7 +9,7 @@ rank exactly as the full ranking restricted to them; a filtered search still sco
 from __future__ import annotations
 
 import apsw
-from obsmem.indexer.store import SqliteIndexReader, rank_function
+from obsmem.indexer.reader import SqliteIndexReader, rank_function
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
 from semantic_reference import keyword_reader, scratch_keyword_table

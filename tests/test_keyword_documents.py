@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from obsmem.indexer.keywords import date_words, head, tail
-from obsmem.indexer.store import fts_match
+from obsmem.indexer.reader import fts_match
 from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
 from semantic_reference import (
     IN_STEP,

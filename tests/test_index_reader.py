@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import obsmem.retrieval
 import pytest
-from obsmem.indexer.store import IndexReader, fts_match
+from obsmem.indexer.reader import IndexReader, fts_match
 from obsmem.indexer.vectors import Filter
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 
