@@ -83,15 +83,15 @@ def reference(service, project: str, query: str, vector, where: Filter, limit: i
     vectors = index.vectors()
     k = searcher.settings.fusion.candidates_per_list
     slots = None if where.is_open else vectors.selection(where)
-    with index.db.read() as conn:
+    with index.reader() as store:
         lists = [
-            searcher.bm25.search(conn, query, k, where),
+            searcher.bm25.search(store, query, k, where),
             RankedList("vector", vectors.exact(vector, slots, k)),
         ]
-        valid = searcher._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
+        valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
         for ranked in lists:
             ranked.items = [item for item in ranked.items if item[0] in valid][:k]
-        fused = searcher.rank(conn, lists, valid, vectors, vector, where)
+        fused = searcher.rank(store, lists, valid, vectors, vector, where)
     hits: list[str] = []
     for label, _ in fused[: searcher.settings.fusion.fused_candidates]:
         memory_id = valid[label].memory_id

@@ -32,6 +32,7 @@ from obsmem.indexer.chunker import Chunk, ChunkSettings, chunk_text
 from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
+from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.indexer.vectors import VectorSet, read_vector_set
 
@@ -97,6 +98,7 @@ class ProjectIndex:
         self.signature = index_signature(embedder.identity, self.chunking)
         self.keywords = KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
         self.keyword_signature = self.keywords.signature
+        self.keyword_queries = Fts5Keywords(settings.bm25.tokenizer, settings.bm25.column_weights)
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
@@ -132,6 +134,12 @@ class ProjectIndex:
             with self._load_lock:
                 self._vectors = None
         return reset
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[IndexReader]:
+        """One read snapshot of the index, through the operations search may ask of it (no table names)."""
+        with self.db.read() as conn:
+            yield SqliteIndexReader(conn, self.keyword_queries)
 
     def pending_count(self) -> int:
         return int(self.db.query("SELECT count(*) FROM semantic_pending")[0][0])

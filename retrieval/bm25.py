@@ -1,12 +1,12 @@
-"""The keyword list: BM25 over the contextual keyword documents with SQLite FTS5.
+"""The keyword list: BM25 over the contextual keyword documents of the semantic index.
 
-The query. User text never reaches FTS5 syntax: the query becomes lowercased word tokens (letters and
+The query. User text never reaches the index's query syntax: the query becomes lowercased word tokens (letters and
 digits), each with any possessive or contraction suffix dropped (``Caroline's`` -> ``caroline``,
 ``didn't`` -> ``didn``) and ordinals turned into numbers (``8th`` -> ``8``, so it matches the date
 column's ``8 May 2023``); English function words are left out (all words are kept if nothing else is
-left); every distinct term becomes a double-quoted FTS5 string and the strings are joined with OR — an
-AND query finds nothing for most natural-language questions. The table's tokenizer (Porter stemming by
-default) then treats a quoted term exactly as it treats document text.
+left); the chunks matching any distinct term are ranked (OR) — an AND query finds nothing for most
+natural-language questions. The index's tokenizer (Porter stemming by default) then treats a term exactly
+as it treats document text.
 
 The work. An OR query scores every match, so when the terms' document counts add up to more than
 ``max_postings`` the most common terms are dropped until they do not (the rarest always stays): this
@@ -19,11 +19,13 @@ whose ``max_postings`` + 1 most recent chunks reach furthest back — for an ope
 the very stretch that is scored; for a filtered one (which scores its whole window) a cheap stand-in
 for the rarest term over the whole table.
 
-The ranking is ``bm25(semantic_fts, body, previous, next, date)`` with the configured column weights
-(default 1.0, 0.5, 0.2, 2.0). FTS5's ``bm25()`` is negative with lower better; scores here are negated
-so higher is better. With a date or session filter the match runs in its own materialised CTE and the
-filter joins afterwards — filter first, rank second — so a narrow window never loses its matches to a
-global top-k (joining ``MATCH`` with the filters directly can invert the plan).
+The ranking is BM25 over the body, previous, next and date columns with the configured column weights
+(default 1.0, 0.5, 0.2, 2.0), higher is better. With a date or session filter the match is ranked inside
+the filter (filter first, rank second), so a narrow window never loses its matches to a global top-k.
+
+The index itself is asked through :class:`~obsmem.indexer.reader.IndexReader` (which words it can match,
+posting counts, the top chunks for a set of terms): the FTS5 syntax, tokenizer and ``bm25()`` sign live
+behind it, in the indexer.
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ from __future__ import annotations
 import re
 import time
 
-import apsw
-from obsmem.indexer.keywords import COLUMNS, FTS_TABLE
+from obsmem.indexer.reader import IndexReader
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.ranked import RankedList
 
@@ -78,69 +79,42 @@ def query_terms(text: str, stopwords: frozenset[str] = ENGLISH_STOPWORDS) -> lis
     return list(dict.fromkeys(kept or words))
 
 
-def fts_string(text: str) -> str:
-    """One FTS5 string: double-quoted, inner double quotes doubled."""
-    return '"' + text.replace('"', '""') + '"'
-
-
-def rank_function(weights: dict[str, float]) -> str:
-    """``bm25(1.0, 0.5, 0.2, 2.0)``: FTS5's per-query rank setting, one weight per column in order."""
-    return "bm25(" + ", ".join(repr(float(weights[column])) for column in COLUMNS) + ")"
-
-
 class Bm25List:
     def __init__(self, settings: Bm25Settings) -> None:
         self.settings = settings
-        parts = settings.tokenizer.split()
-        self._tokenizer_name, self._tokenizer_args = parts[0], parts[1:]
-        self._trigram = parts[0] == "trigram"
         self._stopwords = ENGLISH_STOPWORDS if settings.stopwords == "english" else frozenset()
-        self._rank = rank_function(settings.column_weights)
         self._postings: dict[tuple[str, str], tuple[float, int, int]] = {}
 
-    def terms(self, conn: apsw.Connection, query: str) -> list[tuple[str, list[str]]]:
-        """``(term, the tokens FTS5 indexes it as)`` for each query term (tokens empty for trigram)."""
-        words = query_terms(query, self._stopwords)
-        if self._trigram:
-            return [(word, []) for word in words if len(word) >= 3]
-        tokenize = conn.fts5_tokenizer(self._tokenizer_name, self._tokenizer_args)
-        found = []
-        for word in words:
-            tokens = [token for _, _, token, *_ in tokenize(word.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None)]
-            if tokens:
-                found.append((word, tokens))
-        return found
+    def terms(self, store: IndexReader, query: str) -> list[tuple[str, list[str]]]:
+        """``(term, the tokens the index holds it as)`` for each query term it can match."""
+        return store.keyword_terms(query_terms(query, self._stopwords))
 
-    def postings(self, conn: apsw.Connection, term: str) -> tuple[int, int]:
+    def postings(self, store: IndexReader, term: str) -> tuple[int, int]:
         """``(chunks holding term, counted up to max_postings + 1; the oldest label counted)``.
 
         Counting newest first and stopping at the bound reads at most that many postings, where an exact
         count reads the term's whole list (tens of milliseconds for a common word at 1M chunks). Cached
         for a while: the figures decide which terms are kept and whether scoring is bounded, and a few
         minutes' drift in them moves those choices only at the margin."""
-        key = (conn.filename, term)
+        key = (store.source, term)
         now = time.monotonic()
         cached = self._postings.get(key)
         if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS:
             return cached[1], cached[2]
-        count, oldest = conn.execute(
-            f"SELECT count(*), min(id) FROM (SELECT rowid AS id FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?"
-            " ORDER BY rowid DESC LIMIT ?)",
-            (fts_string(term), self.settings.max_postings + 1),
-        ).fetchone()
+        count, oldest = store.term_postings(term, self.settings.max_postings)
         if len(self._postings) > 100_000:
             self._postings.clear()
-        self._postings[key] = (now, int(count), int(oldest or 0))
-        return int(count), int(oldest or 0)
+        self._postings[key] = (now, count, oldest)
+        return count, oldest
 
-    def _bounded(self, conn: apsw.Connection, terms: list[tuple[str, list[str]]]) -> tuple[list[str], bool]:
+    def _bounded(self, store: IndexReader, terms: list[tuple[str, list[str]]]) -> tuple[list[str], bool]:
         """The terms kept (in query order) and whether their chunks exceed ``max_postings``."""
-        if self._trigram or not terms:
+        if not terms or not store.counts_postings():
             return [term for term, _ in terms], False
         bound = self.settings.max_postings
         counted = []
         for position, (term, _) in enumerate(terms):
-            count, oldest = self.postings(conn, term)
+            count, oldest = self.postings(store, term)
             # Past the bound, the term whose most recent postings reach further back is the rarer one.
             counted.append((count, oldest if count > bound else 0, position, term))
         kept: list[tuple[int, str]] = []
@@ -152,73 +126,34 @@ class Bm25List:
             total += docs
         return [term for _, term in sorted(kept)], total > bound
 
-    def match(self, conn: apsw.Connection, query: str) -> tuple[str | None, bool]:
-        """The FTS5 query for ``query`` (None if it has no terms) and whether scoring must be bounded."""
-        terms, over = self._bounded(conn, self.terms(conn, query))
-        if not terms:
-            return None, False
-        return " OR ".join(fts_string(term) for term in terms), over
-
-    def match_expression(self, conn: apsw.Connection, query: str) -> str | None:
-        return self.match(conn, query)[0]
+    def match(self, store: IndexReader, query: str) -> tuple[list[str], bool]:
+        """The terms ``query`` is matched with (empty if none) and whether scoring must be bounded."""
+        return self._bounded(store, self.terms(store, query))
 
     def search(
         self,
-        conn: apsw.Connection,
+        store: IndexReader,
         query: str,
         k: int,
         where: Filter | None = None,
         label_range: tuple[int, int] | None = None,
     ) -> RankedList:
         """Top-k chunks. With a filter, ``label_range`` may bound the chunk labels that can pass it (known
-        from the in-memory vectors): FTS5 then reads only that stretch of each posting list, which for a
-        date window over memories written in date order is a small part of it. The filter itself is
+        from the in-memory vectors): the index then reads only that stretch of each posting list, which for
+        a date window over memories written in date order is a small part of it. The filter itself is
         still applied exactly.
 
         An open search whose rarest term is in more than ``max_postings`` chunks scores the most recent
         ``max_postings`` of them (see the module's text); a filtered one scores every match inside its
         window."""
-        expression, over = self.match(conn, query)
+        terms, over = self.match(store, query)
         result = RankedList("bm25")
-        if expression is None or k <= 0:
+        if not terms or k <= 0:
             return result
-        if (where is None or where.is_open) and over:
-            sql = (
-                f"SELECT id, score FROM (SELECT rowid AS id, rank AS score FROM {FTS_TABLE}"
-                f" WHERE {FTS_TABLE} MATCH ? AND rank MATCH ? ORDER BY rowid DESC LIMIT ?)"
-                " ORDER BY score, id LIMIT ?"
-            )
-            params: list[object] = [expression, self._rank, self.settings.max_postings, k + 1]
-        elif where is None or where.is_open:
-            sql = (
-                f"SELECT rowid, rank FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? AND rank MATCH ?"
-                " ORDER BY rank, rowid LIMIT ?"
-            )
-            params = [expression, self._rank, k + 1]
-        else:
-            clauses, params = [], [expression, self._rank]
-            if where.lower is not None:
-                clauses.append("c.date >= ?")
-                params.append(where.lower)
-            if where.upper is not None:
-                clauses.append("c.date <= ?")
-                params.append(where.upper)
-            if where.session_id is not None:
-                clauses.append("c.session_id = ?")
-                params.append(where.session_id)
-            bounded = ""
-            if label_range is not None:
-                bounded = " AND rowid BETWEEN ? AND ?"
-                params[2:2] = [label_range[0], label_range[1]]
-            sql = (
-                f"WITH hits AS MATERIALIZED (SELECT rowid AS id, rank FROM {FTS_TABLE}"
-                f" WHERE {FTS_TABLE} MATCH ? AND rank MATCH ?{bounded})"
-                " SELECT h.id, h.rank FROM hits AS h JOIN semantic_chunks AS c ON c.id = h.id"
-                f" WHERE {' AND '.join(clauses)} ORDER BY h.rank, h.id LIMIT ?"
-            )
-            params.append(k + 1)
-        rows = conn.execute(sql, params).fetchall()
+        open_search = where is None or where.is_open
+        recent = self.settings.max_postings if open_search and over else None
+        items = store.keyword_candidates(terms, k + 1, where, label_range=label_range, recent=recent)
         # A bounded search left matches unscored: its budget was reached whatever the count.
-        result.full = len(rows) > k or ((where is None or where.is_open) and over)
-        result.items = [(int(label), -float(rank)) for label, rank in rows[:k]]
+        result.full = len(items) > k or (open_search and over)
+        result.items = items[:k]
         return result

@@ -26,17 +26,13 @@ modes and the candidate stages through it, so what it measures is this code.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
-import apsw
 import numpy as np
-from obsmem.indexer import stores
 from obsmem.indexer.engine import SemanticIndexer
-from obsmem.indexer.keywords import CONTEXT_TABLE
-from obsmem.indexer.project import ProjectIndex
-from obsmem.indexer.state import IndexState
+from obsmem.indexer.reader import IndexReader, ValidChunk
 from obsmem.indexer.vectors import Filter, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing
@@ -52,23 +48,8 @@ from obsmem.settings.semantic import SemanticSettings
 MAX_STALE_MARGIN = 1000
 
 
-@dataclass(frozen=True)
-class Candidate:
-    label: int
-    text: str
-    memory_id: str
-    row: tuple  # the memory's hit columns; turned into a Hit only if it is returned
-    # Where the chunk sits, for neighbour smoothing: its memory's row, its position among the memory's
-    # chunk_count chunks, and the rows of the observations before and after it in its session.
-    memory_row: int = 0
-    position: int = 0
-    chunk_count: int = 1
-    previous_row: int | None = None
-    next_row: int | None = None
-
-    @property
-    def hit(self) -> Hit:
-        return Hit.from_row(self.row)
+# A candidate chunk that passed validation (still its memory's, inside the filter), as the index reads it.
+Candidate: TypeAlias = ValidChunk
 
 
 def vector_list(
@@ -160,11 +141,12 @@ class HybridSearcher:
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
 
-    def _building(self, index: ProjectIndex, conn: apsw.Connection, compatible: bool) -> IndexBuilding:
+    @staticmethod
+    def _building(store: IndexReader, compatible: bool) -> IndexBuilding:
         return IndexBuilding(
             "the semantic index is still being built; search again shortly or use mode 'exact'",
-            indexed_count=stores.indexed_count(conn) if compatible else 0,
-            source_count=stores.source_count(conn),
+            indexed_count=store.indexed_count() if compatible else 0,
+            source_count=store.source_count(),
         )
 
     def search(self, project: str, request: SearchRequest) -> SearchResult:
@@ -177,28 +159,29 @@ class HybridSearcher:
         plan = plan or SearchPlan()
         stages = StageRankings()
         index = self.indexer.project(project)
-        with index.db.read() as conn:
-            state = IndexState.read(conn)
+        with index.reader() as store:
+            state = store.state()
             if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
-                if stores.source_count(conn) == 0:
+                if store.source_count() == 0:
                     return SearchResult(mode="hybrid"), stages
-                raise self._building(index, conn, compatible=False)
+                raise self._building(store, compatible=False)
         use_bm25, use_vectors = self._lists(plan)
         query_vector = index.embedder.embed_query(request.query) if use_vectors else None
         vectors = index.vectors()
         where = Filter(request.window.lower, request.window.upper, request.session_id)
         fusion = self.settings.fusion
         k = fusion.candidates_per_list
-        with index.db.read() as conn:
-            state = IndexState.read(conn)
+        with index.reader() as store:
+            state = store.state()
             if vectors is None or not state.compatible_with(index.signature, index.keyword_signature):
-                raise self._building(index, conn, compatible=False)
+                raise self._building(store, compatible=False)
             if vectors.live == 0:
-                if stores.source_count(conn) == 0:
+                if store.source_count() == 0:
                     return SearchResult(mode="hybrid"), stages
-                raise self._building(index, conn, compatible=True)
-            partial = bool(conn.execute("SELECT EXISTS (SELECT 1 FROM semantic_pending)").fetchone()[0])
-            margin = self._stale_margin(conn) if partial else 0
+                raise self._building(store, compatible=True)
+            partial = store.has_pending()
+            # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
+            margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0
             slots = None if where.is_open else vectors.selection(where)
             label_range = None
             if slots is not None and state.version == vectors.version:
@@ -211,16 +194,16 @@ class HybridSearcher:
                     label_range = (int(window_labels.min()), int(window_labels.max()))
             lists: list[RankedList] = []
             if use_bm25:
-                lists.append(self.bm25.search(conn, request.query, k + margin, where, label_range))
+                lists.append(self.bm25.search(store, request.query, k + margin, where, label_range))
             if query_vector is not None:
                 exact_max = self.settings.index.exact_scan_max_chunks
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
-            valid = self._validated(conn, {label for ranked in lists for label in ranked.labels}, where)
+            valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
             for ranked in lists:
                 kept = [item for item in ranked.items if item[0] in valid]
                 ranked.full = ranked.full or len(kept) > k
                 ranked.items = kept[:k]
-            fused = self.rank(conn, lists, valid, vectors, query_vector, where)
+            fused = self.rank(store, lists, valid, vectors, query_vector, where)
         for ranked in lists:
             setattr(stages, ranked.name, _memories(ranked.labels, valid))
         truncated = any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates
@@ -247,7 +230,7 @@ class HybridSearcher:
             truncated = True
         stages.final = [candidate.memory_id for candidate in chosen]
         stages.rerank_scores = chosen_scores if scores is not None else None
-        hits = [candidate.hit for candidate in chosen[: request.limit]]
+        hits = [Hit.from_row(candidate.row) for candidate in chosen[: request.limit]]
         return SearchResult(mode="hybrid", hits=hits, truncated=truncated, partial=partial), stages
 
     def _lists(self, plan: SearchPlan) -> tuple[bool, bool]:
@@ -258,7 +241,7 @@ class HybridSearcher:
 
     def rank(
         self,
-        conn: apsw.Connection,
+        store: IndexReader,
         lists: list[RankedList],
         valid: dict[int, Candidate],
         vectors: VectorSet,
@@ -276,48 +259,26 @@ class HybridSearcher:
         if self.exact_cosines and query_vector is not None:
             # Every candidate's exact cosine, BM25-only ones included (and the graph's rounding aside).
             wanted = list(dict.fromkeys(label for ranked in lists for label in ranked.labels))
-            cosines = self._cosines(conn, vectors, query_vector, wanted)
+            cosines = self._cosines(store, vectors, query_vector, wanted)
         fused = self.fuse(lists, self.weights, cosines)
         if self.neighbour_weight <= 0 or not fused:
             return fused
-        neighbours = self._neighbours(conn, [label for label, _ in fused], valid)
+        neighbours = self._neighbours(store, [label for label, _ in fused], valid)
         smoothed = neighbour_smoothing(fused, neighbours, self.neighbour_weight)
-        return self._admitted(conn, smoothed, valid, where, self.settings.fusion.fused_candidates + 1)
+        return self._admitted(store, smoothed, valid, where, self.settings.fusion.fused_candidates + 1)
 
     @staticmethod
-    def _cosines(conn: apsw.Connection, vectors: VectorSet, query: np.ndarray, labels: list[int]) -> dict[int, float]:
+    def _cosines(store: IndexReader, vectors: VectorSet, query: np.ndarray, labels: list[int]) -> dict[int, float]:
         """Exact cosines of ``labels`` (unit vectors: inner products), from memory or the stored embeddings."""
         found = vectors.similarities(query, labels)
         missing = [label for label in labels if label not in found]
         if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
-            for label, blob in conn.execute(
-                "SELECT v.chunk, v.embedding FROM json_each(?) AS wanted"
-                " JOIN semantic_vectors AS v ON v.chunk = wanted.value",
-                (_json_list(missing),),
-            ):
-                found[int(label)] = float(np.frombuffer(blob, dtype=np.float32) @ query)
+            for label, vector in store.embeddings(missing):
+                found[label] = float(vector @ query)
         return found
 
-    def _stale_margin(self, conn: apsw.Connection) -> int:
-        """Indexed chunks whose memory has changed since (pending), capped: what the lists may lose."""
-        return int(
-            conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM semantic_pending AS p"
-                " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row LIMIT ?)",
-                (MAX_STALE_MARGIN,),
-            ).fetchone()[0]
-        )
-
-    def _validated(self, conn: apsw.Connection, labels: set[int], where: Filter) -> dict[int, Candidate]:
-        """The candidates whose chunk still describes the current memory and passes the filter."""
-        if not labels:
-            return {}
-        # One statement for any number of labels (a JSON array), so it is prepared once and cached.
-        return _checked(conn.execute(_VALIDATION, (_json_list(labels),)), where)
-
-    def _neighbours(
-        self, conn: apsw.Connection, labels: list[int], valid: dict[int, Candidate]
-    ) -> dict[int, list[int]]:
+    @staticmethod
+    def _neighbours(store: IndexReader, labels: list[int], valid: dict[int, Candidate]) -> dict[int, list[int]]:
         """For each of ``labels`` (all in ``valid``) and each chunk beside one, the chunks beside it (both
         ways): the memory's own previous and next chunk, and across memories the previous observation's
         last chunk and the next observation's first one.
@@ -336,7 +297,7 @@ class HybridSearcher:
             chunks.setdefault(c.memory_row, []).append((c.position, c.label))
         if rows:
             found: dict[int, list[tuple[int, int]]] = {}
-            for memory_row, position, label in conn.execute(_POSITIONS, (_json_list(rows),)):
+            for memory_row, position, label in store.chunk_positions(rows):
                 found.setdefault(memory_row, []).append((position, label))
             chunks.update(found)
         for memory_chunks in chunks.values():
@@ -361,9 +322,8 @@ class HybridSearcher:
                 link(c.label, chunks[c.next_row][0][1])
         return {label: list(near) for label, near in beside.items()}
 
-    def _admitted(
-        self, conn: apsw.Connection, ranked: Fused, valid: dict[int, Candidate], where: Filter, wanted: int
-    ) -> Fused:
+    @staticmethod
+    def _admitted(store: IndexReader, ranked: Fused, valid: dict[int, Candidate], where: Filter, wanted: int) -> Fused:
         """The first ``wanted`` of ``ranked`` that pass validation: chunks not yet in ``valid`` (neighbours
         that entered) are validated a stretch at a time and added to it; those that fail leave and the
         ones below move up. Only what can reach the budget is ever checked."""
@@ -374,57 +334,6 @@ class HybridSearcher:
             position += len(stretch)
             unchecked = {label for label, _ in stretch if label not in valid}
             if unchecked:
-                valid.update(self._validated(conn, unchecked, where))
+                valid.update(store.validate(unchecked, where))
             admitted.extend(item for item in stretch if item[0] in valid)
         return admitted
-
-
-def _json_list(values: set[int] | list[int]) -> str:
-    """``[1,2,3]``: the argument of ``json_each`` (faster than json.dumps for plain integers)."""
-    return "[" + ",".join(map(str, sorted(values))) + "]"
-
-
-# Where every chunk of the given memory rows sits: the (memory_row, position) index alone answers it.
-_POSITIONS = (
-    "SELECT c.memory_row, c.position, c.id FROM json_each(?) AS wanted"
-    " JOIN semantic_chunks AS c ON c.memory_row = wanted.value"
-)
-# The given chunks (by label) with what validation needs, where each sits (for neighbour smoothing) and
-# whether its memory has changed since it was indexed.
-_VALIDATION = (
-    "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
-    " x.previous_row, x.next_row, p.memory_row IS NOT NULL,"
-    " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
-    " FROM json_each(?) AS wanted JOIN semantic_chunks AS c ON c.id = wanted.value"
-    " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
-    " JOIN memories AS m ON m.id = c.memory_row"
-    f" LEFT JOIN {CONTEXT_TABLE} AS x ON x.memory_row = c.memory_row"
-    " LEFT JOIN semantic_pending AS p ON p.memory_row = c.memory_row"
-)
-
-
-def _checked(rows: apsw.Cursor, where: Filter) -> dict[int, Candidate]:
-    """The rows of :data:`_VALIDATION` whose chunk still describes the current memory and pass the filter.
-
-    A memory changed since its chunks were indexed has a ``semantic_pending`` row (the memories
-    triggers write it in the same transaction as the change, on the columns checked here), so only
-    those memories' content is hashed."""
-    found: dict[int, Candidate] = {}
-    hashes: dict[str, str] = {}
-    lower, upper, session = where.lower, where.upper, where.session_id
-    for label, text, source_id, source_hash, memory_row, position, count, previous, following, pending, *row in rows:
-        memory_id, _, session_id, date, _, content = row
-        if memory_id != source_id:
-            continue  # the row id now belongs to another memory
-        if pending:
-            digest = hashes.get(memory_id)
-            if digest is None:
-                digest = hashes[memory_id] = hashlib.sha256(content.encode("utf-8")).hexdigest()
-            if digest != source_hash:
-                continue  # edited since it was indexed
-        if (lower is not None and date < lower) or (upper is not None and date > upper):
-            continue
-        if session is not None and session_id != session:
-            continue
-        found[label] = Candidate(label, text, memory_id, tuple(row), memory_row, position, count, previous, following)
-    return found

@@ -19,13 +19,14 @@ import numpy as np
 from loopback_models import embed
 from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head, tail
+from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
 from obsmem.indexer.vectors import Filter
-from obsmem.retrieval.bm25 import Bm25List, rank_function
+from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
 
 from obsmem.dates import parse_window
-from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings.semantic import Bm25Settings, SemanticSettings
 
 
 @dataclass
@@ -114,6 +115,12 @@ def scratch_keyword_table(tokenizer: str, context_characters: int = 300) -> apsw
     return conn
 
 
+def keyword_reader(conn: apsw.Connection, bm25: Bm25Settings) -> SqliteIndexReader:
+    """The index's read contract over ``conn`` (a scratch keyword table), its keyword list queried as ``bm25``
+    says."""
+    return SqliteIndexReader(conn, Fts5Keywords(bm25.tokenizer, bm25.column_weights))
+
+
 def reference_search(
     conn: apsw.Connection,
     settings: SemanticSettings,
@@ -153,14 +160,13 @@ def reference_search(
             "INSERT INTO semantic_fts(rowid, body, previous, next, date) VALUES (?, ?, ?, ?, ?)",
             (doc.label, doc.body, doc.previous, doc.next, doc.date),
         )
-    bm25 = Bm25List(settings.bm25)
-    expression = bm25.match_expression(memory_db, query)
+    terms, _ = Bm25List(settings.bm25).match(keyword_reader(memory_db, settings.bm25), query)
     keyword = RankedList("bm25")
     by_label = {doc.label: doc for doc in docs}
-    if expression is not None:
+    if terms:
         rows = memory_db.execute(
             "SELECT rowid, rank FROM semantic_fts WHERE semantic_fts MATCH ? AND rank MATCH ? ORDER BY rank, rowid",
-            (expression, rank_function(settings.bm25.column_weights)),
+            (fts_match(terms), rank_function(settings.bm25.column_weights)),
         ).fetchall()
         keyword.items = [(label, -rank) for label, rank in rows if inside(by_label[label])][:k]
     lists = [ranked for ranked, weight in ((keyword, "bm25"), (vector, "vector")) if fusion.weights[weight] > 0]

@@ -53,6 +53,7 @@ def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> 
         service.index("p")
         db = service.database("p")
         conn = db.connection()
+        reader = service.indexer.project("p").reader
         settings = service.settings.semantic
         keyword = Bm25List(settings.bm25)
         tokenize = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
@@ -70,8 +71,9 @@ def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> 
         compared = agree_top1 = 0
         overlaps = []
         for question in questions[::4]:
-            terms = [token for _, found in keyword.terms(conn, question) for token in found]
-            ours = keyword.search(conn, question, 10)
+            with reader() as store:
+                terms = [token for _, found in keyword.terms(store, question) for token in found]
+                ours = keyword.search(store, question, 10)
             if not ours.items:
                 continue
             scores = reference.get_scores(terms)

@@ -9,9 +9,10 @@ rank exactly as the full ranking restricted to them; a filtered search still sco
 from __future__ import annotations
 
 import apsw
+from obsmem.indexer.reader import SqliteIndexReader, rank_function
 from obsmem.indexer.vectors import Filter
-from obsmem.retrieval.bm25 import Bm25List, rank_function
-from semantic_reference import scratch_keyword_table
+from obsmem.retrieval.bm25 import Bm25List
+from semantic_reference import keyword_reader, scratch_keyword_table
 
 from obsmem.settings.semantic import Bm25Settings
 
@@ -36,6 +37,10 @@ def keyword_table(bodies: dict[int, str]) -> apsw.Connection:
     return conn
 
 
+def reader(conn: apsw.Connection) -> SqliteIndexReader:
+    return keyword_reader(conn, Bm25Settings(tokenizer=TOKENIZER))
+
+
 def corpus() -> dict[int, str]:
     """alpha in labels 1-20 (old), gamma in 30-33, beta in 41-50 (recent); filler everywhere else."""
     bodies = {label: f"filler words number {label}" for label in range(1, 61)}
@@ -49,21 +54,21 @@ def corpus() -> dict[int, str]:
 
 
 def test_terms_are_kept_rarest_first_within_the_bound() -> None:
-    conn = keyword_table(corpus())
+    store = reader(keyword_table(corpus()))
     keyword = Bm25List(Bm25Settings(max_postings=15))
-    assert keyword.postings(conn, "gamma") == (4, 30)
-    assert keyword.postings(conn, "alpha")[0] == 16  # counting stopped one past the bound
+    assert keyword.postings(store, "gamma") == (4, 30)
+    assert keyword.postings(store, "alpha")[0] == 16  # counting stopped one past the bound
     # gamma (4) and beta (10) fit in 15; alpha does not. Kept terms stay in query order.
-    assert keyword.match(conn, "alpha beta gamma") == ('"beta" OR "gamma"', False)
+    assert keyword.match(store, "alpha beta gamma") == (["beta", "gamma"], False)
 
 
 def test_past_the_bound_the_rarest_recent_term_is_scored_on_its_recent_chunks() -> None:
-    conn = keyword_table(corpus())
+    store = reader(keyword_table(corpus()))
     keyword = Bm25List(Bm25Settings(max_postings=3))
     # Every term is in more than 3 chunks. Their 4 most recent chunks reach back to label 17 (alpha),
     # 30 (gamma) and 47 (beta): alpha is the rarest over the stretch that would be scored.
-    assert keyword.match(conn, "beta gamma alpha") == ('"alpha"', True)
-    found = keyword.search(conn, "beta gamma alpha", 10)
+    assert keyword.match(store, "beta gamma alpha") == (["alpha"], True)
+    found = keyword.search(store, "beta gamma alpha", 10)
     assert sorted(found.labels) == [18, 19, 20]  # the 3 most recent chunks holding alpha
 
 
@@ -80,19 +85,19 @@ def test_bounded_scoring_ranks_like_the_full_ranking_of_those_chunks() -> None:
         )
     ]
     recent = set(range(29, 41))
-    found = keyword.search(conn, "delta", 5)
+    found = keyword.search(reader(conn), "delta", 5)
     assert found.labels == [label for label in full if label in recent][:5]
     assert found.full
     # A filtered search scores every chunk of its window, old ones included.
-    everything = keyword.search(conn, "delta", 40, Filter(lower="2024-01-01 00:00:00"))
+    everything = keyword.search(reader(conn), "delta", 40, Filter(lower="2024-01-01 00:00:00"))
     assert everything.labels == full
 
 
 def test_a_bounded_list_says_its_budget_was_reached() -> None:
     # Even when fewer chunks come back than were asked for, a bound that left matches unscored is a
     # reached budget (the search reports ``truncated``).
-    conn = keyword_table({label: "delta note" for label in range(1, 41)})
+    store = reader(keyword_table({label: "delta note" for label in range(1, 41)}))
     keyword = Bm25List(Bm25Settings(max_postings=10))
-    found = keyword.search(conn, "delta", 20)
+    found = keyword.search(store, "delta", 20)
     assert len(found.labels) == 10 and found.full
-    assert not Bm25List(Bm25Settings(max_postings=100)).search(conn, "delta", 50).full
+    assert not Bm25List(Bm25Settings(max_postings=100)).search(store, "delta", 50).full

@@ -16,8 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from obsmem.indexer.keywords import date_words, head, tail
+from obsmem.indexer.reader import fts_match
 from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
-from semantic_reference import IN_STEP, contexts_wrong, index_matches_memories, reference_search, scratch_keyword_table
+from semantic_reference import (
+    IN_STEP,
+    contexts_wrong,
+    index_matches_memories,
+    keyword_reader,
+    reference_search,
+    scratch_keyword_table,
+)
 from semantic_support import add_memories, make_service, model_server  # noqa: F401
 
 from obsmem.settings.semantic import Bm25Settings
@@ -82,19 +90,21 @@ def tables() -> dict[str, apsw.Connection]:
 def test_no_user_text_is_fts5_syntax(tables: dict[str, apsw.Connection], text: str) -> None:
     for tokenizer, conn in tables.items():
         keyword = Bm25List(Bm25Settings(tokenizer=tokenizer))
-        expression = keyword.match_expression(conn, text)
-        if expression is not None:
+        store = keyword_reader(conn, keyword.settings)
+        terms, _ = keyword.match(store, text)
+        if terms:
             # Every term is one quoted string: nothing the user typed is an operator, column or prefix.
+            expression = fts_match(terms)
             assert all(part.startswith('"') and part.endswith('"') for part in expression.split(" OR "))
-        keyword.search(conn, text, 10)  # raises on any FTS5 syntax error
+        keyword.search(store, text, 10)  # raises on any FTS5 syntax error
 
 
 def test_natural_questions_still_match(tables: dict[str, apsw.Connection]) -> None:
     keyword = Bm25List(Bm25Settings())
-    conn = tables[TOKENIZERS[0]]
-    assert keyword.search(conn, "When did Caroline go to the LGBTQ support group?", 5).labels[0] == 1
-    assert keyword.search(conn, "what happened on the 8th of May?", 5).labels[0] == 1  # the date column
-    assert keyword.search(conn, "gpt-4 c++", 5).labels == [2]
+    store = keyword_reader(tables[TOKENIZERS[0]], keyword.settings)
+    assert keyword.search(store, "When did Caroline go to the LGBTQ support group?", 5).labels[0] == 1
+    assert keyword.search(store, "what happened on the 8th of May?", 5).labels[0] == 1  # the date column
+    assert keyword.search(store, "gpt-4 c++", 5).labels == [2]
 
 
 # -- upkeep through the indexer ----------------------------------------------------------------------
