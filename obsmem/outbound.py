@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from obsmem import __version__
+from obsmem.version import __version__
 
 log = logging.getLogger("obsmem.outbound")
 

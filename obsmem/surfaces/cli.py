@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import apsw
 import click
 
-from obsmem import __version__
+from obsmem.version import __version__
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings

@@ -26,7 +26,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from obsmem import __version__
+from obsmem.version import __version__
 from obsmem.app import Obsmem
 from obsmem.errors import ObsmemError
 from obsmem.surfaces.tools import run_tool, tool_definitions

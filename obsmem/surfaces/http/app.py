@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from obsmem import __version__
+from obsmem.version import __version__
 from obsmem.app import Obsmem
 from obsmem.surfaces.http.auth import KeyRing
 from obsmem.surfaces.http.capacity import CapacityGuard, ConnectionGauge

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from obsmem import __version__
+from obsmem.version import __version__
 from obsmem.surfaces.http.models import HealthResponse
 from obsmem.surfaces.http.responses import JSONBody
 
