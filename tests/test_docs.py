@@ -1,4 +1,5 @@
-"""The reference docs keep up with the code: every setting and every CLI command and option is documented."""
+"""The docs keep up with the code: every setting, CLI command and option and secret detector is documented,
+and every repository path the docs name exists and every link between them resolves."""
 
 from __future__ import annotations
 
@@ -91,3 +92,49 @@ def test_every_secret_detector_is_documented_with_its_marker() -> None:
     text = (DOCS / "redaction.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| `([a-z_]+)` \|", text, flags=re.MULTILINE))
     assert rows == {detector.name: detector.kind for detector in DETECTORS}
+
+
+# A path the docs name in backticks, from a top-level folder of the repository (``<area>`` placeholders aside).
+REPO_PATH = re.compile(r"`((?:obsmem|pipeline|indexer|retrieval|eval|benchmarks|tests)/[\w./-]*)`")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _markdown_files() -> list[Path]:
+    return [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+
+
+def _prose(path: Path) -> str:
+    """A markdown file without its fenced code blocks (examples there may name files of the reader's)."""
+    return re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a markdown file's headings, as GitHub derives them."""
+    headings = re.findall(r"^#+\s+(.+?)\s*$", _prose(path), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    """After code moves, a doc that still names the old module fails here instead of misleading a reader."""
+    missing = [
+        f"{path.name}: {name}"
+        for path in _markdown_files()
+        for name in REPO_PATH.findall(_prose(path))
+        if not (DOCS.parent / name).exists()
+    ]
+    assert not missing, f"paths named in the docs that do not exist: {missing}"
+
+
+def test_every_link_between_docs_resolves() -> None:
+    broken = []
+    for path in _markdown_files():
+        for link in LINK.findall(_prose(path)):
+            if link.startswith(("http://", "https://", "mailto:")):
+                continue
+            target, _, anchor = link.partition("#")
+            resolved = (path.parent / target) if target else path
+            if not resolved.exists():
+                broken.append(f"{path.name}: {link} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                broken.append(f"{path.name}: {link} (no such heading)")
+    assert not broken, f"broken links in the docs: {broken}"
