@@ -26,12 +26,12 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from obsmem.version import __version__
 from obsmem.app import Obsmem
 from obsmem.errors import ObsmemError
 from obsmem.surfaces.tools import run_tool, tool_definitions
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
+from obsmem.version import __version__
 
 logger = logging.getLogger("obsmem.mcp")
 

@@ -20,7 +20,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from obsmem.version import __version__
 from obsmem.app import Obsmem
 from obsmem.surfaces.http.auth import KeyRing
 from obsmem.surfaces.http.capacity import CapacityGuard, ConnectionGauge
@@ -32,6 +31,7 @@ from obsmem.surfaces.http.ratelimit import FailureLimiter
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.routes import health, ingest, memory, pipeline, projects
 from obsmem.surfaces.http.streams import StreamFollowers
+from obsmem.version import __version__
 
 API_PREFIX = "/v1"
 # Routes are matched in this order: the hot read path (search, recall) first.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from obsmem.version import __version__
 from obsmem.surfaces.http.models import HealthResponse
 from obsmem.surfaces.http.responses import JSONBody
+from obsmem.version import __version__
 
 router = APIRouter(tags=["health"])
 _BODY = {"status": "ok", "version": __version__}
