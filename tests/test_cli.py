@@ -684,6 +684,7 @@ def test_mcp_serves_the_tools_over_stdio(loaded: Path) -> None:
         command=sys.executable,
         args=["-m", "obsmem.surfaces.cli", "--data-dir", str(loaded), "mcp", "proj"],
         env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        cwd=str(loaded),  # as an agent starts it: from anywhere but a source checkout
     )
 
     async def session() -> tuple[set[str], str]:

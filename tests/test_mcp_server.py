@@ -25,7 +25,8 @@ def data_dir(tmp_path: Path) -> Path:
 
 def stdio(data_dir: Path, *extra: str) -> StdioServerParameters:
     args = ["-m", "obsmem.surfaces.mcp_server", "--data-dir", str(data_dir), "--project", "alpha", *extra]
-    return StdioServerParameters(command=sys.executable, args=args, env={"HF_HUB_OFFLINE": "1"})
+    # Started from the data directory, as an agent would (from anywhere but a source checkout).
+    return StdioServerParameters(command=sys.executable, args=args, env={"HF_HUB_OFFLINE": "1"}, cwd=str(data_dir))
 
 
 def test_stdio_tools_search_recall_and_errors(data_dir: Path) -> None:
