@@ -27,13 +27,13 @@ from typing import Any, TypeVar
 import apsw
 import click
 
-from obsmem.version import __version__
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
-from obsmem.storage.faults import storage_fault
+from obsmem.storage import storage_fault
 from obsmem.surfaces import cli_render as render
 from obsmem.validation import session_id as check_session_id
+from obsmem.version import __version__
 
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1
