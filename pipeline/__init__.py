@@ -1,6 +1,7 @@
 """The observation pipeline: events -> Observer -> Reflector -> Dropper -> generations -> the projection.
 
-Layout (each wing imports only itself and the floor; the views read the wings; the runtime wires them)::
+Layout (each wing imports only itself and the floor; the views read the wings; the runtime wires them; the
+contracts ``pipeline-wings`` and ``pipeline-inside`` of pyproject.toml keep it so)::
 
     runtime.py        ObservationPipeline: the append trigger, the job handlers, housekeeping, reads
     observe/          the observe wing: input hygiene, packer, Observer, coverage, the observe job, prompts
