@@ -52,11 +52,8 @@ def installed_layout(target: Path) -> Path:
 
 def lint_imports(layout: Path) -> subprocess.CompletedProcess[str]:
     # The console script's own code, run by this interpreter (a venv's bin/ may not hold the script).
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())",
-    ]
+    script = "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"
+    command = [sys.executable, "-c", script]
     environment = {**os.environ, "PYTHONPATH": str(layout), "PYTHONSAFEPATH": "1"}
     return subprocess.run(
         [*command, "--no-cache", "--no-logo", str(PYPROJECT)],
