@@ -2,7 +2,7 @@
 
 The names below are what other layers (the CLI's ``eval`` and ``demo`` commands) may import; the modules
 inside are internal and may move. Each name loads its module on first use, so a command pays only for the
-part of the harness it runs (the demo never loads the dataset readers, the runner or matplotlib).
+part of the harness it runs (the demo never loads the runner, the calibration or matplotlib).
 """
 
 from __future__ import annotations
