@@ -24,7 +24,7 @@ from typing import Any
 from obsmem.eval.modes import Retrieved, retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.suites.labelled import LabelledQuestion
-from obsmem.retrieval.hybrid import SearchPlan
+from obsmem.retrieval import SearchPlan
 
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed

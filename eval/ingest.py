@@ -17,8 +17,7 @@ from typing import Any
 from obsmem.eval.datasets.locomo import Conversation, ObservationSpec, fact_observations, turn_observations
 from obsmem.eval.datasets.longmemeval import LongMemEvalData
 
-from obsmem.app import Obsmem
-from obsmem.app.results import IndexReport
+from obsmem.app import IndexReport, Obsmem
 from obsmem.memories import MAX_MEMORY_CHARS
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID
 

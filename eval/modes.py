@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from obsmem.retrieval.hybrid import SearchPlan, StageRankings
+from obsmem.retrieval import SearchPlan, StageRankings
 
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed

@@ -43,8 +43,7 @@ from obsmem.eval.suites import labelled, locomo, longmemeval
 
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
-from obsmem.settings import Settings
-from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings import SemanticSettings, Settings
 
 DEFAULT_MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid")
 

@@ -1,1 +1,14 @@
-"""Indexer: chunker, embedders, index state with dirty markers, FTS5 and vector stores, sync and rebuild."""
+"""Indexer: chunker, embedders, index state with dirty markers, FTS5 and vector stores, sync and rebuild.
+
+The names below are what other layers may import: the app floor builds a :class:`SemanticIndexer`, and
+retrieval reads through the :class:`IndexReader` contract (never the indexer's tables). The modules
+inside are internal and may move. Only semantic mode imports this package, so it loads eagerly; the
+local embedding model (torch, sentence-transformers) still loads only when an embedder is made.
+"""
+
+from obsmem.indexer.engine import SemanticIndexer
+from obsmem.indexer.project import BatchReport
+from obsmem.indexer.reader import IndexReader, ValidChunk
+from obsmem.indexer.vectors import Filter, VectorSet
+
+__all__ = ["BatchReport", "Filter", "IndexReader", "SemanticIndexer", "ValidChunk", "VectorSet"]

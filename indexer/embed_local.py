@@ -25,7 +25,7 @@ import numpy as np
 from obsmem.indexer.embedders import Embedder
 
 from obsmem.errors import ConfigurationError, EmbeddingUnavailable
-from obsmem.settings.semantic import EmbeddingSettings
+from obsmem.settings import EmbeddingSettings
 
 BUNDLED = "all-MiniLM-L6-v2"
 GROUP_BATCHES = 4  # indexing batches (of batch_size texts) encoded per hold of the thread-count lock

@@ -14,7 +14,7 @@ from obsmem.indexer.embedders import Embedder
 
 from obsmem.errors import EmbeddingUnavailable
 from obsmem.outbound import JsonEndpoint, OutboundError
-from obsmem.settings.semantic import EmbeddingSettings
+from obsmem.settings import EmbeddingSettings
 
 
 def _is_number(value: Any) -> bool:

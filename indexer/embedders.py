@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
-from obsmem.settings.semantic import EmbeddingSettings
+from obsmem.settings import EmbeddingSettings
 
 Vectors = np.ndarray  # (n, dimensions) float32, rows of unit length
 

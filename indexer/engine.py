@@ -12,7 +12,7 @@ from obsmem.indexer.project import BatchReport, ProjectIndex
 from obsmem.indexer.scheduler import IndexBatchScheduler
 
 from obsmem.projects import ProjectRegistry
-from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings import SemanticSettings
 
 log = logging.getLogger("obsmem.indexer")
 

@@ -28,7 +28,7 @@ import hnswlib
 from obsmem.indexer.state import IndexState, mark_dirty, update_state
 
 from obsmem.faults import crash_point
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 
 LOCK_FILE = ".lock"
 CHECKSUM = "blake2b"

@@ -39,8 +39,8 @@ from obsmem.indexer.vectors import VectorSet, read_vector_set
 from obsmem.dates import now_iso
 from obsmem.errors import EmbeddingUnavailable, IndexBusy
 from obsmem.faults import crash_point
-from obsmem.settings.semantic import SemanticSettings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.settings import SemanticSettings
+from obsmem.storage import ProjectDatabase
 
 log = logging.getLogger("obsmem.indexer")
 

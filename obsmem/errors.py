@@ -8,35 +8,65 @@ the CLI prints the message and exits non-zero.
 Messages name the offending field and what is allowed. They never quote memory text, queries, keys or
 response bodies, so they are safe to log.
 
-    ObsmemError
-    ├── ValidationFailed (422)        invalid_request and the field-specific codes below
-    │   ├── InvalidQuery               invalid_query
-    │   ├── InvalidDate                invalid_date
-    │   ├── InvalidId                  invalid_id
-    │   ├── InvalidProject             invalid_project
-    │   └── InvalidSession             invalid_session
+    ObsmemError (400)                 error: the base, never raised as such
+    ├── ValidationFailed (422)        invalid_request; given where raised: mode_unavailable (hybrid mode
+    │   │                             without a [semantic] section), unknown_source_ref (an observation
+    │   │                             citing events that do not exist), unknown_observation (a reflection
+    │   │                             citing observations that do not exist)
+    │   ├── InvalidQuery              invalid_query
+    │   ├── InvalidDate               invalid_date
+    │   ├── InvalidId                 invalid_id
+    │   ├── InvalidProject            invalid_project
+    │   ├── InvalidSession            invalid_session
+    │   ├── InvalidArguments          invalid_arguments: a tool call's arguments (agent tools and MCP only)
+    │   └── UnknownTool               unknown_tool: a tool that does not exist (agent tools and MCP only)
     ├── AmbiguousId (422)             ambiguous_id
-    ├── NotFound (404)                not_found, project_not_found
+    ├── NotFound (404)                not_found; given where raised: session_not_found
+    │   └── ProjectNotFound           project_not_found
     ├── SeqConflict (409)             seq_conflict
     ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
     ├── ReflectionOff (409)           reflection_off: reflection asked for, but no model or switched off
-    ├── Unauthorized (401) / Forbidden (403)
-    ├── PayloadTooLarge (413)
-    ├── ConfigurationError            configuration_error (start-up only)
-    ├── StorageError (503)            storage_error: the database cannot be used (see obsmem.storage.faults)
-    │   ├── StorageFull                storage_full (Retry-After): the disk is full
-    │   ├── StorageReadOnly            storage_read_only: the data directory cannot be written
-    │   ├── StorageIOError             storage_io_error (Retry-After): the OS reported an I/O error
-    │   ├── StorageBusy                storage_busy (Retry-After): the write lock was held beyond the timeout
-    │   └── StorageCorrupt             storage_corrupt: the file is damaged or not a database
-    └── ServiceUnavailable (503)      embedding_unavailable, reranker_unavailable, index_building,
-        │                             index_busy, model_unavailable
-        ├── ModelNotConfigured         model_not_configured
-        ├── ModelTimeout (504)         model_timeout
-        ├── ModelRejected (502)        model_rejected (the endpoint refused the request: 4xx)
-        └── ModelBadResponse (502)     model_bad_response (not an OpenAI-compatible reply)
+    ├── Unauthorized (401)            unauthorized
+    ├── Forbidden (403)               forbidden
+    ├── PayloadTooLarge (413)         payload_too_large
+    ├── ConfigurationError (500)      configuration_error: start-up only, nothing is served
+    ├── StorageError (503)            storage_error: the database cannot be used (see obsmem.storage)
+    │   ├── StorageFull               storage_full (Retry-After): the disk is full
+    │   ├── StorageReadOnly           storage_read_only: the data directory cannot be written
+    │   ├── StorageIOError            storage_io_error (Retry-After): the OS reported an I/O error
+    │   ├── StorageBusy               storage_busy (Retry-After): the write lock was held beyond the timeout
+    │   └── StorageCorrupt            storage_corrupt: the file is damaged or not a database
+    ├── ServiceUnavailable (503)      service_unavailable: a configured dependency cannot answer
+    │   ├── EmbeddingUnavailable      embedding_unavailable
+    │   ├── RerankerUnavailable       reranker_unavailable
+    │   ├── IndexBuilding             index_building (with indexed_count and source_count)
+    │   ├── IndexBusy                 index_busy
+    │   ├── ModelUnavailable          model_unavailable
+    │   ├── ModelNotConfigured        model_not_configured
+    │   ├── ModelTimeout (504)        model_timeout
+    │   ├── ModelRejected (502)       model_rejected: the endpoint refused the request (4xx)
+    │   └── ModelBadResponse (502)    model_bad_response: not an OpenAI-compatible reply
+    │
+    │   Defined beside the code that raises them. They end one attempt of a background job and reach
+    │   people only as its failure reason (a session's last_error, a job_failed event):
+    ├── LeaseLost (409)               lease_lost (obsmem.work): a worker lost its job and must not commit
+    ├── CoverageConflict (409)        coverage_conflict (the observe wing): part of a chunk was covered
+    │                                 meanwhile; the chunk is re-packed
+    ├── GenerationLost (409)          generation_lost (the reflect wing): another attempt took the claim
+    └── LedgerError (500)             ledger_invalid (the reflect wing): a session's generations are not
+                                      one chain (a bug if seen)
 
-    LeaseLost (409, obsmem.work)      lease_lost: a worker lost its job and must not commit
+Codes without an error class, in the same ``{"error": {"code", "message"}}`` shape:
+
+    internal_error (500)        a bug: the HTTP server answers it with no detail (the log has it); a
+                                background job records ``internal_error: <type>`` as its failure reason
+    not_found (404)             HTTP: no such route
+    method_not_allowed (405)    HTTP: the route exists with other methods (an Allow header lists them)
+    request_timeout (408)       HTTP: the request head or body did not arrive in time; the connection closes
+    rate_limited (429)          HTTP: too many failed authentications from one address (Retry-After)
+    over_capacity (503)         HTTP: the connection or in-flight request cap is reached (Retry-After)
+    too_many_streams (503)      HTTP: the cap on open event streams is reached (Retry-After)
+    http_error (4xx)            HTTP: any other refusal of the web framework, with its status
 """
 
 from __future__ import annotations

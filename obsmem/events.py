@@ -27,7 +27,7 @@ from obsmem.dates import now_iso
 from obsmem.errors import NotFound, SeqConflict, ValidationFailed
 from obsmem.ids import canonical_json
 from obsmem.redaction import redact_json, redact_text
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.validation import first_problem
 from obsmem.validation import session_id as check_session_id
 

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.events import AfterInsert, EventIn, append_events
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations, parse_observation
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.validation import first_problem
 from obsmem.validation import session_id as check_session_id
 

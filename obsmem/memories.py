@@ -19,7 +19,7 @@ from obsmem.bounds import MAX_SEQ, is_strict_int
 from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.redaction import redact_text
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem, secret_free_identifier
 
 Importance = Literal["low", "medium", "high", "critical"]

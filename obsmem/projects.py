@@ -16,9 +16,14 @@ from pathlib import Path
 import apsw
 
 from obsmem.errors import InvalidProject, ProjectNotFound
-from obsmem.storage.connection import ProjectDatabase, check_sqlite_capabilities, open_connection, storage_faults
-from obsmem.storage.faults import storage_fault
-from obsmem.storage.migrations import migrate
+from obsmem.storage import (
+    ProjectDatabase,
+    check_sqlite_capabilities,
+    migrate,
+    open_connection,
+    storage_fault,
+    storage_faults,
+)
 from obsmem.validation import project_name
 
 DATABASE_FILE = "obsmem.db"

@@ -1,6 +1,7 @@
 """The observation pipeline: events -> Observer -> Reflector -> Dropper -> generations -> the projection.
 
-Layout (each wing imports only itself and the floor; the views read the wings; the runtime wires them)::
+Layout (each wing imports only itself and the floor; the views read the wings; the runtime wires them; the
+contracts ``pipeline-wings`` and ``pipeline-inside`` of pyproject.toml keep it so)::
 
     runtime.py        ObservationPipeline: the append trigger, the job handlers, housekeeping, reads
     observe/          the observe wing: input hygiene, packer, Observer, coverage, the observe job, prompts
@@ -17,7 +18,7 @@ from obsmem.pipeline.llm import ChatClient, ChatReply, ToolCall
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
 from obsmem.pipeline.model_overrides import ROLES, ModelChanges, RoleModel
 from obsmem.pipeline.observe.prompts import seq_runs
-from obsmem.pipeline.reflect.generations import rebuild_active_memory
+from obsmem.pipeline.reflect.generations import project_generation_totals, rebuild_active_memory
 from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.pipeline.session_jobs import OBSERVE, REFLECT
 from obsmem.pipeline.views.projection import Projection, project, render_projection
@@ -36,6 +37,7 @@ __all__ = [
     "ToolCall",
     "active_memory",
     "project",
+    "project_generation_totals",
     "rebuild_active_memory",
     "render_projection",
     "seq_runs",

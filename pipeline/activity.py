@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work import eventlog
 
 log = logging.getLogger("obsmem.pipeline.activity")

@@ -34,7 +34,7 @@ from obsmem.pipeline.views.status import session_status
 
 from obsmem.events import StoredEvent
 from obsmem.settings import Settings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue
 
 

@@ -33,11 +33,10 @@ from __future__ import annotations
 import re
 import time
 
-from obsmem.indexer.reader import IndexReader
-from obsmem.indexer.vectors import Filter
+from obsmem.indexer import Filter, IndexReader
 from obsmem.retrieval.ranked import RankedList
 
-from obsmem.settings.semantic import Bm25Settings
+from obsmem.settings import Bm25Settings
 
 # Words that carry no topic in a question: function words, question words and auxiliaries of English,
 # and the pieces contractions leave behind. Kept short on purpose: BM25's idf already down-weights common

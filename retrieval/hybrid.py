@@ -31,9 +31,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import numpy as np
-from obsmem.indexer.engine import SemanticIndexer
-from obsmem.indexer.reader import IndexReader, ValidChunk
-from obsmem.indexer.vectors import Filter, VectorSet
+from obsmem.indexer import Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
@@ -42,7 +40,7 @@ from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
 
 from obsmem.errors import IndexBuilding
-from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
 MAX_STALE_MARGIN = 1000

@@ -22,7 +22,7 @@ from typing import Any
 
 from obsmem.errors import ConfigurationError, RerankerUnavailable
 from obsmem.outbound import JsonEndpoint, OutboundError
-from obsmem.settings.semantic import RerankerSettings
+from obsmem.settings import RerankerSettings
 
 
 def _finite_number(value: Any) -> bool:

@@ -16,7 +16,7 @@ from obsmem.retrieval.results import SearchResult
 from obsmem.dates import DateWindow, parse_window
 from obsmem.errors import ValidationFailed
 from obsmem.settings import SearchSettings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.validation import session_id as check_session_id
 
 if TYPE_CHECKING:

@@ -1,11 +1,9 @@
-"""The application floor: where it sits among the layers, its typed results and the one mode dispatch."""
+"""The application floor: its typed results and the one mode dispatch (where it sits among the layers is a
+contract of pyproject.toml, checked by test_layering.py)."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from obsmem.retrieval.search import SearchModes
@@ -14,44 +12,6 @@ from obsmem.app import Obsmem
 from obsmem.app.results import JobCounts, ProjectStatus, Recollection
 from obsmem.app.typed import build
 from obsmem.errors import NotFound, ValidationFailed
-
-ROOT = Path(__file__).resolve().parent.parent
-BELOW_THE_APP = [ROOT / "retrieval", ROOT / "pipeline", ROOT / "indexer", ROOT / "obsmem" / "storage"]
-
-
-def _imported_modules(path: Path) -> Iterator[str]:
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
-
-
-def _python_files(*folders: Path) -> list[Path]:
-    return [path for folder in folders for path in sorted(folder.rglob("*.py"))]
-
-
-def test_nothing_below_the_app_floor_imports_it() -> None:
-    base = [path for path in (ROOT / "obsmem").glob("*.py") if path.name != "__init__.py"]
-    offenders = [
-        f"{path.relative_to(ROOT)} imports {module}"
-        for path in base + _python_files(*BELOW_THE_APP)
-        for module in _imported_modules(path)
-        if module in ("obsmem.app", "obsmem.Obsmem") or module.startswith(("obsmem.app.", "obsmem.surfaces"))
-    ]
-    assert not offenders, offenders
-
-
-def test_the_eval_harness_drives_the_app_not_the_surfaces() -> None:
-    offenders = [
-        f"{path.relative_to(ROOT)} imports {module}"
-        for path in _python_files(ROOT / "eval")
-        for module in _imported_modules(path)
-        if module.startswith("obsmem.surfaces")
-    ]
-    assert not offenders, offenders
-    assert any("obsmem.app" in set(_imported_modules(path)) for path in _python_files(ROOT / "eval"))
 
 
 def test_the_base_package_re_exports_the_app() -> None:

@@ -72,7 +72,7 @@ def test_every_module_of_the_package_has_a_place_in_the_rules(tmp_path: Path) ->
     layered: set[str] = set()
     base: set[str] = set()
     for contract in contracts:
-        if contract["type"] == "layers":
+        if contract["type"] == "layers" and contract["containers"] == ["obsmem"]:
             for layer in contract["layers"]:
                 layered.update(f"obsmem.{name.strip()}" for name in layer.replace(":", "|").split("|"))
         if contract["id"] == "base":
@@ -85,6 +85,23 @@ def test_every_module_of_the_package_has_a_place_in_the_rules(tmp_path: Path) ->
     }
     assert children - layered - base == set()
     assert (layered | base) - children == set()
+
+
+def public_faces() -> list[str]:
+    """The packages whose inner modules the contracts protect (each one's face is its ``__init__``)."""
+    contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    return [name for contract in contracts if contract["type"] == "protected" for name in contract["allowed_importers"]]
+
+
+@pytest.mark.parametrize("face", public_faces())
+def test_every_name_a_public_face_exports_resolves(face: str) -> None:
+    """A face is all other layers may import, so each name it lists must load (those loaded on first use too)."""
+    package = importlib.import_module(face)
+    exported = package.__all__
+    assert len(exported) == len(set(exported)), f"{face}.__all__ repeats a name"
+    missing = [name for name in exported if getattr(package, name, None) is None]
+    assert not missing, f"{face} exports names that do not load: {missing}"
+    assert not hasattr(package, "no_such_name")  # an unknown name is an AttributeError, as for any module
 
 
 def test_the_package_keeps_its_layering_rules(tmp_path: Path) -> None:
@@ -104,18 +121,32 @@ def test_the_package_keeps_its_layering_rules(tmp_path: Path) -> None:
         ("eval/metrics.py", "import obsmem.surfaces.cli", "Surfaces over eval"),
         ("ids.py", "import obsmem.retrieval", "The base imports no stage"),
         ("work/queue.py", "from obsmem.app import Obsmem", "The base imports no stage"),
+        (
+            "surfaces/tools.py",
+            "from obsmem.retrieval.search import MODES",
+            "through its public face (obsmem.retrieval)",
+        ),
+        ("surfaces/http/routes/memory.py", "import obsmem.eval.runner", "through its public face (obsmem.eval)"),
+        ("app/service.py", "from obsmem.indexer.engine import SemanticIndexer", "its public face (obsmem.indexer)"),
+        ("eval/ingest.py", "from obsmem.app.results import IndexReport", "through its public face (obsmem.app)"),
+        ("retrieval/exact.py", "from obsmem.storage.connection import ProjectDatabase", "face (obsmem.storage)"),
+        ("pipeline/observe/packer.py", "from obsmem.pipeline.reflect import pool", "The pipeline: runtime over"),
+        ("pipeline/tokens.py", "import obsmem.pipeline.views.status", "The pipeline: runtime over"),
+        ("pipeline/reflect/pool.py", "from obsmem.pipeline import project", "Nothing inside the pipeline imports"),
     ],
 )
 def test_a_forbidden_import_breaks_the_check(tmp_path: Path, module: str, imports: str, contract: str) -> None:
     """The check itself can fail: a copy of the layout with one forbidden import added to a module is refused."""
     layout = installed_layout(tmp_path)
     target = layout / "obsmem" / module
-    folder = target.parent
-    if folder.is_symlink():
-        # Make the stage a real folder of links, so the edit lands in the copy and never in the repository.
+    linked = [folder for folder in target.parents if folder.is_symlink()]
+    if linked:
+        # Make the linked package a real tree of links, so the edit lands in the copy, never in the repository.
+        folder = linked[-1]
         real = folder.resolve()
         folder.unlink()
         shutil.copytree(real, folder, copy_function=os.symlink, ignore=shutil.ignore_patterns("__pycache__"))
+    assert target.is_symlink() and not any(folder.is_symlink() for folder in target.parents)
     source = target.read_text()
     target.unlink()
     target.write_text(f"{source}\n{imports}\n")

@@ -2,9 +2,64 @@
 
 It sits above the stages (it builds the pipeline, the indexer and the searchers) and below the surfaces
 (HTTP, CLI, agent tools, MCP) and the eval harness, which call it. Nothing in the base or in a stage
-imports it.
+imports it. The names below are what the layers above may import: ``Obsmem`` and the typed results its
+methods return (each with ``to_dict()``, the JSON document every surface publishes).
 """
 
+from obsmem.app.results import (
+    CurrentActivity,
+    Forgotten,
+    GenerationInfo,
+    IndexReport,
+    IndexStatus,
+    IndexTotals,
+    JobCounts,
+    JobList,
+    JobRow,
+    LastError,
+    MemoryDetails,
+    ModelChoices,
+    ModelSwitch,
+    ObservationDetail,
+    PoolPressure,
+    ProjectStatus,
+    RecalledMemory,
+    Recollection,
+    ReflectionDetail,
+    RoleModelChoice,
+    SessionJobs,
+    SessionStatus,
+    SourceEvent,
+    SourceRef,
+)
 from obsmem.app.service import Obsmem
+from obsmem.app.typed import JsonResult
 
-__all__ = ["Obsmem"]
+__all__ = [
+    "CurrentActivity",
+    "Forgotten",
+    "GenerationInfo",
+    "IndexReport",
+    "IndexStatus",
+    "IndexTotals",
+    "JobCounts",
+    "JobList",
+    "JobRow",
+    "JsonResult",
+    "LastError",
+    "MemoryDetails",
+    "ModelChoices",
+    "ModelSwitch",
+    "ObservationDetail",
+    "Obsmem",
+    "PoolPressure",
+    "ProjectStatus",
+    "RecalledMemory",
+    "Recollection",
+    "ReflectionDetail",
+    "RoleModelChoice",
+    "SessionJobs",
+    "SessionStatus",
+    "SourceEvent",
+    "SourceRef",
+]

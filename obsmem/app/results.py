@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.app.typed import OMIT_IF_NONE, JsonResult
-from obsmem.retrieval.results import Hit
+from obsmem.retrieval import Hit
 
 # -- memories ---------------------------------------------------------------------------------------
 

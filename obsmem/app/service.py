@@ -30,24 +30,18 @@ from obsmem.errors import ValidationFailed
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.pipeline import ObservationPipeline, Projection
-from obsmem.pipeline.reflect.generations import project_generation_totals
+from obsmem.pipeline import ObservationPipeline, Projection, project_generation_totals
 from obsmem.projects import ProjectRegistry
-from obsmem.retrieval.recall import find_memory_row
-from obsmem.retrieval.recall import recall as recall_memory
-from obsmem.retrieval.results import SearchResult
-from obsmem.retrieval.search import SearchModes, SearchRequest
+from obsmem.retrieval import SearchModes, SearchRequest, SearchResult, find_memory_row, recall_memory
 from obsmem.settings import Settings, load_settings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import EnqueueResult, WorkerPool, eventlog
 
 if TYPE_CHECKING:
-    from obsmem.indexer.engine import SemanticIndexer
-    from obsmem.indexer.project import BatchReport
-    from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
-    from obsmem.retrieval.rerank import Reranker
+    from obsmem.indexer import BatchReport, SemanticIndexer
+    from obsmem.retrieval import HybridSearcher, Reranker, SearchPlan, StageRankings
 
 # The keys of an indexing run's totals; the rest of the indexer's report is the index status after it.
 _TOTALS = tuple(IndexTotals.__dataclass_fields__)
@@ -77,9 +71,8 @@ class Obsmem:
         self.hybrid: HybridSearcher | None = None
         self.reranker: Reranker | None = None
         if settings.semantic is not None and settings.semantic.enabled:
-            from obsmem.indexer.engine import SemanticIndexer
-            from obsmem.retrieval.hybrid import HybridSearcher
-            from obsmem.retrieval.rerank import make_reranker
+            from obsmem.indexer import SemanticIndexer
+            from obsmem.retrieval import HybridSearcher, make_reranker
 
             self.indexer = SemanticIndexer(settings.semantic, self.projects)
             self.reranker = make_reranker(settings.semantic.reranker)

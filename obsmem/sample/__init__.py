@@ -33,7 +33,7 @@ from typing import Any
 
 from obsmem.events import append_events
 from obsmem.memories import add_observations
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SAMPLE_PROJECT = "sample"

@@ -30,7 +30,7 @@ import click
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
-from obsmem.storage.faults import storage_fault
+from obsmem.storage import storage_fault
 from obsmem.surfaces import cli_render as render
 from obsmem.validation import session_id as check_session_id
 from obsmem.version import __version__

@@ -20,8 +20,7 @@ import click
 from rich.console import Console
 
 from obsmem.app import Obsmem
-from obsmem.settings import builtin_settings
-from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings import SemanticSettings, builtin_settings
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import json_option
 
@@ -92,8 +91,7 @@ def run_demo_eval(service: Obsmem, project: str) -> dict[str, Any] | None:
     labelled_questions = questions()
     if not labelled_questions or service.hybrid is None:
         return None
-    from obsmem.eval.ingest import index_project
-    from obsmem.eval.suites.labelled import parse_labelled, run_labelled
+    from obsmem.eval import index_project, parse_labelled, run_labelled
 
     started = time.perf_counter()
     indexed = index_project(service, project)
@@ -111,7 +109,7 @@ def run_demo_eval(service: Obsmem, project: str) -> dict[str, Any] | None:
 
 
 def _print_eval(console: Console, shown: dict[str, Any]) -> None:
-    from obsmem.eval.report import rich_tables
+    from obsmem.eval import rich_tables
 
     evaluated = shown["eval"]
     console.print()

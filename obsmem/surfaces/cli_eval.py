@@ -90,13 +90,13 @@ _data_file = click.Path(exists=True, readable=True, path_type=Path)
 
 
 def _progress(as_json: bool, chosen: bool | None) -> Any:
-    from obsmem.eval.progress import Progress
+    from obsmem.eval import Progress
 
     return Progress(sys.stderr.isatty() and not as_json if chosen is None else chosen)
 
 
 def _modes(text: str, settings: Settings) -> tuple[str, ...]:
-    from obsmem.eval.modes import MODES, parse_modes
+    from obsmem.eval import MODES, parse_modes
 
     if text.strip() not in (AVAILABLE, "all"):
         return parse_modes(text)
@@ -111,7 +111,7 @@ def _settings(app: App, data_dir: Path | None) -> Settings:
 
 
 def _questions(path: Path | None) -> Any:
-    from obsmem.eval.suites.labelled import read_labelled
+    from obsmem.eval import read_labelled
 
     return None if path is None else read_labelled(path)
 
@@ -143,8 +143,7 @@ def command_text(ctx: click.Context) -> str:
 
 
 def _finish(run: Any, output: Path | None, as_json: bool) -> None:
-    from obsmem.eval.report import rich_tables, summary_dict
-    from obsmem.eval.runner import write_outputs
+    from obsmem.eval import rich_tables, summary_dict, write_outputs
 
     run.command = command_text(click.get_current_context())
     if output is not None:
@@ -203,11 +202,11 @@ def questions_command(
 
     Without --project: the bundled sample project and its 64 questions, in a temporary directory.
     """
-    from obsmem.eval.runner import evaluate_questions
+    from obsmem.eval import evaluate_questions
 
     settings = _settings(app, project_data_dir)
     if project is None:
-        from obsmem.eval.runner import with_semantic
+        from obsmem.eval import with_semantic
 
         settings = with_semantic(settings)
     run = evaluate_questions(
@@ -248,8 +247,7 @@ def locomo_command(
 ) -> None:
     """LoCoMo turn-level evidence recall@5/10/25/50, overall and per category, each conversation in its
     own project."""
-    from obsmem.eval.runner import evaluate_locomo, with_semantic
-    from obsmem.eval.suites.locomo import parse_ways
+    from obsmem.eval import evaluate_locomo, parse_ways, with_semantic
 
     settings = with_semantic(app.settings())
     chosen_ways = parse_ways(ways)
@@ -293,7 +291,7 @@ def longmemeval_command(
 ) -> None:
     """LongMemEval session-level recall_any@k, recall_all@k and nDCG@k (k = 5, 10), abstention questions
     excluded."""
-    from obsmem.eval.runner import evaluate_longmemeval, with_semantic
+    from obsmem.eval import evaluate_longmemeval, with_semantic
 
     settings = with_semantic(app.settings())
     run = _dataset_errors(
@@ -329,8 +327,7 @@ def calibrate_command(
 ) -> None:
     """Choose the reranker min_score on the calibration split and show its effect on the held-out split
     (precision in the first ten, recall@10, negatives with hits). Needs [semantic.reranker]."""
-    from obsmem.eval.calibration import calibration_markdown, write_calibration
-    from obsmem.eval.runner import calibrate
+    from obsmem.eval import calibrate, calibration_markdown, write_calibration
 
     settings = _settings(app, project_data_dir)
     report = calibrate(

@@ -18,8 +18,7 @@ from typing import Any
 
 import click
 
-from obsmem.app import Obsmem
-from obsmem.app.results import IndexReport
+from obsmem.app import IndexReport, Obsmem
 from obsmem.errors import ObsmemError
 
 

@@ -22,7 +22,7 @@ from obsmem.pipeline import ROLES
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, json_option, pass_app, session_option
 from obsmem.validation import session_id as check_session_id
-from obsmem.work.eventlog import MAX_EVENT_ID
+from obsmem.work import MAX_EVENT_ID
 
 # -- worker -------------------------------------------------------------------------------------------------
 

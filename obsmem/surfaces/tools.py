@@ -22,8 +22,8 @@ import apsw
 
 from obsmem.app import Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
-from obsmem.retrieval.search import MODES
-from obsmem.storage.faults import storage_fault
+from obsmem.retrieval import MODES
+from obsmem.storage import storage_fault
 
 MEMORY_SEARCH = "memory_search"
 RECALL = "recall"

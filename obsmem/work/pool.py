@@ -39,7 +39,7 @@ import apsw
 from obsmem.errors import ObsmemError
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import JobSettings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work.queue import JobQueue, Lease, LeaseLost, sanitise_reason
 
 # Named for what it logs (the workers): a stable name that log configurations can rely on.

@@ -33,7 +33,7 @@ import apsw
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work import eventlog
 
 MAX_BACKOFF_SECONDS = 900.0

@@ -31,7 +31,7 @@ from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
 from obsmem.events import StoredEvent
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work import eventlog
 
 PAGE = 256

@@ -49,7 +49,7 @@ from obsmem.pipeline.session_jobs import (
 from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.settings import Settings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue, sanitise_reason
 
 log = logging.getLogger("obsmem.pipeline.observe")

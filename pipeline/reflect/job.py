@@ -44,7 +44,7 @@ from obsmem.pipeline.tokens import sql_estimate, token_cost
 
 from obsmem.errors import ReflectionOff
 from obsmem.settings import Settings
-from obsmem.storage.connection import ProjectDatabase
+from obsmem.storage import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue, eventlog, sanitise_reason
 
 log = logging.getLogger("obsmem.pipeline.reflect.job")

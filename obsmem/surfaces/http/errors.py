@@ -26,7 +26,7 @@ from starlette.types import Send
 from obsmem.dates import parse_window
 from obsmem.errors import ObsmemError
 from obsmem.ids import parse_id_prefix
-from obsmem.storage.faults import storage_fault
+from obsmem.storage import storage_fault
 from obsmem.surfaces.http.access_log import loggable_target
 from obsmem.surfaces.http.responses import JSONBody, dumps
 from obsmem.validation import field_path, project_name, session_id

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from obsmem.events import MAX_BATCH, EventIn
-from obsmem.retrieval.exact import MAX_QUERY_CHARS
+from obsmem.retrieval import MAX_QUERY_CHARS
 from obsmem.validation import PROJECT_SLUG, SESSION_ID
 
 PROJECT_PATTERN = f"^{PROJECT_SLUG.pattern}$"

@@ -25,7 +25,7 @@ from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project,
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.streams import FollowedStream, StreamFollowers
-from obsmem.work.eventlog import MAX_EVENT_ID
+from obsmem.work import MAX_EVENT_ID
 
 router = APIRouter(tags=["pipeline"])
 
