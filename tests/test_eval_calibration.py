@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopback_models import overlap_score
 from obsmem.eval.calibration import Scored, choose_floor, effect
 from obsmem.eval.runner import calibrate
 from obsmem.eval.suites.labelled import LabelledQuestion
-from semantic_support import add_memories, model_server, semantic_settings  # noqa: F401
+from support.model_server import ModelServer, overlap_score
+from support.semantic_service import add_memories, semantic_settings
 
 from obsmem import Obsmem
 from obsmem.errors import ValidationFailed
@@ -82,7 +82,7 @@ def test_choose_floor_rule_by_hand() -> None:
     assert choose_floor(nothing)[0] is None  # no target found: no floor can keep recall
 
 
-def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server: ModelServer) -> None:
     settings = reranker_settings(tmp_path, model_server)
     with Obsmem(settings, background_indexing=False) as memory:
         ids = add_memories(memory, "p", [(f"2024-05-0{1 + i % 8} 12:00", m) for i, m in enumerate(MEMORIES)])
@@ -105,7 +105,7 @@ def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server) -> 
     assert payload["chosen_min_score"] == report.chosen and payload["held_out"]["with_floor"]["recall_at_10"] == 1.0
 
 
-def test_calibrate_needs_a_reranker_and_both_splits(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_calibrate_needs_a_reranker_and_both_splits(tmp_path: Path, model_server: ModelServer) -> None:
     plain = load_settings(data_dir=tmp_path / "data", semantic=semantic_settings(model_server))
     with pytest.raises(ValidationFailed) as caught:
         calibrate(plain, questions=[], project="p")

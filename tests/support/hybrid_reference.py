@@ -23,10 +23,10 @@ from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
-from support.model_server import embed
 
 from obsmem.dates import parse_window
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
+from support.model_server import embed
 
 
 @dataclass

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from support.scripted_chat import ScriptedChatServer
-
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings
+from support.scripted_chat import ScriptedChatServer
 
 # Twenty observations of ~8 tokens each are ~160 tokens: over a reflection threshold of 100 and a target of 60.
 SMALL_REFLECTION = {"reflector": {"reflect_after_observation_tokens": 100}, "pools": {"observations_max_tokens": 60}}

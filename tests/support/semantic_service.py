@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from support.model_server import ModelServer
-
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings
+from support.model_server import ModelServer
 
 
 def semantic_settings(server: ModelServer, **overrides: Any) -> dict[str, Any]:
