@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from support.eval_datasets import write_locomo, write_longmemeval_subset
+from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS, write_locomo, write_longmemeval_subset
 from support.model_server import ModelServer
 from support.semantic_service import add_memories
-from test_eval_calibration import MEMORIES, QUESTIONS
 
 from obsmem import Obsmem
 from obsmem.settings import load_settings
@@ -47,7 +46,7 @@ def project(tmp_path: Path, model_server: ModelServer) -> Path:
     """Project ``p`` with the calibration test's memories, and its labelled questions as a JSONL file."""
     settings = load_settings(config(tmp_path, model_server, reranker=True), data_dir=tmp_path / "data")
     with Obsmem(settings, background_indexing=False) as memory:
-        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in MEMORIES])
+        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in CALIBRATION_MEMORIES])
     path = tmp_path / "questions.jsonl"
     lines = [
         {
@@ -58,7 +57,7 @@ def project(tmp_path: Path, model_server: ModelServer) -> Path:
             "split": split,
             "kind": "paraphrase",
         }
-        for i, (split, text, t) in enumerate(QUESTIONS)
+        for i, (split, text, t) in enumerate(CALIBRATION_QUESTIONS)
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
     return path

@@ -18,8 +18,7 @@ import pytest
 from support.hybrid_reference import IN_STEP, index_matches_memories, reference_search
 from support.model_server import ModelServer
 from support.processes import support_command, support_environment
-from support.semantic_service import add_memories, make_service
-from test_semantic_index import corpus
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.faults import CRASH_ENV
 

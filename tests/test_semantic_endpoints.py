@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from obsmem.indexer.embed_openai import parse_embeddings_reply
 from obsmem.retrieval.rerank import parse_rerank_reply, rerank_order
 from support.model_server import ModelServer
-from support.semantic_service import add_memories, make_service
-from test_semantic_index import corpus
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.errors import EmbeddingUnavailable, RerankerUnavailable
 

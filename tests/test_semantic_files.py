@@ -14,8 +14,7 @@ from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.project import GRAPH_PROBLEMS
 from support.hybrid_reference import index_matches_memories, reference_search
 from support.model_server import ModelServer
-from support.semantic_service import add_memories, make_service
-from test_semantic_index import corpus
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.errors import IndexBuilding
 

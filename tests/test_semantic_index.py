@@ -2,72 +2,14 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 from support.hybrid_reference import IN_STEP, index_matches_memories, reference_search
 from support.model_server import ModelServer
-from support.semantic_service import add_memories, make_service
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.errors import IndexBuilding, ValidationFailed
-
-VOCABULARY = [
-    "auth",
-    "login",
-    "clock",
-    "mock",
-    "flaky",
-    "test",
-    "deploy",
-    "arm64",
-    "runner",
-    "postgres",
-    "index",
-    "vacuum",
-    "billing",
-    "ledger",
-    "rename",
-    "cache",
-    "redis",
-    "timeout",
-    "retry",
-    "queue",
-    "worker",
-    "cron",
-    "backup",
-    "restore",
-    "schema",
-    "migration",
-    "column",
-    "tabs",
-    "spaces",
-    "linter",
-    "format",
-    "commit",
-    "branch",
-    "review",
-    "merge",
-    "release",
-    "tag",
-    "docker",
-    "image",
-    "build",
-    "layer",
-    "python",
-    "rust",
-    "golang",
-]
-
-
-def corpus(count: int, seed: int = 7) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    items = []
-    for i in range(count):
-        words = rng.sample(VOCABULARY, rng.randint(3, 9))
-        day = 1 + i % 28
-        items.append((f"2024-{1 + (i // 28) % 12:02d}-{day:02d} {i % 24:02d}:{i % 60:02d}", " ".join(words) + f" m{i}"))
-    return items
 
 
 def test_search_before_indexing_is_index_building(tmp_path: Path, model_server: ModelServer) -> None:

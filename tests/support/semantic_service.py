@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,63 @@ def add_memories(service: Obsmem, project: str, items: list[tuple[str, str]], se
     assert not written.rejected, written.rejected
     by_index = {entry["index"]: entry["memory_id"] for entry in written.added + written.duplicates}
     return [by_index[i] for i in range(len(items))]
+
+
+# Words of a coding agent's memories: random draws of them share words the way real memories do.
+VOCABULARY = [
+    "auth",
+    "login",
+    "clock",
+    "mock",
+    "flaky",
+    "test",
+    "deploy",
+    "arm64",
+    "runner",
+    "postgres",
+    "index",
+    "vacuum",
+    "billing",
+    "ledger",
+    "rename",
+    "cache",
+    "redis",
+    "timeout",
+    "retry",
+    "queue",
+    "worker",
+    "cron",
+    "backup",
+    "restore",
+    "schema",
+    "migration",
+    "column",
+    "tabs",
+    "spaces",
+    "linter",
+    "format",
+    "commit",
+    "branch",
+    "review",
+    "merge",
+    "release",
+    "tag",
+    "docker",
+    "image",
+    "build",
+    "layer",
+    "python",
+    "rust",
+    "golang",
+]
+
+
+def corpus(count: int, seed: int = 7) -> list[tuple[str, str]]:
+    """``count`` memories ``(timestamp, content)`` of 3-9 words of :data:`VOCABULARY`, the same for a seed."""
+    rng = random.Random(seed)
+    items = []
+    for i in range(count):
+        words = rng.sample(VOCABULARY, rng.randint(3, 9))
+        day = 1 + i % 28
+        items.append((f"2024-{1 + (i // 28) % 12:02d}-{day:02d} {i % 24:02d}:{i % 60:02d}", " ".join(words) + f" m{i}"))
+    return items
