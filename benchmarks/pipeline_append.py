@@ -56,7 +56,14 @@ WORDS = [
 def start_model_server(workdir: Path, delay: float, group: int) -> tuple[subprocess.Popen[bytes], str]:
     port_file = workdir / "model.port"
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "scripted_chat.py"), str(port_file), str(delay), "0", str(group)],
+        [
+            sys.executable,
+            str(ROOT / "tests" / "support" / "scripted_chat.py"),
+            str(port_file),
+            str(delay),
+            "0",
+            str(group),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

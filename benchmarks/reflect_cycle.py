@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from obsmem.pipeline import ChatClient  # noqa: E402
-from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer  # noqa: E402
+from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.memories import add_observations  # noqa: E402

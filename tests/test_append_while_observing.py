@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline_helpers import pipeline_service, user, words
-from scripted_chat import ObserverScript, ScriptedChatServer
+from support.pipeline_service import pipeline_service, user, words
+from support.scripted_chat import ObserverScript, ScriptedChatServer
 
 MODEL_DELAY = 3.0
 

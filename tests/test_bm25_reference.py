@@ -8,8 +8,9 @@ from pathlib import Path
 import apsw
 import pytest
 from obsmem.retrieval.bm25 import Bm25List
-from semantic_reference import keyword_documents
-from semantic_support import make_service, model_server  # noqa: F401
+from support.hybrid_reference import keyword_documents
+from support.model_server import ModelServer
+from support.semantic_service import make_service
 
 LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo-dev5.json"
 
@@ -27,7 +28,7 @@ def locomo() -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.skipif(not LOCOMO.is_file(), reason="shared LoCoMo data not present")
-def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_fts5_bm25_matches_rank_bm25_on_locomo(tmp_path: Path, model_server: ModelServer) -> None:
     """With every column weighted 1, FTS5's multi-column bm25() is BM25 over the row's four columns joined,
     so rank-bm25 over (body + previous + next + date) tokens, built from scratch, must give the same scores."""
     from rank_bm25 import BM25Okapi

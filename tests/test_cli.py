@@ -70,15 +70,6 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test reads the user's settings or writes to the default data directory."""
-    for name in list(os.environ):
-        if name.startswith("OBSMEM_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
@@ -607,7 +598,6 @@ def test_demo_ignores_the_users_settings(stand_in_sample: Any, tmp_path: Path, m
 
 @pytest.mark.slow  # model load included: importing torch alone takes 3-12 s on two cores
 def test_demo_with_the_bundled_sample(tmp_path: Path) -> None:
-    pytest.importorskip("obsmem.sample", reason="the bundled sample project is not installed yet")
     started = time.perf_counter()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "COLUMNS": "120"}
     done = subprocess.run(
@@ -636,7 +626,6 @@ def free_port() -> int:
 
 
 def test_serve_answers_over_http_from_the_same_data_directory(loaded: Path) -> None:
-    pytest.importorskip("obsmem.surfaces.http", reason="the HTTP surface is not installed yet")
     port = free_port()
     server = subprocess.Popen(
         [
@@ -674,7 +663,6 @@ def test_serve_answers_over_http_from_the_same_data_directory(loaded: Path) -> N
 
 
 def test_mcp_serves_the_tools_over_stdio(loaded: Path) -> None:
-    pytest.importorskip("obsmem.surfaces.mcp_server", reason="the MCP surface is not installed yet")
     import anyio
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client

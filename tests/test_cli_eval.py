@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from eval_fixtures import write_locomo, write_longmemeval_subset
-from semantic_support import add_memories, model_server  # noqa: F401
-from test_eval_calibration import MEMORIES, QUESTIONS
+from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS, write_locomo, write_longmemeval_subset
+from support.model_server import ModelServer
+from support.semantic_service import add_memories
 
 from obsmem import Obsmem
 from obsmem.settings import load_settings
@@ -42,11 +42,11 @@ def invoke(tmp_path: Path, cfg: Path, *args: str) -> Result:
 
 
 @pytest.fixture
-def project(tmp_path: Path, model_server) -> Path:  # noqa: F811
+def project(tmp_path: Path, model_server: ModelServer) -> Path:
     """Project ``p`` with the calibration test's memories, and its labelled questions as a JSONL file."""
     settings = load_settings(config(tmp_path, model_server, reranker=True), data_dir=tmp_path / "data")
     with Obsmem(settings, background_indexing=False) as memory:
-        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in MEMORIES])
+        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in CALIBRATION_MEMORIES])
     path = tmp_path / "questions.jsonl"
     lines = [
         {
@@ -57,13 +57,15 @@ def project(tmp_path: Path, model_server) -> Path:  # noqa: F811
             "split": split,
             "kind": "paraphrase",
         }
-        for i, (split, text, t) in enumerate(QUESTIONS)
+        for i, (split, text, t) in enumerate(CALIBRATION_QUESTIONS)
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
     return path
 
 
-def test_questions_on_a_project_with_every_mode_and_files(tmp_path: Path, model_server, project: Path) -> None:  # noqa: F811
+def test_questions_on_a_project_with_every_mode_and_files(
+    tmp_path: Path, model_server: ModelServer, project: Path
+) -> None:
     cfg = config(tmp_path, model_server, reranker=True)
     out = tmp_path / "out"
     result = invoke(tmp_path, cfg, "questions", "--project", "p", "--questions", str(project), "--output", str(out))
@@ -87,7 +89,7 @@ def test_questions_on_a_project_with_every_mode_and_files(tmp_path: Path, model_
     assert all((out / name).stat().st_size > 0 for name in ("recall_curves.png", "categories.png", "latency.png"))
 
 
-def test_questions_json_and_chosen_modes(tmp_path: Path, model_server, project: Path) -> None:  # noqa: F811
+def test_questions_json_and_chosen_modes(tmp_path: Path, model_server: ModelServer, project: Path) -> None:
     cfg = config(tmp_path, model_server)
     result = invoke(
         tmp_path, cfg, "questions", "--project", "p", "--questions", str(project), "--modes", "exact,hybrid", "--json"
@@ -98,7 +100,7 @@ def test_questions_json_and_chosen_modes(tmp_path: Path, model_server, project: 
     assert shown["results"][1]["metrics"]["hit@10"] == 1.0
 
 
-def test_the_bundled_sample_by_default(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_the_bundled_sample_by_default(tmp_path: Path, model_server: ModelServer) -> None:
     cfg = config(tmp_path, model_server)
     result = invoke(tmp_path, cfg, "questions", "--modes", "exact,bm25", "--json")
     assert result.exit_code == 0, result.output
@@ -108,7 +110,7 @@ def test_the_bundled_sample_by_default(tmp_path: Path, model_server) -> None:  #
     assert not (tmp_path / "data").exists()  # a temporary data directory, never the user's
 
 
-def test_calibrate_command(tmp_path: Path, model_server, project: Path) -> None:  # noqa: F811
+def test_calibrate_command(tmp_path: Path, model_server: ModelServer, project: Path) -> None:
     cfg = config(tmp_path, model_server, reranker=True)
     out = tmp_path / "cal"
     result = invoke(tmp_path, cfg, "calibrate", "--project", "p", "--questions", str(project), "--output", str(out))
@@ -119,7 +121,7 @@ def test_calibrate_command(tmp_path: Path, model_server, project: Path) -> None:
     assert "[semantic.reranker]" in (out / "calibration.md").read_text()
 
 
-def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server: ModelServer) -> None:
     cfg = config(tmp_path, model_server)
     data = write_locomo(tmp_path / "locomo.json")
     result = invoke(tmp_path, cfg, "locomo", "--data", str(data), "--ways", "a", "--modes", "bm25,hybrid", "--json")
@@ -151,7 +153,7 @@ def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server) -> None: 
 )
 def test_bad_input_is_a_clear_error(
     tmp_path: Path,
-    model_server,  # noqa: F811
+    model_server: ModelServer,
     project: Path,
     args: list[str],
     code: int,

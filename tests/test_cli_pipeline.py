@@ -9,13 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from pipeline_helpers import user, words
-from scripted_chat import ObserverScript, ScriptedChatServer
+from support.pipeline_service import user, words
+from support.scripted_chat import ScriptedChatServer
 
 from obsmem.surfaces.cli import cli
 
@@ -41,12 +40,6 @@ def run(data_dir: Path, *args: str) -> Result:
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
     return result
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedChatServer]:
-    with ScriptedChatServer(ObserverScript()) as running:
-        yield running
 
 
 @pytest.fixture

@@ -6,22 +6,22 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from support.processes import support_command, support_environment
 
 from obsmem.projects import ProjectRegistry
 
-WRITER = Path(__file__).with_name("crash_writer.py")
 ROUNDS = 25
 
 
 def _run_and_kill(data_dir: Path, seed: int, rng: random.Random) -> list[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), str(seed)],
+        support_command("crash_writer", str(data_dir), str(seed)),
+        env=support_environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

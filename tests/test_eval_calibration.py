@@ -6,39 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopback_models import overlap_score
 from obsmem.eval.calibration import Scored, choose_floor, effect
 from obsmem.eval.runner import calibrate
 from obsmem.eval.suites.labelled import LabelledQuestion
-from semantic_support import add_memories, model_server, semantic_settings  # noqa: F401
+from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS
+from support.model_server import ModelServer, overlap_score
+from support.semantic_service import add_memories, semantic_settings
 
 from obsmem import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.settings import load_settings
-
-MEMORIES = [
-    "flaky login test fixed by mocking the clock",
-    "deploy to arm64 runners failed on the docker layer cache",
-    "postgres vacuum schedule moved to the night window",
-    "billing ledger rename finished and the schema migration ran",
-    "redis timeout raised retry count for the queue worker",
-    "user prefers tabs over spaces in the linter config",
-    "release tag built the docker image twice",
-    "backup restore drill took forty minutes",
-]
-# (split, question, index of the target memory or None for a negative)
-QUESTIONS = [
-    ("calibration", "how was the flaky login test fixed", 0),
-    ("calibration", "why did arm64 docker deploy fail", 1),
-    ("calibration", "when does postgres vacuum run", 2),
-    ("calibration", "what is the kubernetes ingress setup", None),
-    ("calibration", "which graphql schema did we pick", None),
-    ("held_out", "which redis timeout for the queue worker", 4),
-    ("held_out", "tabs or spaces in linter", 5),
-    ("held_out", "backup restore drill duration", 7),
-    ("held_out", "the saml sso rollout", None),
-    ("held_out", "mobile app crash reports", None),
-]
 
 
 def reranker_settings(tmp_path: Path, server: Any, **reranker: Any) -> Any:
@@ -57,7 +34,7 @@ def labelled(ids: list[str]) -> list[LabelledQuestion]:
             None if target is None else ids[target],
             split=split,
         )
-        for i, (split, text, target) in enumerate(QUESTIONS)
+        for i, (split, text, target) in enumerate(CALIBRATION_QUESTIONS)
     ]
 
 
@@ -82,18 +59,22 @@ def test_choose_floor_rule_by_hand() -> None:
     assert choose_floor(nothing)[0] is None  # no target found: no floor can keep recall
 
 
-def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server: ModelServer) -> None:
     settings = reranker_settings(tmp_path, model_server)
     with Obsmem(settings, background_indexing=False) as memory:
-        ids = add_memories(memory, "p", [(f"2024-05-0{1 + i % 8} 12:00", m) for i, m in enumerate(MEMORIES)])
+        ids = add_memories(
+            memory, "p", [(f"2024-05-0{1 + i % 8} 12:00", m) for i, m in enumerate(CALIBRATION_MEMORIES)]
+        )
     questions = labelled(ids)
     report = calibrate(settings, questions=questions, project="p")
     assert report.calibration_questions == 5 and report.held_out_questions == 5
     # The floor sits halfway between the lowest target score on the calibration split and the next lower
     # score seen there.
     calibration = [q for q in questions if q.split == "calibration"]
-    targets = [overlap_score(q.question, MEMORIES[ids.index(q.target_id)]) for q in calibration if q.positive]
-    seen = {overlap_score(q.question, m) for q in calibration for m in MEMORIES}
+    targets = [
+        overlap_score(q.question, CALIBRATION_MEMORIES[ids.index(q.target_id)]) for q in calibration if q.positive
+    ]
+    seen = {overlap_score(q.question, m) for q in calibration for m in CALIBRATION_MEMORIES}
     lowest = min(targets)
     assert report.chosen == (lowest + max(s for s in seen if s < lowest)) / 2
     before, after = report.held_out_without_floor, report.held_out_with_floor
@@ -105,14 +86,14 @@ def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server) -> 
     assert payload["chosen_min_score"] == report.chosen and payload["held_out"]["with_floor"]["recall_at_10"] == 1.0
 
 
-def test_calibrate_needs_a_reranker_and_both_splits(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_calibrate_needs_a_reranker_and_both_splits(tmp_path: Path, model_server: ModelServer) -> None:
     plain = load_settings(data_dir=tmp_path / "data", semantic=semantic_settings(model_server))
     with pytest.raises(ValidationFailed) as caught:
         calibrate(plain, questions=[], project="p")
     assert caught.value.code == "mode_unavailable"
     settings = reranker_settings(tmp_path, model_server)
     with Obsmem(settings, background_indexing=False) as memory:
-        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in MEMORIES])
+        ids = add_memories(memory, "p", [("2024-05-01 12:00", m) for m in CALIBRATION_MEMORIES])
     only_held_out = [q for q in labelled(ids) if q.split == "held_out"]
     with pytest.raises(ValidationFailed, match="calibration"):
         calibrate(settings, questions=only_held_out, project="p")

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from eval_fixtures import write_locomo, write_longmemeval_official, write_longmemeval_subset
 from obsmem.eval.modes import Retrieved, parse_modes
 from obsmem.eval.report import never_loses
 from obsmem.eval.results import percentile
 from obsmem.eval.runner import evaluate_locomo, evaluate_longmemeval, write_outputs
 from obsmem.eval.suites.labelled import LabelledQuestion, parse_labelled, question_scores, read_labelled
-from semantic_support import model_server, semantic_settings  # noqa: F401
+from support.eval_datasets import write_locomo, write_longmemeval_official, write_longmemeval_subset
+from support.model_server import ModelServer
+from support.semantic_service import semantic_settings
 
 from obsmem.errors import ValidationFailed
 from obsmem.settings import load_settings
@@ -106,7 +107,7 @@ def test_mode_lists_and_percentiles() -> None:
 # -- LoCoMo -----------------------------------------------------------------------------------------------
 
 
-def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server: ModelServer) -> None:
     data = write_locomo(tmp_path / "locomo.json")
     run = evaluate_locomo(
         settings(tmp_path, model_server), data, modes=("exact", "bm25", "vector", "hybrid"), work_dir=tmp_path / "work"
@@ -167,7 +168,7 @@ def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server) -> N
         assert (tmp_path / "out" / name).read_bytes().startswith(PNG)
 
 
-def test_locomo_one_way_and_chosen_conversations(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_locomo_one_way_and_chosen_conversations(tmp_path: Path, model_server: ModelServer) -> None:
     data = write_locomo(tmp_path / "locomo.json")
     run = evaluate_locomo(
         settings(tmp_path, model_server), data, modes=("bm25",), ways=("b",), conversations=["conv-2"]
@@ -177,7 +178,7 @@ def test_locomo_one_way_and_chosen_conversations(tmp_path: Path, model_server) -
         evaluate_locomo(settings(tmp_path, model_server), data, modes=("bm25",), conversations=["conv-9"])
 
 
-def test_rerank_mode_needs_a_reranker(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_rerank_mode_needs_a_reranker(tmp_path: Path, model_server: ModelServer) -> None:
     data = write_locomo(tmp_path / "locomo.json")
     with pytest.raises(ValidationFailed) as caught:
         evaluate_locomo(settings(tmp_path, model_server), data, modes=("hybrid+rerank",))
@@ -187,7 +188,7 @@ def test_rerank_mode_needs_a_reranker(tmp_path: Path, model_server) -> None:  # 
 # -- LongMemEval ------------------------------------------------------------------------------------------
 
 
-def test_longmemeval_official_file(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_longmemeval_official_file(tmp_path: Path, model_server: ModelServer) -> None:
     data = write_longmemeval_official(tmp_path / "lme.json")
     run = evaluate_longmemeval(settings(tmp_path, model_server), data, modes=("exact", "hybrid"))
     exact, hybrid = run.results
@@ -201,7 +202,7 @@ def test_longmemeval_official_file(tmp_path: Path, model_server) -> None:  # noq
     assert any("haystacks: 2" in note for note in run.notes)  # identical haystacks are loaded once
 
 
-def test_longmemeval_subset_directory(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_longmemeval_subset_directory(tmp_path: Path, model_server: ModelServer) -> None:
     data = write_longmemeval_subset(tmp_path / "subset")
     run = evaluate_longmemeval(settings(tmp_path, model_server), data, modes=("bm25", "hybrid"))
     bm25, hybrid = run.results

@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from http_support import ALPHA_NOTES, LOCAL, seed, settings_for, tree
+from support.http_server import ALPHA_NOTES, seed, tree
 
 from obsmem import __version__
 from obsmem.app import Obsmem
-from obsmem.surfaces.http import create_app
 from obsmem.surfaces.http.errors import FIELD_CODES
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Obsmem]:
-    with Obsmem(settings_for(tmp_path, max_body_bytes=64 * 1024)) as service:
-        yield service
+def service_options() -> dict[str, Any]:
+    return {"server": {"max_body_bytes": 64 * 1024}}
 
 
 @pytest.fixture
-def ids(memory: Obsmem) -> list[str]:
-    return seed(memory, "alpha", ALPHA_NOTES)
-
-
-@pytest.fixture
-def client(memory: Obsmem) -> Iterator[TestClient]:
-    with TestClient(create_app(memory), base_url=LOCAL) as test_client:
-        yield test_client
+def ids(service: Obsmem) -> list[str]:
+    return seed(service, "alpha", ALPHA_NOTES)
 
 
 def error_of(response: Any, status: int, code: str, field: str | None = None) -> dict[str, Any]:
@@ -68,12 +59,12 @@ def test_projects_and_status(client: TestClient, ids: list[str]) -> None:
     assert isinstance(status["last_activity"], str)
 
 
-def test_reading_an_unknown_project_is_404_and_creates_nothing(client: TestClient, memory: Obsmem) -> None:
-    before = tree(memory.settings.data_dir)
+def test_reading_an_unknown_project_is_404_and_creates_nothing(client: TestClient, service: Obsmem) -> None:
+    before = tree(service.settings.data_dir)
     error_of(client.get("/v1/projects/nope/status"), 404, "project_not_found", "project")
     error_of(client.post("/v1/projects/nope/search", json={"query": "x"}), 404, "project_not_found")
     error_of(client.get("/v1/projects/nope/memories/0123456789ab"), 404, "project_not_found")
-    assert tree(memory.settings.data_dir) == before
+    assert tree(service.settings.data_dir) == before
     assert client.get("/v1/projects").json() == {"projects": []}
 
 
@@ -119,12 +110,12 @@ def test_append_events_receipt_duplicates_and_conflict(client: TestClient) -> No
         ([], "body"),
     ],
 )
-def test_append_events_rejects_bad_input(client: TestClient, memory: Obsmem, body: Any, field: str | None) -> None:
-    before = tree(memory.settings.data_dir)
+def test_append_events_rejects_bad_input(client: TestClient, service: Obsmem, body: Any, field: str | None) -> None:
+    before = tree(service.settings.data_dir)
     response = post_raw(client, "/v1/projects/alpha/sessions/s1/events", json.dumps(body).encode())
     error = error_of(response, 422, "invalid_request", field)
     assert "robot" not in error["message"] and "shout" not in error["message"]
-    assert tree(memory.settings.data_dir) == before  # nothing stored, no project created
+    assert tree(service.settings.data_dir) == before  # nothing stored, no project created
 
 
 def test_append_events_rejects_a_bad_session_id(client: TestClient) -> None:
@@ -388,8 +379,8 @@ def test_a_body_without_json_content_type_is_refused(client: TestClient, ids: li
     error_of(response, 422, "invalid_request", "body")
 
 
-def test_body_limit(client: TestClient, memory: Obsmem) -> None:
-    limit = memory.settings.server.max_body_bytes
+def test_body_limit(client: TestClient, service: Obsmem) -> None:
+    limit = service.settings.server.max_body_bytes
     events = [{"role": "user", "content": "x" * 1000} for _ in range(limit // 1000 + 1)]
     response = client.post("/v1/projects/alpha/sessions/s1/events", json={"events": events})
     error_of(response, 413, "payload_too_large")
@@ -479,9 +470,9 @@ SECRET_SESSION = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 
 
 def test_a_session_id_that_looks_like_a_secret_is_refused_on_every_route(
-    client: TestClient, memory: Obsmem, ids: list[str]
+    client: TestClient, service: Obsmem, ids: list[str]
 ) -> None:
-    before = tree(memory.settings.data_dir)
+    before = tree(service.settings.data_dir)
     session_routes = [
         client.post(f"/v1/projects/alpha/sessions/{SECRET_SESSION}/events", json={"events": [{"role": "user"}]}),
         client.post(f"/v1/projects/fresh/sessions/{SECRET_SESSION}/events", json={"events": [{"role": "user"}]}),
@@ -498,7 +489,7 @@ def test_a_session_id_that_looks_like_a_secret_is_refused_on_every_route(
     split = client.get("/v1/projects/alpha/sessions/AKIA%E2%80%8BIOSFODNN7EXAMPLE/memory")
     error_of(split, 422, "invalid_session", "session_id")
     assert "IOSFODNN7EXAMPLE" not in split.text
-    assert tree(memory.settings.data_dir) == before  # nothing stored, no project created
+    assert tree(service.settings.data_dir) == before  # nothing stored, no project created
 
 
 def test_an_observation_citing_a_secret_looking_session_is_rejected_item_by_item(
@@ -514,19 +505,19 @@ def test_an_observation_citing_a_secret_looking_session_is_rejected_item_by_item
     assert "looks like a secret" in receipt["rejected"][0]["message"] and SECRET_SESSION not in response.text
 
 
-def test_a_project_name_that_looks_like_a_secret_is_refused(client: TestClient, memory: Obsmem) -> None:
-    before = tree(memory.settings.data_dir)
+def test_a_project_name_that_looks_like_a_secret_is_refused(client: TestClient, service: Obsmem) -> None:
+    before = tree(service.settings.data_dir)
     project = "xoxb-2048-4096-zk9qmt3vlp8r"  # a valid slug, and a Slack token
     response = client.post(f"/v1/projects/{project}/sessions/s1/events", json={"events": [{"role": "user"}]})
     error = error_of(response, 422, "invalid_project", "project")
     assert "looks like a secret" in error["message"] and project not in response.text
-    assert tree(memory.settings.data_dir) == before
+    assert tree(service.settings.data_dir) == before
 
 
-def test_a_project_directory_named_like_a_secret_is_never_listed(client: TestClient, memory: Obsmem) -> None:
-    seed(memory, "alpha", ALPHA_NOTES[:1])
-    memory.projects.release("alpha")
-    projects = memory.settings.data_dir / "projects"
+def test_a_project_directory_named_like_a_secret_is_never_listed(client: TestClient, service: Obsmem) -> None:
+    seed(service, "alpha", ALPHA_NOTES[:1])
+    service.projects.release("alpha")
+    projects = service.settings.data_dir / "projects"
     (projects / "alpha").rename(projects / "xoxb-2048-4096-zk9qmt3vlp8r")  # as if made before names were checked
     assert client.get("/v1/projects").json() == {"projects": []}
-    assert memory.project_names() == []
+    assert service.project_names() == []

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from http_support import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.http_server import (
     ALPHA_NOTES,
     BETA_NOTES,
     KEY_ALL,
@@ -23,8 +24,6 @@ from http_support import (
     settings_for,
     tree,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
@@ -37,17 +36,16 @@ OBSERVATION_BODY = {
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Obsmem]:
-    with Obsmem(settings_for(tmp_path, keys=KEYS)) as service:
-        seed(service, "alpha", ALPHA_NOTES)
-        seed(service, "beta", BETA_NOTES)
-        yield service
+def service_options() -> dict[str, Any]:
+    return {"api_keys": KEYS}
 
 
 @pytest.fixture
-def client(memory: Obsmem) -> Iterator[TestClient]:
-    with TestClient(create_app(memory), base_url=LOCAL) as test_client:
-        yield test_client
+def service(service: Obsmem) -> Obsmem:
+    """The shared service, holding the alpha and beta notes every test here asks for."""
+    seed(service, "alpha", ALPHA_NOTES)
+    seed(service, "beta", BETA_NOTES)
+    return service
 
 
 def concrete(path: str, project: str = "alpha") -> str:
@@ -100,16 +98,16 @@ def test_every_protected_route_is_covered(client: TestClient) -> None:
     ],
 )
 def test_no_key_or_a_wrong_key_is_401_everywhere(
-    client: TestClient, memory: Obsmem, headers: dict[str, str] | None
+    client: TestClient, service: Obsmem, headers: dict[str, str] | None
 ) -> None:
-    before = tree(memory.settings.data_dir)
+    before = tree(service.settings.data_dir)
     for method, path in protected_routes(client):
         response = call(client, method, path, headers)
         assert response.status_code == 401, (method, path, response.text)
         assert response.json()["error"]["code"] == "unauthorized"
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert "Beta secret" not in response.text and "MapTool" not in response.text
-    assert tree(memory.settings.data_dir) == before
+    assert tree(service.settings.data_dir) == before
 
 
 def test_public_routes_need_no_key(client: TestClient) -> None:
@@ -129,7 +127,7 @@ def test_a_key_sees_only_its_projects(client: TestClient) -> None:
     assert client.get("/v1/projects", headers=bearer(KEY_ALL)).json() == {"projects": ["alpha", "beta"]}
 
 
-def test_key_for_alpha_can_neither_read_nor_write_beta(client: TestClient, memory: Obsmem) -> None:
+def test_key_for_alpha_can_neither_read_nor_write_beta(client: TestClient, service: Obsmem) -> None:
     alpha = bearer(KEY_ALPHA)
     beta_id = client.post("/v1/projects/beta/search", json={"query": "secret"}, headers=bearer(KEY_BETA)).json()
     beta_id = beta_id["hits"][0]["id"]
@@ -157,10 +155,10 @@ def test_key_for_alpha_can_neither_read_nor_write_beta(client: TestClient, memor
     assert status["events"] == len(BETA_NOTES)  # nothing was written
 
 
-def test_a_key_cannot_create_a_project_it_may_not_use(client: TestClient, memory: Obsmem) -> None:
+def test_a_key_cannot_create_a_project_it_may_not_use(client: TestClient, service: Obsmem) -> None:
     response = client.post("/v1/projects/delta/sessions/s1/events", json=EVENT_BODY, headers=bearer(KEY_ALPHA))
     assert response.status_code == 404
-    assert not (memory.settings.data_dir / "projects" / "delta").exists()
+    assert not (service.settings.data_dir / "projects" / "delta").exists()
     allowed = client.post("/v1/projects/gamma/sessions/s1/events", json=EVENT_BODY, headers=bearer(KEY_BETA))
     assert allowed.status_code == 200  # a write by an allowed key creates the project
 
@@ -195,8 +193,10 @@ HOSTILE_PROJECTS = [
 
 
 @pytest.mark.parametrize("project", HOSTILE_PROJECTS)
-def test_hostile_project_names_are_refused_and_create_nothing(client: TestClient, memory: Obsmem, project: str) -> None:
-    before = tree(memory.settings.data_dir)
+def test_hostile_project_names_are_refused_and_create_nothing(
+    client: TestClient, service: Obsmem, project: str
+) -> None:
+    before = tree(service.settings.data_dir)
     admin = bearer(KEY_ALL)
     responses = [
         client.post(f"/v1/projects/{project}/sessions/s1/events", json=EVENT_BODY, headers=admin),
@@ -209,15 +209,15 @@ def test_hostile_project_names_are_refused_and_create_nothing(client: TestClient
     for response in responses:
         assert response.status_code in (404, 422), (project, response.status_code, response.text)
         assert response.json()["error"]["code"] in ("invalid_project", "not_found", "project_not_found")
-    assert tree(memory.settings.data_dir) == before
+    assert tree(service.settings.data_dir) == before
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(project=st.text(min_size=1, max_size=80))
-def test_any_project_name_is_a_clean_answer(client: TestClient, memory: Obsmem, project: str) -> None:
+def test_any_project_name_is_a_clean_answer(client: TestClient, service: Obsmem, project: str) -> None:
     from urllib.parse import quote
 
-    before = tree(memory.settings.data_dir)
+    before = tree(service.settings.data_dir)
     path = f"/v1/projects/{quote(project, safe='')}/search"
     response = client.post(path, json={"query": "a"}, headers=bearer(KEY_ALL))
     assert response.status_code in (200, 404, 422), response.text
@@ -225,7 +225,7 @@ def test_any_project_name_is_a_clean_answer(client: TestClient, memory: Obsmem, 
         f"/v1/projects/{quote(project, safe='')}/observations", json={"observations": [{}]}, headers=bearer(KEY_ALPHA)
     )
     assert written.status_code in (200, 404, 422)
-    assert tree(memory.settings.data_dir) == before
+    assert tree(service.settings.data_dir) == before
 
 
 def test_without_keys_only_loopback_hosts_and_origins_are_answered(tmp_path: Path) -> None:

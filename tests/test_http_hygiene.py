@@ -19,7 +19,7 @@ import apsw
 import httpx
 import pytest
 import uvicorn
-from http_support import (
+from support.http_server import (
     ALPHA_NOTES,
     KEY_ALPHA,
     KEYS,

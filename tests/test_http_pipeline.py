@@ -8,37 +8,23 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from pipeline_helpers import pipeline_service, user, words
-from scripted_chat import ObserverScript, ScriptedChatServer
+from support.http_server import LOCAL
+from support.pipeline_service import pipeline_options, pipeline_service, user, words
+from support.scripted_chat import ObserverScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
 
-LOCAL = "http://127.0.0.1"
-
 
 @pytest.fixture
-def server() -> Iterator[ScriptedChatServer]:
-    with ScriptedChatServer(ObserverScript()) as running:
-        yield running
-
-
-@pytest.fixture
-def memory(tmp_path: Path, server: ScriptedChatServer) -> Iterator[Obsmem]:
-    service = pipeline_service(tmp_path / "data", server)
-    yield service
-    service.close()
-
-
-@pytest.fixture
-def client(memory: Obsmem) -> Iterator[TestClient]:
-    with TestClient(create_app(memory), base_url=LOCAL) as test_client:
-        yield test_client
+def service_options(server: ScriptedChatServer) -> dict[str, Any]:
+    return pipeline_options(server)
 
 
 def append(client: TestClient | httpx.Client, session: str, *texts: str) -> httpx.Response:
@@ -52,7 +38,7 @@ def wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyp
         time.sleep(0.05)
 
 
-def test_memory_is_empty_then_rendered_instantly(client: TestClient, memory: Obsmem) -> None:
+def test_memory_is_empty_then_rendered_instantly(client: TestClient, service: Obsmem) -> None:
     assert append(client, "s1", "hello").status_code == 200
     empty = client.get("/v1/projects/p/sessions/s1/memory")
     assert empty.status_code == 200
@@ -66,7 +52,7 @@ def test_memory_is_empty_then_rendered_instantly(client: TestClient, memory: Obs
         "text": "",
     }
     append(client, "s1", *(f"message {i}: " + words(60) for i in range(4)))
-    wait_for(lambda: memory.session_status("p", "s1").pending_tokens == 0)  # the server's own workers
+    wait_for(lambda: service.session_status("p", "s1").pending_tokens == 0)  # the server's own workers
     body = client.get("/v1/projects/p/sessions/s1/memory").json()
     assert not body["empty"] and body["observations"] == 5 and body["text"].startswith("<obsmem-memory")
     text = client.get("/v1/projects/p/sessions/s1/memory", params={"format": "text"})
@@ -109,9 +95,9 @@ def test_observe_queues_and_without_a_model_is_409(client: TestClient, tmp_path:
     plain.close()
 
 
-def test_event_log_pages_and_filters(client: TestClient, memory: Obsmem) -> None:
+def test_event_log_pages_and_filters(client: TestClient, service: Obsmem) -> None:
     append(client, "s1", *(words(80) for _ in range(3)))
-    wait_for(lambda: len(memory.pipeline_events("p")) >= 2)
+    wait_for(lambda: len(service.pipeline_events("p")) >= 2)
     page = client.get("/v1/projects/p/events").json()
     assert [e["type"] for e in page["events"]] == ["om_observation_start", "om_observation_end"]
     assert page["last_id"] == page["events"][-1]["id"]

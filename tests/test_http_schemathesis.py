@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from http_support import ALPHA_NOTES, KEY_ALL, KEYS, live_server, seed, settings_for
+from support.http_server import ALPHA_NOTES, KEY_ALL, KEYS, live_server, seed, settings_for
 
 from obsmem.app import Obsmem
 

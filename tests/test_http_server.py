@@ -13,9 +13,9 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from http_support import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_server, seed, settings_for, tree
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from support.http_server import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_server, seed, settings_for, tree
 
 from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError

@@ -13,7 +13,8 @@ import obsmem.retrieval
 import pytest
 from obsmem.indexer.reader import IndexReader, fts_match
 from obsmem.indexer.vectors import Filter
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, make_service
 
 MEMORIES = [
     ("2024-01-01 10:00", "docker image layer cache"),
@@ -29,7 +30,7 @@ NO_CONTEXT = {"bm25": {"context_characters": 0}}
 
 
 @pytest.fixture
-def indexed(tmp_path: Path, model_server):  # noqa: ANN201, F811
+def indexed(tmp_path: Path, model_server: ModelServer):  # noqa: ANN201
     """A service whose project ``p`` holds :data:`MEMORIES` (session s1), indexed, and their ids."""
     with make_service(tmp_path, model_server, **NO_CONTEXT) as service:
         ids = add_memories(service, "p", MEMORIES)
@@ -43,7 +44,7 @@ def labels_by_memory(store: IndexReader, memory_ids: list[str]) -> dict[str, int
     return {chunk.memory_id: label for label, chunk in valid.items() if chunk.memory_id in memory_ids}
 
 
-def test_readiness_counts_follow_indexing_and_edits(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_readiness_counts_follow_indexing_and_edits(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         ids = add_memories(service, "p", MEMORIES)
         index = service.indexer.project("p")
@@ -107,7 +108,7 @@ def test_chunk_positions_and_stored_embeddings(indexed) -> None:  # noqa: ANN001
         assert np.array_equal(vector, vectors.matrix[vectors.slot_of[label]])
 
 
-def test_keyword_terms_follow_the_tokenizer(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_keyword_terms_follow_the_tokenizer(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", MEMORIES)
         with service.indexer.project("p").reader() as store:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from http_support import LOCAL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.http_server import LOCAL
 
 from obsmem.app import Obsmem
 from obsmem.bounds import MAX_SEQ, decimal_integer, is_strict_int
@@ -72,7 +72,9 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def memory(data_dir: Path) -> Iterator[Obsmem]:
+def service(data_dir: Path) -> Iterator[Obsmem]:
+    """One service for the whole module, not the shared one per test: Hypothesis runs each test for many
+    examples, which a function-scoped fixture would not reset between, and three events to cite are enough."""
     service = Obsmem(load_settings(data_dir=data_dir))
     service.append_events(PROJECT, SESSION, [{"role": "user", "content": f"event {n}"} for n in range(1, 4)])
     yield service
@@ -80,8 +82,9 @@ def memory(data_dir: Path) -> Iterator[Obsmem]:
 
 
 @pytest.fixture(scope="module")
-def client(memory: Obsmem) -> Iterator[TestClient]:
-    with TestClient(create_app(memory), base_url=LOCAL, raise_server_exceptions=False) as test_client:
+def client(service: Obsmem) -> Iterator[TestClient]:
+    """Module-scoped like ``service``, and answering a server error as a response (the shared one raises it)."""
+    with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as test_client:
         yield test_client
 
 
@@ -184,8 +187,8 @@ def test_model_context_window(client: TestClient, value: object) -> None:
 
 @PROPERTY
 @given(value=HOSTILE)
-def test_tool_limit(memory: Obsmem, value: object) -> None:
-    outcome = run_tool(memory, PROJECT, "memory_search", {"query": "event", "limit": value})
+def test_tool_limit(service: Obsmem, value: object) -> None:
+    outcome = run_tool(service, PROJECT, "memory_search", {"query": "event", "limit": value})
     if in_range(value, 1, 50):
         assert not outcome.is_error, outcome.text
     else:
@@ -194,14 +197,14 @@ def test_tool_limit(memory: Obsmem, value: object) -> None:
 
 @PROPERTY
 @given(value=HOSTILE)
-def test_python_api_seq_and_ref(memory: Obsmem, value: object) -> None:
+def test_python_api_seq_and_ref(service: Obsmem, value: object) -> None:
     if in_range(value, 1, MAX_SEQ):
-        memory.append_events(PROJECT, "python-probe", [{"role": "user", "content": "same", "seq": value}])
+        service.append_events(PROJECT, "python-probe", [{"role": "user", "content": "same", "seq": value}])
     else:
         with pytest.raises(ValidationFailed) as raised:
-            memory.append_events(PROJECT, "python-probe", [{"role": "user", "content": "same", "seq": value}])
+            service.append_events(PROJECT, "python-probe", [{"role": "user", "content": "same", "seq": value}])
         assert raised.value.field == "events.0.seq"
-    receipt = memory.add_observations(PROJECT, [NOTE | {"content": "python probe", "source_refs": [value]}, NOTE])
+    receipt = service.add_observations(PROJECT, [NOTE | {"content": "python probe", "source_refs": [value]}, NOTE])
     assert {entry["index"] for entry in receipt.added + receipt.duplicates} >= {1}
     if not in_range(value, 1, MAX_SEQ):
         assert receipt.rejected[0]["code"] == "invalid_request"
@@ -220,7 +223,7 @@ def run(data_dir: Path, *args: str) -> Any:
 
 @SLOW_PROPERTY
 @given(text=HOSTILE_TEXT, option=st.sampled_from(["search --limit", "events --after-id", "events --limit"]))
-def test_cli_integer_flags(memory: Obsmem, data_dir: Path, text: str, option: str) -> None:
+def test_cli_integer_flags(service: Obsmem, data_dir: Path, text: str, option: str) -> None:
     command, flag = option.split()
     args = [command, PROJECT, "event"] if command == "search" else [command, PROJECT]
     result = run(data_dir, *args, f"{flag}={text}", "--json")
@@ -238,7 +241,7 @@ def test_cli_integer_flags(memory: Obsmem, data_dir: Path, text: str, option: st
 
 @SLOW_PROPERTY
 @given(value=HOSTILE)
-def test_cli_ingest_files(memory: Obsmem, data_dir: Path, tmp_path: Path, value: object) -> None:
+def test_cli_ingest_files(service: Obsmem, data_dir: Path, tmp_path: Path, value: object) -> None:
     observations = tmp_path / "observations.jsonl"
     bad = NOTE | {"content": "cli probe", "source_refs": [value]}
     observations.write_text(json.dumps(bad) + "\n" + json.dumps(NOTE) + "\n")
@@ -265,7 +268,7 @@ def click_int_in_range(text: str, low: int, high: int) -> bool:
 
 @SLOW_PROPERTY
 @given(text=HOSTILE_TEXT)
-def test_cli_model_context_window(memory: Obsmem, data_dir: Path, text: str) -> None:
+def test_cli_model_context_window(service: Obsmem, data_dir: Path, text: str) -> None:
     result = run(data_dir, "models", PROJECT, "--observer", "probe-model", f"--context-window={text}", "--json")
     if click_int_in_range(text, 2048, 10_000_000):
         assert result.exit_code in (0, 1), result.output  # switched, or refused for another reason

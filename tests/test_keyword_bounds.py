@@ -12,7 +12,7 @@ import apsw
 from obsmem.indexer.reader import SqliteIndexReader, rank_function
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
-from semantic_reference import keyword_reader, scratch_keyword_table
+from support.hybrid_reference import keyword_reader, scratch_keyword_table
 
 from obsmem.settings.semantic import Bm25Settings
 

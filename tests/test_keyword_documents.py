@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from obsmem.indexer.keywords import date_words, head, tail
 from obsmem.indexer.reader import fts_match
 from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
-from semantic_reference import (
+from support.hybrid_reference import (
     IN_STEP,
     contexts_wrong,
     index_matches_memories,
@@ -26,7 +26,8 @@ from semantic_reference import (
     reference_search,
     scratch_keyword_table,
 )
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, make_service
 
 from obsmem.settings.semantic import Bm25Settings
 
@@ -130,7 +131,9 @@ def check(service) -> None:  # noqa: ANN001
             )
 
 
-def test_insert_edit_move_delete_rewrite_only_neighbours_keyword_rows(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_insert_edit_move_delete_rewrite_only_neighbours_keyword_rows(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
     with make_service(tmp_path, model_server) as service:
         first, second, third = add_memories(
             service,
@@ -187,7 +190,7 @@ def test_insert_edit_move_delete_rewrite_only_neighbours_keyword_rows(tmp_path: 
         check(service)
 
 
-def test_reflections_carry_no_context_and_are_nobodys_neighbour(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_reflections_carry_no_context_and_are_nobodys_neighbour(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         first, second = add_memories(
             service, "p", [("2024-03-01 10:00", "question alpha"), ("2024-03-01 10:10", "answer beta")]
@@ -223,7 +226,7 @@ def test_reflections_carry_no_context_and_are_nobodys_neighbour(tmp_path: Path, 
         check(service)
 
 
-def test_long_memory_first_chunk_gets_previous_last_chunk_gets_next(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_long_memory_first_chunk_gets_previous_last_chunk_gets_next(tmp_path: Path, model_server: ModelServer) -> None:
     long_text = " ".join(f"w{i}" for i in range(120))  # several chunks at 100 bytes
     with make_service(tmp_path, model_server, chunk_bytes=100, overlap_bytes=10) as service:
         add_memories(
@@ -254,7 +257,7 @@ def test_long_memory_first_chunk_gets_previous_last_chunk_gets_next(tmp_path: Pa
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_random_changes_between_partial_batches_keep_every_context_right(
     tmp_path: Path,
-    model_server,  # noqa: F811
+    model_server: ModelServer,
     seed: int,
 ) -> None:
     """Inserts, edits, moves and deletes in three sessions, interleaved with batches of random sizes (so

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 
 import pytest
 from obsmem.pipeline import ChatClient
-from scripted_chat import Reply, ScriptedChatServer, error, text, tool_calls
+from support.scripted_chat import Reply, Responder, ScriptedChatServer, error, text, tool_calls
 
 from obsmem.errors import ModelBadResponse, ModelNotConfigured, ModelRejected, ModelTimeout, ModelUnavailable
 from obsmem.settings import ModelSettings
@@ -18,9 +17,9 @@ PROMPT = "the secret plan is to refactor MapToolArguments"
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedChatServer]:
-    with ScriptedChatServer(lambda request: text("ok")) as running:
-        yield running
+def script() -> Responder:
+    """A model that answers every request with "ok" (the shared ``server`` plays it)."""
+    return lambda request: text("ok")
 
 
 def client_for(server: ScriptedChatServer, **overrides: object) -> ChatClient:

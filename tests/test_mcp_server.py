@@ -8,9 +8,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from http_support import ALPHA_NOTES, seed, settings_for
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from support.http_server import ALPHA_NOTES, seed, settings_for
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.tools import tool_definitions

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
-from pipeline_helpers import pipeline_service, user, words
-from scripted_chat import PipelineScript, ScriptedChatServer
+from support.http_server import LOCAL
+from support.pipeline_service import SMALL_REFLECTION, pipeline_options, user, words
+from support.scripted_chat import PipelineScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
 from obsmem.errors import ObservationOff, ReflectionOff
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
-
-LOCAL = "http://127.0.0.1"
-SMALL = {"reflector": {"reflect_after_observation_tokens": 100}, "pools": {"observations_max_tokens": 60}}
 
 
 @pytest.fixture
@@ -28,32 +25,18 @@ def script() -> PipelineScript:
 
 
 @pytest.fixture
-def server(script: PipelineScript) -> Iterator[ScriptedChatServer]:
-    with ScriptedChatServer(script) as running:
-        yield running
+def service_options(server: ScriptedChatServer) -> dict[str, Any]:
+    return pipeline_options(server, **SMALL_REFLECTION)
 
 
-@pytest.fixture
-def memory(tmp_path: Path, server: ScriptedChatServer) -> Iterator[Obsmem]:
-    service = pipeline_service(tmp_path / "data", server, **SMALL)
-    yield service
-    service.close()
-
-
-@pytest.fixture
-def client(memory: Obsmem) -> Iterator[TestClient]:
-    with TestClient(create_app(memory), base_url=LOCAL) as test_client:
-        yield test_client
-
-
-def fill(memory: Obsmem, session: str = "s1", n: int = 20) -> None:
-    memory.append_events("p", session, [user(f"message {i}: " + words(30)) for i in range(n)])
+def fill(service: Obsmem, session: str = "s1", n: int = 20) -> None:
+    service.append_events("p", session, [user(f"message {i}: " + words(30)) for i in range(n)])
 
 
 def test_switching_a_role_changes_the_model_of_its_next_job(
-    client: TestClient, memory: Obsmem, script: PipelineScript
+    client: TestClient, service: Obsmem, script: PipelineScript
 ) -> None:
-    memory.append_events("p", "s1", [user("hello")])
+    service.append_events("p", "s1", [user("hello")])
     shown = client.get("/v1/projects/p/models").json()["models"]
     assert shown["reflector"] == {
         "model_id": "scripted",
@@ -81,15 +64,15 @@ def test_switching_a_role_changes_the_model_of_its_next_job(
         "/v1/projects/p/models", json={"reflector": {"model_id": "big-reflector", "context_window_tokens": 65536}}
     )
     assert again.json()["changed"] == []  # already so: nothing logged
-    fill(memory)
-    assert memory.worker_pool().drain(60)
+    fill(service)
+    assert service.worker_pool().drain(60)
     used = {(tool, model) for tool, model in script.models}
     assert used == {
         ("record_observations", "scripted"),
         ("record_reflections", "big-reflector"),
         ("drop_observations", "m/d:1"),
     }
-    logged = memory.pipeline_events("p", types=("om_model_changed",))
+    logged = service.pipeline_events("p", types=("om_model_changed",))
     assert [(e.data["role"], e.data["previous_model_id"], e.data["model_id"]) for e in logged] == [
         ("reflector", "scripted", "big-reflector"),
         ("dropper", "scripted", "m/d:1"),
@@ -115,14 +98,14 @@ def test_switching_a_role_changes_the_model_of_its_next_job(
         {"reflector": {"model_id": 5}},
     ],
 )
-def test_bad_model_bodies_are_422_and_change_nothing(client: TestClient, memory: Obsmem, body: Any) -> None:
-    memory.append_events("p", "s1", [user("hello")])
+def test_bad_model_bodies_are_422_and_change_nothing(client: TestClient, service: Obsmem, body: Any) -> None:
+    service.append_events("p", "s1", [user("hello")])
     response = client.put("/v1/projects/p/models", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["code"] == "invalid_request"
     assert "http://elsewhere" not in response.text
     assert all(role["source"] == "settings" for role in client.get("/v1/projects/p/models").json()["models"].values())
-    assert memory.pipeline_events("p", types=("om_model_changed",)) == []
+    assert service.pipeline_events("p", types=("om_model_changed",)) == []
 
 
 def test_a_wrong_method_lists_every_method_of_the_path(client: TestClient) -> None:
@@ -131,20 +114,20 @@ def test_a_wrong_method_lists_every_method_of_the_path(client: TestClient) -> No
     assert client.request("PATCH", "/v1/projects/p/memories/000000000000").headers["allow"] == "DELETE, GET"
 
 
-def test_unknown_project_and_service_level_validation(client: TestClient, memory: Obsmem) -> None:
+def test_unknown_project_and_service_level_validation(client: TestClient, service: Obsmem) -> None:
     assert client.get("/v1/projects/nope/models").status_code == 404
     assert client.put("/v1/projects/nope/models", json={"observer": {"model_id": "x"}}).status_code == 404
-    memory.append_events("p", "s1", [user("hello")])
+    service.append_events("p", "s1", [user("hello")])
     from obsmem.errors import ValidationFailed
 
     with pytest.raises(ValidationFailed) as raised:
-        memory.switch_models("p", {"observer": {"model_id": "bad id"}})
+        service.switch_models("p", {"observer": {"model_id": "bad id"}})
     assert raised.value.field == "observer.model_id"
 
 
-def test_reflect_and_memory_details_routes(client: TestClient, memory: Obsmem) -> None:
-    fill(memory)
-    assert memory.worker_pool().drain(60)
+def test_reflect_and_memory_details_routes(client: TestClient, service: Obsmem) -> None:
+    fill(service)
+    assert service.worker_pool().drain(60)
     details = client.get("/v1/projects/p/sessions/s1/memory/details")
     assert details.status_code == 200
     body = details.json()
@@ -290,18 +273,18 @@ poll_seconds = 0.02
         assert settings.model_for("observer").context_window_tokens == 16384
         assert settings.model_for("reflector").retry_backoff_seconds == 0.5
         assert settings.model_for("dropper").retry_backoff_seconds == settings.model.retry_backoff_seconds
-        memory = Obsmem(settings)
+        service = Obsmem(settings)
         try:
-            fill(memory)
-            models = memory.models("p").models
+            fill(service)
+            models = service.models("p").models
             assert {role: (m.model_id, m.context_window_tokens, m.source) for role, m in models.items()} == {
                 "observer": ("small-observer", 16384, "settings"),
                 "reflector": ("shared-model", 32768, "settings"),
                 "dropper": ("dropper-model", 32768, "settings"),
             }
-            assert memory.worker_pool().drain(60)
+            assert service.worker_pool().drain(60)
         finally:
-            memory.close()
+            service.close()
         assert set(shared_script.models) == {
             ("record_observations", "small-observer"),
             ("record_reflections", "shared-model"),

@@ -184,12 +184,15 @@ CLIENTS = [
 
 @pytest.fixture(params=CLIENTS, ids=lambda client: client.name)
 def client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Client:
+    """Each outbound client in turn (not the shared HTTP test ``client``), its key in the environment."""
     monkeypatch.setenv(KEY_ENV, KEY)
     return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
 def server() -> Iterator[PolicyServer]:
+    """Not the shared scripted chat ``server``: this one answers every client's endpoint with whatever
+    policy breach a test sets (redirects, oversized or slow bodies), which a chat script cannot."""
     running = PolicyServer()
     try:
         yield running

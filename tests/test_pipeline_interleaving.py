@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 from obsmem.pipeline import project, render_projection
 from obsmem.pipeline.reflect.generations import promoted_chain, rebuild_active_memory
-from pipeline_helpers import words
-from scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
+from support.pipeline_service import words
+from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings

@@ -40,7 +40,9 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, in
 
 
 @pytest.fixture(scope="module")
-def memory(loaded: tuple[Path, dict[str, int]]) -> Any:
+def service(loaded: tuple[Path, dict[str, int]]) -> Iterator[Obsmem]:
+    """One service over the bundled sample for the whole module (not the shared empty one per test): every
+    test here reads the same loaded project, and loading it once keeps the module quick."""
     with Obsmem(data_dir=loaded[0]) as service:
         yield service
 
@@ -52,14 +54,14 @@ def _memory_sessions(service: Obsmem) -> dict[str, tuple[str, str]]:
     return {memory_id: (session_id, date) for memory_id, session_id, date in rows}
 
 
-def test_load_gives_the_sample_counts(loaded: tuple[Path, dict[str, int]], memory: Obsmem) -> None:
+def test_load_gives_the_sample_counts(loaded: tuple[Path, dict[str, int]], service: Obsmem) -> None:
     _, counts = loaded
     assert counts["sessions"] >= 8
     assert counts["events"] >= 400
     assert counts["observations"] >= 150
     assert counts["events_added"] == counts["events"]
     assert counts["observations_added"] == counts["observations"]
-    status = memory.status(SAMPLE_PROJECT)
+    status = service.status(SAMPLE_PROJECT)
     assert (status.sessions, status.events, status.observations) == (
         counts["sessions"],
         counts["events"],
@@ -125,8 +127,8 @@ def test_observations_are_one_dated_line_citing_their_session() -> None:
     assert set(Counter(o["importance"] for o in items)) == {"low", "medium", "high", "critical"}
 
 
-def test_questions_are_well_formed(memory: Obsmem) -> None:
-    known = _memory_sessions(memory)
+def test_questions_are_well_formed(service: Obsmem) -> None:
+    known = _memory_sessions(service)
     cases = questions()
     assert len(cases) >= 50
     assert [case["case"] for case in cases] == [f"q{n:02d}" for n in range(1, len(cases) + 1)]
@@ -158,11 +160,11 @@ def test_questions_are_well_formed(memory: Obsmem) -> None:
         assert any(c["label"] == "negative" for c in in_split)
 
 
-def test_identifier_questions_are_answered_by_exact_search(memory: Obsmem) -> None:
+def test_identifier_questions_are_answered_by_exact_search(service: Obsmem) -> None:
     for case in questions():
         if case["kind"] != "identifier":
             continue
-        result = memory.search(SAMPLE_PROJECT, case["identifier"], limit=50)
+        result = service.search(SAMPLE_PROJECT, case["identifier"], limit=50)
         found = {hit.memory_id for hit in result.hits}
         if case["label"] == "positive":
             assert case["target_id"] in found, f"{case['case']}: exact search misses its target"
@@ -170,22 +172,22 @@ def test_identifier_questions_are_answered_by_exact_search(memory: Obsmem) -> No
             assert not found, f"{case['case']}: a negative identifier occurs in memory"
 
 
-def test_date_negatives_have_no_memories_in_their_window(memory: Obsmem) -> None:
-    dates = [date for _, date in _memory_sessions(memory).values()]
+def test_date_negatives_have_no_memories_in_their_window(service: Obsmem) -> None:
+    dates = [date for _, date in _memory_sessions(service).values()]
     for case in questions():
         if case["label"] == "negative" and case["kind"] == "date":
             window = parse_window(case.get("after"), case.get("before"))
             assert not any(window.contains(date) for date in dates), case["case"]
 
 
-def test_demo_queries_show_hits_misses_and_recall(memory: Obsmem) -> None:
+def test_demo_queries_show_hits_misses_and_recall(service: Obsmem) -> None:
     queries = demo_queries()
     assert 5 <= len(queries) <= 8
     with_hits = 0
     without_hits = 0
     for query in queries:
         assert {"query", "why"} <= set(query) <= {"query", "why", "after", "before"}
-        result = memory.search(SAMPLE_PROJECT, query["query"], after=query.get("after"), before=query.get("before"))
+        result = service.search(SAMPLE_PROJECT, query["query"], after=query.get("after"), before=query.get("before"))
         body = result.to_dict()
         assert set(body) == {"mode", "hits", "truncated", "partial"} and body["mode"] == "exact"
         for hit in body["hits"]:
@@ -196,7 +198,7 @@ def test_demo_queries_show_hits_misses_and_recall(memory: Obsmem) -> None:
             continue
         with_hits += 1
         first = result.hits[0]
-        recalled = memory.recall(SAMPLE_PROJECT, first.id, session_id=first.session_id)
+        recalled = service.recall(SAMPLE_PROJECT, first.id, session_id=first.session_id)
         assert recalled.memory.memory_id == first.memory_id
         assert recalled.sources, "an observation recalls its source events"
     assert with_hits >= 2 and without_hits >= 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loopback_models import overlap_score
 from obsmem.retrieval.hybrid import SearchPlan
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
+from support.model_server import ModelServer, overlap_score
+from support.semantic_service import add_memories, make_service
 
 from obsmem.errors import ValidationFailed
 
@@ -37,7 +37,7 @@ def reranked(tmp_path: Path, server, **reranker):  # noqa: ANN001, ANN201
     return make_service(tmp_path, server, reranker=settings)
 
 
-def test_default_plan_is_memory_search(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_default_plan_is_memory_search(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", ITEMS)
         service.index("p")
@@ -54,7 +54,7 @@ def test_default_plan_is_memory_search(tmp_path: Path, model_server) -> None:  #
             assert stages.rerank_scores is None
 
 
-def test_one_list_alone_is_that_list_in_its_own_order(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_one_list_alone_is_that_list_in_its_own_order(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", ITEMS)
         service.index("p")
@@ -70,7 +70,7 @@ def test_one_list_alone_is_that_list_in_its_own_order(tmp_path: Path, model_serv
             assert vector.bm25 is None and vector.final == both.vector
 
 
-def test_rerank_scores_and_the_floor_switch(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_rerank_scores_and_the_floor_switch(tmp_path: Path, model_server: ModelServer) -> None:
     with reranked(tmp_path, model_server, min_score=2) as service:
         add_memories(service, "p", ITEMS)
         service.index("p")
@@ -89,7 +89,7 @@ def test_rerank_scores_and_the_floor_switch(tmp_path: Path, model_server) -> Non
             assert score == overlap_score(query, contents[memory_id])
 
 
-def test_a_released_project_opens_again(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_a_released_project_opens_again(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", ITEMS)
         service.index("p")

@@ -8,22 +8,20 @@ brute-force reference, and the graph directory must hold only the recorded file.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from semantic_reference import IN_STEP, index_matches_memories, reference_search
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
-from test_semantic_index import corpus
+from support.hybrid_reference import IN_STEP, index_matches_memories, reference_search
+from support.model_server import ModelServer
+from support.processes import support_command, support_environment
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.faults import CRASH_ENV
 
-WORKER = Path(__file__).parent / "semantic_worker.py"
 CRASH_POINTS = [
     "batch:read",
     "batch:embedded",
@@ -40,11 +38,11 @@ QUERIES = ("flaky auth clock", "docker release image", "postgres vacuum index")
 
 
 def run_worker(data: Path, base_url: str, *, crash_at: str | None = None, kill_after: float | None = None) -> int:
-    env = dict(os.environ)
+    env = support_environment()
     env.pop(CRASH_ENV, None)
     if crash_at:
         env[CRASH_ENV] = crash_at
-    process = subprocess.Popen([sys.executable, str(WORKER), str(data), base_url], env=env)
+    process = subprocess.Popen(support_command("index_worker", str(data), base_url), env=env)
     if kill_after is not None:
         try:
             return process.wait(timeout=kill_after)
@@ -86,7 +84,7 @@ def check(service) -> None:
 
 
 @pytest.mark.slow
-def test_kill_at_every_step_and_at_random_moments(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_kill_at_every_step_and_at_random_moments(tmp_path: Path, model_server: ModelServer) -> None:
     data = tmp_path / "data"
     rng = random.Random(2024)
     with make_service(data, model_server) as service:
@@ -107,7 +105,7 @@ def test_kill_at_every_step_and_at_random_moments(tmp_path: Path, model_server) 
         assert not list((data / "projects" / "p" / "semantic").glob("*.tmp"))
 
 
-def test_restart_repeats_no_finished_batch(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_restart_repeats_no_finished_batch(tmp_path: Path, model_server: ModelServer) -> None:
     data = tmp_path / "data"
     with make_service(data, model_server) as service:
         add_memories(service, "p", corpus(40))

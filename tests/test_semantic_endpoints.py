@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from loopback_models import ModelServer
 from obsmem.indexer.embed_openai import parse_embeddings_reply
 from obsmem.retrieval.rerank import parse_rerank_reply, rerank_order
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
-from test_semantic_index import corpus
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.errors import EmbeddingUnavailable, RerankerUnavailable
 
@@ -41,7 +40,7 @@ def derived_rows(service) -> tuple[int, int, int]:
     )
 
 
-def test_embedding_requests_are_well_formed(tmp_path: Path, model_server, monkeypatch) -> None:  # noqa: F811
+def test_embedding_requests_are_well_formed(tmp_path: Path, model_server: ModelServer, monkeypatch) -> None:
     monkeypatch.setenv("OBSMEM_EMBEDDING_API_KEY", "sk-test-key-123456")
     with make_service(tmp_path, model_server, embedding={"query_prefix": "search_query:"}) as service:
         add_memories(service, "p", corpus(20))
@@ -58,7 +57,7 @@ def test_embedding_requests_are_well_formed(tmp_path: Path, model_server, monkey
 
 
 @pytest.mark.parametrize("behaviour", FAILURES)
-def test_bad_embedding_replies_store_nothing(tmp_path: Path, model_server, behaviour: str) -> None:  # noqa: F811
+def test_bad_embedding_replies_store_nothing(tmp_path: Path, model_server: ModelServer, behaviour: str) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(10))
         service.index("p")
@@ -79,7 +78,7 @@ def test_bad_embedding_replies_store_nothing(tmp_path: Path, model_server, behav
         assert derived_rows(service)[2] == 0
 
 
-def test_unreachable_embedding_endpoint(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_unreachable_embedding_endpoint(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(3))
         model_server.stop()
@@ -96,7 +95,7 @@ def reranked_service(tmp_path: Path, server, rerank_server=None, **reranker: Any
 
 
 @pytest.mark.parametrize("shape", ["results", "data", "list", "scores"])
-def test_rerank_shapes_and_order(tmp_path: Path, model_server, shape: str) -> None:  # noqa: F811
+def test_rerank_shapes_and_order(tmp_path: Path, model_server: ModelServer, shape: str) -> None:
     model_server.shape = shape
     items = [
         ("2024-01-01 10:00", "alpha beta gamma"),
@@ -114,7 +113,7 @@ def test_rerank_shapes_and_order(tmp_path: Path, model_server, shape: str) -> No
         assert all(r["body"]["query"] == "alpha beta gamma" for r in rerank_requests)
 
 
-def test_rerank_min_score_floor_and_document_cut(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_rerank_min_score_floor_and_document_cut(tmp_path: Path, model_server: ModelServer) -> None:
     items = [
         ("2024-01-01 10:00", "alpha beta gamma"),
         ("2024-01-02 10:00", "alpha zzz"),
@@ -131,7 +130,7 @@ def test_rerank_min_score_floor_and_document_cut(tmp_path: Path, model_server) -
 
 
 @pytest.mark.parametrize("behaviour", ["slow", "drip", "500", "malformed", "nan", "bad_index", "missing_item"])
-def test_bad_rerank_replies_are_visible(tmp_path: Path, model_server, behaviour: str) -> None:  # noqa: F811
+def test_bad_rerank_replies_are_visible(tmp_path: Path, model_server: ModelServer, behaviour: str) -> None:
     reranker = ModelServer()  # its own server, so only the reranker misbehaves
     try:
         with reranked_service(tmp_path, model_server, reranker) as service:

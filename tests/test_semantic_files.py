@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.project import GRAPH_PROBLEMS
-from semantic_reference import index_matches_memories, reference_search
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
-from test_semantic_index import corpus
+from support.hybrid_reference import index_matches_memories, reference_search
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.errors import IndexBuilding
 
@@ -49,7 +49,7 @@ def damage(path: Path, how: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "bit_flipped", "foreign", "deleted"])
-def test_damaged_graph_file_is_detected_and_rebuilt(tmp_path: Path, model_server, how: str) -> None:  # noqa: F811
+def test_damaged_graph_file_is_detected_and_rebuilt(tmp_path: Path, model_server: ModelServer, how: str) -> None:
     data = tmp_path / "data"
     with make_service(data, model_server) as service:
         add_memories(service, "p", corpus(200))
@@ -84,7 +84,7 @@ def test_damaged_graph_file_is_detected_and_rebuilt(tmp_path: Path, model_server
     assert len(model_server.texts_embedded()) - documents_before == 2 * len(QUERIES)
 
 
-def test_fresh_process_loads_verified_file(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_fresh_process_loads_verified_file(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(120))
         service.index("p")
@@ -104,7 +104,7 @@ def test_fresh_process_loads_verified_file(tmp_path: Path, model_server) -> None
     "change",
     [{"chunk_bytes": 16, "overlap_bytes": 4}, {"max_lines": 3}, {"embedding": {"model_id": "another-model"}}],
 )
-def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, change) -> None:  # noqa: F811
+def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server: ModelServer, change) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(30))
         service.index("p")
@@ -123,7 +123,7 @@ def test_model_or_chunk_settings_change_rebuilds(tmp_path: Path, model_server, c
         assert [h.memory_id for h in service.search("p", "auth clock").hits] == expected
 
 
-def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_server: ModelServer) -> None:
     from obsmem.indexer.keywords import keyword_signature
 
     plain = {"tokenizer": "unicode61"}
@@ -147,7 +147,7 @@ def test_tokenizer_change_rebuilds_only_keyword_table(tmp_path: Path, model_serv
             assert index_matches_memories(conn, service.settings.semantic)["contexts_wrong"] == 0
 
 
-def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", [("2024-01-01 10:00", "alpha beta gamma delta"), ("2024-01-02 10:00", "other")])
         service.index("p")
@@ -164,8 +164,8 @@ def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_s
             assert index_matches_memories(conn, service.settings.semantic)["contexts_wrong"] == 0
 
 
-def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_server) -> None:  # noqa: F811
-    from semantic_support import semantic_settings
+def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_server: ModelServer) -> None:
+    from support.semantic_service import semantic_settings
 
     from obsmem import Obsmem
     from obsmem.settings import load_settings
@@ -200,7 +200,7 @@ def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_serv
 )
 def test_a_damaged_graph_file_is_logged_once_and_status_tells_the_truth(
     tmp_path: Path,
-    model_server,  # noqa: F811
+    model_server: ModelServer,
     how: str,
     problem: str,
     caplog: pytest.LogCaptureFixture,

@@ -2,74 +2,17 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
-from semantic_reference import IN_STEP, index_matches_memories, reference_search
-from semantic_support import add_memories, make_service, model_server  # noqa: F401
+from support.hybrid_reference import IN_STEP, index_matches_memories, reference_search
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, corpus, make_service
 
 from obsmem.errors import IndexBuilding, ValidationFailed
 
-VOCABULARY = [
-    "auth",
-    "login",
-    "clock",
-    "mock",
-    "flaky",
-    "test",
-    "deploy",
-    "arm64",
-    "runner",
-    "postgres",
-    "index",
-    "vacuum",
-    "billing",
-    "ledger",
-    "rename",
-    "cache",
-    "redis",
-    "timeout",
-    "retry",
-    "queue",
-    "worker",
-    "cron",
-    "backup",
-    "restore",
-    "schema",
-    "migration",
-    "column",
-    "tabs",
-    "spaces",
-    "linter",
-    "format",
-    "commit",
-    "branch",
-    "review",
-    "merge",
-    "release",
-    "tag",
-    "docker",
-    "image",
-    "build",
-    "layer",
-    "python",
-    "rust",
-    "golang",
-]
 
-
-def corpus(count: int, seed: int = 7) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    items = []
-    for i in range(count):
-        words = rng.sample(VOCABULARY, rng.randint(3, 9))
-        day = 1 + i % 28
-        items.append((f"2024-{1 + (i // 28) % 12:02d}-{day:02d} {i % 24:02d}:{i % 60:02d}", " ".join(words) + f" m{i}"))
-    return items
-
-
-def test_search_before_indexing_is_index_building(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_search_before_indexing_is_index_building(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         assert service.default_mode == "hybrid"
         add_memories(service, "p", corpus(5))
@@ -82,7 +25,7 @@ def test_search_before_indexing_is_index_building(tmp_path: Path, model_server) 
         assert service.search("p", "m3", mode="exact").mode == "exact"
 
 
-def test_backfill_then_results_match_reference(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_backfill_then_results_match_reference(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(300))
         summary = service.index("p")
@@ -108,7 +51,7 @@ def test_backfill_then_results_match_reference(tmp_path: Path, model_server) -> 
             assert result.truncated  # 300 chunks: every list reached its budget of 100
 
 
-def test_incremental_batches_embed_only_what_changed(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_incremental_batches_embed_only_what_changed(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(40))
         service.index("p")
@@ -125,7 +68,7 @@ def test_incremental_batches_embed_only_what_changed(tmp_path: Path, model_serve
         assert summary.totals.chunks_embedded == 0 and summary.totals.chunks_reused == 45
 
 
-def test_partial_results_while_catching_up(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_partial_results_while_catching_up(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server, index={"batch_chunks": 10}) as service:
         add_memories(service, "p", corpus(30))
         report = service.indexer.run_batch("p")
@@ -137,7 +80,7 @@ def test_partial_results_while_catching_up(tmp_path: Path, model_server) -> None
         assert not service.search("p", "auth login").partial
 
 
-def test_forget_hides_at_once_and_removes_derived_rows_next_batch(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_forget_hides_at_once_and_removes_derived_rows_next_batch(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         ids = add_memories(service, "p", corpus(20))
         service.index("p")
@@ -165,7 +108,7 @@ def test_forget_hides_at_once_and_removes_derived_rows_next_batch(tmp_path: Path
         assert service.status("p").indexed_count == 19
 
 
-def test_edited_memory_never_returns_from_stale_chunks(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_edited_memory_never_returns_from_stale_chunks(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         ids = add_memories(service, "p", [("2024-01-01 10:00", "zebra quagga okapi"), ("2024-01-02 10:00", "auth")])
         service.index("p")
@@ -179,7 +122,7 @@ def test_edited_memory_never_returns_from_stale_chunks(tmp_path: Path, model_ser
         assert hits[0].memory_id == ids[0] and hits[0].content == "completely different words"
 
 
-def test_date_and_session_filters_have_no_omissions(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_date_and_session_filters_have_no_omissions(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         items = corpus(400)
         add_memories(service, "p", items[:300], session="s1")
@@ -208,7 +151,7 @@ def test_date_and_session_filters_have_no_omissions(tmp_path: Path, model_server
                         assert hit.session_id == case["session_id"]
 
 
-def test_small_budgets_admit_neighbours_like_the_reference(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_small_budgets_admit_neighbours_like_the_reference(tmp_path: Path, model_server: ModelServer) -> None:
     # Lists of 5 chunks and a fused budget of 8: most chunks beside a candidate are not candidates, so they
     # enter through smoothing, are validated only once they reach the budget, and a window or session
     # keeps the ones outside it out.
@@ -228,7 +171,7 @@ def test_small_budgets_admit_neighbours_like_the_reference(tmp_path: Path, model
                 assert [h.memory_id for h in result.hits] == expected, (case, query)
 
 
-def test_changed_neighbours_never_enter_through_smoothing(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_changed_neighbours_never_enter_through_smoothing(tmp_path: Path, model_server: ModelServer) -> None:
     # One candidate per list: the strong match alone is a candidate and the memories before and after it
     # can only enter as its neighbours. An edited or forgotten neighbour (not yet re-indexed) must not.
     budgets = {"candidates_per_list": 1, "fused_candidates": 3}
@@ -255,7 +198,7 @@ def test_changed_neighbours_never_enter_through_smoothing(tmp_path: Path, model_
         assert [h.memory_id for h in windowed] == [match]
 
 
-def test_graph_filter_path_for_large_windows(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_graph_filter_path_for_large_windows(tmp_path: Path, model_server: ModelServer) -> None:
     # With a tiny exact-scan limit, wide windows go through the filtered graph search.
     with make_service(tmp_path, model_server, index={"exact_scan_max_chunks": 10}) as service:
         add_memories(service, "p", corpus(300))
@@ -268,7 +211,7 @@ def test_graph_filter_path_for_large_windows(tmp_path: Path, model_server) -> No
             assert [h.memory_id for h in result.hits] == expected
 
 
-def test_mode_exact_on_request_and_validation(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_mode_exact_on_request_and_validation(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(10))
         service.index("p")
@@ -293,7 +236,7 @@ def test_semantic_off_indexes_nothing(tmp_path: Path) -> None:
         assert not (service.database("p").path.parent / "semantic").exists()
 
 
-def test_another_indexer_makes_backfill_busy(tmp_path: Path, model_server) -> None:  # noqa: F811
+def test_another_indexer_makes_backfill_busy(tmp_path: Path, model_server: ModelServer) -> None:
     from obsmem.indexer.project import INDEXING_LOCK
 
     from obsmem.errors import IndexBusy

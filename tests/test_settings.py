@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from obsmem.errors import ConfigurationError
 from obsmem.settings import ModelOverride, ModelSettings, builtin_settings, default_data_dir, load_settings
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("OBSMEM_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
 
 
 def write(path: Path, text: str) -> Path:
@@ -27,7 +18,7 @@ def write(path: Path, text: str) -> Path:
 
 def test_defaults(tmp_path: Path) -> None:
     settings = load_settings()
-    assert settings.data_dir == default_data_dir() == tmp_path / "xdg" / "obsmem"
+    assert settings.data_dir == default_data_dir() == tmp_path / "xdg-data" / "obsmem"
     assert (settings.server.host, settings.server.port, settings.server.mcp) == ("127.0.0.1", 8765, True)
     assert (settings.search.default_limit, settings.search.max_limit) == (20, 50)
     assert settings.api_keys == [] and not settings.auth_enabled

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,6 @@ from obsmem.settings import MIN_API_KEY_CHARS, load_settings
 
 GOOD = "a-good-secret-0123456789"
 OTHER = "another-secret-0123456789"
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("OBSMEM_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
 
 
 def refusal(tmp_path: Path, toml: str) -> str:

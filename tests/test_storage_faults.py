@@ -4,7 +4,7 @@ held beyond the timeout and a damaged file each have a stable code (503 over HTT
 by itself once the fault is gone.
 
 The faults are real: a small tmpfs filled to the last block, a read-only bind mount, and an SQLite VFS
-that fails I/O (see fault_support).
+that fails I/O (see support.storage_faults).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from fault_support import failing_vfs, fill, read_only_view, small_tmpfs
-from http_support import LOCAL, live_server, seed
+from support.http_server import LOCAL, live_server, seed
+from support.storage_faults import failing_vfs, fill, read_only_view, small_tmpfs
 
 from obsmem.app import Obsmem
 from obsmem.errors import StorageBusy, StorageFull, StorageIOError, StorageReadOnly

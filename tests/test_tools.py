@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from http_support import ALPHA_NOTES, seed, settings_for
+from support.http_server import ALPHA_NOTES, seed
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.tools import execute_tool, run_tool, tool_definitions
 
 
 @pytest.fixture
-def memory(tmp_path: Path) -> Iterator[Obsmem]:
-    with Obsmem(settings_for(tmp_path)) as service:
-        yield service
-
-
-@pytest.fixture
-def ids(memory: Obsmem) -> list[str]:
-    seed(memory, "alpha", ALPHA_NOTES)
-    return seed(memory, "alpha", [("2026-03-01 10:00", "medium", "Second session note about MapToolArguments")], "s2")
+def ids(service: Obsmem) -> list[str]:
+    seed(service, "alpha", ALPHA_NOTES)
+    return seed(service, "alpha", [("2026-03-01 10:00", "medium", "Second session note about MapToolArguments")], "s2")
 
 
 def test_definitions_have_the_openai_function_shape() -> None:
@@ -75,26 +67,26 @@ def test_descriptions_carry_the_guidance_and_switch_with_mode() -> None:
         tool_definitions("fuzzy")
 
 
-def test_search_and_recall(memory: Obsmem, ids: list[str]) -> None:
-    found = json.loads(execute_tool(memory, "alpha", "memory_search", {"query": "MapToolArguments"}))
+def test_search_and_recall(service: Obsmem, ids: list[str]) -> None:
+    found = json.loads(execute_tool(service, "alpha", "memory_search", {"query": "MapToolArguments"}))
     assert found["mode"] == "exact"
     assert [hit["session_id"] for hit in found["hits"]] == ["s2", "s1", "s1"]
-    as_text = execute_tool(memory, "alpha", "memory_search", '{"query": "maptoolarguments", "limit": 1}')
+    as_text = execute_tool(service, "alpha", "memory_search", '{"query": "maptoolarguments", "limit": 1}')
     assert json.loads(as_text)["truncated"] is True
     hit = found["hits"][0]
-    recalled = json.loads(execute_tool(memory, "alpha", "recall", {"id": hit["id"], "session_id": hit["session_id"]}))
+    recalled = json.loads(execute_tool(service, "alpha", "recall", {"id": hit["id"], "session_id": hit["session_id"]}))
     assert recalled["memory"]["memory_id"] == hit["memory_id"]
     assert recalled["sources"][0]["content"].startswith("event for:")
 
 
-def test_recall_defaults_to_the_current_session(memory: Obsmem, ids: list[str]) -> None:
+def test_recall_defaults_to_the_current_session(service: Obsmem, ids: list[str]) -> None:
     display = ids[0][:12]  # the s2 note
-    assert "memory" in json.loads(execute_tool(memory, "alpha", "recall", {"id": display}))  # no session: project
-    assert json.loads(execute_tool(memory, "alpha", "recall", {"id": display}, session_id="s2"))["memory"]
-    text = execute_tool(memory, "alpha", "recall", {"id": display}, session_id="s1")
+    assert "memory" in json.loads(execute_tool(service, "alpha", "recall", {"id": display}))  # no session: project
+    assert json.loads(execute_tool(service, "alpha", "recall", {"id": display}, session_id="s2"))["memory"]
+    text = execute_tool(service, "alpha", "recall", {"id": display}, session_id="s1")
     assert text.startswith("not_found: ") and "session 's1'" in text and "session_id" in text
     # An explicit session_id (from the search hit) overrides the current session.
-    assert json.loads(execute_tool(memory, "alpha", "recall", {"id": display, "session_id": "s2"}, session_id="s1"))
+    assert json.loads(execute_tool(service, "alpha", "recall", {"id": display, "session_id": "s2"}, session_id="s1"))
 
 
 @pytest.mark.parametrize(
@@ -124,20 +116,20 @@ def test_recall_defaults_to_the_current_session(memory: Obsmem, ids: list[str]) 
     ],
 )
 def test_model_mistakes_come_back_as_error_text(
-    memory: Obsmem, ids: list[str], name: str, arguments: object, code: str
+    service: Obsmem, ids: list[str], name: str, arguments: object, code: str
 ) -> None:
-    text = execute_tool(memory, "alpha", name, arguments)  # type: ignore[arg-type]
+    text = execute_tool(service, "alpha", name, arguments)  # type: ignore[arg-type]
     assert text.startswith(f"{code}: "), text
     assert "AKIAIOSFODNN7EXAMPLE" not in text and "sk-proj-" not in text  # an error never echoes a secret
-    assert not run_tool(memory, "alpha", name, arguments).result  # type: ignore[arg-type]
+    assert not run_tool(service, "alpha", name, arguments).result  # type: ignore[arg-type]
 
 
-def test_null_arguments_are_treated_as_absent(memory: Obsmem, ids: list[str]) -> None:
-    text = execute_tool(memory, "alpha", "memory_search", {"query": "gpt-4", "after": None, "limit": None})
+def test_null_arguments_are_treated_as_absent(service: Obsmem, ids: list[str]) -> None:
+    text = execute_tool(service, "alpha", "memory_search", {"query": "gpt-4", "after": None, "limit": None})
     assert len(json.loads(text)["hits"]) == 1
-    assert json.loads(execute_tool(memory, "alpha", "recall", {"id": ids[0][:12], "session_id": None}))
+    assert json.loads(execute_tool(service, "alpha", "recall", {"id": ids[0][:12], "session_id": None}))
 
 
-def test_missing_or_bad_project(memory: Obsmem, ids: list[str]) -> None:
-    assert execute_tool(memory, "nope", "memory_search", {"query": "x"}).startswith("project_not_found: ")
-    assert execute_tool(memory, "../etc", "memory_search", {"query": "x"}).startswith("invalid_project: ")
+def test_missing_or_bad_project(service: Obsmem, ids: list[str]) -> None:
+    assert execute_tool(service, "nope", "memory_search", {"query": "x"}).startswith("project_not_found: ")
+    assert execute_tool(service, "../etc", "memory_search", {"query": "x"}).startswith("invalid_project: ")

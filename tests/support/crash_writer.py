@@ -1,6 +1,7 @@
 """A writer that ingests forever and prints an acknowledgement after every commit returns.
 
-Run by test_crash_safety.py, which kills it with SIGKILL at random moments. Not a test module.
+Run by test_crash_safety.py as ``python -m support.crash_writer DATA_DIR SEED`` (see support.processes), which
+kills it with SIGKILL at random moments.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Small eval datasets written for the harness tests: LoCoMo, LongMemEval (both layouts), labelled questions.
+"""Small eval datasets written for the harness tests: LoCoMo, LongMemEval (both layouts), labelled questions,
+and the memories and questions of the reranker floor calibration.
 
 Every question's evidence shares distinctive words with it, so BM25 (and the hashed-words loopback
 embeddings) can find it; a few evidence ids are malformed the way the real LoCoMo file's are.
@@ -164,3 +165,29 @@ def write_longmemeval_subset(directory: Path) -> Path:
         for item in questions:
             handle.write(json.dumps(item) + "\n")
     return directory
+
+
+# Memories and labelled questions for reranker floor calibration (word-overlap scores on the loopback reranker).
+CALIBRATION_MEMORIES = [
+    "flaky login test fixed by mocking the clock",
+    "deploy to arm64 runners failed on the docker layer cache",
+    "postgres vacuum schedule moved to the night window",
+    "billing ledger rename finished and the schema migration ran",
+    "redis timeout raised retry count for the queue worker",
+    "user prefers tabs over spaces in the linter config",
+    "release tag built the docker image twice",
+    "backup restore drill took forty minutes",
+]
+# (split, question, index of the target memory or None for a negative)
+CALIBRATION_QUESTIONS = [
+    ("calibration", "how was the flaky login test fixed", 0),
+    ("calibration", "why did arm64 docker deploy fail", 1),
+    ("calibration", "when does postgres vacuum run", 2),
+    ("calibration", "what is the kubernetes ingress setup", None),
+    ("calibration", "which graphql schema did we pick", None),
+    ("held_out", "which redis timeout for the queue worker", 4),
+    ("held_out", "tabs or spaces in linter", 5),
+    ("held_out", "backup restore drill duration", 7),
+    ("held_out", "the saml sso rollout", None),
+    ("held_out", "mobile app crash reports", None),
+]

@@ -1,17 +1,14 @@
-"""Run the indexer for one project in its own process (the crash tests kill it with SIGKILL).
+"""Run the indexer for one project in its own process (test_semantic_crash.py kills it with SIGKILL).
 
-python semantic_worker.py DATA_DIR BASE_URL [BATCH_CHUNKS]
+python -m support.index_worker DATA_DIR BASE_URL [BATCH_CHUNKS]   (see support.processes)
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from obsmem import Obsmem  # noqa: E402
-from obsmem.settings import load_settings  # noqa: E402
+from obsmem import Obsmem
+from obsmem.settings import load_settings
 
 
 def main() -> None:

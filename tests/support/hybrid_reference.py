@@ -16,7 +16,6 @@ from typing import Any
 
 import apsw
 import numpy as np
-from loopback_models import embed
 from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head, tail
 from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
@@ -27,6 +26,7 @@ from obsmem.retrieval.ranked import RankedList
 
 from obsmem.dates import parse_window
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
+from support.model_server import embed
 
 
 @dataclass

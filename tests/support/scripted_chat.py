@@ -7,8 +7,9 @@ at all. Every request is recorded (headers and body) so tests can check what a m
 ``ObserverScript`` plays a well-behaved Observer: it records one observation per event it may cite, then
 says it is done. ``ReflectorScript`` and ``DropperScript`` play the Reflector (reflections over groups of
 the least covered observations shown) and the Dropper (proposes every covered observation shown, or all
-of them); ``PipelineScript`` answers each request with the one whose tool it offers. Runnable as
-``python scripted_chat.py PORT_FILE`` so worker processes can share one.
+of them); ``PipelineScript`` answers each request with the one whose tool it offers; ``Rounds`` answers
+by round of a conversation. Runnable as ``python tests/support/scripted_chat.py PORT_FILE`` (it imports
+nothing from the tests) so worker processes can share one.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class Reply:
     hang: bool = False  # never answer (until the server stops)
     drip_seconds: float | None = None  # send the body one byte at a time, this far apart
     headers: dict[str, str] = field(default_factory=dict)
+
+
+Responder = Callable[[Request], Reply]  # what the server answers a request with
 
 
 def completion(message: dict[str, Any], finish_reason: str = "stop") -> dict[str, Any]:
@@ -113,14 +117,14 @@ def event_times(transcript: str) -> dict[int, str]:
     return {int(seq): when for seq, when in _EVENT.findall(transcript)}
 
 
-class ObserverScript:
-    """One observation per citable event, or per ``group`` of them (content names the events and this
-    call), then "done"."""
+class StageScript:
+    """What the stage scripts share: a count of calls (contents name the call, so a reply committed twice
+    shows), "done" once the conversation has gone past its opening request, and a delay (plus ``jitter``)
+    before every reply."""
 
-    def __init__(self, *, delay: float = 0.0, jitter: Callable[[], float] | None = None, group: int = 1) -> None:
+    def __init__(self, *, delay: float = 0.0, jitter: Callable[[], float] | None = None) -> None:
         self.delay = delay
         self.jitter = jitter
-        self.group = group
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -128,30 +132,41 @@ class ObserverScript:
         with self._lock:
             self.calls += 1
             call = self.calls
-        pause = self.delay + (self.jitter() if self.jitter else 0.0)
-        if request.messages[-1]["role"] != "user":
-            reply = text("done")
-        else:
-            transcript = request.transcript
-            times = event_times(transcript)
-            seqs = citable_seqs(transcript)
-            if not seqs:
-                reply = text("nothing to record")
-            else:
-                groups = [seqs[i : i + self.group] for i in range(0, len(seqs), self.group)]
-                reply = record(
-                    *[
-                        {
-                            "content": f"event {', '.join(map(str, refs))} observed in call {call}",
-                            "timestamp": times[refs[0]],
-                            "importance": "medium",
-                            "source_refs": refs,
-                        }
-                        for refs in groups
-                    ]
-                )
-        reply.delay = pause
+        reply = self.opening_reply(request, call) if request.messages[-1]["role"] == "user" else text("done")
+        reply.delay = self.delay + (self.jitter() if self.jitter else 0.0)
         return reply
+
+    def opening_reply(self, request: Request, call: int) -> Reply:
+        """The reply to a conversation's opening request, the ``call``-th request this script answers."""
+        raise NotImplementedError
+
+
+class ObserverScript(StageScript):
+    """One observation per citable event, or per ``group`` of them (content names the events and this
+    call), then "done"."""
+
+    def __init__(self, *, delay: float = 0.0, jitter: Callable[[], float] | None = None, group: int = 1) -> None:
+        super().__init__(delay=delay, jitter=jitter)
+        self.group = group
+
+    def opening_reply(self, request: Request, call: int) -> Reply:
+        transcript = request.transcript
+        times = event_times(transcript)
+        seqs = citable_seqs(transcript)
+        if not seqs:
+            return text("nothing to record")
+        groups = [seqs[i : i + self.group] for i in range(0, len(seqs), self.group)]
+        return record(
+            *[
+                {
+                    "content": f"event {', '.join(map(str, refs))} observed in call {call}",
+                    "timestamp": times[refs[0]],
+                    "importance": "medium",
+                    "source_refs": refs,
+                }
+                for refs in groups
+            ]
+        )
 
 
 _OBSERVATION_LINE = re.compile(
@@ -186,66 +201,48 @@ def drops(*ids: str) -> Reply:
     return tool_calls(("drop_observations", {"observation_ids": list(ids)}))
 
 
-class ReflectorScript:
+class ReflectorScript(StageScript):
     """Reflections over groups of ``group`` observations, least covered first, at most ``most`` per reply;
     then "done". Content names the call, so a reflection committed twice would show."""
 
-    def __init__(self, *, group: int = 3, most: int = 4, delay: float = 0.0, jitter: Callable[[], float] | None = None):
+    def __init__(
+        self, *, group: int = 3, most: int = 4, delay: float = 0.0, jitter: Callable[[], float] | None = None
+    ) -> None:
+        super().__init__(delay=delay, jitter=jitter)
         self.group = group
         self.most = most
-        self.delay = delay
-        self.jitter = jitter
-        self.calls = 0
-        self._lock = threading.Lock()
 
-    def __call__(self, request: Request) -> Reply:
-        with self._lock:
-            self.calls += 1
-            call = self.calls
-        if request.messages[-1]["role"] != "user":
-            reply = text("done")
-        else:
-            shown = shown_observations(request.transcript)
-            order = {"not covered": 0, "partly covered": 1, "strongly covered": 2}
-            shown.sort(key=lambda o: (order[o.coverage], o.timestamp, o.id))
-            groups = [shown[i : i + self.group] for i in range(0, len(shown), self.group)][: self.most]
-            if not groups:
-                reply = text("nothing to reflect")
-            else:
-                reply = reflections(
-                    *[
-                        {
-                            "content": f"reflection over {', '.join(o.id for o in members)} in call {call}",
-                            "supporting_observation_ids": [o.id for o in members],
-                        }
-                        for members in groups
-                    ]
-                )
-        reply.delay = self.delay + (self.jitter() if self.jitter else 0.0)
-        return reply
+    def opening_reply(self, request: Request, call: int) -> Reply:
+        shown = shown_observations(request.transcript)
+        order = {"not covered": 0, "partly covered": 1, "strongly covered": 2}
+        shown.sort(key=lambda o: (order[o.coverage], o.timestamp, o.id))
+        groups = [shown[i : i + self.group] for i in range(0, len(shown), self.group)][: self.most]
+        if not groups:
+            return text("nothing to reflect")
+        return reflections(
+            *[
+                {
+                    "content": f"reflection over {', '.join(o.id for o in members)} in call {call}",
+                    "supporting_observation_ids": [o.id for o in members],
+                }
+                for members in groups
+            ]
+        )
 
 
-class DropperScript:
+class DropperScript(StageScript):
     """Proposes every covered observation shown (``everything``: every one shown), then "done"."""
 
-    def __init__(self, *, everything: bool = False, delay: float = 0.0, jitter: Callable[[], float] | None = None):
+    def __init__(
+        self, *, everything: bool = False, delay: float = 0.0, jitter: Callable[[], float] | None = None
+    ) -> None:
+        super().__init__(delay=delay, jitter=jitter)
         self.everything = everything
-        self.delay = delay
-        self.jitter = jitter
-        self.calls = 0
-        self._lock = threading.Lock()
 
-    def __call__(self, request: Request) -> Reply:
-        with self._lock:
-            self.calls += 1
-        if request.messages[-1]["role"] != "user":
-            reply = text("done")
-        else:
-            shown = shown_observations(request.transcript)
-            chosen = [o.id for o in shown if self.everything or o.coverage != "not covered"]
-            reply = drops(*chosen) if chosen else text("nothing is safe to retire")
-        reply.delay = self.delay + (self.jitter() if self.jitter else 0.0)
-        return reply
+    def opening_reply(self, request: Request, call: int) -> Reply:
+        shown = shown_observations(request.transcript)
+        chosen = [o.id for o in shown if self.everything or o.coverage != "not covered"]
+        return drops(*chosen) if chosen else text("nothing is safe to retire")
 
 
 class PipelineScript:
@@ -253,9 +250,9 @@ class PipelineScript:
 
     def __init__(
         self,
-        observer: Callable[[Request], Reply] | None = None,
-        reflector: Callable[[Request], Reply] | None = None,
-        dropper: Callable[[Request], Reply] | None = None,
+        observer: Responder | None = None,
+        reflector: Responder | None = None,
+        dropper: Responder | None = None,
     ) -> None:
         self.observer = observer or ObserverScript()
         self.reflector = reflector or ReflectorScript()
@@ -274,11 +271,28 @@ class PipelineScript:
         return self.observer(request)
 
 
+class Rounds:
+    """Reply by round of one stage's conversation: the n-th model reply of a cycle comes from ``rounds[n]``
+    (the last one repeats)."""
+
+    def __init__(self, *rounds: Responder) -> None:
+        self.rounds = rounds
+
+    def __call__(self, request: Request) -> Reply:
+        index = sum(1 for m in request.messages if m["role"] == "assistant")
+        return self.rounds[min(index, len(self.rounds) - 1)](request)
+
+
+def tool_results(request: Request) -> list[dict[str, Any]]:
+    """What the service answered to the model's earlier tool calls in this conversation."""
+    return [json.loads(m["content"]) for m in request.messages if m["role"] == "tool"]
+
+
 class ScriptedChatServer:
     """Serve scripted replies on 127.0.0.1 (port chosen by the OS). Use as a context manager."""
 
-    def __init__(self, responder: Callable[[Request], Reply] | None = None) -> None:
-        self.responder: Callable[[Request], Reply] = responder or ObserverScript()
+    def __init__(self, responder: Responder | None = None) -> None:
+        self.responder: Responder = responder or ObserverScript()
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
