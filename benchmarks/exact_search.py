@@ -20,11 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import rows  # noqa: E402
-from obsmem.retrieval.exact import ExactSearcher, like_pattern  # noqa: E402
-from obsmem.retrieval.results import HIT_COLUMNS  # noqa: E402
 
 from obsmem.dates import parse_window  # noqa: E402
 from obsmem.projects import ProjectRegistry  # noqa: E402
+from obsmem.retrieval.exact import ExactSearcher, like_pattern  # noqa: E402
+from obsmem.retrieval.results import HIT_COLUMNS  # noqa: E402
 
 QUERIES = {
     "rare_identifier": ["MapToolArguments", "2510", "#2510", "maptoolarguments in"],

@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import line  # noqa: E402
-from obsmem.pipeline import active_memory, render_projection  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.memories import ReflectionIn, add_reflection  # noqa: E402
+from obsmem.pipeline import active_memory, render_projection  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 
 

@@ -41,13 +41,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from obsmem.pipeline import ChatClient  # noqa: E402
-from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer  # noqa: E402
-
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.memories import add_observations  # noqa: E402
+from obsmem.pipeline import ChatClient  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 from obsmem.storage.connection import ProjectDatabase  # noqa: E402
+from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer  # noqa: E402
 
 WORDS = [
     "the",

@@ -28,13 +28,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from obsmem.indexer.chunker import chunk_text  # noqa: E402
-from obsmem.indexer.project import content_hash  # noqa: E402
-from obsmem.indexer.state import bump_version, update_state  # noqa: E402
 from semantic_corpus import timestamp  # noqa: E402
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.dates import now_iso, stored_minute  # noqa: E402
+from obsmem.indexer.chunker import chunk_text  # noqa: E402
+from obsmem.indexer.project import content_hash  # noqa: E402
+from obsmem.indexer.state import bump_version, update_state  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 
 BLOCK = 50_000

@@ -38,12 +38,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from obsmem.indexer.vectors import Filter  # noqa: E402
-from obsmem.retrieval.ranked import RankedList  # noqa: E402
 from semantic_corpus import DEFAULT_SHARED  # noqa: E402
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.dates import parse_window  # noqa: E402
+from obsmem.indexer.vectors import Filter  # noqa: E402
+from obsmem.retrieval.ranked import RankedList  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 
 

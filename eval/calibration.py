@@ -21,13 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from obsmem.app import Obsmem
+from obsmem.errors import ValidationFailed
 from obsmem.eval.modes import Retrieved, retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.suites.labelled import LabelledQuestion
 from obsmem.retrieval import SearchPlan
-
-from obsmem.app import Obsmem
-from obsmem.errors import ValidationFailed
 
 FIRST = 10
 UNFLOORED = SearchPlan(floor=False)

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from obsmem.app import IndexReport, Obsmem
 from obsmem.eval.datasets.locomo import Conversation, ObservationSpec, fact_observations, turn_observations
 from obsmem.eval.datasets.longmemeval import LongMemEvalData
-
-from obsmem.app import IndexReport, Obsmem
 from obsmem.memories import MAX_MEMORY_CHARS
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID
 

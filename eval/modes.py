@@ -16,10 +16,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from obsmem.retrieval import SearchPlan, StageRankings
-
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
+from obsmem.retrieval import SearchPlan, StageRankings
 
 MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid", "hybrid+rerank")
 PLANS: dict[str, SearchPlan] = {

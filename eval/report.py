@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from obsmem.eval.results import ModeResult
 
 if TYPE_CHECKING:
-    from obsmem.eval.runner import EvalRun
     from rich.table import Table
+
+    from obsmem.eval.runner import EvalRun
 
 # Metric families in display order; a family's members sort by k.
 _FAMILIES = ("hit@", "mrr", "recall@", "recall_any@", "recall_all@", "ndcg@", "negative_hit_rate", "candidates.")

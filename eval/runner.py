@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from obsmem.app import Obsmem
+from obsmem.errors import ValidationFailed
 from obsmem.eval.calibration import (
     UNFLOORED,
     CalibrationReport,
@@ -40,9 +42,6 @@ from obsmem.eval.modes import MODES, check_modes
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult
 from obsmem.eval.suites import labelled, locomo, longmemeval
-
-from obsmem.app import Obsmem
-from obsmem.errors import ValidationFailed
 from obsmem.settings import SemanticSettings, Settings
 
 DEFAULT_MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid")

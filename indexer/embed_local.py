@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from obsmem.indexer.embedders import Embedder
 
 from obsmem.errors import ConfigurationError, EmbeddingUnavailable
+from obsmem.indexer.embedders import Embedder
 from obsmem.settings import EmbeddingSettings
 
 BUNDLED = "all-MiniLM-L6-v2"

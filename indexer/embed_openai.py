@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from obsmem.indexer.embedders import Embedder
-
 from obsmem.errors import EmbeddingUnavailable
+from obsmem.indexer.embedders import Embedder
 from obsmem.outbound import JsonEndpoint, OutboundError
 from obsmem.settings import EmbeddingSettings
 

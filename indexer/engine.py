@@ -10,7 +10,6 @@ from typing import Any
 from obsmem.indexer.embedders import Embedder, make_embedder
 from obsmem.indexer.project import BatchReport, ProjectIndex
 from obsmem.indexer.scheduler import IndexBatchScheduler
-
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import SemanticSettings
 

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import hnswlib
-from obsmem.indexer.state import IndexState, mark_dirty, update_state
 
 from obsmem.faults import crash_point
+from obsmem.indexer.state import IndexState, mark_dirty, update_state
 from obsmem.storage import ProjectDatabase
 
 LOCK_FILE = ".lock"

@@ -49,9 +49,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import apsw
-from obsmem.indexer.state import update_state
 
 from obsmem.faults import crash_point
+from obsmem.indexer.state import update_state
 
 FTS_TABLE = "semantic_fts"
 FTS_VOCAB = "semantic_fts_vocab"  # no longer made; dropped with the old tables on a rebuild

@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from obsmem.dates import now_iso
+from obsmem.errors import EmbeddingUnavailable, IndexBusy
+from obsmem.faults import crash_point
 from obsmem.indexer import stores
 from obsmem.indexer.chunker import Chunk, ChunkSettings, chunk_text
 from obsmem.indexer.embedders import Embedder
@@ -35,10 +39,6 @@ from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.indexer.vectors import VectorSet, read_vector_set
-
-from obsmem.dates import now_iso
-from obsmem.errors import EmbeddingUnavailable, IndexBusy
-from obsmem.faults import crash_point
 from obsmem.settings import SemanticSettings
 from obsmem.storage import ProjectDatabase
 

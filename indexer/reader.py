@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import apsw
 import numpy as np
+
 from obsmem.indexer import stores
 from obsmem.indexer.keywords import COLUMNS, CONTEXT_TABLE, FTS_TABLE
 from obsmem.indexer.state import IndexState

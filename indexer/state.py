@@ -20,9 +20,9 @@ import json
 from dataclasses import dataclass
 
 import apsw
-from obsmem.indexer.chunker import ChunkSettings
 
 from obsmem.dates import now_iso
+from obsmem.indexer.chunker import ChunkSettings
 
 _COLUMNS = (
     "signature, dimensions, fts_tokenizer, dirty, version, hnsw_file, hnsw_bytes, hnsw_checksum, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import apsw
 import numpy as np
+
 from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.state import bump_version, update_state
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import apsw
 import hnswlib
 import numpy as np
+
 from obsmem.indexer.state import IndexState
 
 _NO_SESSION = -1

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import httpx
+
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.model_overrides import Override, model_with_override
-
 from obsmem.settings import ModelSettings, Settings
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import apsw
+
 from obsmem.pipeline.tokens import estimate_tokens, sql_estimate
 
 _RANK = {"reflection": 5, "critical": 4, "high": 3, "medium": 2, "low": 1}

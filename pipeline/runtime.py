@@ -21,6 +21,8 @@ from typing import Any
 
 import apsw
 import httpx
+
+from obsmem.events import StoredEvent
 from obsmem.pipeline.activity import clear_stale_activity
 from obsmem.pipeline.clients import ModelClients
 from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
@@ -31,8 +33,6 @@ from obsmem.pipeline.session_jobs import OBSERVE, REFLECT
 from obsmem.pipeline.views.details import memory_details
 from obsmem.pipeline.views.projection import Projection, project
 from obsmem.pipeline.views.status import session_status
-
-from obsmem.events import StoredEvent
 from obsmem.settings import Settings
 from obsmem.storage import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue

@@ -35,7 +35,6 @@ import time
 
 from obsmem.indexer import Filter, IndexReader
 from obsmem.retrieval.ranked import RankedList
-
 from obsmem.settings import Bm25Settings
 
 # Words that carry no topic in a question: function words, question words and auxiliaries of English,

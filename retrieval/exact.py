@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 from obsmem.dates import DateWindow
 from obsmem.errors import InvalidQuery
+from obsmem.retrieval.results import HIT_COLUMNS, Hit
 from obsmem.validation import CONTROL_CHARACTERS
 
 MAX_QUERY_CHARS = 1000

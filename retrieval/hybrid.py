@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import numpy as np
+
+from obsmem.errors import IndexBuilding
 from obsmem.indexer import Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing
@@ -38,8 +40,6 @@ from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
-
-from obsmem.errors import IndexBuilding
 from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.

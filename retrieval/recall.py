@@ -9,10 +9,10 @@ import json
 from typing import Any
 
 import apsw
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
 
 from obsmem.errors import AmbiguousId, NotFound
 from obsmem.ids import parse_id_prefix
+from obsmem.retrieval.results import HIT_COLUMNS, Hit
 from obsmem.validation import session_id as check_session_id
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from obsmem.retrieval.exact import ExactSearcher, validate_query
-from obsmem.retrieval.results import SearchResult
-
 from obsmem.dates import DateWindow, parse_window
 from obsmem.errors import ValidationFailed
+from obsmem.retrieval.exact import ExactSearcher, validate_query
+from obsmem.retrieval.results import SearchResult
 from obsmem.settings import SearchSettings
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import session_id as check_session_id

@@ -18,13 +18,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from support.http_server import LOCAL  # noqa: E402
-from support.model_server import ModelServer  # noqa: E402
-from support.scripted_chat import ObserverScript, Responder, ScriptedChatServer  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 from obsmem.surfaces.http import create_app  # noqa: E402
+from support.http_server import LOCAL  # noqa: E402
+from support.model_server import ModelServer  # noqa: E402
+from support.scripted_chat import ObserverScript, Responder, ScriptedChatServer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from obsmem.retrieval.search import SearchModes
 
 from obsmem.app import Obsmem
 from obsmem.app.results import JobCounts, ProjectStatus, Recollection
 from obsmem.app.typed import build
 from obsmem.errors import NotFound, ValidationFailed
+from obsmem.retrieval.search import SearchModes
 
 
 def test_the_base_package_re_exports_the_app() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import apsw
 import pytest
+
 from obsmem.retrieval.bm25 import Bm25List
 from support.hybrid_reference import keyword_documents
 from support.model_server import ModelServer

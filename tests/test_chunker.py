@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from obsmem.indexer.chunker import ChunkSettings, chunk_key, chunk_text
 
 texts = st.text(alphabet=st.sampled_from(list("ab c\n") + ["é", "✓", "😀", "中"]), min_size=0, max_size=400)

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS, write_locomo, write_longmemeval_subset
-from support.model_server import ModelServer
-from support.semantic_service import add_memories
 
 from obsmem import Obsmem
 from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
+from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS, write_locomo, write_longmemeval_subset
+from support.model_server import ModelServer
+from support.semantic_service import add_memories
 
 ENTRY_KEYS = {"mode", "dataset", "questions", "metrics", "by_category", "latency_ms", "elapsed_s"}
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from support.pipeline_service import user, words
-from support.scripted_chat import ScriptedChatServer
 
 from obsmem.surfaces.cli import cli
+from support.pipeline_service import user, words
+from support.scripted_chat import ScriptedChatServer
 
 SETTINGS = """
 [model]

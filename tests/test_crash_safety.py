@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from support.processes import support_command, support_environment
 
 from obsmem.projects import ProjectRegistry
+from support.processes import support_command, support_environment
 
 ROUNDS = 25
 

@@ -6,16 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from obsmem.eval.calibration import Scored, choose_floor, effect
-from obsmem.eval.runner import calibrate
-from obsmem.eval.suites.labelled import LabelledQuestion
-from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS
-from support.model_server import ModelServer, overlap_score
-from support.semantic_service import add_memories, semantic_settings
 
 from obsmem import Obsmem
 from obsmem.errors import ValidationFailed
+from obsmem.eval.calibration import Scored, choose_floor, effect
+from obsmem.eval.runner import calibrate
+from obsmem.eval.suites.labelled import LabelledQuestion
 from obsmem.settings import load_settings
+from support.eval_datasets import CALIBRATION_MEMORIES, CALIBRATION_QUESTIONS
+from support.model_server import ModelServer, overlap_score
+from support.semantic_service import add_memories, semantic_settings
 
 
 def reranker_settings(tmp_path: Path, server: Any, **reranker: Any) -> Any:

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from obsmem.errors import ValidationFailed
 from obsmem.eval.modes import Retrieved, parse_modes
 from obsmem.eval.report import never_loses
 from obsmem.eval.results import percentile
 from obsmem.eval.runner import evaluate_locomo, evaluate_longmemeval, write_outputs
 from obsmem.eval.suites.labelled import LabelledQuestion, parse_labelled, question_scores, read_labelled
+from obsmem.settings import load_settings
 from support.eval_datasets import write_locomo, write_longmemeval_official, write_longmemeval_subset
 from support.model_server import ModelServer
 from support.semantic_service import semantic_settings
-
-from obsmem.errors import ValidationFailed
-from obsmem.settings import load_settings
 
 ENTRY_KEYS = {"mode", "dataset", "questions", "metrics", "by_category", "latency_ms", "elapsed_s"}
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from obsmem.eval.datasets.locomo import (
     LocomoFormatError,
     clean_evidence,

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from obsmem.eval.metrics import ScoreTable, evidence_recall, evidence_recalls, ndcg, recall_all, recall_any
 
 

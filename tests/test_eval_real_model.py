@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from obsmem.eval.runner import evaluate_locomo, evaluate_questions, with_semantic
 
+from obsmem.eval.runner import evaluate_locomo, evaluate_questions, with_semantic
 from obsmem.settings import load_settings
 
 LOCOMO = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo" / "locomo-dev5.json"

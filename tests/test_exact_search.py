@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from obsmem.retrieval.exact import ExactSearcher, fts_phrase, like_pattern
 
 from obsmem.app import Obsmem
 from obsmem.dates import parse_window
 from obsmem.errors import InvalidDate, InvalidQuery, ValidationFailed
 from obsmem.projects import ProjectRegistry
+from obsmem.retrieval.exact import ExactSearcher, fts_phrase, like_pattern
 
 ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
 

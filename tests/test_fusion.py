@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from obsmem.retrieval.fusion import convex_fusion, fuser, neighbour_smoothing, reciprocal_rank_fusion
 from obsmem.retrieval.ranked import RankedList
 

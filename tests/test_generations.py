@@ -10,6 +10,9 @@ import apsw
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from obsmem.app import Obsmem
+from obsmem.memories import add_observations
 from obsmem.pipeline import project, render_projection
 from obsmem.pipeline.reflect.dropper import rank_and_cap
 from obsmem.pipeline.reflect.generations import (
@@ -21,9 +24,6 @@ from obsmem.pipeline.reflect.generations import (
     rebuild_active_memory,
 )
 from obsmem.pipeline.reflect.pool import IdResolver, PoolObservation, generation_id, read_pool, tier_of
-
-from obsmem.app import Obsmem
-from obsmem.memories import add_observations
 from obsmem.storage.connection import ProjectDatabase
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.http_server import ALPHA_NOTES, seed, tree
 
 from obsmem import __version__
 from obsmem.app import Obsmem
 from obsmem.surfaces.http.errors import FIELD_CODES
+from support.http_server import ALPHA_NOTES, seed, tree
 
 
 @pytest.fixture

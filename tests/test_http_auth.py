@@ -10,6 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from obsmem.app import Obsmem
+from obsmem.surfaces.http import create_app
+from obsmem.surfaces.http.guard import PUBLIC_PATHS
 from support.http_server import (
     ALPHA_NOTES,
     BETA_NOTES,
@@ -24,10 +28,6 @@ from support.http_server import (
     settings_for,
     tree,
 )
-
-from obsmem.app import Obsmem
-from obsmem.surfaces.http import create_app
-from obsmem.surfaces.http.guard import PUBLIC_PATHS
 
 EVENT_BODY = {"events": [{"role": "user", "content": "hello"}]}
 OBSERVATION_BODY = {

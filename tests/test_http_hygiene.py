@@ -19,6 +19,13 @@ import apsw
 import httpx
 import pytest
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from obsmem.app import Obsmem
+from obsmem.surfaces.http import create_app
+from obsmem.surfaces.http.closing import CloseOnServerError
+from obsmem.surfaces.http.protocol import protocol_class
+from obsmem.surfaces.http.ratelimit import FailureLimiter
 from support.http_server import (
     ALPHA_NOTES,
     KEY_ALPHA,
@@ -30,13 +37,6 @@ from support.http_server import (
     seed,
     settings_for,
 )
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
-from obsmem.app import Obsmem
-from obsmem.surfaces.http import create_app
-from obsmem.surfaces.http.closing import CloseOnServerError
-from obsmem.surfaces.http.protocol import protocol_class
-from obsmem.surfaces.http.ratelimit import FailureLimiter
 
 HEAD = "Host: 127.0.0.1\r\n"
 SSE = {"Accept": "text/event-stream"}

@@ -14,12 +14,12 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from support.http_server import LOCAL
-from support.pipeline_service import pipeline_options, pipeline_service, user, words
-from support.scripted_chat import ObserverScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
+from support.http_server import LOCAL
+from support.pipeline_service import pipeline_options, pipeline_service, user, words
+from support.scripted_chat import ObserverScript, ScriptedChatServer
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.http_server import ALPHA_NOTES, KEY_ALL, KEYS, live_server, seed, settings_for
 
 from obsmem.app import Obsmem
+from support.http_server import ALPHA_NOTES, KEY_ALL, KEYS, live_server, seed, settings_for
 
 pytestmark = pytest.mark.slow
 

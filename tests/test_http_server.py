@@ -15,11 +15,11 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from support.http_server import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_server, seed, settings_for, tree
 
 from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError
 from obsmem.surfaces.http.server import check_bind, is_loopback_host
+from support.http_server import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_server, seed, settings_for, tree
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import obsmem.retrieval
 import pytest
+
+import obsmem.retrieval
 from obsmem.indexer.reader import IndexReader, fts_match
 from obsmem.indexer.vectors import Filter
 from support.model_server import ModelServer

@@ -17,7 +17,6 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.http_server import LOCAL
 
 from obsmem.app import Obsmem
 from obsmem.bounds import MAX_SEQ, decimal_integer, is_strict_int
@@ -27,6 +26,7 @@ from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.tools import run_tool
 from obsmem.work.eventlog import MAX_EVENT_ID
+from support.http_server import LOCAL
 
 EDGES = [0, -1, 1, 2, 50, 51, 1000, 2**31, MAX_SEQ, MAX_SEQ + 1, 2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1]
 EDGES += [10**30, -(10**30)]

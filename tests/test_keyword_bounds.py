@@ -9,12 +9,12 @@ rank exactly as the full ranking restricted to them; a filtered search still sco
 from __future__ import annotations
 
 import apsw
+
 from obsmem.indexer.reader import SqliteIndexReader, rank_function
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
-from support.hybrid_reference import keyword_reader, scratch_keyword_table
-
 from obsmem.settings.semantic import Bm25Settings
+from support.hybrid_reference import keyword_reader, scratch_keyword_table
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 DATE = "2024-05-01 10:00:00"

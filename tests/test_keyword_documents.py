@@ -15,9 +15,11 @@ import apsw
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from obsmem.indexer.keywords import date_words, head, tail
 from obsmem.indexer.reader import fts_match
 from obsmem.retrieval.bm25 import Bm25List, query_terms, query_words
+from obsmem.settings.semantic import Bm25Settings
 from support.hybrid_reference import (
     IN_STEP,
     contexts_wrong,
@@ -28,8 +30,6 @@ from support.hybrid_reference import (
 )
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, make_service
-
-from obsmem.settings.semantic import Bm25Settings
 
 # -- pieces ------------------------------------------------------------------------------------------
 

@@ -6,11 +6,11 @@ import logging
 import time
 
 import pytest
-from obsmem.pipeline import ChatClient
-from support.scripted_chat import Reply, Responder, ScriptedChatServer, error, text, tool_calls
 
 from obsmem.errors import ModelBadResponse, ModelNotConfigured, ModelRejected, ModelTimeout, ModelUnavailable
+from obsmem.pipeline import ChatClient
 from obsmem.settings import ModelSettings
+from support.scripted_chat import Reply, Responder, ScriptedChatServer, error, text, tool_calls
 
 KEY = "sk-test-0123456789abcdefghijklmnop"
 PROMPT = "the secret plan is to refactor MapToolArguments"

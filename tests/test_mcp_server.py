@@ -10,10 +10,10 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from support.http_server import ALPHA_NOTES, seed, settings_for
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.tools import tool_definitions
+from support.http_server import ALPHA_NOTES, seed, settings_for
 
 
 @pytest.fixture

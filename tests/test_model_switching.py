@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
-from support.http_server import LOCAL
-from support.pipeline_service import SMALL_REFLECTION, pipeline_options, user, words
-from support.scripted_chat import PipelineScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
 from obsmem.errors import ObservationOff, ReflectionOff
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
+from support.http_server import LOCAL
+from support.pipeline_service import SMALL_REFLECTION, pipeline_options, user, words
+from support.scripted_chat import PipelineScript, ScriptedChatServer
 
 
 @pytest.fixture

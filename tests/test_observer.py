@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from obsmem.app import Obsmem
 from support.pipeline_service import pipeline_options, pipeline_service, user, words
 from support.scripted_chat import (
     ObserverScript,
@@ -22,8 +24,6 @@ from support.scripted_chat import (
     tool_calls,
     tool_results,
 )
-
-from obsmem.app import Obsmem
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from obsmem.pipeline import MemoryItem, render_projection
 from obsmem.pipeline.observe.hygiene import EventView, clean_text, render_event
 from obsmem.pipeline.observe.packer import Budget, Piece, pack_chunk, select_memory

@@ -18,12 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from obsmem.indexer.embed_openai import OpenAIEmbedder
-from obsmem.pipeline.llm import ChatClient
-from obsmem.retrieval.rerank import HttpReranker
 
 from obsmem.errors import EmbeddingUnavailable, ModelBadResponse, ModelRejected, ModelTimeout, RerankerUnavailable
+from obsmem.indexer.embed_openai import OpenAIEmbedder
 from obsmem.outbound import Endpoint, OutboundError
+from obsmem.pipeline.llm import ChatClient
+from obsmem.retrieval.rerank import HttpReranker
 from obsmem.settings import EmbeddingSettings, ModelSettings, RerankerSettings
 
 KEY = "sk-policy-0123456789abcdefghij"

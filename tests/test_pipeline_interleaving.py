@@ -34,14 +34,14 @@ import time
 from pathlib import Path
 
 import pytest
-from obsmem.pipeline import project, render_projection
-from obsmem.pipeline.reflect.generations import promoted_chain, rebuild_active_memory
-from support.pipeline_service import words
-from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
 from obsmem.app import Obsmem
+from obsmem.pipeline import project, render_projection
+from obsmem.pipeline.reflect.generations import promoted_chain, rebuild_active_memory
 from obsmem.settings import load_settings
 from obsmem.work import JobQueue
+from support.pipeline_service import words
+from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 
 SEEDS = int(os.environ.get("OBSMEM_INTERLEAVING_SEEDS", "8"))
 LEASE_SECONDS = 1.5

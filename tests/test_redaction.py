@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.pipeline_service import pipeline_service, user, words
-from support.scripted_chat import ObserverScript, Reply, Request, ScriptedChatServer, record, text
 
 from obsmem.redaction import redact_json, redact_text, secret_kind
 from obsmem.secret_detectors import DETECTORS, Scan
+from support.pipeline_service import pipeline_service, user, words
+from support.scripted_chat import ObserverScript, Reply, Request, ScriptedChatServer, record, text
 
 
 def planted() -> dict[str, str]:

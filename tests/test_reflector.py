@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from obsmem.app import Obsmem
 from obsmem.pipeline import project, rebuild_active_memory, render_projection
+from obsmem.work import JobQueue
 from support.pipeline_service import SMALL_REFLECTION, pipeline_options, pipeline_service, user, words
 from support.scripted_chat import (
     DropperScript,
@@ -29,9 +32,6 @@ from support.scripted_chat import (
     text,
     tool_results,
 )
-
-from obsmem.app import Obsmem
-from obsmem.work import JobQueue
 
 
 def done(_: Request) -> Reply:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from obsmem.errors import ValidationFailed
 from obsmem.retrieval.hybrid import SearchPlan
 from support.model_server import ModelServer, overlap_score
 from support.semantic_service import add_memories, make_service
-
-from obsmem.errors import ValidationFailed
 
 ITEMS = [
     (f"2024-03-{1 + i % 27:02d} 10:{i % 60:02d}", text)

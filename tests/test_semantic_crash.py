@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+
+from obsmem.faults import CRASH_ENV
 from support.hybrid_reference import IN_STEP, index_matches_memories, reference_search
 from support.model_server import ModelServer
 from support.processes import support_command, support_environment
 from support.semantic_service import add_memories, corpus, make_service
-
-from obsmem.faults import CRASH_ENV
 
 CRASH_POINTS = [
     "batch:read",

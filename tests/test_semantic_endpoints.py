@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from obsmem.errors import EmbeddingUnavailable, RerankerUnavailable
 from obsmem.indexer.embed_openai import parse_embeddings_reply
 from obsmem.retrieval.rerank import parse_rerank_reply, rerank_order
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, corpus, make_service
-
-from obsmem.errors import EmbeddingUnavailable, RerankerUnavailable
 
 FAILURES = [
     "slow",

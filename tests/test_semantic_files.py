@@ -10,13 +10,13 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 import pytest
+
+from obsmem.errors import IndexBuilding
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.project import GRAPH_PROBLEMS
 from support.hybrid_reference import index_matches_memories, reference_search
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, corpus, make_service
-
-from obsmem.errors import IndexBuilding
 
 QUERIES = ("flaky auth test", "docker image release", "backup restore")
 
@@ -165,10 +165,9 @@ def test_context_size_change_rebuilds_only_keyword_table(tmp_path: Path, model_s
 
 
 def test_background_indexing_after_writes_and_deletes(tmp_path: Path, model_server: ModelServer) -> None:
-    from support.semantic_service import semantic_settings
-
     from obsmem import Obsmem
     from obsmem.settings import load_settings
+    from support.semantic_service import semantic_settings
 
     settings = load_settings(
         data_dir=tmp_path,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from obsmem.errors import IndexBuilding, ValidationFailed
 from support.hybrid_reference import IN_STEP, index_matches_memories, reference_search
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, corpus, make_service
-
-from obsmem.errors import IndexBuilding, ValidationFailed
 
 
 def test_search_before_indexing_is_index_building(tmp_path: Path, model_server: ModelServer) -> None:
@@ -237,9 +237,8 @@ def test_semantic_off_indexes_nothing(tmp_path: Path) -> None:
 
 
 def test_another_indexer_makes_backfill_busy(tmp_path: Path, model_server: ModelServer) -> None:
-    from obsmem.indexer.project import INDEXING_LOCK
-
     from obsmem.errors import IndexBusy
+    from obsmem.indexer.project import INDEXING_LOCK
 
     with make_service(tmp_path, model_server) as service:
         add_memories(service, "p", corpus(5))

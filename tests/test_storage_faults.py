@@ -21,8 +21,6 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from support.http_server import LOCAL, live_server, seed
-from support.storage_faults import failing_vfs, fill, read_only_view, small_tmpfs
 
 from obsmem.app import Obsmem
 from obsmem.errors import StorageBusy, StorageFull, StorageIOError, StorageReadOnly
@@ -31,6 +29,8 @@ from obsmem.storage import connection
 from obsmem.surfaces.cli import STORAGE_EXIT, cli
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.tools import run_tool
+from support.http_server import LOCAL, live_server, seed
+from support.storage_faults import failing_vfs, fill, read_only_view, small_tmpfs
 
 NOTES = [("2026-01-05 09:00", "high", "the deploy script needs the staging flag")]
 BIG_BATCH = {"events": [{"role": "user", "content": "x" * 200_000} for _ in range(10)]}  # 2 MB of text

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.http_server import ALPHA_NOTES, seed
 
 from obsmem.app import Obsmem
 from obsmem.surfaces.tools import execute_tool, run_tool, tool_definitions
+from support.http_server import ALPHA_NOTES, seed
 
 
 @pytest.fixture

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from obsmem.app import Obsmem
+from obsmem.errors import ValidationFailed
 from obsmem.eval.modes import Retrieved, retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
-
-from obsmem.app import Obsmem
-from obsmem.errors import ValidationFailed
 
 HIT_KS = (1, 5, 10, 20)
 MRR_DEPTH = 50

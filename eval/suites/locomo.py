@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from obsmem.app import Obsmem
 from obsmem.eval.datasets.locomo import Conversation, turns_of
 from obsmem.eval.ingest import WAYS, Citations, index_project, load_locomo_conversation
 from obsmem.eval.metrics import evidence_recall, evidence_recalls
@@ -23,8 +24,6 @@ from obsmem.eval.modes import retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
 from obsmem.eval.suites.labelled import candidate_budgets
-
-from obsmem.app import Obsmem
 
 KS = (5, 10, 25, 50)
 DATASETS = {"a": "locomo (a) turns", "b": "locomo (b) observations"}

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from obsmem.app import Obsmem
 from obsmem.eval.datasets.locomo import turns_of
 from obsmem.eval.datasets.longmemeval import LongMemEvalData, LongMemEvalQuestion
 from obsmem.eval.ingest import index_project, load_longmemeval_haystack
@@ -22,8 +23,6 @@ from obsmem.eval.metrics import ndcg, recall_all, recall_any
 from obsmem.eval.modes import retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
-
-from obsmem.app import Obsmem
 
 KS = (5, 10)
 DATASET = "longmemeval"

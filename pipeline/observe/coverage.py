@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
-from obsmem.pipeline.memory_items import active_observation_tokens
-from obsmem.pipeline.observe.hygiene import EventView
-from obsmem.pipeline.observe.packer import EventChunk
-from obsmem.pipeline.tokens import event_tokens, token_cost
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
 from obsmem.events import StoredEvent
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations
+from obsmem.pipeline.memory_items import active_observation_tokens
+from obsmem.pipeline.observe.hygiene import EventView
+from obsmem.pipeline.observe.packer import EventChunk
+from obsmem.pipeline.tokens import event_tokens, token_cost
 from obsmem.storage import ProjectDatabase
 from obsmem.work import eventlog
 

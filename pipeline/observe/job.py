@@ -27,6 +27,9 @@ import uuid
 from collections.abc import Callable
 
 import apsw
+
+from obsmem.errors import ConfigurationError, ObservationOff
+from obsmem.events import StoredEvent
 from obsmem.pipeline.activity import clear_activity, log_stage_event
 from obsmem.pipeline.clients import ModelClients
 from obsmem.pipeline.llm import ChatClient
@@ -45,9 +48,6 @@ from obsmem.pipeline.session_jobs import (
     seconds_since_failure,
     session_order_key,
 )
-
-from obsmem.errors import ConfigurationError, ObservationOff
-from obsmem.events import StoredEvent
 from obsmem.settings import Settings
 from obsmem.storage import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue, sanitise_reason

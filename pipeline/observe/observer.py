@@ -16,17 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from obsmem.dates import parse_timestamp
+from obsmem.errors import ObsmemError
+from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
 from obsmem.pipeline.receipts import OneLine, ReceiptCheck
 from obsmem.pipeline.toolloop import run_tool_loop
-from pydantic import ValidationError
-
-from obsmem.dates import parse_timestamp
-from obsmem.errors import ObsmemError
-from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
 
 CONTENT = OneLine("the fact", "separate observations, one fact each", "shorten it or split it into separate facts")
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 import apsw
-from obsmem.pipeline.memory_items import MemoryItem
-from obsmem.pipeline.reflect.pool import Pool, PoolObservation, active_pointer, one
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
 from obsmem.memories import ReflectionIn, add_reflection
+from obsmem.pipeline.memory_items import MemoryItem
+from obsmem.pipeline.reflect.pool import Pool, PoolObservation, active_pointer, one
 
 
 class GenerationLost(ObsmemError):

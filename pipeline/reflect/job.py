@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+from obsmem.errors import ReflectionOff
 from obsmem.pipeline.activity import clear_activity, log_stage_event, set_activity
 from obsmem.pipeline.clients import ModelClients
 from obsmem.pipeline.memory_items import active_observation_ids, active_observation_tokens
@@ -41,8 +42,6 @@ from obsmem.pipeline.session_jobs import (
     session_order_key,
 )
 from obsmem.pipeline.tokens import sql_estimate, token_cost
-
-from obsmem.errors import ReflectionOff
 from obsmem.settings import Settings
 from obsmem.storage import ProjectDatabase
 from obsmem.work import EnqueueResult, JobContext, JobQueue, eventlog, sanitise_reason

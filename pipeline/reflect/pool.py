@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import apsw
-from obsmem.pipeline.tokens import token_cost
 
 from obsmem.ids import canonical_json
+from obsmem.pipeline.tokens import token_cost
 
 TIERS: tuple[str, ...] = ("not covered", "partly covered", "strongly covered")
 IMPORTANCE_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from obsmem import ids
 from obsmem.pipeline.llm import ChatClient
 from obsmem.pipeline.receipts import OneLine, ReceiptCheck
 from obsmem.pipeline.reflect.generations import NewReflection
@@ -26,8 +27,6 @@ from obsmem.pipeline.reflect.prompts import (
     reflector_message,
 )
 from obsmem.pipeline.toolloop import run_tool_loop
-
-from obsmem import ids
 
 
 def _normal_text(text: str) -> str:

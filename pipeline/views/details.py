@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import apsw
+
+from obsmem.errors import NotFound
 from obsmem.pipeline.reflect.generations import active_generation_info
 from obsmem.pipeline.reflect.pool import TIERS, active_pointer, one, read_pool
 from obsmem.pipeline.tokens import sql_estimate
-
-from obsmem.errors import NotFound
 from obsmem.settings import Settings
 
 _ACTIVE = (

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import apsw
+
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
 from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER
 from obsmem.pipeline.reflect.generations import generation_count

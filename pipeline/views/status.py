@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 import apsw
+
+from obsmem.errors import NotFound
 from obsmem.pipeline.observe.coverage import read_progress
 from obsmem.pipeline.reflect.generations import active_generation_info
 from obsmem.pipeline.session_jobs import session_order_key
 from obsmem.pipeline.views.details import pool_pressure
-
-from obsmem.errors import NotFound
 from obsmem.settings import Settings
 
 STAGE_STATUS = {"observer": "observing", "reflector": "reflecting", "dropper": "reflecting"}

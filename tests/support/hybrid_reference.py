@@ -16,6 +16,8 @@ from typing import Any
 
 import apsw
 import numpy as np
+
+from obsmem.dates import parse_window
 from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head, tail
 from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
@@ -23,8 +25,6 @@ from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
-
-from obsmem.dates import parse_window
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
 from support.model_server import embed
 
