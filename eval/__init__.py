@@ -7,8 +7,9 @@ part of the harness it runs (the demo never loads the runner, the calibration or
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 if TYPE_CHECKING:
     from obsmem.eval.calibration import calibration_markdown, write_calibration
@@ -27,33 +28,27 @@ if TYPE_CHECKING:
     from obsmem.eval.suites.labelled import parse_labelled, read_labelled, run_labelled
     from obsmem.eval.suites.locomo import parse_ways
 
-# Loaded on first use: name -> the module that defines it.
-_ON_FIRST_USE = {
-    "calibration_markdown": "obsmem.eval.calibration",
-    "write_calibration": "obsmem.eval.calibration",
-    "index_project": "obsmem.eval.ingest",
-    "MODES": "obsmem.eval.modes",
-    "parse_modes": "obsmem.eval.modes",
-    "Progress": "obsmem.eval.progress",
-    "rich_tables": "obsmem.eval.report",
-    "summary_dict": "obsmem.eval.report",
-    "calibrate": "obsmem.eval.runner",
-    "evaluate_locomo": "obsmem.eval.runner",
-    "evaluate_longmemeval": "obsmem.eval.runner",
-    "evaluate_questions": "obsmem.eval.runner",
-    "with_semantic": "obsmem.eval.runner",
-    "write_outputs": "obsmem.eval.runner",
-    "parse_labelled": "obsmem.eval.suites.labelled",
-    "read_labelled": "obsmem.eval.suites.labelled",
-    "run_labelled": "obsmem.eval.suites.labelled",
-    "parse_ways": "obsmem.eval.suites.locomo",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ON_FIRST_USE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_ON_FIRST_USE[name]), name)
+# Loaded on first use (lazy_loader): submodule -> the names it defines.
+__getattr__, __dir__, _ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "calibration": ["calibration_markdown", "write_calibration"],
+        "ingest": ["index_project"],
+        "modes": ["MODES", "parse_modes"],
+        "progress": ["Progress"],
+        "report": ["rich_tables", "summary_dict"],
+        "runner": [
+            "calibrate",
+            "evaluate_locomo",
+            "evaluate_longmemeval",
+            "evaluate_questions",
+            "with_semantic",
+            "write_outputs",
+        ],
+        "suites.labelled": ["parse_labelled", "read_labelled", "run_labelled"],
+        "suites.locomo": ["parse_ways"],
+    },
+)
 
 
 __all__ = [

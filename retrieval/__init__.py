@@ -8,8 +8,9 @@ exactly never pays for them.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 from obsmem.retrieval.exact import MAX_QUERY_CHARS
 from obsmem.retrieval.recall import find_memory_row
@@ -21,20 +22,11 @@ if TYPE_CHECKING:
     from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
     from obsmem.retrieval.rerank import Reranker, make_reranker
 
-# Loaded on first use: name -> the module that defines it.
-_ON_FIRST_USE = {
-    "HybridSearcher": "obsmem.retrieval.hybrid",
-    "SearchPlan": "obsmem.retrieval.hybrid",
-    "StageRankings": "obsmem.retrieval.hybrid",
-    "Reranker": "obsmem.retrieval.rerank",
-    "make_reranker": "obsmem.retrieval.rerank",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ON_FIRST_USE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_ON_FIRST_USE[name]), name)
+# Loaded on first use (lazy_loader): submodule -> the names it defines.
+__getattr__, __dir__, _ = lazy_loader.attach(
+    __name__,
+    submod_attrs={"hybrid": ["HybridSearcher", "SearchPlan", "StageRankings"], "rerank": ["Reranker", "make_reranker"]},
+)
 
 
 __all__ = [

@@ -46,17 +46,9 @@ class RecalledMemory(JsonResult):
     supporting_observation_ids: tuple[str, ...] = ()  # reflections only
 
     def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "memory_id": self.memory_id,
-            "kind": self.kind,
-            "session_id": self.session_id,
-            "date": self.date,
-        }
-        if self.kind == "observation":
-            body["importance"] = self.importance
-        body["content"] = self.content
-        body["created_at"] = self.created_at
+        # The hit's own fields in the hit's order, then what recall adds.
+        hit = Hit(self.memory_id, self.kind, self.session_id, self.date, self.importance, self.content)
+        body = hit.to_dict() | {"created_at": self.created_at}
         if self.kind == "observation":
             body["source_refs"] = [ref.to_dict() for ref in self.source_refs]
         else:
