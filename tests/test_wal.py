@@ -32,8 +32,8 @@ def test_a_large_write_leaves_no_large_wal(memory: Obsmem) -> None:
         memory.append_events("p", session, BATCH)
         assert db.wal_bytes() <= LIMIT  # each batch wrote about three times the limit into the log
     status = memory.status("p")
-    assert status["wal_bytes"] == db.wal_bytes() and status["events"] == 1 + 3 * len(BATCH)
-    assert status["database_bytes"] == db.path.stat().st_size > 3 * 3_000_000  # the pages moved into the file
+    assert status.wal_bytes == db.wal_bytes() and status.events == 1 + 3 * len(BATCH)
+    assert status.database_bytes == db.path.stat().st_size > 3 * 3_000_000  # the pages moved into the file
 
 
 def test_a_reader_holding_the_log_delays_truncation_without_stalling_the_writer(memory: Obsmem) -> None:
