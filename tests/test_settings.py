@@ -133,7 +133,7 @@ def test_role_overrides_offer_every_model_setting_with_its_bounds() -> None:
     [
         ("timeout_seconds = 0", "reflector.model.timeout_seconds: Input should be greater than 0"),
         ("max_retries = 11", "reflector.model.max_retries: Input should be less than or equal to 10"),
-        ('base_url = "ftp://h/v1"', "reflector.model.base_url: Value error, must be an http:// or https://"),
+        ('base_url = "ftp://h/v1"', "reflector.model.base_url: must be an http:// or https://"),
         ('base_url = "http://u:p@h/v1"', "must not contain credentials; set api_key instead"),
         ("colour = 1", "reflector.model.colour"),
     ],
