@@ -34,9 +34,9 @@ except ImportError:  # pragma: no cover - httptools is a dependency
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
-def closing_error_response(status: int, reason: str, code: str, message: str) -> bytes:
-    """A whole JSON error response, in the API's shape, that ends its connection."""
-    body = dumps({"error": {"code": code, "message": message}})
+def closing_error_response(status: int, reason: str, error: dict[str, str]) -> bytes:
+    """A whole response with ``{"error": error}``, the API's error shape, that ends its connection."""
+    body = dumps({"error": error})
     head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, reason.encode("ascii"))
     head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
     return head + body
@@ -44,15 +44,17 @@ def closing_error_response(status: int, reason: str, code: str, message: str) ->
 
 def head_timeout_response(seconds: float) -> bytes:
     message = f"the request headers did not arrive within {seconds:g} s"
-    return closing_error_response(408, "Request Timeout", "request_timeout", message)
+    return closing_error_response(408, "Request Timeout", {"code": "request_timeout", "message": message})
 
 
 INVALID_HTTP_RESPONSE = closing_error_response(
     400,
     "Bad Request",
-    "invalid_http",
-    "the request is not valid HTTP/1.1: its request line, headers or body framing (Content-Length, "
-    "Transfer-Encoding) could not be parsed",
+    {
+        "code": "invalid_http",
+        "message": "the request is not valid HTTP/1.1: its request line, headers or body framing "
+        "(Content-Length, Transfer-Encoding) could not be parsed",
+    },
 )
 
 
