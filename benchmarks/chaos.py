@@ -14,8 +14,9 @@ settings file), runs each probe and records what was expected and what was obser
   beyond the cap, and an unexpected 5xx (a project whose database lost a table) on a kept-alive connection;
 - ``kill -9`` of the server in the middle of an ingest, then a restart: every acknowledged event is there
   and SQLite's integrity check passes;
-- storage faults: a full file system (a small tmpfs filled to the brim) and a read-only bind mount. These
-  need ``mount`` (root); without it the rows are skipped with the reason.
+- storage faults: a full file system (a small tmpfs filled to the brim) and a read-only bind mount (a
+  database left open by a stopped server, and one closed cleanly), then the mount made writable again.
+  These need ``mount`` (root); without it the rows are skipped with the reason.
 
 The expected behaviour is the documented one (docs/http-api.md, docs/operations.md). Exit status 0 when
 every row passed or was skipped, 1 otherwise.
@@ -587,7 +588,8 @@ def read_only_probes(work: Path) -> list[Row]:
         json={"events": [{"role": "user", "content": "kept"}]},
         headers=AUTH,
     )
-    seeded.stop()
+    seeded.stop()  # a stopped server leaves the -wal and -shm files beside its database
+    seed_closed_cleanly(source / "data", "clean")  # no -wal or -shm file: none can be made read-only
     why = mount("--bind", str(source), str(point)) or mount("-o", "remount,bind,ro", str(point))
     if why is not None:
         umount(point)
@@ -603,7 +605,7 @@ def read_only_probes(work: Path) -> list[Row]:
             write = client.post(
                 "/v1/projects/ro/sessions/s1/events", json={"events": [{"role": "user", "content": "new"}]}
             )
-            ok = write.status_code == 503 and code_of(write).startswith("storage")
+            ok = write.status_code == 503 and code_of(write).startswith("storage") and read.status_code == 200
             rows.append(
                 Row.check(
                     "write to a read-only data dir",
@@ -612,6 +614,25 @@ def read_only_probes(work: Path) -> list[Row]:
                     ok,
                 )
             )
+            status = client.get("/v1/projects/clean/status")
+            search = client.post("/v1/projects/clean/search", json={"query": "closed cleanly"})
+            hits = len(search.json().get("hits", [])) if search.status_code == 200 else 0
+            rows.append(
+                Row.check(
+                    "read-only, database closed cleanly",
+                    "status 200; search 200 with the event's observation",
+                    f"status {summary(status)}; search {summary(search)}, {hits} hit(s)",
+                    status.status_code == 200 and hits == 1,
+                )
+            )
+            why = mount("-o", "remount,bind,rw", str(point))
+            again = client.post(
+                "/v1/projects/clean/sessions/s1/events", json={"events": [{"role": "user", "content": "after"}]}
+            )
+            alive = server.process is not None and server.process.poll() is None
+            observed = f"remount: {why or 'ok'}; write {summary(again)}; server up: {alive}"
+            ok = why is None and again.status_code == 200 and alive
+            rows.append(Row.check("data dir writable again", "200 without a restart", observed, ok))
     except RuntimeError as exc:
         rows.append(
             Row(
@@ -625,6 +646,18 @@ def read_only_probes(work: Path) -> list[Row]:
         server.stop()
         umount(point)
     return rows
+
+
+def seed_closed_cleanly(data_dir: Path, project: str) -> None:
+    """A project with one event and an observation of it, written by a service that then closes."""
+    from obsmem.app import Obsmem
+    from obsmem.settings import load_settings
+
+    with Obsmem(load_settings(data_dir=data_dir)) as service:
+        service.append_events(project, "s1", [{"role": "user", "content": "written, then closed cleanly"}])
+        note = {"session_id": "s1", "content": "the project was closed cleanly", "timestamp": "2026-01-03 10:00",
+                "source_refs": [1]}  # fmt: skip
+        service.add_observations(project, [note])
 
 
 # -- main -----------------------------------------------------------------------------------------------

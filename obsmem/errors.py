@@ -60,6 +60,7 @@ Codes without an error class, in the same ``{"error": {"code", "message"}}`` sha
 
     internal_error (500)        a bug: the HTTP server answers it with no detail (the log has it); a
                                 background job records ``internal_error: <type>`` as its failure reason
+    invalid_http (400)          HTTP: the request is not valid HTTP/1.1; the connection closes
     not_found (404)             HTTP: no such route
     method_not_allowed (405)    HTTP: the route exists with other methods (an Allow header lists them)
     request_timeout (408)       HTTP: the request head or body did not arrive in time; the connection closes

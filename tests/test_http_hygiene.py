@@ -155,6 +155,33 @@ def test_silent_connections_and_unfinished_heads_are_not_held(data_dir: Path) ->
             assert read_response(kept)[0] == 408
 
 
+# Requests no HTTP/1.1 parser accepts: framing a client got wrong, or a request smuggling attempt.
+MALFORMED = [
+    b"POST /v1/projects/alpha/search HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\nContent-Length: 15\r\n\r\n{}",
+    b"POST /v1/projects/alpha/search HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}",
+    b"POST /v1/projects/alpha/search HTTP/1.1\r\nHost: x\r\nContent-Length: 0x0e\r\n\r\n{}",
+    b"POST /v1/projects/alpha/search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n",
+    b"GET /v1/health HTTP/1.1\r\nHost: x\r\nBad Header Name: 1\r\n\r\n",
+    b"GET /v1/he alth HTTP/1.1\r\nHost: x\r\n\r\n",
+]
+
+
+def assert_invalid_http_answers(base: str) -> None:
+    for request in MALFORMED:
+        with connection(base) as sock:
+            sock.sendall(request)
+            status, headers, body = read_response(sock)
+            assert status == 400 and headers["content-type"] == "application/json", (request, body)
+            assert json.loads(body)["error"]["code"] == "invalid_http"
+            assert headers["connection"] == "close" and closed_cleanly(sock)
+    assert httpx.get(f"{base}/v1/health").status_code == 200
+
+
+def test_a_request_that_is_not_valid_http_gets_400_invalid_http_and_a_clean_close(data_dir: Path) -> None:
+    with live_server(data_dir) as base:
+        assert_invalid_http_answers(base)
+
+
 def test_requests_beyond_the_connection_cap_get_503_until_connections_close(data_dir: Path) -> None:
     with live_server(data_dir, max_connections=4, keep_alive_seconds=30) as base, contextlib.ExitStack() as stack:
         idle = [stack.enter_context(connection(base)) for _ in range(6)]
@@ -298,7 +325,7 @@ def test_close_on_server_error_marks_every_5xx_and_answers_apps_that_did_not() -
         anyio.run(CloseOnServerError(fails_mid_stream), SCOPE, recorder.receive, recorder.send)
 
 
-def test_the_connection_deadlines_hold_over_the_h11_protocol_too(tmp_path: Path) -> None:
+def test_the_connection_deadlines_and_invalid_http_hold_over_the_h11_protocol_too(tmp_path: Path) -> None:
     # uvicorn picks httptools when it is installed (as here); the deadlines must not depend on it.
     port = free_port()
     settings = settings_for(tmp_path, keep_alive_seconds=0.5, header_timeout_seconds=0.5)
@@ -328,6 +355,7 @@ def test_the_connection_deadlines_hold_over_the_h11_protocol_too(tmp_path: Path)
                 status, headers, _ = read_response(slow)
                 assert status == 408 and headers["connection"] == "close" and closed_cleanly(slow)
             assert httpx.get(f"{base}/v1/health").status_code == 200
+            assert_invalid_http_answers(base)
         finally:
             server.should_exit = True
             thread.join(timeout=20)

@@ -8,6 +8,9 @@ naming the field (or, in a batch of observations, a rejection of that item while
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -285,3 +288,41 @@ def test_cli_flags_of_long_running_commands(data_dir: Path, text: str, option: s
         return  # a valid value starts a server or a worker that runs until stopped
     result = run(data_dir, command, f"{flag}={text}")
     assert result.exit_code == 2 and flag in result.output, result.output
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess[str]:
+    """A command in its own process: were a bad value accepted, a worker or a live view would run until the
+    timeout kills it (the test then fails), where CliRunner would wait for ever."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OBSMEM_")}
+    command = [sys.executable, "-m", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])
+@pytest.mark.parametrize(
+    "args", [["worker", "--grace"], ["status", "--live", "--interval"], ["eval", "calibrate", "--max-recall-loss"]]
+)
+def test_cli_number_flags_refuse_what_is_not_a_finite_number(data_dir: Path, args: list[str], text: str) -> None:
+    *command, flag = args
+    done = run_module("obsmem.surfaces.cli", "--data-dir", str(data_dir), *command, f"{flag}={text}")
+    assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
+
+
+@pytest.mark.parametrize(
+    ("module", "flag", "text"),
+    [
+        ("obsmem.surfaces.http", "--port", "65536"),
+        ("obsmem.surfaces.http", "--port", "-1"),
+        ("obsmem.surfaces.http", "--port", str(2**64)),
+        ("obsmem.surfaces.worker", "--threads", "0"),
+        ("obsmem.surfaces.worker", "--threads", "33"),
+        ("obsmem.surfaces.worker", "--grace", "nan"),
+        ("obsmem.surfaces.worker", "--grace", "inf"),
+    ],
+)
+def test_module_entry_points_refuse_numbers_out_of_range(data_dir: Path, module: str, flag: str, text: str) -> None:
+    # ``python -m obsmem.surfaces.http`` and ``python -m obsmem.surfaces.worker`` check what ``obsmem serve``
+    # and ``obsmem worker`` check: a bad value stops them before they serve or start threads.
+    done = run_module(module, "--data-dir", str(data_dir), flag, text)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert flag.strip("-").removesuffix("s") in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]

@@ -65,6 +65,13 @@ def test_an_invalid_project_in_a_keys_list_names_its_position(tmp_path: Path, ba
     assert "api_keys.0.projects: entry 1 is neither '*' nor a project name" in message
 
 
+def test_a_project_named_like_a_secret_in_a_keys_list_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    slack_token = "xoxb-2048-4096-zk9qmt3vlp8r"  # a valid slug, refused as a project name by every surface
+    message = refusal(tmp_path, f"[[api_keys]]\nkey = '{GOOD}'\nprojects = ['alpha', '{slack_token}']\n")
+    assert "api_keys.0.projects: entry 1 looks like a secret" in message
+    assert slack_token not in message and "zk9qmt3vlp8r" not in message
+
+
 def test_valid_keys_load_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     keys = [{"key": GOOD, "projects": ["alpha", "beta.2"]}, {"key": OTHER, "projects": ["*"]}]
     monkeypatch.setenv("OBSMEM_API_KEYS", json.dumps(keys))

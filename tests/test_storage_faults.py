@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from obsmem.surfaces.cli import STORAGE_EXIT, cli
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.tools import run_tool
 from support.http_server import LOCAL, live_server, seed
-from support.storage_faults import failing_vfs, fill, read_only_view, small_tmpfs
+from support.storage_faults import failing_vfs, fill, make_writable, read_only_view, small_tmpfs
 
 NOTES = [("2026-01-05 09:00", "high", "the deploy script needs the staging flag")]
 BIG_BATCH = {"events": [{"role": "user", "content": "x" * 200_000} for _ in range(10)]}  # 2 MB of text
@@ -120,8 +121,11 @@ def test_a_read_only_data_directory_refuses_writes_with_storage_read_only(tmp_pa
     source = tmp_path / "data"
     with Obsmem(data_dir=source) as service:
         seed(service, "alpha", NOTES)
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"session_id": "s2", "role": "user", "type": "message", "content": "new"}) + "\n")
     with read_only_view(source, tmp_path / "read-only") as data_dir:
-        before = project_files(data_dir)
+        # Closed cleanly: no -wal or -shm file beside the database, and none can be made here.
+        assert project_files(data_dir) == {"alpha", "alpha/obsmem.db"}
         service = Obsmem(load_settings(data_dir=data_dir))
         try:
             with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
@@ -129,19 +133,67 @@ def test_a_read_only_data_directory_refuses_writes_with_storage_read_only(tmp_pa
                 assert_fault(response, "storage_read_only", retry_after=False)  # retrying cannot help
                 response = client.post("/v1/projects/beta/sessions/s1/events", json=SMALL_BATCH)
                 assert_fault(response, "storage_read_only", retry_after=False)
-                # Reads answer, or say the storage is read-only: never a 500.
+                # Reads answer.
                 search = client.post("/v1/projects/alpha/search", json={"query": "deploy"})
-                assert search.status_code in (200, 503), search.text
-                if search.status_code == 503:
-                    assert search.json()["error"]["code"] == "storage_read_only"
+                assert search.status_code == 200 and len(search.json()["hits"]) == 1, search.text
+                status = client.get("/v1/projects/alpha/status")
+                assert status.status_code == 200 and status.json()["events"] == len(NOTES), status.text
+                assert client.get("/v1/projects").json()["projects"] == ["alpha"]
                 assert client.get("/v1/health").status_code == 200
+            outcome = run_tool(service, "alpha", "memory_search", {"query": "deploy"})
+            assert not outcome.is_error and len(outcome.result["hits"]) == 1, outcome.text
             with pytest.raises(StorageReadOnly):
                 service.append_events("gamma", "s1", SMALL_BATCH["events"])
         finally:
             service.close()
-        result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "forget", "alpha", "0" * 12])
-        assert result.exit_code in (1, STORAGE_EXIT) and "Traceback" not in result.output
-        assert project_files(data_dir) == before
+        result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "ingest", "alpha", str(events)])
+        assert result.exit_code == STORAGE_EXIT, result.output
+        assert "error: storage_read_only: " in result.output and "Traceback" not in result.output
+        result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "search", "alpha", "deploy", "--json"])
+        assert result.exit_code == 0 and len(json.loads(result.stdout)["hits"]) == 1, result.output
+        assert project_files(data_dir) == {"alpha", "alpha/obsmem.db"}
+
+
+def test_a_read_only_view_follows_writers_elsewhere_and_writes_once_writable_again(tmp_path: Path) -> None:
+    source = tmp_path / "data"
+    with Obsmem(data_dir=source) as service:
+        service.append_events("alpha", "s1", SMALL_BATCH["events"])
+    with read_only_view(source, tmp_path / "read-only") as data_dir, Obsmem(data_dir=data_dir) as reader:
+        assert reader.status("alpha").events == 1
+        # The same files written through a writable path, closed before the reader looks again: the
+        # reader sees the change rather than a stale copy.
+        with Obsmem(data_dir=source) as writer:
+            writer.append_events("alpha", "s2", SMALL_BATCH["events"])
+        assert reader.status("alpha").events == 2
+        with Obsmem(data_dir=source) as writer:  # and while the writer keeps its log open
+            writer.append_events("alpha", "s3", SMALL_BATCH["events"])
+            assert reader.status("alpha").events == 3
+        with pytest.raises(StorageReadOnly):
+            reader.append_events("alpha", "s4", SMALL_BATCH["events"])
+        make_writable(data_dir)  # the fault is fixed: the same service writes, with no restart
+        reader.append_events("alpha", "s4", SMALL_BATCH["events"])
+        assert reader.status("alpha").events == 4
+
+
+def test_a_log_that_cannot_be_read_is_storage_read_only_never_a_stale_answer(tmp_path: Path) -> None:
+    source = tmp_path / "data"
+    with Obsmem(data_dir=source) as service:
+        service.append_events("alpha", "s1", SMALL_BATCH["events"])
+    # Another process writes and dies (its write is in the log, not yet in the file); the log's index goes.
+    writer = (
+        "import os, sys; from obsmem.app import Obsmem; service = Obsmem(data_dir=sys.argv[1]); "
+        "service.append_events('alpha', 's2', [{'role': 'user'}]); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(source)], check=True, timeout=120)
+    (source / "projects" / "alpha" / "obsmem.db-shm").unlink()
+    with (
+        read_only_view(source, tmp_path / "read-only") as data_dir,
+        Obsmem(data_dir=data_dir) as reader,
+        pytest.raises(StorageReadOnly),
+    ):
+        reader.status("alpha")
+    with Obsmem(data_dir=source) as service:  # where it can be written, the log is read and nothing was lost
+        assert service.status("alpha").events == 2
 
 
 # -- an I/O error -------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from obsmem.redaction import secret_kind
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
 from obsmem.validation import PROJECT_SLUG
@@ -67,6 +68,12 @@ class ApiKey(Section):
                 raise ValueError(
                     f"entry {position} is neither '*' nor a project name (1-64 characters of a-z, 0-9, '.', '_' "
                     "or '-', starting with a letter or digit)"
+                )
+            # A slug shaped like a credential is refused at every door, so such an entry could never be used.
+            kind = None if name == ALL_PROJECTS else secret_kind(name)
+            if kind is not None:
+                raise ValueError(
+                    f"entry {position} looks like a secret ({kind}), which is never accepted as a project name"
                 )
         return value
 

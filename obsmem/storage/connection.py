@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,12 @@ def _read_only_directory(directory: Path) -> bool:
 
 
 def open_connection(path: Path, *, create: bool) -> apsw.Connection:
-    """Open one connection with obsmem's pragmas. ``create=False`` never creates a file."""
+    """Open one connection with obsmem's pragmas. ``create=False`` never creates a file.
+
+    In a data directory that cannot be written, where SQLite cannot create the ``-shm`` file a WAL
+    database needs even for reading, the database is opened as a read-only snapshot instead (see
+    :func:`open_snapshot`), so reads keep working and writes fail as ``storage_read_only``.
+    """
     flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW
     if create:
         flags |= apsw.SQLITE_OPEN_CREATE
@@ -82,25 +88,25 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
         conn = apsw.Connection(str(path), flags=flags)
     except apsw.CantOpenError:
         if _read_only_directory(path.parent):
-            # A WAL database cannot even be opened for reading where its -shm file cannot be created.
+            if not create:
+                return open_snapshot(path)
             raise read_only() from None
         raise StorageError(f"cannot open database {path.name}") from None
     except apsw.Error as exc:
         raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-    _load_vector_extension(conn)
+    _prepare(conn)
     try:
         conn.execute("PRAGMA journal_mode=WAL").fetchall()  # the first statement that reads the file
     except (apsw.NotADBError, apsw.CorruptError):
         conn.close()
-        raise StorageCorrupt(
-            f"database {path.parent.name}/{path.name} is not a readable SQLite database (damaged or replaced); "
-            "restore it from a backup"
-        ) from None
+        raise _damaged(path) from None
     except apsw.Error as exc:
         conn.close()
         if isinstance(exc, apsw.CantOpenError) and _read_only_directory(path.parent):
-            raise read_only() from None  # the -shm file of a WAL database cannot be created here
+            # The -shm file of a WAL database cannot be created here.
+            if not create:
+                return open_snapshot(path)
+            raise read_only() from None
         fault = storage_fault(exc)
         if fault is None:
             raise
@@ -108,6 +114,68 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     # Whenever a checkpoint resets the log, cut the file back to this size (SQLite keeps it otherwise).
     conn.execute(f"PRAGMA journal_size_limit={WAL_TRUNCATE_BYTES}").fetchall()
+    _configure(conn)
+    return conn
+
+
+class SnapshotConnection(apsw.Connection):
+    """A read-only connection that treats the database file as unchanging (SQLite's ``immutable``);
+    ``stamp`` is the file as it was opened, to notice a change made through another path."""
+
+    stamp: tuple[int, int, int] | None = None
+
+
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """Inode, size and modification time of ``path`` (None when it is gone)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def open_snapshot(path: Path) -> SnapshotConnection:
+    """Open a database in a directory that cannot be written, read-only and without the ``-shm`` file.
+
+    SQLite reads a WAL database only through its shared-memory index, a ``-shm`` file beside it; a
+    database closed cleanly has none, and on a read-only mount none can be made. Opened ``immutable``,
+    SQLite reads the file alone, which is the whole database exactly when no write-ahead log exists.
+    A log that exists holds committed pages only its index can find, so then the database cannot be read
+    here: that is ``storage_read_only``, never a stale answer. :class:`ProjectDatabase` drops a snapshot
+    and reopens as soon as the directory can be written again, a log appears or the file changes (a
+    writer reaching the same files through another path); a read already running finishes on it.
+    """
+    if _wal_path(path).exists():
+        raise read_only() from None
+    stamp = file_stamp(path)
+    uri = "file:" + urllib.parse.quote(str(path)) + "?immutable=1"
+    flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_NOFOLLOW
+    try:
+        conn = SnapshotConnection(uri, flags=flags)
+    except apsw.Error as exc:
+        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
+    _prepare(conn)
+    try:
+        conn.execute("PRAGMA schema_version").fetchall()  # the first statement that reads the file
+    except (apsw.NotADBError, apsw.CorruptError):
+        conn.close()
+        raise _damaged(path) from None
+    except apsw.Error as exc:
+        conn.close()
+        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
+    _configure(conn)
+    conn.stamp = stamp
+    return conn
+
+
+def _prepare(conn: apsw.Connection) -> None:
+    """What every connection needs before its first statement, writable or not."""
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    _load_vector_extension(conn)
+
+
+def _configure(conn: apsw.Connection) -> None:
+    """The pragmas every connection gets once the file is known to be a database, writable or not."""
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA temp_store=MEMORY")
     conn.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache per connection
@@ -115,7 +183,17 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
     # then come straight from the OS page cache. Hybrid search validates candidates scattered over a large
     # database, and with a 256 MiB map each of those row lookups was a read() call — 40% slower at 1M chunks.
     conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
-    return conn
+
+
+def _damaged(path: Path) -> StorageCorrupt:
+    return StorageCorrupt(
+        f"database {path.parent.name}/{path.name} is not a readable SQLite database (damaged or replaced); "
+        "restore it from a backup"
+    )
+
+
+def _wal_path(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
 
 
 @contextlib.contextmanager
@@ -144,12 +222,33 @@ class ProjectDatabase:
 
     def connection(self) -> apsw.Connection:
         conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and conn.readonly("main") and self._writable_again(conn):
+            self._discard(conn)
+            conn = None
         if conn is None:
             conn = open_connection(self.path, create=False)
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)
         return conn
+
+    def _writable_again(self, conn: apsw.Connection) -> bool:
+        """Whether a read-only connection should give way to a fresh one: its directory can be written
+        again (a remount), or, for a snapshot, a write-ahead log appeared or the file changed."""
+        if conn.in_transaction:
+            return False
+        if not _read_only_directory(self.path.parent):
+            return True
+        if not isinstance(conn, SnapshotConnection):
+            return False
+        return self.wal_path.exists() or file_stamp(self.path) != conn.stamp
+
+    def _discard(self, conn: apsw.Connection) -> None:
+        self._local.conn = None
+        with self._connections_lock, contextlib.suppress(ValueError):
+            self._connections.remove(conn)
+        with contextlib.suppress(apsw.Error):
+            conn.close()
 
     @contextlib.contextmanager
     def write(self) -> Iterator[apsw.Connection]:
@@ -185,7 +284,7 @@ class ProjectDatabase:
 
     @property
     def wal_path(self) -> Path:
-        return self.path.with_name(self.path.name + "-wal")
+        return _wal_path(self.path)
 
     def wal_bytes(self) -> int:
         """The current size of the write-ahead log (0 when there is none)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -96,6 +97,17 @@ class App:
 
 pass_app = click.make_pass_decorator(App)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's float range without ``nan`` and ``inf``: click lets NaN through any range (every comparison
+    with it is false) and ``inf`` through an open one, and either then breaks a timer or a redraw rate."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail("is not a finite number", param, ctx)
+        return number
 
 
 def json_option(function: F) -> F:

@@ -24,7 +24,7 @@ import click
 from obsmem.errors import ValidationFailed
 from obsmem.settings import Settings, load_settings
 from obsmem.surfaces import cli_render as render
-from obsmem.surfaces.cli import App, json_option, pass_app
+from obsmem.surfaces.cli import App, FiniteFloatRange, json_option, pass_app
 
 # The model loader's own progress bars would interleave with ours (set before it is first imported).
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -306,7 +306,7 @@ def longmemeval_command(
 @project_options
 @click.option(
     "--max-recall-loss",
-    type=click.FloatRange(0.0, 1.0),
+    type=FiniteFloatRange(0.0, 1.0),
     default=0.0,
     show_default=True,
     help="Share of calibration recall@10 the floor may give up for precision.",

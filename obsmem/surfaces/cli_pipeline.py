@@ -20,7 +20,8 @@ from rich.text import Text
 
 from obsmem.pipeline import ROLES
 from obsmem.surfaces import cli_render as render
-from obsmem.surfaces.cli import App, json_option, pass_app, session_option
+from obsmem.surfaces.cli import App, FiniteFloatRange, json_option, pass_app, session_option
+from obsmem.surfaces.worker import MAX_GRACE_SECONDS
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import MAX_EVENT_ID
 
@@ -33,7 +34,7 @@ from obsmem.work import MAX_EVENT_ID
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(0),
+    type=FiniteFloatRange(0, MAX_GRACE_SECONDS),
     default=30.0,
     show_default=True,
     help="Seconds running jobs may take to finish after SIGTERM or Ctrl-C.",
@@ -379,7 +380,7 @@ def event_line(event: dict[str, Any]) -> Text:
 @click.option("--live", is_flag=True, help="Keep redrawing until Ctrl-C.")
 @click.option(
     "--interval",
-    type=click.FloatRange(0.1, 60),
+    type=FiniteFloatRange(0.1, 60),
     default=0.5,
     show_default=True,
     help="Seconds between redraws with --live.",

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import threading
 from pathlib import Path
 
 from obsmem.app import Obsmem
+from obsmem.errors import ConfigurationError
 from obsmem.settings import Settings, load_settings
 
 log = logging.getLogger("obsmem.worker")
+MAX_GRACE_SECONDS = 86_400  # a stop that waits longer than a day for running jobs is a mistake
 
 
 def run_worker(
@@ -59,9 +62,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grace", type=float, default=30.0, help="seconds to let running jobs finish on stop")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     args = parser.parse_args(argv)
+    if not (math.isfinite(args.grace) and 0 <= args.grace <= MAX_GRACE_SECONDS):
+        parser.error(f"--grace must be a number of seconds from 0 to {MAX_GRACE_SECONDS}")
+    # --threads goes through the settings, so it is bounded exactly as jobs.worker_threads is.
+    overrides = {"jobs": {"worker_threads": args.threads}} if args.threads is not None else {}
+    try:
+        settings = load_settings(args.config, data_dir=args.data_dir, **overrides)
+    except ConfigurationError as exc:
+        parser.error(exc.message)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = load_settings(args.config, data_dir=args.data_dir)
-    run_worker(settings, threads=args.threads, grace_seconds=args.grace)
+    run_worker(settings, grace_seconds=args.grace)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ def read_only_view(source: Path, mount_point: Path) -> Iterator[Path]:
         _unmount(mount_point)
 
 
+def make_writable(mount_point: Path) -> None:
+    """Remount a :func:`read_only_view` read-write (what an operator does once the fault is fixed)."""
+    _run("mount", "-o", "remount,rw,bind", str(mount_point))
+
+
 def fill(directory: Path) -> Path:
     """Write a file until the file system is full (to the last block); returns it (delete it to free)."""
     filler = directory / "filler.bin"

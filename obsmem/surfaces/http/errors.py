@@ -186,7 +186,7 @@ def install_error_handlers(app: FastAPI) -> None:
         fault = storage_fault(exc)
         if fault is None:
             return await on_unexpected(request, exc)
-        logger.warning("storage fault on %s %s: %s", request.method, request.url.path, fault.code)
+        logger.warning("storage fault on %s %s: %s", request.method, loggable_target(request.url.path), fault.code)
         return obsmem_error_response(fault)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:

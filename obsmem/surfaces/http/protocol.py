@@ -9,6 +9,10 @@ headers arrive byte by byte. The HTTP protocol class here adds both bounds:
   ``server.header_timeout_seconds``; otherwise the client gets ``408 request_timeout`` (JSON, with
   ``Connection: close``) and the connection is closed.
 
+A request the HTTP parser refuses (a malformed request line or header, conflicting or non-numeric
+``Content-Length``, bad chunk framing) gets ``400 invalid_http`` in the API's JSON error shape rather
+than uvicorn's plain text, and its connection is closed.
+
 The body has its own deadline, kept by the request guard (it reads every body before routing).
 It builds on uvicorn's protocol classes (httptools when installed, as uvicorn's ``auto`` chooses, else
 h11) and uses the state they share: ``cycle`` (the request being served, created once its head is
@@ -30,15 +34,28 @@ except ImportError:  # pragma: no cover - httptools is a dependency
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 
-def head_timeout_response(seconds: float) -> bytes:
-    body = dumps(
-        {"error": {"code": "request_timeout", "message": f"the request headers did not arrive within {seconds:g} s"}}
-    )
-    head = (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
-    )
+def closing_error_response(status: int, reason: str, error: dict[str, str]) -> bytes:
+    """A whole response with ``{"error": error}``, the API's error shape, that ends its connection."""
+    body = dumps({"error": error})
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, reason.encode("ascii"))
+    head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
     return head + body
+
+
+def head_timeout_response(seconds: float) -> bytes:
+    message = f"the request headers did not arrive within {seconds:g} s"
+    return closing_error_response(408, "Request Timeout", {"code": "request_timeout", "message": message})
+
+
+INVALID_HTTP_RESPONSE = closing_error_response(
+    400,
+    "Bad Request",
+    {
+        "code": "invalid_http",
+        "message": "the request is not valid HTTP/1.1: its request line, headers or body framing "
+        "(Content-Length, Transfer-Encoding) could not be parsed",
+    },
+)
 
 
 class HeadDeadline:
@@ -79,6 +96,13 @@ class HeadDeadline:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer a request the HTTP parser refused (uvicorn's own answer is plain text without a code)."""
+        self._cancel_head_timer()
+        if not self.transport.is_closing():
+            self.transport.write(INVALID_HTTP_RESPONSE)
+            self.transport.close()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None

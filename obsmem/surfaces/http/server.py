@@ -100,11 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="TCP port (overrides server.port)")
     args = parser.parse_args(argv)
     try:
-        settings = load_settings(args.config, data_dir=args.data_dir)
-        server = settings.server.model_copy(
-            update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-        )
-        serve(settings.model_copy(update={"server": server}))
+        # Flags go through the settings model (a model_copy would skip its checks, such as the port's range).
+        flags = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+        serve(load_settings(args.config, data_dir=args.data_dir, server=flags))
     except ObsmemError as exc:
         print(f"obsmem serve: {exc.code}: {exc.message}", file=sys.stderr)
         return 2
