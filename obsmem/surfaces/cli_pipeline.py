@@ -8,6 +8,8 @@ background observation and jobs, and with ``--session`` the session's progress s
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -434,14 +436,20 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
 
 
 def show_live(console: Console, draw: Callable[[], RenderableType], interval: float) -> None:
-    """Redraw until Ctrl-C, which ends the view (exit 0) whenever it comes."""
+    """Redraw until Ctrl-C (or SIGTERM), which ends the view (exit 0) whenever it comes.
+
+    The signal only sets a flag that the loop checks between redraws: raised as KeyboardInterrupt in the
+    middle of a status read, it could leave a storage lock held and hang the exit that closes the database.
+    """
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with Live(draw(), console=console, refresh_per_second=max(1, int(1 / interval))) as screen:
-            while True:
-                time.sleep(interval)
+            while not stop.wait(interval):
                 screen.update(draw())
-    except KeyboardInterrupt:
-        return
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableType:
