@@ -135,6 +135,7 @@ class ObservationPipeline:
         with db.read() as conn:
             return session_status(
                 conn,
+                self.queue(db),
                 self.settings,
                 session_id,
                 observer_state=self.observer_state,

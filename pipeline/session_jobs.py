@@ -2,7 +2,7 @@
 
 Observe and reflect jobs of one session share one order key, so a session is observed or reflected on,
 one at a time, never both at once. Dedupe keys fold repeated requests into one queued job. Housekeeping
-asks what is queued and when a session's last job of a kind gave up.
+asks when a session's last job of a kind gave up.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import apsw
+
+from obsmem.work import eventlog
 
 OBSERVE = "observe"
 REFLECT = "reflect"
@@ -40,23 +42,10 @@ def forced_reflect_dedupe_key(session_id: str) -> str:
     return f"reflect:{session_id}:forced"
 
 
-def has_queued(conn: apsw.Connection, session_id: str, kind: str) -> bool:
-    """Whether a job of this kind waits in the session's queue."""
-    row = conn.execute(
-        "SELECT 1 FROM jobs WHERE order_key = ? AND kind = ? AND state = 'queued' LIMIT 1",
-        (session_order_key(session_id), kind),
-    ).fetchone()
-    return row is not None
-
-
 def seconds_since_failure(conn: apsw.Connection, session_id: str, kind: str) -> float | None:
     """Age of the session's newest job of this kind that gave up (its ``job_failed`` event); None if none."""
-    failed = conn.execute(
-        "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
-        " AND json_extract(data, '$.kind') = ? ORDER BY id DESC LIMIT 1",
-        (session_id, kind),
-    ).fetchone()
-    if failed is None:
+    failed_at = eventlog.last_failure_at(conn, session_id, kind)
+    if failed_at is None:
         return None
-    stamp = datetime.fromisoformat(failed[0].replace("Z", "+00:00"))
+    stamp = datetime.fromisoformat(failed_at.replace("Z", "+00:00"))
     return (datetime.now(UTC) - stamp).total_seconds()

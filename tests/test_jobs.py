@@ -306,3 +306,92 @@ def test_finished_jobs_are_pruned_failed_ones_kept_longer(registry: ProjectRegis
     queue.db.connection().execute("UPDATE jobs SET finished_at = '2026-01-01T00:00:00.000Z' WHERE state = 'failed'")
     assert queue.prune_finished(keep_seconds=86400 * 30 * 12) == 1  # done: older than a year; failed: not 4 years
     assert queue.counts() == {"queued": 0, "running": 0, "done": 0, "failed": 1}
+
+
+def test_queue_reads_for_one_order_key_follow_the_job_states(registry: ProjectRegistry, clock: Clock) -> None:
+    queue = make_queue(registry, clock)
+    assert not queue.has_queued("session:s1", "observe")
+    assert not queue.in_flight("session:s1")
+    assert queue.state_counts("session:s1") == {"queued": 0, "running": 0}
+    queue.enqueue("observe", {"session_id": "s1"}, order_key="session:s1", dedupe_key="observe:s1")
+    queue.enqueue("reflect", {"session_id": "s1"}, order_key="session:s1")
+    queue.enqueue("observe", {"session_id": "s2"}, order_key="session:s2")
+    assert queue.has_queued("session:s1", "observe") and queue.has_queued("session:s1", "reflect")
+    assert not queue.has_queued("session:s3", "observe")
+    assert queue.has_queued_dedupe("observe:s1") and not queue.has_queued_dedupe("observe:s2")
+    assert queue.state_counts("session:s1") == {"queued": 2, "running": 0}
+
+    lease = queue.claim("w1", kinds=("observe",))
+    assert lease is not None and lease.order_key == "session:s1"
+    # The running observe job is in flight but no longer queued; its dedupe key is free again.
+    assert not queue.has_queued("session:s1", "observe") and queue.in_flight("session:s1", "observe")
+    assert not queue.has_queued_dedupe("observe:s1")
+    assert queue.state_counts("session:s1") == {"queued": 1, "running": 1}
+    assert queue.complete(lease)
+    assert not queue.in_flight("session:s1", "observe")
+    assert queue.in_flight("session:s1") and queue.in_flight("session:s1", "reflect")  # any kind: reflect waits
+
+    reflect = queue.claim("w1", kinds=("reflect",))
+    assert reflect is not None and queue.complete(reflect)
+    assert not queue.in_flight("session:s1")
+    assert queue.state_counts("session:s1") == {"queued": 0, "running": 0}
+    assert queue.state_counts("session:s2") == {"queued": 1, "running": 0}
+
+
+def test_queue_reads_see_a_callers_uncommitted_write(registry: ProjectRegistry, clock: Clock) -> None:
+    queue = make_queue(registry, clock)
+    with queue.db.write() as conn:
+        queue.enqueue("observe", {}, order_key="session:s1", dedupe_key="observe:s1", conn=conn)
+        assert queue.has_queued_dedupe("observe:s1", conn=conn)
+        assert queue.state_counts("session:s1", conn=conn) == {"queued": 1, "running": 0}
+    assert queue.has_queued_dedupe("observe:s1")
+
+
+def test_last_failure_at_is_the_newest_job_failed_of_that_kind(registry: ProjectRegistry, clock: Clock) -> None:
+    queue = make_queue(registry, clock, max_attempts=1)
+    conn = queue.db.connection()
+    assert eventlog.last_failure_at(conn, "s1", "observe") is None
+    for kind in ("observe", "reflect", "observe"):
+        queue.enqueue(kind, {"session_id": "s1"}, order_key="session:s1")
+        lease = queue.claim("w1")
+        assert lease is not None
+        queue.fail(lease, "internal_error: RuntimeError")
+    failed = job_failed_events(queue)
+    assert [e.data["kind"] for e in failed] == ["observe", "reflect", "observe"]
+    assert eventlog.last_failure_at(conn, "s1", "observe") == failed[2].created_at
+    assert eventlog.last_failure_at(conn, "s1", "reflect") == failed[1].created_at
+    assert eventlog.last_failure_at(conn, "s2", "observe") is None
+
+
+def test_session_event_reads_find_the_newest_failure_and_a_success_after_it(registry: ProjectRegistry) -> None:
+    db = registry.get("proj")
+    failures, successes = ("om_observation_failed", "job_failed"), ("om_observation_end",)
+    with db.write() as conn:
+        assert eventlog.latest_session_event(conn, "s1", failures) is None
+        first = eventlog.record(conn, "om_observation_failed", session_id="s1", data={"error": "a: b"})
+        eventlog.record(conn, "om_observation_end", session_id="s1")
+        last = eventlog.record(conn, "job_failed", session_id="s1", data={"reason": "c: d"})
+        eventlog.record(conn, "om_observation_failed", session_id="s2")
+    conn = db.connection()
+    newest = eventlog.latest_session_event(conn, "s1", failures)
+    assert newest is not None and newest.id == last and newest.type == "job_failed"
+    assert newest.data == {"reason": "c: d"}
+    assert eventlog.has_session_event_after(conn, "s1", first, successes)
+    assert not eventlog.has_session_event_after(conn, "s1", last, successes)
+    assert not eventlog.has_session_event_after(conn, "s2", 0, successes)
+
+
+def test_worker_pool_logs_under_its_module_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    registry = ProjectRegistry(tmp_path / "data")
+    registry.get("proj", create=True)
+
+    def broken(ctx: JobContext) -> None:
+        raise RuntimeError("secret text that must not be logged")
+
+    pool = WorkerPool(registry, {"broken": broken}, JobSettings(retry_backoff_seconds=0.0, lease_seconds=5))
+    pool.queue("proj").enqueue("broken", {})
+    with caplog.at_level("DEBUG", logger="obsmem.work.pool"):
+        assert pool.drain(timeout=20)
+    registry.close()
+    assert caplog.records and {record.name for record in caplog.records} == {"obsmem.work.pool"}
+    assert "secret text" not in caplog.text

@@ -3,12 +3,14 @@
 This is the one home of the pipeline's background work (observation, reflection, housekeeping):
 
 - :mod:`~obsmem.work.queue`: :class:`JobQueue`, one per project database. Leases, fencing, retries with
-  backoff, dedupe, and exactly one ``job_failed`` event for a job that gives up.
+  backoff, dedupe, and exactly one ``job_failed`` event for a job that gives up. It also answers the
+  pipeline's bookkeeping reads (is a job queued or in flight for an order key, how many), so no other
+  module names the ``jobs`` table and a second backend replaces one module.
 - :mod:`~obsmem.work.pool`: :class:`WorkerPool`, the threads that claim jobs from every project's queue
   and run their handlers, plus the housekeeping schedule. It knows no job kind: the app floor hands it the
   pipeline's handlers and housekeeping tasks.
 - :mod:`~obsmem.work.eventlog`: the append-only ``om_events`` table that status views and event streams
-  read.
+  read, through its functions only (the last failure of a job kind, a session's newest event of some types).
 
 Semantic indexing does not run here: the indexer keeps its own scheduler
 (:class:`obsmem.indexer.scheduler.IndexBatchScheduler`) over its own durable queue, the ``semantic_pending``

@@ -114,6 +114,41 @@ def list_events(
     return [LoggedEvent(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6])) for row in rows]
 
 
+def last_failure_at(conn: apsw.Connection, session_id: str, kind: str) -> str | None:
+    """When the session's newest job of ``kind`` gave up (its ``job_failed`` event's ``created_at``); None if never.
+
+    Housekeeping uses it to cool a session down after a failure instead of retrying it at once.
+    """
+    row = conn.execute(
+        "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
+        " AND json_extract(data, '$.kind') = ? ORDER BY id DESC LIMIT 1",
+        (session_id, kind),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def latest_session_event(conn: apsw.Connection, session_id: str, types: tuple[str, ...]) -> LoggedEvent | None:
+    """The session's newest event of one of ``types``, or None (the status view's "last error")."""
+    row = conn.execute(
+        "SELECT id, type, session_id, cycle_id, job_id, created_at, data FROM om_events WHERE session_id = ?"
+        f" AND type IN ({', '.join('?' for _ in types)}) ORDER BY id DESC LIMIT 1",
+        (session_id, *types),
+    ).fetchone()
+    if row is None:
+        return None
+    return LoggedEvent(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]))
+
+
+def has_session_event_after(conn: apsw.Connection, session_id: str, after: int, types: tuple[str, ...]) -> bool:
+    """Whether the session has an event of one of ``types`` with ``id > after`` (a success since a failure)."""
+    row = conn.execute(
+        "SELECT 1 FROM om_events WHERE session_id = ? AND id > ?"
+        f" AND type IN ({', '.join('?' for _ in types)}) LIMIT 1",
+        (session_id, after, *types),
+    ).fetchone()
+    return row is not None
+
+
 def last_event_id(conn: apsw.Connection) -> int:
     row = conn.execute("SELECT coalesce(max(id), 0) FROM om_events").fetchone()
     return int(row[0])

@@ -42,8 +42,7 @@ from obsmem.settings import JobSettings
 from obsmem.storage import ProjectDatabase
 from obsmem.work.queue import JobQueue, Lease, LeaseLost, sanitise_reason
 
-# Named for what it logs (the workers): a stable name that log configurations can rely on.
-log = logging.getLogger("obsmem.workers")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -361,6 +361,57 @@ class JobQueue:
             return conn.changes()
 
     # -- reading -------------------------------------------------------------------------------
+    #
+    # The reads below serve the pipeline's bookkeeping (is a job already waiting? is the session busy?),
+    # so no other module has to name the ``jobs`` table. Each takes an optional ``conn`` so a caller can
+    # read inside the transaction or snapshot it already holds (an append's write, a status read).
+
+    def _reader(self, conn: apsw.Connection | None) -> apsw.Connection:
+        return conn if conn is not None else self.db.connection()
+
+    def has_queued(self, order_key: str, kind: str, *, conn: apsw.Connection | None = None) -> bool:
+        """Whether a job of ``kind`` waits (state ``queued``) under ``order_key``."""
+        row = (
+            self._reader(conn)
+            .execute(
+                "SELECT 1 FROM jobs WHERE order_key = ? AND kind = ? AND state = 'queued' LIMIT 1",
+                (order_key, kind),
+            )
+            .fetchone()
+        )
+        return row is not None
+
+    def has_queued_dedupe(self, dedupe_key: str, *, conn: apsw.Connection | None = None) -> bool:
+        """Whether a job with ``dedupe_key`` waits: one indexed lookup, cheaper than an enqueue that folds."""
+        row = (
+            self._reader(conn)
+            .execute("SELECT 1 FROM jobs WHERE dedupe_key = ? AND state = 'queued'", (dedupe_key,))
+            .fetchone()
+        )
+        return row is not None
+
+    def in_flight(self, order_key: str, kind: str | None = None, *, conn: apsw.Connection | None = None) -> bool:
+        """Whether a job (of ``kind``, or of any kind when None) is queued or running under ``order_key``."""
+        if kind is None:
+            sql = "SELECT 1 FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') LIMIT 1"
+            params: tuple[str, ...] = (order_key,)
+        else:
+            sql = "SELECT 1 FROM jobs WHERE order_key = ? AND kind = ? AND state IN ('queued', 'running') LIMIT 1"
+            params = (order_key, kind)
+        return self._reader(conn).execute(sql, params).fetchone() is not None
+
+    def state_counts(self, order_key: str, *, conn: apsw.Connection | None = None) -> dict[str, int]:
+        """How many jobs under ``order_key`` are ``queued`` and ``running`` (both keys always present)."""
+        found = dict(
+            self._reader(conn)
+            .execute(
+                "SELECT state, count(*) FROM jobs WHERE order_key = ? AND state IN ('queued', 'running')"
+                " GROUP BY state",
+                (order_key,),
+            )
+            .fetchall()
+        )
+        return {state: int(found.get(state, 0)) for state in ACTIVE_STATES}
 
     def counts(self) -> dict[str, int]:
         rows = self.db.connection().execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall()

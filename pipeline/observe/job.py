@@ -43,7 +43,6 @@ from obsmem.pipeline.observe.prompts import prompt_overhead_tokens
 from obsmem.pipeline.session_jobs import (
     OBSERVE,
     forced_observe_dedupe_key,
-    has_queued,
     observe_dedupe_key,
     seconds_since_failure,
     session_order_key,
@@ -97,7 +96,7 @@ class ObserveJob:
             return False
         dedupe_key = observe_dedupe_key(session_id)
         # Usually a job is already waiting: one indexed lookup, and the append is done.
-        if conn.execute("SELECT 1 FROM jobs WHERE dedupe_key = ? AND state = 'queued'", (dedupe_key,)).fetchone():
+        if queue.has_queued_dedupe(dedupe_key, conn=conn):
             return False
         return queue.enqueue(
             OBSERVE,
@@ -181,7 +180,7 @@ class ObserveJob:
 
         Best effort: if ``on_drained`` fails (or the worker dies first), housekeeping finds the session later.
         """
-        if has_queued(ctx.db.connection(), session_id, OBSERVE):
+        if ctx.queue.has_queued(session_order_key(session_id), OBSERVE):
             return
         try:
             self.on_drained(ctx, session_id)
@@ -261,12 +260,12 @@ class ObserveJob:
         cool_down = self.settings.observer.resume_after_failure_seconds
         conn = db.connection()
         rows = conn.execute(
-            "SELECT p.session_id FROM observer_progress AS p WHERE p.pending_tokens >= ?"
-            " AND NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.order_key = 'session:' || p.session_id"
-            "  AND j.kind = ? AND j.state IN ('queued', 'running'))",
-            (self.settings.observer.buffer_tokens, OBSERVE),
+            "SELECT p.session_id FROM observer_progress AS p WHERE p.pending_tokens >= ?",
+            (self.settings.observer.buffer_tokens,),
         ).fetchall()
         for (session_id,) in rows:
+            if queue.in_flight(session_order_key(session_id), OBSERVE, conn=conn):
+                continue  # the job in flight observes the backlog
             # Only a failed observe job cools the session down: a failing Reflector is no reason to
             # leave the backlog unobserved.
             age = seconds_since_failure(conn, session_id, OBSERVE)

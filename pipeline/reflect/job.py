@@ -118,10 +118,7 @@ class ReflectJob:
         ).fetchall()
         cool_down = self.settings.reflector.resume_after_failure_seconds
         for (session_id,) in rows:
-            if conn.execute(
-                "SELECT 1 FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') LIMIT 1",
-                (session_order_key(session_id),),
-            ).fetchone():
+            if queue.in_flight(session_order_key(session_id), conn=conn):
                 continue  # work in flight decides about reflection when it ends
             age = seconds_since_failure(conn, session_id, REFLECT)
             if age is not None and age < cool_down:

@@ -7,7 +7,6 @@ pool's pressure. Read-only and cheap enough for a live view.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -19,42 +18,40 @@ from obsmem.pipeline.reflect.generations import active_generation_info
 from obsmem.pipeline.session_jobs import session_order_key
 from obsmem.pipeline.views.details import pool_pressure
 from obsmem.settings import Settings
+from obsmem.work import JobQueue, eventlog
 
 STAGE_STATUS = {"observer": "observing", "reflector": "reflecting", "dropper": "reflecting"}
 
 
+FAILURE_TYPES = ("om_observation_failed", "om_reflection_failed", "om_dropper_failed", "job_failed")
+SUCCESS_TYPES = ("om_observation_end", "om_reflection_end", "om_dropper_end")
+
+
 def _last_error(conn: apsw.Connection, session_id: str) -> dict[str, Any] | None:
     """The newest failure for the session, unless a cycle has succeeded since."""
-    row = conn.execute(
-        "SELECT id, type, created_at, data FROM om_events WHERE session_id = ?"
-        " AND type IN ('om_observation_failed', 'om_reflection_failed', 'om_dropper_failed', 'job_failed')"
-        " ORDER BY id DESC LIMIT 1",
-        (session_id,),
-    ).fetchone()
-    if row is None:
+    failure = eventlog.latest_session_event(conn, session_id, FAILURE_TYPES)
+    if failure is None:
         return None
-    success = conn.execute(
-        "SELECT 1 FROM om_events WHERE session_id = ? AND id > ?"
-        " AND type IN ('om_observation_end', 'om_reflection_end', 'om_dropper_end') LIMIT 1",
-        (session_id, row[0]),
-    ).fetchone()
-    if success is not None:
+    if eventlog.has_session_event_after(conn, session_id, failure.id, SUCCESS_TYPES):
         return None
-    data = json.loads(row[3])
-    reason = data.get("error") or data.get("reason") or ""
+    reason = failure.data.get("error") or failure.data.get("reason") or ""
     code, _, message = reason.partition(": ")
-    return {"type": row[1], "code": code, "message": message or reason, "at": row[2]}
+    return {"type": failure.type, "code": code, "message": message or reason, "at": failure.created_at}
 
 
 def session_status(
     conn: apsw.Connection,
+    queue: JobQueue,
     settings: Settings,
     session_id: str,
     *,
     observer_state: str,
     reflector_state: str = "not_configured",
 ) -> dict[str, Any]:
-    """The status of one session (see docs/pipeline.md for every field)."""
+    """The status of one session (see docs/pipeline.md for every field).
+
+    ``queue`` reads the session's job counts inside ``conn``'s snapshot, so one status is one moment.
+    """
     session = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     if session is None:
         raise NotFound(f"session '{session_id}' has no events", code="session_not_found", field="session_id")
@@ -71,12 +68,7 @@ def session_status(
             "running_seconds": round(max(0.0, time.time() - activity_row[2]), 1),
             "job_id": activity_row[4],
         }
-    jobs = dict(
-        conn.execute(
-            "SELECT state, count(*) FROM jobs WHERE order_key = ? AND state IN ('queued', 'running') GROUP BY state",
-            (session_order_key(session_id),),
-        ).fetchall()
-    )
+    jobs = queue.state_counts(session_order_key(session_id), conn=conn)
     threshold = settings.observer.buffer_tokens
     pool = pool_pressure(conn, settings, session_id)
     generation = active_generation_info(conn, session_id)
@@ -99,5 +91,5 @@ def session_status(
         "reflector": reflector_state,
         "generation": generation,
         "pool": pool,
-        "jobs": {"queued": jobs.get("queued", 0), "running": jobs.get("running", 0)},
+        "jobs": {"queued": jobs["queued"], "running": jobs["running"]},
     }
