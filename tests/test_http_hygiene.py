@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -323,6 +324,26 @@ def test_close_on_server_error_marks_every_5xx_and_answers_apps_that_did_not() -
     recorder = Recorder()
     with pytest.raises(RuntimeError):  # the server must abort the connection: the stream is broken
         anyio.run(CloseOnServerError(fails_mid_stream), SCOPE, recorder.receive, recorder.send)
+
+
+def test_close_on_server_error_never_logs_a_secret_from_the_path(caplog: pytest.LogCaptureFixture) -> None:
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    scope = {**SCOPE, "path": f"/v1/projects/alpha/sessions/{token}/memory"}
+
+    async def silent(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    async def fails_before(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("broken")
+
+    caplog.set_level(logging.DEBUG, logger="obsmem.http")
+    for app in (silent, fails_before):
+        caplog.clear()
+        recorder = Recorder()
+        anyio.run(CloseOnServerError(app), scope, recorder.receive, recorder.send)
+        assert recorder.status_and_headers()[0] == 500
+        assert token not in caplog.text, app.__name__
+        assert "/v1/projects/alpha/sessions/[REDACTED:github_token]/memory" in caplog.text, app.__name__
 
 
 def test_the_connection_deadlines_and_invalid_http_hold_over_the_h11_protocol_too(tmp_path: Path) -> None:
