@@ -202,13 +202,25 @@ def test_requests_beyond_the_connection_cap_get_503_until_connections_close(data
 
 
 def test_requests_beyond_the_in_flight_cap_get_503(data_dir: Path) -> None:
-    with live_server(data_dir, max_in_flight=2, max_stream_followers=2) as base, httpx.Client(timeout=10) as client:
+    with live_server(data_dir, max_in_flight=3, max_stream_followers=2) as base, httpx.Client(timeout=10) as client:
         url = f"{base}/v1/projects/alpha/events"
         with client.stream("GET", url, headers=SSE) as first, client.stream("GET", url, headers=SSE) as second:
             assert first.status_code == second.status_code == 200
-            refused = httpx.get(f"{base}/v1/projects", timeout=10)
-            assert refused.status_code == 503 and refused.json()["error"]["code"] == "over_capacity"
-            assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
+            # Streams alone never fill the cap: the last slot still serves an ordinary request.
+            assert httpx.get(f"{base}/v1/projects", timeout=10).json() == {"projects": ["alpha"]}
+            with connection(base) as slow:
+                # A request whose body has not arrived holds the last slot while it waits for it.
+                slow.sendall(
+                    b"POST /v1/projects/alpha/search HTTP/1.1\r\n"
+                    + HEAD.encode()
+                    + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+                )
+                deadline = time.monotonic() + 10
+                while (refused := httpx.get(f"{base}/v1/projects", timeout=10)).status_code == 200:
+                    assert time.monotonic() < deadline, "the waiting request never took the last slot"
+                    time.sleep(0.05)
+                assert refused.status_code == 503 and refused.json()["error"]["code"] == "over_capacity"
+                assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
         assert httpx.get(f"{base}/v1/projects", timeout=10).json() == {"projects": ["alpha"]}
 
 
