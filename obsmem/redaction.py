@@ -138,7 +138,9 @@ def secret_kind(value: str) -> str | None:
     return found[0][2] if found else None
 
 
-def _is_secret_key_name(key: str) -> bool:
+def is_secret_key_name(key: str) -> bool:
+    """Whether ``key`` names a secret (``api_key``, ``token``, ``password``): a value under such a name is
+    hidden whole even when the value alone does not look like a credential."""
     view, _ = _matching_view(key)
     return SECRET_KEY_NAME.match(view) is not None
 
@@ -161,7 +163,7 @@ def redact_json(value: Any) -> Any:
                     while f"{name}#{number}" in result or f"{name}#{number}" in value:
                         number += 1
                     name = f"{name}#{number}"
-            if isinstance(key, str) and _is_secret_key_name(key) and isinstance(item, (str, int)) and item:
+            if isinstance(key, str) and is_secret_key_name(key) and isinstance(item, (str, int)) and item:
                 result[name] = item if _ALREADY.match(str(item)) else MARK.format(kind="secret")
             else:
                 result[name] = redact_json(item)

@@ -76,12 +76,18 @@ def utf8_text(value: str, field: str) -> str:
 
 def field_path(parts: Iterable[object]) -> str:
     """A dotted field path for error messages. Client-chosen keys (an unexpected property name) may hold
-    anything, lone surrogates included, so a part that is not a plain identifier or index is shown as
-    ``<key>`` rather than echoed."""
-    return ".".join(
-        str(part) if isinstance(part, int) or (isinstance(part, str) and _FIELD_PART.fullmatch(part)) else "<key>"
-        for part in parts
-    )
+    anything, lone surrogates and credentials included, so a part that is not a plain identifier or index,
+    or that looks like a secret (``ghp_...`` is a plain identifier too), is shown as ``<key>`` rather than
+    echoed."""
+    return ".".join(_shown_part(part) for part in parts)
+
+
+def _shown_part(part: object) -> str:
+    if isinstance(part, int):
+        return str(part)
+    if isinstance(part, str) and _FIELD_PART.fullmatch(part) and secret_kind(part) is None:
+        return part
+    return "<key>"
 
 
 def first_problem(exc: ValidationError, prefix: str = "") -> ValidationFailed:

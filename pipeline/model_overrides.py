@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import apsw
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from obsmem.dates import now_iso
 from obsmem.errors import ValidationFailed
 from obsmem.settings import ModelSettings, Settings
-from obsmem.validation import first_problem
+from obsmem.validation import first_problem, secret_free_identifier
 from obsmem.work import eventlog
 
 ROLES: tuple[str, ...] = ("observer", "reflector", "dropper")
@@ -40,6 +40,9 @@ class RoleModel(BaseModel):
     context_window_tokens: Annotated[int | None, *ModelSettings.model_fields["context_window_tokens"].metadata] = Field(
         default=None, description="The new model's context window; unset keeps the configured one."
     )
+    # A model id is stored, shown by `obsmem models` and published in the `om_model_changed` event: a key
+    # pasted into the wrong field is refused (naming the field, never the value) rather than kept.
+    _secret_free = field_validator("model_id")(secret_free_identifier)
 
 
 class ModelChanges(BaseModel):

@@ -521,3 +521,14 @@ def test_a_project_directory_named_like_a_secret_is_never_listed(client: TestCli
     (projects / "alpha").rename(projects / "xoxb-2048-4096-zk9qmt3vlp8r")  # as if made before names were checked
     assert client.get("/v1/projects").json() == {"projects": []}
     assert service.project_names() == []
+
+
+def test_a_validation_error_never_echoes_a_secret_shaped_key(client: TestClient, ids: list[str]) -> None:
+    # The token is a plain identifier too, so only the secret check keeps it out of the error.
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    body = {"events": [{"role": "user", "content": "x", token: 1}]}
+    response = client.post("/v1/projects/alpha/sessions/s1/events", json=body)
+    error = error_of(response, 422, "invalid_request", "events.0.<key>")
+    assert token not in response.text and token not in json.dumps(error)
+    ordinary = client.post("/v1/projects/alpha/sessions/s1/events", json={"events": [{"role": "user", "extra": 1}]})
+    error_of(ordinary, 422, "invalid_request", "events.0.extra")  # ordinary keys are still named

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -201,13 +202,25 @@ def test_requests_beyond_the_connection_cap_get_503_until_connections_close(data
 
 
 def test_requests_beyond_the_in_flight_cap_get_503(data_dir: Path) -> None:
-    with live_server(data_dir, max_in_flight=2, max_stream_followers=2) as base, httpx.Client(timeout=10) as client:
+    with live_server(data_dir, max_in_flight=3, max_stream_followers=2) as base, httpx.Client(timeout=10) as client:
         url = f"{base}/v1/projects/alpha/events"
         with client.stream("GET", url, headers=SSE) as first, client.stream("GET", url, headers=SSE) as second:
             assert first.status_code == second.status_code == 200
-            refused = httpx.get(f"{base}/v1/projects", timeout=10)
-            assert refused.status_code == 503 and refused.json()["error"]["code"] == "over_capacity"
-            assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
+            # Streams alone never fill the cap: the last slot still serves an ordinary request.
+            assert httpx.get(f"{base}/v1/projects", timeout=10).json() == {"projects": ["alpha"]}
+            with connection(base) as slow:
+                # A request whose body has not arrived holds the last slot while it waits for it.
+                slow.sendall(
+                    b"POST /v1/projects/alpha/search HTTP/1.1\r\n"
+                    + HEAD.encode()
+                    + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+                )
+                deadline = time.monotonic() + 10
+                while (refused := httpx.get(f"{base}/v1/projects", timeout=10)).status_code == 200:
+                    assert time.monotonic() < deadline, "the waiting request never took the last slot"
+                    time.sleep(0.05)
+                assert refused.status_code == 503 and refused.json()["error"]["code"] == "over_capacity"
+                assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
         assert httpx.get(f"{base}/v1/projects", timeout=10).json() == {"projects": ["alpha"]}
 
 
@@ -323,6 +336,26 @@ def test_close_on_server_error_marks_every_5xx_and_answers_apps_that_did_not() -
     recorder = Recorder()
     with pytest.raises(RuntimeError):  # the server must abort the connection: the stream is broken
         anyio.run(CloseOnServerError(fails_mid_stream), SCOPE, recorder.receive, recorder.send)
+
+
+def test_close_on_server_error_never_logs_a_secret_from_the_path(caplog: pytest.LogCaptureFixture) -> None:
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    scope = {**SCOPE, "path": f"/v1/projects/alpha/sessions/{token}/memory"}
+
+    async def silent(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    async def fails_before(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("broken")
+
+    caplog.set_level(logging.DEBUG, logger="obsmem.http")
+    for app in (silent, fails_before):
+        caplog.clear()
+        recorder = Recorder()
+        anyio.run(CloseOnServerError(app), scope, recorder.receive, recorder.send)
+        assert recorder.status_and_headers()[0] == 500
+        assert token not in caplog.text, app.__name__
+        assert "/v1/projects/alpha/sessions/[REDACTED:github_token]/memory" in caplog.text, app.__name__
 
 
 def test_the_connection_deadlines_and_invalid_http_hold_over_the_h11_protocol_too(tmp_path: Path) -> None:

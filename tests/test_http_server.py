@@ -188,3 +188,21 @@ def test_the_access_log_never_prints_a_secret_from_the_request_target(data_dir: 
     assert "GET /v1/projects/alpha/sessions/[REDACTED:github_token]/memory HTTP/1.1" in log
     assert "session_id=[REDACTED:aws_access_key]" in log and "note=[REDACTED:secret]" in log
     assert "GET /v1/projects/alpha/sessions/s1/memory HTTP/1.1" in log  # ordinary targets are kept as sent
+
+
+def test_the_access_log_hides_a_query_value_whose_name_says_secret(data_dir: Path) -> None:
+    # Neither "api_key" nor "abcdef123456" looks like a credential alone; together they are one.
+    sent = ("abcdef123456", "s3cr3tvalue99", "hunter2hunter2")
+    with live_server(data_dir, keys=KEYS) as base:
+        headers = bearer(KEY_ALL)
+        targets = [
+            f"/v1/health?api_key={sent[0]}",
+            f"/v1/projects/alpha/status?token={sent[1]}&password={sent[2]}&limit=5",
+        ]
+        statuses = [httpx.get(base + target, headers=headers, timeout=10).status_code for target in targets]
+    assert statuses == [200, 200]
+    log = "\n".join(path.read_text(encoding="utf-8") for path in data_dir.parent.glob("server-*.log"))
+    for secret in sent:
+        assert secret not in log
+    assert "GET /v1/health?api_key=[REDACTED:secret] HTTP/1.1" in log
+    assert "status?token=[REDACTED:secret]&password=[REDACTED:secret]&limit=5 HTTP/1.1" in log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from obsmem.app import Obsmem
+from obsmem.surfaces import mcp_server
 from obsmem.surfaces.tools import tool_definitions
 from support.http_server import ALPHA_NOTES, seed, settings_for
 
@@ -85,3 +87,27 @@ def test_stdio_refuses_a_session_id_that_looks_like_a_secret(data_dir: Path) -> 
     assert finished.returncode == 2
     assert "invalid_session" in finished.stderr and "looks like a secret" in finished.stderr
     assert secret not in finished.stderr + finished.stdout
+
+
+def test_an_unexpected_tool_failure_never_logs_a_secret_from_the_tool_name(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("an unexpected failure")
+
+    monkeypatch.setattr(mcp_server, "run_tool", broken)
+    caplog.set_level(logging.DEBUG, logger="obsmem.mcp")
+    with Obsmem(settings_for(data_dir.parent)) as service:
+        server = mcp_server.build_server(service, project="alpha")
+
+        async def scenario() -> None:
+            with anyio.fail_after(60):
+                async with Client(server) as client:
+                    result = await client.call_tool(f"tool_{token}", {})
+                    assert result.is_error and "internal_error" in result.content[0].text
+
+        anyio.run(scenario)
+    assert "failed unexpectedly" in caplog.text
+    assert token not in caplog.text and "[REDACTED:github_token]" in caplog.text

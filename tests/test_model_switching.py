@@ -108,6 +108,19 @@ def test_bad_model_bodies_are_422_and_change_nothing(client: TestClient, service
     assert service.pipeline_events("p", types=("om_model_changed",)) == []
 
 
+def test_a_model_id_that_looks_like_a_secret_is_refused_naming_the_field(client: TestClient, service: Obsmem) -> None:
+    key = "sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5"
+    service.append_events("p", "s1", [user("hello")])
+    response = client.put("/v1/projects/p/models", json={"observer": {"model_id": key}})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and error["field"] == "observer.model_id"
+    assert "secret" in error["message"] and key not in response.text
+    assert client.get("/v1/projects/p/models").json()["models"]["observer"]["source"] == "settings"
+    assert key not in client.get("/v1/projects/p/models").text
+    assert service.pipeline_events("p", types=("om_model_changed",)) == []
+
+
 def test_a_wrong_method_lists_every_method_of_the_path(client: TestClient) -> None:
     response = client.request("PATCH", "/v1/projects/p/models")
     assert response.status_code == 405 and response.headers["allow"] == "GET, PUT"

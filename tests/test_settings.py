@@ -76,6 +76,8 @@ def test_api_keys_from_the_file_and_the_environment(tmp_path: Path, monkeypatch:
         ("[server]\nport = 70000\n", "server.port"),
         ("[search]\nmax_limit = 51\n", "search.max_limit"),
         ("[search]\nmax_limit = 10\n", "default_limit must not be larger than max_limit"),
+        ("[server]\nmax_in_flight = 4\nmax_stream_followers = 4\n", "must be smaller than max_in_flight"),
+        ("[server]\nmax_in_flight = 4\nmax_stream_followers = 5\n", "must be smaller than max_in_flight"),
         ("[[api_keys]]\nkey = 'short-secret'\n", None),
         ("[server\n", None),
     ],

@@ -121,14 +121,18 @@ class ServerSettings(Section):
         default=300.0, gt=0, le=86_400, description="An event stream (SSE, MCP GET) with no message this long ends."
     )
     max_stream_followers: int = Field(
-        default=16, ge=1, le=10_000, description="Event streams open at once; one more gets 503 too_many_streams."
+        default=16,
+        ge=1,
+        le=10_000,
+        description="Event streams open at once (fewer than max_in_flight); one more gets 503 too_many_streams.",
     )
 
     @model_validator(mode="after")
     def _streams_fit_in_flight(self) -> ServerSettings:
-        # A stream is an in-flight request for its whole life: more followers than requests could never be served.
-        if self.max_stream_followers > self.max_in_flight:
-            raise ValueError("max_stream_followers must not be larger than max_in_flight")
+        # A stream is an in-flight request for its whole life: as many followers as requests would let open
+        # streams take every slot, and every other request (health checks included) would get 503.
+        if self.max_stream_followers >= self.max_in_flight:
+            raise ValueError("max_stream_followers must be smaller than max_in_flight")
         return self
 
 

@@ -28,6 +28,7 @@ from mcp.server.stdio import stdio_server
 
 from obsmem.app import Obsmem
 from obsmem.errors import ObsmemError
+from obsmem.redaction import redact_text
 from obsmem.surfaces.tools import run_tool, tool_definitions
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
@@ -82,7 +83,8 @@ def build_server(service: Obsmem, *, project: str | None = None, session_id: str
                 lambda: run_tool(service, target_project, params.name, params.arguments, session_id=default_session)
             )
         except Exception:
-            logger.exception("tool %s failed unexpectedly", params.name)
+            # The tool name is the client's text, logged only with its secrets cut out.
+            logger.exception("tool %s failed unexpectedly", redact_text(params.name))
             text = "internal_error: the tool failed unexpectedly; the server log has the details"
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
         return types.CallToolResult(

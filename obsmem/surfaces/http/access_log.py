@@ -4,7 +4,8 @@ uvicorn logs one line per request with the request target as sent (``GET /v1/pro
 memory?session_id=...``). Session ids and project names that look like secrets are refused with a 422,
 but the refused request is still logged, so the target itself is redacted: a segment or query value
 that holds a secret (after percent-decoding, with invisible characters ignored as everywhere in
-:mod:`obsmem.redaction`) is replaced whole by its marker. The rest of the line (client, method, status)
+:mod:`obsmem.redaction`) is replaced whole by its marker, and so is a query value whose name names a secret
+(``?api_key=abcdef123456``: neither half looks like a credential alone). The rest of the line (client, method, status)
 is kept, so operators still see which project a request went to.
 """
 
@@ -17,7 +18,7 @@ from urllib.parse import unquote, unquote_plus
 
 from uvicorn.config import LOGGING_CONFIG
 
-from obsmem.redaction import MARK, secret_kind
+from obsmem.redaction import MARK, is_secret_key_name, secret_kind
 
 ACCESS_LOGGER = "uvicorn.access"
 
@@ -30,6 +31,18 @@ def _shown(piece: str, *, query: bool) -> str:
     return piece if kind is None else MARK.format(kind=kind)
 
 
+def _shown_value(name: str, value: str) -> str:
+    """A query value, replaced whole when its name says it is a secret (``api_key=abcdef123456``) or when
+    name and value together read as one (``token=...``): neither half alone need look like a credential."""
+    if not value:
+        return value
+    decoded_name, decoded_value = unquote_plus(name), unquote_plus(value)
+    if is_secret_key_name(decoded_name):
+        return MARK.format(kind="secret")
+    kind = secret_kind(f"{decoded_name}={decoded_value}")
+    return _shown(value, query=True) if kind is None else MARK.format(kind=kind)
+
+
 def loggable_target(target: str) -> str:
     """A request target (path and query) with every segment or value that holds a secret replaced."""
     path, has_query, query = target.partition("?")
@@ -39,7 +52,7 @@ def loggable_target(target: str) -> str:
     pairs = []
     for pair in query.split("&"):
         name, equals, value = pair.partition("=")
-        pairs.append(_shown(name, query=True) + equals + _shown(value, query=True))
+        pairs.append(_shown(name, query=True) + equals + _shown_value(name, value))
     return f"{shown}?{'&'.join(pairs)}"
 
 

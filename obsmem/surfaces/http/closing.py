@@ -16,6 +16,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from obsmem.surfaces.http.access_log import loggable_target
 from obsmem.surfaces.http.errors import send_error
 
 logger = logging.getLogger("obsmem.http")
@@ -64,14 +65,20 @@ class CloseOnServerError:
                 return  # answered (a 500 with Connection: close) and logged by the error handler
             if started:
                 raise
-            logger.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            logger.exception("unhandled error on %s %s", scope.get("method"), _shown_path(scope))
             await _internal_error(send)
             return
         if not started and not gone:
             # An app that returns without answering (a library's code path with no response) would leave
             # the server to improvise a plain-text 500; answer in the API's shape instead.
-            logger.error("no response was sent for %s %s", scope.get("method"), scope.get("path"))
+            logger.error("no response was sent for %s %s", scope.get("method"), _shown_path(scope))
             await _internal_error(send)
+
+
+def _shown_path(scope: Scope) -> str:
+    """The request path as these log lines may show it: a session id or project name is client text and
+    may hold a secret (the request that carried it is often the one that failed)."""
+    return loggable_target(str(scope.get("path", "")))
 
 
 async def _internal_error(send: Send) -> None:
