@@ -271,36 +271,67 @@ def _url_password(scan: Scan) -> list[Span]:
     return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
 
 
+def _positions(lower: str, word: str) -> list[int]:
+    """Every start of ``word`` in ``lower`` (C-level ``str.find``)."""
+    found: list[int] = []
+    position = lower.find(word)
+    while position != -1:
+        found.append(position)
+        position = lower.find(word, position + 1)
+    return found
+
+
 def _bearer(scan: Scan) -> list[Span]:
-    lower = scan.lower
+    """Tried only where a scheme word or ``authorization`` starts: a ``finditer`` of the scheme pattern
+    over every text holding "token" was the costliest detector of an append."""
+    lower, text = scan.lower, scan.text
     spans: list[Span] = []
-    if "authorization" in lower:
-        spans += [m.span("secret") for m in _AUTH_HEADER.finditer(scan.text) if _credential_shaped(m["secret"])]
-    if "bearer" in lower or "basic" in lower or "token" in lower:
-        spans += [m.span("secret") for m in _BEARER.finditer(scan.text) if _credential_shaped(m["secret"])]
+    for pattern, words in ((_AUTH_HEADER, ("authorization",)), (_BEARER, ("bearer", "basic", "token"))):
+        for word in words:
+            for position in _positions(lower, word):
+                start = position - 6 if word == "authorization" and lower.endswith("proxy-", 0, position) else position
+                match = pattern.match(text, start)
+                if match is not None and _credential_shaped(match["secret"]):
+                    spans.append(match.span("secret"))
     return spans
 
 
+def _option_start(lower: str, position: int) -> int:
+    """Where the command-line option holding ``position`` starts (``--db-password`` from "password")."""
+    start = position
+    while start > 0 and (lower[start - 1].isalnum() or lower[start - 1] in "_-") and position - start < 64:
+        start -= 1
+    return start
+
+
 def _password_options(scan: Scan) -> list[Span]:
-    """``--password VALUE`` and ``-u user:password``: searched over the whole text, since the option
-    name is not where a secret word starts (``-u``) or the value follows a space, not ``=``."""
-    lower = scan.lower
+    """``--password VALUE`` and ``-u user:password``. Tried only at an option starting with "-" that
+    holds a password word, and where ``-u``/``--user`` occurs, never over the whole text."""
+    lower, text = scan.lower, scan.text
     spans: list[Span] = []
-    if "pass" in lower or "pwd" in lower:
-        for match in _PASSWORD_OPTION.finditer(scan.text):
-            start, end = match.span("secret")
-            value = match["secret"]
-            if value[:1] in "\"'" and len(value) > 1 and value[-1] == value[0]:
-                value, start, end = value[1:-1], start + 1, end - 1
-            if value and _password_value_is_secret(value):
-                spans.append((start, end))
-    if "-u" in lower or "--user" in lower:
-        for match in _USER_OPTION.finditer(scan.text):
-            value = match["secret"]
-            if match["user"].isdigit() and value.isdigit():
-                continue  # docker run -u 1000:1000, a uid and a gid
-            if _prose_value_is_secret(value):
-                spans.append(match.span("secret"))
+    tried: set[int] = set()
+    for position in scan.words:
+        if not lower.startswith(("pass", "pwd"), position):
+            continue
+        start = _option_start(lower, position)
+        if start in tried or lower[start] != "-":
+            continue
+        tried.add(start)
+        match = _PASSWORD_OPTION.match(text, start)
+        if match is None:
+            continue
+        start, end = match.span("secret")
+        value = match["secret"]
+        if value[:1] in "\"'" and len(value) > 1 and value[-1] == value[0]:
+            value, start, end = value[1:-1], start + 1, end - 1
+        if value and _password_value_is_secret(value):
+            spans.append((start, end))
+    for position in _positions(lower, "-u"):
+        match = _USER_OPTION.match(text, position - 1 if lower.startswith("--user", position - 1) else position)
+        if match is None or (match["user"].isdigit() and match["secret"].isdigit()):
+            continue  # docker run -u 1000:1000 is a uid and a gid
+        if _prose_value_is_secret(match["secret"]):
+            spans.append(match.span("secret"))
     return spans
 
 
