@@ -171,6 +171,7 @@ _PROSE_WORD_LIST = """
     created updated refreshed renewed issued granted attached added more less all any each every some both
     either neither so quite really actually then if because and or but case-sensitive unchanged different
     ready fixed broken stale old new fresh current temporary permanent random unique default
+    flag option argument parameter switch field prompt value variable
 """
 _PROSE_WORDS = frozenset(_PROSE_WORD_LIST.split())
 _ENGLISH_SUFFIX = re.compile(r"[a-z]+(?:ed|ing|ly)")
