@@ -145,15 +145,54 @@ def is_secret_key_name(key: str) -> bool:
     return SECRET_KEY_NAME.match(view) is not None
 
 
+def _hide(value: Any) -> Any:
+    """Everything under a secret-named key, hidden: every string and number leaf becomes a marker (a
+    nested ``{"password": {"value": ...}}`` or ``{"secret": [...]}`` holds the secret one level down).
+    Keys inside are still redacted as text; empty strings, booleans and null say nothing and are kept."""
+    if isinstance(value, str):
+        return value if not value or _ALREADY.match(value) else MARK.format(kind="secret")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return MARK.format(kind="secret")
+    if isinstance(value, list):
+        return [_hide(item) for item in value]
+    if isinstance(value, dict):
+        return {redact_text(key) if isinstance(key, str) else key: _hide(item) for key, item in value.items()}
+    return value
+
+
+def _is_secret_option(item: Any) -> bool:
+    """An argv item such as ``--password`` or ``--db-token``: the next item is its value."""
+    return isinstance(item, str) and item.startswith("-") and "=" not in item and is_secret_key_name(item.lstrip("-"))
+
+
+def _redact_list(items: list[Any]) -> list[Any]:
+    result: list[Any] = []
+    hide_next = False
+    for item in items:
+        result.append(_hide(item) if hide_next and not isinstance(item, (dict, list)) else redact_json(item))
+        hide_next = _is_secret_option(item)
+    return result
+
+
+def _secret_pair_name(value: dict[Any, Any]) -> bool:
+    """``{"name": "DB_PASSWORD", "value": ...}`` (environment lists, Kubernetes, CI variables): the
+    value belongs to the secret the name says."""
+    name = value.get("name", value.get("key"))
+    return "value" in value and isinstance(name, str) and is_secret_key_name(name)
+
+
 def redact_json(value: Any) -> Any:
-    """Redact every string in a JSON value, keys included; a value under a key that names a secret is
-    hidden whole. Two keys that redact to the same marker stay apart (``[REDACTED:api_key]#2``)."""
+    """Redact every string in a JSON value, keys included. Everything under a key that names a secret is
+    hidden, however deeply nested; so is the item after a ``--password``-like argv item and the
+    ``value`` of a ``{"name": <secret name>, "value": ...}`` pair. Two keys that redact to the same
+    marker stay apart (``[REDACTED:api_key]#2``)."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, list):
-        return [redact_json(item) for item in value]
+        return _redact_list(value)
     if isinstance(value, dict):
         result: dict[Any, Any] = {}
+        pair = _secret_pair_name(value)
         for key, item in value.items():
             name = key
             if isinstance(key, str):
@@ -163,8 +202,8 @@ def redact_json(value: Any) -> Any:
                     while f"{name}#{number}" in result or f"{name}#{number}" in value:
                         number += 1
                     name = f"{name}#{number}"
-            if isinstance(key, str) and is_secret_key_name(key) and isinstance(item, (str, int)) and item:
-                result[name] = item if _ALREADY.match(str(item)) else MARK.format(kind="secret")
+            if isinstance(key, str) and (is_secret_key_name(key) or (pair and key == "value")):
+                result[name] = _hide(item)
             else:
                 result[name] = redact_json(item)
         return result

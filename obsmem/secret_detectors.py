@@ -26,8 +26,18 @@ _PRIVATE_KEY = re.compile(
 )
 # scheme://user:password@host -> keep scheme, user and host.
 _URL_PASSWORD = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:(?P<secret>[^\s@/]+)@")
-# Authorization headers and bearer tokens.
-_BEARER = re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<secret>[A-Za-z0-9._~+/=-]{12,})", re.IGNORECASE)
+# Authorization headers and bearer tokens. The scheme words are also English ("a basic understanding",
+# "token counting"), so a value counts only when it is shaped like a credential (see
+# :func:`_credential_shaped`): after an ``Authorization:`` header name from 8 characters, after a bare
+# ``Bearer``/``Basic``/``Token`` (capitalised as a scheme is, or in capitals) from 12.
+_CREDENTIAL = r"(?P<secret>[A-Za-z0-9._~+/=-]{8,})"
+_AUTH_HEADER = re.compile(
+    r"(?<![a-z0-9-])(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?" + _CREDENTIAL,
+    re.IGNORECASE,
+)
+_BEARER = re.compile(
+    r"(?<![A-Za-z0-9])(?:[Bb]earer|BEARER|Basic|BASIC|Token|TOKEN)\s+(?P<secret>[A-Za-z0-9._~+/=-]{12,})"
+)
 
 # Tokens recognisable by their own shape: (detector name, marker kind, pattern, literals one of which it
 # needs to be present). A token may follow an underscore (``run_with_ghp_...``, ``MY_AKIA...``), so the
@@ -96,9 +106,33 @@ WORD_STARTS = (
 # name = value, name: value, "name": "value", NAME=value. The pattern starts at the secret word, not at
 # the start of the name: a lazy name prefix tried at every position of every text was the slowest part
 # of an append.
+# Password names are judged apart (``_PASSWORD_ASSIGNMENT``): a password is often a plain word.
+_NOT_PASSWORD_WORD = (
+    r"(?:api[ _.-]?key|apikey|secret|token|"
+    r"access[_.-]?key|private[_.-]?key|client[_.-]?secret|auth[_.-]?key|credentials?)"
+)
 _ASSIGNMENT = re.compile(
-    SECRET_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*[\"']?(?P<secret>[^\s\"',;)}\]]+)",
+    _NOT_PASSWORD_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*[\"']?(?P<secret>[^\s\"',;)}\]]+)",
     re.IGNORECASE,
+)
+_PASSWORD_WORD = r"(?:passw(?:or)?d|passphrase|pwd|(?<=[_.-])pass(?![a-z0-9]))"
+# A password value: quoted (spaces allowed), a ``${VAR}`` reference (kept by the value test), or a bare
+# run that is not the start of a call or an index (``password=getpass()``, ``os.environ["PW"]``).
+_PASSWORD_VALUE = r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|\$\{[^}\s]*\}|[^\s\"',;()\[\]{}]++(?![(\[{]))"
+# PASSWORD=Sunshine, passwd: letmein, DB_PASSWORD="hunter two": a password may be any word, so its value
+# is judged like the word after "password is", not by its length.
+_PASSWORD_ASSIGNMENT = re.compile(
+    _PASSWORD_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*" + _PASSWORD_VALUE,
+    re.IGNORECASE,
+)
+# Command-line options: ``--password hunter2xyz``, ``--db-pass 'a b'`` (the ``=`` form is an assignment).
+_PASSWORD_OPTION = re.compile(
+    r"(?<![A-Za-z0-9-])--?(?:[A-Za-z0-9]+[_-])*(?:passw(?:or)?d|passphrase|pwd|pass)[ \t]+" + _PASSWORD_VALUE,
+    re.IGNORECASE,
+)
+# ``curl -u admin:hunter22``, ``--user admin:hunter22``: the password after the user name.
+_USER_OPTION = re.compile(
+    r"(?<![A-Za-z0-9-])(?:-u|--user)(?:[ \t]+|=)[\"']?(?P<user>[^\s:\"'@/]+):(?P<secret>[^\s\"'@]+)"
 )
 # Prose: "my password is hunter2", "the API key for staging was 'a b c'". Only "is"/"was": a colon or an
 # equals sign is an assignment (above), with its own test of the value.
@@ -106,7 +140,7 @@ _PROSE = re.compile(
     r"(?<![a-z0-9])(?:passw(?:or)?d|passphrase|passcode|secret(?:[ _-]?key)?|api[ _-]?key|access[ _-]?key|"
     r"private[ _-]?key|token|credentials?)"
     r"(?:\s+(?:for|of|to|on)\s+(?:the\s+|my\s+|our\s+|your\s+)?[\w.@-]{1,40})?"
-    r"\s+(?:is|was)\s+(?:now\s+|still\s+)?"
+    r"\s+(?:is|was):?\s+(?:now\s+|still\s+)?"
     r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"']+)",
     re.IGNORECASE,
 )
@@ -137,6 +171,7 @@ _PROSE_WORD_LIST = """
     created updated refreshed renewed issued granted attached added more less all any each every some both
     either neither so quite really actually then if because and or but case-sensitive unchanged different
     ready fixed broken stale old new fresh current temporary permanent random unique default
+    flag option argument parameter switch field prompt value variable
 """
 _PROSE_WORDS = frozenset(_PROSE_WORD_LIST.split())
 _ENGLISH_SUFFIX = re.compile(r"[a-z]+(?:ed|ing|ly)")
@@ -149,6 +184,31 @@ def _assigned_value_is_secret(value: str) -> bool:
     if value.startswith("[REDACTED") or value.lower() in _PLACEHOLDERS:
         return False
     return len(value) >= 16 or (len(value) >= 6 and any(ch.isdigit() for ch in value))
+
+
+# ``password=password``, ``password=db_password``: a lowercase identifier naming a password passes a
+# variable on; ``password: str``: a type hint. Neither is a secret.
+_PASSWORD_IDENTIFIER = re.compile(r"[a-z_]*(?:passw(?:or)?d|passphrase|pwd|pass)[a-z_]*")
+_TYPE_NAMES = frozenset({"str", "string", "bytes", "int", "secretstr", "secretbytes", "optional", "any", "none"})
+
+
+def _password_value_is_secret(value: str) -> bool:
+    """An assigned password: judged like prose (``password = Sunshine`` is a secret, ``password: required``
+    is not), but a variable named like a password or a type name is code, not a value."""
+    if _PASSWORD_IDENTIFIER.fullmatch(value) or value.split("[", 1)[0].split("|", 1)[0].lower() in _TYPE_NAMES:
+        return False
+    return _prose_value_is_secret(value)
+
+
+def _credential_shaped(value: str) -> bool:
+    """A value after an auth scheme that looks issued, not written: digits mixed with letters, or capitals
+    inside lowercase as base64 has (``dXNlcjpwYXNz``). "Basic troubleshooting" has neither."""
+    letters = [char for char in value if char.isalpha()]
+    if not letters:
+        return False
+    if any(char.isdigit() for char in value):
+        return True
+    return any(char.islower() for char in letters) and any(char.isupper() for char in letters[1:])
 
 
 def _prose_value_is_secret(value: str) -> bool:
@@ -165,7 +225,8 @@ _SHAPED_PREFIXES = tuple(prefix for _, _, _, literals in _SHAPED for prefix in l
 # as tool names and argument keys) is done after one regex search.
 ANY_NEEDED_LITERAL = re.compile(
     "|".join(
-        re.escape(literal) for literal in (*_SHAPED_PREFIXES, *WORD_STARTS, "-----begin", "://", "bearer", "basic")
+        re.escape(literal)
+        for literal in (*_SHAPED_PREFIXES, *WORD_STARTS, "-----begin", "://", "bearer", "basic", "-u ", "--user")
     )
 )
 
@@ -211,11 +272,68 @@ def _url_password(scan: Scan) -> list[Span]:
     return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
 
 
+def _positions(lower: str, word: str) -> list[int]:
+    """Every start of ``word`` in ``lower`` (C-level ``str.find``)."""
+    found: list[int] = []
+    position = lower.find(word)
+    while position != -1:
+        found.append(position)
+        position = lower.find(word, position + 1)
+    return found
+
+
 def _bearer(scan: Scan) -> list[Span]:
-    lower = scan.lower
-    if "bearer" not in lower and "basic" not in lower and "token" not in lower:
-        return []
-    return [match.span("secret") for match in _BEARER.finditer(scan.text)]
+    """Tried only where a scheme word or ``authorization`` starts: a ``finditer`` of the scheme pattern
+    over every text holding "token" was the costliest detector of an append."""
+    lower, text = scan.lower, scan.text
+    spans: list[Span] = []
+    for pattern, words in ((_AUTH_HEADER, ("authorization",)), (_BEARER, ("bearer", "basic", "token"))):
+        for word in words:
+            for position in _positions(lower, word):
+                start = position - 6 if word == "authorization" and lower.endswith("proxy-", 0, position) else position
+                match = pattern.match(text, start)
+                if match is not None and _credential_shaped(match["secret"]):
+                    spans.append(match.span("secret"))
+    return spans
+
+
+def _option_start(lower: str, position: int) -> int:
+    """Where the command-line option holding ``position`` starts (``--db-password`` from "password")."""
+    start = position
+    while start > 0 and (lower[start - 1].isalnum() or lower[start - 1] in "_-") and position - start < 64:
+        start -= 1
+    return start
+
+
+def _password_options(scan: Scan) -> list[Span]:
+    """``--password VALUE`` and ``-u user:password``. Tried only at an option starting with "-" that
+    holds a password word, and where ``-u``/``--user`` occurs, never over the whole text."""
+    lower, text = scan.lower, scan.text
+    spans: list[Span] = []
+    tried: set[int] = set()
+    for position in scan.words:
+        if not lower.startswith(("pass", "pwd"), position):
+            continue
+        start = _option_start(lower, position)
+        if start in tried or lower[start] != "-":
+            continue
+        tried.add(start)
+        match = _PASSWORD_OPTION.match(text, start)
+        if match is None:
+            continue
+        start, end = match.span("secret")
+        value = match["secret"]
+        if value[:1] in "\"'" and len(value) > 1 and value[-1] == value[0]:
+            value, start, end = value[1:-1], start + 1, end - 1
+        if value and _password_value_is_secret(value):
+            spans.append((start, end))
+    for position in _positions(lower, "-u"):
+        match = _USER_OPTION.match(text, position - 1 if lower.startswith("--user", position - 1) else position)
+        if match is None or (match["user"].isdigit() and match["secret"].isdigit()):
+            continue  # docker run -u 1000:1000 is a uid and a gid
+        if _prose_value_is_secret(match["secret"]):
+            spans.append(match.span("secret"))
+    return spans
 
 
 def _shaped(pattern: re.Pattern[str]) -> Find:
@@ -280,6 +398,13 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("url_password", "password", _url_password),
     Detector("bearer_token", "token", _bearer),
     *(Detector(name, kind, _shaped(pattern), frozenset(literals)) for name, kind, pattern, literals in _SHAPED),
+    Detector(
+        "password_assignment",
+        "secret",
+        _at_words(_PASSWORD_ASSIGNMENT, _password_value_is_secret, trim=False),
+        at_words=True,
+    ),
+    Detector("password_option", "password", _password_options),
     Detector("assignment", "secret", _at_words(_ASSIGNMENT, _assigned_value_is_secret, trim=False), at_words=True),
     Detector("prose_password", "secret", _at_words(_PROSE, _prose_value_is_secret, trim=True), at_words=True),
     Detector(

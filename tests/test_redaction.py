@@ -178,6 +178,48 @@ def test_json_values_under_secret_names_are_hidden() -> None:
     }
 
 
+def test_json_secrets_nested_under_secret_names_in_argv_and_env_pairs_are_hidden() -> None:
+    value = {
+        "secret": ["hunter2xyz", {"inner": "hunter3xyz"}],
+        "password": {"value": "hunter2xyz", "enabled": True},
+        "argv": ["mysql", "--password", "hunter2xyz", "-h", "db", "--db-token", "abc", "--verbose", "x"],
+        "env": [{"name": "DB_PASSWORD", "value": "hunter2xyz"}, {"name": "HOME", "value": "/root"}],
+        "token_count": 5,
+    }
+    redacted = redact_json(value)
+    assert "hunter" not in json.dumps(redacted)
+    assert redacted == {
+        "secret": ["[REDACTED:secret]", {"inner": "[REDACTED:secret]"}],
+        "password": {"value": "[REDACTED:secret]", "enabled": True},
+        "argv": [
+            "mysql",
+            "--password",
+            "[REDACTED:secret]",
+            "-h",
+            "db",
+            "--db-token",
+            "[REDACTED:secret]",
+            "--verbose",
+            "x",
+        ],
+        "env": [{"name": "DB_PASSWORD", "value": "[REDACTED:secret]"}, {"name": "HOME", "value": "/root"}],
+        "token_count": 5,
+    }
+    assert redact_json(redacted) == redacted
+
+
+def test_auth_scheme_words_in_prose_are_kept_and_real_credentials_are_not() -> None:
+    for sentence in (
+        "We need a basic understanding of how tokens flow",
+        "Basic troubleshooting comes first",
+        "Token estimation undercounts emoji",
+        "BEARER TOKEN SUPPORT was added",
+    ):
+        assert redact_text(sentence) == sentence
+    assert redact_text("Authorization: Basic dXNlcjpwYXNz") == "Authorization: Basic [REDACTED:token]"
+    assert redact_text("Bearer abcDEF123456ghiJKL") == "Bearer [REDACTED:token]"
+
+
 # -- the corpus: positives and near misses, one case per line of tests/data/redaction_corpus.jsonl --------
 
 CORPUS_FILE = Path(__file__).resolve().parent / "data" / "redaction_corpus.jsonl"
