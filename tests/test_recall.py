@@ -43,7 +43,7 @@ def stored(service: Obsmem) -> tuple[Obsmem, str]:
             }
         ],
     )
-    return service, receipt.added[0]["memory_id"]
+    return service, receipt.added[0].memory_id
 
 
 def test_recall_by_display_id_returns_sources_in_order(stored: tuple[Obsmem, str]) -> None:
