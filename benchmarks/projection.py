@@ -55,7 +55,7 @@ def build(memory: Obsmem, observations: int, reflections: int, seed: int) -> Non
             }
         )
     receipt = memory.add_observations("bench", items)
-    ids = [entry["memory_id"] for entry in receipt.added]
+    ids = [entry.memory_id for entry in receipt.added]
     db = memory.database("bench")
     with db.write() as conn:
         for n in range(reflections):

@@ -71,11 +71,11 @@ def write_observations(
             first = receipt.rejected[0]
             raise IngestError(
                 f"{len(receipt.rejected)} observation(s) rejected in project {project};"
-                f" first: {first['code']}: {first['message']}"
+                f" first: {first.code}: {first.message}"
             )
         for entry in receipt.added + receipt.duplicates:
-            cited = cites[start + entry["index"]]
-            found[entry["memory_id"]] = tuple(dict.fromkeys(found.get(entry["memory_id"], ()) + cited))
+            cited = cites[start + entry.index]
+            found[entry.memory_id] = tuple(dict.fromkeys(found.get(entry.memory_id, ()) + cited))
     return found
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -136,25 +136,39 @@ def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]
     raise ValueError("role must be user, assistant, tool or system")
 
 
+@dataclass(frozen=True)
+class SessionTotals:
+    """One session's share of an import: events appended, duplicates skipped, and its last seq after."""
+
+    appended: int = 0
+    duplicates: int = 0
+    last_seq: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"appended": self.appended, "duplicates": self.duplicates, "last_seq": self.last_seq}
+
+
 @dataclass
 class ImportReceipt:
+    """What an import of events stored, session by session (typed; ``to_dict`` is the wire shape)."""
+
     events: int = 0
-    sessions: dict[str, dict[str, int]] = field(default_factory=dict)
+    sessions: dict[str, SessionTotals] = field(default_factory=dict)
 
     @property
     def appended(self) -> int:
-        return sum(s["appended"] for s in self.sessions.values())
+        return sum(s.appended for s in self.sessions.values())
 
     @property
     def duplicates(self) -> int:
-        return sum(s["duplicates"] for s in self.sessions.values())
+        return sum(s.duplicates for s in self.sessions.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "events": self.events,
             "appended": self.appended,
             "duplicates": self.duplicates,
-            "sessions": self.sessions,
+            "sessions": {session: totals.to_dict() for session, totals in self.sessions.items()},
         }
 
 
@@ -232,13 +246,16 @@ def append_transcript(
         by_session.setdefault(session, []).append(event)
     stored = 0
     for session, events in by_session.items():
-        totals = receipt.sessions.setdefault(session, {"appended": 0, "duplicates": 0, "last_seq": 0})
+        totals = receipt.sessions.setdefault(session, SessionTotals())
         for start in range(0, len(events), BATCH_SIZE):
             batch = events[start : start + BATCH_SIZE]
             result = append_events(db, session, batch, after_insert=after_insert)
-            totals["appended"] += result.appended
-            totals["duplicates"] += result.duplicates
-            totals["last_seq"] = result.last_seq
+            totals = SessionTotals(
+                appended=totals.appended + result.appended,
+                duplicates=totals.duplicates + result.duplicates,
+                last_seq=result.last_seq,
+            )
+            receipt.sessions[session] = totals
             stored += len(batch)
             if progress is not None:
                 progress("store", stored, receipt.events)
@@ -268,12 +285,10 @@ def import_observations(db: ProjectDatabase | None, path: Path, progress: Import
 
     def flush() -> None:
         written = add_observations(db, [item for _, item in pending])
-        for entries, target in (
-            (written.added, receipt.added),
-            (written.duplicates, receipt.duplicates),
-            (written.rejected, receipt.rejected),
-        ):
-            target.extend(entry | {"index": pending[entry["index"]][0]} for entry in entries)
+        # Indexes in ``written`` are positions in this batch; the receipt's are line numbers of the file.
+        receipt.added.extend(replace(entry, index=pending[entry.index][0]) for entry in written.added)
+        receipt.duplicates.extend(replace(entry, index=pending[entry.index][0]) for entry in written.duplicates)
+        receipt.rejected.extend(replace(entry, index=pending[entry.index][0]) for entry in written.rejected)
         pending.clear()
 
     total_bytes = path.stat().st_size
@@ -301,6 +316,7 @@ def import_observations(db: ProjectDatabase | None, path: Path, progress: Import
         progress("read", done, total_bytes)
     if pending:
         flush()
-    for entries in (receipt.added, receipt.duplicates, receipt.rejected):
-        entries.sort(key=lambda entry: entry["index"])
+    receipt.added.sort(key=lambda entry: entry.index)
+    receipt.duplicates.sort(key=lambda entry: entry.index)
+    receipt.rejected.sort(key=lambda entry: entry.index)
     return receipt

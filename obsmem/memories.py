@@ -111,19 +111,49 @@ class ObservationIn(BaseModel):
         return self._memory_id
 
 
+@dataclass(frozen=True)
+class WrittenItem:
+    """An item of a write that is stored: newly added, or a duplicate of one already stored.
+
+    Typed so callers read fields by name; ``to_dict`` is the wire shape every surface emits."""
+
+    index: int
+    id: str
+    memory_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "id": self.id, "memory_id": self.memory_id}
+
+
+@dataclass(frozen=True)
+class RejectedItem:
+    """An item of a write that was refused, with the error's code and (secret-free) message."""
+
+    index: int
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "code": self.code, "message": self.message}
+
+
 @dataclass
 class WriteReceipt:
     """What happened to each item of a memory write, by its index in the request."""
 
-    added: list[dict[str, Any]] = field(default_factory=list)
-    duplicates: list[dict[str, Any]] = field(default_factory=list)
-    rejected: list[dict[str, Any]] = field(default_factory=list)
+    added: list[WrittenItem] = field(default_factory=list)
+    duplicates: list[WrittenItem] = field(default_factory=list)
+    rejected: list[RejectedItem] = field(default_factory=list)
 
     def reject(self, index: int, error: ObsmemError) -> None:
-        self.rejected.append({"index": index, "code": error.code, "message": error.message})
+        self.rejected.append(RejectedItem(index=index, code=error.code, message=error.message))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"added": self.added, "duplicates": self.duplicates, "rejected": self.rejected}
+        return {
+            "added": [item.to_dict() for item in self.added],
+            "duplicates": [item.to_dict() for item in self.duplicates],
+            "rejected": [item.to_dict() for item in self.rejected],
+        }
 
 
 def parse_observation(index: int, raw: Any) -> ObservationIn:
@@ -168,7 +198,7 @@ def add_observations(
     if db is None and conn is None:
         for index, item in parsed:
             receipt.reject(index, _no_events(item.session_id))
-        receipt.rejected.sort(key=lambda entry: entry["index"])
+        receipt.rejected.sort(key=lambda entry: entry.index)
         return receipt
     if not parsed:
         return receipt
@@ -180,7 +210,7 @@ def add_observations(
         assert db is not None
         with db.write() as write_conn:
             _store_observations(write_conn, parsed, receipt)
-    receipt.added.sort(key=lambda item: item["index"])
+    receipt.added.sort(key=lambda item: item.index)
     return receipt
 
 
@@ -205,7 +235,7 @@ def _store_observations(conn: apsw.Connection, parsed: list[tuple[int, Observati
             )
             continue
         memory_id = item.memory_id()
-        entry = {"index": index, "id": ids.display_id(memory_id), "memory_id": memory_id}
+        entry = WrittenItem(index=index, id=ids.display_id(memory_id), memory_id=memory_id)
         row = conn.execute(
             "INSERT INTO memories(memory_id, kind, session_id, content, date, importance, created_at)"
             " VALUES (?, 'observation', ?, ?, ?, ?, ?) ON CONFLICT(memory_id) DO NOTHING RETURNING id",

@@ -15,7 +15,7 @@ import lazy_loader
 from obsmem.retrieval.exact import MAX_QUERY_CHARS
 from obsmem.retrieval.recall import find_memory_row
 from obsmem.retrieval.recall import recall as recall_memory
-from obsmem.retrieval.results import Hit, SearchResult
+from obsmem.retrieval.results import Hit, RecalledMemory, RecallParts, SearchResult, SourceEvent, SourceRef
 from obsmem.retrieval.search import MODES, SearchModes, SearchRequest
 
 if TYPE_CHECKING:
@@ -34,11 +34,15 @@ __all__ = [
     "MODES",
     "Hit",
     "HybridSearcher",
+    "RecallParts",
+    "RecalledMemory",
     "Reranker",
     "SearchModes",
     "SearchPlan",
     "SearchRequest",
     "SearchResult",
+    "SourceEvent",
+    "SourceRef",
     "StageRankings",
     "find_memory_row",
     "make_reranker",

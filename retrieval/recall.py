@@ -6,13 +6,12 @@ An observation's provenance is the events it cites; a reflection's is the observ
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import apsw
 
 from obsmem.errors import AmbiguousId, NotFound
 from obsmem.ids import parse_id_prefix
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
+from obsmem.retrieval.results import HIT_COLUMNS, Hit, RecalledMemory, RecallParts, SourceEvent, SourceRef
 from obsmem.validation import session_id as check_session_id
 
 
@@ -51,36 +50,42 @@ def find_memory_row(
     return row[0], Hit.from_row(row[2:]), row[1]
 
 
-def recall(conn: apsw.Connection, id_prefix: object, *, session_id: str | None, project: str) -> dict[str, Any]:
+def recall(conn: apsw.Connection, id_prefix: object, *, session_id: str | None, project: str) -> RecallParts:
+    """The memory with the id (prefix) and its provenance, typed; raises as :func:`find_memory_row`."""
     row_id, hit, created_at = find_memory_row(conn, id_prefix, session_id=session_id, project=project)
-    memory = hit.to_dict() | {"created_at": created_at}
-    sources: list[dict[str, Any]] = []
-    supporting: list[dict[str, Any]] = []
     if hit.kind == "observation":
-        events = conn.execute(
+        rows = conn.execute(
             "SELECT e.session_id, e.seq, e.role, e.type, e.content, e.tool_name, e.tool_args, e.tool_call_id,"
             " e.created_at FROM observation_sources AS s"
             " JOIN events AS e ON e.session_id = s.session_id AND e.seq = s.seq"
             " WHERE s.memory_row = ? ORDER BY e.session_id, e.seq",
             (row_id,),
         ).fetchall()
-        memory["source_refs"] = [{"session_id": e[0], "seq": e[1]} for e in events]
-        for sid, seq, role, kind, content, tool_name, tool_args, tool_call_id, stamp in events:
-            event: dict[str, Any] = {"session_id": sid, "seq": seq, "role": role, "type": kind, "content": content}
-            if tool_name is not None:
-                event["tool_name"] = tool_name
-            if tool_args is not None:
-                event["tool_args"] = json.loads(tool_args)
-            if tool_call_id is not None:
-                event["tool_call_id"] = tool_call_id
-            event["created_at"] = stamp
-            sources.append(event)
-    else:
-        rows = conn.execute(
+        sources = tuple(
+            SourceEvent(
+                session_id=sid,
+                seq=seq,
+                role=role,
+                type=kind,
+                content=content,
+                tool_name=tool_name,
+                tool_args=None if tool_args is None else json.loads(tool_args),
+                tool_call_id=tool_call_id,
+                created_at=stamp,
+            )
+            for sid, seq, role, kind, content, tool_name, tool_args, tool_call_id, stamp in rows
+        )
+        refs = tuple(SourceRef(event.session_id, event.seq) for event in sources)
+        return RecallParts(RecalledMemory.from_hit(hit, created_at, source_refs=refs), sources, ())
+    supporting = tuple(
+        Hit.from_row(row)
+        for row in conn.execute(
             f"SELECT {HIT_COLUMNS} FROM reflection_supports AS r JOIN memories AS m ON m.id = r.observation_row"
             " WHERE r.reflection_row = ? ORDER BY m.date, m.id",
             (row_id,),
         ).fetchall()
-        supporting = [Hit.from_row(row).to_dict() for row in rows]
-        memory["supporting_observation_ids"] = [item["memory_id"] for item in supporting]
-    return {"memory": memory, "sources": sources, "supporting": supporting}
+    )
+    memory = RecalledMemory.from_hit(
+        hit, created_at, supporting_observation_ids=tuple(item.memory_id for item in supporting)
+    )
+    return RecallParts(memory, (), supporting)

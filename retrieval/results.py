@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from obsmem.dates import display_minute
 from obsmem.ids import display_id
@@ -58,3 +58,108 @@ class SearchResult:
             "truncated": self.truncated,
             "partial": self.partial,
         }
+
+
+# -- recall -----------------------------------------------------------------------------------------
+# Recall builds these from its rows and the app floor wraps them unchanged, so there is one place where a
+# recalled memory is constructed and one ``to_dict`` per shape (the JSON every surface publishes).
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """An event an observation cites."""
+
+    session_id: str
+    seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "seq": self.seq}
+
+
+@dataclass(frozen=True)
+class RecalledMemory:
+    """The recalled memory: a hit plus when it was stored and what it cites (by kind)."""
+
+    id: str
+    memory_id: str
+    kind: str
+    session_id: str
+    date: str
+    content: str
+    created_at: str
+    importance: str | None = None  # observations only
+    source_refs: tuple[SourceRef, ...] = ()  # observations only
+    supporting_observation_ids: tuple[str, ...] = ()  # reflections only
+
+    @classmethod
+    def from_hit(
+        cls,
+        hit: Hit,
+        created_at: str,
+        *,
+        source_refs: tuple[SourceRef, ...] = (),
+        supporting_observation_ids: tuple[str, ...] = (),
+    ) -> RecalledMemory:
+        return cls(
+            id=hit.id,
+            memory_id=hit.memory_id,
+            kind=hit.kind,
+            session_id=hit.session_id,
+            date=hit.date,
+            content=hit.content,
+            created_at=created_at,
+            importance=hit.importance,
+            source_refs=source_refs,
+            supporting_observation_ids=supporting_observation_ids,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        # The hit's own fields in the hit's order, then what recall adds.
+        hit = Hit(self.memory_id, self.kind, self.session_id, self.date, self.importance, self.content)
+        body = hit.to_dict() | {"created_at": self.created_at}
+        if self.kind == "observation":
+            body["source_refs"] = [ref.to_dict() for ref in self.source_refs]
+        else:
+            body["supporting_observation_ids"] = list(self.supporting_observation_ids)
+        return body
+
+
+@dataclass(frozen=True)
+class SourceEvent:
+    """An event an observation cites; the tool fields appear in its JSON only when the event has them."""
+
+    session_id: str
+    seq: int
+    role: str
+    type: str
+    content: str
+    tool_name: str | None = None
+    tool_args: Any = None
+    tool_call_id: str | None = None
+    created_at: str = ""  # always set; the default only because it follows the optional tool fields
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "role": self.role,
+            "type": self.type,
+            "content": self.content,
+        }
+        if self.tool_name is not None:
+            body["tool_name"] = self.tool_name
+        if self.tool_args is not None:
+            body["tool_args"] = self.tool_args
+        if self.tool_call_id is not None:
+            body["tool_call_id"] = self.tool_call_id
+        body["created_at"] = self.created_at
+        return body
+
+
+class RecallParts(NamedTuple):
+    """What recall finds: the memory, the events it cites (observations) and the observations that
+    support it (reflections); the kind that does not apply is empty."""
+
+    memory: RecalledMemory
+    sources: tuple[SourceEvent, ...]
+    supporting: tuple[Hit, ...]

@@ -53,7 +53,7 @@ def test_recall_and_forget_answer_with_typed_results(service: Obsmem) -> None:
     receipt = service.add_observations(
         "p", [{"session_id": "s1", "content": "Listed the files", "timestamp": "2026-01-02 10:00", "source_refs": [1]}]
     )
-    memory_id = receipt.added[0]["memory_id"]
+    memory_id = receipt.added[0].memory_id
     recalled = service.recall("p", memory_id[:12])
     assert isinstance(recalled, Recollection)
     assert recalled.sources[0].tool_args == {"cmd": "ls"} and recalled.memory.source_refs[0].seq == 1

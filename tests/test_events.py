@@ -8,6 +8,7 @@ import pytest
 
 from obsmem.app import Obsmem
 from obsmem.errors import InvalidSession, SeqConflict, ValidationFailed
+from obsmem.importing import BATCH_SIZE, SessionTotals
 
 
 def _rows(service: Obsmem, project: str = "p") -> list[tuple]:
@@ -197,3 +198,27 @@ def test_session_ids_that_look_like_secrets_are_refused_not_stored(service: Obsm
 )
 def test_ordinary_session_ids_are_accepted(service: Obsmem, session: str) -> None:
     assert service.append_events("p", session, [{"role": "user", "content": "a"}]).appended == 1
+
+
+def test_an_import_receipt_totals_each_session_across_batches_in_the_same_json(service: Obsmem, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    service.append_events("p", "s2", [{"role": "user", "content": "already here"}])
+    lines = [{"role": "user", "content": f"turn {n}", "session_id": "s1"} for n in range(BATCH_SIZE + 3)]
+    lines.append({"role": "user", "content": "already here", "session_id": "s2", "seq": 1})
+    transcript = tmp_path / "two.jsonl"
+    transcript.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    receipt = service.import_jsonl("p", transcript)
+    assert receipt.sessions == {
+        "s1": SessionTotals(appended=BATCH_SIZE + 3, duplicates=0, last_seq=BATCH_SIZE + 3),
+        "s2": SessionTotals(appended=0, duplicates=1, last_seq=1),
+    }
+    assert json.dumps(receipt.to_dict()) == json.dumps(
+        {
+            "events": BATCH_SIZE + 4,
+            "appended": BATCH_SIZE + 3,
+            "duplicates": 1,
+            "sessions": {
+                "s1": {"appended": BATCH_SIZE + 3, "duplicates": 0, "last_seq": BATCH_SIZE + 3},
+                "s2": {"appended": 0, "duplicates": 1, "last_seq": 1},
+            },
+        }
+    )

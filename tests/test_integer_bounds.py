@@ -208,9 +208,9 @@ def test_python_api_seq_and_ref(service: Obsmem, value: object) -> None:
             service.append_events(PROJECT, "python-probe", [{"role": "user", "content": "same", "seq": value}])
         assert raised.value.field == "events.0.seq"
     receipt = service.add_observations(PROJECT, [NOTE | {"content": "python probe", "source_refs": [value]}, NOTE])
-    assert {entry["index"] for entry in receipt.added + receipt.duplicates} >= {1}
+    assert {entry.index for entry in receipt.added + receipt.duplicates} >= {1}
     if not in_range(value, 1, MAX_SEQ):
-        assert receipt.rejected[0]["code"] == "invalid_request"
+        assert receipt.rejected[0].code == "invalid_request"
 
 
 # -- CLI ----------------------------------------------------------------------------------------------------

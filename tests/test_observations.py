@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from obsmem import ids
 from obsmem.app import Obsmem
+from obsmem.memories import RejectedItem, WrittenItem
 
 
 @pytest.fixture
@@ -66,13 +68,13 @@ def test_receipt_lists_added_duplicates_and_rejected(project: Obsmem) -> None:
 def test_rewriting_the_same_observation_is_a_duplicate_and_ref_order_does_not_matter(project: Obsmem) -> None:
     first = project.add_observations("p", [_obs()])
     second = project.add_observations("p", [_obs(source_refs=[1, {"seq": 2}])])
-    assert second.duplicates[0]["memory_id"] == first.added[0]["memory_id"]
+    assert second.duplicates[0].memory_id == first.added[0].memory_id
 
 
 def test_refs_may_cite_other_sessions(project: Obsmem) -> None:
     receipt = project.add_observations("p", [_obs(source_refs=[{"session_id": "s2", "seq": 1}])])
     assert len(receipt.added) == 1
-    recalled = project.recall("p", receipt.added[0]["id"])
+    recalled = project.recall("p", receipt.added[0].id)
     assert [(s.session_id, s.seq) for s in recalled.sources] == [("s2", 1)]
 
 
@@ -102,5 +104,35 @@ def test_observations_for_a_project_without_events_are_rejected_and_create_nothi
     assert rejected == [(0, "session_not_found"), (1, "invalid_request")]
     path = tmp_path / "observations.jsonl"
     path.write_text(json.dumps(_obs()) + "\n", encoding="utf-8")
-    assert [item["code"] for item in service.import_observations("fresh", path).rejected] == ["session_not_found"]
+    assert [item.code for item in service.import_observations("fresh", path).rejected] == ["session_not_found"]
     assert not service.projects.exists("fresh") and not service.projects.directory("fresh").exists()
+
+
+def test_a_write_receipt_is_typed_and_its_json_keeps_the_wire_shape(project: Obsmem) -> None:
+    receipt = project.add_observations("p", [_obs(), _obs(), _obs(source_refs=[99])])
+    added, duplicate, rejected = receipt.added[0], receipt.duplicates[0], receipt.rejected[0]
+    assert isinstance(added, WrittenItem) and isinstance(duplicate, WrittenItem)
+    assert isinstance(rejected, RejectedItem)
+    assert (added.index, duplicate.index, rejected.index, rejected.code) == (0, 1, 2, "unknown_source_ref")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        added.index = 5  # type: ignore[misc]
+    memory_id = added.memory_id
+    # Key order is part of the JSON every surface emits: it must not change with the types.
+    assert json.dumps(receipt.to_dict()) == json.dumps(
+        {
+            "added": [{"index": 0, "id": memory_id[:12], "memory_id": memory_id}],
+            "duplicates": [{"index": 1, "id": memory_id[:12], "memory_id": memory_id}],
+            "rejected": [{"index": 2, "code": "unknown_source_ref", "message": rejected.message}],
+        }
+    )
+
+
+def test_an_observations_file_receipt_indexes_typed_items_by_line(project: Obsmem, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "observations.jsonl"
+    path.write_text("\n".join([json.dumps(_obs()), "{not json", json.dumps(_obs())]) + "\n", encoding="utf-8")
+    receipt = project.import_observations("p", path)
+    assert [(type(item), item.index) for item in receipt.added + receipt.duplicates] == [
+        (WrittenItem, 0),
+        (WrittenItem, 2),
+    ]
+    assert [(item.index, item.code) for item in receipt.rejected] == [(1, "invalid_request")]

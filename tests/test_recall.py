@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, InvalidId, NotFound, ProjectNotFound
+from obsmem.retrieval import Hit, RecalledMemory, RecallParts, SourceEvent, SourceRef, recall_memory
 
 
 @pytest.fixture
@@ -43,7 +46,7 @@ def stored(service: Obsmem) -> tuple[Obsmem, str]:
             }
         ],
     )
-    return service, receipt.added[0]["memory_id"]
+    return service, receipt.added[0].memory_id
 
 
 def test_recall_by_display_id_returns_sources_in_order(stored: tuple[Obsmem, str]) -> None:
@@ -138,3 +141,90 @@ def test_a_prefix_resolves_exactly_as_a_scan_of_the_ids_would(  # type: ignore[n
         else:
             with pytest.raises(AmbiguousId if matching else NotFound):
                 service.recall("p", prefix)
+
+
+def test_recall_returns_typed_parts_and_the_same_json_document(stored: tuple[Obsmem, str]) -> None:
+    from obsmem.memories import ReflectionIn, add_reflection
+
+    service, memory_id = stored
+    db = service.database("p")
+    with db.read() as conn:
+        parts = recall_memory(conn, memory_id[:12], session_id=None, project="p")
+    assert isinstance(parts, RecallParts) and isinstance(parts.memory, RecalledMemory)
+    assert all(isinstance(event, SourceEvent) for event in parts.sources) and parts.supporting == ()
+    assert parts.memory.source_refs == (SourceRef("s1", 1), SourceRef("s1", 2), SourceRef("s1", 3))
+    result = service.recall("p", memory_id[:12])
+    assert (result.memory, result.sources, result.supporting) == tuple(parts)  # wrapped, never rebuilt
+    stamps = [event.created_at for event in result.sources]
+    # Key order and optional keys are part of what every surface publishes.
+    assert json.dumps(result.to_dict()) == json.dumps(
+        {
+            "memory": {
+                "id": memory_id[:12],
+                "memory_id": memory_id,
+                "kind": "observation",
+                "session_id": "s1",
+                "date": "2026-04-01 10:00",
+                "importance": "medium",
+                "content": "Upgraded httpx to 0.28.1 at user request",
+                "created_at": result.memory.created_at,
+                "source_refs": [{"session_id": "s1", "seq": seq} for seq in (1, 2, 3)],
+            },
+            "sources": [
+                {
+                    "session_id": "s1",
+                    "seq": 1,
+                    "role": "user",
+                    "type": "message",
+                    "content": "please bump httpx",
+                    "created_at": stamps[0],
+                },
+                {
+                    "session_id": "s1",
+                    "seq": 2,
+                    "role": "assistant",
+                    "type": "tool_call",
+                    "content": result.sources[1].content,
+                    "tool_name": "bash",
+                    "tool_args": {"cmd": "pip install -U httpx"},
+                    "created_at": stamps[1],
+                },
+                {
+                    "session_id": "s1",
+                    "seq": 3,
+                    "role": "tool",
+                    "type": "tool_result",
+                    "content": "Successfully installed httpx-0.28.1",
+                    "tool_name": "bash",
+                    "created_at": stamps[2],
+                },
+            ],
+            "supporting": [],
+        }
+    )
+    with db.write() as conn:
+        reflection_id, _ = add_reflection(conn, ReflectionIn("s1", "Dependencies are kept current", (memory_id,)))
+    reflected = service.recall("p", reflection_id)
+    assert all(isinstance(item, Hit) for item in reflected.supporting)
+    body = reflected.to_dict()
+    assert list(body["memory"]) == [
+        "id",
+        "memory_id",
+        "kind",
+        "session_id",
+        "date",
+        "content",
+        "created_at",
+        "supporting_observation_ids",
+    ]
+    assert body["memory"]["supporting_observation_ids"] == [memory_id]
+    assert body["sources"] == []
+    assert body["supporting"][0]["memory_id"] == memory_id and list(body["supporting"][0]) == [
+        "id",
+        "memory_id",
+        "kind",
+        "session_id",
+        "date",
+        "importance",
+        "content",
+    ]

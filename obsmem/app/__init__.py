@@ -3,7 +3,8 @@
 It sits above the stages (it builds the pipeline, the indexer and the searchers) and below the surfaces
 (HTTP, CLI, agent tools, MCP) and the eval harness, which call it. Nothing in the base or in a stage
 imports it. The names below are what the layers above may import: ``Obsmem`` and the typed results its
-methods return (each with ``to_dict()``, the JSON document every surface publishes).
+methods return (each with ``to_dict()``, the JSON document every surface publishes); the parts of a
+recollection are retrieval's types, re-exported here so the layers above need not reach below the app.
 """
 
 from obsmem.app.results import (
@@ -23,17 +24,15 @@ from obsmem.app.results import (
     ObservationDetail,
     PoolPressure,
     ProjectStatus,
-    RecalledMemory,
     Recollection,
     ReflectionDetail,
     RoleModelChoice,
     SessionJobs,
     SessionStatus,
-    SourceEvent,
-    SourceRef,
 )
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import JsonResult
+from obsmem.retrieval import RecalledMemory, SourceEvent, SourceRef
 
 __all__ = [
     "CurrentActivity",

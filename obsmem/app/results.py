@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.app.typed import OMIT_IF_NONE, JsonResult
-from obsmem.retrieval import Hit
+from obsmem.retrieval import Hit, RecalledMemory, SourceEvent
 
 # -- memories ---------------------------------------------------------------------------------------
 
@@ -25,77 +25,13 @@ class Forgotten(JsonResult):
 
 
 @dataclass(frozen=True)
-class SourceRef(JsonResult):
-    session_id: str
-    seq: int
-
-
-@dataclass(frozen=True)
-class RecalledMemory(JsonResult):
-    """The recalled memory: a hit plus when it was stored and what it cites (by kind)."""
-
-    id: str
-    memory_id: str
-    kind: str
-    session_id: str
-    date: str
-    content: str
-    created_at: str
-    importance: str | None = None  # observations only
-    source_refs: tuple[SourceRef, ...] = ()  # observations only
-    supporting_observation_ids: tuple[str, ...] = ()  # reflections only
-
-    def to_dict(self) -> dict[str, Any]:
-        # The hit's own fields in the hit's order, then what recall adds.
-        hit = Hit(self.memory_id, self.kind, self.session_id, self.date, self.importance, self.content)
-        body = hit.to_dict() | {"created_at": self.created_at}
-        if self.kind == "observation":
-            body["source_refs"] = [ref.to_dict() for ref in self.source_refs]
-        else:
-            body["supporting_observation_ids"] = list(self.supporting_observation_ids)
-        return body
-
-
-@dataclass(frozen=True)
-class SourceEvent(JsonResult):
-    """An event an observation cites; the tool fields appear only when the event has them."""
-
-    session_id: str
-    seq: int
-    role: str
-    type: str
-    content: str
-    tool_name: str | None = field(default=None, metadata=OMIT_IF_NONE)
-    tool_args: Any = field(default=None, metadata=OMIT_IF_NONE)
-    tool_call_id: str | None = field(default=None, metadata=OMIT_IF_NONE)
-    created_at: str = ""  # always set; the default only because it follows the optional tool fields
-
-
-@dataclass(frozen=True)
 class Recollection(JsonResult):
     """``recall``: the memory, the events it cites (observations) or the observations that support it
-    (reflections)."""
+    (reflections). The parts are retrieval's own types (re-exported here), wrapped as recall built them."""
 
     memory: RecalledMemory
     sources: tuple[SourceEvent, ...]
     supporting: tuple[Hit, ...]
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Recollection:
-        memory = dict(data["memory"])
-        refs = tuple(SourceRef(**ref) for ref in memory.pop("source_refs", ()))
-        supporting_ids = tuple(memory.pop("supporting_observation_ids", ()))
-        return cls(
-            memory=RecalledMemory(**memory, source_refs=refs, supporting_observation_ids=supporting_ids),
-            sources=tuple(SourceEvent(**event) for event in data["sources"]),
-            supporting=tuple(_hit(item) for item in data["supporting"]),
-        )
-
-
-def _hit(data: dict[str, Any]) -> Hit:
-    return Hit(
-        data["memory_id"], data["kind"], data["session_id"], data["date"], data.get("importance"), data["content"]
-    )
 
 
 # -- the semantic index -----------------------------------------------------------------------------

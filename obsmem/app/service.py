@@ -220,7 +220,8 @@ class Obsmem:
     def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection:
         db = self.projects.get(project)
         with db.read() as conn:
-            return Recollection.from_dict(recall_memory(conn, memory_id, session_id=session_id, project=project))
+            parts = recall_memory(conn, memory_id, session_id=session_id, project=project)
+        return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
 
     @property
     def default_mode(self) -> str:

@@ -117,8 +117,8 @@ def load_sample(db: ProjectDatabase) -> dict[str, int]:
     if written.rejected:
         first = written.rejected[0]
         raise SampleDataError(
-            f"{len(written.rejected)} sample observation(s) rejected; first: index {first['index']},"
-            f" {first['code']}: {first['message']}"
+            f"{len(written.rejected)} sample observation(s) rejected; first: index {first.index},"
+            f" {first.code}: {first.message}"
         )
     return {
         "sessions": len(sessions),

@@ -161,7 +161,7 @@ def commit_chunk(
     """Store a chunk's observations and coverage atomically, inside the caller's write transaction."""
     _check_uncovered(conn, session_id, chunk)
     receipt = add_observations(db, list(observations), conn=conn)
-    added = [entry["index"] for entry in receipt.added]
+    added = [entry.index for entry in receipt.added]
     stamp = now_iso()
     conn.executemany(
         "INSERT INTO coverage(session_id, seq, part_start, part_end, final, cycle_id, job_id, covered_at)"

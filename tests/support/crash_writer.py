@@ -47,7 +47,7 @@ def main(data_dir: str, seed: int) -> None:
             result = add_observations(db, items)
             assert not result.rejected, result.rejected
             for added in result.added:
-                print(f"O {added['memory_id']}", flush=True)
+                print(f"O {added.memory_id}", flush=True)
 
 
 if __name__ == "__main__":

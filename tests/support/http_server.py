@@ -58,7 +58,7 @@ def seed(service: Obsmem, project: str, notes: list[tuple[str, str, str]], sessi
     ]
     receipt = service.add_observations(project, items)
     assert not receipt.rejected, receipt.rejected
-    return [entry["memory_id"] for entry in sorted(receipt.added + receipt.duplicates, key=lambda e: e["index"])]
+    return [entry.memory_id for entry in sorted(receipt.added + receipt.duplicates, key=lambda e: e.index)]
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -48,7 +48,7 @@ def add_memories(service: Obsmem, project: str, items: list[tuple[str, str]], se
         ],
     )
     assert not written.rejected, written.rejected
-    by_index = {entry["index"]: entry["memory_id"] for entry in written.added + written.duplicates}
+    by_index = {entry.index: entry.memory_id for entry in written.added + written.duplicates}
     return [by_index[i] for i in range(len(items))]
 
 
