@@ -30,6 +30,7 @@ import click
 
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
+from obsmem.retrieval import MODES
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.storage import storage_fault
 from obsmem.surfaces import cli_render as render
@@ -292,7 +293,12 @@ def ingest(
 @click.option("--after", default=None, metavar="DATE", help="Only memories dated on or after: YYYY-MM-DD [HH:MM].")
 @click.option("--before", default=None, metavar="DATE", help="Only memories dated on or before: YYYY-MM-DD [HH:MM].")
 @click.option("--limit", type=int, default=None, help="Most hits to return [default: 20, at most 50].")
-@click.option("--mode", type=click.Choice(["exact", "hybrid"]), default=None, help="Search mode [default: exact].")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default=None,
+    help="Search mode [default: hybrid when [semantic] is configured, else exact].",
+)
 @session_option("Search only this session [default: every session of the project].")
 @json_option
 @pass_app
