@@ -366,9 +366,10 @@ def forget(app: App, project: str, memory_id: str, session_id: str | None, as_js
         click.echo(f"Deleted {hit['kind']} {hit['id']} of session {hit['session_id']}.")
 
 
-def main() -> None:
-    """Console script entry point."""
-    cli(prog_name="obsmem")
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry point; ``argv`` (default: the process arguments) lets other entry points, such
+    as ``python -m obsmem.surfaces.worker``, run a command of this one CLI instead of parsing on their own."""
+    cli(args=argv, prog_name="obsmem")
 
 
 if __name__ == "__main__":
