@@ -16,8 +16,6 @@ directory (its index is brought up to date first, as ``obsmem index`` would).
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -69,12 +67,6 @@ class EvalRun:
             "setup": self.setup,
             "notes": self.notes,
         }
-
-
-def command_line(argv: Sequence[str] | None = None) -> str:
-    """The command as typed (program name shortened to ``obsmem``), for reports."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    return shlex.join(["obsmem", *args])
 
 
 def with_semantic(settings: Settings, data_dir: Path | None = None) -> Settings:

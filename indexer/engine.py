@@ -94,10 +94,6 @@ class SemanticIndexer:
         if self._scheduler is not None:
             self._scheduler.notify(name)
 
-    def wait_idle(self, timeout: float) -> bool:
-        """For tests and the CLI: wait until the scheduler has no work left."""
-        return self._scheduler.idle.wait(timeout) if self._scheduler is not None else True
-
     def release(self, name: str) -> None:
         """Drop one project's in-memory index (vectors, graph); it loads again on its next use."""
         with self._lock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from obsmem.errors import InvalidDate
 
@@ -93,7 +93,3 @@ def parse_window(after: object = None, before: object = None) -> DateWindow:
     if lower is not None and upper is not None and lower > upper:
         raise InvalidDate("after must not be later than before", field="after")
     return DateWindow(lower, upper)
-
-
-def as_date(stored: str) -> date:
-    return datetime.strptime(stored, STORED_FORMAT).date()

@@ -105,10 +105,6 @@ class ObsmemError(Exception):
         body.update(self.details)
         return body
 
-    def tool_text(self) -> str:
-        """The text an agent tool returns for this error."""
-        return f"{self.code}: {self.message}"
-
 
 class ValidationFailed(ObsmemError):
     """A request field has a value that is not allowed."""

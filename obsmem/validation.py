@@ -65,15 +65,6 @@ def secret_free_identifier(value: str | None) -> str | None:
     return value
 
 
-def utf8_text(value: str, field: str) -> str:
-    """Reject lone surrogates (text that cannot be stored as UTF-8)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} is not valid UTF-8 text", field=field) from None
-    return value
-
-
 def field_path(parts: Iterable[object]) -> str:
     """A dotted field path for error messages. Client-chosen keys (an unexpected property name) may hold
     anything, lone surrogates and credentials included, so a part that is not a plain identifier or index,

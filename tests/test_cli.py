@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import click
 import httpx
 import pytest
 from click.testing import CliRunner, Result
 
 from obsmem import __version__
 from obsmem.app import Obsmem
+from obsmem.retrieval import MODES
 from obsmem.surfaces.cli import COMMANDS, cli
+from obsmem.surfaces.cli import search as search_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -345,6 +348,18 @@ def test_search_options_reach_the_search(loaded: Path) -> None:
     assert len(limited["hits"]) == 1 and limited["truncated"] is True
     assert "More memories matched" in ok(run(loaded, "search", "proj", "a", "--limit", "1")).stdout
     assert "No memory matched" in ok(run(loaded, "search", "proj", "zebra")).stdout
+
+
+def test_search_mode_choices_and_default_follow_the_retrieval_modes(data_dir: Path) -> None:
+    """The --mode choices come from the retrieval layer and the help names both possible defaults, so a new
+    mode or the hybrid default under [semantic] can never be misdescribed by the CLI."""
+    mode = next(p for p in search_command.params if p.name == "mode")
+    assert isinstance(mode.type, click.Choice) and tuple(mode.type.choices) == MODES
+    text = " ".join(ok(run(data_dir, "search", "--help")).stdout.split())
+    assert "hybrid when [semantic] is configured, else exact" in text
+    assert "[default: exact]" not in text
+    refused = run(data_dir, "search", "proj", "x", "--mode", "fuzzy")
+    assert refused.exit_code == 2 and "fuzzy" in refused.output
 
 
 @pytest.mark.parametrize(

@@ -326,3 +326,17 @@ def test_module_entry_points_refuse_numbers_out_of_range(data_dir: Path, module:
     done = run_module(module, "--data-dir", str(data_dir), flag, text)
     assert done.returncode == 2, done.stderr[-500:]
     assert flag.strip("-").removesuffix("s") in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
+
+
+def test_the_worker_module_is_the_obsmem_worker_command(data_dir: Path) -> None:
+    """``python -m obsmem.surfaces.worker`` runs the click command itself: the same help, and ``--data-dir`` or
+    ``--config`` (options of the ``obsmem`` group) accepted anywhere among the worker's options."""
+    module_help = run_module("obsmem.surfaces.worker", "--help")
+    cli_help = run_module("obsmem.surfaces.cli", "worker", "--help")
+    assert module_help.returncode == cli_help.returncode == 0
+    assert module_help.stdout == cli_help.stdout and "--log-level" in module_help.stdout
+    after = run_module("obsmem.surfaces.worker", "--grace", "nan", f"--data-dir={data_dir}")
+    assert after.returncode == 2 and "--grace" in after.stderr and "Traceback" not in after.stderr, after.stderr
+    missing = data_dir / "missing.toml"
+    config = run_module("obsmem.surfaces.worker", "--threads=2", "--config", str(missing), f"--data-dir={data_dir}")
+    assert config.returncode == 1 and "configuration_error" in config.stderr, config.stderr[-500:]

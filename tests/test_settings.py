@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.resources
+import inspect
 from pathlib import Path
 
 import pytest
@@ -119,6 +122,31 @@ def test_role_overrides_offer_every_model_setting_with_its_bounds() -> None:
     for name, field in ModelOverride.model_fields.items():
         assert field.default is None, name
         assert field.metadata == ModelSettings.model_fields[name].metadata, name
+
+
+def test_the_type_checkers_model_override_declares_the_generated_fields() -> None:
+    """``ModelOverride`` is generated at run time; type checkers read a hand-written declaration instead.
+    It must name every generated field, in order, with the ``[model]`` type made optional, or a checker
+    would miss (or invent) an override."""
+    import obsmem.settings.main as module
+
+    tree = ast.parse(inspect.getsource(module))
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    declared = next(n for n in guarded.body if isinstance(n, ast.ClassDef) and n.name == "ModelOverride")
+    fields = [n for n in declared.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    assert [f.target.id for f in fields if isinstance(f.target, ast.Name)] == list(ModelOverride.model_fields)
+    namespace = vars(module)
+    for field in fields:
+        assert isinstance(field.target, ast.Name)
+        name = field.target.id
+        expected = ModelSettings.model_fields[name].annotation
+        assert eval(ast.unparse(field.annotation), namespace) == (expected | None), name  # noqa: S307
+        assert field.value is not None and ast.unparse(field.value) == "None", name
+
+
+def test_the_package_is_marked_as_typed() -> None:
+    """PEP 561: without ``py.typed`` a type checker ignores the installed package's annotations."""
+    assert importlib.resources.files("obsmem").joinpath("py.typed").is_file()
 
 
 @pytest.mark.parametrize(

@@ -217,7 +217,20 @@ def _override_fields(settings: type[BaseModel]) -> dict[str, Any]:
 
 
 if TYPE_CHECKING:
-    ModelOverride = ModelOverrideBase
+    # Type checkers cannot run create_model, so they read this declaration of the same fields (each the
+    # `ModelSettings` type, optional); tests/test_settings.py keeps it equal to the generated model.
+
+    class ModelOverride(ModelOverrideBase):
+        base_url: str | None = None
+        model_id: str | None = None
+        api_key: SecretStr | None = None
+        timeout_seconds: float | None = None
+        max_retries: int | None = None
+        retry_backoff_seconds: float | None = None
+        context_window_tokens: int | None = None
+        temperature: float | None = None
+        max_output_tokens: int | None = None
+
 else:
     ModelOverride = create_model(
         "ModelOverride",

@@ -30,6 +30,7 @@ import click
 
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
+from obsmem.retrieval import MODES
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.storage import storage_fault
 from obsmem.surfaces import cli_render as render
@@ -292,7 +293,12 @@ def ingest(
 @click.option("--after", default=None, metavar="DATE", help="Only memories dated on or after: YYYY-MM-DD [HH:MM].")
 @click.option("--before", default=None, metavar="DATE", help="Only memories dated on or before: YYYY-MM-DD [HH:MM].")
 @click.option("--limit", type=int, default=None, help="Most hits to return [default: 20, at most 50].")
-@click.option("--mode", type=click.Choice(["exact", "hybrid"]), default=None, help="Search mode [default: exact].")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default=None,
+    help="Search mode [default: hybrid when [semantic] is configured, else exact].",
+)
 @session_option("Search only this session [default: every session of the project].")
 @json_option
 @pass_app
@@ -360,9 +366,10 @@ def forget(app: App, project: str, memory_id: str, session_id: str | None, as_js
         click.echo(f"Deleted {hit['kind']} {hit['id']} of session {hit['session_id']}.")
 
 
-def main() -> None:
-    """Console script entry point."""
-    cli(prog_name="obsmem")
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry point; ``argv`` (default: the process arguments) lets other entry points, such
+    as ``python -m obsmem.surfaces.worker``, run a command of this one CLI instead of parsing on their own."""
+    cli(args=argv, prog_name="obsmem")
 
 
 if __name__ == "__main__":

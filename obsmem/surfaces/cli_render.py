@@ -168,10 +168,6 @@ def _size(count: int) -> str:
     return f"{value:.1f}{units[unit]}" if unit and value < 10 else f"{value:.0f}{units[unit]}"
 
 
-def render_status(console: Console, projects: Sequence[dict[str, Any]]) -> None:
-    console.print(status_table(projects))
-
-
 def status_table(projects: Sequence[dict[str, Any]]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     table.add_column("project", overflow="fold")

@@ -7,21 +7,19 @@ leases decide who runs what. SIGTERM or SIGINT stops claiming new jobs and waits
 for running ones; a job still running after that is left to its lease, which expires and hands it to
 another worker.
 
-Also runnable as ``python -m obsmem.surfaces.worker --data-dir DIR``.
+Also runnable as ``python -m obsmem.surfaces.worker --data-dir DIR [options]``: the same ``obsmem worker``
+command, options and exit codes.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import math
 import signal
+import sys
 import threading
-from pathlib import Path
 
 from obsmem.app import Obsmem
-from obsmem.errors import ConfigurationError
-from obsmem.settings import Settings, load_settings
+from obsmem.settings import Settings
 
 log = logging.getLogger("obsmem.worker")
 MAX_GRACE_SECONDS = 86_400  # a stop that waits longer than a day for running jobs is a mistake
@@ -54,24 +52,32 @@ def run_worker(
         memory.close()
 
 
+# Options of the ``obsmem`` group (they come before the command name there); this entry point takes them
+# anywhere among the worker's own options, as it always has.
+_GROUP_OPTIONS = ("--data-dir", "--config")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="obsmem worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=None, help="data directory (default: settings)")
-    parser.add_argument("--config", type=Path, default=None, help="settings file (TOML)")
-    parser.add_argument("--threads", type=int, default=None, help="jobs run at once (default: jobs.worker_threads)")
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds to let running jobs finish on stop")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    args = parser.parse_args(argv)
-    if not (math.isfinite(args.grace) and 0 <= args.grace <= MAX_GRACE_SECONDS):
-        parser.error(f"--grace must be a number of seconds from 0 to {MAX_GRACE_SECONDS}")
-    # --threads goes through the settings, so it is bounded exactly as jobs.worker_threads is.
-    overrides = {"jobs": {"worker_threads": args.threads}} if args.threads is not None else {}
-    try:
-        settings = load_settings(args.config, data_dir=args.data_dir, **overrides)
-    except ConfigurationError as exc:
-        parser.error(exc.message)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_worker(settings, grace_seconds=args.grace)
+    """``python -m obsmem.surfaces.worker [--data-dir DIR] [--config FILE] [worker options]``.
+
+    Runs the click ``obsmem worker`` command, so its options, bounds, messages and exit codes are defined
+    in one place only; ``--data-dir`` and ``--config`` are moved in front of the command name, where the
+    ``obsmem`` group reads them.
+    """
+    from obsmem.surfaces.cli import main as cli_main  # imported here: the CLI imports this module
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    group: list[str] = []
+    rest: list[str] = []
+    while args:
+        arg = args.pop(0)
+        if arg in _GROUP_OPTIONS and args:
+            group += [arg, args.pop(0)]
+        elif arg.partition("=")[0] in _GROUP_OPTIONS:
+            group.append(arg)
+        else:
+            rest.append(arg)
+    cli_main([*group, "worker", *rest])
 
 
 if __name__ == "__main__":

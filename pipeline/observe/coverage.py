@@ -239,18 +239,3 @@ def _first_uncovered(conn: apsw.Connection, session_id: str, from_seq: int) -> i
         (session_id, from_seq),
     ).fetchone()
     return None if row is None else int(row[0])
-
-
-def recount_backlog(conn: apsw.Connection, session_id: str) -> tuple[int, int]:
-    """Recompute ``(pending_tokens, pending_events)`` from the events themselves (housekeeping repair)."""
-    start = read_progress(conn, session_id).scan_from_seq
-    tokens = events = 0
-    for role, type_, content, tool_name, tool_args in conn.execute(
-        "SELECT e.role, e.type, e.content, e.tool_name, e.tool_args FROM events AS e"
-        " WHERE e.session_id = ? AND e.seq >= ? AND NOT EXISTS ("
-        "  SELECT 1 FROM coverage AS c WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)",
-        (session_id, start),
-    ):
-        tokens += event_tokens(role, type_, content, tool_name, tool_args)
-        events += 1
-    return tokens, events

@@ -88,12 +88,6 @@ class Pool:
     def by_id(self) -> dict[str, PoolObservation]:
         return {o.memory_id: o for o in self.observations}
 
-    def tier_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(TIERS, 0)
-        for observation in self.observations:
-            counts[observation.tier] += 1
-        return counts
-
 
 def generation_id(session_id: str, observation_ids: Iterable[str]) -> str:
     """The id a Reflector run is claimed under: the session and the active observation set it starts from.
