@@ -88,34 +88,51 @@ def open_connection(path: Path, *, create: bool) -> apsw.Connection:
         conn = apsw.Connection(str(path), flags=flags)
     except apsw.CantOpenError:
         if _read_only_directory(path.parent):
-            if not create:
-                return open_snapshot(path)
-            raise read_only() from None
+            return _read_only_fallback(path, create=create)
         raise StorageError(f"cannot open database {path.name}") from None
     except apsw.Error as exc:
-        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
+        raise _open_error(exc, path) from None
     _prepare(conn)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL").fetchall()  # the first statement that reads the file
-    except (apsw.NotADBError, apsw.CorruptError):
-        conn.close()
-        raise _damaged(path) from None
-    except apsw.Error as exc:
-        conn.close()
-        if isinstance(exc, apsw.CantOpenError) and _read_only_directory(path.parent):
+    failure = _first_read(conn, path, "PRAGMA journal_mode=WAL")
+    if failure is not None:
+        if isinstance(failure, apsw.CantOpenError) and _read_only_directory(path.parent):
             # The -shm file of a WAL database cannot be created here.
-            if not create:
-                return open_snapshot(path)
-            raise read_only() from None
-        fault = storage_fault(exc)
+            return _read_only_fallback(path, create=create)
+        fault = storage_fault(failure)
         if fault is None:
-            raise
+            raise failure
         raise fault from None
     conn.execute("PRAGMA synchronous=FULL")
     # Whenever a checkpoint resets the log, cut the file back to this size (SQLite keeps it otherwise).
     conn.execute(f"PRAGMA journal_size_limit={WAL_TRUNCATE_BYTES}").fetchall()
     _configure(conn)
     return conn
+
+
+def _read_only_fallback(path: Path, *, create: bool) -> SnapshotConnection:
+    """An existing database in a directory that cannot be written is read as a snapshot; a new one
+    cannot be made there."""
+    if not create:
+        return open_snapshot(path)
+    raise read_only() from None
+
+
+def _first_read(conn: apsw.Connection, path: Path, statement: str) -> apsw.Error | None:
+    """Run the first statement that reads the file. A damaged file is ``storage_corrupt``; any other
+    failure closes the connection and is returned for the caller to map."""
+    try:
+        conn.execute(statement).fetchall()
+    except (apsw.NotADBError, apsw.CorruptError):
+        conn.close()
+        raise _damaged(path) from None
+    except apsw.Error as exc:
+        conn.close()
+        return exc
+    return None
+
+
+def _open_error(exc: apsw.Error, path: Path) -> StorageError:
+    return storage_fault(exc) or StorageError(f"cannot open database {path.name}")
 
 
 class SnapshotConnection(apsw.Connection):
@@ -153,16 +170,11 @@ def open_snapshot(path: Path) -> SnapshotConnection:
     try:
         conn = SnapshotConnection(uri, flags=flags)
     except apsw.Error as exc:
-        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
+        raise _open_error(exc, path) from None
     _prepare(conn)
-    try:
-        conn.execute("PRAGMA schema_version").fetchall()  # the first statement that reads the file
-    except (apsw.NotADBError, apsw.CorruptError):
-        conn.close()
-        raise _damaged(path) from None
-    except apsw.Error as exc:
-        conn.close()
-        raise storage_fault(exc) or StorageError(f"cannot open database {path.name}") from None
+    failure = _first_read(conn, path, "PRAGMA schema_version")
+    if failure is not None:
+        raise _open_error(failure, path) from None
     _configure(conn)
     conn.stamp = stamp
     return conn
