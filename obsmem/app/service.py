@@ -125,11 +125,17 @@ class Obsmem:
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""
+        return self._queue_now(project, session_id, self.pipeline.request_observation)
+
+    def _queue_now(
+        self, project: str, session_id: str, request: Callable[[ProjectDatabase, str], EnqueueResult]
+    ) -> EnqueueResult:
+        """Queue a pipeline job for an existing session and wake the workers for it."""
         session_id = check_session_id(session_id)
         db = self.projects.get(project)
         with db.read() as conn:
             require_session(conn, session_id)
-        result = self.pipeline.request_observation(db, session_id)
+        result = request(db, session_id)
         self._wake_workers()
         return result
 
@@ -259,13 +265,7 @@ class Obsmem:
 
     def reflect(self, project: str, session_id: str) -> EnqueueResult:
         """Queue a Reflector run over the session's active memory now (below the threshold too)."""
-        session_id = check_session_id(session_id)
-        db = self.projects.get(project)
-        with db.read() as conn:
-            require_session(conn, session_id)
-        result = self.pipeline.request_reflection(db, session_id)
-        self._wake_workers()
-        return result
+        return self._queue_now(project, session_id, self.pipeline.request_reflection)
 
     def models(self, project: str) -> ModelChoices:
         """The model each role (observer, reflector, dropper) uses for its next job, and where it comes from."""
