@@ -18,6 +18,7 @@ import json
 import re
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -117,7 +118,7 @@ def event_times(transcript: str) -> dict[int, str]:
     return {int(seq): when for seq, when in _EVENT.findall(transcript)}
 
 
-class StageScript:
+class StageScript(ABC):
     """What the stage scripts share: a count of calls (contents name the call, so a reply committed twice
     shows), "done" once the conversation has gone past its opening request, and a delay (plus ``jitter``)
     before every reply."""
@@ -136,9 +137,9 @@ class StageScript:
         reply.delay = self.delay + (self.jitter() if self.jitter else 0.0)
         return reply
 
+    @abstractmethod
     def opening_reply(self, request: Request, call: int) -> Reply:
         """The reply to a conversation's opening request, the ``call``-th request this script answers."""
-        raise NotImplementedError
 
 
 class ObserverScript(StageScript):
