@@ -18,6 +18,7 @@ import orjson
 from obsmem.errors import ExportChecksumMismatch, ExportInvalid, ExportTruncated, ExportVersionUnsupported
 from obsmem.exporting.format import END_KIND, FORMAT, FORMAT_VERSION
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, RecordKind
+from obsmem.exporting.rows import decode_value
 
 _KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
 
@@ -32,6 +33,8 @@ class ExportHeader:
 
 @dataclass(frozen=True)
 class Record:
+    """One row as SQLite will store it (blobs decoded), with the file line it came from."""
+
     line: int
     kind: RecordKind
     row: dict[str, Any]
@@ -107,7 +110,7 @@ class ExportReader:
             if set(row) != self.header.columns[kind.name]:
                 raise ExportInvalid(f"line {self._line}: a {kind.name} row without the columns the header lists")
             self.counts[kind.name] += 1
-            yield Record(self._line, kind, row)
+            yield Record(self._line, kind, {name: decode_value(value, self._line) for name, value in row.items()})
         raise ExportTruncated(f"the export file ends after line {self._line} without its trailer: it was cut short")
 
     def _check_trailer(self, trailer: dict[str, Any]) -> None:

@@ -70,8 +70,8 @@ def decode_value(value: Any, line: int) -> Any:
 
 
 def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> None:
-    """Insert ``row`` into the kind's table as it was exported (same primary keys, so every id and every
-    reference between rows stays what it was)."""
+    """Insert ``row`` (decoded values) into the kind's table as it was exported: same primary keys, so every
+    id and every reference between rows stays what it was."""
     known = state.columns.get(kind.table)
     if known is None:
         known = state.columns[kind.table] = frozenset(table_columns(state.conn, kind.table))
@@ -91,4 +91,4 @@ def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> No
         f"INSERT INTO {quoted(kind.table)}({', '.join(quoted(n) for n in names)}) "
         f"VALUES ({', '.join('?' for _ in names)})"
     )
-    state.conn.execute(sql, [decode_value(row[name], state.line) for name in names])
+    state.conn.execute(sql, [row[name] for name in names])
