@@ -84,7 +84,12 @@ def forge(lines: list[bytes]) -> bytes:
 
 def canonical_rows(service: Obsmem, project: str) -> dict[str, list[tuple[Any, ...]]]:
     db = service.database(project)
-    return {kind.name: db.query(f'SELECT * FROM "{kind.table}" ORDER BY 1, 2') for kind in KINDS if kind.name != "note"}
+    rows = {}
+    for kind in KINDS:
+        if kind.name != "note":
+            where = f" WHERE {kind.where}" if kind.where else ""
+            rows[kind.name] = db.query(f'SELECT * FROM "{kind.table}"{where} ORDER BY 1, 2')
+    return rows
 
 
 def nothing_restored(service: Obsmem, project: str) -> bool:

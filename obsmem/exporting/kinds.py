@@ -18,7 +18,7 @@ from typing import Any
 import apsw
 
 from obsmem.exporting.generations import finish_generations, insert_generation, replay_active_generation
-from obsmem.exporting.rows import RestoreState
+from obsmem.exporting.rows import SEQUENCE_TABLE, RestoreState, raise_sequence
 
 RowRestorer = Callable[[RestoreState, "RecordKind", dict[str, Any]], None]
 KindFinisher = Callable[[RestoreState], None]
@@ -35,6 +35,7 @@ class RecordKind:
     name: str
     table: str
     where: str = ""
+    order_by: str = ""  # for a table without a primary key whose rowids differ between copies
     optional: bool = False  # a table that only some databases have: exported when it exists
     restore: RowRestorer | None = None
     after: KindFinisher | None = None
@@ -58,6 +59,11 @@ KINDS: tuple[RecordKind, ...] = (
     RecordKind("observer_progress", "observer_progress"),
     RecordKind("pipeline_event", "om_events"),
     RecordKind("model_override", "model_overrides"),
+    # Where the job and event-log ids continue: the history cites job ids (coverage, generations, the event
+    # log), so a restored project must never hand those ids out again to new jobs.
+    RecordKind(
+        "id_sequence", SEQUENCE_TABLE, where="name IN ('jobs', 'om_events')", order_by="name", restore=raise_sequence
+    ),
     # Free-form notes, in databases whose schema has them.
     RecordKind("note", "notes", optional=True),
 )
@@ -88,6 +94,12 @@ def project_tables(conn: apsw.Connection) -> set[str]:
     """The tables and virtual tables of the database (not SQLite's own, not virtual tables' shadows)."""
     rows = conn.execute("PRAGMA main.table_list").fetchall()
     return {name for _, name, kind, *_ in rows if kind in ("table", "virtual") and not str(name).startswith("sqlite_")}
+
+
+def exportable_tables(conn: apsw.Connection) -> set[str]:
+    """The project's tables and SQLite's id sequences, where the database has them."""
+    found = conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (SEQUENCE_TABLE,))
+    return project_tables(conn) | ({SEQUENCE_TABLE} if found.fetchone() else set())
 
 
 def unclassified_tables(conn: apsw.Connection) -> list[str]:

@@ -88,7 +88,7 @@ def restore_project(
 
 
 def _require_empty(conn: apsw.Connection, project: str) -> None:
-    present = project_tables(conn)
+    present = project_tables(conn)  # SQLite's id sequences are bookkeeping, not data: not asked
     for table in dict.fromkeys(kind.table for kind in KINDS if kind.table in present):
         if conn.execute(f"SELECT 1 FROM {quoted(table)} LIMIT 1").fetchone() is not None:
             raise ProjectNotEmpty(

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from obsmem.exporting.kinds import RecordKind
 
 BLOB_KEY = "base64"
+SEQUENCE_TABLE = "sqlite_sequence"  # SQLite's record of the last id each AUTOINCREMENT table handed out
 
 
 @dataclass
@@ -92,3 +93,17 @@ def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> No
         f"VALUES ({', '.join('?' for _ in names)})"
     )
     state.conn.execute(sql, [row[name] for name in names])
+
+
+def raise_sequence(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> None:
+    """Make an AUTOINCREMENT table continue after the exported id. SQLite keeps one row per table in
+    ``sqlite_sequence`` (without a key), which restoring that table's rows has already made, so the row
+    is raised in place rather than inserted twice."""
+    name, seq = row.get("name"), row.get("seq")
+    if set(row) != {"name", "seq"} or not isinstance(name, str) or not isinstance(seq, int):
+        raise ExportInvalid(f"line {state.line}: an id_sequence row is not a table name and an id")
+    raised = state.conn.execute(
+        f"UPDATE {SEQUENCE_TABLE} SET seq = max(seq, ?) WHERE name = ? RETURNING 1", (seq, name)
+    ).fetchall()
+    if not raised:
+        state.conn.execute(f"INSERT INTO {SEQUENCE_TABLE}(name, seq) VALUES (?, ?)", (name, seq))

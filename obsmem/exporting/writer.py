@@ -13,7 +13,7 @@ import orjson
 
 from obsmem.errors import ExportIncomplete
 from obsmem.exporting.format import END_KIND, FORMAT, FORMAT_VERSION, PROGRESS_EVERY, Progress, ProjectService
-from obsmem.exporting.kinds import KINDS, RecordKind, project_tables, unclassified_tables
+from obsmem.exporting.kinds import KINDS, RecordKind, exportable_tables, unclassified_tables
 from obsmem.exporting.rows import encode_value, order_clause, quoted, table_columns
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import project_name
@@ -74,7 +74,7 @@ def export_project(
                 f"the database holds table(s) {', '.join(missing)} that no export rule covers; exporting would "
                 "lose them, so nothing was written"
             )
-        present = project_tables(conn)
+        present = exportable_tables(conn)
         kinds = [kind for kind in KINDS if kind.table in present]
         columns = {kind.name: table_columns(conn, kind.table) for kind in kinds}
         counts = {kind.name: _count(conn, kind) for kind in kinds}
@@ -122,4 +122,5 @@ def _count(conn: apsw.Connection, kind: RecordKind) -> int:
 
 def _select(conn: apsw.Connection, kind: RecordKind, names: list[str]) -> str:
     listed = ", ".join(quoted(name) for name in names)
-    return f"SELECT {listed} FROM {quoted(kind.table)}{_where(kind)} ORDER BY {order_clause(conn, kind.table)}"
+    order = kind.order_by or order_clause(conn, kind.table)
+    return f"SELECT {listed} FROM {quoted(kind.table)}{_where(kind)} ORDER BY {order}"
