@@ -93,7 +93,9 @@ DERIVED_TABLES: dict[str, str] = {
 def project_tables(conn: apsw.Connection) -> set[str]:
     """The tables and virtual tables of the database (not SQLite's own, not virtual tables' shadows)."""
     rows = conn.execute("PRAGMA main.table_list").fetchall()
-    return {name for _, name, kind, *_ in rows if kind in ("table", "virtual") and not str(name).startswith("sqlite_")}
+    return {
+        str(name) for _, name, kind, *_ in rows if kind in ("table", "virtual") and not str(name).startswith("sqlite_")
+    }
 
 
 def exportable_tables(conn: apsw.Connection) -> set[str]:

@@ -18,7 +18,7 @@ import orjson
 from obsmem.errors import ExportChecksumMismatch, ExportInvalid, ExportTruncated, ExportVersionUnsupported
 from obsmem.exporting.format import END_KIND, FORMAT, FORMAT_VERSION
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, RecordKind
-from obsmem.exporting.rows import decode_value
+from obsmem.exporting.rows import decode_row
 
 _KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
 
@@ -110,7 +110,7 @@ class ExportReader:
             if set(row) != self.header.columns[kind.name]:
                 raise ExportInvalid(f"line {self._line}: a {kind.name} row without the columns the header lists")
             self.counts[kind.name] += 1
-            yield Record(self._line, kind, {name: decode_value(value, self._line) for name, value in row.items()})
+            yield Record(self._line, kind, decode_row(row, self._line))
         raise ExportTruncated(f"the export file ends after line {self._line} without its trailer: it was cut short")
 
     def _check_trailer(self, trailer: dict[str, Any]) -> None:
@@ -135,7 +135,8 @@ def _header_tables(tables: object) -> dict[str, frozenset[str]]:
     for entry in tables:
         if not isinstance(entry, dict):
             raise ExportInvalid("an entry of the export header's tables is not an object")
-        kind = _KINDS_BY_NAME.get(entry.get("kind")) if isinstance(entry.get("kind"), str) else None
+        name = entry.get("kind")
+        kind = _KINDS_BY_NAME.get(name) if isinstance(name, str) else None
         if kind is None:
             raise ExportInvalid(
                 "the export header lists a record kind this obsmem does not know; restoring would lose it"

@@ -31,6 +31,7 @@ class RestoreState:
     conn: apsw.Connection
     line: int = 0  # the file line being restored, for error messages
     columns: dict[str, frozenset[str]] = field(default_factory=dict)
+    statements: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)  # (table, columns) -> INSERT
     pending: dict[str, Any] = field(default_factory=dict)
 
 
@@ -42,13 +43,13 @@ def quoted(name: str) -> str:
 def table_columns(conn: apsw.Connection, table: str) -> list[str]:
     """The table's stored columns in declaration order (generated and hidden columns cannot be inserted)."""
     rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
-    return [name for _, name, _, _, _, _, hidden in rows if hidden == 0]
+    return [str(name) for _, name, _, _, _, _, hidden in rows if hidden == 0]
 
 
 def order_clause(conn: apsw.Connection, table: str) -> str:
     """Primary-key order (the file is deterministic and parents come first), else rowid order."""
     rows = conn.execute(f"PRAGMA main.table_info({quoted(table)})").fetchall()
-    keys = sorted((pk, name) for _, name, _, _, _, pk in rows if pk > 0)
+    keys = sorted((int(pk or 0), str(name)) for _, name, _, _, _, pk in rows if pk)
     return ", ".join(quoted(name) for _, name in keys) if keys else "rowid"
 
 
@@ -56,6 +57,14 @@ def encode_value(value: Any) -> Any:
     if isinstance(value, bytes):
         return {BLOB_KEY: base64.b64encode(value).decode("ascii")}
     return value
+
+
+_PLAIN = frozenset({str, int, float, type(None)})  # exact types: a JSON true or false is a bool, refused
+
+
+def decode_row(row: dict[str, Any], line: int) -> dict[str, Any]:
+    """Every value of an exported row back into what SQLite stored (see :func:`decode_value`)."""
+    return {name: value if type(value) in _PLAIN else decode_value(value, line) for name, value in row.items()}
 
 
 def decode_value(value: Any, line: int) -> Any:
@@ -73,6 +82,15 @@ def decode_value(value: Any, line: int) -> Any:
 def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> None:
     """Insert ``row`` (decoded values) into the kind's table as it was exported: same primary keys, so every
     id and every reference between rows stays what it was."""
+    names = tuple(row)
+    sql = state.statements.get((kind.table, names))
+    if sql is None:
+        sql = state.statements[(kind.table, names)] = _insert_statement(state, kind, names)
+    state.conn.execute(sql, tuple(row.values()))
+
+
+def _insert_statement(state: RestoreState, kind: RecordKind, names: tuple[str, ...]) -> str:
+    """The INSERT for these columns of the kind's table, once they are known to be the table's."""
     known = state.columns.get(kind.table)
     if known is None:
         known = state.columns[kind.table] = frozenset(table_columns(state.conn, kind.table))
@@ -81,18 +99,16 @@ def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> No
             f"line {state.line}: {kind.name} records need a {kind.table} table, which this obsmem's databases do "
             "not have (upgrade obsmem)"
         )
-    unknown = set(row) - known
+    unknown = set(names) - known
     if unknown:
         raise ExportInvalid(
             f"line {state.line}: {kind.name} records carry {len(unknown)} column(s) the {kind.table} table of this "
             "obsmem does not have; restoring them would lose data (upgrade obsmem)"
         )
-    names = list(row)
-    sql = (
+    return (
         f"INSERT INTO {quoted(kind.table)}({', '.join(quoted(n) for n in names)}) "
         f"VALUES ({', '.join('?' for _ in names)})"
     )
-    state.conn.execute(sql, [row[name] for name in names])
 
 
 def raise_sequence(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> None:

@@ -100,7 +100,7 @@ def export_project(
 def _header(
     conn: apsw.Connection, project: str, kinds: list[RecordKind], columns: dict[str, list[str]]
 ) -> dict[str, Any]:
-    schema = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+    schema = conn.execute("SELECT max(version) FROM schema_migrations").fetchall()[0][0]
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -117,7 +117,8 @@ def _where(kind: RecordKind) -> str:
 
 
 def _count(conn: apsw.Connection, kind: RecordKind) -> int:
-    return int(conn.execute(f"SELECT count(*) FROM {quoted(kind.table)}{_where(kind)}").fetchone()[0])
+    (count,) = conn.execute(f"SELECT count(*) FROM {quoted(kind.table)}{_where(kind)}").fetchall()[0]
+    return int(count or 0)
 
 
 def _select(conn: apsw.Connection, kind: RecordKind, names: list[str]) -> str:
