@@ -406,3 +406,12 @@ def test_a_failed_export_leaves_no_file_under_the_name_asked_for(tmp_path: Path)
     result = run(data_dir, "export", "src", "--output", str(output))
     assert result.exit_code == 1 and "error: export_unknown_table:" in result.output
     assert list(tmp_path.iterdir()) == [data_dir]
+
+
+def test_an_export_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with Obsmem(data_dir=data_dir) as service:
+        small_project(service)
+    output = tmp_path / "src.jsonl"
+    assert run(data_dir, "export", "src", "--output", str(output)).exit_code == 0
+    assert output.stat().st_mode & 0o777 == 0o600

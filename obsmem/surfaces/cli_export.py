@@ -58,10 +58,11 @@ def _show_progress(option: bool | None) -> bool:
 @contextlib.contextmanager
 def _published(path: Path) -> Iterator[IO[bytes]]:
     """A file that appears at ``path`` only once complete: written beside it, synced, then renamed, so a
-    failed or interrupted export never leaves a partial file under the name asked for."""
+    failed or interrupted export never leaves a partial file under the name asked for. Readable by its
+    owner only, like the project databases it copies."""
     scratch = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
     try:
-        with scratch.open("xb") as handle:
+        with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
