@@ -415,3 +415,44 @@ def test_an_export_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     output = tmp_path / "src.jsonl"
     assert run(data_dir, "export", "src", "--output", str(output)).exit_code == 0
     assert output.stat().st_mode & 0o777 == 0o600
+
+
+def test_generations_in_every_state_are_restored_through_the_schema_rules(service: Obsmem) -> None:
+    """A ledger with a promoted chain of two, an unchanged and a superseded sibling and a run still going:
+    restored as it was, with the active pointer at the chain's end and the projection unchanged."""
+    small_project(service)
+    now = "2026-03-01T11:00:00Z"
+    with service.database("src").write() as conn:
+        (reflection,) = conn.execute(
+            "INSERT INTO memories(memory_id, kind, session_id, content, date, created_at)"
+            " VALUES (?, 'reflection', 's1', 'Passwords rotate weekly', '2026-03-01 10:00:00', ?) RETURNING id",
+            ("b" * 64, now),
+        ).fetchone()
+        conn.execute("INSERT INTO reflection_supports VALUES (?, 1)", (reflection,))
+
+        def generation(letter: str, parent: int | None) -> int:
+            sql = "INSERT INTO generations(generation_id, session_id, parent, created_at) VALUES (?, 's1', ?, ?)"
+            return int(conn.execute(sql + " RETURNING id", (letter * 64, parent, now)).fetchone()[0])
+
+        def finish(row: int, state: str, number: int | None = None) -> None:
+            conn.execute(
+                "UPDATE generations SET state = ?, number = ?, finished_at = ? WHERE id = ?", (state, number, now, row)
+            )
+
+        first = generation("1", None)
+        conn.execute("INSERT INTO generation_reflections VALUES (?, ?)", (first, reflection))
+        conn.execute("INSERT INTO dropped_observations VALUES (1, 's1', ?, 0, 1, ?)", (first, now))
+        finish(first, "promoted", 1)
+        conn.execute("INSERT INTO active_generation VALUES ('s1', ?, 1, ?)", (first, now))
+        finish(generation("2", first), "unchanged")
+        second = generation("3", first)
+        finish(second, "promoted", 2)
+        conn.execute("UPDATE active_generation SET generation_row = ?, number = 2 WHERE session_id = 's1'", (second,))
+        finish(generation("4", first), "superseded")
+        generation("5", second)  # still running
+    restore_bytes(service, exported(service))
+    assert canonical_rows(service, "copy") == canonical_rows(service, "src")
+    states = service.database("copy").query("SELECT state FROM generations ORDER BY id")
+    assert [state for (state,) in states] == ["promoted", "unchanged", "promoted", "superseded", "running"]
+    assert service.memory("copy", "s1").to_dict() == service.memory("src", "s1").to_dict()
+    assert service.memory("copy", "s1").generation == 2
