@@ -456,3 +456,24 @@ def test_generations_in_every_state_are_restored_through_the_schema_rules(servic
     assert [state for (state,) in states] == ["promoted", "unchanged", "promoted", "superseded", "running"]
     assert service.memory("copy", "s1").to_dict() == service.memory("src", "s1").to_dict()
     assert service.memory("copy", "s1").generation == 2
+
+
+def test_a_notes_table_travels_when_both_databases_have_one(service: Obsmem) -> None:
+    """The optional ``note`` kind: exported where the schema has a notes table, refused (not dropped) by a
+    database without one."""
+    notes_table = "CREATE TABLE notes (id INTEGER PRIMARY KEY, session_id TEXT, body TEXT NOT NULL, data BLOB)"
+    small_project(service)
+    with service.database("src").write() as conn:
+        conn.execute(notes_table)
+        conn.execute("INSERT INTO notes(session_id, body, data) VALUES ('s1', 'keep the runbook short', x'00ff')")
+    data = exported(service)
+    assert b'"kind":"note"' in data and b'"base64":"AP8="' in data
+    with service.database("with-notes", create=True).write() as conn:
+        conn.execute(notes_table)
+    restore_bytes(service, data, "with-notes")
+    assert service.database("with-notes").query("SELECT * FROM notes") == service.database("src").query(
+        "SELECT * FROM notes"
+    )
+    with pytest.raises(ExportInvalid, match="need a notes table"):
+        restore_bytes(service, data, "without-notes")
+    assert nothing_restored(service, "without-notes")
