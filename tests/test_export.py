@@ -477,3 +477,17 @@ def test_a_notes_table_travels_when_both_databases_have_one(service: Obsmem) -> 
     with pytest.raises(ExportInvalid, match="need a notes table"):
         restore_bytes(service, data, "without-notes")
     assert nothing_restored(service, "without-notes")
+
+
+def test_progress_is_reported_for_every_phase(service: Obsmem, tmp_path: Path) -> None:
+    service.append_events("big", "s1", [{"role": "user", "content": f"message {i}"} for i in range(2500)])
+    reports: list[tuple[str, int, int]] = []
+    path = tmp_path / "big.export"
+    with path.open("wb") as out:
+        receipt = export_project(service, "big", out, progress=lambda *report: reports.append(report))
+    restore_project(service, path, "big-copy", progress=lambda *report: reports.append(report))
+    phases = {phase: [(done, total) for p, done, total in reports if p == phase] for phase in ("export", "verify")}
+    assert phases["export"][-1] == (receipt.records, receipt.records) and len(phases["export"]) >= 3
+    assert [done for done, _ in phases["verify"]] == [1000, 2000]
+    restoring = [(done, total) for phase, done, total in reports if phase == "restore"]
+    assert restoring[-1] == (receipt.records, receipt.records) and len(restoring) >= 3
