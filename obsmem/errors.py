@@ -353,8 +353,9 @@ class ProjectNotEmpty(ObsmemError):
 
 
 class ExportIncomplete(ObsmemError):
-    """The database holds a table that no export rule covers (neither exported nor declared derived), so an
-    export would silently drop it: a bug of this obsmem version, refused before anything is written."""
+    """The database holds a table that no export rule covers (neither exported nor declared derived), or
+    lacks one the rules name, so an export would silently drop data: a bug of this obsmem version, refused
+    before anything is written."""
 
     code = "export_unknown_table"
     status = 500

@@ -491,3 +491,11 @@ def test_progress_is_reported_for_every_phase(service: Obsmem, tmp_path: Path) -
     assert [done for done, _ in phases["verify"]] == [1000, 2000]
     restoring = [(done, total) for phase, done, total in reports if phase == "restore"]
     assert restoring[-1] == (receipt.records, receipt.records) and len(restoring) >= 3
+
+
+def test_an_export_refuses_a_database_lacking_a_table_the_rules_name(service: Obsmem, tmp_path: Path) -> None:
+    small_project(service)
+    with service.database("src").write() as conn:
+        conn.execute("DROP TABLE model_overrides")
+    with (tmp_path / "out.export").open("wb") as out, pytest.raises(ExportIncomplete, match="lacks .*model_overrides"):
+        export_project(service, "src", out)

@@ -75,6 +75,10 @@ def export_project(
                 "lose them, so nothing was written"
             )
         present = exportable_tables(conn)
+        lacking = sorted({kind.table for kind in KINDS if not kind.optional and kind.table not in present})
+        if lacking:
+            # A schema change renamed or dropped a table the export rules still name: fix the rules first.
+            raise ExportIncomplete(f"the database lacks table(s) {', '.join(lacking)} that the export rules name")
         kinds = [kind for kind in KINDS if kind.table in present]
         columns = {kind.name: table_columns(conn, kind.table) for kind in kinds}
         counts = {kind.name: _count(conn, kind) for kind in kinds}
