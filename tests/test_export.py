@@ -7,6 +7,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -499,3 +503,24 @@ def test_an_export_refuses_a_database_lacking_a_table_the_rules_name(service: Ob
         conn.execute("DROP TABLE model_overrides")
     with (tmp_path / "out.export").open("wb") as out, pytest.raises(ExportIncomplete, match="lacks .*model_overrides"):
         export_project(service, "src", out)
+
+
+def test_a_restore_killed_before_its_commit_leaves_the_project_empty_and_restorable(tmp_path: Path) -> None:
+    """``kill -9`` after every row is written but before the commit: the project is empty (SQLite rolls
+    the transaction back at the next open), and the same restore then succeeds."""
+    data_dir = tmp_path / "data"
+    with Obsmem(data_dir=data_dir) as service:
+        small_project(service)
+        data = exported(service)
+    path = tmp_path / "src.export"
+    path.write_bytes(data)
+    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(data_dir), "restore", str(path)]
+    environment = {**os.environ, "OBSMEM_CRASH_AT": "restore:written", "PYTHONSAFEPATH": "1"}
+    killed = subprocess.run(
+        [*command, "--project", "copy"], env=environment, capture_output=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with Obsmem(data_dir=data_dir) as service:
+        assert nothing_restored(service, "copy")
+        restore_project(service, path, "copy")
+        assert canonical_rows(service, "copy") == canonical_rows(service, "src")

@@ -24,6 +24,7 @@ from obsmem.exporting.format import PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, project_tables
 from obsmem.exporting.reader import ExportReader
 from obsmem.exporting.rows import RestoreState, insert_row, quoted
+from obsmem.faults import crash_point
 from obsmem.validation import project_name
 
 
@@ -77,6 +78,7 @@ def restore_project(
         _require_empty(conn, project)
         reader = ExportReader(handle)
         _restore_records(RestoreState(conn), reader, progress, total)
+        crash_point("restore:written")  # every row written, nothing committed: a kill here restores nothing
     if service.indexer is not None:
         service.indexer.notify(project)
     return RestoreReceipt(
