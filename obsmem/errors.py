@@ -19,17 +19,23 @@ response bodies, so they are safe to log.
     │   ├── InvalidProject            invalid_project
     │   ├── InvalidSession            invalid_session
     │   ├── InvalidArguments          invalid_arguments: a tool call's arguments (agent tools and MCP only)
-    │   └── UnknownTool               unknown_tool: a tool that does not exist (agent tools and MCP only)
+    │   ├── UnknownTool               unknown_tool: a tool that does not exist (agent tools and MCP only)
+    │   ├── ExportInvalid             export_invalid: a project export file that is not one, or breaks its rules
+    │   │   ├── ExportTruncated       export_truncated: the file ends before its trailer (cut short)
+    │   │   └── ExportChecksumMismatch  export_checksum_mismatch: the records are not the ones written
+    │   └── ExportVersionUnsupported  export_version_unsupported: written by a newer obsmem's format
     ├── AmbiguousId (422)             ambiguous_id
     ├── NotFound (404)                not_found; given where raised: session_not_found
     │   └── ProjectNotFound           project_not_found
     ├── SeqConflict (409)             seq_conflict
+    ├── ProjectNotEmpty (409)         project_not_empty: a restore into a project that already holds data
     ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
     ├── ReflectionOff (409)           reflection_off: reflection asked for, but no model or switched off
     ├── Unauthorized (401)            unauthorized
     ├── Forbidden (403)               forbidden
     ├── PayloadTooLarge (413)         payload_too_large
     ├── ConfigurationError (500)      configuration_error: start-up only, nothing is served
+    ├── ExportIncomplete (500)        export_unknown_table: the database holds a table no export rule covers
     ├── StorageError (503)            storage_error: the database cannot be used (see obsmem.storage)
     │   ├── StorageFull               storage_full (Retry-After): the disk is full
     │   ├── StorageReadOnly           storage_read_only: the data directory cannot be written
@@ -313,3 +319,44 @@ class ModelBadResponse(ServiceUnavailable):
 
     code = "model_bad_response"
     status = 502
+
+
+class ExportInvalid(ValidationFailed):
+    """A project export file that is not one, or whose records break the format's or the schema's rules."""
+
+    code = "export_invalid"
+
+
+class ExportTruncated(ExportInvalid):
+    """A project export file that ends before its trailer: it was cut short, so nothing of it is restored."""
+
+    code = "export_truncated"
+
+
+class ExportChecksumMismatch(ExportInvalid):
+    """A project export file whose records do not hash to the checksum its trailer recorded."""
+
+    code = "export_checksum_mismatch"
+
+
+class ExportVersionUnsupported(ValidationFailed):
+    """A project export file written in a newer format version than this obsmem reads: upgrade obsmem."""
+
+    code = "export_version_unsupported"
+
+
+class ProjectNotEmpty(ObsmemError):
+    """A restore names a project that already holds data; a restore only fills a new (or empty) project."""
+
+    code = "project_not_empty"
+    status = 409
+
+
+class ExportIncomplete(ObsmemError):
+    """The database holds a table that no export rule covers (neither exported nor declared derived), or
+    lacks one the rules name, so an export would silently drop data: a bug of this obsmem version, refused
+    before anything is written."""
+
+    code = "export_unknown_table"
+    status = 500
+    retryable = False

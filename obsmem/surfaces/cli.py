@@ -59,6 +59,8 @@ COMMANDS: dict[str, str] = {
     "mcp": "obsmem.surfaces.cli:mcp",
     "index": "obsmem.surfaces.cli_index:index",
     "forget": "obsmem.surfaces.cli:forget",
+    "export": "obsmem.surfaces.cli_export:export",
+    "restore": "obsmem.surfaces.cli_export:restore",
 }
 
 
