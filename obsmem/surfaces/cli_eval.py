@@ -182,6 +182,14 @@ def eval_group() -> None:
 
 @eval_group.command("questions")
 @project_options
+@click.option(
+    "--set",
+    "question_set",
+    default=None,
+    metavar="NAME",
+    help="A shipped question set, loaded into a temporary directory: sample (the bundled sample project) or"
+    " coding (seven coding-agent projects, 308 questions) [default: sample].",
+)
 @modes_option
 @output_option
 @progress_option
@@ -192,6 +200,7 @@ def questions_command(
     project: str | None,
     questions_file: Path | None,
     project_data_dir: Path | None,
+    question_set: str | None,
     modes: str,
     output: Path | None,
     progress: bool | None,
@@ -200,7 +209,8 @@ def questions_command(
     """Labelled questions: hit@1/5/10/20, MRR, nDCG@10 per split, negatives that get hits, and where a
     target is lost among the candidate lists.
 
-    Without --project: the bundled sample project and its 64 questions, in a temporary directory.
+    Without --project: a shipped set (--set, default the bundled sample project and its 64 questions), in a
+    temporary directory.
     """
     from obsmem.eval import evaluate_questions
 
@@ -214,6 +224,7 @@ def questions_command(
         modes=_modes(modes, settings),
         questions=_questions(questions_file),
         project=project,
+        question_set=question_set,
         progress=_progress(as_json, progress),
     )
     _finish(run, output, as_json)
