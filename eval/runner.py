@@ -60,6 +60,8 @@ class EvalRun:
     calibration: CalibrationReport | None = None
 
     def meta(self) -> dict[str, Any]:
+        from obsmem.eval.never_below import never_below_dict, never_below_rows
+
         return {
             "suite": self.suite,
             "command": self.command,
@@ -68,6 +70,7 @@ class EvalRun:
             "timings_s": {name: round(value, 2) for name, value in self.timings.items()},
             "setup": self.setup,
             "notes": self.notes,
+            "never_below": never_below_dict(never_below_rows(self.results)),
         }
 
 
