@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
 from obsmem.eval.results import ModeResult
@@ -96,6 +97,29 @@ def summary_markdown(results: Sequence[ModeResult]) -> str:
     return markdown_table(["dataset", "mode", "questions", *names], rows)
 
 
+def split_kind_markdown(results: Sequence[ModeResult], ks: Sequence[int] = (1, 5, 10)) -> str | None:
+    """``hit@k`` of each kind within each split (held-out paraphrases, say), from the per-question records:
+    ``hit@1 / hit@5 / hit@10`` per mode. None when no question has both a split and a kind."""
+    cells: dict[tuple[str, str], dict[str, list[dict[str, float]]]] = {}
+    for result in results:
+        for record in result.per_question:
+            groups = record["groups"]
+            if len(groups) < 2 or groups[0] not in SPLITS or f"hit@{ks[0]}" not in record["metrics"]:
+                continue  # labelled records are grouped (split, kind); negatives have no hit@k
+            cells.setdefault((groups[1], groups[0]), {}).setdefault(result.mode, []).append(record["metrics"])
+    if not cells:
+        return None
+    header = ["kind", "split", "questions", *(r.mode for r in results)]
+    rows = []
+    for (kind, split), by_mode in sorted(cells.items()):
+        shown = []
+        for result in results:
+            found = by_mode.get(result.mode, [])
+            shown.append(" / ".join(_cell(fmean(m[f"hit@{k}"] for m in found) if found else None) for k in ks))
+        rows.append([kind, split, str(max(len(found) for found in by_mode.values())), *shown])
+    return markdown_table(header, rows)
+
+
 def markdown_report(run: EvalRun) -> str:
     lines = [f"# obsmem eval: {run.suite}", ""]
     if run.command:
@@ -115,6 +139,9 @@ def markdown_report(run: EvalRun) -> str:
         for split in SPLITS:
             if any(split in r.by_category for r in results):
                 lines += [f"### Split: {split}", "", group_markdown(results, split), ""]
+        crossed = split_kind_markdown(results) if family == "hit@" else None
+        if crossed is not None:
+            lines += ["### By kind and split: hit@1 / hit@5 / hit@10", "", crossed, ""]
     from obsmem.eval.never_below import never_below_markdown, never_below_rows
 
     rows = never_below_rows(run.results)
