@@ -189,12 +189,10 @@ def _questions_run(
         timings["index"] = time.perf_counter() - started
         assert questions is not None
         started = time.perf_counter()
-        dataset = "labelled questions" if shipped is None or shipped.name == DEFAULT_SET else f"{shipped.name} set"
+        dataset = "labelled questions" if shipped is None else shipped.dataset
         results = labelled.run_labelled(memory, project, questions, modes, dataset=dataset, progress=progress)
         timings["queries"] = time.perf_counter() - started
-        where = project if shipped is None else f"the {shipped.name} set ({shipped.description})"
-        if shipped is not None and shipped.name == DEFAULT_SET:
-            where = "the bundled sample"
+        where = project if shipped is None else shipped.description
         notes = [
             f"project: {where}",
             f"questions: {sum(q.positive for q in questions)} positive, "

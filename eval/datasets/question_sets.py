@@ -74,12 +74,14 @@ class QuestionSetError(RuntimeError):
 
 @dataclass(frozen=True)
 class QuestionSet:
-    """A named set: where its files are, which project it loads into, and what it is."""
+    """A named set: where its files are, which project it loads into, what it is (``description``, for the
+    run's notes) and the dataset name its results carry."""
 
     name: str
     project: str
     description: str
     data_dir: Path
+    dataset: str
 
     def _rows(self, name: str) -> Iterator[dict[str, Any]]:
         with (self.data_dir / name).open(encoding="utf-8") as handle:
@@ -137,13 +139,18 @@ def memory_fields(item: Mapping[str, Any]) -> dict[str, Any]:
 def _sample() -> QuestionSet:
     from obsmem.sample import DATA_DIR, SAMPLE_PROJECT
 
-    return QuestionSet("sample", SAMPLE_PROJECT, "the bundled sample project: one billing service, six weeks", DATA_DIR)
+    # The sample's results keep the dataset name they had before there were several sets.
+    return QuestionSet("sample", SAMPLE_PROJECT, "the bundled sample", DATA_DIR, "labelled questions")
 
 
 _SETS: dict[str, Callable[[], QuestionSet]] = {
     "sample": _sample,
     "coding": lambda: QuestionSet(
-        "coding", "coding", "seven coding-agent projects over seven months, one memory store", CODING_DIR
+        "coding",
+        "coding",
+        "the coding set (seven coding-agent projects over seven months, one memory store)",
+        CODING_DIR,
+        "coding set",
     ),
 }
 SET_NAMES: tuple[str, ...] = tuple(_SETS)

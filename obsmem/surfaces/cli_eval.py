@@ -1,16 +1,17 @@
 """``obsmem eval``: measure search quality per mode on labelled questions, LoCoMo and LongMemEval.
 
-    obsmem eval questions [--set sample|coding | --project P --questions FILE] [--modes exact,hybrid] [--output DIR]
+    obsmem eval questions [--set sample|coding | --project P --questions FILE] [--modes ...] [--output DIR]
     obsmem eval locomo --data locomo10.json [--ways a,b] [--modes ...] [--output DIR]
     obsmem eval longmemeval --data longmemeval_s.json|SUBSET_DIR [--modes ...] [--output DIR]
     obsmem eval calibrate [--project P --questions FILE] [--max-recall-loss 0.0] [--output DIR]
+    obsmem eval never-below out/*/results.json
 
 Every command prints one side-by-side table of the modes (``--json``: the results as JSON) and, with
 ``--output DIR``, writes ``results.json``, ``run.json``, ``per_question.jsonl``, ``report.md`` and PNG
 plots there. When the bm25, vector and hybrid modes all run, it also checks that hybrid is never below
 the better of the two lists (k = 1, 5, 10, overall and per category) and exits 3 on a loss unless
-``--never-below warn`` is given. The Python
-API is :mod:`obsmem.eval.runner`; docs/eval.md explains the metrics.
+``--never-below warn`` is given. The Python API is :mod:`obsmem.eval.runner`; docs/eval.md explains the
+metrics.
 """
 
 from __future__ import annotations
