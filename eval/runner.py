@@ -198,6 +198,8 @@ def _questions_run(
             f"questions: {sum(q.positive for q in questions)} positive, "
             f"{sum(not q.positive for q in questions)} negative",
         ]
+        if shipped is not None:
+            notes.append(shipped.overlap_note())
         return EvalRun("questions", results, timings, setup_summary(memory), notes)
 
 

@@ -236,6 +236,7 @@ def test_set_coding_runs_the_coding_questions(tmp_path: Path, model_server: Mode
     assert exact["by_category"]["negative"]["negative_hit_rate"] == 0.0  # no negative identifier is in memory
     assert {"calibration", "held_out", *KINDS} == set(bm25["by_category"])
     assert shown["never_below"] == {"checked": False, "losses": 0, "rows": []}  # needs vector and hybrid too
+    assert "word overlap with targets: current 0.474, date 0.384, identifier 0.762," in " ".join(shown["notes"])
     assert not (tmp_path / "data").exists()  # a temporary data directory, never the user's
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from obsmem.errors import ValidationFailed
 from obsmem.events import append_events
-from obsmem.memories import add_observations
+from obsmem.memories import ObservationIn, add_observations
 from obsmem.storage import ProjectDatabase
 
 CODING_DIR = Path(__file__).resolve().parent / "coding"
@@ -103,6 +103,19 @@ class QuestionSet:
     def questions(self) -> list[dict[str, Any]]:
         """The labelled questions, as the data file holds them."""
         return list(self._rows("questions.jsonl"))
+
+    def memory_texts(self) -> dict[str, str]:
+        """memory id -> content of every observation, the ids computed as the write path computes them."""
+        texts = {}
+        for item in self.observations():
+            parsed = ObservationIn.model_validate(memory_fields(item))
+            texts[parsed.memory_id()] = parsed.content
+        return texts
+
+    def overlap_note(self) -> str:
+        """The word overlap of each kind with its targets, as one line for a run's notes."""
+        overlap = overlap_by_kind(self.questions(), self.memory_texts())
+        return "word overlap with targets: " + ", ".join(f"{kind} {value:.3f}" for kind, value in overlap.items())
 
     def load(self, db: ProjectDatabase) -> dict[str, int]:
         """Write the set's events and observations into ``db``; safe to repeat (both writes are idempotent)."""
