@@ -35,7 +35,9 @@ from obsmem.eval.calibration import (
     split_questions,
     write_calibration,
 )
-from obsmem.eval.ingest import index_project, load_sample_project
+from obsmem.eval.datasets.question_sets import DEFAULT_SET, QuestionSet
+from obsmem.eval.datasets.question_sets import question_set as shipped_set
+from obsmem.eval.ingest import index_project, load_question_set, load_sample_project
 from obsmem.eval.modes import MODES, check_modes
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult
@@ -58,6 +60,8 @@ class EvalRun:
     calibration: CalibrationReport | None = None
 
     def meta(self) -> dict[str, Any]:
+        from obsmem.eval.never_below import never_below_dict, never_below_rows
+
         return {
             "suite": self.suite,
             "command": self.command,
@@ -66,6 +70,7 @@ class EvalRun:
             "timings_s": {name: round(value, 2) for name, value in self.timings.items()},
             "setup": self.setup,
             "notes": self.notes,
+            "never_below": never_below_dict(never_below_rows(self.results)),
         }
 
 
@@ -140,18 +145,23 @@ def evaluate_questions(
     modes: Sequence[str] = ("exact", "hybrid"),
     questions: Sequence[labelled.LabelledQuestion] | None = None,
     project: str | None = None,
+    question_set: str | None = None,
     progress: Progress = SILENT,
 ) -> EvalRun:
-    """Labelled questions in each mode: the bundled sample's (``project`` None) or a user's project."""
+    """Labelled questions in each mode: a shipped set's (``question_set``, default the bundled sample) in a
+    temporary data directory, or a user's ``project`` with its own ``questions``."""
     if project is not None and questions is None:
         raise ValidationFailed("a project needs its own labelled questions (--questions FILE)", field="questions")
+    if project is not None and question_set is not None:
+        raise ValidationFailed("--set runs a shipped set in a temporary project; drop --project", field="set")
     if project is not None:
         return _questions_run(
-            Obsmem(settings, background_indexing=False), project, modes, questions, progress, sample=False
+            Obsmem(settings, background_indexing=False), project, modes, questions, progress, shipped=None
         )
+    chosen = shipped_set(question_set or DEFAULT_SET)
     with workspace(None) as data_dir:
         memory = Obsmem(with_semantic(settings, data_dir), background_indexing=False)
-        return _questions_run(memory, "sample", modes, questions, progress, sample=True)
+        return _questions_run(memory, chosen.project, modes, questions, progress, shipped=chosen)
 
 
 def _questions_run(
@@ -161,17 +171,15 @@ def _questions_run(
     questions: Sequence[labelled.LabelledQuestion] | None,
     progress: Progress,
     *,
-    sample: bool,
+    shipped: QuestionSet | None,
 ) -> EvalRun:
     with memory:
         check_modes(memory, tuple(modes))
         timings = {"model_load": warm_up(memory, modes)}
         started = time.perf_counter()
-        if sample:
-            from obsmem.sample import questions as sample_questions
-
-            load_sample_project(memory)
-            questions = questions or labelled.parse_labelled(sample_questions())
+        if shipped is not None:
+            load_question_set(memory, shipped)
+            questions = questions or labelled.parse_labelled(shipped.questions())
         else:
             memory.database(project)  # project_not_found before any work
         timings["ingest"] = time.perf_counter() - started
@@ -181,13 +189,17 @@ def _questions_run(
         timings["index"] = time.perf_counter() - started
         assert questions is not None
         started = time.perf_counter()
-        results = labelled.run_labelled(memory, project, questions, modes, progress=progress)
+        dataset = "labelled questions" if shipped is None else shipped.dataset
+        results = labelled.run_labelled(memory, project, questions, modes, dataset=dataset, progress=progress)
         timings["queries"] = time.perf_counter() - started
+        where = project if shipped is None else shipped.description
         notes = [
-            f"project: {'the bundled sample' if sample else project}",
+            f"project: {where}",
             f"questions: {sum(q.positive for q in questions)} positive, "
             f"{sum(not q.positive for q in questions)} negative",
         ]
+        if shipped is not None:
+            notes.append(shipped.overlap_note())
         return EvalRun("questions", results, timings, setup_summary(memory), notes)
 
 
