@@ -83,7 +83,7 @@ class Judge(ABC):
     def rate(self, request: JudgeRequest) -> float:
         """The confidence that the note is relevant to the query; raises :class:`JudgeFailed`."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - most judges hold nothing to release
         """Release connections (nothing by default)."""
 
 

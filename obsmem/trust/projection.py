@@ -45,13 +45,10 @@ class ProjectionWithNotes(Projection):
 
     untrusted_notes: tuple[InjectedNote, ...] = ()
 
-    @property
-    def empty(self) -> bool:
-        return super().empty and not self.untrusted_notes
-
     def to_dict(self) -> dict[str, Any]:
+        # ``empty`` keeps its meaning (no memory: fall back to your own summary); untrusted notes are no
+        # memory, so with none the text holds their section alone.
         body = super().to_dict()
-        body["empty"] = self.empty
         body["untrusted_notes"] = [item.to_dict() for item in self.untrusted_notes]
         return body
 

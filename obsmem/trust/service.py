@@ -54,7 +54,7 @@ from obsmem.trust.notes import (
 )
 from obsmem.trust.projection import InjectedNote, ProjectionWithNotes, with_untrusted
 from obsmem.trust.search import find_note_hits, merge_hits, parse_trust
-from obsmem.trust.stores import LOCAL_USER, TierStores
+from obsmem.trust.stores import TierStores
 from obsmem.validation import project_name
 from obsmem.work import eventlog
 
