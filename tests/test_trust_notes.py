@@ -193,3 +193,29 @@ def test_user_tier_is_shared_by_the_local_users_projects(tmp_path: Path) -> None
         hits = service.search("two", "ruff", trust="all").to_dict()["hits"]
         assert [(hit["tier"], hit["trusted"]) for hit in hits] == [("user", False)]
         assert service.search("two", "ruff", trust="all", user=None).hits == []  # no user tier: not seen
+
+
+def test_hybrid_search_merges_notes_by_rank_and_keeps_the_memory_order(tmp_path: Path, model_server: Any) -> None:
+    from support.semantic_service import add_memories, semantic_settings
+
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server),
+        trust={"judge": {"provider": "none"}},
+    )
+    with Obsmem(settings) as service:
+        add_memories(
+            service,
+            "app",
+            [("2026-01-01 10:00", "login test fails on the clock mock"), ("2026-01-02 10:00", "auth token refresh")],
+        )
+        service.index("app")
+        memories_only = [hit.memory_id for hit in service.search("app", "login clock", mode="hybrid").hits]
+        service.save_note("app", "the login clock mock needs freezegun", situation="when testing login")
+        hits = service.search("app", "login clock", mode="hybrid", trust="all").to_dict()["hits"]
+        assert [hit["memory_id"] for hit in hits if hit["kind"] != "note"] == memories_only
+        assert [(hit["kind"], hit["trusted"]) for hit in hits if hit["kind"] == "note"] == [("note", False)]
+        assert [hit.memory_id for hit in service.search("app", "login clock", mode="hybrid").hits] == memories_only
+        # Situation words count in hybrid mode: a note found only through them.
+        found = service.search("app", "testing", mode="hybrid", trust="all").hits
+        assert [hit.kind for hit in found].count("note") == 1  # vectors find memories for any query too
