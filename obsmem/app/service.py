@@ -216,8 +216,9 @@ class Obsmem:
             default_mode=self.default_mode,
             limits=self.settings.search,
         )
+        level = self.trust.trust_level(trust)
         result = self.search_modes.run(self.projects.get(project), project, request)
-        return self.trust.search(result, project, request, trust, user)
+        return self.trust.search(result, project, request, level, user)
 
     def search_stages(
         self,

@@ -9,6 +9,7 @@ and a user-tier write is refused with ``user_tier_unavailable``.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import re
 from pathlib import Path
@@ -22,8 +23,9 @@ LOCAL_USER = "@local"
 _NOT_SLUG = re.compile(r"[^a-z0-9._-]+")
 
 
+@functools.cache
 def local_account() -> str:
-    """The local account's name as a slug (``local`` when it has none usable)."""
+    """The local account's name as a slug (``local`` when it has none usable); read once per process."""
     try:
         name = getpass.getuser()
     except (KeyError, OSError):
