@@ -221,6 +221,11 @@ class TrustService:
 
     # -- search and projection ---------------------------------------------------------------------
 
+    @staticmethod
+    def trust_level(trust: object) -> str:
+        """``trust`` checked: ``trusted`` (also for None) or ``all``; else ``invalid_request`` on ``trust``."""
+        return parse_trust(trust)
+
     def search(
         self, result: SearchResult, project: str, request: SearchRequest, trust: object, user: str | None
     ) -> SearchResult:
