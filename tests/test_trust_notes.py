@@ -9,6 +9,8 @@ from typing import Any
 
 import apsw
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.errors import NotFound, ObsmemError, ValidationFailed
@@ -219,3 +221,27 @@ def test_hybrid_search_merges_notes_by_rank_and_keeps_the_memory_order(tmp_path:
         # Situation words count in hybrid mode: a note found only through them.
         found = service.search("app", "testing", mode="hybrid", trust="all").hits
         assert [hit.kind for hit in found].count("note") == 1  # vectors find memories for any query too
+
+
+_TEXT = st.text(alphabet='aAbB%_ "xé', min_size=1, max_size=12).filter(lambda text: text.strip() != "")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contents=st.lists(_TEXT, min_size=1, max_size=8, unique=True), needle=_TEXT)
+def test_exact_note_search_matches_a_like_scan(
+    tmp_path_factory: pytest.TempPathFactory, contents: list[str], needle: str
+) -> None:
+    """The trigram plan (3+ characters) and the scan (shorter) both answer what ASCII-case-insensitive
+    substring matching answers, with % and _ literal."""
+    data = tmp_path_factory.mktemp("exact")
+    with Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}})) as service:
+        for content in contents:
+            service.save_note("app", content)
+        found = {hit.content for hit in service.search("app", needle, trust="all").hits}
+
+    def ascii_lower(text: str) -> str:
+        return "".join(char.lower() if char.isascii() else char for char in text)
+
+    stored = {content.strip() for content in contents}
+    expected = {content for content in stored if ascii_lower(needle.strip()) in ascii_lower(content)}
+    assert found == expected

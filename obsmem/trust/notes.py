@@ -245,14 +245,23 @@ def search_exact(
     conn: apsw.Connection, needle: str, statuses: Sequence[str], window: DateWindow, limit: int
 ) -> list[Note]:
     """Notes in ``statuses`` whose content contains ``needle`` (the same LIKE rule as exact search), newest
-    first. Notes are few next to memories, so the scan runs over the status index, not a trigram index."""
+    first. A needle of 3 characters or more is looked up in the trigram index first (a superset: it folds
+    case beyond ASCII), then checked with LIKE; a shorter one scans the notes of those statuses."""
     marks = ", ".join("?" for _ in statuses)
     where, params = _window_sql(window)
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM notes WHERE status IN ({marks}) AND content LIKE ? ESCAPE '\\'{where}"
-        " ORDER BY date DESC, id DESC LIMIT ?",
-        (*statuses, _like_pattern(needle), *params, limit),
-    ).fetchall()
+    columns = ", ".join("n." + column.strip() for column in _COLUMNS.split(","))
+    filters = f"n.status IN ({marks}) AND n.content LIKE ? ESCAPE '\\'{where.replace('date', 'n.date')}"
+    if len(needle) >= 3:
+        sql = (
+            "WITH matched AS (SELECT rowid FROM note_trigrams WHERE note_trigrams MATCH ?)"
+            f" SELECT {columns} FROM matched JOIN notes AS n ON n.id = matched.rowid WHERE {filters}"
+            " ORDER BY n.date DESC, n.id DESC LIMIT ?"
+        )
+        bindings: tuple[Any, ...] = ('"' + needle.replace('"', '""') + '"', *statuses)
+    else:
+        sql = f"SELECT {columns} FROM notes AS n WHERE {filters} ORDER BY n.date DESC, n.id DESC LIMIT ?"
+        bindings = tuple(statuses)
+    rows = conn.execute(sql, (*bindings, _like_pattern(needle), *params, limit)).fetchall()
     return [Note.from_row(row) for row in rows]
 
 

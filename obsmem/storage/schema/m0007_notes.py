@@ -4,8 +4,9 @@
   superseded (a promoted update replaced it) and anything -> forgotten. ``supersedes`` names the note an
   update would replace once it is promoted. A project database holds the project tier; a user database
   (``users/<owner>/obsmem.db``) holds the same tables for the user tier.
-- ``note_words``: the keyword index of note content and situation (hybrid search), kept in step by
-  triggers; exact search reads ``notes`` itself (LIKE over a small table).
+- ``note_words``: the keyword index of note content and situation (hybrid search), and ``note_trigrams``,
+  the substring index of note content (exact search of needles of 3 characters or more, checked with LIKE
+  afterwards), both kept in step by triggers.
 - ``judgments``: one row per judgment of one candidate against one query: the judge's ``p`` (or the error
   that stopped it), the decision, the state (open, escalated, resolved) and the outcome a person gave.
   These rows are the calibration corpus, keyed by ``judgment_id``.
@@ -35,17 +36,22 @@ CREATE INDEX notes_by_status ON notes(status, date, id);
 CREATE VIRTUAL TABLE note_words USING fts5(
     content, situation, content='notes', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
 );
+CREATE VIRTUAL TABLE note_trigrams USING fts5(content, content='notes', content_rowid='id', tokenize='trigram');
 CREATE TRIGGER notes_words_insert AFTER INSERT ON notes BEGIN
     INSERT INTO note_words(rowid, content, situation) VALUES (new.id, new.content, new.situation);
+    INSERT INTO note_trigrams(rowid, content) VALUES (new.id, new.content);
 END;
 CREATE TRIGGER notes_words_delete AFTER DELETE ON notes BEGIN
     INSERT INTO note_words(note_words, rowid, content, situation)
         VALUES ('delete', old.id, old.content, old.situation);
+    INSERT INTO note_trigrams(note_trigrams, rowid, content) VALUES ('delete', old.id, old.content);
 END;
 CREATE TRIGGER notes_words_update AFTER UPDATE OF content, situation ON notes BEGIN
     INSERT INTO note_words(note_words, rowid, content, situation)
         VALUES ('delete', old.id, old.content, old.situation);
     INSERT INTO note_words(rowid, content, situation) VALUES (new.id, new.content, new.situation);
+    INSERT INTO note_trigrams(note_trigrams, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO note_trigrams(rowid, content) VALUES (new.id, new.content);
 END;
 
 CREATE TABLE judgments (
