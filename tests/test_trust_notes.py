@@ -16,6 +16,7 @@ from obsmem.app import Obsmem
 from obsmem.errors import NotFound, ObsmemError, ValidationFailed
 from obsmem.settings import load_settings
 from obsmem.trust import decide_injection
+from obsmem.trust import notes as notes_module
 from obsmem.trust.ledger import ledger_entries, record_judgment
 
 
@@ -227,21 +228,31 @@ _TEXT = st.text(alphabet='aAbB%_ "xé', min_size=1, max_size=12).filter(lambda t
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(contents=st.lists(_TEXT, min_size=1, max_size=8, unique=True), needle=_TEXT)
+@given(
+    contents=st.lists(_TEXT, min_size=1, max_size=8, unique_by=str.strip),
+    needle=_TEXT,
+    limit=st.integers(min_value=1, max_value=10),
+    walk_rows=st.sampled_from([1, 3, 2000]),
+)
 def test_exact_note_search_matches_a_like_scan(
-    tmp_path_factory: pytest.TempPathFactory, contents: list[str], needle: str
+    tmp_path_factory: pytest.TempPathFactory, contents: list[str], needle: str, limit: int, walk_rows: int
 ) -> None:
-    """The trigram plan (3+ characters) and the scan (shorter) both answer what ASCII-case-insensitive
-    substring matching answers, with % and _ literal."""
+    """Every plan (the walk over the newest notes, the trigram index for 3+ characters, the scan for
+    shorter needles) answers what ASCII-case-insensitive substring matching answers, % and _ literal,
+    newest first."""
     data = tmp_path_factory.mktemp("exact")
-    with Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}})) as service:
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}})) as service,
+    ):
+        patch.setattr(notes_module, "WALK_ROWS", walk_rows)
         for content in contents:
             service.save_note("app", content)
-        found = {hit.content for hit in service.search("app", needle, trust="all").hits}
+        found = [hit.content for hit in service.search("app", needle, trust="all", limit=limit).hits]
 
     def ascii_lower(text: str) -> str:
         return "".join(char.lower() if char.isascii() else char for char in text)
 
-    stored = {content.strip() for content in contents}
-    expected = {content for content in stored if ascii_lower(needle.strip()) in ascii_lower(content)}
-    assert found == expected
+    newest_first = [content.strip() for content in reversed(contents)]
+    expected = [content for content in newest_first if ascii_lower(needle.strip()) in ascii_lower(content)]
+    assert found == expected[:limit]

@@ -134,7 +134,19 @@ class JudgingDispatcher:
                     notes = search_keywords(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
             ranked.append((tier, notes))
         picked = pick_candidates(ranked, min(MAX_JUDGED, self.settings.judged_per_search))
+        picked = [(tier, note) for tier, note in picked if not self._waiting(echo, tier, note)]
         if not picked:
+            return None
+        queue = JobQueue(
+            self.stores.project(echo.project),
+            lease_seconds=self.jobs.lease_seconds,
+            retry_backoff_seconds=self.jobs.retry_backoff_seconds,
+            max_attempts=self.jobs.max_retries + 1,
+        )
+        # One queued job per set of candidates: repeated searches for the same thing add no work.
+        names = ",".join(sorted(note.note_id for _, note in picked))
+        dedupe = f"{JUDGE_JOB}:{hashlib.sha256(names.encode()).hexdigest()[:32]}"
+        if queue.has_queued_dedupe(dedupe):
             return None
         payload: dict[str, Any] = {
             "dispatch": uuid.uuid4().hex,
@@ -142,15 +154,17 @@ class JudgingDispatcher:
             "user": echo.user,
             "notes": [{"tier": tier, "note_id": note.note_id} for tier, note in picked],
         }
-        queue = JobQueue(
-            self.stores.project(echo.project),
-            lease_seconds=self.jobs.lease_seconds,
-            retry_backoff_seconds=self.jobs.retry_backoff_seconds,
-            max_attempts=self.jobs.max_retries + 1,
-        )
-        job = queue.enqueue(JUDGE_JOB, payload)
+        job = queue.enqueue(JUDGE_JOB, payload, dedupe_key=dedupe)
         self.wake()
         return job.job_id
+
+    def _waiting(self, echo: SearchEcho, tier: str, note: Note) -> bool:
+        """Whether the note already waits on a judgment (it is not judged again until that one resolves)."""
+        db = self.stores.tier(echo.project, tier, echo.user)
+        if db is None:
+            return True
+        with db.read() as conn:
+            return has_pending_judgment(conn, note.note_id)
 
     def close(self) -> None:
         with self._lock:
