@@ -232,20 +232,20 @@ _TEXT = st.text(alphabet='aAbB%_ "xé', min_size=1, max_size=12).filter(lambda t
     contents=st.lists(_TEXT, min_size=1, max_size=8, unique_by=str.strip),
     needle=_TEXT,
     limit=st.integers(min_value=1, max_value=10),
-    walk_rows=st.sampled_from([1, 3, 2000]),
+    probe=st.sampled_from([1, 3, 200]),
 )
 def test_exact_note_search_matches_a_like_scan(
-    tmp_path_factory: pytest.TempPathFactory, contents: list[str], needle: str, limit: int, walk_rows: int
+    tmp_path_factory: pytest.TempPathFactory, contents: list[str], needle: str, limit: int, probe: int
 ) -> None:
-    """Every plan (the walk over the newest notes, the trigram index for 3+ characters, the scan for
-    shorter needles) answers what ASCII-case-insensitive substring matching answers, % and _ literal,
-    newest first."""
+    """Both plans (the trigram index for rare needles of 3+ characters, the walk along the date index for
+    the others; ``probe`` moves the line between them) answer what ASCII-case-insensitive substring
+    matching answers, % and _ literal, newest first."""
     data = tmp_path_factory.mktemp("exact")
     with (
         pytest.MonkeyPatch.context() as patch,
         Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}})) as service,
     ):
-        patch.setattr(notes_module, "WALK_ROWS", walk_rows)
+        patch.setattr(notes_module, "PROBE_MATCHES", probe)
         for content in contents:
             service.save_note("app", content)
         found = [hit.content for hit in service.search("app", needle, trust="all", limit=limit).hits]

@@ -241,41 +241,49 @@ def _window_sql(window: DateWindow) -> tuple[str, list[str]]:
     return "".join(clauses), params
 
 
-# The newest notes one exact search walks before it looks the needle up in the trigram index instead.
-WALK_ROWS = 2000
+# A needle whose trigram lookup finds this many notes is common: walking the newest notes finds the answer
+# sooner than sorting every match by date.
+PROBE_MATCHES = 200
 
 
 def search_exact(
     conn: apsw.Connection, needle: str, statuses: Sequence[str], window: DateWindow, limit: int
 ) -> list[Note]:
     """Notes in ``statuses`` whose content contains ``needle`` (the same LIKE rule as exact search), newest
-    first. Two bounded plans give the same answer: a walk over the newest :data:`WALK_ROWS` notes, which is
-    the whole answer when it finds ``limit`` matches (a common needle); otherwise, for a needle of 3
-    characters or more, the trigram index (a superset: it folds case beyond ASCII) checked with LIKE, and
-    for a shorter one a scan of every note of those statuses."""
+    first. Two plans give the same answer: a rare needle (3 characters or more, fewer than
+    :data:`PROBE_MATCHES` notes in the trigram index, which folds case beyond ASCII so it finds a superset)
+    sorts its few candidates, checked with LIKE; any other needle walks the notes newest first along the date
+    index, checking LIKE, until ``limit`` match."""
     marks = ", ".join("?" for _ in statuses)
     where, params = _window_sql(window)
     columns = ", ".join("n." + column.strip() for column in _COLUMNS.split(","))
-    like = "n.content LIKE ? ESCAPE '\\'"
-    newest = f"SELECT * FROM notes WHERE status IN ({marks}){where} ORDER BY date DESC, id DESC LIMIT {WALK_ROWS}"
-    rows = conn.execute(
-        f"SELECT {columns} FROM ({newest}) AS n WHERE {like} ORDER BY n.date DESC, n.id DESC LIMIT ?",
-        (*statuses, *params, _like_pattern(needle), limit),
-    ).fetchall()
-    if len(rows) < limit:
-        filters = f"n.status IN ({marks}) AND {like}{where.replace('date', 'n.date')}"
-        if len(needle) >= 3:
-            sql = (
-                "WITH matched AS (SELECT rowid FROM note_trigrams WHERE note_trigrams MATCH ?)"
-                f" SELECT {columns} FROM matched JOIN notes AS n ON n.id = matched.rowid WHERE {filters}"
-                " ORDER BY n.date DESC, n.id DESC LIMIT ?"
-            )
-            bindings: tuple[Any, ...] = ('"' + needle.replace('"', '""') + '"', *statuses)
-        else:
-            sql = f"SELECT {columns} FROM notes AS n WHERE {filters} ORDER BY n.date DESC, n.id DESC LIMIT ?"
-            bindings = tuple(statuses)
-        rows = conn.execute(sql, (*bindings, _like_pattern(needle), *params, limit)).fetchall()
+    filters = f"n.status IN ({marks}) AND n.content LIKE ? ESCAPE '\\'{where.replace('date', 'n.date')}"
+    phrase = '"' + needle.replace('"', '""') + '"'
+    rare = len(needle) >= 3 and _trigram_matches(conn, phrase) < PROBE_MATCHES
+    if rare:
+        sql = (
+            "WITH matched AS (SELECT rowid FROM note_trigrams WHERE note_trigrams MATCH ?)"
+            f" SELECT {columns} FROM matched JOIN notes AS n ON n.id = matched.rowid WHERE {filters}"
+            " ORDER BY n.date DESC, n.id DESC LIMIT ?"
+        )
+        bindings: tuple[Any, ...] = (phrase, *statuses)
+    else:
+        sql = (
+            f"SELECT {columns} FROM notes AS n INDEXED BY notes_by_date WHERE {filters}"
+            " ORDER BY n.date DESC, n.id DESC LIMIT ?"
+        )
+        bindings = tuple(statuses)
+    rows = conn.execute(sql, (*bindings, _like_pattern(needle), *params, limit)).fetchall()
     return [Note.from_row(row) for row in rows]
+
+
+def _trigram_matches(conn: apsw.Connection, phrase: str) -> int:
+    """How many notes the trigram index names for ``phrase``, counted up to :data:`PROBE_MATCHES`."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT rowid FROM note_trigrams WHERE note_trigrams MATCH ? LIMIT ?)",
+        (phrase, PROBE_MATCHES),
+    ).fetchone()
+    return int(row[0])
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -32,6 +32,7 @@ CREATE TABLE notes (
     updated_at TEXT NOT NULL
 );
 CREATE INDEX notes_by_status ON notes(status, date, id);
+CREATE INDEX notes_by_date ON notes(date, id);
 
 CREATE VIRTUAL TABLE note_words USING fts5(
     content, situation, content='notes', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
