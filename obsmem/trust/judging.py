@@ -90,6 +90,7 @@ class JudgingDispatcher:
         self.wake = wake
         self._executor: ThreadPoolExecutor | None = None
         self._pending: set[Future[None]] = set()
+        self._waiting: set[SearchEcho] = set()
         self._lock = threading.Lock()
 
     @property
@@ -97,11 +98,15 @@ class JudgingDispatcher:
         return self.settings.judge.provider != "none" and self.settings.judged_per_search > 0
 
     def after_search(self, echo: SearchEcho) -> None:
+        """Hand the search to the judging thread; the same search already waiting there is not handed twice."""
         if not self.enabled:
             return
         with self._lock:
+            if echo in self._waiting:
+                return
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-judging")
+            self._waiting.add(echo)
             future = self._executor.submit(self._dispatch, echo)
             self._pending.add(future)
         future.add_done_callback(self._finished)
@@ -118,6 +123,8 @@ class JudgingDispatcher:
             future.result(timeout=timeout)
 
     def _dispatch(self, echo: SearchEcho) -> None:
+        with self._lock:
+            self._waiting.discard(echo)
         try:
             self.queue_judging(echo)
         except Exception as exc:  # noqa: BLE001 - a search must never fail for its judging
@@ -134,7 +141,7 @@ class JudgingDispatcher:
                     notes = search_keywords(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
             ranked.append((tier, notes))
         picked = pick_candidates(ranked, min(MAX_JUDGED, self.settings.judged_per_search))
-        picked = [(tier, note) for tier, note in picked if not self._waiting(echo, tier, note)]
+        picked = [(tier, note) for tier, note in picked if not self._already_judging(echo, tier, note)]
         if not picked:
             return None
         queue = JobQueue(
@@ -158,7 +165,7 @@ class JudgingDispatcher:
         self.wake()
         return job.job_id
 
-    def _waiting(self, echo: SearchEcho, tier: str, note: Note) -> bool:
+    def _already_judging(self, echo: SearchEcho, tier: str, note: Note) -> bool:
         """Whether the note already waits on a judgment (it is not judged again until that one resolves)."""
         db = self.stores.tier(echo.project, tier, echo.user)
         if db is None:

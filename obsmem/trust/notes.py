@@ -217,6 +217,11 @@ def list_notes(conn: apsw.Connection, status: str | None, limit: int = 500) -> l
     return [Note.from_row(row) for row in rows]
 
 
+def has_candidates(conn: apsw.Connection) -> bool:
+    """Whether any note waits as a candidate (one step along the status index)."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM notes WHERE status = 'candidate')").fetchone()[0] == 1
+
+
 def note_counts(conn: apsw.Connection) -> dict[str, int]:
     found = dict(conn.execute("SELECT status, count(*) FROM notes GROUP BY status").fetchall())
     return {status: int(found.get(status, 0)) for status in STATUSES}

@@ -17,7 +17,7 @@ from obsmem.dates import display_minute
 from obsmem.errors import ValidationFailed
 from obsmem.retrieval import Hit, SearchRequest, SearchResult
 from obsmem.storage import ProjectDatabase
-from obsmem.trust.notes import Note, search_exact, search_keywords
+from obsmem.trust.notes import Note, has_candidates, search_exact, search_keywords
 
 TRUST_LEVELS: tuple[str, ...] = ("trusted", "all")
 RRF_K = 60
@@ -72,21 +72,27 @@ class NoteHit(Hit):
         }
 
 
-def find_note_hits(tiers: list[tuple[str, ProjectDatabase]], request: SearchRequest, trust: str) -> list[NoteHit]:
-    """The notes ``request`` finds in the tiers' databases, best first (newest first in exact mode)."""
-    if request.session_id is not None:
-        return []
+def find_note_hits(
+    tiers: list[tuple[str, ProjectDatabase]], request: SearchRequest, trust: str
+) -> tuple[list[NoteHit], bool]:
+    """The notes ``request`` finds in the tiers' databases, best first (newest first in exact mode), and
+    whether any tier holds a candidate at all (without one there is nothing to judge, and the judging
+    thread is not woken)."""
     statuses = ("trusted",) if trust == "trusted" else ("trusted", "candidate")
     found: list[Note] = []
+    any_candidate = False
     for _, db in tiers:
         with db.read() as conn:
+            any_candidate = any_candidate or has_candidates(conn)
+            if request.session_id is not None:
+                continue
             if request.mode == "exact":
                 found += search_exact(conn, request.query, statuses, request.window, request.limit + 1)
             else:
                 found += search_keywords(conn, request.query, statuses, request.window, request.limit + 1)
     if request.mode == "exact":
         found.sort(key=lambda note: note.date, reverse=True)
-    return [NoteHit.from_note(note) for note in found]
+    return [NoteHit.from_note(note) for note in found], any_candidate
 
 
 def merge_hits(result: SearchResult, notes: list[NoteHit], request: SearchRequest) -> SearchResult:

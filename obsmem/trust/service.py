@@ -231,8 +231,10 @@ class TrustService:
     ) -> SearchResult:
         """Merge the notes the request finds into ``result``; then queue judging in the background."""
         level = parse_trust(trust)
-        merged = merge_hits(result, find_note_hits(self.stores.readable(project, user), request, level), request)
-        self.dispatcher.after_search(SearchEcho(project, user, request.query, request.mode, request.window))
+        notes, any_candidate = find_note_hits(self.stores.readable(project, user), request, level)
+        merged = merge_hits(result, notes, request)
+        if any_candidate:
+            self.dispatcher.after_search(SearchEcho(project, user, request.query, request.mode, request.window))
         return merged
 
     def projection(self, projection: Projection, project: str, user: str | None) -> ProjectionWithNotes:
