@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ JUDGMENT_EVENT = "trust_judgment"
 MAX_JUDGED = 3
 # Candidates looked at per tier before de-duplication picks the few that are judged.
 _LOOKED_AT = 12
+# How long the judging thread lets searches gather before it takes them in one round.
+SETTLE_SECONDS = 0.05
 
 
 def judgment_id_for(dispatch: str, note_id: str) -> str:
@@ -88,10 +90,11 @@ class JudgingDispatcher:
         self.jobs = jobs
         self.stores = stores
         self.wake = wake
-        self._executor: ThreadPoolExecutor | None = None
-        self._pending: set[Future[None]] = set()
-        self._waiting: set[SearchEcho] = set()
-        self._lock = threading.Lock()
+        self._waiting: dict[SearchEcho, None] = {}  # searches handed over, in order, each once
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._changed = threading.Condition()
 
     @property
     def enabled(self) -> bool:
@@ -101,30 +104,44 @@ class JudgingDispatcher:
         """Hand the search to the judging thread; the same search already waiting there is not handed twice."""
         if not self.enabled:
             return
-        with self._lock:
-            if echo in self._waiting:
+        with self._changed:
+            if self._closed or echo in self._waiting:
                 return
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-judging")
-            self._waiting.add(echo)
-            future = self._executor.submit(self._dispatch, echo)
-            self._pending.add(future)
-        future.add_done_callback(self._finished)
-
-    def _finished(self, future: Future[None]) -> None:
-        with self._lock:
-            self._pending.discard(future)
+            self._waiting[echo] = None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="obsmem-judging", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
 
     def flush(self, timeout: float = 10.0) -> None:
-        """Wait until every search so far has queued its job (tests and one-shot commands)."""
-        with self._lock:
-            pending = list(self._pending)
-        for future in pending:
-            future.result(timeout=timeout)
+        """Wait until every search handed over so far has queued its job (tests and one-shot commands)."""
+        with self._changed:
+            self._changed.notify_all()
+            if not self._changed.wait_for(lambda: not self._waiting and not self._busy, timeout=timeout):
+                raise TimeoutError("searches are still waiting to be judged")
+
+    def _run(self) -> None:
+        # The thread settles for a moment before each round, so a burst of searches is taken in one round
+        # and the thread does not compete with the searches themselves for the interpreter (the GIL).
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._waiting) or self._closed)
+                if self._closed and not self._waiting:
+                    return
+            time.sleep(SETTLE_SECONDS)
+            with self._changed:
+                batch = list(self._waiting)
+                self._waiting.clear()
+                self._busy = True
+            try:
+                for echo in batch:
+                    self._dispatch(echo)
+            finally:
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
 
     def _dispatch(self, echo: SearchEcho) -> None:
-        with self._lock:
-            self._waiting.discard(echo)
         try:
             self.queue_judging(echo)
         except Exception as exc:  # noqa: BLE001 - a search must never fail for its judging
@@ -174,10 +191,13 @@ class JudgingDispatcher:
             return has_pending_judgment(conn, note.note_id)
 
     def close(self) -> None:
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        """Queue what was handed over, then stop the thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
 
 
 class JudgeJob:
