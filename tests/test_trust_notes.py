@@ -256,3 +256,22 @@ def test_exact_note_search_matches_a_like_scan(
     newest_first = [content.strip() for content in reversed(contents)]
     expected = [content for content in newest_first if ascii_lower(needle.strip()) in ascii_lower(content)]
     assert found == expected[:limit]
+
+
+def test_workers_groom_on_their_housekeeping_schedule(service: Obsmem) -> None:
+    note = service.save_note("app", "scheduled fact").note
+    user_note = service.save_note("app", "scheduled user fact", tier="user").note
+    service.search("app", "scheduled", trust="all")
+    for judgment in _judged(service, "app"):
+        service.resolve_judgment("app", judgment["judgment_id"], True)
+    pool = service.worker_pool()
+    pool.housekeep()  # what the housekeeping scheduler runs every jobs.housekeeping_seconds
+    statuses = {item.note_id: item.status for item in service.notes("app").notes}
+    assert statuses == {note.note_id: "trusted", user_note.note_id: "trusted"}
+    service.save_note("app", "later fact")
+    service.search("app", "later fact")
+    for judgment in _judged(service, "app"):
+        if judgment["state"] != "resolved":
+            service.resolve_judgment("app", judgment["judgment_id"], True)
+    pool.housekeep()  # within trust.groom_seconds of the last pass: nothing runs yet
+    assert [item.status for item in service.notes("app", status="candidate").notes] == ["candidate"]
