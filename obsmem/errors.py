@@ -12,7 +12,8 @@ response bodies, so they are safe to log.
     ├── ValidationFailed (422)        invalid_request; given where raised: mode_unavailable (hybrid mode
     │   │                             without a [semantic] section), unknown_source_ref (an observation
     │   │                             citing events that do not exist), unknown_observation (a reflection
-    │   │                             citing observations that do not exist)
+    │   │                             citing observations that do not exist), user_tier_unavailable (a
+    │   │                             user-tier note for an API key with no owner)
     │   ├── InvalidQuery              invalid_query
     │   ├── InvalidDate               invalid_date
     │   ├── InvalidId                 invalid_id
@@ -59,8 +60,15 @@ response bodies, so they are safe to log.
     ├── CoverageConflict (409)        coverage_conflict (the observe wing): part of a chunk was covered
     │                                 meanwhile; the chunk is re-packed
     ├── GenerationLost (409)          generation_lost (the reflect wing): another attempt took the claim
-    └── LedgerError (500)             ledger_invalid (the reflect wing): a session's generations are not
-                                      one chain (a bug if seen)
+    ├── LedgerError (500)             ledger_invalid (the reflect wing): a session's generations are not
+    │                                 one chain (a bug if seen)
+    │
+    │   Defined in obsmem.trust (docs/trust.md):
+    ├── NoteForgotten (409)           note_forgotten: a forgotten note cannot be updated
+    ├── JudgmentResolved (409)        judgment_resolved: a judgment resolved one way cannot be resolved the other
+    └── JudgeFailed (503)             judge_unavailable: the judge gave no answer; recorded as an escalation
+        ├── JudgeTimeout              judge_timeout: the judge did not answer within its deadline
+        └── JudgeBadResponse (502)    judge_bad_response: no p, not JSON, or p outside [0, 1]
 
 Codes without an error class, in the same ``{"error": {"code", "message"}}`` shape:
 

@@ -50,6 +50,7 @@ def test_memory_is_empty_then_rendered_instantly(client: TestClient, service: Ob
         "generation": 0,
         "tokens": 0,
         "text": "",
+        "untrusted_notes": [],
     }
     append(client, "s1", *(f"message {i}: " + words(60) for i in range(4)))
     wait_for(lambda: service.session_status("p", "s1").pending_tokens == 0)  # the server's own workers

@@ -24,6 +24,7 @@ from obsmem.app.results import (
     ProjectStatus,
     Recollection,
     SessionStatus,
+    TrustStatus,
 )
 from obsmem.app.typed import build
 from obsmem.errors import ValidationFailed
@@ -35,6 +36,18 @@ from obsmem.projects import ProjectRegistry
 from obsmem.retrieval import SearchModes, SearchRequest, SearchResult, find_memory_row, recall_memory
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
+from obsmem.trust import (
+    LOCAL_USER,
+    CalibrationReport,
+    GroomReport,
+    Judgment,
+    JudgmentList,
+    Note,
+    NoteList,
+    NoteWrite,
+    ProjectionWithNotes,
+    TrustService,
+)
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import EnqueueResult, WorkerPool, eventlog
@@ -81,6 +94,7 @@ class Obsmem:
             if background:
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
+        self.trust = TrustService(settings, self.projects, self._wake_workers)
 
     def _memories_changed(self, project: str) -> None:
         if self.indexer is not None:
@@ -185,7 +199,13 @@ class Obsmem:
         limit: object = None,
         mode: object = None,
         session_id: object = None,
+        trust: object = None,
+        user: str | None = LOCAL_USER,
     ) -> SearchResult:
+        """Memories, and the notes the query finds: trusted ones (``trust="trusted"``, the default) or
+        candidates too, marked untrusted (``trust="all"``). ``user`` owns the user tier searched beside the
+        project (:data:`~obsmem.trust.LOCAL_USER` by default; None: no user tier). After the hits are fixed,
+        candidates the query found are queued for judging in the background (docs/trust.md)."""
         request = SearchRequest.parse(
             query=query,
             after=after,
@@ -196,7 +216,9 @@ class Obsmem:
             default_mode=self.default_mode,
             limits=self.settings.search,
         )
-        return self.search_modes.run(self.projects.get(project), project, request)
+        level = self.trust.trust_level(trust)
+        result = self.search_modes.run(self.projects.get(project), project, request)
+        return self.trust.search(result, project, request, level, user)
 
     def search_stages(
         self,
@@ -244,12 +266,57 @@ class Obsmem:
         totals = {name: report.pop(name) for name in _TOTALS}
         return IndexReport(totals=build(IndexTotals, totals), status=build(IndexStatus, report))
 
+    # -- agent-written notes with earned trust (docs/trust.md) -------------------------------------
+
+    def save_note(
+        self,
+        project: str,
+        content: object,
+        *,
+        situation: object = None,
+        tier: object = None,
+        user: str | None = LOCAL_USER,
+    ) -> NoteWrite:
+        """Store a note as an untrusted candidate (``tier``: ``project``, the default, or ``user``)."""
+        return self.trust.save(project, content, situation=situation, tier=tier, user=user)
+
+    def update_note(
+        self, project: str, note_id: object, content: object, *, situation: object = None, user: str | None = LOCAL_USER
+    ) -> NoteWrite:
+        """A new candidate that supersedes the note when (and only when) it is promoted."""
+        return self.trust.update(project, note_id, content, situation=situation, user=user)
+
+    def forget_note(self, project: str, note_id: object, *, user: str | None = LOCAL_USER) -> Note:
+        """Mark a note forgotten: it leaves every search at once."""
+        return self.trust.forget(project, note_id, user=user)
+
+    def notes(self, project: str, *, status: object = None, user: str | None = LOCAL_USER) -> NoteList:
+        return self.trust.notes(project, status=status, user=user)
+
+    def judgments(self, project: str, *, state: object = None, user: str | None = LOCAL_USER) -> JudgmentList:
+        return self.trust.judgments(project, state=state, user=user)
+
+    def resolve_judgment(
+        self, project: str, judgment_id: object, outcome: object, *, user: str | None = LOCAL_USER
+    ) -> Judgment:
+        """A person's answer to a judgment: was the note relevant? A true answer lets groom promote it."""
+        return self.trust.resolve(project, judgment_id, outcome, user=user)
+
+    def groom(self, project: str, *, user: str | None = LOCAL_USER) -> GroomReport:
+        """Promote candidates whose judgments resolved true (bounded per pass); list what waits for people."""
+        return self.trust.groom(project, user=user)
+
+    def calibrate_trust(self, project: str, *, tier: object = None, user: str | None = LOCAL_USER) -> CalibrationReport:
+        return self.trust.calibrate(project, user=user, tier=tier)
+
     # -- the observation pipeline ---------------------------------------------------------------
 
-    def memory(self, project: str, session_id: str) -> Projection:
-        """The session's active memory rendered for injection at compaction (instant, no model call)."""
+    def memory(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> ProjectionWithNotes:
+        """The session's active memory rendered for injection at compaction (instant, no model call), with
+        the candidates a judge found relevant in a labelled section of their own."""
         session_id = check_session_id(session_id)
-        return self.pipeline.projection(self.projects.get(project), session_id)
+        projection: Projection = self.pipeline.projection(self.projects.get(project), session_id)
+        return self.trust.projection(projection, project, user)
 
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,
@@ -309,9 +376,9 @@ class Obsmem:
         if self.workers is None:
             self.workers = WorkerPool(
                 self.projects,
-                self.pipeline.handlers,
+                {**self.pipeline.handlers, **self.trust.handlers},
                 self.settings.jobs,
-                housekeeping=self.pipeline.housekeeping_tasks,
+                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule],
             )
         return self.workers
 
@@ -351,6 +418,7 @@ class Obsmem:
                 "observer": self.pipeline.observer_state,
                 "reflector": self.pipeline.reflector_state,
                 "jobs": self.pipeline.queue(db).counts(),
+                "trust": build(TrustStatus, self.trust.status(project, db)),
             }
             | self._index_status(project),
         )
@@ -379,6 +447,7 @@ class Obsmem:
 
     def close(self) -> None:
         self.stop_workers()
+        self.trust.close()
         self.pipeline.close()
         if self.indexer is not None:
             self.indexer.close()

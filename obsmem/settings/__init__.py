@@ -39,6 +39,7 @@ from obsmem.settings.semantic import (
     RerankerSettings,
     SemanticSettings,
 )
+from obsmem.settings.trust import JudgeSettings, TrustSettings
 
 __all__ = [
     "ALL_PROJECTS",
@@ -53,6 +54,7 @@ __all__ = [
     "FusionSettings",
     "IndexSettings",
     "JobSettings",
+    "JudgeSettings",
     "ModelOverride",
     "ModelOverrideBase",
     "ModelSettings",
@@ -64,6 +66,7 @@ __all__ = [
     "SemanticSettings",
     "ServerSettings",
     "Settings",
+    "TrustSettings",
     "Section",
     "builtin_settings",
     "check_base_url",

@@ -61,6 +61,11 @@ COMMANDS: dict[str, str] = {
     "forget": "obsmem.surfaces.cli:forget",
     "export": "obsmem.surfaces.cli_export:export",
     "restore": "obsmem.surfaces.cli_export:restore",
+    "notes": "obsmem.surfaces.cli_notes:notes",
+    "judgments": "obsmem.surfaces.cli_notes:judgments",
+    "judge": "obsmem.surfaces.cli_notes:judge",
+    "groom": "obsmem.surfaces.cli_notes:groom",
+    "trust": "obsmem.surfaces.cli_notes:trust",
 }
 
 
@@ -302,6 +307,12 @@ def ingest(
     help="Search mode [default: hybrid when [semantic] is configured, else exact].",
 )
 @session_option("Search only this session [default: every session of the project].")
+@click.option(
+    "--trust",
+    type=click.Choice(["trusted", "all"]),
+    default=None,
+    help="trusted [default]: memories and trusted notes; all: candidate notes too, marked untrusted.",
+)
 @json_option
 @pass_app
 def search(
@@ -313,6 +324,7 @@ def search(
     limit: int | None,
     mode: str | None,
     session_id: str | None,
+    trust: str | None,
     as_json: bool,
 ) -> None:
     """Find memories of PROJECT that contain QUERY.
@@ -321,7 +333,7 @@ def search(
     newest first.
     """
     result = app.service.search(
-        project, query, after=after, before=before, limit=limit, mode=mode, session_id=session_id
+        project, query, after=after, before=before, limit=limit, mode=mode, session_id=session_id, trust=trust
     ).to_dict()
     if as_json:
         render.emit_json(result)

@@ -65,10 +65,12 @@ def hits_table(hits: Sequence[dict[str, Any]], *, title: str | None = None, cont
     table.add_column("content", overflow="fold", ratio=1)
     for hit in hits:
         importance = hit.get("importance") or hit.get("kind", "")
+        if hit.get("kind") == "note" and not hit.get("trusted"):
+            importance = "untrusted note"
         table.add_row(
             hit["id"],
             hit["date"],
-            clip(hit["session_id"], None, one_line=compact),
+            clip(hit.get("session_id") or f"({hit.get('tier', '')} note)", None, one_line=compact),
             importance,
             clip(hit["content"], content_chars, one_line=compact),
         )

@@ -92,6 +92,11 @@ class SearchRequest(Model):
     session_id: str | None = Field(
         default=None, pattern=SESSION_PATTERN, description="Only memories of this session (default: all)."
     )
+    trust: Literal["trusted", "all"] | None = Field(
+        default=None,
+        description="`trusted` (default): memories and trusted notes. `all` adds candidate notes, marked "
+        "`trusted: false`.",
+    )
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -156,9 +161,21 @@ class Hit(BaseModel):
     content: str
 
 
+class NoteHit(BaseModel):
+    id: str = Field(description="12-character display id of the note.")
+    memory_id: str
+    kind: Literal["note"]
+    tier: Literal["project", "user"]
+    date: str = Field(description="YYYY-MM-DD HH:MM (when it was written)")
+    trusted: bool = Field(description="False for a candidate (only with `trust: all`).")
+    status: Literal["candidate", "trusted"]
+    situation: str = Field(description="When the note applies (may be empty).")
+    content: str
+
+
 class SearchResponse(BaseModel):
     mode: str
-    hits: list[Hit] = Field(description="Exact mode: newest first. Hybrid mode: most relevant first.")
+    hits: list[Hit | NoteHit] = Field(description="Exact mode: newest first. Hybrid mode: most relevant first.")
     truncated: bool = Field(description="More memories matched than were returned (no totals, no paging).")
     partial: bool = Field(description="The search index was still catching up (hybrid mode).")
 

@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse, Response
 from obsmem.bounds import decimal_integer
 from obsmem.errors import ValidationFailed
 from obsmem.pipeline import ModelChanges
-from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
+from obsmem.surfaces.http.deps import ProjectName, SessionPath, access_of, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.streams import FollowedStream, StreamFollowers
@@ -53,7 +53,15 @@ class MemoryProjection(BaseModel):
     observations: int
     generation: int = Field(description="The active generation rendered (0 before the first promotion).")
     tokens: int = Field(description="Estimated tokens of `text`.")
-    text: str = Field(description="The rendered memory, empty when `empty`.")
+    text: str = Field(
+        description="The rendered memory, then judged-relevant untrusted notes in a section of their own; "
+        "empty when `empty` and no note is injected."
+    )
+    untrusted_notes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Candidate notes a judge rated relevant (`id`, `tier`, `p`, `trusted: false`, `situation`, "
+        "`content`); never trusted memory.",
+    )
 
 
 class CurrentActivity(BaseModel):
@@ -232,7 +240,7 @@ async def session_memory(
     ] = "json",
 ) -> Response:
     allowed_project(request, project)
-    projection = service_of(request).memory(project, session_id)
+    projection = service_of(request).memory(project, session_id, user=access_of(request).user)
     if format == "text":
         return PlainTextResponse(projection.text, headers={"X-Obsmem-Empty": str(projection.empty).lower()})
     return JSONBody(projection.to_dict())
