@@ -32,6 +32,7 @@ from obsmem.errors import (
 from obsmem.exporting import FORMAT_VERSION, KINDS, export_project, restore_project
 from obsmem.exporting.rows import decode_value, encode_value
 from obsmem.surfaces.cli import cli
+from obsmem.trust.ledger import record_judgment
 
 SECRET_TEXT = "the staging password rotation happens on fridays"
 
@@ -90,9 +91,8 @@ def canonical_rows(service: Obsmem, project: str) -> dict[str, list[tuple[Any, .
     db = service.database(project)
     rows = {}
     for kind in KINDS:
-        if kind.name != "note":
-            where = f" WHERE {kind.where}" if kind.where else ""
-            rows[kind.name] = db.query(f'SELECT * FROM "{kind.table}"{where} ORDER BY 1, 2')
+        where = f" WHERE {kind.where}" if kind.where else ""
+        rows[kind.name] = db.query(f'SELECT * FROM "{kind.table}"{where} ORDER BY 1, 2')
     return rows
 
 
@@ -111,7 +111,7 @@ def test_the_file_is_a_header_records_grouped_by_kind_and_a_checksummed_trailer(
     header, records, trailer = orjson.loads(lines[0]), [orjson.loads(x) for x in lines[1:-1]], orjson.loads(lines[-1])
     assert header["format"] == "obsmem-export" and header["version"] == FORMAT_VERSION == 1
     assert header["project"] == "src" and header["obsmem"] and header["created_at"].endswith("Z")
-    assert [entry["kind"] for entry in header["tables"]] == [kind.name for kind in KINDS if kind.name != "note"]
+    assert [entry["kind"] for entry in header["tables"]] == [kind.name for kind in KINDS]
     order = [entry["kind"] for entry in header["tables"]]
     kinds = [record["kind"] for record in records]
     assert kinds == sorted(kinds, key=order.index), "records are grouped by kind in the header's order"
@@ -462,25 +462,28 @@ def test_generations_in_every_state_are_restored_through_the_schema_rules(servic
     assert service.memory("copy", "s1").generation == 2
 
 
-def test_a_notes_table_travels_when_both_databases_have_one(service: Obsmem) -> None:
-    """The optional ``note`` kind: exported where the schema has a notes table, refused (not dropped) by a
-    database without one."""
-    notes_table = "CREATE TABLE notes (id INTEGER PRIMARY KEY, session_id TEXT, body TEXT NOT NULL, data BLOB)"
+def test_notes_judgments_and_the_trust_ledger_travel(service: Obsmem) -> None:
+    """Notes in every state, their judgments (open and resolved) and the append-only ledger: identical rows
+    in the copy, and the copy's notes are found by search as in the original."""
     small_project(service)
+    kept = service.save_note("src", "keep the runbook short", situation="writing operations docs")
+    replaced = service.save_note("src", "deploys go out on Tuesdays")
+    service.update_note("src", replaced.note.id, "deploys go out on Thursdays")
+    forgotten = service.save_note("src", "the staging password rotates weekly")
+    service.forget_note("src", forgotten.note.id)
     with service.database("src").write() as conn:
-        conn.execute(notes_table)
-        conn.execute("INSERT INTO notes(session_id, body, data) VALUES ('s1', 'keep the runbook short', x'00ff')")
-    data = exported(service)
-    assert b'"kind":"note"' in data and b'"base64":"AP8="' in data
-    with service.database("with-notes", create=True).write() as conn:
-        conn.execute(notes_table)
-    restore_bytes(service, data, "with-notes")
-    assert service.database("with-notes").query("SELECT * FROM notes") == service.database("src").query(
-        "SELECT * FROM notes"
-    )
-    with pytest.raises(ExportInvalid, match="need a notes table"):
-        restore_bytes(service, data, "without-notes")
-    assert nothing_restored(service, "without-notes")
+        record_judgment(conn, "j" + "1" * 16, kept.note.note_id, "runbook length", "human", None, "escalate", None)
+        record_judgment(conn, "j" + "2" * 16, replaced.note.note_id, "deploy day", "http", 0.9, "inject", None)
+    service.resolve_judgment("src", "j" + "1" * 16, True)
+    restore_bytes(service, exported(service))
+    for table in ("notes", "judgments", "trust_ledger"):
+        order = "judgment_id" if table == "judgments" else "id"
+        query = f"SELECT * FROM {table} ORDER BY {order}"
+        assert service.database("copy").query(query) == service.database("src").query(query), table
+    assert len(service.database("copy").query("SELECT 1 FROM trust_ledger")) >= 4
+    found = service.search("copy", "runbook", mode="exact", trust="all").to_dict()
+    assert found == service.search("src", "runbook", mode="exact", trust="all").to_dict()
+    assert any(hit["kind"] == "note" for hit in found["hits"])
 
 
 def test_progress_is_reported_for_every_phase(service: Obsmem, tmp_path: Path) -> None:

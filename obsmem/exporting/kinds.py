@@ -64,8 +64,11 @@ KINDS: tuple[RecordKind, ...] = (
     RecordKind(
         "id_sequence", SEQUENCE_TABLE, where="name IN ('jobs', 'om_events')", order_by="name", restore=raise_sequence
     ),
-    # Free-form notes, in databases whose schema has them.
-    RecordKind("note", "notes", optional=True),
+    # Notes written by agents and people, then the judgments of them and the append-only trust ledger (a
+    # judgment cites its note; ledger entries keep their ids, so the ledger's order survives the copy).
+    RecordKind("note", "notes"),
+    RecordKind("judgment", "judgments", order_by="judgment_id"),
+    RecordKind("trust_entry", "trust_ledger"),
 )
 KIND_INDEX: dict[str, int] = {kind.name: position for position, kind in enumerate(KINDS)}
 EXPORTED_TABLES: frozenset[str] = frozenset(kind.table for kind in KINDS)
@@ -85,6 +88,8 @@ DERIVED_TABLES: dict[str, str] = {
     "semantic_fts": "semantic index: keyword documents (rebuilt by indexing)",
     "semantic_fts_vocab": "semantic index: keyword vocabulary (no longer made; dropped on a rebuild)",
     "semantic_context": "semantic index: neighbours' context in keyword documents (rebuilt by indexing)",
+    "note_words": "notes' keyword index: filled by triggers as notes are restored",
+    "note_trigrams": "notes' trigram index for exact search: filled by triggers as notes are restored",
     "jobs": "the background job queue: runtime work; housekeeping queues what a restored project needs",
     "current_activity": "the model stage running now, per session: ephemeral",
 }
