@@ -23,6 +23,7 @@ from pydantic_settings import (
 from obsmem.redaction import secret_kind
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings.transcripts import TranscriptSettings
 from obsmem.validation import PROJECT_SLUG
 
 ENV_PREFIX = "OBSMEM_"
@@ -379,6 +380,7 @@ class Settings(BaseSettings):
     dropper: DropperSettings = Field(default_factory=DropperSettings)
     pools: PoolSettings = Field(default_factory=PoolSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
+    transcripts: TranscriptSettings = Field(default_factory=TranscriptSettings)
     semantic: SemanticSettings | None = Field(
         default=None,
         description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",

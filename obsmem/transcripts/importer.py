@@ -1,0 +1,432 @@
+"""Import transcript files into projects, incrementally and idempotently.
+
+Every event goes through the app's normal append (``append``: validation, redaction, the Observer's
+trigger), in batches of up to :data:`CHUNK_EVENTS` events per session; the importer only decides which
+records are new and which seq each event gets.
+
+Line formats (append-only files). The watermark of a file (``import_files``) records the bytes consumed,
+checksums of the first and last 64 KiB of them, the file's size and time, and the reader's state there,
+including the next seq of each session. An import:
+
+1. passes over a file whose size and modification time equal the watermark's (nothing is read);
+2. resumes after the watermark when the consumed prefix is unchanged (its checksums still match): only
+   the new lines are read, and their events are numbered where the last import stopped, so an import
+   in any number of steps stores exactly what one import of the final file would;
+3. treats a file whose consumed prefix changed (truncated, or rewritten by the agent) as *rewritten*:
+   it is read again from the start and *merged*: an event already stored in its session (same role,
+   type, content, tool and arguments after redaction, counted with multiplicity) is a duplicate, and
+   only the others are appended after the session's last seq. Nothing stored is ever changed or
+   removed, and no event is stored twice.
+
+The watermark is saved after each chunk's events are committed. A crash in between re-reads the chunk;
+its events get the same seqs again and are counted as duplicates. If a session's seqs were taken by
+events from elsewhere meanwhile (``seq_conflict``), that session is merged as in 3.
+
+Document formats (rewritten files, databases) are read whole; per session the watermark records how many
+events were stored and the key of the last one, and the events after it are appended. A session whose
+stored prefix no longer matches is merged as in 3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from obsmem.errors import ObsmemError, SeqConflict
+from obsmem.events import AppendReceipt, EventIn, redacted
+from obsmem.storage import ProjectDatabase
+from obsmem.transcripts.aider import AiderFormat
+from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
+from obsmem.transcripts.claude_code import ClaudeCodeFormat
+from obsmem.transcripts.codex import CodexFormat
+from obsmem.transcripts.files import WINDOW, complete_lines, is_compressed, open_text_bytes, stamp
+from obsmem.transcripts.formats import DocumentFormat, LineFormat
+from obsmem.transcripts.gemini_cli import GeminiCliFormat
+from obsmem.transcripts.mapping import project_for_cwd, project_for_hash
+from obsmem.transcripts.opencode import OpencodeDatabaseFormat, OpencodeTreeFormat
+from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
+from obsmem.transcripts.reports import FileReport, ImportRun
+from obsmem.transcripts.watermarks import (
+    Watermark,
+    load_watermark,
+    save_watermark,
+    session_fingerprints,
+    session_last_seq,
+)
+from obsmem.validation import first_problem
+
+CHUNK_EVENTS = 5000
+
+LINE_FORMATS: dict[str, type[LineFormat]] = {
+    "claude-code": ClaudeCodeFormat,
+    "codex": CodexFormat,
+    "aider": AiderFormat,
+    "openai-chat": OpenAIChatFormat,
+    "obsmem": ObsmemEventsFormat,
+}
+DOCUMENT_SOURCES = ("gemini-cli", "opencode")
+
+Append = Callable[[str, str, list[Any]], AppendReceipt]
+"""``append(project, session_id, events)``: the app's append (validation, redaction, Observer trigger)."""
+OpenDatabase = Callable[[str], ProjectDatabase]
+FileProgress = Callable[[str, int, int], None]
+"""Called as ``(path, bytes done, bytes total)`` while a file is read."""
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What the ``[transcripts]`` settings decide, and ``--project``."""
+
+    reader: ReaderOptions = ReaderOptions()
+    project_map: Mapping[str, str] | None = None
+    project: str | None = None
+
+
+def _fingerprint(event: EventIn) -> str:
+    clean = redacted(event)
+    return clean.fingerprint(clean.tool_args_json())
+
+
+class _Sessions:
+    """Seqs of the sessions one file feeds, and the sessions being merged (see the module docstring)."""
+
+    def __init__(self, db: ProjectDatabase, saved: dict[str, int], merge_all: bool) -> None:
+        self.db = db
+        self.next: dict[str, int] = dict(saved)
+        self.merge_all = merge_all
+        self.merging: dict[str, Counter[str]] = {}
+
+    def is_merging(self, session: str) -> bool:
+        if session in self.merging:
+            return True
+        if self.merge_all:
+            self.start_merge(session)
+            return True
+        return False
+
+    def start_merge(self, session: str) -> None:
+        self.merging[session] = Counter(session_fingerprints(self.db, session))
+
+    def assign(self, session: str, event: EventIn) -> EventIn:
+        if session not in self.next:
+            self.next[session] = session_last_seq(self.db, session) + 1
+        if event.seq is not None:
+            self.next[session] = max(self.next[session], event.seq + 1)
+            return event
+        seq = self.next[session]
+        self.next[session] = seq + 1
+        return event.model_copy(update={"seq": seq})
+
+
+class TranscriptImporter:
+    """Imports the files of one source (see the module docstring)."""
+
+    def __init__(self, source: str, options: ImportOptions, append: Append, database: OpenDatabase) -> None:
+        if source not in LINE_FORMATS and source not in DOCUMENT_SOURCES:
+            raise ValueError(f"unknown transcript source {source!r}")
+        self.source = source
+        self.options = options
+        self.project_map: Mapping[str, str] = options.project_map or {}
+        self.append = append
+        self.database = database
+
+    def run(self, paths: Sequence[Path], progress: FileProgress | None = None) -> ImportRun:
+        result = ImportRun(self.source)
+        for path in paths:
+            result.files.append(self.import_file(path, progress))
+        return result
+
+    def import_file(self, path: Path, progress: FileProgress | None = None) -> FileReport:
+        report = FileReport(str(path), self.source)
+        try:
+            if self.source in LINE_FORMATS:
+                self._line_file(path, report, progress)
+            else:
+                self._document_file(path, report)
+        except FileNotFoundError:
+            report.status = "missing"
+            report.problem("file_missing", 0, "the file disappeared before it was read")
+        except (IsADirectoryError, PermissionError) as exc:
+            report.status = "failed"
+            report.problem("unreadable", 0, exc.strerror or type(exc).__name__)
+        except (OSError, EOFError) as exc:  # vanished mid-read, a damaged compressed file, ...
+            report.status = "failed"
+            report.problem("read_error", 0, getattr(exc, "strerror", None) or type(exc).__name__)
+        return report
+
+    # -- line formats ----------------------------------------------------------------------------------
+
+    def _line_file(self, path: Path, report: FileReport, progress: FileProgress | None) -> None:
+        key = str(path.resolve())
+        fmt = LINE_FORMATS[self.source]
+        project = self.options.project or project_for_cwd(
+            fmt(self.options.reader, path, {}).project_cwd(), self.project_map
+        )
+        if project is None:
+            report.status = "failed"
+            report.problem("no_project", 0, "the transcript records no working directory; pass --project")
+            return
+        report.projects.add(project)
+        db = self.database(project)
+        mark = load_watermark(db, self.source, key)
+        now = stamp(path)
+        if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
+            report.status = "unchanged"
+            return
+        start = _Resume.check(path, mark)
+        if start.rewritten:
+            report.status = "rewritten"
+        reader = fmt(self.options.reader, path, start.state.get("reader", {}))
+        sessions = _Sessions(db, start.state.get("seq", {}), merge_all=start.rewritten)
+        line = int(start.state.get("line", 0))
+        pending: list[Turn] = []
+        offset = start.offset
+        window = _Window(start.head, start.tail)
+        for raw, end in _lines(path, start.offset, fmt.take_unterminated):
+            line += 1
+            window.add(raw)
+            self._take(reader.read(raw, line), pending, report)
+            offset = end
+            if len(pending) >= CHUNK_EVENTS:
+                self._store(project, sessions, pending, report)
+                self._mark(db, key, path, offset, window, reader, sessions, line, report)
+                if progress is not None:
+                    progress(str(path), offset, now.size)
+        self._take(reader.finish(), pending, report)
+        self._store(project, sessions, pending, report)
+        report.bytes_read = offset - start.offset
+        self._mark(db, key, path, offset, window, reader, sessions, line, report)
+        if progress is not None:
+            progress(str(path), now.size, now.size)
+
+    def _take(self, items: Iterable[Turn | Skip], pending: list[Turn], report: FileReport) -> None:
+        for item in items:
+            if isinstance(item, Skip):
+                if item.problem:
+                    report.problem(item.reason, item.line, item.detail)
+                else:
+                    report.skipped[item.reason] += 1
+            else:
+                pending.append(item)
+
+    def _mark(
+        self,
+        db: ProjectDatabase,
+        key: str,
+        path: Path,
+        offset: int,
+        window: _Window,
+        reader: LineFormat,
+        sessions: _Sessions,
+        line: int,
+        report: FileReport,
+    ) -> None:
+        now = stamp(path)
+        head, tail = window.checksums()
+        state = {"reader": reader.state(), "seq": sessions.next, "line": line}
+        # The size and time are those of the file as consumed: a file that grew meanwhile is read again.
+        size, mtime = (now.size, now.mtime_ns) if offset >= now.size or is_compressed(path) else (offset, 0)
+        save_watermark(db, Watermark(self.source, key, offset, size, mtime, head, tail, state, report.added))
+
+    # -- storing ---------------------------------------------------------------------------------------
+
+    def _store(self, project: str, sessions: _Sessions, turns: list[Turn], report: FileReport) -> None:
+        """Validate, number and append the pending events, session by session (in file order)."""
+        by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
+        for turn in turns:
+            try:
+                event = EventIn.model_validate(turn.event)
+            except ValidationError as exc:
+                problem = first_problem(exc, f"line {turn.line}")
+                report.problem("invalid_event", turn.line, problem.message)
+                continue
+            report.events += 1
+            by_session.setdefault(turn.session_id, []).append((turn, event))
+        turns.clear()
+        for session, items in by_session.items():
+            try:
+                self._append_session(project, sessions, session, [event for _, event in items], report)
+            except ObsmemError as exc:
+                if exc.code in ("invalid_session", "invalid_request"):
+                    report.problem(exc.code, items[0][0].line, exc.message)
+                    continue
+                raise
+
+    def _append_session(
+        self, project: str, sessions: _Sessions, session: str, events: list[EventIn], report: FileReport
+    ) -> None:
+        report.sessions.add(session)
+        if not sessions.is_merging(session):
+            numbered = [sessions.assign(session, event) for event in events]
+            try:
+                receipt = self.append(project, session, numbered)
+            except SeqConflict:
+                sessions.start_merge(session)
+            else:
+                report.added += receipt.appended
+                report.duplicates += receipt.duplicates
+                return
+        seen = sessions.merging[session]
+        fresh: list[EventIn] = []
+        for event in events:
+            fingerprint = _fingerprint(event)
+            if seen[fingerprint] > 0:
+                seen[fingerprint] -= 1
+                report.duplicates += 1
+            else:
+                fresh.append(event.model_copy(update={"seq": None}))
+        if fresh:
+            receipt = self.append(project, session, fresh)
+            report.added += receipt.appended
+            sessions.next[session] = receipt.last_seq + 1
+
+    # -- document formats ------------------------------------------------------------------------------
+
+    def _document_file(self, path: Path, report: FileReport) -> None:
+        key = str(path.resolve())
+        now = stamp(path)
+        fmt = self._document_format(path)
+        docs: list[SessionDoc] = []
+        for item in fmt.sessions():
+            if isinstance(item, Skip):
+                if item.problem:
+                    report.problem(item.reason, item.line, item.detail)
+                else:
+                    report.skipped[item.reason] += 1
+            else:
+                docs.append(item)
+        by_project: dict[str, list[SessionDoc]] = {}
+        for doc in docs:
+            project = self._project_of(doc)
+            if project is None:
+                report.problem("no_project", 0, "a session records no working directory; pass --project")
+                continue
+            by_project.setdefault(project, []).append(doc)
+        for project, project_docs in by_project.items():
+            report.projects.add(project)
+            db = self.database(project)
+            mark = load_watermark(db, self.source, key)
+            if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
+                report.status = "unchanged"
+                continue
+            saved: dict[str, Any] = dict(mark.state.get("sessions", {})) if mark is not None else {}
+            for doc in project_docs:
+                saved[doc.session_id] = self._document_session(project, db, doc, saved.get(doc.session_id), report)
+            total = report.added + (mark.events if mark is not None else 0)
+            save_watermark(
+                db, Watermark(self.source, key, 0, now.size, now.mtime_ns, "", "", {"sessions": saved}, total)
+            )
+
+    def _document_format(self, path: Path) -> DocumentFormat:
+        if self.source == "gemini-cli":
+            return GeminiCliFormat(self.options.reader, path)
+        if path.suffix == ".json":
+            return OpencodeTreeFormat(self.options.reader, path)
+        return OpencodeDatabaseFormat(self.options.reader, path)
+
+    def _project_of(self, doc: SessionDoc) -> str | None:
+        if self.options.project is not None:
+            return self.options.project
+        if doc.project_hash is not None and doc.cwd is None:
+            return project_for_hash(doc.project_hash, self.project_map)
+        return project_for_cwd(doc.cwd, self.project_map)
+
+    def _document_session(
+        self, project: str, db: ProjectDatabase, doc: SessionDoc, saved: Any, report: FileReport
+    ) -> dict[str, Any]:
+        keys = [turn.key for turn in doc.turns]
+        stored = int(saved.get("n", 0)) if isinstance(saved, dict) else 0
+        resumes = (
+            isinstance(saved, dict) and stored <= len(keys) and (stored == 0 or keys[stored - 1] == saved.get("last"))
+        )
+        sessions = _Sessions(
+            db,
+            {doc.session_id: int(saved["seq"])} if resumes and "seq" in saved else {},
+            not resumes and saved is not None,
+        )
+        if saved is not None and not resumes:
+            report.status = "rewritten"
+        new = doc.turns[stored:] if resumes else doc.turns
+        report.sessions.add(doc.session_id)
+        self._store(project, sessions, list(new), report)
+        if not keys:
+            return {"n": 0, "last": None, "seq": sessions.next.get(doc.session_id, 1)}
+        if doc.session_id not in sessions.next:
+            sessions.next[doc.session_id] = session_last_seq(db, doc.session_id) + 1
+        return {"n": len(keys), "last": keys[-1], "seq": sessions.next[doc.session_id]}
+
+
+@dataclass
+class _Resume:
+    """Where a line file's import starts: its offset, the reader state there and the prefix windows."""
+
+    offset: int = 0
+    state: dict[str, Any] | None = None
+    rewritten: bool = False
+    head: bytes = b""
+    tail: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.state is None:
+            self.state = {}
+
+    @classmethod
+    def check(cls, path: Path, mark: Watermark | None) -> _Resume:
+        if mark is None or mark.offset == 0:
+            return cls()
+        head, tail = _prefix_windows(path, mark.offset)
+        window = _Window(head, tail)
+        if (mark.head_sha256, mark.tail_sha256) == window.checksums():
+            return cls(mark.offset, mark.state, False, head, tail)
+        return cls(rewritten=True)
+
+
+class _Window:
+    """The first and the last 64 KiB of the consumed bytes, kept as lines are consumed."""
+
+    def __init__(self, head: bytes, tail: bytes) -> None:
+        self.head = bytearray(head)
+        self.tail = bytearray(tail)
+
+    def add(self, raw: bytes) -> None:
+        if len(self.head) < WINDOW:
+            self.head += raw[: WINDOW - len(self.head)]
+        self.tail += raw
+        if len(self.tail) > 4 * WINDOW:
+            del self.tail[: len(self.tail) - WINDOW]
+
+    def checksums(self) -> tuple[str, str]:
+        if not self.head:
+            return "", ""
+        return hashlib.sha256(self.head).hexdigest(), hashlib.sha256(self.tail[-WINDOW:]).hexdigest()
+
+
+def _prefix_windows(path: Path, offset: int) -> tuple[bytes, bytes]:
+    """The first and last 64 KiB of the file's first ``offset`` bytes (short if the file is shorter)."""
+    start = max(offset - WINDOW, 0)
+    with open_text_bytes(path) as handle:
+        if not is_compressed(path):
+            head = handle.read(min(offset, WINDOW))
+            handle.seek(start)
+            return head, handle.read(offset - start)
+        head, tail, position = b"", bytearray(), 0
+        while position < offset:
+            chunk = handle.read(min(1 << 20, offset - position))
+            if not chunk:
+                break
+            if position < WINDOW:
+                head += chunk[: WINDOW - position]
+            if position + len(chunk) > start:
+                tail += chunk[max(start - position, 0) :]
+            position += len(chunk)
+        return head[: min(offset, WINDOW)], bytes(tail)
+
+
+def _lines(path: Path, offset: int, take_last: bool) -> Iterable[tuple[bytes, int]]:
+    return complete_lines(path, offset, take_last=take_last)
