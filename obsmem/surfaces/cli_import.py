@@ -293,4 +293,3 @@ def hook(app: App, agent: str, project: str | None) -> None:
         listed = ", ".join(f"{p.reason} (line {p.line})" for p in report.listed[:5])
         click.echo(f"obsmem: {run.problems} problem(s) importing {path.name}: {listed}", err=True)
         raise click.exceptions.Exit(RUNTIME_EXIT)
-

@@ -5,7 +5,8 @@ YYYY-MM-DD HH:MM:SS``: a launch is a session (``aider-YYYYMMDDTHHMMSS``), and ev
 at its start (the file has no other timestamps). Consecutive lines starting with ``#### `` are one user
 message; consecutive lines starting with ``> `` are Aider's own output (edits applied, commits, command
 output, errors), stored as one ``tool_result`` named ``aider``, except the start-up banner before the
-first user message (skipped as ``banner``); everything else is the assistant's reply.
+first user message (skipped as ``banner``); everything else is the assistant's reply (code blocks
+included, whatever their lines start with).
 
 A block is stored when the next one starts, or at the end of the file: a reply that Aider is still
 writing when an import runs is stored as it stood, and what follows it later becomes its own event.
@@ -35,6 +36,7 @@ class AiderFormat(LineFormat):
         self.lines: list[str] = list(state.get("lines", []))
         self.first_line: int = int(state.get("first_line", 0))
         self.seen_user: bool = bool(state.get("seen_user", False))
+        self.fenced: bool = bool(state.get("fenced", False))  # inside a code block of the reply
 
     def state(self) -> dict[str, Any]:
         return {
@@ -44,6 +46,7 @@ class AiderFormat(LineFormat):
             "lines": self.lines,
             "first_line": self.first_line,
             "seen_user": self.seen_user,
+            "fenced": self.fenced,
         }
 
     def project_cwd(self) -> str | None:
@@ -60,10 +63,14 @@ class AiderFormat(LineFormat):
             year, month, day, hour, minute, second = start.groups()
             self.session = f"aider-{year}{month}{day}T{hour}{minute}{second}"
             self.stamp = f"{year}-{month}-{day}T{hour}:{minute}:{second}"
-            self.seen_user = False
+            self.seen_user = self.fenced = False
             return items
         if self.session is None:
             return [] if not text.strip() else [Skip("before_first_session", line)]
+        if self.kind == "reply" and self.fenced:  # code in a reply may hold lines like "> " or "#### "
+            self.fenced = not text.startswith("```")
+            self.lines.append(text)
+            return []
         if text.startswith("#### "):
             kind, body = "user", text[5:]
         elif text.startswith(">"):
@@ -78,6 +85,8 @@ class AiderFormat(LineFormat):
             self.seen_user = True
         if self.kind is not None:
             self.lines.append(body)
+        if kind == "reply" and text.startswith("```"):
+            self.fenced = True
         return items
 
     def finish(self) -> Iterable[Turn | Skip]:
