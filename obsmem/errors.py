@@ -12,7 +12,9 @@ response bodies, so they are safe to log.
     ├── ValidationFailed (422)        invalid_request; given where raised: mode_unavailable (hybrid mode
     │   │                             without a [semantic] section), unknown_source_ref (an observation
     │   │                             citing events that do not exist), unknown_observation (a reflection
-    │   │                             citing observations that do not exist)
+    │   │                             citing observations that do not exist), invalid_hook_payload
+    │   │                             (`obsmem hook`: stdin is not a hook payload naming a transcript),
+    │   │                             restore_unavailable (a whole-project export without its restorer)
     │   ├── InvalidQuery              invalid_query
     │   ├── InvalidDate               invalid_date
     │   ├── InvalidId                 invalid_id

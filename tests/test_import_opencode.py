@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -38,17 +39,14 @@ def test_new_parts_are_appended_and_an_unfinished_message_waits(service: Obsmem,
     db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
     service.import_transcripts("opencode", [db])
     conn = sqlite3.connect(db)
-    conn.execute(
-        'INSERT INTO message VALUES (\'msg_04\', \'ses_01JQ\', 1746700090000, 1746700090000, \'{"role": "assistant", "time": {"created": 1746700090000}}\')'
-    )
-    conn.execute(
-        "INSERT INTO part VALUES ('prt_20', 'msg_04', 'ses_01JQ', 1, 1, '{\"type\": \"text\", \"text\": \"working\"}')"
-    )
+    unfinished = json.dumps({"role": "assistant", "time": {"created": 1746700090000}})
+    conn.execute("INSERT INTO message VALUES ('msg_04', 'ses_01JQ', 1746700090000, 1746700090000, ?)", (unfinished,))
+    text = json.dumps({"type": "text", "text": "working"})
+    conn.execute("INSERT INTO part VALUES ('prt_20', 'msg_04', 'ses_01JQ', 1, 1, ?)", (text,))
     conn.commit()
     assert service.import_transcripts("opencode", [db]).added == 0  # the assistant message is not finished
-    conn.execute(
-        'UPDATE message SET data = \'{"role": "assistant", "time": {"created": 1746700090000, "completed": 1746700099000}}\' WHERE id = \'msg_04\''
-    )
+    finished = json.dumps({"role": "assistant", "time": {"created": 1746700090000, "completed": 1746700099000}})
+    conn.execute("UPDATE message SET data = ? WHERE id = 'msg_04'", (finished,))
     conn.commit()
     conn.close()
     grown = service.import_transcripts("opencode", [db])

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from obsmem.transcripts.formats import LineFormat, decode_json_line, first_cwd
-from obsmem.transcripts.records import CallNames, Skip, Turn, message, parts_text, tool_call, tool_result
+from obsmem.transcripts.records import CallNames, Skip, Turn, message, parts_text, safe_name, tool_call, tool_result
 
 BOOKKEEPING = frozenset(
     {
@@ -74,7 +74,7 @@ class ClaudeCodeFormat(LineFormat):
         if kind in BOOKKEEPING:
             return [Skip(kind, line)]
         if kind not in ("user", "assistant", "system"):
-            return [Skip("unknown_type", line, problem=True, detail=f"unknown record type {kind[:40]!r}")]
+            return [Skip("unknown_type", line, problem=True, detail=f"unknown record type {safe_name(kind)!r}")]
         session = self._session(record)
         if session is None:
             return [Skip("no_session", line, problem=True, detail="the record has no sessionId")]
@@ -183,4 +183,4 @@ class ClaudeCodeFormat(LineFormat):
         elif record.get("level") == "error" and text:
             yield message("system", f"[error] {text}", stamp)
         else:
-            yield Skip(f"system:{subtype[:40]}" if isinstance(subtype, str) else "system", line)
+            yield Skip(f"system:{safe_name(subtype)}" if isinstance(subtype, str) else "system", line)

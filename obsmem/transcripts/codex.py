@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from obsmem.transcripts.formats import LineFormat, decode_json_line, first_cwd
-from obsmem.transcripts.records import CallNames, Skip, Turn, message, parts_text, tool_call, tool_result
+from obsmem.transcripts.records import CallNames, Skip, Turn, message, parts_text, safe_name, tool_call, tool_result
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PREAMBLES = ("<environment_context>", "<user_instructions>", "<permissions instructions>", "# AGENTS.md")
@@ -111,7 +111,7 @@ class CodexFormat(LineFormat):
             return [Turn(self.session, message("system", f"[compaction summary] {summary}", stamp), line)]
         if kind != "response_item" or not isinstance(payload, dict):
             name = kind if isinstance(kind, str) else "?"
-            return [Skip("unknown_type", line, problem=True, detail=f"unknown record type {name[:40]!r}")]
+            return [Skip("unknown_type", line, problem=True, detail=f"unknown record type {safe_name(name)!r}")]
         return [
             item if isinstance(item, Skip) else Turn(self.session, item, line)
             for item in self._item(payload, stamp, line)
@@ -150,7 +150,7 @@ class CodexFormat(LineFormat):
             yield tool_result(self.calls.get(call_id), text, _str(call_id), stamp, limit, error=failed)
         else:
             name = kind if isinstance(kind, str) else "?"
-            yield Skip("unknown_item", line, problem=True, detail=f"unknown response item {name[:40]!r}")
+            yield Skip("unknown_item", line, problem=True, detail=f"unknown response item {safe_name(name)!r}")
 
 
 def _str(value: Any) -> str | None:

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from obsmem.transcripts.files import complete_lines
 from obsmem.transcripts.formats import DocumentFormat, decode_json_line
-from obsmem.transcripts.records import SessionDoc, Skip, Turn, message, parts_text, tool_call, tool_result
+from obsmem.transcripts.records import SessionDoc, Skip, Turn, message, parts_text, safe_name, tool_call, tool_result
 
 _FINAL = frozenset({"success", "error", "cancelled"})
 _MESSAGE_TYPES = frozenset({"user", "gemini", "info", "error", "warning"})
@@ -178,4 +178,4 @@ class GeminiCliFormat(DocumentFormat):
             yield Skip(kind, position)
         else:
             name = kind if isinstance(kind, str) else "?"
-            yield Skip("unknown_type", position, problem=True, detail=f"unknown message type {name[:40]!r}")
+            yield Skip("unknown_type", position, problem=True, detail=f"unknown message type {safe_name(name)!r}")

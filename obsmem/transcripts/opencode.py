@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import apsw
 
 from obsmem.transcripts.formats import DocumentFormat
-from obsmem.transcripts.records import SessionDoc, Skip, Turn, iso_stamp, message, tool_call, tool_result
+from obsmem.transcripts.records import SessionDoc, Skip, Turn, iso_stamp, message, safe_name, tool_call, tool_result
 
 _BOOKKEEPING = frozenset({"step-start", "step-finish", "snapshot", "patch", "file", "agent", "subtask", "retry"})
 
@@ -61,7 +61,9 @@ class _Session:
         for part_id, raw in parts:
             part = raw if isinstance(raw, dict) else _loads(raw)
             if part is None:
-                self.skips.append(Skip("malformed_json", row, problem=True, detail=f"part {part_id[:40]} is not JSON"))
+                self.skips.append(
+                    Skip("malformed_json", row, problem=True, detail=f"part {safe_name(part_id)} is not JSON")
+                )
                 continue
             events = self._part(role, part, stamp, row)
             if events is None:
@@ -112,7 +114,7 @@ class _Session:
             self.skips.append(Skip(kind, row))
             return []
         name = kind if isinstance(kind, str) else "?"
-        self.skips.append(Skip("unknown_part", row, problem=True, detail=f"unknown part type {name[:40]!r}"))
+        self.skips.append(Skip("unknown_part", row, problem=True, detail=f"unknown part type {safe_name(name)!r}"))
         return []
 
 
@@ -186,7 +188,9 @@ class OpencodeTreeFormat(DocumentFormat):
         for file in sorted((self.storage() / "message" / info["id"]).glob("*.json")):
             data = _read_json(file)
             if data is None:
-                reader.skips.append(Skip("malformed_json", 1, problem=True, detail=f"message file {file.name[:60]}"))
+                reader.skips.append(
+                    Skip("malformed_json", 1, problem=True, detail=f"message file {safe_name(file.stem)}")
+                )
                 continue
             created = (data.get("time") or {}).get("created", 0) if isinstance(data.get("time"), dict) else 0
             messages.append((created, file.stem, data))

@@ -8,12 +8,22 @@ an unknown record type, a missing parent: counted and reported with its file and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from obsmem.redaction import secret_kind
+
 # Tool results and arguments longer than this are cut (the cut is stated in the stored text).
 DEFAULT_MAX_TOOL_OUTPUT_CHARS = 20_000
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,39}")
+
+
+def safe_name(value: object) -> str:
+    """A record type, subtype or id as reports may show it: a short identifier, else ``?``. Reports never
+    echo other text from a transcript (it could be memory text or a secret)."""
+    return value if isinstance(value, str) and _NAME.fullmatch(value) and secret_kind(value) is None else "?"
 
 
 @dataclass(frozen=True)
