@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,6 @@ class TranscriptImporter:
     # -- line formats ----------------------------------------------------------------------------------
 
     def _line_file(self, path: Path, report: FileReport, progress: FileProgress | None) -> None:
-        key = str(path.resolve())
         fmt = LINE_FORMATS[self.source]
         project = self.options.project or project_for_cwd(
             fmt(self.options.reader, path, {}).project_cwd(), self.project_map
@@ -175,6 +174,7 @@ class TranscriptImporter:
             return
         report.projects.add(project)
         db = self.database(project)
+        key = str(path.resolve())
         mark = load_watermark(db, self.source, key)
         now = stamp(path)
         if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
@@ -183,26 +183,32 @@ class TranscriptImporter:
         start = _Resume.check(path, mark)
         if start.rewritten:
             report.status = "rewritten"
-        reader = fmt(self.options.reader, path, start.state.get("reader", {}))
-        sessions = _Sessions(db, start.state.get("seq", {}), merge_all=start.rewritten)
-        line = int(start.state.get("line", 0))
+        cursor = _Cursor(
+            db,
+            key,
+            path,
+            fmt(self.options.reader, path, start.state.get("reader", {})),
+            _Sessions(db, start.state.get("seq", {}), merge_all=start.rewritten),
+            _Window(start.head, start.tail),
+            start.offset,
+            int(start.state.get("line", 0)),
+            start.events,
+        )
         pending: list[Turn] = []
-        offset = start.offset
-        window = _Window(start.head, start.tail)
-        for raw, end in _lines(path, start.offset, fmt.take_unterminated):
-            line += 1
-            window.add(raw)
-            self._take(reader.read(raw, line), pending, report)
-            offset = end
+        for raw, end in complete_lines(path, start.offset, take_last=fmt.take_unterminated):
+            cursor.line += 1
+            cursor.window.add(raw)
+            self._take(cursor.reader.read(raw, cursor.line), pending, report)
+            cursor.offset = end
             if len(pending) >= CHUNK_EVENTS:
-                self._store(project, sessions, pending, report)
-                self._mark(db, key, path, offset, window, reader, sessions, line, report)
+                self._store(project, cursor.sessions, pending, report)
+                self._save(cursor, report)
                 if progress is not None:
-                    progress(str(path), offset, now.size)
-        self._take(reader.finish(), pending, report)
-        self._store(project, sessions, pending, report)
-        report.bytes_read = offset - start.offset
-        self._mark(db, key, path, offset, window, reader, sessions, line, report)
+                    progress(str(path), cursor.offset, now.size)
+        self._take(cursor.reader.finish(), pending, report)
+        self._store(project, cursor.sessions, pending, report)
+        report.bytes_read = cursor.offset - start.offset
+        self._save(cursor, report)
         if progress is not None:
             progress(str(path), now.size, now.size)
 
@@ -216,24 +222,18 @@ class TranscriptImporter:
             else:
                 pending.append(item)
 
-    def _mark(
-        self,
-        db: ProjectDatabase,
-        key: str,
-        path: Path,
-        offset: int,
-        window: _Window,
-        reader: LineFormat,
-        sessions: _Sessions,
-        line: int,
-        report: FileReport,
-    ) -> None:
-        now = stamp(path)
-        head, tail = window.checksums()
-        state = {"reader": reader.state(), "seq": sessions.next, "line": line}
-        # The size and time are those of the file as consumed: a file that grew meanwhile is read again.
-        size, mtime = (now.size, now.mtime_ns) if offset >= now.size or is_compressed(path) else (offset, 0)
-        save_watermark(db, Watermark(self.source, key, offset, size, mtime, head, tail, state, report.added))
+    def _save(self, cursor: _Cursor, report: FileReport) -> None:
+        """The watermark at the cursor, after the events before it were committed."""
+        now = stamp(cursor.path)
+        head, tail = cursor.window.checksums()
+        state = {"reader": cursor.reader.state(), "seq": cursor.sessions.next, "line": cursor.line}
+        # The size and time of the file as consumed; a file that grew meanwhile (or ends in a line being
+        # written) gets no time, so the next import looks at it again.
+        consumed_all = cursor.offset >= now.size or is_compressed(cursor.path)
+        size, mtime = (now.size, now.mtime_ns) if consumed_all else (cursor.offset, 0)
+        events = cursor.stored_before + report.added
+        mark = Watermark(self.source, cursor.key, cursor.offset, size, mtime, head, tail, state, events)
+        save_watermark(cursor.db, mark)
 
     # -- storing ---------------------------------------------------------------------------------------
 
@@ -317,9 +317,10 @@ class TranscriptImporter:
                 report.status = "unchanged"
                 continue
             saved: dict[str, Any] = dict(mark.state.get("sessions", {})) if mark is not None else {}
+            added_before = report.added
             for doc in project_docs:
                 saved[doc.session_id] = self._document_session(project, db, doc, saved.get(doc.session_id), report)
-            total = report.added + (mark.events if mark is not None else 0)
+            total = report.added - added_before + (mark.events if mark is not None else 0)
             save_watermark(
                 db, Watermark(self.source, key, 0, now.size, now.mtime_ns, "", "", {"sessions": saved}, total)
             )
@@ -364,18 +365,30 @@ class TranscriptImporter:
 
 
 @dataclass
+class _Cursor:
+    """How far one import of a line file got: what the next watermark records."""
+
+    db: ProjectDatabase
+    key: str
+    path: Path
+    reader: LineFormat
+    sessions: _Sessions
+    window: _Window
+    offset: int
+    line: int
+    stored_before: int
+
+
+@dataclass
 class _Resume:
     """Where a line file's import starts: its offset, the reader state there and the prefix windows."""
 
     offset: int = 0
-    state: dict[str, Any] | None = None
+    state: dict[str, Any] = field(default_factory=dict)
     rewritten: bool = False
     head: bytes = b""
     tail: bytes = b""
-
-    def __post_init__(self) -> None:
-        if self.state is None:
-            self.state = {}
+    events: int = 0  # events the watermark says were stored from the file so far
 
     @classmethod
     def check(cls, path: Path, mark: Watermark | None) -> _Resume:
@@ -384,8 +397,8 @@ class _Resume:
         head, tail = _prefix_windows(path, mark.offset)
         window = _Window(head, tail)
         if (mark.head_sha256, mark.tail_sha256) == window.checksums():
-            return cls(mark.offset, mark.state, False, head, tail)
-        return cls(rewritten=True)
+            return cls(mark.offset, mark.state, False, head, tail, mark.events)
+        return cls(rewritten=True, events=mark.events)
 
 
 class _Window:
@@ -427,7 +440,3 @@ def _prefix_windows(path: Path, offset: int) -> tuple[bytes, bytes]:
                 tail += chunk[max(start - position, 0) :]
             position += len(chunk)
         return head[: min(offset, WINDOW)], bytes(tail)
-
-
-def _lines(path: Path, offset: int, take_last: bool) -> Iterable[tuple[bytes, int]]:
-    return complete_lines(path, offset, take_last=take_last)
