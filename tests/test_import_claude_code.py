@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings
+from obsmem.transcripts import importer
 from support.transcripts import copy_fixture, stored_events, write_jsonl
 
 SESSION = "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01"
@@ -276,3 +277,22 @@ def test_interleaved_appends_and_imports_equal_one_import(
         stepwise.import_transcripts("claude-code", [growing])
         once.import_transcripts("claude-code", [whole])
     assert stored_events(root / "a", "prop") == stored_events(root / "b", "prop")
+
+
+def test_a_file_deleted_while_it_is_read_keeps_what_was_read(
+    service: Obsmem, projects: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = projects / "-home-ann-src-shop" / f"{SESSION}.jsonl"
+    monkeypatch.setattr(importer, "CHUNK_EVENTS", 3)  # a watermark every few events, so the deletion lands mid-file
+    deleted: list[str] = []
+
+    def delete_once(name: str, done: int, total: int) -> None:
+        if not deleted:
+            deleted.append(name)
+            Path(name).unlink()
+
+    run = service.import_transcripts("claude-code", [path], progress=delete_once)
+    report = run.files[0]
+    assert deleted and report.status == "missing" and report.problems == {"file_missing": 1}
+    assert report.added == 15  # the open file was read to its end; every complete record is stored once
+    assert len([row for row in stored_events(tmp_path / "data", "shop") if row[0] == SESSION]) == 15

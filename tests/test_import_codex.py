@@ -6,6 +6,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from obsmem.app import Obsmem
 from support.transcripts import copy_fixture, stored_events, write_jsonl
 
@@ -92,3 +94,13 @@ def test_unknown_items_and_lines_before_the_header_are_reported(service: Obsmem,
     report = service.import_transcripts("codex", [path]).files[0]
     assert {(p.reason, p.line) for p in report.listed} == {("no_session", 1), ("unknown_item", 3), ("unknown_type", 4)}
     assert [row[4] for row in stored_events(tmp_path / "data", "rep")] == ["kept"]
+
+
+def test_a_zstandard_compressed_rollout(service: Obsmem, tmp_path: Path) -> None:
+    zstandard = pytest.importorskip("zstandard")
+    rollout = next((copy_fixture("codex", tmp_path) / "sessions").rglob("*.jsonl"))
+    packed = rollout.with_name(rollout.name + ".zst")
+    packed.write_bytes(zstandard.ZstdCompressor().compress(rollout.read_bytes()))
+    run = service.import_transcripts("codex", [packed])
+    assert run.added == 9 and run.problems == 0
+    assert service.import_transcripts("codex", [packed]).files[0].status == "unchanged"

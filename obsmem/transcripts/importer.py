@@ -152,7 +152,7 @@ class TranscriptImporter:
                 self._document_file(path, report)
         except FileNotFoundError:
             report.status = "missing"
-            report.problem("file_missing", 0, "the file disappeared before it was read")
+            report.problem("file_missing", 0, "the file disappeared before it could be read")
         except (IsADirectoryError, PermissionError) as exc:
             report.status = "failed"
             report.problem("unreadable", 0, exc.strerror or type(exc).__name__)
@@ -224,7 +224,18 @@ class TranscriptImporter:
 
     def _save(self, cursor: _Cursor, report: FileReport) -> None:
         """The watermark at the cursor, after the events before it were committed."""
-        now = stamp(cursor.path)
+        try:
+            now = stamp(cursor.path)
+        except FileNotFoundError:
+            if report.status == "missing":
+                return
+            # Deleted while it was read (the open file still read to its end): what was read is stored,
+            # and a file that is gone needs no watermark.
+            report.status = "missing"
+            report.problem(
+                "file_missing", cursor.line, "the file disappeared while it was read; what was read is stored"
+            )
+            return
         head, tail = cursor.window.checksums()
         state = {"reader": cursor.reader.state(), "seq": cursor.sessions.next, "line": cursor.line}
         # The size and time of the file as consumed; a file that grew meanwhile (or ends in a line being
