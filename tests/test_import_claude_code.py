@@ -296,3 +296,25 @@ def test_a_file_deleted_while_it_is_read_keeps_what_was_read(
     assert deleted and report.status == "missing" and report.problems == {"file_missing": 1}
     assert report.added == 15  # the open file was read to its end; every complete record is stored once
     assert len([row for row in stored_events(tmp_path / "data", "shop") if row[0] == SESSION]) == 15
+
+
+def test_seqs_depend_on_the_file_alone_so_a_lost_watermark_stores_nothing_twice(
+    service: Obsmem, projects: Path, tmp_path: Path
+) -> None:
+    service.import_transcripts("claude-code", files(projects))
+    before = stored_events(tmp_path / "data", "shop")
+    with service.database("shop").write() as conn:  # as if the process died before saving its watermarks
+        conn.execute("DELETE FROM import_files")
+    again = service.import_transcripts("claude-code", files(projects))
+    assert again.added == 0 and again.duplicates == 25
+    assert stored_events(tmp_path / "data", "shop") == before
+
+
+def test_a_session_already_fed_by_another_source_is_merged(service: Obsmem, projects: Path, tmp_path: Path) -> None:
+    service.append_events("shop", RESUMED, [{"role": "user", "content": "typed in by hand first"}])
+    path = projects / "-home-ann-src-shop" / f"{RESUMED}.jsonl"
+    run = service.import_transcripts("claude-code", [path])
+    assert run.added == 6 and run.problems == 0
+    rows = [row for row in stored_events(tmp_path / "data", "shop") if row[0] == RESUMED]
+    assert [row[1] for row in rows] == list(range(1, 8)) and rows[0][4] == "typed in by hand first"
+    assert service.import_transcripts("claude-code", [path]).added == 0

@@ -18,9 +18,11 @@ including the next seq of each session. An import:
    only the others are appended after the session's last seq. Nothing stored is ever changed or
    removed, and no event is stored twice.
 
-The watermark is saved after each chunk's events are committed. A crash in between re-reads the chunk;
-its events get the same seqs again and are counted as duplicates. If a session's seqs were taken by
-events from elsewhere meanwhile (``seq_conflict``), that session is merged as in 3.
+Seqs depend on the file alone: a session's events are numbered from 1 in file order (the next seq is
+saved with the watermark). The watermark is saved after each chunk's events are committed; a crash in
+between re-reads the chunk, whose events get the same seqs again and are counted as duplicates (so does
+an import after the watermark was lost). A session that already holds other events at those seqs
+(``seq_conflict``: another file or an append fed it) is merged as in 3.
 
 Document formats (rewritten files, databases) are read whole; per session the watermark records how many
 events were stored and the key of the last one, and the events after it are appended. A session whose
@@ -114,8 +116,11 @@ class _Sessions:
         self.merging[session] = Counter(session_fingerprints(self.db, session))
 
     def assign(self, session: str, event: EventIn) -> EventIn:
+        # A session this file has not numbered yet starts at 1, not after what is stored: numbering then
+        # depends on the file alone, so events stored before a watermark was lost are duplicates again.
+        # A session that already holds other events meets them as a seq_conflict and is merged.
         if session not in self.next:
-            self.next[session] = session_last_seq(self.db, session) + 1
+            self.next[session] = 1
         if event.seq is not None:
             self.next[session] = max(self.next[session], event.seq + 1)
             return event
