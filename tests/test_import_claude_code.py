@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings
 from obsmem.transcripts import importer
+from support.pipeline_service import pipeline_service
+from support.scripted_chat import ScriptedChatServer
 from support.transcripts import copy_fixture, stored_events, write_jsonl
 
 SESSION = "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01"
@@ -318,3 +320,13 @@ def test_a_session_already_fed_by_another_source_is_merged(service: Obsmem, proj
     rows = [row for row in stored_events(tmp_path / "data", "shop") if row[0] == RESUMED]
     assert [row[1] for row in rows] == list(range(1, 8)) and rows[0][4] == "typed in by hand first"
     assert service.import_transcripts("claude-code", [path]).added == 0
+
+
+def test_imports_go_through_the_append_path_so_observation_is_queued(
+    tmp_path: Path, projects: Path, server: ScriptedChatServer
+) -> None:
+    # The scripted model on loopback (not called: no worker runs here) and a small buffer.
+    with pipeline_service(tmp_path / "data", server) as memory:
+        memory.import_transcripts("claude-code", files(projects))
+        queued = memory.jobs("shop").to_dict()["jobs"]
+    assert any(job["kind"] == "observe" and SESSION in json.dumps(job) for job in queued), queued
