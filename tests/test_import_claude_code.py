@@ -329,4 +329,4 @@ def test_imports_go_through_the_append_path_so_observation_is_queued(
     with pipeline_service(tmp_path / "data", server) as memory:
         memory.import_transcripts("claude-code", files(projects))
         queued = memory.jobs("shop").to_dict()["jobs"]
-    assert any(job["kind"] == "observe" and SESSION in json.dumps(job) for job in queued), queued
+    assert any(job["kind"] == "observe" and SESSION in job["order_key"] for job in queued), queued
