@@ -104,3 +104,38 @@ def test_a_zstandard_compressed_rollout(service: Obsmem, tmp_path: Path) -> None
     run = service.import_transcripts("codex", [packed])
     assert run.added == 9 and run.problems == 0
     assert service.import_transcripts("codex", [packed]).files[0].status == "unchanged"
+
+
+def test_a_damaged_compressed_rollout_is_reported_not_raised(service: Obsmem, tmp_path: Path) -> None:
+    whole = gzip.compress(
+        b"".join(
+            json.dumps(line).encode() + b"\n"
+            for line in [
+                {"type": "session_meta", "payload": {"id": "d-1", "cwd": "/w/damaged"}},
+                {"type": "response_item", "payload": {"type": "message", "role": "user", "content": "x" * 5000}},
+            ]
+        )
+    )
+    cut = tmp_path / "rollout-cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    garbled = tmp_path / "rollout-garbled.jsonl.gz"
+    garbled.write_bytes(whole[:20] + bytes(len(whole) - 20))
+    run = service.import_transcripts("codex", [cut, garbled])
+    assert [report.status for report in run.files] == ["failed", "failed"]
+    assert all(report.problems == {"read_error": 1} for report in run.files)
+
+
+def test_what_comes_before_damage_in_a_compressed_rollout_is_stored(service: Obsmem, tmp_path: Path) -> None:
+    lines = [{"type": "session_meta", "payload": {"id": "d-2", "cwd": "/w/tail"}}]
+    lines += [
+        {"type": "response_item", "payload": {"type": "message", "role": "user", "content": f"request {n} " * 40}}
+        for n in range(2000)
+    ]
+    packed = gzip.compress(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    path = tmp_path / "rollout-tail.jsonl.gz"
+    keep = len(packed) * 7 // 10
+    path.write_bytes(packed[:keep] + bytes(range(256)) * ((len(packed) - keep) // 256 + 1))
+    report = service.import_transcripts("codex", [path]).files[0]
+    assert report.status == "failed" and report.problems == {"read_error": 1} and report.listed[0].line > 1
+    stored = stored_events(tmp_path / "data", "tail")
+    assert 0 < len(stored) < 2000 and stored[0][4].startswith("request 0 ")

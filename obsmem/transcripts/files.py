@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,21 @@ from typing import IO
 
 WINDOW = 64 * 1024
 _READ = 1 << 20
+
+
+def _compression_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [zlib.error, EOFError]  # gzip: a damaged stream, a cut-off file
+    try:
+        import zstandard
+
+        errors.append(zstandard.ZstdError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+DAMAGED_COMPRESSION = _compression_errors()
+"""What reading a damaged compressed file raises besides OSError (gzip's bad header is an OSError)."""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from obsmem.transcripts.aider import AiderFormat
 from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
 from obsmem.transcripts.claude_code import ClaudeCodeFormat
 from obsmem.transcripts.codex import CodexFormat
-from obsmem.transcripts.files import WINDOW, complete_lines, is_compressed, open_text_bytes, stamp
+from obsmem.transcripts.files import DAMAGED_COMPRESSION, WINDOW, complete_lines, is_compressed, open_text_bytes, stamp
 from obsmem.transcripts.formats import DocumentFormat, LineFormat
 from obsmem.transcripts.gemini_cli import GeminiCliFormat
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash
@@ -161,9 +161,12 @@ class TranscriptImporter:
         except (IsADirectoryError, PermissionError) as exc:
             report.status = "failed"
             report.problem("unreadable", 0, exc.strerror or type(exc).__name__)
-        except (OSError, EOFError) as exc:  # vanished mid-read, a damaged compressed file, ...
+        except OSError as exc:  # an I/O error, a compressed file with a bad header, ...
             report.status = "failed"
-            report.problem("read_error", 0, getattr(exc, "strerror", None) or type(exc).__name__)
+            report.problem("read_error", 0, exc.strerror or "the file could not be read")
+        except DAMAGED_COMPRESSION:
+            report.status = "failed"
+            report.problem("read_error", 0, "the compressed data is damaged")
         return report
 
     # -- line formats ----------------------------------------------------------------------------------
@@ -200,16 +203,21 @@ class TranscriptImporter:
             start.events,
         )
         pending: list[Turn] = []
-        for raw, end in complete_lines(path, start.offset, take_last=fmt.take_unterminated):
-            cursor.line += 1
-            cursor.window.add(raw)
-            self._take(cursor.reader.read(raw, cursor.line), pending, report)
-            cursor.offset = end
-            if len(pending) >= CHUNK_EVENTS:
-                self._store(project, cursor.sessions, pending, report)
-                self._save(cursor, report)
-                if progress is not None:
-                    progress(str(path), cursor.offset, now.size)
+        try:
+            for raw, end in complete_lines(path, start.offset, take_last=fmt.take_unterminated):
+                cursor.line += 1
+                cursor.window.add(raw)
+                self._take(cursor.reader.read(raw, cursor.line), pending, report)
+                cursor.offset = end
+                if len(pending) >= CHUNK_EVENTS:
+                    self._store(project, cursor.sessions, pending, report)
+                    self._save(cursor, report)
+                    if progress is not None:
+                        progress(str(path), cursor.offset, now.size)
+        except DAMAGED_COMPRESSION:
+            # Everything before the damage is stored below; the next import stops at the same place.
+            report.status = "failed"
+            report.problem("read_error", cursor.line + 1, "the compressed data is damaged from here on")
         self._take(cursor.reader.finish(), pending, report)
         self._store(project, cursor.sessions, pending, report)
         report.bytes_read = cursor.offset - start.offset
