@@ -330,3 +330,11 @@ def test_imports_go_through_the_append_path_so_observation_is_queued(
         memory.import_transcripts("claude-code", files(projects))
         queued = memory.jobs("shop").to_dict()["jobs"]
     assert any(job["kind"] == "observe" and SESSION in job["order_key"] for job in queued), queued
+
+
+def test_an_unreadable_timestamp_keeps_the_event(service: Obsmem, tmp_path: Path) -> None:
+    record = {"type": "user", "sessionId": "t", "cwd": "/w/stamps", "message": {"role": "user", "content": "kept"}}
+    path = write_jsonl(tmp_path / "t.jsonl", [{**record, "timestamp": "yesterday-ish"}])
+    report = service.import_transcripts("claude-code", [path]).files[0]
+    assert report.problems == {"invalid_timestamp": 1} and report.added == 1
+    assert [row[4] for row in stored_events(tmp_path / "data", "stamps")] == ["kept"]

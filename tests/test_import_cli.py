@@ -100,8 +100,11 @@ def test_gemini_hooks_answer_json(tmp_path: Path) -> None:
 
 
 def test_bad_hook_payloads_are_clear_errors(tmp_path: Path) -> None:
-    for payload in ("not json", "[1]", "{}", json.dumps({"transcript_path": str(tmp_path / "nowhere.jsonl")})):
-        result = run(tmp_path / "data", "hook", "claude-code", stdin=payload)
+    payloads: list[str | bytes] = ["not json", "[1]", "{}", json.dumps({"transcript_path": str(tmp_path / "x.jsonl")})]
+    for payload in [*payloads, b'{"transcript_path": "\xff"}']:
+        result = CliRunner().invoke(
+            cli, ["--data-dir", str(tmp_path / "data"), "hook", "claude-code"], input=payload, catch_exceptions=False
+        )
         assert result.exit_code == 2, payload
         assert result.stderr.startswith("error: invalid_hook_payload: ") and "Traceback" not in result.output
 

@@ -35,6 +35,7 @@ from obsmem.transcripts import SOURCES, ImportRun, default_roots, discover, find
 from obsmem.validation import project_name
 
 HOOK_SOURCES = ("claude-code", "gemini-cli")
+MAX_PAYLOAD_BYTES = 1_000_000  # a hook payload is a few hundred bytes; more is not a payload
 # A progress bar is drawn for imports of at least this many bytes (smaller ones finish at once).
 PROGRESS_BYTES = 8 * 1024 * 1024
 
@@ -284,7 +285,12 @@ def hook(app: App, agent: str, project: str | None) -> None:
     """
     if project is not None:
         project_name(project)
-    path, _ = _payload(sys.stdin.read(1_000_000))
+    raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationFailed("the hook payload on stdin is not UTF-8 text", code="invalid_hook_payload") from None
+    path, _ = _payload(text)
     run = app.service.import_transcripts(agent, [path], project=project)
     if agent == "gemini-cli":
         click.echo("{}")

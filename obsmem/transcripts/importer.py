@@ -265,11 +265,8 @@ class TranscriptImporter:
         """Validate, number and append the pending events, session by session (in file order)."""
         by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
         for turn in turns:
-            try:
-                event = EventIn.model_validate(turn.event)
-            except ValidationError as exc:
-                problem = first_problem(exc, f"line {turn.line}")
-                report.problem("invalid_event", turn.line, problem.message)
+            event = self._event(turn, report)
+            if event is None:
                 continue
             report.events += 1
             by_session.setdefault(turn.session_id, []).append((turn, event))
@@ -282,6 +279,26 @@ class TranscriptImporter:
                     report.problem(exc.code, items[0][0].line, exc.message)
                     continue
                 raise
+
+    def _event(self, turn: Turn, report: FileReport) -> EventIn | None:
+        """The turn as a valid event, or None (reported). A timestamp obsmem cannot read is dropped, and
+        the event stored with the time it is imported, rather than losing the event."""
+        try:
+            return EventIn.model_validate(turn.event)
+        except ValidationError as exc:
+            problem = first_problem(exc, f"line {turn.line}")
+        if problem.field is not None and problem.field.endswith("created_at"):
+            try:
+                event = EventIn.model_validate({k: v for k, v in turn.event.items() if k != "created_at"})
+            except ValidationError:
+                pass
+            else:
+                report.problem(
+                    "invalid_timestamp", turn.line, "a timestamp obsmem cannot read; stored with the time of the import"
+                )
+                return event
+        report.problem("invalid_event", turn.line, problem.message)
+        return None
 
     def _append_session(
         self, project: str, sessions: _Sessions, session: str, events: list[EventIn], report: FileReport
