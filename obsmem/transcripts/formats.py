@@ -17,12 +17,22 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
+
 from obsmem.transcripts.files import complete_lines
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
 
 
 def decode_json_line(raw: bytes, line: int) -> dict[str, Any] | Skip:
     """A JSONL line as an object, or the problem with it (never raises)."""
+    try:
+        record = orjson.loads(raw)  # several times faster than json; on the hot path of every import
+    except orjson.JSONDecodeError:
+        pass  # the standard parser says what is wrong (and reads what orjson refuses, e.g. huge integers)
+    else:
+        if isinstance(record, dict):
+            return record
+        return Skip("not_an_object", line, problem=True, detail="the line is not a JSON object")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
