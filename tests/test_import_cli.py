@@ -105,7 +105,7 @@ def test_bad_hook_payloads_are_clear_errors(tmp_path: Path) -> None:
         result = CliRunner().invoke(
             cli, ["--data-dir", str(tmp_path / "data"), "hook", "claude-code"], input=payload, catch_exceptions=False
         )
-        assert result.exit_code == 2, payload
+        assert result.exit_code == 1, payload  # never 2: the agents read 2 as "block the agent"
         assert result.stderr.startswith("error: invalid_hook_payload: ") and "Traceback" not in result.output
 
 
@@ -149,3 +149,17 @@ def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
     while time.monotonic() < deadline and len(stored_events(tmp_path / "data", "live")) < 2:
         time.sleep(0.05)
     assert [row[4] for row in stored_events(tmp_path / "data", "live")] == ["one", "two"]
+
+
+def test_the_progress_bar_counts_bytes_over_all_files() -> None:
+    from obsmem.surfaces import cli_import
+
+    bar = cli_import._progress(True, 100)
+    with bar as report:
+        assert report is not None
+        report("a.jsonl", 30, 60)
+        report("b.jsonl", 40, 40)
+        report("a.jsonl", 60, 60)  # a file's reports replace each other, never add up
+        assert bar.bar is not None and bar.bar.tasks[0].completed == 100
+    with cli_import._progress(False, 100) as nothing:
+        assert nothing is None

@@ -23,15 +23,14 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from obsmem.errors import ValidationFailed
+from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
-from obsmem.transcripts import SOURCES, ImportRun, default_roots, discover, find_transcripts
+from obsmem.transcripts import SOURCES, FileProgress, ImportRun, default_roots, discover, find_transcripts
 from obsmem.validation import project_name
 
 HOOK_SOURCES = ("claude-code", "gemini-cli")
@@ -105,7 +104,10 @@ def import_command(
     if source == "obsmem" and len(paths) == 1 and paths[0].is_file():
         restored = _restore_export(app, paths[0], project)
         if restored is not None:
-            render.emit_json(restored) if as_json else click.echo(f"restored {paths[0]} into {project}")
+            if as_json:
+                render.emit_json(restored)
+            else:
+                click.echo(f"restored {paths[0]} into {project}")
             return
     if not paths and source in ("openai-chat", "obsmem"):
         raise click.UsageError(f"{source} files have no default location: give the PATH of each")
@@ -119,7 +121,8 @@ def import_command(
         click.echo(f"{len(files)} {source} transcript(s) found in {roots}", err=True)
         for file in files:
             click.echo(f"  {file}", err=True)
-    with _progress(sum(_size(f) for f in files) >= PROGRESS_BYTES and sys.stderr.isatty()) as progress:
+    total = sum(_size(f) for f in files)
+    with _progress(total >= PROGRESS_BYTES and sys.stderr.isatty(), total) as progress:
         run = app.service.import_transcripts(source, files, project=project, progress=progress)
     if as_json:
         render.emit_json(run.to_dict())
@@ -137,12 +140,14 @@ def _size(path: Path) -> int:
 
 
 class _progress:
-    """A byte progress bar on stderr across the files of one import (or nothing)."""
+    """One byte progress bar on stderr across the files of an import (or nothing when not enabled)."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.total = total
+        self.done: dict[str, int] = {}
         self.bar = (
             Progress(
-                TextColumn("{task.description}"),
+                TextColumn("importing"),
                 BarColumn(),
                 DownloadColumn(),
                 TimeElapsedColumn(),
@@ -152,19 +157,19 @@ class _progress:
             if enabled
             else None
         )
-        self.tasks: dict[str, Any] = {}
+        self.task: Any = None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> FileProgress | None:
         if self.bar is None:
             return None
         self.bar.__enter__()
+        self.task = self.bar.add_task("importing", total=self.total)
         return self.report
 
     def report(self, path: str, done: int, total: int) -> None:
-        assert self.bar is not None
-        if path not in self.tasks:
-            self.tasks[path] = self.bar.add_task(escape(Path(path).name[:40]), total=total)
-        self.bar.update(self.tasks[path], completed=done, total=total)
+        self.done[path] = done
+        if self.bar is not None:
+            self.bar.update(self.task, completed=min(sum(self.done.values()), self.total))
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
@@ -280,9 +285,25 @@ def hook(app: App, agent: str, project: str | None) -> None:
     """Import the session a hook names: AGENT runs this with its hook payload (JSON) on stdin.
 
     Install it for Claude Code's Stop and SessionEnd hooks, or Gemini CLI's SessionEnd and AfterAgent
-    (see docs/importing.md). Prints nothing on success (Gemini CLI gets "{}"); a bad payload prints an
-    error and exits 2, a file with problems exits 1.
+    (see docs/importing.md). Prints nothing on success (Gemini CLI gets "{}"). Any failure (a bad
+    payload, a transcript with problems, a storage fault) prints one line on stderr and exits 1: both
+    agents read exit status 2 as "block what the agent is doing", which a memory import must never do.
     """
+    try:
+        run = _hook_import(app, agent, project)
+    except ObsmemError as exc:
+        click.echo(f"error: {exc.code}: {exc.message}", err=True)
+        raise click.exceptions.Exit(RUNTIME_EXIT) from None
+    if agent == "gemini-cli":
+        click.echo("{}")
+    if run.problems:
+        report = run.files[0]
+        listed = ", ".join(f"{p.reason} (line {p.line})" for p in report.listed[:5])
+        click.echo(f"obsmem: {run.problems} problem(s) importing {Path(report.path).name}: {listed}", err=True)
+        raise click.exceptions.Exit(RUNTIME_EXIT)
+
+
+def _hook_import(app: App, agent: str, project: str | None) -> ImportRun:
     if project is not None:
         project_name(project)
     raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES)
@@ -291,11 +312,4 @@ def hook(app: App, agent: str, project: str | None) -> None:
     except UnicodeDecodeError:
         raise ValidationFailed("the hook payload on stdin is not UTF-8 text", code="invalid_hook_payload") from None
     path, _ = _payload(text)
-    run = app.service.import_transcripts(agent, [path], project=project)
-    if agent == "gemini-cli":
-        click.echo("{}")
-    if run.problems:
-        report = run.files[0]
-        listed = ", ".join(f"{p.reason} (line {p.line})" for p in report.listed[:5])
-        click.echo(f"obsmem: {run.problems} problem(s) importing {path.name}: {listed}", err=True)
-        raise click.exceptions.Exit(RUNTIME_EXIT)
+    return app.service.import_transcripts(agent, [path], project=project)
