@@ -25,7 +25,17 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from obsmem.transcripts.formats import LineFormat, decode_json_line, first_cwd
-from obsmem.transcripts.records import CallNames, Skip, Turn, message, parts_text, safe_name, tool_call, tool_result
+from obsmem.transcripts.records import (
+    CallNames,
+    Skip,
+    Turn,
+    message,
+    parts_text,
+    safe_name,
+    text_or_none,
+    tool_call,
+    tool_result,
+)
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PREAMBLES = ("<environment_context>", "<user_instructions>", "<permissions instructions>", "# AGENTS.md")
@@ -89,7 +99,7 @@ class CodexFormat(LineFormat):
         record = decode_json_line(raw, line)
         if isinstance(record, Skip):
             return [record]
-        kind = record.get("type")
+        kind = text_or_none(record.get("type"))
         payload = record.get("payload")
         stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
         if kind is None and isinstance(record.get("id"), str):  # the bare header of early rollouts

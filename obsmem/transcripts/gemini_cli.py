@@ -26,7 +26,17 @@ from typing import Any, ClassVar
 
 from obsmem.transcripts.files import complete_lines
 from obsmem.transcripts.formats import DocumentFormat, decode_json_line
-from obsmem.transcripts.records import SessionDoc, Skip, Turn, message, parts_text, safe_name, tool_call, tool_result
+from obsmem.transcripts.records import (
+    SessionDoc,
+    Skip,
+    Turn,
+    message,
+    parts_text,
+    safe_name,
+    text_or_none,
+    tool_call,
+    tool_result,
+)
 
 _FINAL = frozenset({"success", "error", "cancelled"})
 _MESSAGE_TYPES = frozenset({"user", "gemini", "info", "error", "warning"})
@@ -51,6 +61,43 @@ def _result_text(call: dict[str, Any]) -> str:
     return "\n".join(texts)
 
 
+def _tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("toolCalls")
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
+
+
+class _Messages:
+    """A conversation's messages in order, found by id: a message whose id repeats replaces the earlier one."""
+
+    def __init__(self, items: list[Any] | None = None) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.index: dict[str | int, int] = {}
+        for item in items or []:
+            if isinstance(item, dict):
+                self.put(item)
+
+    def put(self, message: dict[str, Any]) -> None:
+        key = message.get("id")
+        if isinstance(key, (str, int)) and key in self.index:
+            self.items[self.index[key]] = message
+            return
+        if isinstance(key, (str, int)):
+            self.index[key] = len(self.items)
+        self.items.append(message)
+
+    def rewind(self, key: Any) -> bool:
+        """Drop every message after the one with id ``key``; False when there is none."""
+        if not isinstance(key, (str, int)) or key not in self.index:
+            return False
+        keep = self.index[key] + 1
+        for dropped in self.items[keep:]:
+            dropped_key = dropped.get("id")
+            if isinstance(dropped_key, (str, int)):
+                self.index.pop(dropped_key, None)
+        del self.items[keep:]
+        return True
+
+
 class GeminiCliFormat(DocumentFormat):
     source: ClassVar[str] = "gemini-cli"
 
@@ -73,8 +120,8 @@ class GeminiCliFormat(DocumentFormat):
             if not isinstance(item, dict):
                 yield Skip("bad_message", position + 1, problem=True, detail="a message that is not an object")
                 continue
-            calls = [c for c in item.get("toolCalls") or [] if isinstance(c, dict)]
-            if any(call.get("status") not in _FINAL for call in calls):
+            calls = _tool_calls(item)
+            if any(text_or_none(call.get("status")) not in _FINAL for call in calls):
                 doc.complete = False
                 break  # still running: this message and what follows wait for the next import
             yield from self._turns(doc, item, position + 1)
@@ -96,7 +143,7 @@ class GeminiCliFormat(DocumentFormat):
 
     def _jsonl(self, problems: list[Skip]) -> dict[str, Any] | None:
         conversation: dict[str, Any] = {}
-        messages: list[dict[str, Any]] = []
+        messages = _Messages()
         for number, (raw, _) in enumerate(complete_lines(self.path, 0), start=1):
             record = decode_json_line(raw, number)
             if isinstance(record, Skip):
@@ -104,11 +151,7 @@ class GeminiCliFormat(DocumentFormat):
                     problems.append(record)
                 continue
             if "$rewindTo" in record:
-                ids = [m.get("id") for m in messages]
-                target = record["$rewindTo"]
-                if target in ids:
-                    del messages[ids.index(target) + 1 :]
-                else:
+                if not messages.rewind(record["$rewindTo"]):
                     problems.append(Skip("missing_parent", number, problem=True, detail="$rewindTo names no message"))
             elif "$set" in record:
                 update = record["$set"]
@@ -116,23 +159,19 @@ class GeminiCliFormat(DocumentFormat):
                     problems.append(Skip("bad_update", number, problem=True, detail="$set is not an object"))
                     continue
                 if isinstance(update.get("messages"), list):
-                    messages = [m for m in update["messages"] if isinstance(m, dict)]
+                    messages = _Messages(update["messages"])
                 conversation.update({k: v for k, v in update.items() if k != "messages"})
-            elif record.get("type") in _MESSAGE_TYPES and "id" in record:
-                ids = [m.get("id") for m in messages]
-                if record["id"] in ids:
-                    messages[ids.index(record["id"])] = record
-                else:
-                    messages.append(record)
+            elif text_or_none(record.get("type")) in _MESSAGE_TYPES and "id" in record:
+                messages.put(record)
             elif "sessionId" in record:
                 if isinstance(record.get("messages"), list):
-                    messages = [m for m in record["messages"] if isinstance(m, dict)]
+                    messages = _Messages(record["messages"])
                 conversation.update({k: v for k, v in record.items() if k != "messages"})
             else:
                 problems.append(Skip("unknown_type", number, problem=True, detail="a record of unknown shape"))
-        if not conversation and not messages:
+        if not conversation and not messages.items:
             return None
-        conversation["messages"] = messages
+        conversation["messages"] = messages.items
         return conversation
 
     def _turns(self, doc: SessionDoc, item: dict[str, Any], position: int) -> Iterator[Skip]:
@@ -162,9 +201,7 @@ class GeminiCliFormat(DocumentFormat):
             if text:
                 add(index, message("assistant", text, stamp))
                 index += 1
-            for call in item.get("toolCalls") or []:
-                if not isinstance(call, dict):
-                    continue
+            for call in _tool_calls(item):
                 name = call.get("name") if isinstance(call.get("name"), str) else None
                 call_id = call.get("id") if isinstance(call.get("id"), str) else None
                 when = call.get("timestamp") if isinstance(call.get("timestamp"), str) else stamp

@@ -27,7 +27,17 @@ from typing import Any, ClassVar
 import apsw
 
 from obsmem.transcripts.formats import DocumentFormat
-from obsmem.transcripts.records import SessionDoc, Skip, Turn, iso_stamp, message, safe_name, tool_call, tool_result
+from obsmem.transcripts.records import (
+    SessionDoc,
+    Skip,
+    Turn,
+    iso_stamp,
+    message,
+    safe_name,
+    text_or_none,
+    tool_call,
+    tool_result,
+)
 
 _BOOKKEEPING = frozenset({"step-start", "step-finish", "snapshot", "patch", "file", "agent", "subtask", "retry"})
 
@@ -110,7 +120,7 @@ class _Session:
             return []
         if kind == "compaction":
             return [message("system", "[compaction] the conversation was compacted", stamp)]
-        if kind in _BOOKKEEPING:
+        if text_or_none(kind) in _BOOKKEEPING:
             self.skips.append(Skip(kind, row))
             return []
         name = kind if isinstance(kind, str) else "?"

@@ -20,6 +20,12 @@ DEFAULT_MAX_TOOL_OUTPUT_CHARS = 20_000
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,39}")
 
 
+def text_or_none(value: object) -> str | None:
+    """A field that should be text, or None: records are checked with ``in`` against sets of names, and a
+    list or object where a name belongs must not raise."""
+    return value if isinstance(value, str) else None
+
+
 def safe_name(value: object) -> str:
     """A record type, subtype or id as reports may show it: a short identifier, else ``?``. Reports never
     echo other text from a transcript (it could be memory text or a secret)."""
