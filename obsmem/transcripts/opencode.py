@@ -194,7 +194,7 @@ class OpencodeTreeFormat(DocumentFormat):
             yield Skip("malformed_json", 1, problem=True, detail="the session file is not a session object")
             return
         reader = _Session(self, info["id"], info.get("parentID"), info.get("directory"))
-        messages: list[tuple[Any, str, dict[str, Any]]] = []
+        messages: list[tuple[float, str, dict[str, Any]]] = []
         for file in sorted((self.storage() / "message" / info["id"]).glob("*.json")):
             data = _read_json(file)
             if data is None:
@@ -202,9 +202,11 @@ class OpencodeTreeFormat(DocumentFormat):
                     Skip("malformed_json", 1, problem=True, detail=f"message file {safe_name(file.stem)}")
                 )
                 continue
-            created = (data.get("time") or {}).get("created", 0) if isinstance(data.get("time"), dict) else 0
-            messages.append((created, file.stem, data))
-        for _, message_id, data in sorted(messages, key=lambda item: (item[0] or 0, item[1])):
+            time = data.get("time") if isinstance(data.get("time"), dict) else {}
+            created = time.get("created")
+            number = created if isinstance(created, (int, float)) and not isinstance(created, bool) else 0
+            messages.append((number, file.stem, data))
+        for _, message_id, data in sorted(messages, key=lambda item: (item[0], item[1])):
             parts: list[tuple[str, Any]] = []
             for file in sorted((self.storage() / "part" / message_id).glob("*.json")):
                 parts.append((file.stem, _read_json(file) or file.read_bytes()))
