@@ -41,7 +41,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from obsmem.errors import ObsmemError, SeqConflict
-from obsmem.events import AppendReceipt, EventIn, redacted
+from obsmem.events import AppendReceipt, EventIn, event_fingerprints, last_seq, redacted
 from obsmem.storage import ProjectDatabase
 from obsmem.transcripts.aider import AiderFormat
 from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
@@ -58,8 +58,6 @@ from obsmem.transcripts.watermarks import (
     Watermark,
     load_watermark,
     save_watermark,
-    session_fingerprints,
-    session_last_seq,
 )
 from obsmem.validation import first_problem
 
@@ -113,7 +111,8 @@ class _Sessions:
         return False
 
     def start_merge(self, session: str) -> None:
-        self.merging[session] = Counter(session_fingerprints(self.db, session))
+        with self.db.read() as conn:
+            self.merging[session] = Counter(event_fingerprints(conn, session))
 
     def assign(self, session: str, event: EventIn) -> EventIn:
         # A session this file has not numbered yet starts at 1, not after what is stored: numbering then
@@ -401,7 +400,8 @@ class TranscriptImporter:
         if not keys:
             return {"n": 0, "last": None, "seq": sessions.next.get(doc.session_id, 1)}
         if doc.session_id not in sessions.next:
-            sessions.next[doc.session_id] = session_last_seq(db, doc.session_id) + 1
+            with db.read() as conn:
+                sessions.next[doc.session_id] = last_seq(conn, doc.session_id) + 1
         return {"n": len(keys), "last": keys[-1], "seq": sessions.next[doc.session_id]}
 
 

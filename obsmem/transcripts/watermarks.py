@@ -1,4 +1,4 @@
-"""The durable watermark of each imported source file (table ``import_files``, migration 5).
+"""The durable watermark of each imported source file (table ``import_files``, migration 5): its only SQL.
 
 One row per ``(source, path)`` in the project database the file's sessions go to: how many bytes were
 consumed, checksums of the head and tail of that prefix, the file's size and modification time at the
@@ -69,14 +69,3 @@ def save_watermark(db: ProjectDatabase, mark: Watermark) -> None:
                 now_iso(),
             ),
         )
-
-
-def session_last_seq(db: ProjectDatabase, session_id: str) -> int:
-    with db.read() as conn:
-        row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def session_fingerprints(db: ProjectDatabase, session_id: str) -> list[str]:
-    with db.read() as conn:
-        return [row[0] for row in conn.execute("SELECT fingerprint FROM events WHERE session_id = ?", (session_id,))]
