@@ -13,7 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from obsmem.surfaces.cli import cli
-from support.transcripts import copy_fixture, stored_events, write_jsonl
+from support.transcripts import copy_fixture, read_line, stored_events, write_jsonl
 
 RESUMED = "7b2d9e44-0a1c-4f6e-8b3d-5c9f1e2a7d02"
 
@@ -124,8 +124,7 @@ def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
         env=env,
     )
     try:
-        assert process.stdout is not None
-        assert json.loads(process.stdout.readline())["added"] == 1
+        assert json.loads(read_line(process))["added"] == 1
         write_jsonl(
             path,
             [
@@ -137,7 +136,7 @@ def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
             ],
             mode="a",
         )
-        assert json.loads(process.stdout.readline())["added"] == 1
+        assert json.loads(read_line(process))["added"] == 1
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
     finally:

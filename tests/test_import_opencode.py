@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from obsmem.app import Obsmem
-from support.transcripts import copy_fixture, stored_events
+from support.transcripts import copy_fixture, read_line, stored_events
 
 LOCKER = """
 import sqlite3, sys
@@ -62,7 +62,7 @@ def test_a_locked_database_is_reported_and_other_files_still_import(service: Obs
         [sys.executable, "-c", LOCKER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert read_line(holder).strip() == "locked"
         run = service.import_transcripts("opencode", [db, tree])
     finally:
         holder.communicate("done\n", timeout=30)

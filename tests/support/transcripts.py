@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import selectors
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +39,13 @@ def write_jsonl(path: Path, records: list[Any], *, mode: str = "w") -> Path:
         for record in records:
             handle.write((record if isinstance(record, str) else json.dumps(record)) + "\n")
     return path
+
+
+def read_line(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """The process's next line of output, waiting at most ``timeout`` seconds (a hang fails, never blocks)."""
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise AssertionError(f"no output within {timeout} s")
+    return process.stdout.readline()
