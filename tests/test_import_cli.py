@@ -13,6 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from obsmem.surfaces.cli import cli
+from obsmem.transcripts import find_transcripts
 from support.transcripts import copy_fixture, read_line, stored_events, write_jsonl
 
 RESUMED = "7b2d9e44-0a1c-4f6e-8b3d-5c9f1e2a7d02"
@@ -162,3 +163,12 @@ def test_the_progress_bar_counts_bytes_over_all_files() -> None:
         assert bar.bar is not None and bar.bar.tasks[0].completed == 100
     with cli_import._progress(False, 100) as nothing:
         assert nothing is None
+
+
+def test_an_agents_home_given_as_path_yields_only_its_sessions(tmp_path: Path) -> None:
+    home = copy_fixture("claude-code", tmp_path)
+    write_jsonl(home / "history.jsonl", [{"display": "prompt", "timestamp": 1, "project": "/w"}])
+    codex = copy_fixture("codex", tmp_path)
+    write_jsonl(codex / "history.jsonl", [{"session_id": "x", "ts": 1, "text": "prompt"}])
+    assert len(find_transcripts("claude-code", home)) == 3
+    assert len(find_transcripts("codex", codex)) == 2

@@ -50,9 +50,11 @@ def find_transcripts(source: str, root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     if source == "claude-code":
-        found = root.rglob("*.jsonl")
+        # Given the agent's home (~/.claude), only its sessions: history.jsonl and the like are not sessions.
+        sessions = root / "projects" if (root / "projects").is_dir() else root
+        found = (p for p in sessions.rglob("*.jsonl") if p.name != "history.jsonl")
     elif source == "codex":
-        found = (p for p in root.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")))
+        found = (p for p in root.rglob("rollout-*") if p.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")))
     elif source == "gemini-cli":
         found = (p for p in root.rglob("*") if p.parent.name == "chats" and p.suffix in (".json", ".jsonl"))
     elif source == "opencode":
