@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
+from obsmem.errors import ValidationFailed
 from obsmem.settings import load_settings
 from obsmem.transcripts import importer
 from support.pipeline_service import pipeline_service
@@ -338,3 +339,9 @@ def test_an_unreadable_timestamp_keeps_the_event(service: Obsmem, tmp_path: Path
     report = service.import_transcripts("claude-code", [path]).files[0]
     assert report.problems == {"invalid_timestamp": 1} and report.added == 1
     assert [row[4] for row in stored_events(tmp_path / "data", "stamps")] == ["kept"]
+
+
+def test_an_unknown_source_is_a_validation_error(service: Obsmem, projects: Path) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        service.import_transcripts("cursor", files(projects))
+    assert caught.value.field == "source" and "claude-code" in caught.value.message

@@ -127,7 +127,7 @@ class Obsmem:
     def import_transcripts(
         self,
         source: str,
-        paths: list[Path],
+        paths: list[Path] | list[str],
         *,
         project: str | None = None,
         progress: FileProgress | None = None,
@@ -149,7 +149,7 @@ class Obsmem:
         importer = TranscriptImporter(
             source, options, self.append_events, lambda name: self.database(name, create=True)
         )
-        return importer.run(paths, progress)
+        return importer.run([Path(path).expanduser() for path in paths], progress)
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""

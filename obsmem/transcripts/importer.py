@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from obsmem.errors import ObsmemError, SeqConflict
+from obsmem.errors import ObsmemError, SeqConflict, ValidationFailed
 from obsmem.events import AppendReceipt, EventIn, event_fingerprints, last_seq, redacted
 from obsmem.storage import ProjectDatabase
 from obsmem.transcripts.aider import AiderFormat
@@ -134,7 +134,8 @@ class TranscriptImporter:
 
     def __init__(self, source: str, options: ImportOptions, append: Append, database: OpenDatabase) -> None:
         if source not in LINE_FORMATS and source not in DOCUMENT_SOURCES:
-            raise ValueError(f"unknown transcript source {source!r}")
+            known = ", ".join([*LINE_FORMATS, *DOCUMENT_SOURCES])
+            raise ValidationFailed(f"source must be one of {known}", field="source")
         self.source = source
         self.options = options
         self.project_map: Mapping[str, str] = options.project_map or {}
