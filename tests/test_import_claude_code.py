@@ -127,13 +127,15 @@ def test_a_truncated_or_rewritten_file_is_merged_without_duplicates(
     path = projects / "-home-ann-src-shop" / f"{RESUMED}.jsonl"
     service.import_transcripts("claude-code", [path])
     lines = path.read_text(encoding="utf-8").splitlines()
-    # The agent rewrote the file: the first lines kept, one reply edited, one new line.
-    edited = json.loads(lines[6])
-    edited["message"]["content"] = [{"type": "text", "text": "Fixed: RATES now has the default currency."}]
-    path.write_text("\n".join([*lines[:6], json.dumps(edited)]) + "\n", encoding="utf-8")
+    # The agent rewrote the file: the first lines kept, the last reply replaced by another record.
+    replaced = json.loads(lines[6])
+    replaced["uuid"] = "r7"
+    replaced["message"]["content"] = [{"type": "text", "text": "Fixed: RATES now has the default currency."}]
+    path.write_text("\n".join([*lines[:6], json.dumps(replaced)]) + "\n", encoding="utf-8")
     run = service.import_transcripts("claude-code", [path])
-    assert run.files[0].status == "rewritten"
-    assert run.added == 1 and run.duplicates == 5
+    report = run.files[0]
+    assert report.status == "rewritten" and run.added == 1 and run.duplicates == 0
+    assert report.skipped["duplicate_record"] == 5  # the records kept were imported before
     events = [row for row in stored_events(tmp_path / "data", "shop") if row[0] == RESUMED]
     assert [row[1] for row in events] == list(range(1, 8))
     assert events[-1][4] == "Fixed: RATES now has the default currency."
@@ -142,6 +144,24 @@ def test_a_truncated_or_rewritten_file_is_merged_without_duplicates(
     truncated = service.import_transcripts("claude-code", [path])
     assert truncated.added == 0 and truncated.files[0].status == "rewritten"
     assert len([row for row in stored_events(tmp_path / "data", "shop") if row[0] == RESUMED]) == 7
+
+
+def test_a_resumed_session_that_replays_the_earlier_one_stores_only_its_own_records(
+    service: Obsmem, projects: Path, tmp_path: Path
+) -> None:
+    earlier = projects / "-home-ann-src-shop" / f"{RESUMED}.jsonl"
+    service.import_transcripts("claude-code", [earlier])
+    later_id = "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6"
+    replay = [{**json.loads(line), "sessionId": later_id} for line in earlier.read_text(encoding="utf-8").splitlines()]
+    own = {"type": "user", "sessionId": later_id, "uuid": "n1", "parentUuid": "r6", "cwd": "/home/ann/src/shop",
+           "message": {"role": "user", "content": "Picking this up again: deploy it."}}  # fmt: skip
+    repeated = json.dumps(own)
+    later = write_jsonl(earlier.with_name(f"{later_id}.jsonl"), [*replay, own, repeated])
+    run = service.import_transcripts("claude-code", [later])
+    report = run.files[0]
+    assert run.added == 1 and report.skipped["replayed"] == 6 and report.skipped["duplicate_record"] == 1
+    rows = [row for row in stored_events(tmp_path / "data", "shop") if row[0] == later_id]
+    assert [(row[1], row[4]) for row in rows] == [(1, "Picking this up again: deploy it.")]
 
 
 def test_project_map_and_project_override(tmp_path: Path, projects: Path) -> None:
@@ -306,11 +326,16 @@ def test_seqs_depend_on_the_file_alone_so_a_lost_watermark_stores_nothing_twice(
 ) -> None:
     service.import_transcripts("claude-code", files(projects))
     before = stored_events(tmp_path / "data", "shop")
-    with service.database("shop").write() as conn:  # as if the process died before saving its watermarks
+    with service.database("shop").write() as conn:  # as if the process died before saving any import state
         conn.execute("DELETE FROM import_files")
+        conn.execute("DELETE FROM import_records")
     again = service.import_transcripts("claude-code", files(projects))
     assert again.added == 0 and again.duplicates == 25
     assert stored_events(tmp_path / "data", "shop") == before
+    with service.database("shop").write() as conn:  # the watermarks alone lost: the record ids still hold
+        conn.execute("DELETE FROM import_files")
+    third = service.import_transcripts("claude-code", files(projects))
+    assert third.added == 0 and stored_events(tmp_path / "data", "shop") == before
 
 
 def test_a_session_already_fed_by_another_source_is_merged(service: Obsmem, projects: Path, tmp_path: Path) -> None:

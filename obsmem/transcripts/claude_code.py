@@ -13,6 +13,9 @@ One JSON record per line, tagged by ``type``:
 - ``summary``, ``file-history-snapshot``, ``queue-operation``, ``progress``, ``attachment``, ``ai-title``
   and the like: bookkeeping, skipped and counted. Any other type is reported as ``unknown_type``.
 
+Every record carries a ``uuid``: the importer imports a record once, whichever file it appears in (a
+resumed session's file replays the earlier session's records; some versions write a record twice).
+
 Sub-agents (``isSidechain`` with an ``agentId``, in ``agent-*.jsonl`` beside the session or in its
 ``subagents/`` folder) are stored as their own session, ``<parent session>:agent-<agentId>``, so their
 events never interleave with the parent's and the name says where they came from. A record whose
@@ -88,7 +91,10 @@ class ClaudeCodeFormat(LineFormat):
         cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
         stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
         events = list(self._events(kind, record, stamp, line))
-        items.extend(item if isinstance(item, Skip) else Turn(session, item, line, cwd) for item in events)
+        record_id = uuid if isinstance(uuid, str) and uuid else None
+        items.extend(
+            item if isinstance(item, Skip) else Turn(session, item, line, cwd, record_id=record_id) for item in events
+        )
         return items
 
     def _session(self, record: dict[str, Any]) -> str | None:

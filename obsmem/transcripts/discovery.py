@@ -44,7 +44,7 @@ def default_roots(source: str) -> list[Path]:
 
 
 def find_transcripts(source: str, root: Path) -> list[Path]:
-    """The transcript files of ``source`` under ``root`` (``root`` itself when it is a file), sorted."""
+    """The transcript files of ``source`` under ``root`` (``root`` itself when it is a file), oldest first."""
     if root.is_file():
         return [root]
     if not root.is_dir():
@@ -65,7 +65,15 @@ def find_transcripts(source: str, root: Path) -> list[Path]:
         found = root.glob(".aider.chat.history.md")
     else:
         found = (p for p in root.rglob("*") if p.suffix == ".jsonl")
-    return sorted(p for p in found if p.is_file())
+    # Oldest first: a resumed session replays the one it resumed, whose records then stay in their own session.
+    return sorted((p for p in found if p.is_file()), key=_age)
+
+
+def _age(path: Path) -> tuple[int, str]:
+    try:
+        return path.stat().st_mtime_ns, str(path)
+    except OSError:
+        return 0, str(path)
 
 
 def discover(source: str) -> list[Path]:

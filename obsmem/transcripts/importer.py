@@ -53,6 +53,7 @@ from obsmem.transcripts.gemini_cli import GeminiCliFormat
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash
 from obsmem.transcripts.opencode import OpencodeDatabaseFormat, OpencodeTreeFormat
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
+from obsmem.transcripts.replays import ReplayFilter
 from obsmem.transcripts.reports import FileReport, ImportRun
 from obsmem.transcripts.watermarks import (
     Watermark,
@@ -203,6 +204,7 @@ class TranscriptImporter:
             start.events,
         )
         pending: list[Turn] = []
+        replays = ReplayFilter(db)
         try:
             for raw, end in complete_lines(path, start.offset, take_last=fmt.take_unterminated):
                 cursor.line += 1
@@ -210,7 +212,7 @@ class TranscriptImporter:
                 self._take(cursor.reader.read(raw, cursor.line), pending, report)
                 cursor.offset = end
                 if len(pending) >= CHUNK_EVENTS:
-                    self._store(project, cursor.sessions, pending, report)
+                    self._store(project, cursor.sessions, pending, report, replays)
                     self._save(cursor, report)
                     if progress is not None:
                         progress(str(path), cursor.offset, now.size)
@@ -219,7 +221,7 @@ class TranscriptImporter:
             report.status = "failed"
             report.problem("read_error", cursor.line + 1, "the compressed data is damaged from here on")
         self._take(cursor.reader.finish(), pending, report)
-        self._store(project, cursor.sessions, pending, report)
+        self._store(project, cursor.sessions, pending, report, replays)
         report.bytes_read = cursor.offset - start.offset
         self._save(cursor, report)
         if progress is not None:
@@ -261,16 +263,25 @@ class TranscriptImporter:
 
     # -- storing ---------------------------------------------------------------------------------------
 
-    def _store(self, project: str, sessions: _Sessions, turns: list[Turn], report: FileReport) -> None:
-        """Validate, number and append the pending events, session by session (in file order)."""
+    def _store(
+        self,
+        project: str,
+        sessions: _Sessions,
+        turns: list[Turn],
+        report: FileReport,
+        replays: ReplayFilter | None = None,
+    ) -> None:
+        """Validate, number and append the pending events, session by session (in file order); ``turns``
+        is emptied. Records imported before (``replays``) are left out."""
+        candidates = replays.fresh(list(turns), report.skipped) if replays is not None else list(turns)
+        turns.clear()
         by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
-        for turn in turns:
+        for turn in candidates:
             event = self._event(turn, report)
             if event is None:
                 continue
             report.events += 1
             by_session.setdefault(turn.session_id, []).append((turn, event))
-        turns.clear()
         for session, items in by_session.items():
             try:
                 self._append_session(project, sessions, session, [event for _, event in items], report)
@@ -279,6 +290,8 @@ class TranscriptImporter:
                     report.problem(exc.code, items[0][0].line, exc.message)
                     continue
                 raise
+        if replays is not None:
+            replays.commit()
 
     def _event(self, turn: Turn, report: FileReport) -> EventIn | None:
         """The turn as a valid event, or None (reported). A timestamp obsmem cannot read is dropped, and

@@ -49,6 +49,7 @@ class Turn:
     line: int
     cwd: str | None = None
     key: str = ""  # a stable id within the session (document formats), to resume after it
+    record_id: str | None = None  # the agent's id of the record it came from (Claude Code's uuid)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The durable watermark of each imported source file (table ``import_files``, migration 5): its only SQL.
+"""Durable import state (migration 5): each source file's watermark (``import_files``) and the ids of the
+records imported (``import_records``). The only SQL on those tables.
 
 One row per ``(source, path)`` in the project database the file's sessions go to: how many bytes were
 consumed, checksums of the head and tail of that prefix, the file's size and modification time at the
@@ -69,3 +70,26 @@ def save_watermark(db: ProjectDatabase, mark: Watermark) -> None:
                 now_iso(),
             ),
         )
+
+
+def known_records(db: ProjectDatabase, record_ids: set[str]) -> dict[str, str]:
+    """The session each of ``record_ids`` was imported into, for those imported before."""
+    found: dict[str, str] = {}
+    ids = sorted(record_ids)
+    with db.read() as conn:
+        for start in range(0, len(ids), 500):
+            batch = ids[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            rows = conn.execute(f"SELECT record_id, session_id FROM import_records WHERE record_id IN ({marks})", batch)
+            found.update(dict(rows))
+    return found
+
+
+def remember_records(db: ProjectDatabase, records: dict[str, str]) -> None:
+    """Record ids now imported, with their sessions (an id already known keeps its first session)."""
+    if records:
+        with db.write() as conn:
+            conn.executemany(
+                "INSERT INTO import_records(record_id, session_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                list(records.items()),
+            )

@@ -10,6 +10,11 @@
 
 The watermark is written after the events of each chunk are committed; a crash between the two re-reads
 the chunk, whose events then get the same seqs and are counted as duplicates.
+
+- ``import_records``: the agent's own id of every record imported (Claude Code's ``uuid``) and the session
+  it went to. Claude Code writes a resumed session as a new file that replays the earlier session's
+  records with their ids, and sometimes writes one record several times: a record whose id is known is
+  not imported again.
 """
 
 NAME = "imports"
@@ -27,5 +32,10 @@ CREATE TABLE import_files (
     events INTEGER NOT NULL DEFAULT 0,
     imported_at TEXT NOT NULL,
     PRIMARY KEY (source, path)
+) WITHOUT ROWID;
+
+CREATE TABLE import_records (
+    record_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL
 ) WITHOUT ROWID;
 """
