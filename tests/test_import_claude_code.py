@@ -71,7 +71,7 @@ def test_a_full_import_maps_sessions_sub_agents_and_skips_by_type(
 def test_secrets_are_redacted_on_the_way_in(service: Obsmem, projects: Path, tmp_path: Path) -> None:
     service.import_transcripts("claude-code", files(projects))
     texts = " ".join(str(row[4]) + str(row[6]) for row in stored_events(tmp_path / "data", "shop"))
-    assert "sk-ant-api03" not in texts and "[REDACTED:" in texts
+    assert "AKIAIOSFODNN7EXAMPLE" not in texts and "[REDACTED:" in texts
 
 
 def test_a_second_import_stores_nothing_and_reads_nothing(service: Obsmem, projects: Path, tmp_path: Path) -> None:
