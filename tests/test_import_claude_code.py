@@ -370,3 +370,25 @@ def test_an_unknown_source_is_a_validation_error(service: Obsmem, projects: Path
     with pytest.raises(ValidationFailed) as caught:
         service.import_transcripts("cursor", files(projects))
     assert caught.value.field == "source" and "claude-code" in caught.value.message
+
+
+def test_a_parent_that_is_a_bookkeeping_record_is_not_missing(service: Obsmem, tmp_path: Path) -> None:
+    records = [
+        {
+            "type": "user",
+            "sessionId": "b",
+            "uuid": "u1",
+            "cwd": "/w/books",
+            "message": {"role": "user", "content": "a"},
+        },
+        {"type": "progress", "sessionId": "b", "uuid": "p1", "parentUuid": "u1", "data": {}},
+        {
+            "type": "user",
+            "sessionId": "b",
+            "uuid": "u2",
+            "parentUuid": "p1",
+            "message": {"role": "user", "content": "b"},
+        },
+    ]
+    report = service.import_transcripts("claude-code", [write_jsonl(tmp_path / "b.jsonl", records)]).files[0]
+    assert report.problems == {} and report.added == 2 and report.skipped == {"progress": 1}

@@ -71,6 +71,9 @@ class ClaudeCodeFormat(LineFormat):
         record = decode_json_line(raw, line)
         if isinstance(record, Skip):
             return [record]
+        uuid = record.get("uuid")
+        if isinstance(uuid, str):
+            self.seen.add(uuid)  # bookkeeping records have uuids too, and conversation records name them
         kind = record.get("type")
         if not isinstance(kind, str):
             return [Skip("no_type", line, problem=True, detail="the record has no type")]
@@ -85,9 +88,6 @@ class ClaudeCodeFormat(LineFormat):
         parent = record.get("parentUuid")
         if self.checking_parents and isinstance(parent, str) and parent not in self.seen:
             items.append(Skip("missing_parent", line, problem=True, detail="parentUuid names no earlier record"))
-        uuid = record.get("uuid")
-        if isinstance(uuid, str):
-            self.seen.add(uuid)
         cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
         stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
         events = list(self._events(kind, record, stamp, line))
