@@ -37,6 +37,7 @@ HOOK_SOURCES = ("claude-code", "gemini-cli")
 MAX_PAYLOAD_BYTES = 1_000_000  # a hook payload is a few hundred bytes; more is not a payload
 # A progress bar is drawn for imports of at least this many bytes (smaller ones finish at once).
 PROGRESS_BYTES = 8 * 1024 * 1024
+LISTED_FILES = 20  # found files listed before an import; the receipt names every one
 
 
 def _files(source: str, paths: tuple[Path, ...]) -> list[Path]:
@@ -119,8 +120,10 @@ def import_command(
     if not paths and not as_json:
         roots = ", ".join(str(root) for root in default_roots(source))
         click.echo(f"{len(files)} {source} transcript(s) found in {roots}", err=True)
-        for file in files:
+        for file in files[:LISTED_FILES]:
             click.echo(f"  {file}", err=True)
+        if len(files) > LISTED_FILES:
+            click.echo(f"  ... and {len(files) - LISTED_FILES} more", err=True)
     total = sum(_size(f) for f in files)
     with _progress(total >= PROGRESS_BYTES and sys.stderr.isatty(), total) as progress:
         run = app.service.import_transcripts(source, files, project=project, progress=progress)
