@@ -225,7 +225,7 @@ def _follow(
 
     Each round finds the files again (new sessions are picked up) and imports only what grew; memory
     stays bounded because nothing is kept between rounds but the watermarks in the databases. Each round
-    that stored something prints one line (one JSON object with ``--json``).
+    that stored something (or met other problems than the last) prints one line (JSON with ``--json``).
     """
     stop = threading.Event()
 
@@ -234,11 +234,14 @@ def _follow(
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rounds = 0
+        rounds, last_problems = 0, 0
         while not stop.is_set():
             run = app.service.import_transcripts(source, _files(source, paths), project=project)
             rounds += 1
-            if run.added or run.problems or rounds == 1:
+            # Files read whole each round (Gemini CLI, opencode) report their problems again: print a
+            # round when it stored something or its problems changed, not every interval.
+            if run.added or run.problems != last_problems or rounds == 1:
+                last_problems = run.problems
                 totals = run.to_dict()["totals"]
                 if as_json:
                     click.echo(json.dumps({"round": rounds, **totals}), nl=True)
