@@ -50,7 +50,7 @@ def test_an_unmapped_hash_gets_a_gemini_slug_and_reimport_stores_nothing(service
     files = chats(tmp_path)
     service.import_transcripts("gemini-cli", files)
     again = service.import_transcripts("gemini-cli", files)
-    assert again.added == 0
+    assert again.added == 0 and [report.status for report in again.files] == ["unchanged", "unchanged"]
     assert len(stored_events(tmp_path / "data", f"gemini-{HASH[:12]}")) == 13
 
 

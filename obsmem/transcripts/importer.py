@@ -32,6 +32,7 @@ stored prefix no longer matches is merged as in 3.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,15 @@ from obsmem.transcripts.aider import AiderFormat
 from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
 from obsmem.transcripts.claude_code import ClaudeCodeFormat
 from obsmem.transcripts.codex import CodexFormat
-from obsmem.transcripts.files import DAMAGED_COMPRESSION, WINDOW, complete_lines, is_compressed, open_text_bytes, stamp
+from obsmem.transcripts.files import (
+    DAMAGED_COMPRESSION,
+    WINDOW,
+    FileStamp,
+    complete_lines,
+    is_compressed,
+    open_text_bytes,
+    stamp,
+)
 from obsmem.transcripts.formats import DocumentFormat, LineFormat
 from obsmem.transcripts.gemini_cli import GeminiCliFormat
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash
@@ -63,6 +72,7 @@ from obsmem.transcripts.watermarks import (
 from obsmem.validation import first_problem
 
 CHUNK_EVENTS = 5000
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 LINE_FORMATS: dict[str, type[LineFormat]] = {
     "claude-code": ClaudeCodeFormat,
@@ -346,6 +356,8 @@ class TranscriptImporter:
     def _document_file(self, path: Path, report: FileReport) -> None:
         key = str(path.resolve())
         now = stamp(path)
+        if self._unchanged_chat(path, key, now, report):
+            return
         fmt = self._document_format(path)
         docs: list[SessionDoc] = []
         for item in fmt.sessions():
@@ -378,6 +390,20 @@ class TranscriptImporter:
             save_watermark(
                 db, Watermark(self.source, key, 0, now.size, now.mtime_ns, "", "", {"sessions": saved}, total)
             )
+
+    def _unchanged_chat(self, path: Path, key: str, now: FileStamp, report: FileReport) -> bool:
+        """A Gemini CLI chat whose folder names its project hash, unchanged since its import: passed over
+        without being parsed (other document files are parsed first to learn their projects)."""
+        project_hash = path.parent.parent.name
+        if self.source != "gemini-cli" or not _SHA256.fullmatch(project_hash):
+            return False
+        project = self.options.project or project_for_hash(project_hash, self.project_map)
+        mark = load_watermark(self.database(project), self.source, key)
+        if mark is None or (now.size, now.mtime_ns) != (mark.size, mark.mtime_ns):
+            return False
+        report.projects.add(project)
+        report.status = "unchanged"
+        return True
 
     def _document_format(self, path: Path) -> DocumentFormat:
         if self.source == "gemini-cli":
