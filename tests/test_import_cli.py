@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
+from obsmem.errors import ConfigurationError
+from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
 from obsmem.transcripts import find_transcripts
 from support.transcripts import copy_fixture, read_line, stored_events, write_jsonl
@@ -172,3 +175,27 @@ def test_an_agents_home_given_as_path_yields_only_its_sessions(tmp_path: Path) -
     write_jsonl(codex / "history.jsonl", [{"session_id": "x", "ts": 1, "text": "prompt"}])
     assert len(find_transcripts("claude-code", home)) == 3
     assert len(find_transcripts("codex", codex)) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[transcripts.project_map]\n"relative/path" = "shop"\n',
+        '[transcripts.project_map]\n"/home/ann/shop" = "Not A Slug"\n',
+        "[transcripts]\nmax_tool_output_chars = 10\n",
+    ],
+)
+def test_bad_transcript_settings_are_configuration_errors(tmp_path: Path, text: str) -> None:
+    config = tmp_path / "obsmem.toml"
+    config.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(config)
+    assert "transcripts" in caught.value.message
+
+
+def test_the_project_map_comes_from_the_settings_file(tmp_path: Path) -> None:
+    config = tmp_path / "obsmem.toml"
+    config.write_text('[transcripts.project_map]\n"/home/ann/src" = "ann"\n', encoding="utf-8")
+    home = copy_fixture("claude-code", tmp_path)
+    result = run(tmp_path / "data", "--config", str(config), "import", "claude-code", str(home), "--json")
+    assert json.loads(result.stdout)["files"][0]["projects"] == ["ann"]
