@@ -285,3 +285,16 @@ def session_totals(conn: apsw.Connection) -> SessionTotals:
         "SELECT count(*), coalesce(sum(event_count), 0), max(updated_at) FROM sessions"
     ).fetchall()
     return SessionTotals(cast(int, sessions), cast(int, events), cast(str | None, last))
+
+
+def last_seq(conn: apsw.Connection, session_id: str) -> int:
+    """The session's last seq (0 for a session without events)."""
+    row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def event_fingerprints(conn: apsw.Connection, session_id: str) -> list[str]:
+    """The fingerprints of the session's stored events (what makes two events at one seq the same), in
+    seq order: an importer merging a rewritten transcript tells stored events from new ones by them."""
+    rows = conn.execute("SELECT fingerprint FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
+    return [row[0] for row in rows]

@@ -36,6 +36,7 @@ from obsmem.projects import ProjectRegistry
 from obsmem.retrieval import SearchModes, SearchRequest, SearchResult, find_memory_row, recall_memory
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
+from obsmem.transcripts import FileProgress, ImportOptions, ImportRun, ReaderOptions, TranscriptImporter
 from obsmem.trust import (
     LOCAL_USER,
     CalibrationReport,
@@ -136,6 +137,33 @@ class Obsmem:
         if hook.queued:
             self._wake_workers()
         return receipt
+
+    def import_transcripts(
+        self,
+        source: str,
+        paths: list[Path] | list[str],
+        *,
+        project: str | None = None,
+        progress: FileProgress | None = None,
+    ) -> ImportRun:
+        """Import agents' transcript files (``source``: ``claude-code``, ``codex``, ...) incrementally.
+
+        Each file's events go to its project (``project``, else mapped from the working directory it
+        records, see ``[transcripts]``) through :meth:`append_events`, so redaction and the Observer's
+        trigger apply; a file already imported stores only what was added since (see obsmem.transcripts).
+        """
+        if project is not None:
+            project_name(project)
+        config = self.settings.transcripts
+        options = ImportOptions(
+            reader=ReaderOptions(config.max_tool_output_chars, config.keep_thinking),
+            project_map=config.project_map,
+            project=project,
+        )
+        importer = TranscriptImporter(
+            source, options, self.append_events, lambda name: self.database(name, create=True)
+        )
+        return importer.run([Path(path).expanduser() for path in paths], progress)
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""

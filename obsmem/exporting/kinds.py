@@ -69,6 +69,10 @@ KINDS: tuple[RecordKind, ...] = (
     RecordKind("note", "notes"),
     RecordKind("judgment", "judgments", order_by="judgment_id"),
     RecordKind("trust_entry", "trust_ledger"),
+    # How far each agent transcript was imported, and the agents' record ids seen: a copy that imports the
+    # same transcripts again stores nothing twice (see docs/importing.md).
+    RecordKind("import_file", "import_files", order_by="source, path"),
+    RecordKind("import_record", "import_records", order_by="record_id"),
 )
 KIND_INDEX: dict[str, int] = {kind.name: position for position, kind in enumerate(KINDS)}
 EXPORTED_TABLES: frozenset[str] = frozenset(kind.table for kind in KINDS)

@@ -8,6 +8,7 @@ Every field is documented in docs/configuration.md; a test keeps the two in step
 - :mod:`obsmem.settings.main`: ``Settings`` and every section but `[semantic]`, role overrides derived
   from ``ModelSettings``;
 - :mod:`obsmem.settings.semantic`: the `[semantic]` section (hybrid search, indexer, embeddings, reranker);
+- :mod:`obsmem.settings.transcripts`: the `[transcripts]` section (transcript imports);
 - :mod:`obsmem.settings.loading`: which file is read, and errors that name the bad setting.
 """
 
@@ -40,6 +41,7 @@ from obsmem.settings.semantic import (
     SemanticSettings,
 )
 from obsmem.settings.trust import JudgeSettings, TrustSettings
+from obsmem.settings.transcripts import TranscriptSettings
 
 __all__ = [
     "ALL_PROJECTS",
@@ -67,6 +69,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "TrustSettings",
+    "TranscriptSettings",
     "Section",
     "builtin_settings",
     "check_base_url",

@@ -24,6 +24,7 @@ from obsmem.redaction import secret_kind
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
 from obsmem.settings.trust import TrustSettings
+from obsmem.settings.transcripts import TranscriptSettings
 from obsmem.validation import PROJECT_SLUG
 
 ENV_PREFIX = "OBSMEM_"
@@ -399,6 +400,7 @@ class Settings(BaseSettings):
     pools: PoolSettings = Field(default_factory=PoolSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     trust: TrustSettings = Field(default_factory=TrustSettings)
+    transcripts: TranscriptSettings = Field(default_factory=TranscriptSettings)
     semantic: SemanticSettings | None = Field(
         default=None,
         description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",

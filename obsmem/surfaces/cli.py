@@ -45,6 +45,8 @@ STORAGE_EXIT = 74  # EX_IOERR of sysexits.h: scripts can tell "retry when the di
 COMMANDS: dict[str, str] = {
     "serve": "obsmem.surfaces.cli:serve",
     "ingest": "obsmem.surfaces.cli:ingest",
+    "import": "obsmem.surfaces.cli_import:import_command",
+    "hook": "obsmem.surfaces.cli_import:hook",
     "search": "obsmem.surfaces.cli:search",
     "recall": "obsmem.surfaces.cli:recall",
     "status": "obsmem.surfaces.cli_pipeline:status",
