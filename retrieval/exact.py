@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -354,6 +354,9 @@ class ExactSearcher:
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
 SAMPLE_ROWS = 2000
 SAMPLE_MAX_AGE_S = 300.0
+# Databases whose sample is kept (each holds SAMPLE_ROWS texts and their trigram counts, about 1 MB): a
+# server answering many projects keeps the most recently searched ones, not every one it ever saw.
+SAMPLE_CACHE_DATABASES = 32
 
 
 class TrigramSample:
@@ -364,7 +367,7 @@ class TrigramSample:
     whole posting list to count it, which is as slow as the search it is meant to plan.
     """
 
-    _cache: dict[str, TrigramSample] = {}
+    _cache: OrderedDict[str, TrigramSample] = OrderedDict()
     _lock = threading.Lock()
 
     def __init__(self, contents: list[str], total_rows: int, tokenize: Any) -> None:
@@ -386,6 +389,8 @@ class TrigramSample:
         key = conn.filename
         with cls._lock:
             cached = cls._cache.get(key)
+            if cached is not None:
+                cls._cache.move_to_end(key)
         fresh = (
             cached is not None
             and time.monotonic() - cached.built_at < SAMPLE_MAX_AGE_S
@@ -399,6 +404,9 @@ class TrigramSample:
         sample = cls(contents, total, tokenize)
         with cls._lock:
             cls._cache[key] = sample
+            cls._cache.move_to_end(key)
+            while len(cls._cache) > SAMPLE_CACHE_DATABASES:
+                cls._cache.popitem(last=False)
         return sample
 
     def _floor(self) -> float:

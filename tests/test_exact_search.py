@@ -351,3 +351,26 @@ def test_the_planner_takes_the_window_plan_for_a_rare_phrase_of_common_words(
                     assert searcher.last_plan.name == ("candidates" if "KEPT" in needle else plans[limit])
     finally:
         registry.close()
+
+
+def test_plan_samples_are_kept_for_the_most_recently_searched_databases_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from obsmem.retrieval import exact
+
+    monkeypatch.setattr(exact, "SAMPLE_CACHE_DATABASES", 2)
+    monkeypatch.setattr(exact.TrigramSample, "_cache", exact.OrderedDict())
+    registries, names = [], []
+    try:
+        for number in range(3):
+            registry, db = _load(tmp_path / f"db{number}", [("2026-01-01 10:00:00", f"deploy number {number}")])
+            registries.append(registry)
+            conn = db.connection()
+            names.append(conn.filename)
+            hits, _ = ExactSearcher(conn).search(f"number {number}", parse_window(), 5)
+            assert len(hits) == 1
+        ExactSearcher(registries[1].get("p").connection()).search("deploy", parse_window(), 5)
+        assert list(exact.TrigramSample._cache) == [names[2], names[1]]
+    finally:
+        for registry in registries:
+            registry.close()
