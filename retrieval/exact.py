@@ -59,6 +59,9 @@ WINDOW_MARGIN = 3
 WINDOW_MIN_ROWS = 1000
 WINDOW_MAX_ROWS = 200_000
 WINDOW_TRIES = 2
+# Trigrams the window plan's probe ANDs: its trigrams are all common, so more of them narrow the
+# candidates to check (each a row read) for little more index reading.
+WINDOW_PROBE_TRIGRAMS = 6
 # Candidates the window plan checks at most: each costs about what a walk step costs, and the plan is
 # only tried when the walk is expected to read more than WINDOW_PLAN_WALK_ROWS rows.
 WINDOW_MAX_DOCS = 2000
@@ -182,7 +185,8 @@ class ExactSearcher:
                     self.last_plan = ExactPlan("candidates", len(candidates))
                     return self._check_candidates(candidates, pattern, where, params, fetch)
             if walk_rows > self.window_plan_walk_rows:
-                found = self._window(rarest, sample, walk_rows, pattern, where, params, fetch)
+                window_trigrams = sample.rarest(trigrams, WINDOW_PROBE_TRIGRAMS)
+                found = self._window(window_trigrams, sample, walk_rows, pattern, where, params, fetch)
                 if found is not None:
                     return found
         else:
@@ -260,12 +264,8 @@ class ExactSearcher:
             boundary = self._window_boundary(where, params, rows)
             span_where, span_params = where, params
             if boundary is not None:
-                span_where, span_params = f" AND m.date >= ?{where}", [boundary, *params]
-            lowest, highest = self.conn.execute(
-                f"SELECT min(m.id), max(m.id) FROM memories AS m INDEXED BY {self._walk_index(where)}"
-                f" WHERE 1{span_where}",
-                span_params,
-            ).fetchone()
+                span_where, span_params = f" AND m.date >= ?{where}", [boundary[0], *params]
+            lowest, highest = self._window_ids(where, params, boundary)
             if lowest is None:
                 self.last_plan = ExactPlan("window", 0)
                 return []
@@ -282,14 +282,40 @@ class ExactSearcher:
             rows *= 4
         return None
 
-    def _window_boundary(self, where: str, params: list[object], rows: int) -> str | None:
-        """The date of the ``rows``-th newest memory inside the filters (None: there are fewer)."""
-        found = self.conn.execute(
-            f"SELECT m.date FROM memories AS m INDEXED BY {self._walk_index(where)}"
+    def _window_boundary(self, where: str, params: list[object], rows: int) -> tuple[str, int] | None:
+        """Date and id of the ``rows``-th newest memory inside the filters (None: there are fewer)."""
+        return self.conn.execute(
+            f"SELECT m.date, m.id FROM memories AS m INDEXED BY {self._walk_index(where)}"
             f" WHERE 1{where} ORDER BY m.date DESC, m.id DESC LIMIT 1 OFFSET ?",
             (*params, rows - 1),
         ).fetchone()
-        return None if found is None else found[0]
+
+    def _window_ids(
+        self, where: str, params: list[object], boundary: tuple[str, int] | None
+    ) -> tuple[int, int] | tuple[None, None]:
+        """The first and last id of the memories inside the filters dated on or after the boundary.
+
+        Memories are usually written in date order, and then the boundary memory has the lowest id of
+        its window. Proving that (no memory of the window has a lower id) reads less than finding the
+        lowest id; with no later bound on the window, the last id is simply the table's. Otherwise (a
+        ``before`` bound, a session, an old memory written late) both ends are looked up."""
+        open_ended = "m.date <=" not in where and "m.session_id" not in where
+        if boundary is not None and open_ended:
+            date, row = boundary
+            older = self.conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM memories AS m INDEXED BY memories_by_date"
+                f" WHERE m.date >= ?{where} AND m.id < ?)",
+                (date, *params, row),
+            ).fetchone()[0]
+            if not older:
+                return row, self.conn.execute("SELECT max(id) FROM memories").fetchone()[0]
+        span_where, span_params = where, params
+        if boundary is not None:
+            span_where, span_params = f" AND m.date >= ?{where}", [boundary[0], *params]
+        return self.conn.execute(
+            f"SELECT min(m.id), max(m.id) FROM memories AS m INDEXED BY {self._walk_index(where)} WHERE 1{span_where}",
+            span_params,
+        ).fetchone()
 
     def _check_candidates(
         self, candidates: list[int], pattern: str, where: str, params: list[object], fetch: int
