@@ -34,6 +34,10 @@ class ProjectionView:
     reflections: int
 
     @classmethod
+    def empty(cls) -> ProjectionView:
+        return cls("", 0, 0, 0, 0, 0)
+
+    @classmethod
     def from_dict(cls, body: dict[str, Any]) -> ProjectionView:
         return cls(
             text=str(body["text"]),
@@ -99,7 +103,10 @@ class EmbeddedMemory:
         self.memory.append_events(self.project, self.session_id, events)
 
     def projection(self) -> ProjectionView:
-        return ProjectionView.from_dict(self.memory.memory(self.project, self.session_id).to_dict())
+        try:
+            return ProjectionView.from_dict(self.memory.memory(self.project, self.session_id).to_dict())
+        except NotFound:  # the first append (made in the background) has not created the project yet
+            return ProjectionView.empty()
 
     def status(self) -> dict[str, Any]:
         return self.memory.session_status(self.project, self.session_id).to_dict()
@@ -111,7 +118,10 @@ class EmbeddedMemory:
         self.memory.reflect(self.project, self.session_id)
 
     def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
-        events = self.memory.pipeline_events(self.project, after=after_id, limit=limit, session_id=self.session_id)
+        try:
+            events = self.memory.pipeline_events(self.project, after=after_id, limit=limit, session_id=self.session_id)
+        except NotFound:  # no project yet: no events either
+            return []
         return [event.to_dict() for event in events]
 
     def run_tool(self, name: str, arguments: dict[str, Any] | str | None) -> str:
@@ -202,7 +212,10 @@ class RemoteMemory:
         self.client.call("POST", f"{self._session}/events", json={"events": events})
 
     def projection(self) -> ProjectionView:
-        return ProjectionView.from_dict(self.client.call("GET", f"{self._session}/memory"))
+        try:
+            return ProjectionView.from_dict(self.client.call("GET", f"{self._session}/memory"))
+        except NotFound:  # the first append (made in the background) has not created the project yet
+            return ProjectionView.empty()
 
     def status(self) -> dict[str, Any]:
         return dict(self.client.call("GET", f"{self._session}/status"))
@@ -215,7 +228,10 @@ class RemoteMemory:
 
     def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
         params = {"after_id": after_id, "limit": min(limit, 1000), "session_id": self.session_id}
-        return list(self.client.call("GET", f"/projects/{self.project}/events", params=params)["events"])
+        try:
+            return list(self.client.call("GET", f"/projects/{self.project}/events", params=params)["events"])
+        except NotFound:  # no project yet: no events either
+            return []
 
     def run_tool(self, name: str, arguments: dict[str, Any] | str | None) -> str:
         """The same arguments, scope and error texts as the embedded tools, over the HTTP routes."""

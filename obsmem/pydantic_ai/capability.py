@@ -161,6 +161,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._known_observations: set[str] | None = None
         self._last_thresholds = self._thresholds(None)
         self._search_mode = search_mode
+        self._refusals: set[str] = set()  # error codes of pipeline requests already logged
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -241,7 +242,11 @@ class ObservationalMemory(AbstractCapability[Any]):
         if self._poller is None or self._poller.done():
             self._poller = asyncio.create_task(self._poll_forever())
         try:
-            return await handler()
+            result = await handler()
+            # The run's final answer follows its last model request: append it now, not with the next run.
+            self.ledger.update(list(result.all_messages()))
+            self._submit_append()
+            return result
         finally:
             self._runs -= 1
             if self._runs == 0 and self._poller is not None:
@@ -340,18 +345,23 @@ class ObservationalMemory(AbstractCapability[Any]):
             self._reflect_requested = marker
             await self._call_quietly(self.backend.request_reflection)
 
-    async def _request_observation(self) -> None:
+    async def _request_observation(self) -> bool:
+        """Ask for observation now; False when obsmem observes nothing (no model, or switched off)."""
         await self._appended()
         self._observe_requested = (self.ledger.last_seq, time.monotonic())
-        await self._call_quietly(self.backend.request_observation)
+        return await self._call_quietly(self.backend.request_observation)
 
-    async def _call_quietly(self, call: Callable[[], None]) -> None:
+    async def _call_quietly(self, call: Callable[[], None]) -> bool:
         """Ask the pipeline for work; a server that does not observe (``observation_off``) is not an error
         for the agent's run: its messages are stored, and compaction uses whatever memory there is."""
         try:
             await asyncio.to_thread(call)
         except ObsmemError as exc:
-            log.warning("pipeline request refused: %s", exc.code)
+            if exc.code not in self._refusals:
+                self._refusals.add(exc.code)
+                log.warning("pipeline request refused: %s", exc.code)
+            return False
+        return True
 
     async def _last_resort(
         self,
@@ -426,7 +436,8 @@ class ObservationalMemory(AbstractCapability[Any]):
             self._cycles_since_activation += 1
             if self.include_observations:
                 observations = await self._new_observations()
-                event = dataclasses.replace(event, data=event.data | {"observations": observations})
+                # ``observations`` is obsmem's count here; the texts get a name of their own.
+                event = dataclasses.replace(event, data=event.data | {"observation_texts": observations})
         await self.hub.emit(event)
         for companion in mastra_companions(event, observations):
             await self.hub.emit(companion)
@@ -525,12 +536,13 @@ class ObservationalMemory(AbstractCapability[Any]):
         """Append everything, observe it all now, and wait (up to ``timeout`` seconds) until the memory covers
         every appended message; e.g. when a session ends. Returns the projection it ended with."""
         await self._appended()
-        await self._request_observation()
+        observing = await self._request_observation()
         deadline = time.monotonic() + timeout
         while True:
             projection = await asyncio.to_thread(self.backend.projection)
             await self._poll_events()
-            if projection.observed_through_seq >= self.ledger.last_seq or time.monotonic() >= deadline:
+            caught_up = projection.observed_through_seq >= self.ledger.last_seq
+            if caught_up or not observing or time.monotonic() >= deadline:
                 return projection
             await asyncio.sleep(OVERFLOW_POLL_SECONDS)
 

@@ -8,8 +8,9 @@ so each one is also announced as ``om_buffering_start``/``om_buffering_end`` (or
 alone). The capability adds ``om_status`` (every model request), ``om_activation`` (observed messages
 replaced by memory for the first time) and ``om_overflow`` (the last resort: a request that does not fit).
 
-Events carry counts, ids and durations; the observations themselves ride on ``om_observation_end`` and
-``om_buffering_end`` only when the capability was built with ``include_observations=True``. Nothing here
+Events carry counts, ids and durations; the observations themselves ride on ``om_observation_end`` (as
+``observation_texts``: its ``observations`` is obsmem's count) and ``om_buffering_end`` (as ``observations``,
+Mastra's name) only when the capability was built with ``include_observations=True``. Nothing here
 logs event contents.
 """
 

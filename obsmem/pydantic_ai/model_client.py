@@ -86,6 +86,8 @@ class PydanticAIChatModel:
             function_tools=[_tool_definition(tool) for tool in tools or ()],
             allow_text_output=True,
         )
+        if self._loop.is_closed() or not self._loop.is_running():
+            raise ModelUnavailable(f"the {self.role} model was closed")
         future = asyncio.run_coroutine_threadsafe(
             model_request(self.model, history, model_request_parameters=parameters), self._loop
         )
