@@ -22,6 +22,7 @@ from obsmem.errors import ConfigurationError
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, OMEvent
 from obsmem.settings import load_settings
 from support.http_server import KEY_ALL, KEYS, bearer, live_server
+from support.pydantic_ai_runs import WINDOW, coding_agent, history_events, memory_in, run_turns, stored_events
 from support.pydantic_ai_stages import CodingAgent, event_bodies, observer_model, tool_pairs_intact
 from support.scripted_chat import (
     PipelineScript,
@@ -33,7 +34,6 @@ from support.scripted_chat import (
     record,
     text,
 )
-from test_pydantic_ai import WINDOW, coding_agent, history_events, memory_in, run_turns, stored_events
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -85,7 +85,9 @@ def test_the_same_scenario_through_an_obsmem_server(tmp_path: Path) -> None:
         live_server(data, keys=KEYS, extra=server_settings(model_server.base_url)) as base,
     ):
         client = ObsmemClient(base, api_key=KEY_ALL)
-        om = ObservationalMemory(client, project="p", session_id="s1", context_window=WINDOW, event_handler=events.append)
+        om = ObservationalMemory(
+            client, project="p", session_id="s1", context_window=WINDOW, event_handler=events.append
+        )
         model = CodingAgent()
         agent = coding_agent(om, model)
 

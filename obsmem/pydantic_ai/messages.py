@@ -20,6 +20,7 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryFeedbackPart,
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
@@ -103,11 +104,13 @@ def _events(message: ModelMessage) -> list[dict[str, Any]]:
             elif isinstance(part, UserPromptPart):
                 events.append({"role": "user", "content": _user_text(part), "created_at": stamp})
             elif isinstance(part, ToolReturnPart):
+                outcome = getattr(part, "outcome", "success")
+                prefix = "" if outcome == "success" else f"[{outcome}] "
                 events.append(
                     {
                         "role": "tool",
                         "type": "tool_result",
-                        "content": _tool_text(part.content),
+                        "content": prefix + _tool_text(part.content),
                         "tool_name": part.tool_name,
                         "tool_call_id": part.tool_call_id,
                         "created_at": stamp,
@@ -115,6 +118,9 @@ def _events(message: ModelMessage) -> list[dict[str, Any]]:
                 )
             elif isinstance(part, RetryPromptPart):
                 events.append(_retry_event(part, stamp))
+            elif isinstance(part, RetryFeedbackPart):  # a retry of the final answer: the framework speaking
+                text = part.content if isinstance(part.content, str) else _tool_text(part.content)
+                events.append({"role": "system", "content": f"retry requested: {text}", "created_at": stamp})
     elif isinstance(message, ModelResponse):
         stamp = _iso(message.timestamp)
         for part in message.parts:
