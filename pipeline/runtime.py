@@ -32,7 +32,7 @@ from obsmem.pipeline.observe.packer import Budget
 from obsmem.pipeline.reflect.job import ReflectJob
 from obsmem.pipeline.session_jobs import OBSERVE, REFLECT
 from obsmem.pipeline.views.details import memory_details
-from obsmem.pipeline.views.projection import Projection, project
+from obsmem.pipeline.views.projection import Projection, project, projection_version
 from obsmem.pipeline.views.status import session_status
 from obsmem.settings import Settings
 from obsmem.storage import ProjectDatabase
@@ -133,6 +133,10 @@ class ObservationPipeline:
     def projection(self, db: ProjectDatabase, session_id: str) -> Projection:
         with db.read() as conn:
             return project(conn, session_id)
+
+    def projection_version(self, db: ProjectDatabase, session_id: str) -> str:
+        with db.read() as conn:
+            return projection_version(conn, session_id)
 
     def memory_details(self, db: ProjectDatabase, session_id: str) -> dict[str, Any]:
         with db.read() as conn:

@@ -105,18 +105,18 @@ def test_the_cut_covers_only_observed_messages_and_never_splits_a_tool_pair() ->
     ledger = EventLedger()
     ledger.update(messages)
     assert [span.last for span in ledger.spans] == [2, 3, 4, 5, 6, 7, 8, 9, 10]
-    assert safe_cut(messages, ledger.spans, 0) == 0
-    assert safe_cut(messages, ledger.spans, 3) == 1  # the call is observed, its return is not: keep both
-    assert safe_cut(messages, ledger.spans, 4) == 3
-    assert safe_cut(messages, ledger.spans, 7) == 5  # c2's call is observed, its return is not: keep both
-    assert safe_cut(messages, ledger.spans, 10) == 8  # the request being sent always stays
+    assert safe_cut(messages, ledger, 0) == 0
+    assert safe_cut(messages, ledger, 3) == 1  # the call is observed, its return is not: keep both
+    assert safe_cut(messages, ledger, 4) == 3
+    assert safe_cut(messages, ledger, 7) == 5  # c2's call is observed, its return is not: keep both
+    assert safe_cut(messages, ledger, 10) == 8  # the request being sent always stays
 
 
 def test_the_replacement_keeps_the_system_prompt_and_says_what_it_stands_for() -> None:
     messages = conversation()
     ledger = EventLedger()
     ledger.update(messages)
-    result = compact(messages, ledger.spans, projection(9))
+    result = compact(messages, ledger, projection(9))
     assert result.replaced_messages == 8 and result.replaced_through_seq == 9
     [request] = result.messages
     assert isinstance(request, ModelRequest)
@@ -137,7 +137,7 @@ def test_a_cut_past_the_current_prompt_puts_it_back() -> None:
     ]
     ledger = EventLedger()
     ledger.update(messages)
-    result = compact(messages, ledger.spans, projection(5))
+    result = compact(messages, ledger, projection(5))
     first = result.messages[0]
     assert isinstance(first, ModelRequest)
     assert [p.content for p in first.parts if isinstance(p, UserPromptPart)][-1] == "the task"

@@ -251,6 +251,12 @@ class Obsmem:
         session_id = check_session_id(session_id)
         return self.pipeline.projection(self.projects.get(project), session_id)
 
+    def memory_version(self, project: str, session_id: str) -> str:
+        """An opaque token that changes whenever :meth:`memory` would render differently (cheap to read: an
+        agent that compacts on every model request renders the memory again only when it changed)."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.projection_version(self.projects.get(project), session_id)
+
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,
         the active generation and the pool's pressure."""

@@ -92,6 +92,7 @@ class EmbeddedMemory:
         self.memory = memory
         self.project = project
         self.session_id = session_id
+        self._cached: tuple[str, ProjectionView] | None = None
 
     def last_seq(self) -> int:
         try:
@@ -103,10 +104,18 @@ class EmbeddedMemory:
         self.memory.append_events(self.project, self.session_id, events)
 
     def projection(self) -> ProjectionView:
+        """The projection, rendered again only when its version changed (rendering a large memory takes
+        milliseconds; the version is a few index reads)."""
         try:
-            return ProjectionView.from_dict(self.memory.memory(self.project, self.session_id).to_dict())
+            version = self.memory.memory_version(self.project, self.session_id)
+            if self._cached is not None and self._cached[0] == version:
+                return self._cached[1]
+            view = ProjectionView.from_dict(self.memory.memory(self.project, self.session_id).to_dict())
         except NotFound:  # the first append (made in the background) has not created the project yet
             return ProjectionView.empty()
+        # The version read before the rendering: a change in between renders again next time, never less.
+        self._cached = (version, view)
+        return view
 
     def status(self) -> dict[str, Any]:
         return self.memory.session_status(self.project, self.session_id).to_dict()

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
@@ -59,6 +59,7 @@ from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 
 log = logging.getLogger("obsmem.pydantic_ai")
+_T = TypeVar("_T")
 
 OUTPUT_RESERVE_FRACTION = 0.10  # of the window, kept free for the model's answer
 OVERFLOW_POLL_SECONDS = 0.05
@@ -162,6 +163,10 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._last_thresholds = self._thresholds(None)
         self._search_mode = search_mode
         self._refusals: set[str] = set()  # error codes of pipeline requests already logged
+        self._memory_moved = False  # a cycle ended since the poller last rendered the memory
+        # What the latest model request was measured against and sent (for inspection and benchmarks).
+        self.last_compaction: Compaction | None = None
+        self.last_projection: ProjectionView | None = None
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -270,18 +275,27 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._submit_append()
         thresholds = self._thresholds(request_context.model)
         self._last_thresholds = thresholds
-        projection = await asyncio.to_thread(self.backend.projection)
-        compaction = compact(messages, self.ledger.spans, projection)
+        projection = await self._read(self.backend.projection)
+        compaction = compact(messages, self.ledger, projection)
         overhead = _request_overhead(request_context)
         budget = _budget(thresholds, request_context)
         if budget is not None and compaction.request_tokens + overhead > budget:
             compaction, projection = await self._last_resort(messages, compaction, projection, overhead, budget)
+        self.last_compaction, self.last_projection = compaction, projection
         await self._keep_pipeline_moving(projection, thresholds)
-        await self._poll_events()
+        # Pipeline events arrive through the poller (every poll_seconds while a run goes on), not here.
         await self._report(ctx, thresholds, projection, compaction, overhead)
         if compaction.replaced_messages == 0:
             return request_context
         return dataclasses.replace(request_context, messages=compaction.messages)
+
+    async def _read(self, call: Callable[..., _T], *args: Any) -> _T:
+        """A read: over HTTP on a worker thread; embedded, at once on the loop. A local read takes a fraction
+        of a millisecond, while a hop to a thread can wait several for the interpreter lock when the
+        pipeline's workers are busy in the same process."""
+        if self.backend.remote:
+            return await asyncio.to_thread(call, *args)
+        return call(*args)
 
     # -- observe: ordered background appends ---------------------------------------------------
 
@@ -332,7 +346,7 @@ class ObservationalMemory(AbstractCapability[Any]):
     # -- the pipeline: observation and reflection requests ---------------------------------------
 
     def _unobserved_tokens(self, observed_through_seq: int) -> int:
-        return sum(span.tokens for span in self.ledger.spans if span.last > observed_through_seq)
+        return self.ledger.tokens(self.ledger.messages_through(observed_through_seq))
 
     async def _keep_pipeline_moving(self, projection: ProjectionView, thresholds: Thresholds) -> None:
         through, asked_at = self._observe_requested
@@ -377,8 +391,8 @@ class ObservationalMemory(AbstractCapability[Any]):
         await self._request_observation()
         while compaction.request_tokens + overhead > budget and time.monotonic() < deadline:
             await asyncio.sleep(OVERFLOW_POLL_SECONDS)
-            projection = await asyncio.to_thread(self.backend.projection)
-            compaction = compact(messages, self.ledger.spans, projection)
+            projection = await self._read(self.backend.projection)
+            compaction = compact(messages, self.ledger, projection)
             if projection.observed_through_seq >= self.ledger.last_seq:
                 break
         if compaction.request_tokens + overhead > budget:
@@ -403,13 +417,17 @@ class ObservationalMemory(AbstractCapability[Any]):
         while True:
             with contextlib.suppress(ObsmemError):
                 await self._poll_events()
+                if self._memory_moved:
+                    # Render the new memory off the request path: the next request finds it rendered.
+                    self._memory_moved = False
+                    await asyncio.to_thread(self.backend.projection)
             await asyncio.sleep(self.poll_seconds)
 
     async def _poll_events(self) -> None:
         if self._event_cursor is None:
-            self._event_cursor = await asyncio.to_thread(self._newest_event_id)
+            self._event_cursor = await self._read(self._newest_event_id)
         while True:
-            page = await asyncio.to_thread(self.backend.events_after, self._event_cursor, 200)
+            page = await self._read(self.backend.events_after, self._event_cursor, 200)
             for body in page:
                 self._event_cursor = max(self._event_cursor, int(body["id"]))
                 event = from_logged(body)
@@ -432,6 +450,8 @@ class ObservationalMemory(AbstractCapability[Any]):
             self._observing.add(event.cycle_id)
         elif event.type in ("om_observation_end", "om_observation_failed") and event.cycle_id:
             self._observing.discard(event.cycle_id)
+        if event.type.endswith("_end"):
+            self._memory_moved = True
         if event.type == "om_observation_end":
             self._cycles_since_activation += 1
             if self.include_observations:
@@ -444,7 +464,7 @@ class ObservationalMemory(AbstractCapability[Any]):
 
     async def _new_observations(self) -> list[str]:
         """Observation lines in the memory that were not there at the previous call (opt-in payloads)."""
-        projection = await asyncio.to_thread(self.backend.projection)
+        projection = await self._read(self.backend.projection)
         lines = [line[2:] for line in projection.text.splitlines() if line.startswith("- [")]
         known = self._known_observations or set()
         self._known_observations = known | set(lines)
@@ -459,17 +479,11 @@ class ObservationalMemory(AbstractCapability[Any]):
         overhead: int,
     ) -> None:
         observed = projection.observed_through_seq
-        buffered_tokens = sum(
-            span.tokens
-            for span in self.ledger.spans[compaction.replaced_messages :]
-            if span.first <= span.last <= observed
-        )
+        ledger, replaced = self.ledger, compaction.replaced_messages
+        buffered_tokens = ledger.tokens(replaced, max(replaced, ledger.messages_through(observed)))
         if compaction.replaced_through_seq > self._activated_through:
-            activated_tokens = sum(
-                span.tokens
-                for span in self.ledger.spans[: compaction.replaced_messages]
-                if span.last > self._activated_through
-            )
+            activated_from = min(ledger.messages_through(self._activated_through), replaced)
+            activated_tokens = ledger.tokens(activated_from, replaced)
             await self.hub.emit(
                 OMEvent(
                     "om_activation",
@@ -539,7 +553,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         observing = await self._request_observation()
         deadline = time.monotonic() + timeout
         while True:
-            projection = await asyncio.to_thread(self.backend.projection)
+            projection = await self._read(self.backend.projection)
             await self._poll_events()
             caught_up = projection.observed_through_seq >= self.ledger.last_seq
             if caught_up or not observing or time.monotonic() >= deadline:

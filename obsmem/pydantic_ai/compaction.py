@@ -34,7 +34,7 @@ from pydantic_ai.messages import (
 
 from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai.backends import ProjectionView
-from obsmem.pydantic_ai.messages import MessageSpan
+from obsmem.pydantic_ai.messages import EventLedger
 
 EMPTY_MEMORY = "(obsmem observed these messages and kept nothing from them worth remembering.)"
 
@@ -50,12 +50,9 @@ class Compaction:
     request_tokens: int  # estimated tokens of the messages sent (replacement + kept tail)
 
 
-def safe_cut(messages: list[ModelMessage], spans: list[MessageSpan], observed_through_seq: int) -> int:
+def safe_cut(messages: list[ModelMessage], ledger: EventLedger, observed_through_seq: int) -> int:
     """How many leading messages may be replaced: all observed, and a cut that splits nothing."""
-    cut = 0
-    limit = len(messages) - 1  # the request being sent stays
-    while cut < limit and spans[cut].last <= observed_through_seq:
-        cut += 1
+    cut = min(ledger.messages_through(observed_through_seq), len(messages) - 1)  # the request sent stays
     while cut > 0 and not _starts_cleanly(messages[cut]):
         cut -= 1
     return cut
@@ -71,20 +68,18 @@ def _starts_cleanly(message: ModelMessage) -> bool:
     )
 
 
-def compact(messages: list[ModelMessage], spans: list[MessageSpan], projection: ProjectionView) -> Compaction:
-    """Replace the observed head of ``messages`` (the run's history, ``spans`` from its ledger)."""
-    tail_tokens = sum(span.tokens for span in spans)
-    cut = safe_cut(messages, spans, projection.observed_through_seq)
+def compact(messages: list[ModelMessage], ledger: EventLedger, projection: ProjectionView) -> Compaction:
+    """Replace the observed head of ``messages`` (the run's history, numbered by ``ledger``)."""
+    cut = safe_cut(messages, ledger, projection.observed_through_seq)
     if cut == 0:
-        return Compaction(list(messages), 0, 0, 0, tail_tokens)
-    head = messages[:cut]
-    through = max((span.last for span in spans[:cut]), default=0)
-    replaced_tokens = sum(span.tokens for span in spans[:cut])
+        return Compaction(list(messages), 0, 0, 0, ledger.tokens())
+    through = ledger.lasts[cut - 1]
+    replaced_tokens = ledger.tokens(0, cut)
     parts: list[ModelRequestPart] = [
         part
-        for message in head
-        if isinstance(message, ModelRequest)
-        for part in message.parts
+        for index in ledger.system_messages
+        if index < cut
+        for part in messages[index].parts
         if isinstance(part, SystemPromptPart)
     ]
     note = (
@@ -101,7 +96,7 @@ def compact(messages: list[ModelMessage], spans: list[MessageSpan], projection: 
         tail[0] = dataclasses.replace(first, parts=[*parts, *first.parts])
     else:
         tail.insert(0, ModelRequest(parts=parts))
-    request_tokens = sum(span.tokens for span in spans[cut:]) + estimate_tokens(note) + projection.tokens
+    request_tokens = ledger.tokens(cut) + estimate_tokens(note) + projection.tokens
     return Compaction(tail, cut, through, replaced_tokens, request_tokens)
 
 

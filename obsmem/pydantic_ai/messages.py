@@ -11,6 +11,7 @@ different one as a conflict. Nothing is appended twice, and a history that chang
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,6 +53,11 @@ class EventLedger:
 
     events: list[dict[str, Any]] = field(default_factory=list)
     spans: list[MessageSpan] = field(default_factory=list)
+    # Running sums, so a request on a long history costs O(log n) to cut and measure, not O(n):
+    # lasts[i] is spans[i].last (never decreasing); prefix[i] is the tokens of messages[:i].
+    lasts: list[int] = field(default_factory=list)
+    prefix: list[int] = field(default_factory=lambda: [0])
+    system_messages: list[int] = field(default_factory=list)  # indices of messages with a system prompt
     _messages: list[ModelMessage] = field(default_factory=list)
 
     def update(self, messages: list[ModelMessage]) -> None:
@@ -59,6 +65,9 @@ class EventLedger:
         if seen > len(messages) or any(not _same(messages[i], self._messages[i]) for i in _probes(seen)):
             self.events.clear()
             self.spans.clear()
+            self.lasts.clear()
+            self.system_messages.clear()
+            del self.prefix[1:]
             self._messages.clear()
             seen = 0
         for message in messages[seen:]:
@@ -67,8 +76,21 @@ class EventLedger:
             for event in converted:
                 event["seq"] = len(self.events) + 1
                 self.events.append(event)
-            self.spans.append(MessageSpan(first, len(self.events), sum(_event_tokens(e) for e in converted)))
+            span = MessageSpan(first, len(self.events), sum(_event_tokens(e) for e in converted))
+            self.spans.append(span)
+            self.lasts.append(span.last)
+            self.prefix.append(self.prefix[-1] + span.tokens)
+            if isinstance(message, ModelRequest) and any(isinstance(p, SystemPromptPart) for p in message.parts):
+                self.system_messages.append(len(self._messages))
             self._messages.append(message)
+
+    def messages_through(self, seq: int) -> int:
+        """How many leading messages hold only events up to ``seq``."""
+        return bisect.bisect_right(self.lasts, seq)
+
+    def tokens(self, start: int = 0, end: int | None = None) -> int:
+        """Estimated tokens of ``messages[start:end]``."""
+        return self.prefix[len(self.spans) if end is None else end] - self.prefix[start]
 
     @property
     def last_seq(self) -> int:

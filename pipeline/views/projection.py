@@ -97,3 +97,15 @@ def project(conn: apsw.Connection, session_id: str) -> Projection:
         generation_count(conn, session_id),
         read_progress(conn, session_id).observed_through_seq,
     )
+
+
+def projection_version(conn: apsw.Connection, session_id: str) -> str:
+    """A token that changes whenever :func:`project` could render differently: the watermark, the active
+    generation (drops happen only when one is promoted), and the count and newest row of the session's
+    memories (writes and deletes; memories are never edited in place). A few index reads, so a caller that
+    renders often can skip the rendering while nothing changed."""
+    count, newest = conn.execute(
+        "SELECT count(*), coalesce(max(id), 0) FROM memories WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    watermark = read_progress(conn, session_id).observed_through_seq
+    return f"{watermark}.{generation_count(conn, session_id)}.{count}.{newest}"
