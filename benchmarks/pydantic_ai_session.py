@@ -44,7 +44,21 @@ from obsmem.pydantic_ai import ObservationalMemory, OMEvent  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 from support.pydantic_ai_stages import CodingAgent, observer_model, reflector_model  # noqa: E402
 
-WORDS = "the login test fails with AuthExpired in src/auth/session.py after the token refresh retries".split()
+WORDS = [
+    "the",
+    "login",
+    "test",
+    "fails",
+    "with",
+    "AuthExpired",
+    "in",
+    "src/auth/session.py",
+    "after",
+    "the",
+    "token",
+    "refresh",
+    "retries",
+]
 
 
 def settings(window: int) -> dict[str, Any]:
@@ -98,7 +112,7 @@ async def measure(turns: int, window: int, delay: float, seed: int) -> dict[str,
         Obsmem(load_settings(data_dir=Path(data), **settings(window))) as memory,
     ):
         om = CountingMemory(
-            mem,
+            memory,
             project="bench",
             session_id="s1",
             observer_model=observer_model(),
