@@ -55,7 +55,7 @@ class OMEvent:
     created_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        envelope = {"type": self.type, "session_id": self.session_id, "cycle_id": self.cycle_id}
+        envelope: dict[str, Any] = {"type": self.type, "session_id": self.session_id, "cycle_id": self.cycle_id}
         if self.log_id is not None:
             envelope["id"] = self.log_id
         if self.created_at is not None:

@@ -145,17 +145,17 @@ def _events(message: ModelMessage) -> list[dict[str, Any]]:
                 events.append({"role": "system", "content": f"retry requested: {text}", "created_at": stamp})
     elif isinstance(message, ModelResponse):
         stamp = _iso(message.timestamp)
-        for part in message.parts:
-            if isinstance(part, TextPart):
-                events.append({"role": "assistant", "content": part.content, "created_at": stamp})
-            elif isinstance(part, ToolCallPart):
+        for answer in message.parts:
+            if isinstance(answer, TextPart):
+                events.append({"role": "assistant", "content": answer.content, "created_at": stamp})
+            elif isinstance(answer, ToolCallPart):
                 events.append(
                     {
                         "role": "assistant",
                         "type": "tool_call",
-                        "tool_name": part.tool_name,
-                        "tool_args": _arguments(part.args),
-                        "tool_call_id": part.tool_call_id,
+                        "tool_name": answer.tool_name,
+                        "tool_args": _arguments(answer.args),
+                        "tool_call_id": answer.tool_call_id,
                         "created_at": stamp,
                     }
                 )
@@ -193,14 +193,18 @@ def _tool_text(content: Any) -> str:
         return str(content)
 
 
-def _arguments(args: str | dict[str, Any] | None) -> dict[str, Any] | list[Any] | str | None:
+def _arguments(args: object) -> dict[str, Any] | list[Any] | str | None:
     if isinstance(args, str):
         try:
             parsed = json.loads(args)
         except ValueError:
             return args
         return parsed if isinstance(parsed, dict | list) else args
-    return args
+    if args is None or isinstance(args, dict):
+        return args
+    # Typed arguments of pydantic-ai's own tools (tool search, capability loading) are dataclasses or models.
+    dump = getattr(args, "model_dump", None)
+    return dump(mode="json") if callable(dump) else json.loads(json.dumps(args, default=str))
 
 
 def _iso(stamp: datetime | None) -> str | None:
