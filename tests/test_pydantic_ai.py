@@ -87,8 +87,10 @@ def test_a_sixty_turn_run_sends_memory_in_place_of_observed_messages(memory: Obs
     assert max(request_tokens(request) for request in model.requests) < WINDOW
     assert sum(memory_in(request) for request in model.requests) > 100
     assert not [e for e in events if e.type == "om_overflow"]
-    # The runs' own histories kept every original message (only requests are compacted).
+    # The runs' own histories kept every original message (only requests are compacted), and each run
+    # continued the numbering of the one before (the ledger never had to start over).
     assert not memory_in(history)
+    assert om.ledger.resets == 0
 
 
 def test_a_run_resumed_in_a_new_process_appends_nothing_twice(tmp_path: Path) -> None:
@@ -119,9 +121,11 @@ def test_a_history_that_differs_from_the_session_is_refused(memory: Obsmem) -> N
     async def scenario() -> None:
         await run_turns(agent, om, range(1, 3), [])
         other = ObservationalMemory(memory, project="p", session_id="s1", context_window=WINDOW, tools=False)
-        stranger = coding_agent(other, CodingAgent())
+        stranger_model = CodingAgent()
+        stranger = coding_agent(other, stranger_model)
         with pytest.raises(SeqConflict, match="message_history"):  # no message_history: its seqs are taken
-            await stranger.run("turn 1: something else entirely")  # refused by its second model request
+            await stranger.run("turn 1: something else entirely")  # refused before its model is called
+        assert not stranger_model.requests
 
     asyncio.run(scenario())
     assert len(stored_events(memory)) == 9  # a system prompt and two turns: nothing of the stranger's
@@ -362,8 +366,8 @@ def test_memory_search_and_recall_are_the_agents_tools(memory: Obsmem) -> None:
         return ModelResponse(parts=[TextPart("found it")])
 
     async def scenario() -> None:
-        await run_turns(coding_agent(om, CodingAgent()), om, range(1, 2), [])
-        await Agent(FunctionModel(searching_model), capabilities=[om]).run("search memory")
+        history = await run_turns(coding_agent(om, CodingAgent()), om, range(1, 2), [])
+        await Agent(FunctionModel(searching_model), capabilities=[om]).run("search memory", message_history=history)
 
     asyncio.run(scenario())
     om.close()

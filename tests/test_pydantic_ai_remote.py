@@ -140,8 +140,8 @@ def test_the_tools_answer_through_the_server(tmp_path: Path) -> None:
         om = ObservationalMemory(client, project="p", session_id="s1", context_window=WINDOW)
 
         async def scenario() -> None:
-            await run_turns(coding_agent(om, CodingAgent()), om, range(1, 3), [])
-            await Agent(FunctionModel(searching_model), capabilities=[om]).run("search")
+            history = await run_turns(coding_agent(om, CodingAgent()), om, range(1, 3), [])
+            await Agent(FunctionModel(searching_model), capabilities=[om]).run("search", message_history=history)
 
         asyncio.run(scenario())
         om.close()

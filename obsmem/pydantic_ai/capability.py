@@ -164,6 +164,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._search_mode = search_mode
         self._refusals: set[str] = set()  # error codes of pipeline requests already logged
         self._memory_moved = False  # a cycle ended since the poller last rendered the memory
+        self._verify = True  # the next request waits for its append: the history is checked against the store
         # What the latest model request was measured against and sent (for inspection and benchmarks).
         self.last_compaction: Compaction | None = None
         self.last_projection: ProjectionView | None = None
@@ -249,7 +250,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         try:
             result = await handler()
             # The run's final answer follows its last model request: append it now, not with the next run.
-            self.ledger.update(list(result.all_messages()))
+            self._update_ledger(list(result.all_messages()))
             self._submit_append()
             return result
         finally:
@@ -271,8 +272,13 @@ class ObservationalMemory(AbstractCapability[Any]):
     async def _prepare(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
         self._raise_append_error()
         messages = list(ctx.messages)
-        self.ledger.update(messages)
+        self._update_ledger(messages)
         self._submit_append()
+        if self._verify:
+            # A history not checked against the store yet (the first request, or another run's history)
+            # waits for its append once: a history that differs is refused before the model is called.
+            self._verify = False
+            await self._appended()
         thresholds = self._thresholds(request_context.model)
         self._last_thresholds = thresholds
         projection = await self._read(self.backend.projection)
@@ -298,6 +304,18 @@ class ObservationalMemory(AbstractCapability[Any]):
         return call(*args)
 
     # -- observe: ordered background appends ---------------------------------------------------
+
+    def _update_ledger(self, messages: list[ModelMessage]) -> None:
+        resets = self.ledger.resets
+        self.ledger.update(messages)
+        if self.ledger.resets != resets:
+            # Another history (a run that did not continue the last one): check it against the store again,
+            # in order with the appends (the append thread runs one job at a time).
+            self._appender.submit(self._recheck)
+            self._verify = True
+
+    def _recheck(self) -> None:
+        self._appended_through = None
 
     def _submit_append(self) -> None:
         snapshot = list(self.ledger.events)
@@ -326,6 +344,9 @@ class ObservationalMemory(AbstractCapability[Any]):
                 self._appended_through = offset + len(batch)
             self._append_error = None
         except SeqConflict as exc:
+            if "stored_events" in exc.details:
+                self._append_error = exc
+                return
             self._append_error = SeqConflict(
                 f"session {self.session_id!r} holds different messages at the same positions: pass the earlier "
                 "runs' messages as message_history (result.all_messages()) or use a new session_id",

@@ -58,11 +58,13 @@ class EventLedger:
     lasts: list[int] = field(default_factory=list)
     prefix: list[int] = field(default_factory=lambda: [0])
     system_messages: list[int] = field(default_factory=list)  # indices of messages with a system prompt
+    resets: int = 0  # times a history that did not extend the one seen was numbered from the start
     _messages: list[ModelMessage] = field(default_factory=list)
 
     def update(self, messages: list[ModelMessage]) -> None:
         seen = len(self._messages)
         if seen > len(messages) or any(not _same(messages[i], self._messages[i]) for i in _probes(seen)):
+            self.resets += 1
             self.events.clear()
             self.spans.clear()
             self.lasts.clear()
