@@ -3,8 +3,9 @@
 The definitions (names, descriptions that change with the search mode, JSON schemas) are the agent tools'
 and the MCP server's own (:func:`obsmem.surfaces.tools.tool_definitions`), and so are the answers: the
 result as JSON, or ``"<code>: <message>"`` for a call that cannot be answered, which the model reads and
-corrects. :data:`MEMORY_TOOL_NAMES` lists what the toolset holds; a new memory tool is one more entry in
-the list :func:`memory_tools` builds.
+corrects. :data:`MEMORY_TOOL_NAMES` is the one list of what the toolset holds: another agent tool of
+obsmem's joins the capability by being named there (and, for a server, answered by
+:meth:`~obsmem.pydantic_ai.backends.RemoteMemory.run_tool`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from pydantic_ai.tools import Tool
 from pydantic_ai.toolsets import FunctionToolset
 
 from obsmem.pydantic_ai.backends import MemoryBackend
-from obsmem.surfaces.tools import TOOL_NAMES, tool_definitions
+from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, tool_definitions
 
-MEMORY_TOOL_NAMES = TOOL_NAMES
+MEMORY_TOOL_NAMES: tuple[str, ...] = (MEMORY_SEARCH, RECALL)
 
 
 def memory_tools(backend: MemoryBackend, mode: str) -> list[Tool[Any]]:
@@ -26,6 +27,8 @@ def memory_tools(backend: MemoryBackend, mode: str) -> list[Tool[Any]]:
     tools: list[Tool[Any]] = []
     for definition in tool_definitions(mode):
         function = definition["function"]
+        if function["name"] not in MEMORY_TOOL_NAMES:
+            continue
         tools.append(
             Tool.from_schema(
                 _runner(backend, function["name"]),
