@@ -228,6 +228,30 @@ class SessionJobs(JsonResult):
 
 
 @dataclass(frozen=True)
+class BufferedObservations(JsonResult):
+    """Observation done in the background and not yet replacing messages (Mastra's buffered chunks)."""
+
+    status: str  # running | pending | idle
+    chunks: int
+    message_tokens: int
+    projected_message_removal: int
+    observation_tokens: int
+
+
+@dataclass(frozen=True)
+class BufferedReflection(JsonResult):
+    status: str  # running | due | idle
+    input_observation_tokens: int
+    observation_tokens: int
+
+
+@dataclass(frozen=True)
+class BufferedProgress(JsonResult):
+    observations: BufferedObservations
+    reflection: BufferedReflection
+
+
+@dataclass(frozen=True)
 class SessionStatus(JsonResult):
     """``session_status``: the progress state of one session (docs/pipeline.md lists every field)."""
 
@@ -250,6 +274,9 @@ class SessionStatus(JsonResult):
     generation: GenerationInfo | None
     pool: PoolPressure
     jobs: SessionJobs
+    buffered: BufferedProgress
+    step_number: int
+    pre_reflection_tokens: int
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from obsmem.errors import ValidationFailed
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.pipeline import ObservationPipeline, Projection, project_generation_totals
+from obsmem.pipeline import ChatModel, ObservationPipeline, Projection, project_generation_totals
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval import SearchModes, SearchRequest, SearchResult, find_memory_row, recall_memory
 from obsmem.settings import Settings, load_settings
@@ -110,7 +110,7 @@ class Obsmem:
         """
         session_id = check_session_id(session_id)  # a refused session id creates no project
         db = self.projects.get(project, create=True)
-        hook = self.pipeline.append_hook(db)
+        hook = self.pipeline.append_hook(db, project)
         receipt = append_events(db, session_id, events, after_insert=hook)
         if hook.queued:
             self._wake_workers()
@@ -132,7 +132,7 @@ class Obsmem:
         project_name(project)  # a bad project name is reported before the file is read
         parsed = read_transcript(Path(path), session_id, progress)
         db = self.projects.get(project, create=True)
-        hook = self.pipeline.append_hook(db)
+        hook = self.pipeline.append_hook(db, project)
         receipt = append_transcript(db, parsed, progress, after_insert=hook)
         if hook.queued:
             self._wake_workers()
@@ -170,14 +170,14 @@ class Obsmem:
         return self._queue_now(project, session_id, self.pipeline.request_observation)
 
     def _queue_now(
-        self, project: str, session_id: str, request: Callable[[ProjectDatabase, str], EnqueueResult]
+        self, project: str, session_id: str, request: Callable[[ProjectDatabase, str, str], EnqueueResult]
     ) -> EnqueueResult:
         """Queue a pipeline job for an existing session and wake the workers for it."""
         session_id = check_session_id(session_id)
         db = self.projects.get(project)
         with db.read() as conn:
             require_session(conn, session_id)
-        result = request(db, session_id)
+        result = request(db, session_id, project)
         self._wake_workers()
         return result
 
@@ -346,11 +346,17 @@ class Obsmem:
         projection: Projection = self.pipeline.projection(self.projects.get(project), session_id)
         return self.trust.projection(projection, project, user)
 
+    def memory_version(self, project: str, session_id: str) -> str:
+        """An opaque token that changes whenever :meth:`memory` would render differently (cheap to read: an
+        agent that compacts on every model request renders the memory again only when it changed)."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.projection_version(self.projects.get(project), session_id)
+
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,
         the active generation and the pool's pressure."""
         session_id = check_session_id(session_id)
-        return build(SessionStatus, self.pipeline.status(self.projects.get(project), session_id))
+        return build(SessionStatus, self.pipeline.status(self.projects.get(project), session_id, project))
 
     def memory_details(self, project: str, session_id: str) -> MemoryDetails:
         """The active memory for inspection: generation, pool pressure, reflections with their supporting
@@ -365,6 +371,17 @@ class Obsmem:
     def models(self, project: str) -> ModelChoices:
         """The model each role (observer, reflector, dropper) uses for its next job, and where it comes from."""
         return build(ModelChoices, self.pipeline.models(self.projects.get(project)))
+
+    def route_model(self, project: str, role: str, model: ChatModel | None) -> None:
+        """Send a role's model calls (observer, reflector or dropper) for ``project`` to ``model``, from its
+        next job on, instead of the configured endpoint; ``None`` returns the role to the settings.
+
+        ``model`` is any :class:`~obsmem.pipeline.ChatModel` (an object with ``complete``); agent
+        integrations use it to run the pipeline on their own framework's models. Held in memory by this
+        object only: other processes on the same data directory keep their configured models.
+        """
+        self.pipeline.route_model(project_name(project), role, model)
+        self._wake_workers()
 
     def switch_models(self, project: str, changes: object) -> ModelSwitch:
         """Switch roles' models at run time: ``{"reflector": {"model_id": "..."}, "dropper": null}``.
@@ -443,8 +460,8 @@ class Obsmem:
                 "mode": self.default_mode,
                 "dropped_observations": dropped,
                 "generations": generations,
-                "observer": self.pipeline.observer_state,
-                "reflector": self.pipeline.reflector_state,
+                "observer": self.pipeline.observe.state_for(project),
+                "reflector": self.pipeline.reflect.state_for(project),
                 "jobs": self.pipeline.queue(db).counts(),
                 "trust": build(TrustStatus, self.trust.status(project, db)),
             }

@@ -173,6 +173,11 @@ def _failure(code: str, message: str) -> ToolOutcome:
     return ToolOutcome(f"{code}: {message}")
 
 
+def parse_tool_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
+    """A tool call's arguments as a dict, checked against the names the tool takes (``InvalidArguments``)."""
+    return _parse_arguments(name, arguments)
+
+
 def _parse_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         arguments = {}
