@@ -23,6 +23,17 @@ The ranking is BM25 over the body, previous, next and date columns with the conf
 (default 1.0, 0.5, 0.2, 2.0), higher is better. With a date or session filter the match is ranked inside
 the filter (filter first, rank second), so a narrow window never loses its matches to a global top-k.
 
+The ceiling. A BM25 score has no fixed scale, so fusion needs to know what this query could score: with FTS5's
+constants (k1 = 1.2, b = 0.75) a term adds at most ``idf * (k1 + 1)`` however often a chunk repeats it, so
+``(k1 + 1) * sum(idf of each query term)`` bounds every chunk's score (:func:`bm25_ceiling`). A chunk that
+matches one common word of a five-word question scores a small share of it, where dividing by the best
+match's score would give it full marks. A term the index holds nowhere still counts (its IDF is the
+highest there is): the question asked for it and no memory has it. Each IDF is FTS5's own,
+``log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6) over the N indexed chunks, with n the term's posting
+count as counted for the work bound (a count past ``max_postings`` stops there, so a very common term
+alone in a query is taken as a little rarer than it is). The trigram tokenizer has no term counts: its
+lists carry no ceiling and fusion falls back to the best match's score.
+
 The index itself is asked through :class:`~obsmem.indexer.reader.IndexReader` (which words it can match,
 posting counts, the top chunks for a set of terms): the FTS5 syntax, tokenizer and ``bm25()`` sign live
 behind it, in the indexer.
@@ -30,8 +41,10 @@ behind it, in the indexer.
 
 from __future__ import annotations
 
+import math
 import re
 import time
+from collections.abc import Iterable
 
 from obsmem.indexer import Filter, IndexReader
 from obsmem.retrieval.ranked import RankedList
@@ -58,6 +71,18 @@ _SUFFIX = re.compile(r"['\u2019]")
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 POSTINGS_CACHE_SECONDS = 300.0
+# FTS5's bm25() constants (fixed in SQLite's fts5_aux.c).
+BM25_K1 = 1.2
+MIN_IDF = 1e-6
+
+
+def bm25_ceiling(postings: Iterable[int], chunks: int) -> float:
+    """The most a chunk can score for terms with these posting counts among ``chunks`` indexed chunks."""
+    total = 0.0
+    for count in postings:
+        idf = math.log((chunks - count + 0.5) / (count + 0.5)) if chunks > 0 else MIN_IDF
+        total += max(idf, MIN_IDF)
+    return (BM25_K1 + 1.0) * total
 
 
 def query_words(text: str) -> list[str]:
@@ -135,8 +160,11 @@ class Bm25List:
         k: int,
         where: Filter | None = None,
         label_range: tuple[int, int] | None = None,
+        chunks: int | None = None,
     ) -> RankedList:
-        """Top-k chunks. With a filter, ``label_range`` may bound the chunk labels that can pass it (known
+        """Top-k chunks, with the query's ceiling when ``chunks`` (how many are indexed) is given.
+
+        With a filter, ``label_range`` may bound the chunk labels that can pass it (known
         from the in-memory vectors): the index then reads only that stretch of each posting list, which for
         a date window over memories written in date order is a small part of it. The filter itself is
         still applied exactly.
@@ -154,4 +182,6 @@ class Bm25List:
         # A bounded search left matches unscored: its budget was reached whatever the count.
         result.full = len(items) > k or (open_search and over)
         result.items = items[:k]
+        if chunks is not None and store.counts_postings():
+            result.ceiling = bm25_ceiling((self.postings(store, term)[0] for term in terms), chunks)
         return result
