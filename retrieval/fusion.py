@@ -15,9 +15,11 @@ any list, then by list order (as given), so the result is deterministic.
   cosine already has a fixed scale and is used raw — not normalised over the candidates, which would
   stretch a flat cosine list to [0, 1] and let it outvote a decisive BM25 list — and it is the exact
   cosine for every candidate, BM25-only ones included (the caller computes those from the stored
-  embeddings). Default weights 1.5 and 0.6 (chosen on calibration splits, docs/eval.md). Both parts
+  embeddings). Default weights 1.25 and 0.6 (chosen on calibration splits, docs/eval.md). Both parts
   having a fixed scale, the best fused score says how close the nearest memory is, which is what the
-  ``min_relevance`` floor compares (:func:`evidence`).
+  ``min_relevance`` floor compares (:func:`evidence`). How decisive the keyword list is for this query
+  sets its weight too: it counts fully only when its best match covers ``full_coverage`` (0.2) of the
+  ceiling, and in proportion below (a paraphrase matches a word or two of the question anywhere).
 - ``rrf`` — reciprocal-rank fusion (Cormack, Clarke and Büttcher, SIGIR 2009): an item scores
   ``sum(weight / (k + rank))`` over the lists that hold it, ranks counted from 1. Ranks only: it throws
   away how much better the first BM25 match is than the tenth, which is why it loses to BM25 alone at
@@ -62,10 +64,19 @@ def reciprocal_rank_fusion(lists: Sequence[RankedList], weights: Mapping[str, fl
 
 
 def convex_fusion(
-    lists: Sequence[RankedList], weights: Mapping[str, float], cosines: Mapping[int, float] | None = None
+    lists: Sequence[RankedList],
+    weights: Mapping[str, float],
+    cosines: Mapping[int, float] | None = None,
+    full_coverage: float = 0.0,
 ) -> Fused:
     """``cosines`` maps candidates to their exact cosine; without it (or for a label it lacks) the vector
-    list's own score is used, and 0 for an item only the BM25 list holds."""
+    list's own score is used, and 0 for an item only the BM25 list holds.
+
+    ``full_coverage`` (with a ceiling): the keyword list keeps its whole weight only when its best match
+    scores at least that share of the ceiling; below, the weight shrinks in proportion. A question asked
+    in other words than its memory matches a few of its words anywhere (a best match of 0.10 of the
+    ceiling is typical of a paraphrase, 0.3 to 0.4 of a question that shares its words with the answer),
+    so the keyword list is then not decisive and the cosine decides. 0 turns it off."""
     lexical: dict[int, float] = {}
     similarity: dict[int, float] = {}
     ceiling: float | None = None
@@ -77,8 +88,11 @@ def convex_fusion(
             similarity.update(ranked.items)
     if cosines:
         similarity.update(cosines)
-    scale = ceiling if ceiling is not None and ceiling > 0 else max(lexical.values(), default=0.0)
+    best = max(lexical.values(), default=0.0)
+    scale = ceiling if ceiling is not None and ceiling > 0 else best
     w_lexical, w_vector = weights.get("bm25", 0.0), weights.get("vector", 0.0)
+    if full_coverage > 0 and ceiling is not None and ceiling > 0:
+        w_lexical *= min(1.0, best / ceiling / full_coverage)
     scores: dict[int, float] = {}
     for ranked in lists:
         for label in ranked.labels:
@@ -128,10 +142,10 @@ def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], w
     return sorted(smoothed.items(), key=lambda item: (-item[1], order.get(item[0], tail), item[0]))
 
 
-def fuser(method: str, *, rrf_k: float = 60.0) -> Fuser:
+def fuser(method: str, *, rrf_k: float = 60.0, full_coverage: float = 0.0) -> Fuser:
     """``fuse(lists, weights, cosines=None)`` for a method name; an unknown name is a ValueError."""
     if method == "rrf":
         return lambda lists, weights, cosines=None: reciprocal_rank_fusion(lists, weights, rrf_k)
     if method == "convex":
-        return convex_fusion
+        return lambda lists, weights, cosines=None: convex_fusion(lists, weights, cosines, full_coverage)
     raise ValueError(f"unknown fusion method '{method}' (known: convex, rrf)")

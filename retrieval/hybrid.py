@@ -137,7 +137,9 @@ class HybridSearcher:
         self.settings = settings
         self.reranker = reranker
         self.bm25 = Bm25List(settings.bm25)
-        self.fuse = fuser(settings.fusion.method, rrf_k=settings.fusion.rrf_k)
+        self.fuse = fuser(
+            settings.fusion.method, rrf_k=settings.fusion.rrf_k, full_coverage=settings.fusion.bm25_full_coverage
+        )
         self.weights = settings.fusion.weights
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight

@@ -126,3 +126,21 @@ def test_convex_divides_bm25_by_the_ceiling_so_one_common_word_earns_little() ->
 def test_evidence_is_the_best_fused_score() -> None:
     assert evidence([(3, 0.2), (1, 0.7), (2, 0.5)]) == 0.7
     assert evidence([]) is None
+
+
+def test_a_keyword_list_whose_best_match_covers_little_of_the_query_weighs_less() -> None:
+    # Ceiling 20, best match 1.0: it covers 0.05 of what the query could score, a quarter of full_coverage
+    # 0.2, so the BM25 weight 1.25 becomes 0.3125: 10 scores 0.3125 * 1/20 + 0.6 * 0.5 = 0.31563, 30
+    # (vector only) 0.6 * 0.52 = 0.312. Without the rule 10 gets 1.25 * 1/20 + 0.3 = 0.3625.
+    keyword = RankedList("bm25", [(10, 1.0)], ceiling=20.0)
+    vector = RankedList("vector", [(30, 0.52), (10, 0.5)])
+    weights = {"bm25": 1.25, "vector": 0.6}
+    assert convex_fusion([keyword, vector], weights) == [(10, pytest.approx(0.3625)), (30, pytest.approx(0.312))]
+    shrunk = convex_fusion([keyword, vector], weights, full_coverage=0.2)
+    assert shrunk == [(10, pytest.approx(0.315625)), (30, pytest.approx(0.312))]
+    # A best match covering more than full_coverage keeps the whole weight.
+    keyword.items = [(10, 5.0)]
+    assert convex_fusion([keyword, vector], weights, full_coverage=0.2) == convex_fusion([keyword, vector], weights)
+    assert fuser("convex", full_coverage=0.2)([keyword, vector], weights) == convex_fusion(
+        [keyword, vector], weights, full_coverage=0.2
+    )

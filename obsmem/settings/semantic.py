@@ -157,7 +157,7 @@ FUSION_METHODS = ("convex", "rrf")
 # splits of LoCoMo and the bundled sample (docs/eval.md, "Fusion that holds in both domains"); RRF: the
 # usual equal weights.
 DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {
-    "convex": {"bm25": 1.5, "vector": 0.6},
+    "convex": {"bm25": 1.25, "vector": 0.6},
     "rrf": {"bm25": 1.0, "vector": 1.0},
 }
 
@@ -175,10 +175,18 @@ class FusionSettings(Section):
     weights: dict[Literal["bm25", "vector"], float] = Field(
         default_factory=dict,
         description="Weight of each list, e.g. `{ bm25 = 0.4, vector = 0.6 }`. A list not named gets the "
-        "method's default (`convex`: bm25 1.5, vector 0.6; `rrf`: 1.0 each). A weight of 0 turns a list off.",
+        "method's default (`convex`: bm25 1.25, vector 0.6; `rrf`: 1.0 each). A weight of 0 turns a list off.",
+    )
+    bm25_full_coverage: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="`convex` only: the keyword list keeps its whole weight when its best match scores at least "
+        "this share of the query's ceiling, and proportionally less below (a question in other words than its "
+        "memory matches a word or two anywhere, so its keyword list is not decisive). 0 turns it off.",
     )
     neighbour_weight: float = Field(
-        default=0.3,
+        default=0.2,
         ge=0,
         le=10,
         description="Neighbour smoothing: each fused candidate gains this share of the best fused score among "
