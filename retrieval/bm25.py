@@ -106,38 +106,42 @@ class Bm25List:
     def __init__(self, settings: Bm25Settings) -> None:
         self.settings = settings
         self._stopwords = ENGLISH_STOPWORDS if settings.stopwords == "english" else frozenset()
-        self._postings: dict[tuple[str, str], tuple[float, int, int]] = {}
+        self._postings: dict[tuple[str, str], tuple[float, int, int, int | None]] = {}
 
     def terms(self, store: IndexReader, query: str) -> list[tuple[str, list[str]]]:
         """``(term, the tokens the index holds it as)`` for each query term it can match."""
         return store.keyword_terms(query_terms(query, self._stopwords))
 
-    def postings(self, store: IndexReader, term: str) -> tuple[int, int]:
+    def postings(self, store: IndexReader, term: str, version: int | None = None) -> tuple[int, int]:
         """``(chunks holding term, counted up to max_postings + 1; the oldest label counted)``.
 
         Counting newest first and stopping at the bound reads at most that many postings, where an exact
         count reads the term's whole list (tens of milliseconds for a common word at 1M chunks). Cached
         for a while: the figures decide which terms are kept and whether scoring is bounded, and a few
-        minutes' drift in them moves those choices only at the margin."""
+        minutes' drift in them moves those choices only at the margin. With the index ``version`` (a
+        search passes it), a count made before the index last changed is made again: the counts also set
+        the query's ceiling, which should describe the index being searched."""
         key = (store.source, term)
         now = time.monotonic()
         cached = self._postings.get(key)
-        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS:
+        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3]):
             return cached[1], cached[2]
         count, oldest = store.term_postings(term, self.settings.max_postings)
         if len(self._postings) > 100_000:
             self._postings.clear()
-        self._postings[key] = (now, count, oldest)
+        self._postings[key] = (now, count, oldest, version)
         return count, oldest
 
-    def _bounded(self, store: IndexReader, terms: list[tuple[str, list[str]]]) -> tuple[list[str], bool]:
+    def _bounded(
+        self, store: IndexReader, terms: list[tuple[str, list[str]]], version: int | None = None
+    ) -> tuple[list[str], bool]:
         """The terms kept (in query order) and whether their chunks exceed ``max_postings``."""
         if not terms or not store.counts_postings():
             return [term for term, _ in terms], False
         bound = self.settings.max_postings
         counted = []
         for position, (term, _) in enumerate(terms):
-            count, oldest = self.postings(store, term)
+            count, oldest = self.postings(store, term, version)
             # Past the bound, the term whose most recent postings reach further back is the rarer one.
             counted.append((count, oldest if count > bound else 0, position, term))
         kept: list[tuple[int, str]] = []
@@ -149,9 +153,9 @@ class Bm25List:
             total += docs
         return [term for _, term in sorted(kept)], total > bound
 
-    def match(self, store: IndexReader, query: str) -> tuple[list[str], bool]:
+    def match(self, store: IndexReader, query: str, version: int | None = None) -> tuple[list[str], bool]:
         """The terms ``query`` is matched with (empty if none) and whether scoring must be bounded."""
-        return self._bounded(store, self.terms(store, query))
+        return self._bounded(store, self.terms(store, query), version)
 
     def search(
         self,
@@ -172,7 +176,9 @@ class Bm25List:
         An open search whose rarest term is in more than ``max_postings`` chunks scores the most recent
         ``max_postings`` of them (see the module's text); a filtered one scores every match inside its
         window."""
-        terms, over = self.match(store, query)
+        # With ``chunks`` this is a search of a real index: its version keeps the cached counts current.
+        version = store.state().version if chunks is not None else None
+        terms, over = self.match(store, query, version)
         result = RankedList("bm25")
         if not terms or k <= 0:
             return result
@@ -183,5 +189,5 @@ class Bm25List:
         result.full = len(items) > k or (open_search and over)
         result.items = items[:k]
         if chunks is not None and store.counts_postings():
-            result.ceiling = bm25_ceiling((self.postings(store, term)[0] for term in terms), chunks)
+            result.ceiling = bm25_ceiling((self.postings(store, term, version)[0] for term in terms), chunks)
         return result
