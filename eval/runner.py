@@ -27,7 +27,10 @@ from typing import Any
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.eval.calibration import (
+    FUSED_FLOOR,
+    RERANKER_FLOOR,
     UNFLOORED,
+    UNFLOORED_FUSED,
     CalibrationReport,
     choose_floor,
     measure_held_out,
@@ -293,10 +296,13 @@ def calibrate(
     max_recall_loss: float = 0.0,
     progress: Progress = SILENT,
 ) -> CalibrationReport:
-    """Choose the reranker floor on the calibration split; measure it on the held-out split."""
-    if settings.semantic is None or settings.semantic.reranker is None:
+    """Choose a floor on the calibration split and measure it on the held-out split: the reranker's
+    ``min_score`` when one is configured, otherwise ``[semantic] min_relevance`` on the fused evidence."""
+    if settings.semantic is None and project is not None:
         raise ValidationFailed(
-            "calibration needs a configured reranker ([semantic.reranker])", code="mode_unavailable", field="modes"
+            "calibration needs hybrid search (the [semantic] section in the settings)",
+            code="mode_unavailable",
+            field="modes",
         )
     if not 0.0 <= max_recall_loss <= 1.0:
         raise ValidationFailed("max_recall_loss must be between 0 and 1", field="max_recall_loss")
@@ -305,7 +311,13 @@ def calibrate(
     sample = project is None
     with workspace(None) as temporary:
         if sample:
-            settings = settings.model_copy(update={"data_dir": temporary})
+            settings = with_semantic(settings, temporary)
+        assert settings.semantic is not None
+        setting = RERANKER_FLOOR if settings.semantic.reranker is not None else FUSED_FLOOR
+        if setting == FUSED_FLOOR and settings.semantic.fusion.method != "convex":
+            raise ValidationFailed(
+                "min_relevance needs fusion method 'convex' (reciprocal-rank scores have no scale)", field="modes"
+            )
         project = project or "sample"
         with Obsmem(settings, background_indexing=False) as memory:
             if sample:
@@ -318,18 +330,29 @@ def calibrate(
             assert questions is not None
             calibration, held_out = split_questions(questions)
             index_project(memory, project)
-            scored = score_questions(memory, project, calibration, progress)
+            scored = score_questions(memory, project, calibration, progress, setting)
             chosen, sweep = choose_floor(scored, max_recall_loss)
-            before = measure_held_out(memory, project, held_out, UNFLOORED, None)
-        report = CalibrationReport(chosen, max_recall_loss, len(calibration), len(held_out), sweep, before)
+            unfloored = UNFLOORED if setting == RERANKER_FLOOR else UNFLOORED_FUSED
+            before = measure_held_out(memory, project, held_out, unfloored, None, setting)
+        report = CalibrationReport(
+            chosen, max_recall_loss, len(calibration), len(held_out), sweep, before, setting=setting
+        )
         if chosen is not None:
-            assert settings.semantic is not None and settings.semantic.reranker is not None
-            floored = settings.semantic.model_copy(
-                update={"reranker": settings.semantic.reranker.model_copy(update={"min_score": chosen})}
-            )
-            with Obsmem(settings.model_copy(update={"semantic": floored}), background_indexing=False) as memory:
-                report.held_out_with_floor = measure_held_out(memory, project, held_out, None, chosen)
+            with Obsmem(floored(settings, setting, chosen), background_indexing=False) as memory:
+                report.held_out_with_floor = measure_held_out(memory, project, held_out, None, chosen, setting)
         return report
+
+
+def floored(settings: Settings, setting: str, floor: float) -> Settings:
+    """``settings`` with the chosen floor set where ``setting`` lives."""
+    semantic = settings.semantic
+    assert semantic is not None
+    if setting == RERANKER_FLOOR:
+        assert semantic.reranker is not None
+        semantic = semantic.model_copy(update={"reranker": semantic.reranker.model_copy(update={"min_score": floor})})
+    else:
+        semantic = semantic.model_copy(update={"min_relevance": floor})
+    return settings.model_copy(update={"semantic": semantic})
 
 
 # -- output ----------------------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def _dataset_errors(load: Callable[[], Any]) -> Any:
 
 @click.group("eval")
 def eval_group() -> None:
-    """Measure search quality per mode: labelled questions, LoCoMo, LongMemEval, reranker calibration.
+    """Measure search quality per mode: labelled questions, LoCoMo, LongMemEval, floor calibration.
 
     Modes run side by side and print one table; --output DIR also writes results.json, a markdown
     report and plots. See docs/eval.md.
@@ -383,8 +383,9 @@ def calibrate_command(
     progress: bool | None,
     as_json: bool,
 ) -> None:
-    """Choose the reranker min_score on the calibration split and show its effect on the held-out split
-    (precision in the first ten, recall@10, negatives with hits). Needs [semantic.reranker]."""
+    """Choose a floor on the calibration split and show its effect on the held-out split (precision in
+    the first ten, recall@10, negatives with hits): [semantic.reranker] min_score with a reranker,
+    [semantic] min_relevance (the fused evidence) without one."""
     from obsmem.eval import calibrate, calibration_markdown, write_calibration
 
     settings = _settings(app, project_data_dir)

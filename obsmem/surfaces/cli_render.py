@@ -79,6 +79,9 @@ def hits_table(hits: Sequence[dict[str, Any]], *, title: str | None = None, cont
 
 def render_search(console: Console, result: dict[str, Any], *, content_chars: int | None = None) -> None:
     hits = result["hits"]
+    if result.get("nothing_close"):
+        console.print(result["note"])
+        return
     if not hits:
         console.print(
             "No memory matched. No hits does not prove it never happened: memory can lag or leave details out."

@@ -64,7 +64,9 @@ _SEARCH_HYBRID = (
     "Combines BM25 keyword search with semantic vector search: the query may be an identifier, an "
     "exact phrase, or a natural-language description or paraphrase of what you are looking for. Hits come "
     "most relevant first, at most `limit`, with no scores; truncated: true means more candidates existed; "
-    "partial: true means the index is still catching up and recent memories may be missing. Only memory "
+    "partial: true means the index is still catching up and recent memories may be missing; "
+    "nothing_close: true (with a note) means no memory was close enough to return, which does not prove "
+    "nothing relevant is stored. Only memory "
     "content is searched, not raw transcripts, across all sessions unless session_id is given. Call "
     "recall with a hit's id and session_id for its provenance. " + _CAVEATS
 )
