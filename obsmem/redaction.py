@@ -29,7 +29,7 @@ import re
 from bisect import bisect_right
 from typing import Any
 
-from obsmem.secret_detectors import ANY_NEEDED_LITERAL, DETECTORS, SECRET_KEY_NAME, Scan
+from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan
 
 MARK = "[REDACTED:{kind}]"
 _MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
@@ -83,10 +83,9 @@ def find_secrets(text: str) -> list[Found]:
     if not text:
         return []
     view, shifts = _matching_view(text)
-    lower = _lowercase_same_length(view)
-    if ANY_NEEDED_LITERAL.search(lower) is None:
+    scan = Scan(view, _lowercase_same_length(view))
+    if not scan.needed:
         return []
-    scan = Scan(view, lower)
     claims: list[tuple[int, int, int, str]] = []
     for priority, detector in _PRIORITIES:
         if (detector.prefixes and scan.prefixes.isdisjoint(detector.prefixes)) or (
