@@ -107,14 +107,16 @@ class EventIn(BaseModel):
         Fields are length-prefixed into one SHA-256, which is several times cheaper than hashing a
         canonical JSON document of the event; this runs for every appended event.
         """
-        digest = hashlib.sha256()
+        pieces: list[bytes] = []
         for part in (self.role, self.type, self.content, self.tool_name, tool_args_json, self.tool_call_id):
             if part is None:
-                digest.update(b"\x00")
+                pieces.append(b"\x00")
                 continue
             data = part.encode("utf-8")
-            digest.update(b"\x01" + len(data).to_bytes(8, "big") + data)
-        return digest.hexdigest()
+            pieces.append(b"\x01" + len(data).to_bytes(8, "big"))
+            pieces.append(data)
+        # One update of the joined bytes hashes the same stream as one update per field, in fewer calls.
+        return hashlib.sha256(b"".join(pieces)).hexdigest()
 
     def created_at_iso(self) -> str:
         if self.created_at is None:

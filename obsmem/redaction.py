@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import lru_cache
 from typing import Any
 
 from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan
@@ -117,6 +118,17 @@ def find_secrets(text: str) -> list[Found]:
 
 def redact_text(text: str) -> str:
     """The text with every recognised secret replaced by a marker."""
+    if len(text) <= _SHORT:
+        return _redact_short(text)
+    return _redact(text)
+
+
+# Short texts repeat: tool names, argument keys, roles of JSON arguments ("command", "description").
+# Redaction is deterministic, so a bounded cache of them returns the same text without scanning again.
+_SHORT = 64
+
+
+def _redact(text: str) -> str:
     found = find_secrets(text)
     if not found:
         return text
@@ -128,6 +140,9 @@ def redact_text(text: str) -> str:
         done = end
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+_redact_short = lru_cache(maxsize=4096)(_redact)
 
 
 def secret_kind(value: str) -> str | None:

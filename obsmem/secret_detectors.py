@@ -304,36 +304,40 @@ Find = Callable[[Scan], list[Span]]
 
 
 def _private_key(scan: Scan) -> list[Span]:
-    if "-----begin" not in scan.lower:
+    if not scan.at("-----begin"):
         return []
     return [match.span() for match in _PRIVATE_KEY.finditer(scan.text)]
 
 
 def _url_password(scan: Scan) -> list[Span]:
-    if "://" not in scan.text or "@" not in scan.text:
+    if not scan.at("://") or "@" not in scan.text:
         return []
     return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
 
 
-def _word_or_positions(scan: Scan, word: str) -> list[int]:
-    """Every start of ``word``, from the scan's one pass (``authorization`` where the word ``auth`` is)."""
-    if word == "authorization":
-        return [position for position in scan.at("auth") if scan.lower.startswith(word, position)]
-    return scan.at(word)
+# The scheme pattern is case-sensitive: at a "token" that is not spelt one of these ways it cannot match.
+_SCHEME_SPELLINGS = ("Bearer", "bearer", "BEARER", "Basic", "BASIC", "Token", "TOKEN")
 
 
 def _bearer(scan: Scan) -> list[Span]:
-    """Tried only where a scheme word or ``authorization`` starts: a ``finditer`` of the scheme pattern
-    over every text holding "token" was the costliest detector of an append."""
+    """Tried only where a scheme word (spelt as a scheme is) or ``authorization`` starts: a ``finditer``
+    of the scheme pattern over every text holding "token" was the costliest detector of an append."""
     lower, text = scan.lower, scan.text
     spans: list[Span] = []
-    for pattern, words in ((_AUTH_HEADER, ("authorization",)), (_BEARER, ("bearer", "basic", "token"))):
-        for word in words:
-            for position in _word_or_positions(scan, word):
-                start = position - 6 if word == "authorization" and lower.endswith("proxy-", 0, position) else position
-                match = pattern.match(text, start)
-                if match is not None and _credential_shaped(match["secret"]):
-                    spans.append(match.span("secret"))
+    for position in scan.at("auth"):
+        if not lower.startswith("authorization", position):
+            continue
+        start = position - 6 if lower.endswith("proxy-", 0, position) else position
+        match = _AUTH_HEADER.match(text, start)
+        if match is not None and _credential_shaped(match["secret"]):
+            spans.append(match.span("secret"))
+    for word in ("bearer", "basic", "token"):
+        for position in scan.at(word):
+            if not text.startswith(_SCHEME_SPELLINGS, position):
+                continue
+            match = _BEARER.match(text, position)
+            if match is not None and _credential_shaped(match["secret"]):
+                spans.append(match.span("secret"))
     return spans
 
 
