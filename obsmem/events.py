@@ -59,7 +59,8 @@ class EventIn(BaseModel):
     @field_validator("content", "tool_name", "tool_call_id")
     @classmethod
     def _utf8(cls, value: str | None) -> str | None:
-        if value is not None:
+        # ASCII always encodes (a C-level scan, no copy); only other text can hold a lone surrogate.
+        if value is not None and not value.isascii():
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
