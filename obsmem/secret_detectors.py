@@ -378,9 +378,26 @@ def _password_options(scan: Scan) -> list[Span]:
     return spans
 
 
-def _shaped(pattern: re.Pattern[str]) -> Find:
+def _shaped(pattern: re.Pattern[str], literals: tuple[str, ...]) -> Find:
+    """A token detector: every match of ``pattern`` starts with one of its ``literals`` (in some case), so
+    it is tried only where the scan found one, left to right and never inside a match already taken,
+    which finds what ``finditer`` over the whole text finds (a ``finditer`` over a long tool output
+    tried the pattern, lookbehind first, at every character)."""
+
     def find(scan: Scan) -> list[Span]:
-        return [match.span() for match in pattern.finditer(scan.text)]
+        groups = [positions for literal in literals if (positions := scan.at(literal))]
+        starts = groups[0] if len(groups) == 1 else sorted(position for group in groups for position in group)
+        text = scan.text
+        spans: list[Span] = []
+        done = 0
+        for position in starts:
+            if position < done:
+                continue
+            match = pattern.match(text, position)
+            if match is not None:
+                spans.append(match.span())
+                done = match.end()
+        return spans
 
     return find
 
@@ -439,7 +456,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("private_key", "private_key", _private_key),
     Detector("url_password", "password", _url_password),
     Detector("bearer_token", "token", _bearer),
-    *(Detector(name, kind, _shaped(pattern), frozenset(literals)) for name, kind, pattern, literals in _SHAPED),
+    *(
+        Detector(name, kind, _shaped(pattern, literals), frozenset(literals))
+        for name, kind, pattern, literals in _SHAPED
+    ),
     Detector(
         "password_assignment",
         "secret",
