@@ -91,6 +91,8 @@ class EventIn(BaseModel):
     @field_validator("tool_args")
     @classmethod
     def _json_args(cls, value: Any) -> Any:
+        if _flat_ascii_object(value):
+            return value  # always encodes: no need to encode it here only to check (it is encoded when stored)
         if value is not None:
             try:
                 canonical_json(value)
@@ -129,6 +131,18 @@ class EventIn(BaseModel):
 
 
 _EVENTS = TypeAdapter(list[EventIn])
+
+
+def _flat_ascii_object(value: Any) -> bool:
+    """An object of ASCII text keys and ASCII text values (most tool arguments): canonical JSON of it
+    cannot fail, so checking it by encoding is skipped."""
+    return (
+        type(value) is dict
+        and len(value) <= 64
+        and all(
+            type(key) is str and type(item) is str and key.isascii() and item.isascii() for key, item in value.items()
+        )
+    )
 
 
 def parse_events(raw: Sequence[Any], field: str = "events") -> list[EventIn]:

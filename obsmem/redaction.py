@@ -48,6 +48,11 @@ _INVISIBLE = re.compile(
 
 Found = tuple[int, int, str]  # (start, end, marker kind) in the original text
 _PRIORITIES = tuple(enumerate(DETECTORS))
+# The detectors by their gate, each with its priority (its place in DETECTORS): a text whose scan found no
+# token prefix, or no secret word, passes over a whole group with one test.
+_UNGATED = tuple(item for item in _PRIORITIES if not item[1].prefixes and not item[1].at_words)
+_BY_PREFIX = tuple(item for item in _PRIORITIES if item[1].prefixes)
+_AT_WORDS = tuple(item for item in _PRIORITIES if item[1].at_words)
 
 
 def _matching_view(text: str) -> tuple[str, list[int] | None]:
@@ -88,14 +93,22 @@ def find_secrets(text: str) -> list[Found]:
     if not scan.needed:
         return []
     claims: list[tuple[int, int, int, str]] = []
-    for priority, detector in _PRIORITIES:
-        if (detector.prefixes and scan.prefixes.isdisjoint(detector.prefixes)) or (
-            detector.at_words and not scan.words
-        ):
-            continue
+    for priority, detector in _UNGATED:
         for start, end in detector.find(scan):
             if end > start:
                 claims.append((start, priority, end, detector.kind))
+    if scan.prefixes:
+        for priority, detector in _BY_PREFIX:
+            if scan.prefixes.isdisjoint(detector.prefixes):
+                continue
+            for start, end in detector.find(scan):
+                if end > start:
+                    claims.append((start, priority, end, detector.kind))
+    if scan.words:
+        for priority, detector in _AT_WORDS:
+            for start, end in detector.find(scan):
+                if end > start:
+                    claims.append((start, priority, end, detector.kind))
     if not claims:
         return []
     if "[REDACTED:" in view:
@@ -155,8 +168,16 @@ def secret_kind(value: str) -> str | None:
 def is_secret_key_name(key: str) -> bool:
     """Whether ``key`` names a secret (``api_key``, ``token``, ``password``): a value under such a name is
     hidden whole even when the value alone does not look like a credential."""
+    return _is_secret_key_name_cached(key) if len(key) <= _SHORT else _is_secret_key_name(key)
+
+
+def _is_secret_key_name(key: str) -> bool:
     view, _ = _matching_view(key)
     return SECRET_KEY_NAME.match(view) is not None
+
+
+# Argument keys repeat on every tool call ("command", "file_path"): the answer is cached like short texts.
+_is_secret_key_name_cached = lru_cache(maxsize=4096)(_is_secret_key_name)
 
 
 def _hide(value: Any) -> Any:
