@@ -260,14 +260,14 @@ class Scan:
         self.text = text
         self.lower = lower  # same length as text, so offsets found in one index the other
         self._candidates: list[int] | None = None
+        self._found: dict[str, list[int]] = {}
+        self.needed = False  # whether any literal that some detector needs occurs: without one, none can match
+        self.prefixes: frozenset[str] = frozenset()
+        self.words: list[int] = []
         matches = _LITERAL_SEARCH.find_matches_as_indexes(lower, overlapping=True)
         if not matches:  # most short texts: tool names, ids, argument keys
-            self._found: dict[str, list[int]] = {}
-            self.needed = False
-            self.prefixes: frozenset[str] | set[str] = frozenset()
-            self.words: list[int] = []
             return
-        found: dict[str, list[int]] = {}
+        found = self._found
         for index, start, _ in matches:
             literal = _LITERALS[index]
             if literal in found:
@@ -275,8 +275,6 @@ class Scan:
             else:
                 found[literal] = [start]
         # Matches come in the order they end; the occurrences of one literal (one length) are in order.
-        self._found = found
-        # Whether any literal that some detector needs occurs: without one, no detector can match.
         self.needed = not _NEEDED_SET.isdisjoint(found)
         self.prefixes = _SHAPED_PREFIX_SET.intersection(found)
         words = [found[word] for word in _WORD_SET.intersection(found)]
