@@ -222,8 +222,8 @@ class TranscriptImporter:
                 self._take(cursor.reader.read(raw, cursor.line), pending, report)
                 cursor.offset = end
                 if len(pending) >= CHUNK_EVENTS:
-                    self._store(project, cursor.sessions, pending, report, replays)
-                    self._save(cursor, report)
+                    self._store(project, cursor.sessions, pending, report, replays, remember=False)
+                    self._save(cursor, report, replays)
                     if progress is not None:
                         progress(str(path), cursor.offset, now.size)
         except DAMAGED_COMPRESSION:
@@ -231,9 +231,9 @@ class TranscriptImporter:
             report.status = "failed"
             report.problem("read_error", cursor.line + 1, "the compressed data is damaged from here on")
         self._take(cursor.reader.finish(), pending, report)
-        self._store(project, cursor.sessions, pending, report, replays)
+        self._store(project, cursor.sessions, pending, report, replays, remember=False)
         report.bytes_read = cursor.offset - start.offset
-        self._save(cursor, report)
+        self._save(cursor, report, replays)
         if progress is not None:
             progress(str(path), now.size, now.size)
 
@@ -247,20 +247,29 @@ class TranscriptImporter:
             else:
                 pending.append(item)
 
-    def _save(self, cursor: _Cursor, report: FileReport) -> None:
-        """The watermark at the cursor, after the events before it were committed."""
+    def _save(self, cursor: _Cursor, report: FileReport, replays: ReplayFilter) -> None:
+        """The record ids of the chunk just stored and the watermark at the cursor, in one transaction
+        (one commit per chunk rather than two), after the events before it were committed."""
+        with cursor.db.write():
+            replays.commit()
+            mark = self._watermark(cursor, report)
+            if mark is not None:
+                save_watermark(cursor.db, mark)
+
+    def _watermark(self, cursor: _Cursor, report: FileReport) -> Watermark | None:
+        """The watermark at the cursor, or None for a file that is gone."""
         try:
             now = stamp(cursor.path)
         except FileNotFoundError:
             if report.status == "missing":
-                return
+                return None
             # Deleted while it was read (the open file still read to its end): what was read is stored,
             # and a file that is gone needs no watermark.
             report.status = "missing"
             report.problem(
                 "file_missing", cursor.line, "the file disappeared while it was read; what was read is stored"
             )
-            return
+            return None
         head, tail = cursor.window.checksums()
         state = {"reader": cursor.reader.state(), "seq": cursor.sessions.next, "line": cursor.line}
         # The size and time of the file as consumed; a file that grew meanwhile (or ends in a line being
@@ -268,8 +277,7 @@ class TranscriptImporter:
         consumed_all = cursor.offset >= now.size or is_compressed(cursor.path)
         size, mtime = (now.size, now.mtime_ns) if consumed_all else (cursor.offset, 0)
         events = cursor.stored_before + report.added
-        mark = Watermark(self.source, cursor.key, cursor.offset, size, mtime, head, tail, state, events)
-        save_watermark(cursor.db, mark)
+        return Watermark(self.source, cursor.key, cursor.offset, size, mtime, head, tail, state, events)
 
     # -- storing ---------------------------------------------------------------------------------------
 
@@ -280,9 +288,12 @@ class TranscriptImporter:
         turns: list[Turn],
         report: FileReport,
         replays: ReplayFilter | None = None,
+        *,
+        remember: bool = True,
     ) -> None:
         """Validate, number and append the pending events, session by session (in file order); ``turns``
-        is emptied. Records imported before (``replays``) are left out."""
+        is emptied. Records imported before (``replays``) are left out; the chunk's record ids are
+        remembered here unless ``remember`` is False (the caller commits them with its watermark)."""
         candidates = replays.fresh(list(turns), report.skipped) if replays is not None else list(turns)
         turns.clear()
         by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
@@ -300,7 +311,7 @@ class TranscriptImporter:
                     report.problem(exc.code, items[0][0].line, exc.message)
                     continue
                 raise
-        if replays is not None:
+        if replays is not None and remember:
             replays.commit()
 
     def _event(self, turn: Turn, report: FileReport) -> EventIn | None:
