@@ -33,6 +33,7 @@ from obsmem.exporting import FORMAT_VERSION, KINDS, export_project, restore_proj
 from obsmem.exporting.rows import decode_value, encode_value
 from obsmem.surfaces.cli import cli
 from obsmem.trust.ledger import record_judgment
+from support.transcripts import copy_fixture
 
 SECRET_TEXT = "the staging password rotation happens on fridays"
 
@@ -527,3 +528,17 @@ def test_a_restore_killed_before_its_commit_leaves_the_project_empty_and_restora
         assert nothing_restored(service, "copy")
         restore_project(service, path, "copy")
         assert canonical_rows(service, "copy") == canonical_rows(service, "src")
+
+
+def test_import_watermarks_travel_so_the_copy_imports_nothing_twice(service: Obsmem, tmp_path: Path) -> None:
+    transcripts = sorted((copy_fixture("claude-code", tmp_path) / "projects").rglob("*.jsonl"))
+    first = service.import_transcripts("claude-code", transcripts, project="src")
+    assert first.added > 0 and first.problems == 0
+    restore_bytes(service, exported(service))
+    for table in ("import_files", "import_records"):
+        query = f"SELECT * FROM {table} ORDER BY 1, 2"
+        assert service.database("copy").query(query) == service.database("src").query(query), table
+    again = service.import_transcripts("claude-code", transcripts, project="copy")
+    assert again.added == 0 and again.duplicates == 0, "the copy knows how far each file was imported"
+    events = "SELECT session_id, seq, content FROM events ORDER BY session_id, seq"
+    assert service.database("copy").query(events) == service.database("src").query(events)
