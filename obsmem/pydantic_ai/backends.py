@@ -17,7 +17,9 @@ import httpx
 
 from obsmem.app import Obsmem
 from obsmem.errors import NotFound, ObsmemError
-from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, parse_tool_arguments, run_tool
+from obsmem.pydantic_ai.remote_notes import RemoteNotes
+from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
+from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, TOOL_NAMES, parse_tool_arguments, run_tool
 
 DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
 
@@ -80,6 +82,10 @@ class MemoryBackend(Protocol):
 
     def search_mode(self) -> str: ...
 
+    def groom(self) -> dict[str, Any]:
+        """One groom pass for the project: ``{"promoted": [...], "escalated": [...]}`` (docs/trust.md)."""
+        ...
+
     def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None: ...
 
 
@@ -138,6 +144,9 @@ class EmbeddedMemory:
 
     def search_mode(self) -> str:
         return self.memory.default_mode
+
+    def groom(self) -> dict[str, Any]:
+        return self.memory.groom(self.project).to_dict()
 
     def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None:
         change = None if model_id is None else {"model_id": model_id, "context_window_tokens": context_window_tokens}
@@ -250,6 +259,8 @@ class RemoteMemory:
                 if "query" not in args:
                     return "invalid_query: query is required"
                 result = self.client.call("POST", f"/projects/{self.project}/search", json=args)
+            elif name == MEMORY:
+                result = run_memory_tool(RemoteNotes(self.client), self.project, args, user=None)
             elif name == RECALL:
                 if "id" not in args:
                     return "invalid_id: id is required: a memory id from memory_search"
@@ -261,13 +272,16 @@ class RemoteMemory:
                     "GET", f"/projects/{self.project}/memories/{memory_id}", params={"session_id": scope}
                 )
             else:
-                return f"unknown_tool: there is no tool with that name; tools: {MEMORY_SEARCH}, {RECALL}"
+                return f"unknown_tool: there is no tool with that name; tools: {', '.join(TOOL_NAMES)}"
         except ObsmemError as exc:
             return f"{exc.code}: {exc.message}"
         return json.dumps(result, ensure_ascii=False)
 
     def search_mode(self) -> str:
         return self.mode
+
+    def groom(self) -> dict[str, Any]:
+        return dict(self.client.call("POST", f"/projects/{self.project}/groom"))
 
     def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None:
         change = None if model_id is None else {"model_id": model_id}

@@ -15,6 +15,10 @@ Before every model request of a run it:
 5. **reports**: ``om_status`` and ``om_activation``, and the pipeline's own events as they are logged
    (:mod:`obsmem.pydantic_ai.events`).
 
+The first run of a capability starts its session, and with it one groom pass for the project (candidate
+notes whose judgments resolved true become trusted, docs/trust.md), on a thread of its own: the run never
+waits for it, and its outcome is an ``om_groom`` (or ``om_groom_failed``) event.
+
 Nothing here waits for a model on the request path except that last resort: observation and reflection
 run on obsmem's workers (an embedded ``Obsmem``'s threads, or the server).
 """
@@ -39,7 +43,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from obsmem.app import Obsmem
-from obsmem.errors import ConfigurationError, ObsmemError, SeqConflict
+from obsmem.errors import ConfigurationError, NotFound, ObsmemError, SeqConflict
 from obsmem.events import MAX_BATCH
 from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai.backends import EmbeddedMemory, MemoryBackend, ObsmemClient, ProjectionView, RemoteMemory
@@ -147,6 +151,13 @@ class ObservationalMemory(AbstractCapability[Any]):
         self.ledger = EventLedger()
         self._ledger_messages = 0
         self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-append")
+        self._groomer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-groom")
+        self._groom: Future[dict[str, Any]] | None = None  # the session start's groom pass, once started
+        self._groom_ms = 0
+        self._groom_reported = False
+        self._groom_report_task: asyncio.Task[None] | None = None
+        # The session start's groom pass, once it answered: ``{"promoted": [...], "escalated": [...]}``.
+        self.last_groom: dict[str, Any] | None = None
         self._append: Future[None] | None = None
         self._append_error: BaseException | None = None
         self._appended_through: int | None = None  # None: not checked against the store yet
@@ -244,6 +255,8 @@ class ObservationalMemory(AbstractCapability[Any]):
         return memory_toolset(self.backend, mode)
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Callable[[], Any]) -> Any:
+        if self._groom is None:
+            self._start_groom()
         self._runs += 1
         if self._poller is None or self._poller.done():
             self._poller = asyncio.create_task(self._poll_forever())
@@ -262,6 +275,7 @@ class ObservationalMemory(AbstractCapability[Any]):
                 self._poller = None
                 with contextlib.suppress(Exception):
                     await self._poll_events()
+                await self._report_groom()
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -364,6 +378,63 @@ class ObservationalMemory(AbstractCapability[Any]):
             await asyncio.wrap_future(self._append)
         self._raise_append_error()
 
+    # -- groom at session start -----------------------------------------------------------------
+
+    def _start_groom(self) -> None:
+        """One groom pass on the groom thread; its event is emitted on this loop when it ends (or, if the loop
+        has gone by then, by the next run's poll)."""
+        loop = asyncio.get_running_loop()
+        self._groom = self._groomer.submit(self._groom_pass)
+
+        def ended(_: Future[dict[str, Any]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: a later run reports it
+                loop.call_soon_threadsafe(self._schedule_groom_report)
+
+        self._groom.add_done_callback(ended)
+
+    def _schedule_groom_report(self) -> None:
+        self._groom_report_task = asyncio.ensure_future(self._report_groom())
+
+    def _groom_pass(self) -> dict[str, Any]:
+        """Runs on the groom thread. A project not created yet has no inbox: a cold start, not an error."""
+        started = time.monotonic()
+        try:
+            return self.backend.groom()
+        except NotFound as exc:
+            if exc.code != "project_not_found":
+                raise
+            return {"promoted": [], "escalated": [], "cold_start": True}
+        finally:
+            self._groom_ms = round((time.monotonic() - started) * 1000)
+
+    async def _report_groom(self) -> None:
+        """Emit the groom pass's outcome once: ``om_groom`` with what it did, or ``om_groom_failed``."""
+        future = self._groom
+        if future is None or not future.done() or self._groom_reported:
+            return
+        self._groom_reported = True
+        failure = future.exception()
+        if failure is None:
+            report = future.result()
+            self.last_groom = report
+            promoted, escalated = list(report.get("promoted", [])), list(report.get("escalated", []))
+            data: dict[str, Any] = {
+                "promoted": len(promoted),
+                "escalated": len(escalated),
+                "promoted_ids": [str(item["id"]) for item in promoted],
+                "cold_start": bool(report.get("cold_start", False)),
+                "duration_ms": self._groom_ms,
+            }
+            await self.hub.emit(OMEvent("om_groom", data, self.session_id))
+            return
+        # An obsmem error's message names no memory text; anything else (a bug, or a database fault obsmem
+        # has no code for) is ``internal_error`` with its type alone, as background jobs record it.
+        code = failure.code if isinstance(failure, ObsmemError) else "internal_error"
+        message = failure.message if isinstance(failure, ObsmemError) else type(failure).__name__
+        log.warning("groom at session start failed: %s", code)
+        data = {"error": code, "message": message, "duration_ms": self._groom_ms}
+        await self.hub.emit(OMEvent("om_groom_failed", data, self.session_id))
+
     # -- the pipeline: observation and reflection requests ---------------------------------------
 
     def _unobserved_tokens(self, observed_through_seq: int) -> int:
@@ -436,6 +507,7 @@ class ObservationalMemory(AbstractCapability[Any]):
 
     async def _poll_forever(self) -> None:
         while True:
+            await self._report_groom()
             with contextlib.suppress(ObsmemError):
                 await self._poll_events()
                 if self._memory_moved:
@@ -576,6 +648,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         while True:
             projection = await self._read(self.backend.projection)
             await self._poll_events()
+            await self._report_groom()
             caught_up = projection.observed_through_seq >= self.ledger.last_seq
             if caught_up or not observing or time.monotonic() >= deadline:
                 return projection
@@ -584,6 +657,7 @@ class ObservationalMemory(AbstractCapability[Any]):
     def close(self) -> None:
         """Stop the append thread and the pipeline models this capability routed (the memory stays open)."""
         self._appender.shutdown(wait=True)
+        self._groomer.shutdown(wait=True)
         if isinstance(self.backend, EmbeddedMemory):
             for role, adapter in self._routed.items():
                 self.backend.memory.route_model(self.project, role, None)

@@ -6,7 +6,8 @@ opened with :meth:`EventHub.subscribe`. From the pipeline's event log, each as i
 and ``job_failed``. Every observation cycle runs in the background, which is what Mastra calls buffering,
 so each one is also announced as ``om_buffering_start``/``om_buffering_end`` (or ``om_observation_failed``
 alone). The capability adds ``om_status`` (every model request), ``om_activation`` (observed messages
-replaced by memory for the first time) and ``om_overflow`` (the last resort: a request that does not fit).
+replaced by memory for the first time), ``om_overflow`` (the last resort: a request that does not fit) and
+``om_groom`` / ``om_groom_failed`` (the groom pass a session's first run starts).
 
 Events carry counts, ids and durations; the observations themselves ride on ``om_observation_end`` (as
 ``observation_texts``: its ``observations`` is obsmem's count) and ``om_buffering_end`` (as ``observations``,
@@ -39,7 +40,15 @@ PIPELINE_EVENTS = (
     "om_model_changed",
     "job_failed",
 )
-CAPABILITY_EVENTS = ("om_status", "om_buffering_start", "om_buffering_end", "om_activation", "om_overflow")
+CAPABILITY_EVENTS = (
+    "om_status",
+    "om_buffering_start",
+    "om_buffering_end",
+    "om_activation",
+    "om_overflow",
+    "om_groom",
+    "om_groom_failed",
+)
 _ENVELOPE = ("id", "type", "created_at", "session_id", "cycle_id", "job_id")
 
 

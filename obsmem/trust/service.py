@@ -249,6 +249,16 @@ class TrustService:
         found.sort(key=lambda item: item.p, reverse=True)
         return with_untrusted(projection, found[: max(0, limit)])
 
+    def projection_version(self, project: str, user: str | None) -> str:
+        """A token that changes whenever :meth:`projection` could add other candidates: every change to what
+        it reads (a judgment, a resolution, a promotion, a forget) appends to a tier's ledger."""
+        marks = []
+        for tier, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                row = conn.execute("SELECT coalesce(max(id), 0) FROM trust_ledger").fetchone()
+            marks.append(f"{tier[0]}{row[0] if row else 0}")
+        return ".".join(marks)
+
     def status(self, project: str, db: ProjectDatabase) -> dict[str, Any]:
         """The project tier's notes and judgments by state, and the last judge failure (code and time)."""
         with db.read() as conn:
