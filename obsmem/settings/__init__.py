@@ -40,8 +40,8 @@ from obsmem.settings.semantic import (
     RerankerSettings,
     SemanticSettings,
 )
-from obsmem.settings.trust import JudgeSettings, TrustSettings
 from obsmem.settings.transcripts import TranscriptSettings
+from obsmem.settings.trust import JudgeSettings, TrustSettings
 
 __all__ = [
     "ALL_PROJECTS",

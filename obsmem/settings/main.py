@@ -23,8 +23,8 @@ from pydantic_settings import (
 from obsmem.redaction import secret_kind
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
-from obsmem.settings.trust import TrustSettings
 from obsmem.settings.transcripts import TranscriptSettings
+from obsmem.settings.trust import TrustSettings
 from obsmem.validation import PROJECT_SLUG
 
 ENV_PREFIX = "OBSMEM_"
