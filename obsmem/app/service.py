@@ -348,11 +348,11 @@ class Obsmem:
 
     def memory_version(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> str:
         """An opaque token that changes whenever :meth:`memory` would render differently (cheap to read: an
-        agent that compacts on every model request renders the memory again only when it changed), the
-        injected untrusted notes included."""
+        agent that compacts on every model request renders the memory again only when it changed): the
+        session's memories and, for the injected-notes section, the trust state of every tier read."""
         session_id = check_session_id(session_id)
-        memory = self.pipeline.projection_version(self.projects.get(project), session_id)
-        return f"{memory}/{self.trust.projection_version(project, user)}"
+        memories = self.pipeline.projection_version(self.projects.get(project), session_id)
+        return f"{memories}/{self.trust.version(project, user)}"
 
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,

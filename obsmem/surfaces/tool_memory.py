@@ -24,6 +24,8 @@ _DESCRIPTION = (
     "stores a corrected version of the note with this id; action 'forget' removes the note with this id "
     "from memory at once. Every write is stored as an untrusted candidate (trusted: false): a note becomes "
     "trusted only after it has been judged relevant and confirmed, so saving never makes something true. "
+    "Saving a note identical to one already stored answers duplicate: true; its status is 'unchanged' when "
+    "that note is already trusted (note_status says its standing). "
     "tier 'project' (default) keeps the note for this project; tier 'user' keeps it for every project of "
     "this user (preferences, habits). Save what you would want to know next time; do not save what the "
     "conversation already records, secrets, or guesses."

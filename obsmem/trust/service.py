@@ -32,9 +32,11 @@ from obsmem.trust.ledger import (
     injected_candidates,
     judgment_counts,
     list_judgments,
+    mirror_entry,
     parse_judgment_id,
     parse_state,
     resolve_judgment,
+    trust_version,
 )
 from obsmem.trust.notes import (
     Note,
@@ -171,12 +173,16 @@ class TrustService:
         wanted = parse_judgment_id(judgment_id)
         if not isinstance(outcome, bool):
             raise ValidationFailed("outcome must be true or false", field="outcome")
-        for _, db in self.stores.readable(project, user):
+        for tier, db in self.stores.readable(project, user):
             with db.read() as conn:
                 if find_judgment(conn, wanted) is None:
                     continue
             with db.write() as conn:
-                return resolve_judgment(conn, wanted, outcome)
+                resolved = resolve_judgment(conn, wanted, outcome)
+            if tier == "user":  # the project's ledger holds every judgment made for it (docs/trust.md)
+                with self.stores.project(project).write() as conn:
+                    mirror_entry(conn, "resolved", resolved)
+            return resolved
         raise NotFound(f"judgment {wanted} does not exist", field="judgment_id")
 
     # -- groom and calibration ---------------------------------------------------------------------
@@ -249,15 +255,14 @@ class TrustService:
         found.sort(key=lambda item: item.p, reverse=True)
         return with_untrusted(projection, found[: max(0, limit)])
 
-    def projection_version(self, project: str, user: str | None) -> str:
-        """A token that changes whenever :meth:`projection` could add other candidates: every change to what
-        it reads (a judgment, a resolution, a promotion, a forget) appends to a tier's ledger."""
-        marks = []
+    def version(self, project: str, user: str | None) -> str:
+        """A token that changes whenever the trust state the projection reads could have changed, in any tier
+        the caller reads (a judgment, a resolution, a promotion, a forget, a re-save)."""
+        parts = []
         for tier, db in self.stores.readable(project, user):
             with db.read() as conn:
-                row = conn.execute("SELECT coalesce(max(id), 0) FROM trust_ledger").fetchone()
-            marks.append(f"{tier[0]}{row[0] if row else 0}")
-        return ".".join(marks)
+                parts.append(f"{tier[0]}{trust_version(conn)}")
+        return "-".join(parts)
 
     def status(self, project: str, db: ProjectDatabase) -> dict[str, Any]:
         """The project tier's notes and judgments by state, and the last judge failure (code and time)."""
