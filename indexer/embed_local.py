@@ -1,5 +1,5 @@
 """Local embeddings with sentence-transformers in fp32 (``encoder = "torch-fp32"``; the bundled all-MiniLM-L6-v2
-unless ``model`` names another). The default encoder is the int8 ONNX build of the same model
+unless ``model`` names another). The default encoder is the ONNX build of the same model
 (:mod:`obsmem.indexer.embed_onnx`); this one stays as the reference it is measured against.
 
 Models load from a local path only (``HF_HUB_OFFLINE``): nothing is ever downloaded. Indexing and

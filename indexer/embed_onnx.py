@@ -1,4 +1,4 @@
-"""Local embeddings with ONNX Runtime: the int8 build of the local model (:mod:`encoder_build`), the default.
+"""Local embeddings with ONNX Runtime: the fp32 (default) or int8 build of the local model (:mod:`encoder_build`).
 
 Neither torch nor sentence-transformers is imported here: text is tokenized with the ``tokenizers``
 package from the tokenizer saved beside the model, so a one-shot search loads in a fraction of a second
@@ -28,7 +28,7 @@ import numpy as np
 from obsmem.errors import ConfigurationError, EmbeddingUnavailable
 from obsmem.indexer.embed_local import BUNDLED, bundled_model_path, model_fingerprint
 from obsmem.indexer.embedders import Embedder
-from obsmem.indexer.encoder_build import RECIPE, BuiltEncoder, default_cache_dir, ensure_encoder
+from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder, default_cache_dir, ensure_encoder
 from obsmem.settings import EmbeddingSettings
 
 
@@ -43,16 +43,18 @@ class OnnxEmbedder(Embedder):
     def __init__(self, settings: EmbeddingSettings) -> None:
         super().__init__(query_prefix=settings.query_prefix, dimensions=settings.dimensions)
         self.batch_size = settings.batch_size
+        self.encoder = settings.encoder
+        recipe = RECIPES[settings.encoder]
         self.configured_threads = settings.threads
         self.document_threads = settings.threads or serving_threads()
         if settings.model:
             self.path = Path(settings.model).expanduser()
             if not self.path.is_dir():
                 raise ConfigurationError(f"semantic.embedding.model: no model directory at {self.path}")
-            self._identity = f"onnx:{RECIPE}:{self.path.name}:{model_fingerprint(self.path)}"
+            self._identity = f"onnx:{recipe}:{self.path.name}:{model_fingerprint(self.path)}"
         else:
             self.path = bundled_model_path()
-            self._identity = f"onnx:{RECIPE}:{BUNDLED}"
+            self._identity = f"onnx:{recipe}:{BUNDLED}"
         self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
         self._built: BuiltEncoder | None = None
         self._sessions: dict[int, Any] = {}  # thread count -> onnxruntime.InferenceSession
@@ -69,7 +71,7 @@ class OnnxEmbedder(Embedder):
         """The verified model files, built first if needed."""
         with self._load_lock:
             if self._built is None:
-                self._built = ensure_encoder(self.path, self.cache_dir)
+                self._built = ensure_encoder(self.path, self.cache_dir, self.encoder)
             return self._built
 
     @contextlib.contextmanager

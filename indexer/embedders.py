@@ -7,8 +7,8 @@ dimensions, finite numbers and a non-zero norm — before anything is normalised
 fails any check raises :class:`~obsmem.errors.EmbeddingUnavailable` for the whole call, so nothing from
 a bad reply is ever indexed.
 
-Providers: :class:`~obsmem.indexer.embed_onnx.OnnxEmbedder` (the local model's int8 ONNX build, the
-default), :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in fp32) and
+Providers: :class:`~obsmem.indexer.embed_onnx.OnnxEmbedder` (the local model's ONNX build, fp32 by
+default or int8), :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in fp32) and
 :class:`~obsmem.indexer.embed_openai.OpenAIEmbedder` (an OpenAI-compatible ``/embeddings`` endpoint).
 :func:`make_embedder` builds the configured one.
 """
@@ -110,7 +110,7 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         from obsmem.indexer.embed_openai import OpenAIEmbedder
 
         return OpenAIEmbedder(settings)
-    if settings.encoder == "onnx-int8":
+    if settings.encoder.startswith("onnx-"):
         from obsmem.indexer.embed_onnx import OnnxEmbedder
 
         return OnnxEmbedder(settings)

@@ -1,13 +1,16 @@
-"""The fast local encoder: the sentence-transformers model exported to ONNX and quantised to int8, built once.
+"""The fast local encoders: the sentence-transformers model exported to ONNX (and for int8, quantised), built once.
 
 Nothing is downloaded: the build reads the installed model directory (the bundled all-MiniLM-L6-v2 by
-default), exports its transformer with mean pooling to ONNX (``torch.onnx``), quantises the weights of
-every matrix product to int8 per output channel (ONNX Runtime's dynamic quantisation: activations are
-quantised on the fly, so no calibration data is needed) and saves the model with its tokenizer. Per
-channel rather than per tensor, because one scale per matrix lost too much: measured on LoCoMo turns,
-cosine to fp32 fell to 0.95 on average (0.88 at worst), per channel it stays at 0.99.
+default) and exports its transformer with mean pooling to ONNX (``torch.onnx``).
 
-The result is cached, keyed by the hash of the model directory's files and by :data:`RECIPE`, under
+- ``onnx-fp32`` (the default encoder) is that export: the vectors of sentence-transformers (cosine to
+  them 0.99999 or more), run by ONNX Runtime without torch.
+- ``onnx-int8`` also quantises the weights of every matrix product to int8 per output channel (ONNX
+  Runtime's dynamic quantisation: activations are quantised on the fly, so no calibration data is
+  needed). Per channel rather than per tensor, because one scale per matrix lost too much: measured on
+  LoCoMo turns, cosine to fp32 fell to 0.95 on average (0.88 at worst); per channel it is 0.99.
+
+The result is cached, keyed by the hash of the model directory's files and by the recipe, under
 ``semantic.embedding.cache_dir``::
 
     <cache_dir>/<weights hash>-<recipe>/model.onnx, tokenizer.json, manifest.json
@@ -42,9 +45,9 @@ from obsmem.errors import ConfigurationError, EmbeddingUnavailable
 
 log = logging.getLogger("obsmem.indexer")
 
-#: Names the export and quantisation below; part of the cache key and of the index signature, so a change
-#: to how the model is built never mixes its vectors with older ones.
-RECIPE = "onnx-int8-pc1"
+#: Each encoder's build recipe (the export, and the quantisation for int8); part of the cache key and of the
+#: index signature, so a change to how the model is built never mixes its vectors with older ones.
+RECIPES = {"onnx-int8": "onnx-int8-pc1", "onnx-fp32": "onnx-fp32-1"}
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "manifest.json"
@@ -76,26 +79,28 @@ def default_cache_dir() -> Path:
     return Path(base) / "obsmem" / "encoders"
 
 
-def ensure_encoder(model_dir: Path, cache_dir: Path) -> BuiltEncoder:
-    """The verified cache entry for ``model_dir``, built now if it is missing or damaged."""
+def ensure_encoder(model_dir: Path, cache_dir: Path, encoder: str = "onnx-fp32") -> BuiltEncoder:
+    """The verified cache entry of ``encoder`` (a key of :data:`RECIPES`) for ``model_dir``, built now if it
+    is missing or damaged."""
+    recipe = RECIPES[encoder]
     cache_dir.mkdir(parents=True, exist_ok=True)
     weights = weights_hash(model_dir, cache_dir)
-    entry = cache_dir / f"{weights[:24]}-{RECIPE}"
-    found = _verified(entry, weights)
+    entry = cache_dir / f"{weights[:24]}-{recipe}"
+    found = _verified(entry, weights, recipe)
     if found is not None:
         return found
     with _build_lock(cache_dir):
-        found = _verified(entry, weights)  # another process may have built it while we waited
+        found = _verified(entry, weights, recipe)  # another process may have built it while we waited
         if found is not None:
             return found
         if entry.exists():
             log.warning("the cached fast encoder at %s is damaged; building it again", entry)
             _discard(entry)
         started = time.monotonic()
-        log.warning("building the fast local encoder once (ONNX, int8; about 30 s) into %s", entry)
-        _build(model_dir, entry, weights)
+        log.warning("building the fast local encoder once (%s; about 30 s) into %s", encoder, entry)
+        _build(model_dir, entry, weights, recipe)
         seconds = time.monotonic() - started
-        found = _verified(entry, weights)
+        found = _verified(entry, weights, recipe)
         if found is None:  # pragma: no cover - a build that does not verify is a bug, not user input
             raise EmbeddingUnavailable("the fast local encoder was built but does not verify")
         return BuiltEncoder(found.directory, weights, found.max_seq_length, True, round(seconds, 2))
@@ -143,12 +148,12 @@ def file_sha256(path: Path) -> str:
 # -- verify, lock, publish -----------------------------------------------------------------------------------
 
 
-def _verified(entry: Path, weights: str) -> BuiltEncoder | None:
+def _verified(entry: Path, weights: str, recipe: str) -> BuiltEncoder | None:
     """The entry if its manifest matches and its files are whole; None if missing or damaged."""
     try:
         manifest = json.loads((entry / MANIFEST_FILE).read_text())
         model = entry / MODEL_FILE
-        if manifest.get("weights_sha256") != weights or manifest.get("recipe") != RECIPE:
+        if manifest.get("weights_sha256") != weights or manifest.get("recipe") != recipe:
             return None
         if model.stat().st_size != manifest["model_bytes"] or file_sha256(model) != manifest["model_sha256"]:
             return None
@@ -198,15 +203,15 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _build(model_dir: Path, entry: Path, weights: str) -> None:
+def _build(model_dir: Path, entry: Path, weights: str, recipe: str) -> None:
     """Export, quantise and publish ``entry`` (write-new, fsync, rename)."""
     work = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".building-{entry.name}-"))
     try:
-        max_seq_length = _export(model_dir, work)
+        max_seq_length = _export(model_dir, work, quantise=recipe.startswith("onnx-int8"))
         model = work / MODEL_FILE
         tokenizer = work / TOKENIZER_FILE
         manifest = {
-            "recipe": RECIPE,
+            "recipe": recipe,
             "weights_sha256": weights,
             "model_bytes": model.stat().st_size,
             "model_sha256": file_sha256(model),
@@ -237,8 +242,7 @@ def _sentence_config(model_dir: Path) -> int:
             config.get(key) for key in ("pooling_mode_cls_token", "pooling_mode_max_tokens")
         ):
             raise ConfigurationError(
-                "semantic.embedding.encoder 'onnx-int8' supports models that mean-pool their tokens; "
-                "use encoder 'torch-fp32' for this model"
+                "the onnx encoders support models that mean-pool their tokens; use encoder 'torch-fp32' for this model"
             )
     sentence = model_dir / "sentence_bert_config.json"
     if sentence.is_file():
@@ -246,7 +250,7 @@ def _sentence_config(model_dir: Path) -> int:
     return 256
 
 
-def _export(model_dir: Path, work: Path) -> int:
+def _export(model_dir: Path, work: Path, *, quantise: bool) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     max_seq_length = _sentence_config(model_dir)
@@ -288,7 +292,7 @@ def _export(model_dir: Path, work: Path) -> int:
     ids = torch.ones((2, 16), dtype=torch.long)
     mask = torch.ones((2, 16), dtype=torch.long)
     mask[1, 9:] = 0
-    fp32 = work / "fp32.onnx"
+    fp32 = work / ("fp32.onnx" if quantise else MODEL_FILE)
     with torch.no_grad(), _quiet_warnings():
         torch.onnx.export(
             MeanPooled(model),
@@ -300,9 +304,10 @@ def _export(model_dir: Path, work: Path) -> int:
             opset_version=17,
             dynamo=False,
         )
-    with _quiet_warnings():
-        quantize_dynamic(str(fp32), str(work / MODEL_FILE), per_channel=True, weight_type=QuantType.QInt8)
-    fp32.unlink()
+    if quantise:
+        with _quiet_warnings():
+            quantize_dynamic(str(fp32), str(work / MODEL_FILE), per_channel=True, weight_type=QuantType.QInt8)
+        fp32.unlink()
     return max_seq_length
 
 

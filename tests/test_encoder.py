@@ -1,7 +1,8 @@
-"""The fast local encoder: the int8 ONNX build of the bundled model, its cache, and what depends on it.
+"""The fast local encoders: the ONNX builds (fp32, the default, and int8) of the bundled model, their cache,
+and what depends on them.
 
-One real build (export and quantisation, about 30 s) into a temporary cache serves the module; the
-damaged-cache test builds once more. The fp32 reference is the real sentence-transformers model.
+Two real builds (export, and quantisation for int8; about 30 s each) into a temporary cache serve the
+module; the damaged-cache test builds once more. The reference is the real sentence-transformers model.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ MEMORIES = [
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache holding one real build of the bundled model's fast encoder."""
+    """A cache holding a real build of each fast encoder of the bundled model."""
     directory = tmp_path_factory.mktemp("encoders")
-    built = ensure_encoder(bundled_model_path(), directory)
-    assert built.built and built.model_file.is_file()
+    for encoder in ("onnx-fp32", "onnx-int8"):
+        built = ensure_encoder(bundled_model_path(), directory, encoder)
+        assert built.built and built.model_file.is_file()
     return directory
 
 
@@ -55,8 +57,16 @@ def semantic(cache_dir: Path, **embedding: Any) -> dict[str, Any]:
     return {"embedding": {"cache_dir": str(cache_dir), **embedding}, "index": {"background": False}}
 
 
-def test_fast_encoder_agrees_with_fp32_on_the_sample(cache_dir: Path, fp32: LocalEmbedder) -> None:
+def test_default_encoder_gives_the_vectors_of_sentence_transformers(cache_dir: Path, fp32: LocalEmbedder) -> None:
     fast = make_embedder(EmbeddingSettings(cache_dir=str(cache_dir)))
+    assert isinstance(fast, OnnxEmbedder) and fast.encoder == "onnx-fp32"
+    texts = [item["content"] for item in observations()]
+    cosines = (fast.embed_documents(texts) * fp32.embed_documents(texts)).sum(axis=1)
+    assert cosines.min() >= 0.9999, cosines.min()
+
+
+def test_int8_encoder_agrees_with_fp32_on_the_sample(cache_dir: Path, fp32: LocalEmbedder) -> None:
+    fast = make_embedder(EmbeddingSettings(cache_dir=str(cache_dir), encoder="onnx-int8"))
     assert isinstance(fast, OnnxEmbedder)
     texts = [item["content"] for item in observations()]
     asked = [item["question"] for item in questions()]
@@ -71,10 +81,11 @@ def test_fast_encoder_agrees_with_fp32_on_the_sample(cache_dir: Path, fp32: Loca
 
 
 def test_cached_build_is_reused_and_verified(cache_dir: Path) -> None:
-    again = ensure_encoder(bundled_model_path(), cache_dir)
+    again = ensure_encoder(bundled_model_path(), cache_dir, "onnx-int8")
     assert not again.built
     manifest = json.loads((again.directory / MANIFEST_FILE).read_text())
-    assert manifest["weights_sha256"] == again.weights_sha256 and manifest["recipe"] == encoder_build.RECIPE
+    assert manifest["weights_sha256"] == again.weights_sha256
+    assert manifest["recipe"] == encoder_build.RECIPES["onnx-int8"] == again.directory.name.split("-", 1)[1]
     assert manifest["model_bytes"] == again.model_file.stat().st_size
     assert again.directory.name.startswith(again.weights_sha256[:24])
     # Only the published entry and the bookkeeping are left: no half-built directory.
@@ -83,7 +94,7 @@ def test_cached_build_is_reused_and_verified(cache_dir: Path) -> None:
 
 def test_damaged_cache_is_rebuilt(cache_dir: Path, tmp_path: Path) -> None:
     own = tmp_path / "encoders"
-    entry = ensure_encoder(bundled_model_path(), cache_dir).directory
+    entry = ensure_encoder(bundled_model_path(), cache_dir, "onnx-int8").directory
     # Start from a copy of the good entry, then damage one byte in the middle of the model.
     import shutil
 
@@ -92,7 +103,7 @@ def test_damaged_cache_is_rebuilt(cache_dir: Path, tmp_path: Path) -> None:
     data = bytearray(model.read_bytes())
     data[len(data) // 2] ^= 0xFF
     model.write_bytes(bytes(data))
-    rebuilt = ensure_encoder(bundled_model_path(), own)
+    rebuilt = ensure_encoder(bundled_model_path(), own, "onnx-int8")
     assert rebuilt.built and rebuilt.directory == own / entry.name
     assert encoder_build.file_sha256(rebuilt.model_file) == encoder_build.file_sha256(entry / MODEL_FILE)
     assert not any(p.name.startswith((".damaged-", ".building-")) for p in own.iterdir())
@@ -102,7 +113,7 @@ def test_failed_build_publishes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     """A build that dies halfway (here: the export writes part of a model, then fails) leaves no entry, so
     the next start builds again instead of loading half a model."""
 
-    def export_then_fail(model_dir: Path, work: Path) -> int:
+    def export_then_fail(model_dir: Path, work: Path, *, quantise: bool) -> int:
         (work / MODEL_FILE).write_bytes(b"half a model")
         raise OSError(28, "No space left on device")
 
@@ -147,9 +158,9 @@ def test_changing_the_encoder_rebuilds_the_index(tmp_path: Path, cache_dir: Path
     with Obsmem(load_settings(data_dir=tmp_path, semantic=fast)) as service:
         add_memories(service, "app", MEMORIES)
         assert service.index("app").totals.chunks_embedded == 3
-        assert "onnx" in json.loads(_signature(service, "app"))["embedder"]
+        assert json.loads(_signature(service, "app"))["embedder"].startswith("onnx:onnx-fp32")
         assert service.search("app", "database upgrade").hits[0].content == MEMORIES[1][1]
-    reference = semantic(cache_dir, encoder="torch-fp32")
+    reference = semantic(cache_dir, encoder="onnx-int8")
     with Obsmem(load_settings(data_dir=tmp_path, semantic=reference)) as service:
         # An index built by the other encoder is never searched with this one.
         with pytest.raises(IndexBuilding):
@@ -157,7 +168,7 @@ def test_changing_the_encoder_rebuilds_the_index(tmp_path: Path, cache_dir: Path
         assert service.status("app").indexed_count == 0
         report = service.index("app")
         assert report.totals.reset and report.totals.chunks_embedded == 3
-        assert json.loads(_signature(service, "app"))["embedder"].startswith("sentence-transformers:")
+        assert json.loads(_signature(service, "app"))["embedder"].startswith("onnx:onnx-int8")
         assert service.search("app", "database upgrade").hits[0].content == MEMORIES[1][1]
 
 

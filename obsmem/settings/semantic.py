@@ -57,16 +57,17 @@ class EmbeddingSettings(Section):
         default=None, description="`openai` only: base URL; requests go to `<base_url>/embeddings`."
     )
     model_id: str | None = Field(default=None, description="`openai` only: the `model` sent with each request.")
-    encoder: Literal["onnx-int8", "torch-fp32"] = Field(
-        default="onnx-int8",
-        description="`local` only: how the model runs. `onnx-int8`: an int8 ONNX Runtime build of the model, "
-        "made once from the installed weights and cached (about 3x faster, same retrieval quality: "
-        "docs/eval.md); `torch-fp32`: the model as sentence-transformers runs it. Changing it rebuilds the "
-        "index (the vectors differ).",
+    encoder: Literal["onnx-fp32", "onnx-int8", "torch-fp32"] = Field(
+        default="onnx-fp32",
+        description="`local` only: how the model runs. `onnx-fp32`: an ONNX Runtime build of the model, made "
+        "once from the installed weights and cached: the vectors of `torch-fp32`, about 3x faster and "
+        "without torch at search time; `onnx-int8`: the same build quantised to int8, about 1.7x faster "
+        "again, with slightly different rankings (docs/eval.md); `torch-fp32`: the model as "
+        "sentence-transformers runs it. Changing it rebuilds the index (the vectors differ).",
     )
     cache_dir: str = Field(
         default="",
-        description="`onnx-int8` only: where built encoders are kept. Empty means "
+        description="`onnx-*` encoders only: where their builds are kept. Empty means "
         "`$XDG_CACHE_HOME/obsmem/encoders` (`~/.cache/obsmem/encoders`).",
     )
     query_prefix: str = Field(
@@ -111,7 +112,7 @@ class EmbeddingSettings(Section):
             if self.model:
                 raise ValueError("model is a local model path; provider 'openai' uses model_id")
             if self.cache_dir:
-                raise ValueError("cache_dir belongs to provider 'local' (encoder 'onnx-int8')")
+                raise ValueError("cache_dir belongs to provider 'local' (the onnx encoders)")
         elif self.base_url or self.model_id:
             raise ValueError("base_url and model_id belong to provider 'openai'; provider 'local' uses model")
         return self

@@ -1,10 +1,10 @@
-"""``obsmem encoder build``: build (or verify) the fast local encoder now rather than on first use.
+"""``obsmem encoder build``: build (or verify) the configured ONNX encoder now rather than on first use.
 
 Register it in the CLI's command table with one line::
 
     "encoder": "obsmem.surfaces.cli_encoder:encoder",
 
-The int8 ONNX build of the local model is made from the installed weights once and cached (see
+The ONNX build of the local model (int8 or fp32) is made from the installed weights once and cached (see
 docs/semantic.md, "The local encoder"); the first search or indexing run builds it otherwise. This
 command does it ahead of time, for instance while installing, and says where the cache entry is.
 """
@@ -21,7 +21,7 @@ from obsmem.errors import ValidationFailed
 
 @click.group("encoder")
 def encoder() -> None:
-    """The fast local encoder (the int8 ONNX build of the local embedding model)."""
+    """The fast local encoder (the ONNX build of the local embedding model)."""
 
 
 @encoder.command("build")
@@ -30,7 +30,7 @@ def encoder() -> None:
 def build(app: Any, as_json: bool) -> None:
     """Build the fast local encoder from the installed model, or verify the one already built.
 
-    Needs [semantic] with the local provider and encoder "onnx-int8" (the default). Nothing is
+    Needs [semantic] with the local provider and an ONNX encoder ("onnx-int8" or "onnx-fp32"). Nothing is
     downloaded: the model is exported from the weights on this machine. Safe to run while a server runs.
     """
     from obsmem.indexer import local_encoder
@@ -42,9 +42,9 @@ def build(app: Any, as_json: bool) -> None:
             "with provider 'local'",
             code="mode_unavailable",
         )
-    if settings.semantic.embedding.encoder != "onnx-int8":
+    if not settings.semantic.embedding.encoder.startswith("onnx-"):
         raise ValidationFailed(
-            "semantic.embedding.encoder is 'torch-fp32', which needs no build; set it to 'onnx-int8'",
+            "semantic.embedding.encoder is 'torch-fp32', which needs no build; an ONNX encoder does",
             code="mode_unavailable",
         )
     built = local_encoder(settings.semantic.embedding)
