@@ -70,7 +70,7 @@ def locomo(shared: Path) -> tuple[list[str], list[str]]:
         asked.extend(str(item["question"]) for item in sample["qa"])
         for key, value in sample["conversation"].items():
             if key.startswith("session_") and isinstance(value, list):
-                turns.extend(f"{turn['speaker']}: {turn['text']}" for turn in value)
+                turns.extend(" ".join(f"{turn['speaker']}: {turn['text']}".split()) for turn in value)
     return asked, turns
 
 
