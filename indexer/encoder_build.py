@@ -17,8 +17,9 @@ The result is cached, keyed by the hash of the model directory's files and by th
 
 - A build writes into a fresh temporary directory, fsyncs it and renames it into place, so a reader sees
   a whole entry or none; a file lock keeps two processes from building the same entry at once.
-- The manifest records the model file's size and SHA-256, checked before every load: a damaged entry is
-  moved aside and built again, never loaded.
+- The manifest records the model file's size and SHA-256, checked before every load (the hash again
+  only when the file changed since its last check): a damaged entry is moved aside and built again,
+  never loaded.
 - Hashing the weights (about 90 MB) on every start would cost a one-shot search a few hundred ms, so the
   hash of a model directory is remembered beside the cache, keyed by its files' sizes and modification
   times; any change to a file hashes it again.
@@ -51,6 +52,7 @@ RECIPES = {"onnx-int8": "onnx-int8-pc1", "onnx-fp32": "onnx-fp32-1"}
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "manifest.json"
+VERIFIED_FILE = ".verified.json"
 _HASH_CHUNK = 1 << 20
 
 
@@ -155,7 +157,7 @@ def _verified(entry: Path, weights: str, recipe: str) -> BuiltEncoder | None:
         model = entry / MODEL_FILE
         if manifest.get("weights_sha256") != weights or manifest.get("recipe") != recipe:
             return None
-        if model.stat().st_size != manifest["model_bytes"] or file_sha256(model) != manifest["model_sha256"]:
+        if model.stat().st_size != manifest["model_bytes"] or not _checksum_holds(model, manifest["model_sha256"]):
             return None
         tokenizer = entry / TOKENIZER_FILE
         if tokenizer.stat().st_size != manifest["tokenizer_bytes"]:
@@ -163,6 +165,23 @@ def _verified(entry: Path, weights: str, recipe: str) -> BuiltEncoder | None:
         return BuiltEncoder(entry, weights, int(manifest["max_seq_length"]), False, 0.0)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _checksum_holds(model: Path, expected: str) -> bool:
+    """The model's SHA-256 is ``expected``. Hashing the fp32 model (90 MB) costs a one-shot search 0.1-0.2 s,
+    so a match is remembered beside it with the file's inode, size and modification time; a file written
+    since (or replaced) is hashed again."""
+    stat = model.stat()
+    stamp = [stat.st_ino, stat.st_size, stat.st_mtime_ns, expected]
+    memo = model.with_name(VERIFIED_FILE)
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(memo.read_text()) == stamp:
+            return True
+    if file_sha256(model) != expected:
+        return False
+    with contextlib.suppress(OSError):  # a read-only cache is verified again next time, no harm done
+        _write_atomic(memo, json.dumps(stamp).encode())
+    return True
 
 
 @contextlib.contextmanager
