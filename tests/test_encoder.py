@@ -200,3 +200,20 @@ def test_cli_search_loads_no_torch_and_prints_nothing_on_stderr(tmp_path: Path, 
     assert heavy.strip() == "[]"
     result = json.loads(payload)
     assert result["mode"] == "hybrid" and result["hits"][0]["content"] == MEMORIES[1][1]
+
+
+def test_encoder_build_command_verifies_the_cached_build(tmp_path: Path, cache_dir: Path) -> None:
+    from click.testing import CliRunner
+
+    from obsmem.surfaces.cli import cli
+
+    config = tmp_path / "obsmem.toml"
+    config.write_text(f'[semantic]\n[semantic.embedding]\nencoder = "onnx-int8"\ncache_dir = "{cache_dir}"\n')
+    result = CliRunner().invoke(cli, ["--config", str(config), "encoder", "build", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["built"] is False and Path(summary["directory"]).parent == cache_dir
+    assert Path(summary["directory"]).name.endswith(encoder_build.RECIPES["onnx-int8"])
+    config.write_text('[semantic]\n[semantic.embedding]\nencoder = "torch-fp32"\n')
+    refused = CliRunner().invoke(cli, ["--config", str(config), "encoder", "build"])
+    assert refused.exit_code == 2 and "error: mode_unavailable:" in refused.output
