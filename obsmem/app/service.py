@@ -284,13 +284,16 @@ class Obsmem:
         """``hybrid`` when semantic mode is on, else ``exact`` (tool descriptions follow this)."""
         return self.search_modes.default_mode
 
-    def index(self, project: str, progress: Callable[[BatchReport], None] | None = None) -> IndexReport:
-        """Index everything pending for ``project`` now (``obsmem index``), then publish the graph file."""
+    def index(
+        self, project: str, progress: Callable[[BatchReport], None] | None = None, *, every_core: bool = False
+    ) -> IndexReport:
+        """Index everything pending for ``project`` now (``obsmem index``), then publish the graph file.
+        ``every_core``: nothing else in this process needs a core (no background indexer, no queries)."""
         if self.indexer is None:
             raise ValidationFailed(
                 "indexing needs the [semantic] section in the settings file", code="mode_unavailable"
             )
-        report = self.indexer.backfill(project, progress)
+        report = self.indexer.backfill(project, progress, every_core=every_core)
         totals = {name: report.pop(name) for name in _TOTALS}
         return IndexReport(totals=build(IndexTotals, totals), status=build(IndexStatus, report))
 
