@@ -175,7 +175,10 @@ def test_changing_the_encoder_rebuilds_the_index(tmp_path: Path, cache_dir: Path
 def test_cli_search_loads_no_torch_and_prints_nothing_on_stderr(tmp_path: Path, cache_dir: Path) -> None:
     data = tmp_path / "data"
     config = tmp_path / "obsmem.toml"
-    config.write_text(f'[semantic]\n[semantic.embedding]\ncache_dir = "{cache_dir}"\n')
+    # No background indexer while the test indexes in the foreground (it would hold the project's lock).
+    config.write_text(
+        f'[semantic]\n[semantic.embedding]\ncache_dir = "{cache_dir}"\n[semantic.index]\nbackground = false\n'
+    )
     with Obsmem(load_settings(config, data_dir=data)) as service:
         add_memories(service, "app", MEMORIES)
         service.index("app")
