@@ -7,7 +7,18 @@ here); these settings make it observe after every few events, as the embedded te
 from __future__ import annotations
 
 from support.pydantic_ai_stages import event_bodies
-from support.scripted_chat import Reply, Request, StageScript, citable_seqs, record, text
+from support.scripted_chat import (
+    Reply,
+    Request,
+    StageScript,
+    citable_seqs,
+    record,
+    reflections,
+    shown_observations,
+    text,
+)
+
+REFLECTION_GROUP = 10
 
 
 class QuotingObserverScript(StageScript):
@@ -27,6 +38,26 @@ class QuotingObserverScript(StageScript):
             if seq in bodies
         ]
         return record(*items) if items else text("nothing to record")
+
+
+class CondensingReflectorScript(StageScript):
+    """The server's Reflector, like a careful one: one short reflection per ten observations no reflection
+    covers yet, so the memory stays bounded (the Dropper retires what reflections cover)."""
+
+    def opening_reply(self, request: Request, call: int) -> Reply:
+        fresh = [o for o in shown_observations(request.transcript) if o.coverage == "not covered"]
+        groups = [fresh[i : i + REFLECTION_GROUP] for i in range(0, len(fresh), REFLECTION_GROUP)]
+        if not groups:
+            return text("nothing to reflect")
+        return reflections(
+            *[
+                {
+                    "content": ("Condensed: " + "; ".join(o.content[:30] for o in group))[:200],
+                    "supporting_observation_ids": [o.id for o in group],
+                }
+                for group in groups
+            ]
+        )
 
 
 def server_settings(model_url: str) -> str:
