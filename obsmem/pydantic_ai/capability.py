@@ -443,8 +443,8 @@ class ObservationalMemory(AbstractCapability[Any]):
         """Cancel the poller from any thread: through its loop when that loop runs in another thread, else
         directly (on its own loop, or on a loop that is not running: the cancellation lands when it runs)."""
         poller, self._poller = self._poller, None
-        if poller is None or poller.done():
-            return
+        if poller is None or poller.done() or poller.get_loop().is_closed():
+            return  # a closed loop runs nothing more: its poller is as good as stopped
         loop = poller.get_loop()
         try:
             running = asyncio.get_running_loop()
