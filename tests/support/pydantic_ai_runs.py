@@ -12,7 +12,7 @@ from obsmem.app import Obsmem
 from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai import ObservationalMemory, OMEvent
 from obsmem.pydantic_ai.messages import message_events
-from support.pydantic_ai_session import tool_result
+from support.pydantic_ai_session import agent_with_memory
 from support.pydantic_ai_stages import CodingAgent
 
 WINDOW = 8_000
@@ -71,9 +71,7 @@ def logging_agent(om: ObservationalMemory, model: CodingAgent, log_lines: int) -
 
 
 def coding_agent(om: ObservationalMemory, model: CodingAgent) -> Agent[None, str]:
-    agent = Agent(model.model(), capabilities=[om], system_prompt="You are a careful coding agent.")
-    agent.tool_plain(tool_result, name="run_tests")
-    return agent
+    return agent_with_memory(om, model.model())
 
 
 async def run_turns(
