@@ -35,14 +35,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.messages import ModelMessage  # noqa: E402
+from pydantic_ai_turns import module_turns  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.pydantic_ai import ObservationalMemory  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
-from support.pydantic_ai_stages import CodingAgent, observer_model, reflector_model  # noqa: E402
+from support.pydantic_ai_session import agent_with_memory, staged_memory  # noqa: E402
+from support.pydantic_ai_stages import CodingAgent  # noqa: E402
 
 SETTINGS = {
     "observer": {"buffer_tokens": 2_000},
@@ -126,29 +127,14 @@ def tool_result(path: str) -> str:
     return f"ran the tests of {path}: 14 passed, 0 failed; coverage 87%; " + "ok " * 30
 
 
-async def run_turns(agent: Agent[None, str], history: list[ModelMessage], first: int, count: int) -> list[ModelMessage]:
-    for turn in range(first, first + count):
-        prompt = f"turn {turn}: fix the failing test in src/module_{turn}.py; the code word for turn {turn} is w{turn}"
-        history = (await agent.run(prompt, message_history=history)).all_messages()
-    return history
-
-
 async def measure(messages: int, requests: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as data, Obsmem(load_settings(data_dir=Path(data), **SETTINGS)) as memory:
-        om = TimedMemory(
-            memory,
-            project="bench",
-            session_id="s1",
-            observer_model=observer_model(),
-            reflector_model=reflector_model(),
-            context_window=128_000,
-        )
-        agent = Agent(CodingAgent().model(), capabilities=[om], system_prompt="You are a careful coding agent.")
-        agent.tool_plain(tool_result, name="run_tests")
-        history = await run_turns(agent, [], 1, messages // 4)
+        om = staged_memory(memory, TimedMemory, project="bench", context_window=128_000)
+        agent = agent_with_memory(om, CodingAgent().model(), tool_result)
+        history = await module_turns(agent, [], 1, messages // 4)
         await om.flush(600)
         om.clear()
-        history = await run_turns(agent, history, messages // 4 + 1, requests // 2)
+        history = await module_turns(agent, history, messages // 4 + 1, requests // 2)
         compaction, projection = om.last_compaction, om.last_projection
         om.close()
         assert compaction is not None and projection is not None

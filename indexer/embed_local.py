@@ -55,32 +55,36 @@ def model_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-class LocalEmbedder(Embedder):
-    request_size = 1024  # sentence-transformers batches internally (and sorts by length first)
+def serving_threads() -> int:
+    """Indexing threads while the process also serves queries: every core but one."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+class OnThisMachine(Embedder):
+    """What the embedders that run a model on this machine's cores share: the model's directory, the name
+    their identity gives it, and how many threads indexing takes.
+
+    Indexing leaves one core to the service (queries, HTTP) unless told otherwise: on a busy or small machine,
+    threads that outnumber the free cores spin and slow down (measured with torch: 98 texts/s with 1 thread vs
+    47 with 2 while another process used a core). Queries and indexing each load their own model or session,
+    behind their own lock (``_locks``); ``_load_lock`` guards loading.
+    """
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         super().__init__(query_prefix=settings.query_prefix, dimensions=settings.dimensions)
         self.batch_size = settings.batch_size
-        # Indexing leaves one core to the service (queries, HTTP) unless told otherwise: on a busy or
-        # small machine, torch threads that outnumber the free cores spin and slow down (measured here:
-        # 98 texts/s with 1 thread vs 47 with 2 while another process used a core).
         self.configured_threads = settings.threads
-        self.document_threads = settings.threads or max(1, (os.cpu_count() or 1) - 1)
+        self.document_threads = settings.threads or serving_threads()
         if settings.model:
             self.path = Path(settings.model).expanduser()
             if not self.path.is_dir():
                 raise ConfigurationError(f"semantic.embedding.model: no model directory at {self.path}")
-            self._identity = f"sentence-transformers:{self.path.name}:{model_fingerprint(self.path)}"
+            self.model_name = f"{self.path.name}:{model_fingerprint(self.path)}"
         else:
             self.path = bundled_model_path()
-            self._identity = f"sentence-transformers:{BUNDLED}"
-        self._models: dict[str, Any] = {}
+            self.model_name = BUNDLED
         self._locks = {"documents": threading.Lock(), "query": threading.Lock()}
         self._load_lock = threading.Lock()
-
-    @property
-    def identity(self) -> str:
-        return self._identity
 
     @contextlib.contextmanager
     def every_core(self) -> Iterator[None]:
@@ -91,6 +95,19 @@ class LocalEmbedder(Embedder):
             yield
         finally:
             self.document_threads = before
+
+
+class LocalEmbedder(OnThisMachine):
+    request_size = 1024  # sentence-transformers batches internally (and sorts by length first)
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        super().__init__(settings)
+        self._identity = f"sentence-transformers:{self.model_name}"
+        self._models: dict[str, Any] = {}
+
+    @property
+    def identity(self) -> str:
+        return self._identity
 
     def _model(self, purpose: str) -> Any:
         with self._load_lock:

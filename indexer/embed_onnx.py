@@ -16,51 +16,28 @@ its longest text (as sentence-transformers does); the vectors go back in the cal
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from obsmem.errors import ConfigurationError, EmbeddingUnavailable
-from obsmem.indexer.embed_local import BUNDLED, bundled_model_path, model_fingerprint
-from obsmem.indexer.embedders import Embedder
+from obsmem.errors import EmbeddingUnavailable
+from obsmem.indexer.embed_local import OnThisMachine
 from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder, default_cache_dir, ensure_encoder
 from obsmem.settings import EmbeddingSettings
 
 
-def serving_threads() -> int:
-    """Indexing threads while the process also serves queries: every core but one."""
-    return max(1, (os.cpu_count() or 1) - 1)
-
-
-class OnnxEmbedder(Embedder):
+class OnnxEmbedder(OnThisMachine):
     request_size = 1024  # batched inside (sorted by length, ``batch_size`` texts per model run)
 
     def __init__(self, settings: EmbeddingSettings) -> None:
-        super().__init__(query_prefix=settings.query_prefix, dimensions=settings.dimensions)
-        self.batch_size = settings.batch_size
+        super().__init__(settings)
         self.encoder = settings.encoder
-        recipe = RECIPES[settings.encoder]
-        self.configured_threads = settings.threads
-        self.document_threads = settings.threads or serving_threads()
-        if settings.model:
-            self.path = Path(settings.model).expanduser()
-            if not self.path.is_dir():
-                raise ConfigurationError(f"semantic.embedding.model: no model directory at {self.path}")
-            self._identity = f"onnx:{recipe}:{self.path.name}:{model_fingerprint(self.path)}"
-        else:
-            self.path = bundled_model_path()
-            self._identity = f"onnx:{recipe}:{BUNDLED}"
+        self._identity = f"onnx:{RECIPES[settings.encoder]}:{self.model_name}"
         self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
         self._built: BuiltEncoder | None = None
         self._sessions: dict[int, Any] = {}  # thread count -> onnxruntime.InferenceSession
         self._tokenizers: dict[str, Any] = {}
-        self._locks = {"documents": threading.Lock(), "query": threading.Lock()}
-        self._load_lock = threading.Lock()
 
     @property
     def identity(self) -> str:
@@ -73,16 +50,6 @@ class OnnxEmbedder(Embedder):
             if self._built is None:
                 self._built = ensure_encoder(self.path, self.cache_dir, self.encoder)
             return self._built
-
-    @contextlib.contextmanager
-    def every_core(self) -> Iterator[None]:
-        """Index on every core while inside (a one-shot ``obsmem index``: no query waits for a core)."""
-        before = self.document_threads
-        self.document_threads = self.configured_threads or (os.cpu_count() or 1)
-        try:
-            yield
-        finally:
-            self.document_threads = before
 
     def _session(self, threads: int) -> Any:
         built = self.built()

@@ -22,7 +22,7 @@ from obsmem.app import Obsmem
 from obsmem.pydantic_ai import ObservationalMemory, OMEvent
 from obsmem.pydantic_ai.capability import POLLER_TASK_NAME
 from obsmem.settings import load_settings
-from support.pydantic_ai_runs import WINDOW, coding_agent
+from support.pydantic_ai_runs import WINDOW, coding_agent, session_memory
 from support.pydantic_ai_session import SETTINGS
 from support.pydantic_ai_stages import CodingAgent, observer
 
@@ -69,13 +69,11 @@ async def until(condition: object, seconds: float = WAIT_SECONDS) -> bool:
 def test_an_observation_that_ends_after_the_run_reaches_the_handler(memory: Obsmem) -> None:
     handled: list[OMEvent] = []
     held = HeldObserver()
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        handled,
         observer_model=FunctionModel(held),
         context_window=WINDOW,
-        event_handler=handled.append,
         poll_seconds=POLL_SECONDS,
         tools=False,
     )

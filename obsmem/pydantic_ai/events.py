@@ -25,21 +25,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from obsmem.work import PIPELINE_EVENTS as PIPELINE_EVENTS  # re-exported beside the capability's own
+
 log = logging.getLogger("obsmem.pydantic_ai.events")
 
-PIPELINE_EVENTS = (
-    "om_observation_start",
-    "om_observation_end",
-    "om_observation_failed",
-    "om_reflection_start",
-    "om_reflection_end",
-    "om_reflection_failed",
-    "om_dropper_start",
-    "om_dropper_end",
-    "om_dropper_failed",
-    "om_model_changed",
-    "job_failed",
-)
 CAPABILITY_EVENTS = (
     "om_status",
     "om_buffering_start",

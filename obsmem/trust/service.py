@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import apsw
 
 from obsmem.errors import NotFound, ValidationFailed
 from obsmem.pipeline import Projection
@@ -59,6 +61,8 @@ from obsmem.trust.search import find_note_hits, merge_hits, parse_trust
 from obsmem.trust.stores import TierStores
 from obsmem.validation import project_name
 from obsmem.work import eventlog
+
+_Row = TypeVar("_Row")  # a note or a judgment, as a tier's listing returns it
 
 log = logging.getLogger("obsmem.trust")
 
@@ -150,21 +154,25 @@ class TrustService:
 
     def notes(self, project: str, *, status: object = None, user: str | None) -> NoteList:
         wanted = parse_status(status)
-        found: list[Note] = []
-        for _, db in self.stores.readable(project, user):
-            with db.read() as conn:
-                found += list_notes(conn, wanted)
+        found = self._from_each_tier(project, user, lambda conn: list_notes(conn, wanted))
         found.sort(key=lambda note: note.date, reverse=True)
         return NoteList(found)
+
+    def _from_each_tier(
+        self, project: str, user: str | None, read: Callable[[apsw.Connection], list[_Row]]
+    ) -> list[_Row]:
+        """What ``read`` finds in every tier this caller reads, project tier first."""
+        found: list[_Row] = []
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                found += read(conn)
+        return found
 
     # -- judgments ---------------------------------------------------------------------------------
 
     def judgments(self, project: str, *, state: object = None, user: str | None) -> JudgmentList:
         wanted = parse_state(state)
-        found: list[Judgment] = []
-        for _, db in self.stores.readable(project, user):
-            with db.read() as conn:
-                found += list_judgments(conn, wanted)
+        found = self._from_each_tier(project, user, lambda conn: list_judgments(conn, wanted))
         found.sort(key=lambda judgment: judgment.created_at, reverse=True)
         return JudgmentList(found)
 
