@@ -274,6 +274,10 @@ def _comparable(found: dict[str, Any]) -> dict[str, Any]:
     """A search answer without what differs between two data directories by nature: note dates (the time of
     the write) and the display ids derived from nothing else are kept, as both twins derive them alike."""
     hits = [{key: value for key, value in hit.items() if key not in ("date", "created_at")} for hit in found["hits"]]
+    if found["mode"] == "exact":
+        # Exact hits come newest first, and a note's date is the time of its write: notes written within the
+        # same moment in one twin may be milliseconds apart in the other, so their order differs by nature.
+        hits.sort(key=lambda hit: (hit["kind"], hit["id"]))
     return {**found, "hits": hits}
 
 
