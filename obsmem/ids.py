@@ -1,4 +1,4 @@
-"""Memory identity.
+"""Memory and event identity.
 
 A memory id is the SHA-256 of a canonical JSON document of what defines the memory, so the same
 observation always gets the same id and writes are idempotent. Models and people see the first
@@ -48,6 +48,13 @@ def reflection_id(session_id: str, timestamp: str, content: str, supporting_ids:
         "content": content,
         "supporting_observation_ids": sorted(set(supporting_ids)),
     }
+    return hashlib.sha256(canonical_json(document)).hexdigest()
+
+
+def event_id(session_id: str, seq: int) -> str:
+    """An event's id: the SHA-256 of its address, so it never changes and is the same after an export and
+    import. Shown and recalled like a memory id (12 to 64 hex characters)."""
+    document = {"kind": "event", "session_id": session_id, "seq": seq}
     return hashlib.sha256(canonical_json(document)).hexdigest()
 
 

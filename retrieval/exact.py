@@ -33,7 +33,8 @@ import apsw
 
 from obsmem.dates import DateWindow
 from obsmem.errors import InvalidQuery
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
+from obsmem.retrieval.corpus import MEMORIES, Corpus
+from obsmem.retrieval.results import Hit
 from obsmem.validation import CONTROL_CHARACTERS
 
 MAX_QUERY_CHARS = 1000
@@ -94,15 +95,15 @@ class _WalkBudgetExhausted(Exception):
     pass
 
 
-def _filters(window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
+def _filters(corpus: Corpus, window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
     clauses: list[str] = []
     params: list[object] = []
     if window.lower is not None:
-        clauses.append("m.date >= ?")
-        params.append(window.lower)
+        clauses.append(f"{corpus.date} >= ?")
+        params.append(corpus.lower_bound(window.lower))
     if window.upper is not None:
-        clauses.append("m.date <= ?")
-        params.append(window.upper)
+        clauses.append(f"{corpus.date} <= ?")
+        params.append(corpus.upper_bound(window.upper))
     if session_id is not None:
         clauses.append("m.session_id = ?")
         params.append(session_id)
@@ -110,18 +111,20 @@ def _filters(window: DateWindow, session_id: str | None) -> tuple[str, list[obje
 
 
 class ExactSearcher:
-    """Runs exact searches on one connection (one per thread)."""
+    """Runs exact searches over one corpus (memories or events) on one connection (one per thread)."""
 
     def __init__(
         self,
         conn: apsw.Connection,
         *,
+        corpus: Corpus = MEMORIES,
         index_plan_max_docs: int = INDEX_PLAN_MAX_DOCS,
         walk_budget_steps: int = WALK_BUDGET_STEPS,
         posting_cost: float = POSTING_COST,
         short_needle_walk_rows: float = SHORT_NEEDLE_WALK_ROWS,
     ) -> None:
         self.conn = conn
+        self.corpus = corpus
         self.index_plan_max_docs = index_plan_max_docs
         self.walk_budget_steps = walk_budget_steps
         self.posting_cost = posting_cost
@@ -138,15 +141,16 @@ class ExactSearcher:
         self, needle: str, window: DateWindow, limit: int, session_id: str | None = None
     ) -> tuple[list[Hit], bool]:
         """Up to ``limit`` hits, newest first, and whether more matched."""
-        rows = self._rows(needle, window, limit + 1, session_id)
+        rows = self.rows(needle, window, limit + 1, session_id)
         return [Hit.from_row(row) for row in rows[:limit]], len(rows) > limit
 
-    def _rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None) -> list[tuple]:
-        where, params = _filters(window, session_id)
+    def rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None = None) -> list[tuple]:
+        """Up to ``fetch`` matching rows (the corpus's hit columns), newest first."""
+        where, params = _filters(self.corpus, window, session_id)
         pattern = like_pattern(needle)
         trigrams = self.trigrams(needle)
         if trigrams:
-            sample = TrigramSample.for_connection(self.conn, self._tokenize)
+            sample = TrigramSample.for_connection(self.conn, self._tokenize, self.corpus)
             rarest = sample.rarest(trigrams, PROBE_TRIGRAMS)
             walk_rows = fetch / sample.frequency_of_needle(needle)
             probe_postings = sample.total_rows * sample.frequency_of_trigram(rarest[0])
@@ -156,7 +160,7 @@ class ExactSearcher:
                     self.last_plan = ExactPlan("candidates", len(candidates))
                     return self._check_candidates(candidates, pattern, where, params, fetch)
         else:
-            sample = TrigramSample.for_connection(self.conn, self._tokenize)
+            sample = TrigramSample.for_connection(self.conn, self._tokenize, self.corpus)
             if fetch / sample.frequency_of_needle(needle) > self.short_needle_walk_rows:
                 terms = self._terms_beginning_with(needle)
                 candidates = None if terms is None else self._probe(terms, "OR")
@@ -182,7 +186,7 @@ class ExactSearcher:
         terms = [
             row[0]
             for row in self.conn.execute(
-                "SELECT term FROM memory_trigram_terms WHERE term >= ? AND term < ? LIMIT ?",
+                f"SELECT term FROM {self.corpus.trigram_terms} WHERE term >= ? AND term < ? LIMIT ?",
                 (folded, folded + "\U0010ffff", SHORT_NEEDLE_MAX_TERMS + 1),
             )
         ]
@@ -196,7 +200,7 @@ class ExactSearcher:
         rowids = [
             row[0]
             for row in self.conn.execute(
-                "SELECT rowid FROM memory_trigrams WHERE memory_trigrams MATCH ? LIMIT ?",
+                f"SELECT rowid FROM {self.corpus.trigrams} WHERE {self.corpus.trigrams} MATCH ? LIMIT ?",
                 (query, self.index_plan_max_docs + 1),
             )
         ]
@@ -207,19 +211,22 @@ class ExactSearcher:
     ) -> list[tuple]:
         if not candidates:
             return []
+        corpus = self.corpus
         sql = (
-            f"SELECT {HIT_COLUMNS} FROM memories AS m"
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m"
             " WHERE m.id IN (SELECT value FROM json_each(?))"
-            f" AND m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f" AND {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (json.dumps(candidates), pattern, *params, fetch)).fetchall()
+        return self.conn.execute(sql, (json.dumps(candidates), *corpus.patterns(pattern), *params, fetch)).fetchall()
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        corpus = self.corpus
+        walk_index = corpus.by_session_date if "m.session_id" in where else corpus.by_date
         sql = (
-            f"SELECT {HIT_COLUMNS} FROM memories AS m INDEXED BY {self._walk_index(where)}"
-            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m INDEXED BY {walk_index}"
+            f" WHERE {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
         steps = 0
         budget = self.walk_budget_steps
@@ -231,35 +238,33 @@ class ExactSearcher:
 
         self.conn.set_progress_handler(over_budget, _PROGRESS_INTERVAL)
         try:
-            return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
+            return self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
         except apsw.InterruptError:
             raise _WalkBudgetExhausted from None
         finally:
             self.conn.set_progress_handler(None)
 
-    @staticmethod
-    def _walk_index(where: str) -> str:
-        return "memories_by_session_date" if "m.session_id" in where else "memories_by_date"
-
     def _phrase(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # MATERIALIZED keeps the planner from turning this inside out (walking dates, probing FTS).
+        corpus = self.corpus
         sql = (
             "WITH candidates AS MATERIALIZED ("
-            "  SELECT rowid FROM memory_trigrams WHERE memory_trigrams MATCH ?)"
-            f" SELECT {HIT_COLUMNS} FROM candidates AS c JOIN memories AS m ON m.id = c.rowid"
-            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"  SELECT rowid FROM {corpus.trigrams} WHERE {corpus.trigrams} MATCH ?)"
+            f" SELECT {corpus.columns} FROM candidates AS c JOIN {corpus.table} AS m ON m.id = c.rowid"
+            f" WHERE {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (fts_phrase(needle), pattern, *params, fetch)).fetchall()
+        return self.conn.execute(sql, (fts_phrase(needle), *corpus.patterns(pattern), *params, fetch)).fetchall()
 
     def _scan(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # One sequential pass over the table is cheaper than walking the whole date index.
+        corpus = self.corpus
         sql = (
-            f"SELECT {HIT_COLUMNS} FROM memories AS m NOT INDEXED"
-            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m NOT INDEXED"
+            f" WHERE {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
+        return self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
 
 
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
@@ -268,14 +273,14 @@ SAMPLE_MAX_AGE_S = 300.0
 
 
 class TrigramSample:
-    """Statistics of the newest memories of one database, for plan choice only.
+    """Statistics of the newest rows of one corpus (memories or events) of one database, for plan choice only.
 
-    Built from the newest ``SAMPLE_ROWS`` memories and rebuilt when the table grew by a tenth or after
+    Built from the newest ``SAMPLE_ROWS`` rows and rebuilt when the table grew by a tenth or after
     ``SAMPLE_MAX_AGE_S``. FTS5's own vocabulary table would give exact counts, but it reads a term's
     whole posting list to count it, which is as slow as the search it is meant to plan.
     """
 
-    _cache: dict[str, TrigramSample] = {}
+    _cache: dict[tuple[str, str], TrigramSample] = {}
     _lock = threading.Lock()
 
     def __init__(self, contents: list[str], total_rows: int, tokenize: Any) -> None:
@@ -292,9 +297,9 @@ class TrigramSample:
         self.trigram_docs = counts
 
     @classmethod
-    def for_connection(cls, conn: apsw.Connection, tokenize: Any) -> TrigramSample:
-        total = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
-        key = conn.filename
+    def for_connection(cls, conn: apsw.Connection, tokenize: Any, corpus: Corpus = MEMORIES) -> TrigramSample:
+        total = conn.execute(f"SELECT coalesce(max(id), 0) FROM {corpus.table}").fetchone()[0]
+        key = (conn.filename, corpus.table)
         with cls._lock:
             cached = cls._cache.get(key)
         fresh = (
@@ -305,7 +310,10 @@ class TrigramSample:
         if fresh:
             return cached  # type: ignore[return-value]
         contents = [
-            row[0] for row in conn.execute("SELECT content FROM memories ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,))
+            row[0]
+            for row in conn.execute(
+                f"SELECT {corpus.sample_text} FROM {corpus.table} ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,)
+            )
         ]
         sample = cls(contents, total, tokenize)
         with cls._lock:

@@ -185,7 +185,10 @@ class Obsmem:
         limit: object = None,
         mode: object = None,
         session_id: object = None,
+        scope: object = None,
     ) -> SearchResult:
+        """``memory_search``. ``scope``: ``memories`` (None: observations and reflections), ``conversation``
+        (the events themselves) or ``all`` (both, one ranking)."""
         request = SearchRequest.parse(
             query=query,
             after=after,
@@ -193,6 +196,7 @@ class Obsmem:
             limit=limit,
             mode=mode,
             session_id=session_id,
+            scope=scope,
             default_mode=self.default_mode,
             limits=self.settings.search,
         )

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import apsw
 
 from obsmem.errors import StorageError
-from obsmem.storage.schema import m0001_core, m0002_pipeline, m0003_semantic, m0004_generations
+from obsmem.storage.schema import (
+    m0001_core,
+    m0002_pipeline,
+    m0003_semantic,
+    m0004_generations,
+    m0006_conversation,
+)
 
 
 @dataclass(frozen=True)
@@ -28,12 +34,13 @@ class Migration:
 
 
 # Versions may have gaps: each is reserved for one part of the project (2 = pipeline I, 3 = semantic
-# index, 4 = pipeline II) and they are applied in increasing order of what is missing.
+# index, 4 = pipeline II, 6 = conversation search) and they are applied in increasing order of what is missing.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, m0001_core.NAME, m0001_core.SQL),
     Migration(2, m0002_pipeline.NAME, m0002_pipeline.SQL),
     Migration(3, m0003_semantic.NAME, m0003_semantic.SQL),
     Migration(4, m0004_generations.NAME, m0004_generations.SQL),
+    Migration(6, m0006_conversation.NAME, m0006_conversation.SQL),
 )
 
 _LEDGER = """

@@ -1,0 +1,68 @@
+"""Conversation search: event ids, the events' substring index and date order, and their index markers.
+
+Events become searchable like memories (``memory_search`` with ``scope`` ``conversation`` or ``all``):
+
+- ``events.event_id`` is the SHA-256 of the event's address (:func:`obsmem.ids.event_id`), the id search
+  hits and ``recall`` use. Appends write it; an insert that leaves it out gets it from the
+  ``obsmem_event_id`` SQL function every obsmem connection registers, so the column is never empty.
+- ``event_trigrams`` holds the trigrams of each event's content and tool arguments, kept in step by
+  triggers, with the same two U+0001 sentinels after each text as ``memory_trigrams`` (so one- and
+  two-character needles start some trigram, and no trigram spans the content and the arguments).
+- ``events_by_date`` and ``events_by_session_date`` give exact search its newest-first walk.
+- Every event insert, edit and delete is marked in ``semantic_pending`` in the writer's transaction, as
+  memories are, under the negated event row (``-events.id``): memory rows are positive, so one marker
+  table and one chunk table name both kinds of source without a collision. Events already stored are
+  marked here, so turning semantic mode on indexes them.
+"""
+
+NAME = "conversation"
+
+SQL = """
+ALTER TABLE events ADD COLUMN event_id TEXT;
+UPDATE events SET event_id = obsmem_event_id(session_id, seq);
+CREATE UNIQUE INDEX events_by_event_id ON events(event_id);
+CREATE TRIGGER events_fill_event_id AFTER INSERT ON events WHEN new.event_id IS NULL BEGIN
+    UPDATE events SET event_id = obsmem_event_id(new.session_id, new.seq) WHERE id = new.id;
+END;
+
+CREATE INDEX events_by_date ON events(created_at, id);
+CREATE INDEX events_by_session_date ON events(session_id, created_at, id);
+
+CREATE VIRTUAL TABLE event_trigrams USING fts5(
+    content, content='', contentless_delete=1, tokenize='trigram'
+);
+CREATE VIRTUAL TABLE event_trigram_terms USING fts5vocab(event_trigrams, 'row');
+INSERT INTO event_trigrams(rowid, content)
+    SELECT id, content || char(1, 1) || coalesce(tool_args || char(1, 1), '') FROM events;
+
+CREATE TRIGGER events_trigrams_insert AFTER INSERT ON events BEGIN
+    INSERT INTO event_trigrams(rowid, content)
+        VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
+END;
+CREATE TRIGGER events_trigrams_delete AFTER DELETE ON events BEGIN
+    DELETE FROM event_trigrams WHERE rowid = old.id;
+END;
+CREATE TRIGGER events_trigrams_update AFTER UPDATE OF content, tool_args ON events BEGIN
+    DELETE FROM event_trigrams WHERE rowid = old.id;
+    INSERT INTO event_trigrams(rowid, content)
+        VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
+END;
+
+INSERT INTO semantic_pending(memory_row) SELECT -id FROM events WHERE true
+    ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
+CREATE TRIGGER events_semantic_insert AFTER INSERT ON events BEGIN
+    INSERT INTO semantic_pending(memory_row) VALUES (-new.id)
+        ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
+END;
+CREATE TRIGGER events_semantic_update
+AFTER UPDATE OF session_id, seq, role, type, content, tool_name, tool_args, created_at ON events BEGIN
+    INSERT INTO semantic_pending(memory_row) VALUES (-old.id)
+        ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
+    INSERT INTO semantic_pending(memory_row) VALUES (-new.id)
+        ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
+END;
+CREATE TRIGGER events_semantic_delete AFTER DELETE ON events BEGIN
+    INSERT INTO semantic_pending(memory_row) VALUES (-old.id)
+        ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
+END;
+"""

@@ -1,0 +1,209 @@
+"""Conversation search in exact mode: events answer the same literal-substring contract as memories.
+
+The reference is a LIKE scan over event content and tool arguments (each on its own), newest first; every
+plan exact search can pick must return exactly its rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from obsmem.app import Obsmem
+from obsmem.dates import parse_window
+from obsmem.errors import InvalidScope
+from obsmem.ids import event_id
+from obsmem.projects import ProjectRegistry
+from obsmem.retrieval.corpus import EVENTS
+from obsmem.retrieval.exact import ExactSearcher, like_pattern
+
+ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
+STAMPS = ["2026-01-01T10:00:00.000Z", "2026-01-02T08:30:00.250Z", "2026-01-03T23:59:59.999Z"]
+Event = tuple[str, str, str | None]  # created_at, content, tool_args JSON text
+
+
+def _fold(text: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
+
+
+def _reference(events: list[Event], needle: str) -> list[int]:
+    """Brute force: ASCII-only case folding over content and arguments apart, newest first."""
+    folded = _fold(needle)
+    rows = [
+        (stamp, row)
+        for row, (stamp, content, args) in enumerate(events, start=1)
+        if folded in _fold(content) or (args is not None and folded in _fold(args))
+    ]
+    return [row for _, row in sorted(rows, reverse=True)]
+
+
+def _load(db_dir: Path, events: list[Event]):  # type: ignore[no-untyped-def]
+    registry = ProjectRegistry(db_dir)
+    db = registry.get("p", create=True)
+    with db.write() as conn:
+        conn.execute("INSERT INTO sessions VALUES ('s', 'x', 'x', 0, 0)")
+        # event_id left out on purpose: the schema fills it for any insert.
+        conn.executemany(
+            "INSERT INTO events(id, session_id, seq, role, type, content, tool_args, created_at, fingerprint)"
+            " VALUES (?, 's', ?, 'assistant', ?, ?, ?, ?, 'f')",
+            [
+                (row, row, "message" if args is None else "tool_call", content, args, stamp)
+                for row, (stamp, content, args) in enumerate(events, start=1)
+            ],
+        )
+    return registry, db
+
+
+texts = st.text(alphabet=ALPHABET, min_size=0, max_size=40)
+conversation = st.lists(
+    st.tuples(
+        st.sampled_from(STAMPS),
+        texts,
+        st.one_of(st.none(), texts.map(lambda t: json.dumps({"arg": t}, ensure_ascii=False))),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=conversation, data=st.data())
+def test_every_plan_matches_the_like_reference(tmp_path_factory: pytest.TempPathFactory, events, data) -> None:  # type: ignore[no-untyped-def]
+    stamp, content, args = data.draw(st.sampled_from(events))
+    source = data.draw(st.sampled_from([content, args or content])) or "a"
+    start = data.draw(st.integers(0, max(0, len(source) - 1)))
+    length = data.draw(st.integers(1, 8))
+    needle = data.draw(
+        st.one_of(st.just(source[start : start + length]), st.text(alphabet=ALPHABET, min_size=1, max_size=6))
+    )
+    needle = "".join(c.upper() if data.draw(st.booleans()) and c.isascii() else c for c in needle).strip()
+    if not needle:
+        return
+    registry, db = _load(tmp_path_factory.mktemp("db"), events)
+    try:
+        expected = _reference(events, needle)
+        conn = db.connection()
+        pattern = like_pattern(needle)
+        like_rows = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM events WHERE content LIKE ? ESCAPE '\\' OR tool_args LIKE ? ESCAPE '\\'"
+                " ORDER BY created_at DESC, id DESC",
+                (pattern, pattern),
+            )
+        ]
+        assert like_rows == expected
+        window = parse_window()
+        for searcher in (
+            ExactSearcher(conn, corpus=EVENTS),  # planner's choice
+            ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=10**9, posting_cost=0, short_needle_walk_rows=-1),
+            ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=3),  # walk, hand over
+            ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=10**9),  # walk only
+        ):
+            for limit in (1, 3, 50):
+                hits, truncated = searcher.search(needle, window, limit)
+                assert [hit.seq for hit in hits] == expected[:limit]
+                assert truncated == (len(expected) > limit)
+                assert all(hit.memory_id == event_id("s", hit.seq) for hit in hits)  # type: ignore[arg-type]
+    finally:
+        registry.close()
+
+
+@pytest.fixture
+def talk(service: Obsmem) -> Obsmem:
+    service.append_events(
+        "p",
+        "s1",
+        [
+            {"role": "user", "content": "why does MapToolArguments crash?", "created_at": "2026-03-01T09:00:00Z"},
+            {
+                "role": "assistant",
+                "type": "tool_call",
+                "content": "",
+                "tool_name": "grep",
+                "tool_args": {"pattern": "mapToolArguments", "path": "src/"},
+                "created_at": "2026-03-01T09:00:05Z",
+            },
+            {"role": "tool", "type": "tool_result", "content": "src/tools.py:12", "created_at": "2026-03-01T09:00:06Z"},
+        ],
+    )
+    service.append_events(
+        "p", "s2", [{"role": "user", "content": "ship MapToolArguments v2", "created_at": "2026-03-05T12:30:00Z"}]
+    )
+    service.add_observations(
+        "p",
+        [
+            {
+                "session_id": "s1",
+                "timestamp": "2026-03-02 10:00",
+                "content": "MapToolArguments crash traced to src/tools.py",
+                "importance": "high",
+                "source_refs": [1, 3],
+            }
+        ],
+    )
+    return service
+
+
+def test_scopes_route_to_memories_events_or_both(talk: Obsmem) -> None:
+    memories = talk.search("p", "maptoolarguments")
+    assert [hit.kind for hit in memories.hits] == ["observation"]
+    assert talk.search("p", "maptoolarguments", scope="memories").to_dict() == memories.to_dict()
+
+    conversation = talk.search("p", "maptoolarguments", scope="conversation")
+    assert [(hit.session_id, hit.seq) for hit in conversation.hits] == [("s2", 1), ("s1", 2), ("s1", 1)]
+    call = conversation.hits[1].to_dict()
+    assert call == {
+        "id": event_id("s1", 2)[:12],
+        "event_id": event_id("s1", 2),
+        "kind": "event",
+        "session_id": "s1",
+        "seq": 2,
+        "role": "assistant",
+        "type": "tool_call",
+        "date": "2026-03-01 09:00",
+        "content": "",
+        "tool_name": "grep",
+        "tool_args": {"path": "src/", "pattern": "mapToolArguments"},
+    }
+
+    both = talk.search("p", "maptoolarguments", scope="all")
+    assert [(hit.kind, hit.date) for hit in both.hits] == [
+        ("event", "2026-03-05 12:30"),
+        ("observation", "2026-03-02 10:00"),
+        ("event", "2026-03-01 09:00"),
+        ("event", "2026-03-01 09:00"),
+    ]
+    limited = talk.search("p", "maptoolarguments", scope="all", limit=2)
+    assert limited.hits == both.hits[:2] and limited.truncated is True
+    assert both.truncated is False
+
+
+def test_conversation_filters_by_session_and_whole_second_dates(talk: Obsmem) -> None:
+    only_s1 = talk.search("p", "maptoolarguments", scope="conversation", session_id="s1")
+    assert [hit.seq for hit in only_s1.hits] == [2, 1]
+    # A minute bound covers the whole minute, fractions of the last second included.
+    window = talk.search("p", "src/", scope="conversation", after="2026-03-01 09:00", before="2026-03-01 09:00")
+    assert [hit.seq for hit in window.hits] == [3, 2]
+    assert talk.search("p", "src/", scope="conversation", before="2026-02-28").hits == []
+
+
+def test_a_bad_scope_is_refused_with_its_own_code(talk: Obsmem) -> None:
+    for bad in ("events", "", "ALL", 3, ["all"]):
+        with pytest.raises(InvalidScope) as caught:
+            talk.search("p", "x", scope=bad)
+        assert caught.value.code == "invalid_scope" and caught.value.field == "scope"
+        assert str(bad) not in caught.value.message or bad in ("", 3)
+
+
+def test_event_ids_are_filled_for_inserts_that_leave_them_out(tmp_path: Path) -> None:
+    registry, db = _load(tmp_path, [(STAMPS[0], "hello", None), (STAMPS[1], "world", '{"a":1}')])
+    try:
+        rows = db.query("SELECT session_id, seq, event_id FROM events ORDER BY seq")
+        assert [row[2] for row in rows] == [event_id("s", 1), event_id("s", 2)]
+    finally:
+        registry.close()
