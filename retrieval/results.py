@@ -220,3 +220,24 @@ class RecallParts(NamedTuple):
     memory: RecalledMemory
     sources: tuple[SourceEvent, ...]
     supporting: tuple[Hit, ...]
+
+
+@dataclass(frozen=True)
+class RecalledEvent:
+    """A conversation event recalled by its id: the event, the events around it in its session and the
+    observations that cite it."""
+
+    event: SourceEvent
+    event_id: str
+    before: tuple[SourceEvent, ...]  # up to the configured window, oldest first
+    after: tuple[SourceEvent, ...]
+    cited_by: tuple[Hit, ...]  # observations citing the event, oldest first
+
+    def to_dict(self) -> dict[str, Any]:
+        event = {"id": display_id(self.event_id), "event_id": self.event_id, "kind": EVENT_KIND}
+        return {
+            "event": event | self.event.to_dict(),
+            "before": [item.to_dict() for item in self.before],
+            "after": [item.to_dict() for item in self.after],
+            "cited_by": [hit.to_dict() for hit in self.cited_by],
+        }

@@ -32,7 +32,7 @@ from obsmem.app.results import (
 )
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import JsonResult
-from obsmem.retrieval import RecalledMemory, SourceEvent, SourceRef
+from obsmem.retrieval import RecalledEvent, RecalledMemory, SourceEvent, SourceRef
 
 __all__ = [
     "CurrentActivity",
@@ -53,6 +53,7 @@ __all__ = [
     "Obsmem",
     "PoolPressure",
     "ProjectStatus",
+    "RecalledEvent",
     "RecalledMemory",
     "Recollection",
     "ReflectionDetail",

@@ -32,7 +32,14 @@ from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, i
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.pipeline import ObservationPipeline, Projection, project_generation_totals
 from obsmem.projects import ProjectRegistry
-from obsmem.retrieval import SearchModes, SearchRequest, SearchResult, find_memory_row, recall_memory
+from obsmem.retrieval import (
+    RecalledEvent,
+    SearchModes,
+    SearchRequest,
+    SearchResult,
+    find_memory_row,
+    recall_any,
+)
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import project_name
@@ -227,10 +234,15 @@ class Obsmem:
         )
         return self.search_modes.hybrid_searcher().run(project, request, plan)
 
-    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection:
+    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection | RecalledEvent:
+        """A memory and its provenance, or (for the id of a conversation event) the event with the events
+        around it in its session (``search.recall_neighbours`` each side) and the observations citing it."""
         db = self.projects.get(project)
+        neighbours = self.settings.search.recall_neighbours
         with db.read() as conn:
-            parts = recall_memory(conn, memory_id, session_id=session_id, project=project)
+            parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)
+        if isinstance(parts, RecalledEvent):
+            return parts
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
 
     @property

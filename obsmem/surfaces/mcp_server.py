@@ -42,7 +42,9 @@ MCP_SCOPE_KEY = "obsmem.mcp"
 INSTRUCTIONS = (
     "obsmem is this project's observational memory: dated notes about earlier work. Use memory_search "
     "to find prior decisions, errors and identifiers, then recall with a hit's id and session_id to see "
-    "the conversation it came from. Verify current repository state before acting on old decisions."
+    "the conversation it came from. Search with scope 'conversation' for the exact words of the "
+    "conversation itself (messages, tool calls and results) when the notes leave them out. Verify current "
+    "repository state before acting on old decisions."
 )
 
 
