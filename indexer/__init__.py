@@ -9,6 +9,17 @@ local embedding model (torch, sentence-transformers) still loads only when an em
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.project import BatchReport
 from obsmem.indexer.reader import IndexReader, ValidChunk
+from obsmem.indexer.vectors import EVENTS as EVENT_SOURCES
+from obsmem.indexer.vectors import MEMORIES as MEMORY_SOURCES
 from obsmem.indexer.vectors import Filter, VectorSet
 
-__all__ = ["BatchReport", "Filter", "IndexReader", "SemanticIndexer", "ValidChunk", "VectorSet"]
+__all__ = [
+    "EVENT_SOURCES",
+    "MEMORY_SOURCES",
+    "BatchReport",
+    "Filter",
+    "IndexReader",
+    "SemanticIndexer",
+    "ValidChunk",
+    "VectorSet",
+]

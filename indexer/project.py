@@ -37,8 +37,9 @@ from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
+from obsmem.indexer.sources import event_date, event_text
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
-from obsmem.indexer.vectors import VectorSet, read_vector_set
+from obsmem.indexer.vectors import MEMORIES, VectorSet, read_vector_set
 from obsmem.settings import SemanticSettings
 from obsmem.storage import ProjectDatabase
 
@@ -52,6 +53,19 @@ GRAPH_PROBLEMS = {
     "unfinished": "the vector index graph file was left unfinished (a publish was interrupted)",
 }
 INDEXING_LOCK = ".indexing.lock"
+# Pending sources with what indexing needs: the id, the text, the date and the session of the memory
+# (positive row) or event (negative row) as it is now; NULLs when it is gone. Memories come in row order,
+# then events in row order (their negated rows descending), so both are indexed oldest first and their
+# labels follow the order they were written in.
+_PENDING_COLUMNS = (
+    "SELECT p.memory_row, p.change, coalesce(m.memory_id, e.event_id),"
+    f" CASE WHEN p.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
+    f" coalesce(m.date, {event_date('e')}), coalesce(m.session_id, e.session_id)"
+    " FROM semantic_pending AS p LEFT JOIN memories AS m ON p.memory_row > 0 AND m.id = p.memory_row"
+    " LEFT JOIN events AS e ON p.memory_row < 0 AND e.id = -p.memory_row"
+)
+_PENDING_MEMORIES = _PENDING_COLUMNS + " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
+_PENDING_EVENTS = _PENDING_COLUMNS + " WHERE p.memory_row < ? ORDER BY p.memory_row DESC LIMIT ?"
 
 
 def content_hash(content: str) -> str:
@@ -99,6 +113,10 @@ class ProjectIndex:
         self.keywords = KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
         self.keyword_signature = self.keywords.signature
         self.keyword_queries = Fts5Keywords(settings.bm25.tokenizer, settings.bm25.column_weights)
+        # Events are marked pending on every append; they are indexed only when the setting says so, and
+        # their markers wait (ignored: no row below this one is read) until then.
+        self.indexes_events = settings.index.events
+        self.first_row = -(2**63) if self.indexes_events else 0
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
@@ -139,18 +157,21 @@ class ProjectIndex:
     def reader(self) -> Iterator[IndexReader]:
         """One read snapshot of the index, through the operations search may ask of it (no table names)."""
         with self.db.read() as conn:
-            yield SqliteIndexReader(conn, self.keyword_queries)
+            yield SqliteIndexReader(conn, self.keyword_queries, first_row=self.first_row)
 
     def pending_count(self) -> int:
-        return int(self.db.query("SELECT count(*) FROM semantic_pending")[0][0])
+        return int(self.db.query("SELECT count(*) FROM semantic_pending WHERE memory_row > ?", (self.first_row,))[0][0])
 
     def status(self) -> dict[str, Any]:
         with self.db.read() as conn:
             state = IndexState.read(conn)
             compatible = state.compatible_with(self.signature, self.keyword_signature)
-            sources = stores.source_count(conn)
-            indexed = stores.indexed_count(conn) if compatible else 0
-            pending = conn.execute("SELECT count(*) FROM semantic_pending").fetchone()[0]
+            kind = None if self.indexes_events else MEMORIES
+            sources = stores.source_count(conn, kind)
+            indexed = stores.indexed_count(conn, kind) if compatible else 0
+            pending = conn.execute(
+                "SELECT count(*) FROM semantic_pending WHERE memory_row > ?", (self.first_row,)
+            ).fetchone()[0]
             chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0] if compatible else 0
         vectors = self._vectors
         return {
@@ -247,14 +268,15 @@ class ProjectIndex:
         finally:
             self._batch_lock.release()
 
-    def _plan(self, budget: int, *, after_row: int = 0) -> list[_Planned]:
+    def _plan(self, budget: int, *, after_row: int | None = None) -> list[_Planned]:
+        """Up to ``budget`` chunks' worth of pending sources, in indexing order after ``after_row``."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT p.memory_row, p.change, m.memory_id, m.content, m.date, m.session_id"
-                " FROM semantic_pending AS p LEFT JOIN memories AS m ON m.id = p.memory_row"
-                " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?",
-                (after_row, budget),
-            ).fetchall()
+            rows = []
+            if after_row is None or after_row > 0:
+                rows = conn.execute(_PENDING_MEMORIES, (after_row or 0, budget)).fetchall()
+            if self.indexes_events and len(rows) < budget:
+                below = 0 if after_row is None or after_row > 0 else after_row
+                rows += conn.execute(_PENDING_EVENTS, (below, budget - len(rows))).fetchall()
         plan: list[_Planned] = []
         chunk_total = 0
         for memory_row, change, memory_id, content, date, session_id in rows:

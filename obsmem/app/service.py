@@ -219,6 +219,7 @@ class Obsmem:
         before: object = None,
         limit: object = None,
         session_id: object = None,
+        scope: object = None,
     ) -> tuple[SearchResult, StageRankings]:
         """A hybrid search run as ``plan`` says (one list alone, no rerank, no floor), with the ranking
         after each stage. For evaluation and diagnostics; ``search`` is the same code with the default
@@ -230,6 +231,7 @@ class Obsmem:
             limit=limit,
             mode="hybrid",
             session_id=session_id,
+            scope=scope,
             limits=self.settings.search,
         )
         return self.search_modes.hybrid_searcher().run(project, request, plan)
