@@ -1,0 +1,128 @@
+"""Exact conversation search latency (``memory_search`` with scope ``conversation``) against a LIKE scan.
+
+    python benchmarks/conversation_exact.py --sizes 1000000 --repeat 30 --out bench-out
+
+Prints one JSON document. The corpus is ``benchmarks/corpus.py``'s lines stored as conversation events
+(every fifth one a tool call whose arguments hold the line, the rest messages), bulk-inserted the way an
+import writes them: the schema's triggers fill the trigram index and the indexing markers. For each
+query it reports the median and p95 latency of obsmem's exact search over events (limit 20) and of the
+plain ``content LIKE ? OR tool_args LIKE ?`` scan newest first, the plan obsmem chose, and whether both
+returned the same events. Corpora are cached under ``--out`` so repeated runs skip the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import rows  # noqa: E402
+from exact_search import LIMIT, QUERIES, summary, timed  # noqa: E402
+
+from obsmem.dates import parse_window  # noqa: E402
+from obsmem.ids import event_id  # noqa: E402
+from obsmem.projects import ProjectRegistry  # noqa: E402
+from obsmem.retrieval.corpus import EVENTS  # noqa: E402
+from obsmem.retrieval.exact import ExactSearcher, like_pattern  # noqa: E402
+
+BATCH = 20_000
+TOOL_EVERY = 5
+
+
+def build(registry: ProjectRegistry, name: str, count: int) -> None:
+    if registry.exists(name):
+        return
+    db = registry.get(name, create=True)
+    seqs: dict[str, int] = {}
+    batch: list[tuple[object, ...]] = []
+
+    def flush() -> None:
+        with db.write() as conn:
+            fresh = {row[0] for row in batch if row[1] == 1}
+            conn.executemany(
+                "INSERT INTO sessions(session_id, created_at, updated_at) VALUES (?, 'x', 'x')",
+                [(session,) for session in sorted(fresh)],
+            )
+            conn.executemany(
+                "INSERT INTO events(session_id, seq, role, type, content, tool_name, tool_args, created_at,"
+                " fingerprint, event_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'x', ?)",
+                batch,
+            )
+        batch.clear()
+
+    for index, (session, date, line) in enumerate(rows(count)):
+        seq = seqs[session] = seqs.get(session, 0) + 1
+        stamp = date.replace(" ", "T") + ".000Z"
+        if index % TOOL_EVERY == 0:
+            args = json.dumps({"command": line}, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+            row = (session, seq, "assistant", "tool_call", "", "bash", args, stamp, event_id(session, seq))
+        else:
+            row = (session, seq, "user", "message", line, None, None, stamp, event_id(session, seq))
+        batch.append(row)
+        if len(batch) == BATCH:
+            flush()
+    if batch:
+        flush()
+    db.connection().execute("INSERT INTO event_trigrams(event_trigrams) VALUES ('optimize')")
+    db.connection().execute("PRAGMA optimize")
+
+
+def run_size(registry: ProjectRegistry, count: int, repeat: int) -> dict[str, object]:
+    name = f"bench-conversation-{count}"
+    started = time.perf_counter()
+    build(registry, name, count)
+    load_s = time.perf_counter() - started
+    conn = registry.get(name).connection()
+    searcher = ExactSearcher(conn, corpus=EVENTS)
+    window = parse_window()
+    like_sql = (
+        "SELECT m.event_id FROM events AS m WHERE m.content LIKE ?1 ESCAPE '\\' OR m.tool_args LIKE ?1 ESCAPE '\\'"
+        " ORDER BY m.created_at DESC, m.id DESC LIMIT ?2"
+    )
+    results: dict[str, list[dict[str, object]]] = {}
+    for query_class, queries in QUERIES.items():
+        for query in queries:
+            ours, (hits, truncated) = timed(lambda q=query: searcher.search(q, window, LIMIT), repeat)
+            like, like_rows = timed(
+                lambda q=query: conn.execute(like_sql, (like_pattern(q), LIMIT + 1)).fetchall(), max(3, repeat // 5)
+            )
+            same = [h.memory_id for h in hits] == [r[0] for r in like_rows[:LIMIT]] and truncated == (
+                len(like_rows) > LIMIT
+            )
+            results.setdefault(query_class, []).append(
+                {
+                    "query": query,
+                    "plan": searcher.last_plan.name if searcher.last_plan else None,
+                    "hits": len(hits),
+                    "truncated": truncated,
+                    "obsmem": summary(ours),
+                    "like_scan": summary(like),
+                    "speedup_p50": round(statistics.median(like) / max(statistics.median(ours), 1e-6), 1),
+                    "identical_results": same,
+                }
+            )
+    return {"events": count, "load_s": round(load_s, 1), "queries": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    args = parser.parse_args()
+    registry = ProjectRegistry(args.out)
+    report = {
+        "benchmark": "conversation_exact",
+        "limit": LIMIT,
+        "sizes": [run_size(registry, n, args.repeat) for n in args.sizes],
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
