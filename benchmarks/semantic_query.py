@@ -85,13 +85,13 @@ def reference(service, project: str, query: str, vector, where: Filter, limit: i
     slots = None if where.is_open else vectors.selection(where)
     with index.reader() as store:
         lists = [
-            searcher.bm25.search(store, query, k, where),
+            searcher.bm25.search(store, query, k, where, chunks=vectors.live),
             RankedList("vector", vectors.exact(vector, slots, k)),
         ]
         valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
         for ranked in lists:
             ranked.items = [item for item in ranked.items if item[0] in valid][:k]
-        fused = searcher.rank(store, lists, valid, vectors, vector, where)
+        fused, _ = searcher.rank(store, lists, valid, vectors, vector, where)
     hits: list[str] = []
     for label, _ in fused[: searcher.settings.fusion.fused_candidates]:
         memory_id = valid[label].memory_id

@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     from obsmem.eval.calibration import calibration_markdown, write_calibration
     from obsmem.eval.ingest import index_project
     from obsmem.eval.modes import MODES, parse_modes
+    from obsmem.eval.never_below import (
+        NeverBelowRow,
+        never_below_dict,
+        never_below_losses,
+        never_below_rows,
+        never_below_table,
+        read_results,
+        verdict_line,
+    )
     from obsmem.eval.progress import Progress
     from obsmem.eval.report import rich_tables, summary_dict
     from obsmem.eval.runner import (
@@ -35,6 +44,15 @@ __getattr__, __dir__, _ = lazy_loader.attach(
         "calibration": ["calibration_markdown", "write_calibration"],
         "ingest": ["index_project"],
         "modes": ["MODES", "parse_modes"],
+        "never_below": [
+            "NeverBelowRow",
+            "never_below_dict",
+            "never_below_losses",
+            "never_below_rows",
+            "never_below_table",
+            "read_results",
+            "verdict_line",
+        ],
         "progress": ["Progress"],
         "report": ["rich_tables", "summary_dict"],
         "runner": [
@@ -53,6 +71,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(
 
 __all__ = [
     "MODES",
+    "NeverBelowRow",
     "Progress",
     "calibrate",
     "calibration_markdown",
@@ -60,13 +79,19 @@ __all__ = [
     "evaluate_longmemeval",
     "evaluate_questions",
     "index_project",
+    "never_below_dict",
+    "never_below_losses",
+    "never_below_rows",
+    "never_below_table",
     "parse_labelled",
     "parse_modes",
     "parse_ways",
     "read_labelled",
+    "read_results",
     "rich_tables",
     "run_labelled",
     "summary_dict",
+    "verdict_line",
     "with_semantic",
     "write_calibration",
     "write_outputs",

@@ -1,9 +1,12 @@
-"""Choosing a reranker ``min_score`` on the calibration split, and measuring it on the held-out split.
+"""Choosing a floor on the calibration split, and measuring it on the held-out split.
 
-Reranker scores are model-specific, so a floor has to be measured. For each labelled question the
-reranked ranking is taken without any floor, with each memory's raw score (its best chunk's). A floor
-``f`` keeps the memories scoring at least ``f``, in the same order — exactly what the product does with
-``min_score = f``, since a memory ranks where its best chunk does.
+Two floors, one rule. With a reranker configured it is the reranker's ``min_score``: for each labelled
+question the reranked ranking is taken without any floor, with each memory's raw score (its best
+chunk's); a floor ``f`` keeps the memories scoring at least ``f``, in the same order — exactly what the
+product does with ``min_score = f``, since a memory ranks where its best chunk does. Without a reranker
+it is ``[semantic] min_relevance``, a floor on the fused evidence of the whole search (its best fused
+score before smoothing): every memory of a question carries that one score, so a floor keeps the whole
+ranking or nothing — exactly what the product does with ``min_relevance = f``.
 
 On the calibration split, for each candidate floor (each score seen), three effects are computed over
 the first ten hits: **precision** (targets shown / hits shown, pooled over positive questions),
@@ -30,6 +33,12 @@ from obsmem.retrieval import SearchPlan
 
 FIRST = 10
 UNFLOORED = SearchPlan(floor=False)
+UNFLOORED_FUSED = SearchPlan(rerank=False, floor=False)
+# The setting each kind of floor is (the TOML section and key it is written to).
+RERANKER_FLOOR = "min_score"
+FUSED_FLOOR = "min_relevance"
+SECTIONS = {RERANKER_FLOOR: "semantic.reranker", FUSED_FLOOR: "semantic"}
+MODES = {RERANKER_FLOOR: "hybrid+rerank", FUSED_FLOOR: "hybrid"}
 
 
 @dataclass(frozen=True)
@@ -73,22 +82,35 @@ def effect(floor: float | None, shown: Sequence[tuple[LabelledQuestion, list[str
     )
 
 
-def reranked(memory: Obsmem, project: str, question: LabelledQuestion, plan: SearchPlan | None) -> Retrieved:
-    """One labelled question searched in ``hybrid+rerank`` mode with its own date window."""
+def searched(
+    memory: Obsmem, project: str, question: LabelledQuestion, plan: SearchPlan | None, setting: str = RERANKER_FLOOR
+) -> Retrieved:
+    """One labelled question searched with its own date window, reranked or fused as ``setting`` says."""
     return retrieve(
-        memory, project, "hybrid+rerank", question.question, after=question.after, before=question.before, plan=plan
+        memory, project, MODES[setting], question.question, after=question.after, before=question.before, plan=plan
     )
 
 
 def score_questions(
-    memory: Obsmem, project: str, questions: Sequence[LabelledQuestion], progress: Progress = SILENT
+    memory: Obsmem,
+    project: str,
+    questions: Sequence[LabelledQuestion],
+    progress: Progress = SILENT,
+    setting: str = RERANKER_FLOOR,
 ) -> list[Scored]:
     scored = []
-    with progress.bar("calibrate: rerank without a floor", len(questions)) as bar:
+    plan = UNFLOORED if setting == RERANKER_FLOOR else UNFLOORED_FUSED
+    with progress.bar(f"calibrate: {MODES[setting]} without a floor", len(questions)) as bar:
         for question in questions:
-            got = reranked(memory, project, question, UNFLOORED)
-            assert got.stages is not None and got.stages.rerank_scores is not None
-            scored.append(Scored(question, got.ranking, got.stages.rerank_scores))
+            got = searched(memory, project, question, plan, setting)
+            assert got.stages is not None
+            if setting == RERANKER_FLOOR:
+                assert got.stages.rerank_scores is not None
+                scores = got.stages.rerank_scores
+            else:  # one score for the whole search: the floor keeps all of it or nothing
+                best = got.stages.evidence
+                scores = [best if best is not None else float("-inf")] * len(got.ranking)
+            scored.append(Scored(question, got.ranking, scores))
             bar.update(1)
     return scored
 
@@ -121,10 +143,12 @@ class CalibrationReport:
     calibration_sweep: list[FloorEffect] = field(default_factory=list)
     held_out_without_floor: FloorEffect | None = None
     held_out_with_floor: FloorEffect | None = None
+    setting: str = RERANKER_FLOOR  # min_score (the reranker's) or min_relevance (the fused evidence)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "chosen_min_score": self.chosen,
+            "setting": f"{SECTIONS[self.setting]}.{self.setting}",
+            f"chosen_{self.setting}": self.chosen,
             "max_recall_loss": self.max_recall_loss,
             "calibration_questions": self.calibration_questions,
             "held_out_questions": self.held_out_questions,
@@ -147,12 +171,17 @@ def split_questions(questions: Sequence[LabelledQuestion]) -> tuple[list[Labelle
 
 
 def measure_held_out(
-    memory: Obsmem, project: str, held_out: Sequence[LabelledQuestion], plan: SearchPlan | None, floor: float | None
+    memory: Obsmem,
+    project: str,
+    held_out: Sequence[LabelledQuestion],
+    plan: SearchPlan | None,
+    floor: float | None,
+    setting: str = RERANKER_FLOOR,
 ) -> FloorEffect:
     """Search the held-out split through the product (``plan`` None: the configured floor applies)."""
     shown = []
     for question in held_out:
-        got = reranked(memory, project, question, plan)
+        got = searched(memory, project, question, plan, setting)
         shown.append((question, got.ranking[:FIRST]))
     return effect(floor, shown)
 
@@ -165,27 +194,29 @@ def calibration_markdown(report: CalibrationReport) -> str:
         return f"| {floor} | {found.precision_at_10:.3f} | {found.recall_at_10:.3f} | {found.negatives_with_hits:.3f} |"
 
     chosen = "no floor (none keeps the calibration recall)" if report.chosen is None else f"{report.chosen:.6g}"
+    name = report.setting
+    title = "Reranker floor calibration" if name == RERANKER_FLOOR else "Relevance floor calibration (no reranker)"
     lines = [
-        "## Reranker floor calibration",
+        f"## {title}",
         "",
-        f"Chosen `min_score`: **{chosen}** (calibration questions: {report.calibration_questions}, "
+        f"Chosen `{name}`: **{chosen}** (calibration questions: {report.calibration_questions}, "
         f"held-out questions: {report.held_out_questions}, allowed recall loss: {report.max_recall_loss}).",
         "",
         "Held-out split, searched through the product:",
         "",
-        "| | min_score | precision in first 10 | recall@10 | negatives with hits |",
+        f"| | {name} | precision in first 10 | recall@10 | negatives with hits |",
         "|---|---|---|---|---|",
         "| without floor " + cells(report.held_out_without_floor),
         "| with the chosen floor " + cells(report.held_out_with_floor),
         "",
         "Calibration split, every candidate floor (highest first):",
         "",
-        "| min_score | precision in first 10 | recall@10 | negatives with hits |",
+        f"| {name} | precision in first 10 | recall@10 | negatives with hits |",
         "|---|---|---|---|",
         *(cells(row) for row in report.calibration_sweep),
     ]
     if report.chosen is not None:
-        lines += ["", "To use it:", "", "```toml", "[semantic.reranker]", f"min_score = {report.chosen:.6g}", "```"]
+        lines += ["", "To use it:", "", "```toml", f"[{SECTIONS[name]}]", f"{name} = {report.chosen:.6g}", "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from obsmem.app import IndexReport, Obsmem
 from obsmem.eval.datasets.locomo import Conversation, ObservationSpec, fact_observations, turn_observations
 from obsmem.eval.datasets.longmemeval import LongMemEvalData
+from obsmem.eval.datasets.question_sets import QuestionSet
 from obsmem.ids import event_id
 from obsmem.memories import MAX_MEMORY_CHARS
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID
@@ -204,6 +205,11 @@ def load_sample_project(memory: Obsmem) -> dict[str, int]:
     from obsmem.sample import SAMPLE_PROJECT, load_sample
 
     return load_sample(memory.database(SAMPLE_PROJECT, create=True))
+
+
+def load_question_set(memory: Obsmem, question_set: QuestionSet) -> dict[str, int]:
+    """A shipped question set's events and observations into its project of ``memory``'s data dir."""
+    return question_set.load(memory.database(question_set.project, create=True))
 
 
 # -- indexing --------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Reports: the side-by-side table of modes (markdown and a terminal table), per-category tables, and
-the check that hybrid never loses to its best single list."""
+(from :mod:`obsmem.eval.never_below`) the check that hybrid never falls below its best single list."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
 from obsmem.eval.results import ModeResult
@@ -96,29 +97,27 @@ def summary_markdown(results: Sequence[ModeResult]) -> str:
     return markdown_table(["dataset", "mode", "questions", *names], rows)
 
 
-def never_loses(results: Sequence[ModeResult], hybrid: str = "hybrid") -> list[str] | None:
-    """Every (group, metric) of the headline family where ``hybrid`` scores below its best single list.
-
-    None when the run lacks a mode needed for the check.
-    """
-    modes = {r.mode: r for r in results}
-    if hybrid not in modes or "bm25" not in modes or "vector" not in modes:
+def split_kind_markdown(results: Sequence[ModeResult], ks: Sequence[int] = (1, 5, 10)) -> str | None:
+    """``hit@k`` of each kind within each split (held-out paraphrases, say), from the per-question records:
+    ``hit@1 / hit@5 / hit@10`` per mode. None when no question has both a split and a kind."""
+    cells: dict[tuple[str, str], dict[str, list[dict[str, float]]]] = {}
+    for result in results:
+        for record in result.per_question:
+            groups = record["groups"]
+            if len(groups) < 2 or groups[0] not in SPLITS or f"hit@{ks[0]}" not in record["metrics"]:
+                continue  # labelled records are grouped (split, kind); negatives have no hit@k
+            cells.setdefault((groups[1], groups[0]), {}).setdefault(result.mode, []).append(record["metrics"])
+    if not cells:
         return None
-    family = headline_family(results)
-    names = [n for n in metric_names(results) if n.startswith(family)]
-    losses = []
-    for group in ("overall", *sorted(modes[hybrid].by_category)):
-
-        def pick(result: ModeResult, name: str, group: str = group) -> float:
-            source = result.metrics if group == "overall" else result.by_category.get(group, {})
-            return source.get(name, 0.0)
-
-        for name in names:
-            best = max(pick(modes["bm25"], name), pick(modes["vector"], name))
-            got = pick(modes[hybrid], name)
-            if got + 1e-9 < best:
-                losses.append(f"{group} {name}: {hybrid} {got:.3f} < best single list {best:.3f}")
-    return losses
+    header = ["kind", "split", "questions", *(r.mode for r in results)]
+    rows = []
+    for (kind, split), by_mode in sorted(cells.items()):
+        shown = []
+        for result in results:
+            found = by_mode.get(result.mode, [])
+            shown.append(" / ".join(_cell(fmean(m[f"hit@{k}"] for m in found) if found else None) for k in ks))
+        rows.append([kind, split, str(max(len(found) for found in by_mode.values())), *shown])
+    return markdown_table(header, rows)
 
 
 def markdown_report(run: EvalRun) -> str:
@@ -140,10 +139,14 @@ def markdown_report(run: EvalRun) -> str:
         for split in SPLITS:
             if any(split in r.by_category for r in results):
                 lines += [f"### Split: {split}", "", group_markdown(results, split), ""]
-        losses = never_loses(results)
-        if losses is not None:
-            verdict = "never loses" if not losses else "loses: " + "; ".join(losses)
-            lines += [f"Hybrid against its best single list ({family}k, overall and per category): {verdict}.", ""]
+        crossed = split_kind_markdown(results) if family == "hit@" else None
+        if crossed is not None:
+            lines += ["### By kind and split: hit@1 / hit@5 / hit@10", "", crossed, ""]
+    from obsmem.eval.never_below import never_below_markdown, never_below_rows
+
+    rows = never_below_rows(run.results)
+    if rows:
+        lines += ["", "## Never below its best single list", "", never_below_markdown(rows), ""]
     lines += [
         "",
         "## Plots",
@@ -175,5 +178,5 @@ def rich_tables(results: Sequence[ModeResult]) -> list[Table]:
 
 
 def summary_dict(run: EvalRun) -> dict[str, Any]:
-    """``--json`` output: the results entries and the run's metadata."""
+    """``--json`` output: the results entries and the run's metadata (the never-below check included)."""
     return {"results": [r.to_dict() for r in run.results], **run.meta()}

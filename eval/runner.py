@@ -27,7 +27,10 @@ from typing import Any
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.eval.calibration import (
+    FUSED_FLOOR,
+    RERANKER_FLOOR,
     UNFLOORED,
+    UNFLOORED_FUSED,
     CalibrationReport,
     choose_floor,
     measure_held_out,
@@ -35,7 +38,9 @@ from obsmem.eval.calibration import (
     split_questions,
     write_calibration,
 )
-from obsmem.eval.ingest import CONVERSATION_WAYS, index_project, load_sample_project
+from obsmem.eval.datasets.question_sets import DEFAULT_SET, QuestionSet
+from obsmem.eval.datasets.question_sets import question_set as shipped_set
+from obsmem.eval.ingest import CONVERSATION_WAYS, index_project, load_question_set, load_sample_project
 from obsmem.eval.modes import MODES, check_modes
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult
@@ -58,6 +63,8 @@ class EvalRun:
     calibration: CalibrationReport | None = None
 
     def meta(self) -> dict[str, Any]:
+        from obsmem.eval.never_below import never_below_dict, never_below_rows
+
         return {
             "suite": self.suite,
             "command": self.command,
@@ -66,6 +73,7 @@ class EvalRun:
             "timings_s": {name: round(value, 2) for name, value in self.timings.items()},
             "setup": self.setup,
             "notes": self.notes,
+            "never_below": never_below_dict(never_below_rows(self.results)),
         }
 
 
@@ -147,18 +155,23 @@ def evaluate_questions(
     modes: Sequence[str] = ("exact", "hybrid"),
     questions: Sequence[labelled.LabelledQuestion] | None = None,
     project: str | None = None,
+    question_set: str | None = None,
     progress: Progress = SILENT,
 ) -> EvalRun:
-    """Labelled questions in each mode: the bundled sample's (``project`` None) or a user's project."""
+    """Labelled questions in each mode: a shipped set's (``question_set``, default the bundled sample) in a
+    temporary data directory, or a user's ``project`` with its own ``questions``."""
     if project is not None and questions is None:
         raise ValidationFailed("a project needs its own labelled questions (--questions FILE)", field="questions")
+    if project is not None and question_set is not None:
+        raise ValidationFailed("--set runs a shipped set in a temporary project; drop --project", field="set")
     if project is not None:
         return _questions_run(
-            Obsmem(settings, background_indexing=False), project, modes, questions, progress, sample=False
+            Obsmem(settings, background_indexing=False), project, modes, questions, progress, shipped=None
         )
+    chosen = shipped_set(question_set or DEFAULT_SET)
     with workspace(None) as data_dir:
         memory = Obsmem(with_semantic(settings, data_dir), background_indexing=False)
-        return _questions_run(memory, "sample", modes, questions, progress, sample=True)
+        return _questions_run(memory, chosen.project, modes, questions, progress, shipped=chosen)
 
 
 def _questions_run(
@@ -168,17 +181,15 @@ def _questions_run(
     questions: Sequence[labelled.LabelledQuestion] | None,
     progress: Progress,
     *,
-    sample: bool,
+    shipped: QuestionSet | None,
 ) -> EvalRun:
     with memory:
         check_modes(memory, tuple(modes))
         timings = {"model_load": warm_up(memory, modes)}
         started = time.perf_counter()
-        if sample:
-            from obsmem.sample import questions as sample_questions
-
-            load_sample_project(memory)
-            questions = questions or labelled.parse_labelled(sample_questions())
+        if shipped is not None:
+            load_question_set(memory, shipped)
+            questions = questions or labelled.parse_labelled(shipped.questions())
         else:
             memory.database(project)  # project_not_found before any work
         timings["ingest"] = time.perf_counter() - started
@@ -188,13 +199,17 @@ def _questions_run(
         timings["index"] = time.perf_counter() - started
         assert questions is not None
         started = time.perf_counter()
-        results = labelled.run_labelled(memory, project, questions, modes, progress=progress)
+        dataset = "labelled questions" if shipped is None else shipped.dataset
+        results = labelled.run_labelled(memory, project, questions, modes, dataset=dataset, progress=progress)
         timings["queries"] = time.perf_counter() - started
+        where = project if shipped is None else shipped.description
         notes = [
-            f"project: {'the bundled sample' if sample else project}",
+            f"project: {where}",
             f"questions: {sum(q.positive for q in questions)} positive, "
             f"{sum(not q.positive for q in questions)} negative",
         ]
+        if shipped is not None:
+            notes.append(shipped.overlap_note())
         return EvalRun("questions", results, timings, setup_summary(memory), notes)
 
 
@@ -301,10 +316,13 @@ def calibrate(
     max_recall_loss: float = 0.0,
     progress: Progress = SILENT,
 ) -> CalibrationReport:
-    """Choose the reranker floor on the calibration split; measure it on the held-out split."""
-    if settings.semantic is None or settings.semantic.reranker is None:
+    """Choose a floor on the calibration split and measure it on the held-out split: the reranker's
+    ``min_score`` when one is configured, otherwise ``[semantic] min_relevance`` on the fused evidence."""
+    if settings.semantic is None and project is not None:
         raise ValidationFailed(
-            "calibration needs a configured reranker ([semantic.reranker])", code="mode_unavailable", field="modes"
+            "calibration needs hybrid search (the [semantic] section in the settings)",
+            code="mode_unavailable",
+            field="modes",
         )
     if not 0.0 <= max_recall_loss <= 1.0:
         raise ValidationFailed("max_recall_loss must be between 0 and 1", field="max_recall_loss")
@@ -313,7 +331,13 @@ def calibrate(
     sample = project is None
     with workspace(None) as temporary:
         if sample:
-            settings = settings.model_copy(update={"data_dir": temporary})
+            settings = with_semantic(settings, temporary)
+        assert settings.semantic is not None
+        setting = RERANKER_FLOOR if settings.semantic.reranker is not None else FUSED_FLOOR
+        if setting == FUSED_FLOOR and settings.semantic.fusion.method != "convex":
+            raise ValidationFailed(
+                "min_relevance needs fusion method 'convex' (reciprocal-rank scores have no scale)", field="modes"
+            )
         project = project or "sample"
         with Obsmem(settings, background_indexing=False) as memory:
             if sample:
@@ -326,18 +350,29 @@ def calibrate(
             assert questions is not None
             calibration, held_out = split_questions(questions)
             index_project(memory, project)
-            scored = score_questions(memory, project, calibration, progress)
+            scored = score_questions(memory, project, calibration, progress, setting)
             chosen, sweep = choose_floor(scored, max_recall_loss)
-            before = measure_held_out(memory, project, held_out, UNFLOORED, None)
-        report = CalibrationReport(chosen, max_recall_loss, len(calibration), len(held_out), sweep, before)
+            unfloored = UNFLOORED if setting == RERANKER_FLOOR else UNFLOORED_FUSED
+            before = measure_held_out(memory, project, held_out, unfloored, None, setting)
+        report = CalibrationReport(
+            chosen, max_recall_loss, len(calibration), len(held_out), sweep, before, setting=setting
+        )
         if chosen is not None:
-            assert settings.semantic is not None and settings.semantic.reranker is not None
-            floored = settings.semantic.model_copy(
-                update={"reranker": settings.semantic.reranker.model_copy(update={"min_score": chosen})}
-            )
-            with Obsmem(settings.model_copy(update={"semantic": floored}), background_indexing=False) as memory:
-                report.held_out_with_floor = measure_held_out(memory, project, held_out, None, chosen)
+            with Obsmem(floored(settings, setting, chosen), background_indexing=False) as memory:
+                report.held_out_with_floor = measure_held_out(memory, project, held_out, None, chosen, setting)
         return report
+
+
+def floored(settings: Settings, setting: str, floor: float) -> Settings:
+    """``settings`` with the chosen floor set where ``setting`` lives."""
+    semantic = settings.semantic
+    assert semantic is not None
+    if setting == RERANKER_FLOOR:
+        assert semantic.reranker is not None
+        semantic = semantic.model_copy(update={"reranker": semantic.reranker.model_copy(update={"min_score": floor})})
+    else:
+        semantic = semantic.model_copy(update={"min_relevance": floor})
+    return settings.model_copy(update={"semantic": semantic})
 
 
 # -- output ----------------------------------------------------------------------------------------------

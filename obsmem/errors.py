@@ -12,7 +12,10 @@ response bodies, so they are safe to log.
     ├── ValidationFailed (422)        invalid_request; given where raised: mode_unavailable (hybrid mode
     │   │                             without a [semantic] section), unknown_source_ref (an observation
     │   │                             citing events that do not exist), unknown_observation (a reflection
-    │   │                             citing observations that do not exist)
+    │   │                             citing observations that do not exist), user_tier_unavailable (a
+    │   │                             user-tier note for an API key with no owner), invalid_hook_payload
+    │   │                             (`obsmem hook`: stdin is not a hook payload naming a transcript),
+    │   │                             restore_unavailable (a whole-project export without its restorer)
     │   ├── InvalidQuery              invalid_query
     │   ├── InvalidDate               invalid_date
     │   ├── InvalidId                 invalid_id
@@ -20,17 +23,23 @@ response bodies, so they are safe to log.
     │   ├── InvalidSession            invalid_session
     │   ├── InvalidScope              invalid_scope: a search scope other than memories, conversation, all
     │   ├── InvalidArguments          invalid_arguments: a tool call's arguments (agent tools and MCP only)
-    │   └── UnknownTool               unknown_tool: a tool that does not exist (agent tools and MCP only)
+    │   ├── UnknownTool               unknown_tool: a tool that does not exist (agent tools and MCP only)
+    │   ├── ExportInvalid             export_invalid: a project export file that is not one, or breaks its rules
+    │   │   ├── ExportTruncated       export_truncated: the file ends before its trailer (cut short)
+    │   │   └── ExportChecksumMismatch  export_checksum_mismatch: the records are not the ones written
+    │   └── ExportVersionUnsupported  export_version_unsupported: written by a newer obsmem's format
     ├── AmbiguousId (422)             ambiguous_id
     ├── NotFound (404)                not_found; given where raised: session_not_found
     │   └── ProjectNotFound           project_not_found
     ├── SeqConflict (409)             seq_conflict
+    ├── ProjectNotEmpty (409)         project_not_empty: a restore into a project that already holds data
     ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
     ├── ReflectionOff (409)           reflection_off: reflection asked for, but no model or switched off
     ├── Unauthorized (401)            unauthorized
     ├── Forbidden (403)               forbidden
     ├── PayloadTooLarge (413)         payload_too_large
     ├── ConfigurationError (500)      configuration_error: start-up only, nothing is served
+    ├── ExportIncomplete (500)        export_unknown_table: the database holds a table no export rule covers
     ├── StorageError (503)            storage_error: the database cannot be used (see obsmem.storage)
     │   ├── StorageFull               storage_full (Retry-After): the disk is full
     │   ├── StorageReadOnly           storage_read_only: the data directory cannot be written
@@ -54,8 +63,15 @@ response bodies, so they are safe to log.
     ├── CoverageConflict (409)        coverage_conflict (the observe wing): part of a chunk was covered
     │                                 meanwhile; the chunk is re-packed
     ├── GenerationLost (409)          generation_lost (the reflect wing): another attempt took the claim
-    └── LedgerError (500)             ledger_invalid (the reflect wing): a session's generations are not
-                                      one chain (a bug if seen)
+    ├── LedgerError (500)             ledger_invalid (the reflect wing): a session's generations are not
+    │                                 one chain (a bug if seen)
+    │
+    │   Defined in obsmem.trust (docs/trust.md):
+    ├── NoteForgotten (409)           note_forgotten: a forgotten note cannot be updated
+    ├── JudgmentResolved (409)        judgment_resolved: a judgment resolved one way cannot be resolved the other
+    └── JudgeFailed (503)             judge_unavailable: the judge gave no answer; recorded as an escalation
+        ├── JudgeTimeout              judge_timeout: the judge did not answer within its deadline
+        └── JudgeBadResponse (502)    judge_bad_response: no p, not JSON, or p outside [0, 1]
 
 Codes without an error class, in the same ``{"error": {"code", "message"}}`` shape:
 
@@ -318,3 +334,44 @@ class ModelBadResponse(ServiceUnavailable):
 
     code = "model_bad_response"
     status = 502
+
+
+class ExportInvalid(ValidationFailed):
+    """A project export file that is not one, or whose records break the format's or the schema's rules."""
+
+    code = "export_invalid"
+
+
+class ExportTruncated(ExportInvalid):
+    """A project export file that ends before its trailer: it was cut short, so nothing of it is restored."""
+
+    code = "export_truncated"
+
+
+class ExportChecksumMismatch(ExportInvalid):
+    """A project export file whose records do not hash to the checksum its trailer recorded."""
+
+    code = "export_checksum_mismatch"
+
+
+class ExportVersionUnsupported(ValidationFailed):
+    """A project export file written in a newer format version than this obsmem reads: upgrade obsmem."""
+
+    code = "export_version_unsupported"
+
+
+class ProjectNotEmpty(ObsmemError):
+    """A restore names a project that already holds data; a restore only fills a new (or empty) project."""
+
+    code = "project_not_empty"
+    status = 409
+
+
+class ExportIncomplete(ObsmemError):
+    """The database holds a table that no export rule covers (neither exported nor declared derived), or
+    lacks one the rules name, so an export would silently drop data: a bug of this obsmem version, refused
+    before anything is written."""
+
+    code = "export_unknown_table"
+    status = 500
+    retryable = False

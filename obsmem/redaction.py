@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import lru_cache
 from typing import Any
 
-from obsmem.secret_detectors import ANY_NEEDED_LITERAL, DETECTORS, SECRET_KEY_NAME, Scan
+from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan
 
 MARK = "[REDACTED:{kind}]"
 _MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
@@ -47,6 +48,11 @@ _INVISIBLE = re.compile(
 
 Found = tuple[int, int, str]  # (start, end, marker kind) in the original text
 _PRIORITIES = tuple(enumerate(DETECTORS))
+# The detectors by their gate, each with its priority (its place in DETECTORS): a text whose scan found no
+# token prefix, or no secret word, passes over a whole group with one test.
+_UNGATED = tuple(item for item in _PRIORITIES if not item[1].prefixes and not item[1].at_words)
+_BY_PREFIX = tuple(item for item in _PRIORITIES if item[1].prefixes)
+_AT_WORDS = tuple(item for item in _PRIORITIES if item[1].at_words)
 
 
 def _matching_view(text: str) -> tuple[str, list[int] | None]:
@@ -83,19 +89,26 @@ def find_secrets(text: str) -> list[Found]:
     if not text:
         return []
     view, shifts = _matching_view(text)
-    lower = _lowercase_same_length(view)
-    if ANY_NEEDED_LITERAL.search(lower) is None:
+    scan = Scan(view, _lowercase_same_length(view))
+    if not scan.needed:
         return []
-    scan = Scan(view, lower)
     claims: list[tuple[int, int, int, str]] = []
-    for priority, detector in _PRIORITIES:
-        if (detector.prefixes and scan.prefixes.isdisjoint(detector.prefixes)) or (
-            detector.at_words and not scan.words
-        ):
-            continue
+    for priority, detector in _UNGATED:
         for start, end in detector.find(scan):
             if end > start:
                 claims.append((start, priority, end, detector.kind))
+    if scan.prefixes:
+        for priority, detector in _BY_PREFIX:
+            if scan.prefixes.isdisjoint(detector.prefixes):
+                continue
+            for start, end in detector.find(scan):
+                if end > start:
+                    claims.append((start, priority, end, detector.kind))
+    if scan.words:
+        for priority, detector in _AT_WORDS:
+            for start, end in detector.find(scan):
+                if end > start:
+                    claims.append((start, priority, end, detector.kind))
     if not claims:
         return []
     if "[REDACTED:" in view:
@@ -118,6 +131,17 @@ def find_secrets(text: str) -> list[Found]:
 
 def redact_text(text: str) -> str:
     """The text with every recognised secret replaced by a marker."""
+    if len(text) <= _SHORT:
+        return _redact_short(text)
+    return _redact(text)
+
+
+# Short texts repeat: tool names, argument keys, roles of JSON arguments ("command", "description").
+# Redaction is deterministic, so a bounded cache of them returns the same text without scanning again.
+_SHORT = 64
+
+
+def _redact(text: str) -> str:
     found = find_secrets(text)
     if not found:
         return text
@@ -131,6 +155,9 @@ def redact_text(text: str) -> str:
     return "".join(pieces)
 
 
+_redact_short = lru_cache(maxsize=4096)(_redact)
+
+
 def secret_kind(value: str) -> str | None:
     """What kind of secret ``value`` holds (the first one found), or None: for identifiers that are refused
     rather than redacted."""
@@ -141,8 +168,16 @@ def secret_kind(value: str) -> str | None:
 def is_secret_key_name(key: str) -> bool:
     """Whether ``key`` names a secret (``api_key``, ``token``, ``password``): a value under such a name is
     hidden whole even when the value alone does not look like a credential."""
+    return _is_secret_key_name_cached(key) if len(key) <= _SHORT else _is_secret_key_name(key)
+
+
+def _is_secret_key_name(key: str) -> bool:
     view, _ = _matching_view(key)
     return SECRET_KEY_NAME.match(view) is not None
+
+
+# Argument keys repeat on every tool call ("command", "file_path"): the answer is cached like short texts.
+_is_secret_key_name_cached = lru_cache(maxsize=4096)(_is_secret_key_name)
 
 
 def _hide(value: Any) -> Any:

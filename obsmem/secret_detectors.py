@@ -4,10 +4,11 @@ A detector reports the spans of a text that hold a secret; it never rewrites the
 redaction engine can run every detector over one normalised view and map the spans back to the original
 (see :mod:`obsmem.redaction`). ``DETECTORS`` is the documented list (docs/redaction.md names each one).
 
-Gates are what keeps redaction affordable on every appended event: a detector runs only when a literal
-it cannot match without is in the lowercased text (C-level substring searches), and the detectors that
-hang off a word ("password", "secret", "api key", ...) are tried only at the positions where such a word
-starts, found with ``str.find``, never at every position of the text.
+Gates are what keeps redaction affordable on every appended event: one Aho-Corasick pass over the
+lowercased text finds every occurrence of every literal some detector cannot match without; a text
+holding none is done, a detector runs only when one of its literals occurs, and the detectors that hang
+off a word ("password", "secret", "api key", ...) are tried only at the positions where such a word starts
+and one combined pattern of them all matches, never at every position of the text.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ahocorasick_rs import AhoCorasick
 
 Span = tuple[int, int]
 
@@ -155,6 +158,16 @@ _HEX_AFTER_WORD = re.compile(
     re.IGNORECASE,
 )
 
+# Any of the four word detectors' patterns (their named groups made plain, so they can share one pattern):
+# a position where this does not match is one where none of them can (see :meth:`Scan.candidates`).
+_ANY_WORD_PATTERN = re.compile(
+    "|".join(
+        "(?:" + pattern.pattern.replace("(?P<secret>", "(?:") + ")"
+        for pattern in (_PASSWORD_ASSIGNMENT, _ASSIGNMENT, _PROSE, _HEX_AFTER_WORD)
+    ),
+    re.IGNORECASE,
+)
+
 _PLACEHOLDERS = {"none", "null", "nil", "true", "false", "undefined", "redacted", "xxx", "****", "changeme"}
 # Words that follow "password is" in ordinary prose ("the password is required"): a value that is one of
 # these, or an all-lowercase word ending in -ed, -ing or -ly, is English, not a secret.
@@ -222,78 +235,107 @@ def _prose_value_is_secret(value: str) -> bool:
 
 _SHAPED_PREFIXES = tuple(prefix for _, _, _, literals in _SHAPED for prefix in literals)
 # Every literal some detector cannot match without: a text holding none of them (most short texts, such
-# as tool names and argument keys) is done after one regex search.
-ANY_NEEDED_LITERAL = re.compile(
-    "|".join(
-        re.escape(literal)
-        for literal in (*_SHAPED_PREFIXES, *WORD_STARTS, "-----begin", "://", "bearer", "basic", "-u ", "--user")
-    )
-)
+# as tool names and argument keys) is done after one search.
+NEEDED_LITERALS = (*_SHAPED_PREFIXES, *WORD_STARTS, "-----begin", "://", "bearer", "basic", "-u ", "--user")
+# Literals whose positions a detector wants but no text needs (``-u`` starts ``-u admin:pw`` and ``-u=``).
+_POSITION_LITERALS = ("-u",)
+# One Aho-Corasick automaton finds every occurrence of every literal in one pass over the text (overlapping
+# ones too: "secretoken" holds both words), where a substring search per literal made 33 passes and was
+# the larger part of redacting a long text.
+_LITERALS = tuple(dict.fromkeys((*NEEDED_LITERALS, *_POSITION_LITERALS)))
+_LITERAL_SEARCH = AhoCorasick(list(_LITERALS))
+_SHAPED_PREFIX_SET = frozenset(_SHAPED_PREFIXES)
+_WORD_SET = frozenset(WORD_STARTS)
+_NEEDED_SET = frozenset(NEEDED_LITERALS)
 
 
 class Scan:
-    """One text as the detectors see it, with what several detectors need computed once: which token
-    prefixes occur and where secret words start."""
+    """One text as the detectors see it, with what several detectors need computed once, in one pass:
+    where each literal occurs (which token prefixes occur, where secret words start), and the word
+    positions where some word detector's pattern can match at all."""
 
-    __slots__ = ("text", "lower", "prefixes", "words")
+    __slots__ = ("text", "lower", "prefixes", "words", "needed", "_found", "_candidates")
 
     def __init__(self, text: str, lower: str) -> None:
         self.text = text
         self.lower = lower  # same length as text, so offsets found in one index the other
-        # One C-level substring search per prefix measured faster than a regex of all of them.
-        self.prefixes = frozenset(prefix for prefix in _SHAPED_PREFIXES if prefix in lower)
-        self.words = _word_positions(lower)
+        self._candidates: list[int] | None = None
+        self._found: dict[str, list[int]] = {}
+        self.needed = False  # whether any literal that some detector needs occurs: without one, none can match
+        self.prefixes: frozenset[str] = frozenset()
+        self.words: list[int] = []
+        matches = _LITERAL_SEARCH.find_matches_as_indexes(lower, overlapping=True)
+        if not matches:  # most short texts: tool names, ids, argument keys
+            return
+        found = self._found
+        for index, start, _ in matches:
+            literal = _LITERALS[index]
+            if literal in found:
+                found[literal].append(start)
+            else:
+                found[literal] = [start]
+        # Matches come in the order they end; the occurrences of one literal (one length) are in order.
+        self.needed = not _NEEDED_SET.isdisjoint(found)
+        self.prefixes = _SHAPED_PREFIX_SET.intersection(found)
+        words = [found[word] for word in _WORD_SET.intersection(found)]
+        self.words = words[0] if len(words) == 1 else sorted(position for group in words for position in group)
 
+    def at(self, literal: str) -> list[int]:
+        """Where ``literal`` (a word of :data:`WORD_STARTS` or another searched literal) starts, in order."""
+        return self._found.get(literal, [])
 
-def _word_positions(lower: str) -> list[int]:
-    """Where a secret word may start, in order (the only places the word detectors are tried);
-    ``str.find`` per word measured faster than one regex of all of them."""
-    starts: set[int] = set()
-    for word in WORD_STARTS:
-        position = lower.find(word)
-        while position != -1:
-            starts.add(position)
-            position = lower.find(word, position + 1)
-    return sorted(starts)
+    def candidates(self) -> list[int]:
+        """The word positions where at least one word detector's pattern matches, in order.
+
+        A word detector tried at a position where its pattern does not match finds nothing there, so
+        trying it only at these positions finds the same spans; one match of the combined pattern per
+        word replaces one match per detector per word (most words in prose and code start no secret).
+        """
+        if self._candidates is None:
+            match = _ANY_WORD_PATTERN.match
+            text = self.text
+            self._candidates = [position for position in self.words if match(text, position) is not None]
+        return self._candidates
 
 
 Find = Callable[[Scan], list[Span]]
 
 
 def _private_key(scan: Scan) -> list[Span]:
-    if "-----begin" not in scan.lower:
+    if not scan.at("-----begin"):
         return []
     return [match.span() for match in _PRIVATE_KEY.finditer(scan.text)]
 
 
 def _url_password(scan: Scan) -> list[Span]:
-    if "://" not in scan.text or "@" not in scan.text:
+    if not scan.at("://") or "@" not in scan.text:
         return []
     return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
 
 
-def _positions(lower: str, word: str) -> list[int]:
-    """Every start of ``word`` in ``lower`` (C-level ``str.find``)."""
-    found: list[int] = []
-    position = lower.find(word)
-    while position != -1:
-        found.append(position)
-        position = lower.find(word, position + 1)
-    return found
+# The scheme pattern is case-sensitive: at a "token" that is not spelt one of these ways it cannot match.
+_SCHEME_SPELLINGS = ("Bearer", "bearer", "BEARER", "Basic", "BASIC", "Token", "TOKEN")
 
 
 def _bearer(scan: Scan) -> list[Span]:
-    """Tried only where a scheme word or ``authorization`` starts: a ``finditer`` of the scheme pattern
-    over every text holding "token" was the costliest detector of an append."""
+    """Tried only where a scheme word (spelt as a scheme is) or ``authorization`` starts: a ``finditer``
+    of the scheme pattern over every text holding "token" was the costliest detector of an append."""
     lower, text = scan.lower, scan.text
     spans: list[Span] = []
-    for pattern, words in ((_AUTH_HEADER, ("authorization",)), (_BEARER, ("bearer", "basic", "token"))):
-        for word in words:
-            for position in _positions(lower, word):
-                start = position - 6 if word == "authorization" and lower.endswith("proxy-", 0, position) else position
-                match = pattern.match(text, start)
-                if match is not None and _credential_shaped(match["secret"]):
-                    spans.append(match.span("secret"))
+    for position in scan.at("auth"):
+        if not lower.startswith("authorization", position):
+            continue
+        start = position - 6 if lower.endswith("proxy-", 0, position) else position
+        match = _AUTH_HEADER.match(text, start)
+        if match is not None and _credential_shaped(match["secret"]):
+            spans.append(match.span("secret"))
+    for word in ("bearer", "basic", "token"):
+        for position in scan.at(word):
+            if not text.startswith(_SCHEME_SPELLINGS, position):
+                continue
+            match = _BEARER.match(text, position)
+            if match is not None and _credential_shaped(match["secret"]):
+                spans.append(match.span("secret"))
     return spans
 
 
@@ -311,9 +353,7 @@ def _password_options(scan: Scan) -> list[Span]:
     lower, text = scan.lower, scan.text
     spans: list[Span] = []
     tried: set[int] = set()
-    for position in scan.words:
-        if not lower.startswith(("pass", "pwd"), position):
-            continue
+    for position in sorted(scan.at("pass") + scan.at("pwd")):
         start = _option_start(lower, position)
         if start in tried or lower[start] != "-":
             continue
@@ -327,7 +367,7 @@ def _password_options(scan: Scan) -> list[Span]:
             value, start, end = value[1:-1], start + 1, end - 1
         if value and _password_value_is_secret(value):
             spans.append((start, end))
-    for position in _positions(lower, "-u"):
+    for position in scan.at("-u"):
         match = _USER_OPTION.match(text, position - 1 if lower.startswith("--user", position - 1) else position)
         if match is None or (match["user"].isdigit() and match["secret"].isdigit()):
             continue  # docker run -u 1000:1000 is a uid and a gid
@@ -336,9 +376,26 @@ def _password_options(scan: Scan) -> list[Span]:
     return spans
 
 
-def _shaped(pattern: re.Pattern[str]) -> Find:
+def _shaped(pattern: re.Pattern[str], literals: tuple[str, ...]) -> Find:
+    """A token detector: every match of ``pattern`` starts with one of its ``literals`` (in some case), so
+    it is tried only where the scan found one, left to right and never inside a match already taken,
+    which finds what ``finditer`` over the whole text finds (a ``finditer`` over a long tool output
+    tried the pattern, lookbehind first, at every character)."""
+
     def find(scan: Scan) -> list[Span]:
-        return [match.span() for match in pattern.finditer(scan.text)]
+        groups = [positions for literal in literals if (positions := scan.at(literal))]
+        starts = groups[0] if len(groups) == 1 else sorted(position for group in groups for position in group)
+        text = scan.text
+        spans: list[Span] = []
+        done = 0
+        for position in starts:
+            if position < done:
+                continue
+            match = pattern.match(text, position)
+            if match is not None:
+                spans.append(match.span())
+                done = match.end()
+        return spans
 
     return find
 
@@ -351,7 +408,7 @@ def _at_words(pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bo
     """
 
     def find(scan: Scan) -> list[Span]:
-        positions = scan.words
+        positions = scan.candidates()
         text = scan.text
         spans: list[Span] = []
         done = 0
@@ -397,7 +454,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("private_key", "private_key", _private_key),
     Detector("url_password", "password", _url_password),
     Detector("bearer_token", "token", _bearer),
-    *(Detector(name, kind, _shaped(pattern), frozenset(literals)) for name, kind, pattern, literals in _SHAPED),
+    *(
+        Detector(name, kind, _shaped(pattern, literals), frozenset(literals))
+        for name, kind, pattern, literals in _SHAPED
+    ),
     Detector(
         "password_assignment",
         "secret",

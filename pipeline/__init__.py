@@ -14,13 +14,14 @@ The names below are what other layers (the surfaces, the eval harness, benchmark
 else is internal to the pipeline and may move.
 """
 
-from obsmem.pipeline.llm import ChatClient, ChatReply, ToolCall
+from obsmem.pipeline.llm import ChatClient, ChatModel, ChatReply, ToolCall
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
 from obsmem.pipeline.model_overrides import ROLES, ModelChanges, RoleModel
 from obsmem.pipeline.observe.prompts import seq_runs
 from obsmem.pipeline.reflect.generations import project_generation_totals, rebuild_active_memory
 from obsmem.pipeline.runtime import ObservationPipeline
 from obsmem.pipeline.session_jobs import OBSERVE, REFLECT
+from obsmem.pipeline.tokens import estimate_tokens
 from obsmem.pipeline.views.projection import Projection, project, render_projection
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "REFLECT",
     "ROLES",
     "ChatClient",
+    "ChatModel",
     "ChatReply",
     "MemoryItem",
     "ModelChanges",
@@ -36,6 +38,7 @@ __all__ = [
     "RoleModel",
     "ToolCall",
     "active_memory",
+    "estimate_tokens",
     "project",
     "project_generation_totals",
     "rebuild_active_memory",

@@ -1,4 +1,9 @@
-"""Chat clients per role (observer, reflector, dropper), with the run-time model switches applied."""
+"""Chat clients per role (observer, reflector, dropper), with the run-time model switches applied.
+
+A project can also route a role to a model of its own (:meth:`ModelClients.route`): any
+:class:`~obsmem.pipeline.llm.ChatModel`, such as an adapter over an agent framework's models. A routed
+role needs no ``[model]`` endpoint, and its jobs in that project call the routed model instead of one.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,8 @@ import threading
 
 import httpx
 
-from obsmem.pipeline.llm import ChatClient
-from obsmem.pipeline.model_overrides import Override, model_with_override
+from obsmem.pipeline.llm import ChatClient, ChatModel
+from obsmem.pipeline.model_overrides import ROLES, Override, model_with_override
 from obsmem.settings import ModelSettings, Settings
 
 
@@ -22,12 +27,35 @@ class ModelClients:
         self.settings = settings
         self.transport = transport
         self._clients: dict[tuple[str, str], ChatClient] = {}
+        self._routes: dict[tuple[str, str], ChatModel] = {}
         self._lock = threading.Lock()
 
-    def model(self, role: str, override: Override | None = None) -> ModelSettings:
-        return model_with_override(self.settings, role, override)
+    def route(self, project: str, role: str, model: ChatModel | None) -> None:
+        """Send ``role``'s calls for ``project`` to ``model`` from the next job on (``None``: the settings)."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        with self._lock:
+            if model is None:
+                self._routes.pop((project, role), None)
+            else:
+                self._routes[(project, role)] = model
 
-    def get(self, role: str, override: Override | None = None) -> ChatClient:
+    def routed(self, project: str | None, role: str) -> ChatModel | None:
+        if project is None or not self._routes:
+            return None
+        return self._routes.get((project, role))
+
+    def model(self, role: str, override: Override | None = None, *, project: str | None = None) -> ModelSettings:
+        model = model_with_override(self.settings, role, override)
+        routed = self.routed(project, role)
+        if routed is not None and routed.context_window_tokens is not None:
+            model = model.model_copy(update={"context_window_tokens": routed.context_window_tokens})
+        return model
+
+    def get(self, role: str, override: Override | None = None, *, project: str | None = None) -> ChatModel:
+        routed = self.routed(project, role)
+        if routed is not None:
+            return routed
         model = self.model(role, override)
         key = (role, model.model_dump_json())
         with self._lock:
@@ -42,3 +70,4 @@ class ModelClients:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+            self._routes.clear()

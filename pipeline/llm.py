@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -66,6 +66,28 @@ class ChatReply:
         return message
 
 
+@runtime_checkable
+class ChatModel(Protocol):
+    """What every model stage needs of a model: one chat completion with tools, in the OpenAI shape.
+
+    :class:`ChatClient` is the one for a configured endpoint. Anything else with this method (an adapter
+    over an agent framework's own models, routed to one project with
+    :meth:`~obsmem.pipeline.clients.ModelClients.route`) serves the Observer, Reflector and Dropper the
+    same way: it raises the model errors of :mod:`obsmem.errors` (``ModelUnavailable``, ...) on failure.
+    ``context_window_tokens`` (``None``: the configured one) sizes the stage's requests.
+    """
+
+    context_window_tokens: int | None
+
+    def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+    ) -> ChatReply: ...
+
+
 class ChatClient:
     """Chat completions against one endpoint for one role. Thread-safe; reuse it across calls.
 
@@ -85,6 +107,7 @@ class ChatClient:
             raise ModelNotConfigured(f"no model is configured for the {role}: set model.base_url and model.model_id")
         self.model = model
         self.role = role
+        self.context_window_tokens: int | None = model.context_window_tokens
         self._sleep = sleep
         key = model.api_key.get_secret_value() if model.api_key is not None else None
         self._endpoint = Endpoint(

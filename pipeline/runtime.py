@@ -25,13 +25,14 @@ import httpx
 from obsmem.events import StoredEvent
 from obsmem.pipeline.activity import clear_stale_activity
 from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.model_overrides import Override, apply_changes, effective_models, parse_changes, read_overrides
 from obsmem.pipeline.observe.job import ObserveJob
 from obsmem.pipeline.observe.packer import Budget
 from obsmem.pipeline.reflect.job import ReflectJob
 from obsmem.pipeline.session_jobs import OBSERVE, REFLECT
 from obsmem.pipeline.views.details import memory_details
-from obsmem.pipeline.views.projection import Projection, project
+from obsmem.pipeline.views.projection import Projection, project, projection_version
 from obsmem.pipeline.views.status import session_status
 from obsmem.settings import Settings
 from obsmem.storage import ProjectDatabase
@@ -41,15 +42,17 @@ from obsmem.work import EnqueueResult, JobContext, JobQueue
 class AppendHook:
     """The ``after_insert`` hook of one append; ``queued`` says whether it queued an observe job."""
 
-    __slots__ = ("observe", "queue", "queued")
+    __slots__ = ("observe", "project", "queue", "queued")
 
-    def __init__(self, observe: ObserveJob, queue: JobQueue) -> None:
+    def __init__(self, observe: ObserveJob, queue: JobQueue, project: str | None = None) -> None:
         self.observe = observe
         self.queue = queue
+        self.project = project
         self.queued = False
 
     def __call__(self, conn: apsw.Connection, session_id: str, events: list[StoredEvent]) -> None:
-        self.queued = self.observe.after_insert(self.queue, conn, session_id, events) or self.queued
+        queued = self.observe.after_insert(self.queue, conn, session_id, events, self.project)
+        self.queued = queued or self.queued
 
 
 class ObservationPipeline:
@@ -88,17 +91,21 @@ class ObservationPipeline:
 
     # -- work: the append trigger, the jobs, housekeeping ---------------------------------------
 
-    def append_hook(self, db: ProjectDatabase) -> AppendHook:
+    def append_hook(self, db: ProjectDatabase, project: str | None = None) -> AppendHook:
         """The hook ``append_events`` runs inside its transaction for ``db`` (one per append)."""
-        return AppendHook(self.observe, self.queue(db))
+        return AppendHook(self.observe, self.queue(db), project)
 
-    def request_observation(self, db: ProjectDatabase, session_id: str) -> EnqueueResult:
+    def request_observation(self, db: ProjectDatabase, session_id: str, project: str | None = None) -> EnqueueResult:
         """Observe the session's whole backlog now, below the buffer threshold too (e.g. at session end)."""
-        return self.observe.request(self.queue(db), session_id)
+        return self.observe.request(self.queue(db), session_id, project)
 
-    def request_reflection(self, db: ProjectDatabase, session_id: str) -> EnqueueResult:
+    def request_reflection(self, db: ProjectDatabase, session_id: str, project: str | None = None) -> EnqueueResult:
         """Reflect on the session's active memory now, below the threshold too."""
-        return self.reflect.request(self.queue(db), session_id)
+        return self.reflect.request(self.queue(db), session_id, project)
+
+    def route_model(self, project: str, role: str, model: ChatModel | None) -> None:
+        """Send ``role``'s model calls for ``project`` to ``model`` (``None``: back to the settings)."""
+        self.clients.route(project, role, model)
 
     @property
     def handlers(self) -> dict[str, Callable[[JobContext], None]]:
@@ -106,7 +113,7 @@ class ObservationPipeline:
 
     def _reflect_if_due(self, ctx: JobContext, session_id: str) -> None:
         """All observe work of the session is durable: queue a reflect job if the threshold is passed."""
-        self.reflect.queue_if_due(ctx.queue, ctx.db, session_id)
+        self.reflect.queue_if_due(ctx.queue, ctx.db, session_id, ctx.project)
 
     @property
     def housekeeping_tasks(self) -> list[Callable[[str, ProjectDatabase], None]]:
@@ -116,9 +123,9 @@ class ObservationPipeline:
         """Clear stale activity rows; queue observation for sessions left over the buffer, and reflection
         for sessions left over the reflection threshold."""
         clear_stale_activity(db, self.settings.jobs.stale_activity_seconds)
-        if self.observer_state == "enabled":
+        if self.observe.state_for(project) == "enabled":
             self.observe.resume(project, db, self.queue(db))
-        if self.reflector_state == "enabled":
+        if self.reflect.state_for(project) == "enabled":
             self.reflect.resume(project, db, self.queue(db))
 
     # -- reads ---------------------------------------------------------------------------------
@@ -127,19 +134,23 @@ class ObservationPipeline:
         with db.read() as conn:
             return project(conn, session_id)
 
+    def projection_version(self, db: ProjectDatabase, session_id: str) -> str:
+        with db.read() as conn:
+            return projection_version(conn, session_id)
+
     def memory_details(self, db: ProjectDatabase, session_id: str) -> dict[str, Any]:
         with db.read() as conn:
             return memory_details(conn, self.settings, session_id)
 
-    def status(self, db: ProjectDatabase, session_id: str) -> dict[str, Any]:
+    def status(self, db: ProjectDatabase, session_id: str, project: str | None = None) -> dict[str, Any]:
         with db.read() as conn:
             return session_status(
                 conn,
                 self.queue(db),
                 self.settings,
                 session_id,
-                observer_state=self.observer_state,
-                reflector_state=self.reflector_state,
+                observer_state=self.observe.state_for(project),
+                reflector_state=self.reflect.state_for(project),
             )
 
     # -- model switching -----------------------------------------------------------------------

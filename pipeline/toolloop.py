@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.llm import ChatModel
 
 REPEATED_CALLS_TO_STOP = 2
 
@@ -28,7 +28,7 @@ class LoopResult:
 
 
 def run_tool_loop(
-    client: ChatClient,
+    client: ChatModel,
     messages: list[dict[str, Any]],
     tool: dict[str, Any],
     handle_call: Callable[[str], dict[str, Any]],

@@ -23,6 +23,17 @@ The ranking is BM25 over the body, previous, next and date columns with the conf
 (default 1.0, 0.5, 0.2, 2.0), higher is better. With a date or session filter the match is ranked inside
 the filter (filter first, rank second), so a narrow window never loses its matches to a global top-k.
 
+The ceiling. A BM25 score has no fixed scale, so fusion needs to know what this query could score: with FTS5's
+constants (k1 = 1.2, b = 0.75) a term adds at most ``idf * (k1 + 1)`` however often a chunk repeats it, so
+``(k1 + 1) * sum(idf of each query term)`` bounds every chunk's score (:func:`bm25_ceiling`). A chunk that
+matches one common word of a five-word question scores a small share of it, where dividing by the best
+match's score would give it full marks. A term the index holds nowhere still counts (its IDF is the
+highest there is): the question asked for it and no memory has it. Each IDF is FTS5's own,
+``log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6) over the N indexed chunks, with n the term's posting
+count as counted for the work bound (a count past ``max_postings`` stops there, so a very common term
+alone in a query is taken as a little rarer than it is). The trigram tokenizer has no term counts: its
+lists carry no ceiling and fusion falls back to the best match's score.
+
 The index itself is asked through :class:`~obsmem.indexer.reader.IndexReader` (which words it can match,
 posting counts, the top chunks for a set of terms): the FTS5 syntax, tokenizer and ``bm25()`` sign live
 behind it, in the indexer.
@@ -30,8 +41,10 @@ behind it, in the indexer.
 
 from __future__ import annotations
 
+import math
 import re
 import time
+from collections.abc import Iterable
 
 from obsmem.indexer import Filter, IndexReader
 from obsmem.retrieval.ranked import RankedList
@@ -58,6 +71,18 @@ _SUFFIX = re.compile(r"['\u2019]")
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 POSTINGS_CACHE_SECONDS = 300.0
+# FTS5's bm25() constants (fixed in SQLite's fts5_aux.c).
+BM25_K1 = 1.2
+MIN_IDF = 1e-6
+
+
+def bm25_ceiling(postings: Iterable[int], chunks: int) -> float:
+    """The most a chunk can score for terms with these posting counts among ``chunks`` indexed chunks."""
+    total = 0.0
+    for count in postings:
+        idf = math.log((chunks - count + 0.5) / (count + 0.5)) if chunks > 0 else MIN_IDF
+        total += max(idf, MIN_IDF)
+    return (BM25_K1 + 1.0) * total
 
 
 def query_words(text: str) -> list[str]:
@@ -81,38 +106,42 @@ class Bm25List:
     def __init__(self, settings: Bm25Settings) -> None:
         self.settings = settings
         self._stopwords = ENGLISH_STOPWORDS if settings.stopwords == "english" else frozenset()
-        self._postings: dict[tuple[str, str], tuple[float, int, int]] = {}
+        self._postings: dict[tuple[str, str], tuple[float, int, int, int | None]] = {}
 
     def terms(self, store: IndexReader, query: str) -> list[tuple[str, list[str]]]:
         """``(term, the tokens the index holds it as)`` for each query term it can match."""
         return store.keyword_terms(query_terms(query, self._stopwords))
 
-    def postings(self, store: IndexReader, term: str) -> tuple[int, int]:
+    def postings(self, store: IndexReader, term: str, version: int | None = None) -> tuple[int, int]:
         """``(chunks holding term, counted up to max_postings + 1; the oldest label counted)``.
 
         Counting newest first and stopping at the bound reads at most that many postings, where an exact
         count reads the term's whole list (tens of milliseconds for a common word at 1M chunks). Cached
         for a while: the figures decide which terms are kept and whether scoring is bounded, and a few
-        minutes' drift in them moves those choices only at the margin."""
+        minutes' drift in them moves those choices only at the margin. With the index ``version`` (a
+        search passes it), a count made before the index last changed is made again: the counts also set
+        the query's ceiling, which should describe the index being searched."""
         key = (store.source, term)
         now = time.monotonic()
         cached = self._postings.get(key)
-        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS:
+        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3]):
             return cached[1], cached[2]
         count, oldest = store.term_postings(term, self.settings.max_postings)
         if len(self._postings) > 100_000:
             self._postings.clear()
-        self._postings[key] = (now, count, oldest)
+        self._postings[key] = (now, count, oldest, version)
         return count, oldest
 
-    def _bounded(self, store: IndexReader, terms: list[tuple[str, list[str]]]) -> tuple[list[str], bool]:
+    def _bounded(
+        self, store: IndexReader, terms: list[tuple[str, list[str]]], version: int | None = None
+    ) -> tuple[list[str], bool]:
         """The terms kept (in query order) and whether their chunks exceed ``max_postings``."""
         if not terms or not store.counts_postings():
             return [term for term, _ in terms], False
         bound = self.settings.max_postings
         counted = []
         for position, (term, _) in enumerate(terms):
-            count, oldest = self.postings(store, term)
+            count, oldest = self.postings(store, term, version)
             # Past the bound, the term whose most recent postings reach further back is the rarer one.
             counted.append((count, oldest if count > bound else 0, position, term))
         kept: list[tuple[int, str]] = []
@@ -124,9 +153,9 @@ class Bm25List:
             total += docs
         return [term for _, term in sorted(kept)], total > bound
 
-    def match(self, store: IndexReader, query: str) -> tuple[list[str], bool]:
+    def match(self, store: IndexReader, query: str, version: int | None = None) -> tuple[list[str], bool]:
         """The terms ``query`` is matched with (empty if none) and whether scoring must be bounded."""
-        return self._bounded(store, self.terms(store, query))
+        return self._bounded(store, self.terms(store, query), version)
 
     def search(
         self,
@@ -135,8 +164,11 @@ class Bm25List:
         k: int,
         where: Filter | None = None,
         label_range: tuple[int, int] | None = None,
+        chunks: int | None = None,
     ) -> RankedList:
-        """Top-k chunks. With a filter, ``label_range`` may bound the chunk labels that can pass it (known
+        """Top-k chunks, with the query's ceiling when ``chunks`` (how many are indexed) is given.
+
+        With a filter, ``label_range`` may bound the chunk labels that can pass it (known
         from the in-memory vectors): the index then reads only that stretch of each posting list, which for
         a date window over memories written in date order is a small part of it. The filter itself is
         still applied exactly.
@@ -144,7 +176,9 @@ class Bm25List:
         An open search whose rarest term is in more than ``max_postings`` chunks scores the most recent
         ``max_postings`` of them (see the module's text); a filtered one scores every match inside its
         window."""
-        terms, over = self.match(store, query)
+        # With ``chunks`` this is a search of a real index: its version keeps the cached counts current.
+        version = store.state().version if chunks is not None else None
+        terms, over = self.match(store, query, version)
         result = RankedList("bm25")
         if not terms or k <= 0:
             return result
@@ -154,4 +188,6 @@ class Bm25List:
         # A bounded search left matches unscored: its budget was reached whatever the count.
         result.full = len(items) > k or (open_search and over)
         result.items = items[:k]
+        if chunks is not None and store.counts_postings():
+            result.ceiling = bm25_ceiling((self.postings(store, term, version)[0] for term in terms), chunks)
         return result

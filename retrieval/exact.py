@@ -8,6 +8,13 @@ give; only the plan differs, chosen by what is cheapest for the needle:
   those and sort them newest first. Cheap when some trigram of the needle is rare: identifiers.
 - **walk plan** — walk memories newest first along the date index, checking LIKE, and stop at
   ``limit + 1`` matches. Cheap when the needle itself is common, because the walk ends early.
+- **window plan** — for a needle whose rarest trigrams are too common to probe across the whole table
+  but whose walk would read thousands of rows (a phrase of common words, ``login session``): take the
+  newest stretch of dates that should hold ``limit + 1`` matches, read only the id range of that stretch
+  from the index (the rarest trigrams ANDed, as in the candidate plan) and check those candidates. Memories
+  are written roughly in date order, so the stretch's ids are a narrow range; when they are not (an
+  imported history), the range's size says so and the plan is not chosen. Too few matches in the stretch:
+  a stretch four times longer is tried, then the walk.
 - **short needles** (one or two characters) have no trigram of their own, but every occurrence starts
   one (the index appends two U+0001 sentinels to each text), so a rare short needle is looked up as the
   OR of the vocabulary terms that begin with it.
@@ -25,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +51,21 @@ INDEX_PLAN_MAX_DOCS = 1000
 PROBE_TRIGRAMS = 3
 # Relative cost of reading one index posting versus checking one row in a walk.
 POSTING_COST = 0.2
+# A walk expected to read more rows than this tries the window plan first (when the probe was not cheap).
+WINDOW_PLAN_WALK_ROWS = 2000
+# The window holds this many times the rows the estimate says hold ``limit + 1`` matches (estimates are
+# drawn from a sample of 2,000 memories: a margin against a needle rarer than it looked)...
+WINDOW_MARGIN = 3
+# ...at least this many rows, at most the larger, over this many tries, each four times longer.
+WINDOW_MIN_ROWS = 1000
+WINDOW_MAX_ROWS = 200_000
+WINDOW_TRIES = 2
+# Trigrams the window plan's probe ANDs: its trigrams are all common, so more of them narrow the
+# candidates to check (each a row read) for little more index reading.
+WINDOW_PROBE_TRIGRAMS = 6
+# Candidates the window plan checks at most: each costs about what a walk step costs, and the plan is
+# only tried when the walk is expected to read more than WINDOW_PLAN_WALK_ROWS rows.
+WINDOW_MAX_DOCS = 2000
 # A short needle expected to need a walk longer than this is looked up in the vocabulary instead...
 SHORT_NEEDLE_WALK_ROWS = 5000
 # ...unless more index terms than this begin with it (then it is common after all).
@@ -87,7 +109,7 @@ def fts_phrase(needle: str) -> str:
 class ExactPlan:
     """What the searcher did, for benchmarks and debugging."""
 
-    name: str  # "candidates", "short-candidates", "walk", "walk+phrase" or "walk+scan"
+    name: str  # "candidates", "short-candidates", "window", "walk", "walk+phrase" or "walk+scan"
     candidates: int | None  # probe result size, when a probe ran and stopped early
 
 
@@ -122,6 +144,9 @@ class ExactSearcher:
         walk_budget_steps: int = WALK_BUDGET_STEPS,
         posting_cost: float = POSTING_COST,
         short_needle_walk_rows: float = SHORT_NEEDLE_WALK_ROWS,
+        window_plan_walk_rows: float = WINDOW_PLAN_WALK_ROWS,
+        window_max_docs: int = WINDOW_MAX_DOCS,
+        window_first_rows: int | None = None,
     ) -> None:
         self.conn = conn
         self.corpus = corpus
@@ -129,6 +154,10 @@ class ExactSearcher:
         self.walk_budget_steps = walk_budget_steps
         self.posting_cost = posting_cost
         self.short_needle_walk_rows = short_needle_walk_rows
+        self.window_plan_walk_rows = window_plan_walk_rows
+        self.window_max_docs = window_max_docs
+        # The first window's rows; None: from the estimate (tests set a few rows to exercise the retries).
+        self.window_first_rows = window_first_rows
         self._tokenize = conn.fts5_tokenizer("trigram", [])
         self.last_plan: ExactPlan | None = None
 
@@ -159,6 +188,11 @@ class ExactSearcher:
                 if candidates is not None:
                     self.last_plan = ExactPlan("candidates", len(candidates))
                     return self._check_candidates(candidates, pattern, where, params, fetch)
+            if walk_rows > self.window_plan_walk_rows:
+                window_trigrams = sample.rarest(trigrams, WINDOW_PROBE_TRIGRAMS)
+                found = self._window(window_trigrams, sample, walk_rows, pattern, where, params, fetch)
+                if found is not None:
+                    return found
         else:
             sample = TrigramSample.for_connection(self.conn, self._tokenize, self.corpus)
             if fetch / sample.frequency_of_needle(needle) > self.short_needle_walk_rows:
@@ -192,19 +226,103 @@ class ExactSearcher:
         ]
         return terms if len(terms) <= SHORT_NEEDLE_MAX_TERMS else None
 
-    def _probe(self, terms: list[str], operator: str) -> list[int] | None:
-        """Rowids matching the terms joined by AND or OR, or None when there are more than the cap."""
+    def _probe(
+        self, terms: list[str], operator: str, within: tuple[int, int] | None = None, cap: int | None = None
+    ) -> list[int] | None:
+        """Rowids matching the terms joined by AND or OR (inside ``within``, first and last rowid, when
+        given), or None when there are more than ``cap`` (by default ``index_plan_max_docs``)."""
         if not terms:
             return []
+        cap = self.index_plan_max_docs if cap is None else cap
         query = f" {operator} ".join(fts_phrase(term) for term in terms)
+        bounded, bounds = ("", ()) if within is None else (" AND rowid BETWEEN ? AND ?", within)
         rowids = [
             row[0]
             for row in self.conn.execute(
-                f"SELECT rowid FROM {self.corpus.trigrams} WHERE {self.corpus.trigrams} MATCH ? LIMIT ?",
-                (query, self.index_plan_max_docs + 1),
+                f"SELECT rowid FROM {self.corpus.trigrams} WHERE {self.corpus.trigrams} MATCH ?{bounded} LIMIT ?",
+                (query, *bounds, cap + 1),
             )
         ]
-        return rowids if len(rowids) <= self.index_plan_max_docs else None
+        return rowids if len(rowids) <= cap else None
+
+    def _window(
+        self,
+        rarest: list[str],
+        sample: TrigramSample,
+        walk_rows: float,
+        pattern: str,
+        where: str,
+        params: list[object],
+        fetch: int,
+    ) -> list[tuple] | None:
+        """The window plan (see the module's text), or None when it does not pay or did not find enough.
+
+        Exact: the window is every memory (inside the filters) dated on or after its boundary date, the
+        probe reads the whole id range of those memories, and any memory outside the window is older
+        than every memory in it. So ``fetch`` matches inside it are the newest ``fetch`` overall, and a
+        window that reaches the oldest memory holds every match."""
+        rows = self.window_first_rows or max(WINDOW_MIN_ROWS, int(walk_rows * WINDOW_MARGIN))
+        for _ in range(WINDOW_TRIES):
+            if rows > WINDOW_MAX_ROWS:
+                return None
+            boundary = self._window_boundary(where, params, rows)
+            span_where, span_params = where, params
+            if boundary is not None:
+                span_where, span_params = f" AND {self.corpus.date} >= ?{where}", [boundary[0], *params]
+            lowest, highest = self._window_ids(where, params, boundary)
+            if lowest is None:
+                self.last_plan = ExactPlan("window", 0)
+                return []
+            span = highest - lowest + 1
+            if span * sample.frequency_of_trigram(rarest[0]) * self.posting_cost >= walk_rows:
+                return None  # ids out of date order: the range holds too many postings to read
+            candidates = self._probe(rarest, "AND", (lowest, highest), self.window_max_docs)
+            if candidates is None:
+                return None
+            found = self._check_candidates(candidates, pattern, span_where, span_params, fetch)
+            if len(found) >= fetch or boundary is None:
+                self.last_plan = ExactPlan("window", len(candidates))
+                return found
+            rows *= 4
+        return None
+
+    def _window_boundary(self, where: str, params: list[object], rows: int) -> tuple[str, int] | None:
+        """Date and id of the ``rows``-th newest row inside the filters (None: there are fewer)."""
+        corpus = self.corpus
+        return self.conn.execute(
+            f"SELECT {corpus.date}, m.id FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f" WHERE 1{where} ORDER BY {corpus.date} DESC, m.id DESC LIMIT 1 OFFSET ?",
+            (*params, rows - 1),
+        ).fetchone()
+
+    def _window_ids(
+        self, where: str, params: list[object], boundary: tuple[str, int] | None
+    ) -> tuple[int, int] | tuple[None, None]:
+        """The first and last id of the memories inside the filters dated on or after the boundary.
+
+        Memories are usually written in date order, and then the boundary memory has the lowest id of
+        its window. Proving that (no memory of the window has a lower id) reads less than finding the
+        lowest id; with no later bound on the window, the last id is simply the table's. Otherwise (a
+        ``before`` bound, a session, an old memory written late) both ends are looked up."""
+        corpus = self.corpus
+        open_ended = f"{corpus.date} <=" not in where and "m.session_id" not in where
+        if boundary is not None and open_ended:
+            date, row = boundary
+            older = self.conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM {corpus.table} AS m INDEXED BY {corpus.by_date}"
+                f" WHERE {corpus.date} >= ?{where} AND m.id < ?)",
+                (date, *params, row),
+            ).fetchone()[0]
+            if not older:
+                return row, self.conn.execute(f"SELECT max(id) FROM {corpus.table}").fetchone()[0]
+        span_where, span_params = where, params
+        if boundary is not None:
+            span_where, span_params = f" AND {corpus.date} >= ?{where}", [boundary[0], *params]
+        return self.conn.execute(
+            f"SELECT min(m.id), max(m.id) FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f" WHERE 1{span_where}",
+            span_params,
+        ).fetchone()
 
     def _check_candidates(
         self, candidates: list[int], pattern: str, where: str, params: list[object], fetch: int
@@ -222,9 +340,8 @@ class ExactSearcher:
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         corpus = self.corpus
-        walk_index = corpus.by_session_date if "m.session_id" in where else corpus.by_date
         sql = (
-            f"SELECT {corpus.columns} FROM {corpus.table} AS m INDEXED BY {walk_index}"
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
             f" WHERE {corpus.match}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
@@ -243,6 +360,9 @@ class ExactSearcher:
             raise _WalkBudgetExhausted from None
         finally:
             self.conn.set_progress_handler(None)
+
+    def _walk_index(self, where: str) -> str:
+        return self.corpus.by_session_date if "m.session_id" in where else self.corpus.by_date
 
     def _phrase(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # MATERIALIZED keeps the planner from turning this inside out (walking dates, probing FTS).
@@ -270,6 +390,9 @@ class ExactSearcher:
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
 SAMPLE_ROWS = 2000
 SAMPLE_MAX_AGE_S = 300.0
+# Databases whose sample is kept (each holds SAMPLE_ROWS texts and their trigram counts, about 1 MB): a
+# server answering many projects keeps the most recently searched ones, not every one it ever saw.
+SAMPLE_CACHE_DATABASES = 32
 
 
 class TrigramSample:
@@ -280,7 +403,7 @@ class TrigramSample:
     whole posting list to count it, which is as slow as the search it is meant to plan.
     """
 
-    _cache: dict[tuple[str, str], TrigramSample] = {}
+    _cache: OrderedDict[tuple[str, str], TrigramSample] = OrderedDict()
     _lock = threading.Lock()
 
     def __init__(self, contents: list[str], total_rows: int, tokenize: Any) -> None:
@@ -302,6 +425,8 @@ class TrigramSample:
         key = (conn.filename, corpus.table)
         with cls._lock:
             cached = cls._cache.get(key)
+            if cached is not None:
+                cls._cache.move_to_end(key)
         fresh = (
             cached is not None
             and time.monotonic() - cached.built_at < SAMPLE_MAX_AGE_S
@@ -318,6 +443,9 @@ class TrigramSample:
         sample = cls(contents, total, tokenize)
         with cls._lock:
             cls._cache[key] = sample
+            cls._cache.move_to_end(key)
+            while len(cls._cache) > SAMPLE_CACHE_DATABASES:
+                cls._cache.popitem(last=False)
         return sample
 
     def _floor(self) -> float:

@@ -4,13 +4,22 @@ Each method is a small pure function over :class:`RankedList` objects and per-li
 configured one is chosen once by name (:func:`fuser`). Ties are broken by the best rank an item has in
 any list, then by list order (as given), so the result is deterministic.
 
-- ``convex`` (the default) — ``weights["bm25"] * bm25 / best_bm25 + weights["vector"] * cosine`` over
-  the union of both lists' candidates. BM25 has no fixed scale, so it is divided by the query's best
-  BM25 score; an item the BM25 list lacks scores 0 there (exact for an OR query that does not match
-  it). The cosine already has a fixed scale and is used raw — not normalised over the candidates, which
-  would stretch a flat cosine list to [0, 1] and let it outvote a decisive BM25 list — and it is the
-  exact cosine for every candidate, BM25-only ones included (the caller computes those from the stored
-  embeddings). Default weights 0.4 and 0.6.
+- ``convex`` (the default) — ``weights["bm25"] * bm25 / ceiling + weights["vector"] * cosine`` over
+  the union of both lists' candidates. BM25 has no fixed scale, so it is divided by the query's
+  ceiling, what a chunk matching every query term could score (``retrieval/bm25.py``): the keyword
+  list then speaks with the weight of the share of the question it matched. Dividing by the best
+  match's score instead (the recipe before, still used when a list has no ceiling) gives the top
+  keyword match full marks even when it matches one common word of a paraphrased question, a fixed
+  bonus no cosine difference can overcome, so hybrid fell below its own vector list on paraphrases.
+  An item the BM25 list lacks scores 0 there (exact for an OR query that does not match it). The
+  cosine already has a fixed scale and is used raw — not normalised over the candidates, which would
+  stretch a flat cosine list to [0, 1] and let it outvote a decisive BM25 list — and it is the exact
+  cosine for every candidate, BM25-only ones included (the caller computes those from the stored
+  embeddings). Default weights 1.25 and 0.6 (chosen on calibration splits, docs/eval.md). Both parts
+  having a fixed scale, the best fused score says how close the nearest memory is, which is what the
+  ``min_relevance`` floor compares (:func:`evidence`). How decisive the keyword list is for this query
+  sets its weight too: it counts fully only when its best match covers ``full_coverage`` (0.2) of the
+  ceiling, and in proportion below (a paraphrase matches a word or two of the question anywhere).
 - ``rrf`` — reciprocal-rank fusion (Cormack, Clarke and Büttcher, SIGIR 2009): an item scores
   ``sum(weight / (k + rank))`` over the lists that hold it, ranks counted from 1. Ranks only: it throws
   away how much better the first BM25 match is than the tenth, which is why it loses to BM25 alone at
@@ -55,29 +64,51 @@ def reciprocal_rank_fusion(lists: Sequence[RankedList], weights: Mapping[str, fl
 
 
 def convex_fusion(
-    lists: Sequence[RankedList], weights: Mapping[str, float], cosines: Mapping[int, float] | None = None
+    lists: Sequence[RankedList],
+    weights: Mapping[str, float],
+    cosines: Mapping[int, float] | None = None,
+    full_coverage: float = 0.0,
 ) -> Fused:
     """``cosines`` maps candidates to their exact cosine; without it (or for a label it lacks) the vector
-    list's own score is used, and 0 for an item only the BM25 list holds."""
+    list's own score is used, and 0 for an item only the BM25 list holds.
+
+    ``full_coverage`` (with a ceiling): the keyword list keeps its whole weight only when its best match
+    scores at least that share of the ceiling; below, the weight shrinks in proportion. A question asked
+    in other words than its memory matches a few of its words anywhere (a best match of 0.10 of the
+    ceiling is typical of a paraphrase, 0.3 to 0.4 of a question that shares its words with the answer),
+    so the keyword list is then not decisive and the cosine decides. 0 turns it off."""
     lexical: dict[int, float] = {}
     similarity: dict[int, float] = {}
+    ceiling: float | None = None
     for ranked in lists:
         if ranked.name == "bm25":
             lexical.update(ranked.items)
+            ceiling = ranked.ceiling
         elif ranked.name == "vector":
             similarity.update(ranked.items)
     if cosines:
         similarity.update(cosines)
     best = max(lexical.values(), default=0.0)
+    scale = ceiling if ceiling is not None and ceiling > 0 else best
     w_lexical, w_vector = weights.get("bm25", 0.0), weights.get("vector", 0.0)
+    if full_coverage > 0 and ceiling is not None and ceiling > 0:
+        w_lexical *= min(1.0, best / ceiling / full_coverage)
     scores: dict[int, float] = {}
     for ranked in lists:
         for label in ranked.labels:
             if label in scores:
                 continue
-            normalised = lexical.get(label, 0.0) / best if best > 0 else 0.0
+            normalised = lexical.get(label, 0.0) / scale if scale > 0 else 0.0
             scores[label] = w_lexical * normalised + w_vector * similarity.get(label, 0.0)
     return _ordered(scores, _first_seen(lists))
+
+
+def evidence(fused: Fused) -> float | None:
+    """How close the nearest candidate is: the best fused score before smoothing (None without candidates).
+
+    Smoothing only adds a share of a neighbour's score, so it says nothing new about whether anything
+    matched; the floor is taken before it."""
+    return max((score for _, score in fused), default=None)
 
 
 def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], weight: float) -> Fused:
@@ -111,10 +142,10 @@ def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], w
     return sorted(smoothed.items(), key=lambda item: (-item[1], order.get(item[0], tail), item[0]))
 
 
-def fuser(method: str, *, rrf_k: float = 60.0) -> Fuser:
+def fuser(method: str, *, rrf_k: float = 60.0, full_coverage: float = 0.0) -> Fuser:
     """``fuse(lists, weights, cosines=None)`` for a method name; an unknown name is a ValueError."""
     if method == "rrf":
         return lambda lists, weights, cosines=None: reciprocal_rank_fusion(lists, weights, rrf_k)
     if method == "convex":
-        return convex_fusion
+        return lambda lists, weights, cosines=None: convex_fusion(lists, weights, cosines, full_coverage)
     raise ValueError(f"unknown fusion method '{method}' (known: convex, rrf)")

@@ -9,10 +9,11 @@ Order of work for one query:
    list (each up to ``candidates_per_list`` valid chunks), with any date or session filter applied
    first; every candidate chunk is checked against the current memory (same memory id, same content
    hash, inside the filter), so deleted or edited memories never come back from stale chunks;
-4. fusion (convex by default: BM25 scaled by its best score, blended with the exact cosine of every
-   candidate), then neighbour smoothing (each candidate gains a share of its best session neighbour's
-   score; neighbours that were not candidates may enter, after the same checks), cut to
-   ``fused_candidates`` chunks;
+4. fusion (convex by default: BM25 scaled by what the query could score, blended with the exact cosine
+   of every candidate); with ``min_relevance`` set and no rerank, a search whose best fused score is
+   below it ends here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains
+   a share of its best session neighbour's score; neighbours that were not candidates may enter, after
+   the same checks), cut to ``fused_candidates`` chunks;
 5. the optional rerank (after the snapshot is released), then the chunks collapse to their memories in
    order and the limit applies.
 
@@ -35,7 +36,7 @@ import numpy as np
 from obsmem.errors import IndexBuilding, ValidationFailed
 from obsmem.indexer import EVENT_SOURCES, MEMORY_SOURCES, Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
-from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing
+from obsmem.retrieval.fusion import Fused, evidence, fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -91,7 +92,7 @@ class SearchPlan:
 
     ``lists`` names the candidate lists to compute; a single list is returned in its own order (no
     fusion). ``rerank=False`` skips a configured reranker; ``floor=False`` keeps the reranker but ignores
-    its ``min_score`` (calibration needs the unfloored order and scores).
+    its ``min_score``, and ignores ``min_relevance`` (calibration needs the unfloored order and scores).
     """
 
     lists: tuple[str, ...] = LISTS
@@ -111,7 +112,8 @@ class StageRankings:
     the fused and smoothed candidates at the fused budget (before any rerank), ``final`` the whole final
     ranking: the
     hits are its first ``limit`` entries. ``rerank_scores`` (internal, never shown to users) are the raw
-    reranker scores of ``final``'s memories, or None without a rerank.
+    reranker scores of ``final``'s memories, or None without a rerank. ``evidence`` (internal too) is the
+    best fused score before smoothing, what ``min_relevance`` compares (None for one list alone).
     """
 
     bm25: list[str] | None = None
@@ -119,6 +121,7 @@ class StageRankings:
     fused: list[str] = field(default_factory=list)
     final: list[str] = field(default_factory=list)
     rerank_scores: list[float] | None = None
+    evidence: float | None = None
 
 
 def _memories(labels: Sequence[int], valid: dict[int, Candidate]) -> list[str]:
@@ -136,7 +139,9 @@ class HybridSearcher:
         self.settings = settings
         self.reranker = reranker
         self.bm25 = Bm25List(settings.bm25)
-        self.fuse = fuser(settings.fusion.method, rrf_k=settings.fusion.rrf_k)
+        self.fuse = fuser(
+            settings.fusion.method, rrf_k=settings.fusion.rrf_k, full_coverage=settings.fusion.bm25_full_coverage
+        )
         self.weights = settings.fusion.weights
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
@@ -206,7 +211,7 @@ class HybridSearcher:
                     label_range = (int(window_labels.min()), int(window_labels.max()))
             lists: list[RankedList] = []
             if use_bm25:
-                lists.append(self.bm25.search(store, request.query, k + margin, where, label_range))
+                lists.append(self.bm25.search(store, request.query, k + margin, where, label_range, vectors.live))
             if query_vector is not None:
                 exact_max = self.settings.index.exact_scan_max_chunks
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
@@ -215,14 +220,18 @@ class HybridSearcher:
                 kept = [item for item in ranked.items if item[0] in valid]
                 ranked.full = ranked.full or len(kept) > k
                 ranked.items = kept[:k]
-            fused = self.rank(store, lists, valid, vectors, query_vector, scoped)
+            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
+        reranking = self.reranker is not None and plan.rerank
+        nothing_close = False
+        if not reranking and plan.floor and self._below_floor(stages.evidence):
+            fused, nothing_close = [], True
         for ranked in lists:
             setattr(stages, ranked.name, _memories(ranked.labels, valid))
-        truncated = any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates
+        truncated = not nothing_close and (any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates)
         candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
         stages.fused = _memories([c.label for c in candidates], valid)
         scores: list[float] | None = None
-        if self.reranker is not None and plan.rerank and candidates:
+        if self.reranker is not None and reranking and candidates:
             raw = self.reranker.score(request.query, [c.text for c in candidates])
             floor = self.reranker.settings.min_score if plan.floor else None
             order = rerank_order(raw, floor)
@@ -243,7 +252,13 @@ class HybridSearcher:
         stages.final = [candidate.memory_id for candidate in chosen]
         stages.rerank_scores = chosen_scores if scores is not None else None
         hits = [Hit.from_row(candidate.row) for candidate in chosen[: request.limit]]
-        return SearchResult(mode="hybrid", hits=hits, truncated=truncated, partial=partial), stages
+        result = SearchResult("hybrid", hits, truncated=truncated, partial=partial, nothing_close=nothing_close)
+        return result, stages
+
+    def _below_floor(self, best: float | None) -> bool:
+        """Whether ``min_relevance`` turns this search away: candidates existed, none close enough."""
+        floor = self.settings.min_relevance
+        return floor is not None and best is not None and best < floor
 
     def _lists(self, plan: SearchPlan) -> tuple[bool, bool]:
         """Which lists to compute: the plan's, less any the settings weight at 0 (unless asked alone)."""
@@ -259,25 +274,27 @@ class HybridSearcher:
         vectors: VectorSet,
         query_vector: np.ndarray | None,
         where: Filter,
-    ) -> Fused:
-        """The candidates' order: one list alone in its own order, or fused and smoothed.
+    ) -> tuple[Fused, float | None]:
+        """The candidates' order (one list alone in its own order, or fused and smoothed) and the fused
+        evidence (:func:`~obsmem.retrieval.fusion.evidence`; None for one list).
 
         Runs inside the read snapshot of the lists (stored embeddings and neighbours are read from it).
         Smoothing stops one past the ``fused_candidates`` budget (enough to tell whether it was reached);
         neighbours that enter that far are validated like the lists' candidates and added to ``valid``."""
         if len(lists) == 1:
-            return list(lists[0].items)
+            return list(lists[0].items), None
         cosines = None
         if self.exact_cosines and query_vector is not None:
             # Every candidate's exact cosine, BM25-only ones included (and the graph's rounding aside).
             wanted = list(dict.fromkeys(label for ranked in lists for label in ranked.labels))
             cosines = self._cosines(store, vectors, query_vector, wanted)
         fused = self.fuse(lists, self.weights, cosines)
+        best = evidence(fused)
         if self.neighbour_weight <= 0 or not fused:
-            return fused
+            return fused, best
         neighbours = self._neighbours(store, [label for label, _ in fused], valid)
         smoothed = neighbour_smoothing(fused, neighbours, self.neighbour_weight)
-        return self._admitted(store, smoothed, valid, where, self.settings.fusion.fused_candidates + 1)
+        return self._admitted(store, smoothed, valid, where, self.settings.fusion.fused_candidates + 1), best
 
     @staticmethod
     def _cosines(store: IndexReader, vectors: VectorSet, query: np.ndarray, labels: list[int]) -> dict[int, float]:

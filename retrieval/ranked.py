@@ -12,6 +12,9 @@ class RankedList:
     name: str
     items: list[tuple[int, float]] = field(default_factory=list)
     full: bool = False  # the list stopped at its candidate budget (more matches existed)
+    # The most any item could score for this query (the keyword list: what a chunk matching every query
+    # term could reach), or None when the list's scores have no known bound. Fusion divides by it.
+    ceiling: float | None = None
 
     @property
     def labels(self) -> list[int]:

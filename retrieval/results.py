@@ -21,6 +21,14 @@ EVENT_COLUMNS = (
 EVENT_KIND = "event"
 
 
+NOTHING_CLOSE = (
+    "No memory was close enough to the query to return (the best match is below the configured "
+    "min_relevance). This does not prove nothing relevant is stored: a memory may say it in other words, "
+    "sit outside the dates or session searched, or not be indexed yet. Try an identifier, other words, "
+    "or an exact search."
+)
+
+
 @dataclass(frozen=True)
 class Hit:
     """A search hit: a memory (``observation`` or ``reflection``) or a conversation event (``event``).
@@ -107,14 +115,20 @@ class SearchResult:
     hits: list[Hit] = field(default_factory=list)
     truncated: bool = False
     partial: bool = False
+    # Hybrid search with ``min_relevance`` found candidates but none close enough, so it returned none.
+    nothing_close: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "mode": self.mode,
             "hits": [hit.to_dict() for hit in self.hits],
             "truncated": self.truncated,
             "partial": self.partial,
         }
+        if self.nothing_close:  # only then: every other answer keeps its four keys
+            body["nothing_close"] = True
+            body["note"] = NOTHING_CLOSE
+        return body
 
 
 # -- recall -----------------------------------------------------------------------------------------

@@ -121,6 +121,19 @@ def test_calibrate_command(tmp_path: Path, model_server: ModelServer, project: P
     assert "[semantic.reranker]" in (out / "calibration.md").read_text()
 
 
+def test_calibrate_without_a_reranker_chooses_min_relevance(
+    tmp_path: Path, model_server: ModelServer, project: Path
+) -> None:
+    cfg = config(tmp_path, model_server)
+    out = tmp_path / "cal"
+    result = invoke(tmp_path, cfg, "calibrate", "--project", "p", "--questions", str(project), "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "min_relevance" in result.stdout and "held-out" in result.stdout.lower()
+    saved = json.loads((out / "calibration.json").read_text())
+    assert saved["setting"] == "semantic.min_relevance" and saved["chosen_min_relevance"] is not None
+    assert "[semantic]\nmin_relevance = " in (out / "calibration.md").read_text()
+
+
 def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server: ModelServer) -> None:
     cfg = config(tmp_path, model_server)
     data = write_locomo(tmp_path / "locomo.json")
@@ -145,7 +158,6 @@ def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server: ModelServ
         (["questions", "--project", "p"], 2, "--questions FILE"),
         (["questions", "--project", "nope", "--questions", "{questions}"], 1, "project_not_found"),
         (["questions", "--project", "p", "--questions", "{bad}"], 2, "questions.0.label"),
-        (["calibrate", "--project", "p", "--questions", "{questions}"], 2, "needs a configured reranker"),
         (["locomo", "--data", "{bad}"], 2, "--data is not in the expected format"),
         (["locomo", "--data", "{questions}", "--ways", "e"], 2, "ways must be"),
         (["longmemeval", "--data", "{bad}"], 2, "--data is not in the expected format"),

@@ -86,8 +86,35 @@ def test_calibrate_through_a_loopback_reranker(tmp_path: Path, model_server: Mod
     assert payload["chosen_min_score"] == report.chosen and payload["held_out"]["with_floor"]["recall_at_10"] == 1.0
 
 
-def test_calibrate_needs_a_reranker_and_both_splits(tmp_path: Path, model_server: ModelServer) -> None:
-    plain = load_settings(data_dir=tmp_path / "data", semantic=semantic_settings(model_server))
+def test_calibrate_without_a_reranker_floors_the_fused_evidence(tmp_path: Path, model_server: ModelServer) -> None:
+    settings = load_settings(data_dir=tmp_path / "data", semantic=semantic_settings(model_server))
+    with Obsmem(settings, background_indexing=False) as memory:
+        ids = add_memories(
+            memory, "p", [(f"2024-05-0{1 + i % 8} 12:00", m) for i, m in enumerate(CALIBRATION_MEMORIES)]
+        )
+    report = calibrate(settings, questions=labelled(ids), project="p")
+    assert report.setting == "min_relevance" and report.chosen is not None
+    # Every calibration positive keeps its hits (no recall loss allowed), and the floor sits below the
+    # weakest of them: the sweep's rows at or above the chosen floor keep the unfloored recall.
+    unfloored = report.calibration_sweep[-1]
+    kept = [row for row in report.calibration_sweep[:-1] if row.floor is not None and row.floor >= report.chosen]
+    assert kept and all(row.recall_at_10 == unfloored.recall_at_10 for row in kept[-1:])
+    before, after = report.held_out_without_floor, report.held_out_with_floor
+    assert before is not None and after is not None
+    assert after.negatives_with_hits <= before.negatives_with_hits
+    assert report.to_dict()["chosen_min_relevance"] == report.chosen
+    # Through the product: a question below the floor gets no hits and says so.
+    floored = settings.model_copy(
+        update={"semantic": settings.semantic.model_copy(update={"min_relevance": 10.0})}  # above any score
+    )
+    with Obsmem(floored, background_indexing=False) as memory:
+        result = memory.search("p", CALIBRATION_QUESTIONS[0][1], mode="hybrid")
+    assert result.hits == [] and result.nothing_close
+    assert "does not prove" in result.to_dict()["note"]
+
+
+def test_calibrate_needs_semantic_search_and_both_splits(tmp_path: Path, model_server: ModelServer) -> None:
+    plain = load_settings(data_dir=tmp_path / "data")
     with pytest.raises(ValidationFailed) as caught:
         calibrate(plain, questions=[], project="p")
     assert caught.value.code == "mode_unavailable"

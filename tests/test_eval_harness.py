@@ -15,7 +15,7 @@ import pytest
 
 from obsmem.errors import ValidationFailed
 from obsmem.eval.modes import Retrieved, parse_modes
-from obsmem.eval.report import never_loses
+from obsmem.eval.never_below import never_below_rows
 from obsmem.eval.results import percentile
 from obsmem.eval.runner import evaluate_locomo, evaluate_longmemeval, write_outputs
 from obsmem.eval.suites.labelled import LabelledQuestion, parse_labelled, question_scores, read_labelled
@@ -134,7 +134,9 @@ def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server: Mode
     hybrid = by["locomo (a) turns", "hybrid"].metrics
     assert {"candidates.bm25@100", "candidates.vector@100", "candidates.fused@200"} <= set(hybrid)
     assert "candidates.fused@200" not in by["locomo (a) turns", "bm25"].metrics
-    assert isinstance(never_loses([r for r in run.results if r.dataset == "locomo (a) turns"]), list)
+    checked = never_below_rows(run.results)  # both ways, overall and per category, at k = 1, 5, 10
+    assert {row.dataset for row in checked} == {"locomo (a) turns", "locomo (b) observations"}
+    assert {row.metric for row in checked} == {"recall@1", "recall@5", "recall@10"}
     assert run.timings["index"] > 0 and run.timings["total"] >= run.timings["queries"]
     # every conversation is its own project, kept in the work directory
     assert sorted(p.name for p in (tmp_path / "work" / "projects").iterdir()) == [
@@ -164,6 +166,9 @@ def test_locomo_both_ways_through_the_product(tmp_path: Path, model_server: Mode
     assert {"recall@5", "recall@10", "recall@25", "recall@50"} <= set(entries[0]["metrics"])
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## locomo (a) turns" in report and "| recall@10 |" in report and "## locomo (b) observations" in report
+    assert (
+        "## Never below its best single list" in report and "| locomo (b) observations | overall | recall@1 |" in report
+    )
     for name in ("recall_curves.png", "categories.png", "latency.png"):
         assert (tmp_path / "out" / name).read_bytes().startswith(PNG)
 
@@ -193,7 +198,7 @@ def test_longmemeval_official_file(tmp_path: Path, model_server: ModelServer) ->
     run = evaluate_longmemeval(settings(tmp_path, model_server), data, modes=("exact", "hybrid"))
     exact, hybrid = run.results
     assert exact.questions == hybrid.questions == 3  # the abstention question is left out
-    assert set(hybrid.metrics) == {f"{m}@{k}" for m in ("recall_any", "recall_all", "ndcg") for k in (5, 10)}
+    assert set(hybrid.metrics) == {f"{m}@{k}" for m in ("recall_any", "recall_all", "ndcg") for k in (1, 5, 10)}
     # five sessions (or three) in a haystack: hybrid ranks them all, so every answer session is in the first five
     assert hybrid.metrics["recall_all@5"] == 1.0 and hybrid.metrics["recall_any@5"] == 1.0
     assert exact.metrics["recall_any@10"] == 0.0

@@ -40,6 +40,18 @@ def _load(db_dir: Path, contents: list[tuple[str, str]]):  # type: ignore[no-unt
     return registry, db
 
 
+INF = float("inf")
+
+
+def _window_searchers(conn) -> list[ExactSearcher]:  # type: ignore[no-untyped-def]
+    """The window plan forced (no whole-table probe), with windows of 1, 2 and 5 rows (so the longer
+    retries and the hand-over to the walk run too) and of the estimate's size."""
+    return [
+        ExactSearcher(conn, index_plan_max_docs=-1, window_plan_walk_rows=-1, window_first_rows=rows)
+        for rows in (1, 2, 5, None)
+    ]
+
+
 corpus = st.lists(
     st.tuples(
         st.sampled_from(["2026-01-01 10:00:00", "2026-01-02 08:30:00", "2026-01-03 23:59:00"]),
@@ -79,8 +91,13 @@ def test_every_plan_matches_the_reference(tmp_path_factory: pytest.TempPathFacto
             ExactSearcher(conn),  # planner's choice
             # always the index: trigram probe, or the vocabulary for short needles
             ExactSearcher(conn, index_plan_max_docs=10**9, posting_cost=0, short_needle_walk_rows=-1),
-            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=3),  # walk, then hand over
-            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=10**9),  # walk only
+            ExactSearcher(
+                conn, index_plan_max_docs=-1, walk_budget_steps=3, window_plan_walk_rows=INF
+            ),  # walk, then hand over
+            ExactSearcher(
+                conn, index_plan_max_docs=-1, walk_budget_steps=10**9, window_plan_walk_rows=INF
+            ),  # walk only
+            *_window_searchers(conn),
         ):
             for limit in (1, 3, 50):
                 hits, truncated = searcher.search(needle, window, limit)
@@ -258,8 +275,9 @@ def test_every_plan_applies_dates_and_session_like_the_reference(  # type: ignor
         for searcher in (
             ExactSearcher(conn),
             ExactSearcher(conn, index_plan_max_docs=10**9, posting_cost=0, short_needle_walk_rows=-1),
-            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=3),
-            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=10**9),
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=3, window_plan_walk_rows=INF),
+            ExactSearcher(conn, index_plan_max_docs=-1, walk_budget_steps=10**9, window_plan_walk_rows=INF),
+            *_window_searchers(conn),
         ):
             for limit in (1, 50):
                 hits, truncated = searcher.search(needle, window, limit, session)
@@ -283,3 +301,76 @@ def test_an_hh_mm_before_bound_includes_a_reflection_stamped_within_that_minute(
     assert [hit.kind for hit in dated.search("p", "release train", before=minute).hits] == ["reflection"]
     assert [hit.kind for hit in dated.search("p", "release train", after=minute, before=minute).hits] == ["reflection"]
     assert [hit.kind for hit in dated.search("p", "release train", before=stored[:10]).hits] == ["reflection"]
+
+
+def _phrase_corpus(count: int, shuffled_dates: bool) -> list[tuple[str, str]]:
+    """Every trigram of ``login session`` common, its rarest three together in one memory of twelve, the
+    phrase itself in one of 200: the class whose walk reads thousands of rows and whose trigrams are too
+    common to probe across the whole table (the benchmark corpus at 1M has the same proportions)."""
+    import random
+
+    rng = random.Random(5)
+    contents = []
+    for row in range(count):
+        draw = rng.random()
+        if row % 200 == 7:
+            text = "Login Session kept"
+        elif draw < 0.08:
+            text = "login sent to the server"
+        elif draw < 0.5:
+            text = "session expired after the retry"
+        elif draw < 0.8:
+            text = "begin the retry"
+        else:
+            text = "cache warmed"
+        contents.append(f"{text} {row}")
+    dates = sorted(f"2026-{1 + row * 12 // count:02d}-{1 + row // 100 % 20:02d} 10:00:00" for row in range(count))
+    if shuffled_dates:
+        rng.shuffle(dates)
+    return list(zip(dates, contents, strict=True))
+
+
+@pytest.mark.parametrize("shuffled_dates", [False, True])
+def test_the_planner_takes_the_window_plan_for_a_rare_phrase_of_common_words(
+    tmp_path: Path, shuffled_dates: bool
+) -> None:
+    contents = _phrase_corpus(20_000, shuffled_dates)
+    registry, db = _load(tmp_path, contents)
+    try:
+        searcher = ExactSearcher(db.connection())
+        # A short walk (limit 1) stays a walk; a rare trigram (`kep`) is probed across the whole table.
+        plans = {1: "walk", 20: "window", 200: "window"}
+        for needle in ("login session", "LOGIN SESSION KEPT", "in sess"):
+            for limit in (1, 20, 200):
+                hits, truncated = searcher.search(needle, parse_window(), limit)
+                expected = _reference(contents, needle)
+                assert [int(hit.memory_id, 16) for hit in hits] == expected[:limit]
+                assert truncated == (len(expected) > limit)
+                assert searcher.last_plan is not None
+                if not shuffled_dates:  # dates in id order: each window is a narrow id range
+                    assert searcher.last_plan.name == ("candidates" if "KEPT" in needle else plans[limit])
+    finally:
+        registry.close()
+
+
+def test_plan_samples_are_kept_for_the_most_recently_searched_databases_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from obsmem.retrieval import exact
+
+    monkeypatch.setattr(exact, "SAMPLE_CACHE_DATABASES", 2)
+    monkeypatch.setattr(exact.TrigramSample, "_cache", exact.OrderedDict())
+    registries, names = [], []
+    try:
+        for number in range(3):
+            registry, db = _load(tmp_path / f"db{number}", [("2026-01-01 10:00:00", f"deploy number {number}")])
+            registries.append(registry)
+            conn = db.connection()
+            names.append(conn.filename)
+            hits, _ = ExactSearcher(conn).search(f"number {number}", parse_window(), 5)
+            assert len(hits) == 1
+        ExactSearcher(registries[1].get("p").connection()).search("deploy", parse_window(), 5)
+        assert list(exact.TrigramSample._cache) == [names[2], names[1]]
+    finally:
+        for registry in registries:
+            registry.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from obsmem.retrieval.fusion import convex_fusion, fuser, neighbour_smoothing, reciprocal_rank_fusion
+from obsmem.retrieval.bm25 import bm25_ceiling
+from obsmem.retrieval.fusion import convex_fusion, evidence, fuser, neighbour_smoothing, reciprocal_rank_fusion
 from obsmem.retrieval.ranked import RankedList
 
 
@@ -91,3 +94,53 @@ def test_neighbour_smoothing_hand_computed() -> None:
 def test_unknown_method() -> None:
     with pytest.raises(ValueError, match="unknown fusion method"):
         fuser("borda")
+
+
+def test_bm25_ceiling_is_fts5_idf_times_k1_plus_one() -> None:
+    # 100 chunks; a term in 4 of them: idf = log(96.5 / 4.5); a term in none: log(100.5 / 0.5).
+    expected = 2.2 * (math.log(96.5 / 4.5) + math.log(100.5 / 0.5))
+    assert bm25_ceiling([4, 0], 100) == pytest.approx(expected)
+    # A term in most chunks has a negative idf, which FTS5 clamps to 1e-6; so does this bound.
+    assert bm25_ceiling([90], 100) == pytest.approx(2.2e-6)
+    assert bm25_ceiling([], 100) == 0.0
+
+
+def test_convex_divides_bm25_by_the_ceiling_so_one_common_word_earns_little() -> None:
+    # A paraphrase: the keyword list's only match (10) shares one common word with the question, whose
+    # ceiling (what a chunk matching every term could score) is 20; the vector list's first item (30) is
+    # the answer. Divided by its best score, 10 would get the whole BM25 weight:
+    # 1.5 * 1 + 0.6 * 0.35 = 1.71 against 30's 0.6 * 0.62 = 0.372. Divided by the ceiling it gets
+    # 1.5 * 2/20 + 0.6 * 0.35 = 0.36, and the answer comes first.
+    keyword = RankedList("bm25", [(10, 2.0)])
+    vector = RankedList("vector", [(30, 0.62), (10, 0.35)])
+    by_best = convex_fusion([keyword, vector], {"bm25": 1.5, "vector": 0.6})
+    assert [label for label, _ in by_best] == [10, 30]
+    keyword.ceiling = 20.0
+    by_ceiling = convex_fusion([keyword, vector], {"bm25": 1.5, "vector": 0.6})
+    assert by_ceiling == [(30, pytest.approx(0.372)), (10, pytest.approx(0.36))]
+    # A match of most of the question still wins against a closer cosine.
+    keyword.items = [(10, 15.0)]
+    assert [label for label, _ in convex_fusion([keyword, vector], {"bm25": 1.5, "vector": 0.6})] == [10, 30]
+
+
+def test_evidence_is_the_best_fused_score() -> None:
+    assert evidence([(3, 0.2), (1, 0.7), (2, 0.5)]) == 0.7
+    assert evidence([]) is None
+
+
+def test_a_keyword_list_whose_best_match_covers_little_of_the_query_weighs_less() -> None:
+    # Ceiling 20, best match 1.0: it covers 0.05 of what the query could score, a quarter of full_coverage
+    # 0.2, so the BM25 weight 1.25 becomes 0.3125: 10 scores 0.3125 * 1/20 + 0.6 * 0.5 = 0.31563, 30
+    # (vector only) 0.6 * 0.52 = 0.312. Without the rule 10 gets 1.25 * 1/20 + 0.3 = 0.3625.
+    keyword = RankedList("bm25", [(10, 1.0)], ceiling=20.0)
+    vector = RankedList("vector", [(30, 0.52), (10, 0.5)])
+    weights = {"bm25": 1.25, "vector": 0.6}
+    assert convex_fusion([keyword, vector], weights) == [(10, pytest.approx(0.3625)), (30, pytest.approx(0.312))]
+    shrunk = convex_fusion([keyword, vector], weights, full_coverage=0.2)
+    assert shrunk == [(10, pytest.approx(0.315625)), (30, pytest.approx(0.312))]
+    # A best match covering more than full_coverage keeps the whole weight.
+    keyword.items = [(10, 5.0)]
+    assert convex_fusion([keyword, vector], weights, full_coverage=0.2) == convex_fusion([keyword, vector], weights)
+    assert fuser("convex", full_coverage=0.2)([keyword, vector], weights) == convex_fusion(
+        [keyword, vector], weights, full_coverage=0.2
+    )

@@ -49,7 +49,7 @@ def service(service: Obsmem) -> Obsmem:
 
 
 def concrete(path: str, project: str = "alpha") -> str:
-    values = {"project": project, "session_id": "s1", "id": "0123456789ab"}
+    values = {"project": project, "session_id": "s1", "id": "0123456789ab", "judgment_id": "j0123456789abcdef"}
     return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
 
 

@@ -48,13 +48,16 @@ def test_memory_is_empty_then_rendered_instantly(client: TestClient, service: Ob
         "reflections": 0,
         "observations": 0,
         "generation": 0,
+        "observed_through_seq": 0,
         "tokens": 0,
         "text": "",
+        "untrusted_notes": [],
     }
     append(client, "s1", *(f"message {i}: " + words(60) for i in range(4)))
     wait_for(lambda: service.session_status("p", "s1").pending_tokens == 0)  # the server's own workers
     body = client.get("/v1/projects/p/sessions/s1/memory").json()
     assert not body["empty"] and body["observations"] == 5 and body["text"].startswith("<obsmem-memory")
+    assert body["observed_through_seq"] == 5  # the cut an agent makes: every event the text covers
     text = client.get("/v1/projects/p/sessions/s1/memory", params={"format": "text"})
     assert text.headers["content-type"].startswith("text/plain") and text.text == body["text"]
     assert text.headers["x-obsmem-empty"] == "false"

@@ -150,7 +150,7 @@ def test_mcp_over_streamable_http_with_keys(data_dir: Path) -> None:
                     transport = streamable_http_client(f"{base}/mcp/alpha?session_id=s1", http_client=http)
                     async with Client(transport) as client:
                         names = [tool.name for tool in (await client.list_tools()).tools]
-                        assert names == ["memory_search", "recall"]
+                        assert names == ["memory_search", "recall", "memory"]
                         found = await client.call_tool("memory_search", {"query": "gpt-4"})
                         hits = json.loads(found.content[0].text)["hits"]
                         assert [hit["content"] for hit in hits] == [ALPHA_NOTES[1][2]]

@@ -113,12 +113,13 @@ def test_the_package_keeps_its_layering_rules(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "imports", "contract"),
     [
-        ("retrieval/fusion.py", "import obsmem.pipeline", "Surfaces over eval"),
-        ("pipeline/tokens.py", "from obsmem.retrieval import fusion", "Surfaces over eval"),
-        ("indexer/chunker.py", "from obsmem.pipeline import tokens", "Surfaces over eval"),
+        ("retrieval/fusion.py", "import obsmem.pipeline", "surfaces over eval"),
+        ("pipeline/tokens.py", "from obsmem.retrieval import fusion", "surfaces over eval"),
+        ("indexer/chunker.py", "from obsmem.pipeline import tokens", "surfaces over eval"),
         ("pipeline/tokens.py", "from obsmem.indexer import chunker", "The pipeline reaches the indexer"),
-        ("retrieval/fusion.py", "import obsmem.app", "Surfaces over eval"),
-        ("eval/metrics.py", "import obsmem.surfaces.cli", "Surfaces over eval"),
+        ("retrieval/fusion.py", "import obsmem.app", "surfaces over eval"),
+        ("eval/metrics.py", "import obsmem.surfaces.cli", "surfaces over eval"),
+        ("surfaces/tools.py", "import obsmem.pydantic_ai", "Agent integrations over surfaces"),
         ("ids.py", "import obsmem.retrieval", "The base imports no stage"),
         ("work/queue.py", "from obsmem.app import Obsmem", "The base imports no stage"),
         (

@@ -37,7 +37,7 @@ def test_stdio_tools_search_recall_and_errors(data_dir: Path) -> None:
             async with Client(stdio(data_dir, "--session-id", "s1")) as client:
                 listed = {tool.name: tool for tool in (await client.list_tools()).tools}
                 published = {d["function"]["name"]: d["function"] for d in tool_definitions("exact")}
-                assert set(listed) == set(published) == {"memory_search", "recall"}
+                assert set(listed) == set(published) == {"memory_search", "recall", "memory"}
                 for name, tool in listed.items():
                     assert tool.description == published[name]["description"]
                     assert tool.input_schema == published[name]["parameters"]

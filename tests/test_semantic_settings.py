@@ -25,8 +25,9 @@ def test_toml_section_and_defaults(tmp_path: Path) -> None:
     assert settings.semantic_enabled and semantic is not None
     assert (semantic.chunk_bytes, semantic.overlap_bytes, semantic.max_lines) == (800, 192, 80)
     assert semantic.embedding.provider == "local" and semantic.embedding.model == ""
-    assert semantic.fusion.method == "convex" and semantic.fusion.weights == {"bm25": 0.4, "vector": 0.5}
-    assert semantic.fusion.neighbour_weight == 0.2
+    assert semantic.fusion.method == "convex" and semantic.fusion.weights == {"bm25": 1.25, "vector": 0.5}
+    assert semantic.fusion.neighbour_weight == 0.2 and semantic.min_relevance is None
+    assert semantic.fusion.bm25_full_coverage == 0.2
     assert semantic.bm25.tokenizer == "porter unicode61 remove_diacritics 2"
     assert semantic.bm25.column_weights == {"body": 1.0, "previous": 0.5, "next": 0.2, "date": 2.0}
     assert semantic.bm25.context_characters == 300 and semantic.index.exact_scan_max_chunks is None
@@ -40,7 +41,7 @@ def test_fusion_weights_default_per_method(tmp_path: Path) -> None:
     rrf = load_settings(data_dir=tmp_path, semantic={"fusion": {"method": "rrf"}}).semantic
     assert rrf is not None and rrf.fusion.weights == {"bm25": 1.0, "vector": 1.0} and rrf.fusion.rrf_k == 60
     convex = load_settings(data_dir=tmp_path, semantic={}).semantic
-    assert convex is not None and convex.fusion.weights == {"bm25": 0.4, "vector": 0.6}
+    assert convex is not None and convex.fusion.weights == {"bm25": 1.25, "vector": 0.6}
     partial = load_settings(data_dir=tmp_path, semantic={"bm25": {"column_weights": {"next": 0.5}}}).semantic
     assert partial is not None
     assert partial.bm25.column_weights == {"body": 1.0, "previous": 0.5, "next": 0.5, "date": 2.0}
@@ -106,6 +107,9 @@ def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
         ({"fusion": {"weights": {"title": 1}}}, "semantic.fusion.weights"),
         ({"fusion": {"method": "borda"}}, "semantic.fusion.method"),
         ({"fusion": {"neighbour_weight": -0.1}}, "semantic.fusion.neighbour_weight"),
+        ({"fusion": {"bm25_full_coverage": 1.5}}, "semantic.fusion.bm25_full_coverage"),
+        ({"min_relevance": float("nan")}, "min_relevance must be a finite number"),
+        ({"min_relevance": 0.4, "fusion": {"method": "rrf"}}, "min_relevance needs fusion method 'convex'"),
         ({"bm25": {"column_weights": {"title": 1}}}, "semantic.bm25.column_weights"),
         ({"bm25": {"column_weights": {"date": float("inf")}}}, "must be a finite number >= 0"),
         ({"bm25": {"column_weights": {"body": 0}}}, "'body' must be above 0"),

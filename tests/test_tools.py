@@ -20,14 +20,14 @@ def ids(service: Obsmem) -> list[str]:
 def test_definitions_have_the_openai_function_shape() -> None:
     for mode in ("exact", "hybrid"):
         definitions = tool_definitions(mode)
-        assert [d["function"]["name"] for d in definitions] == ["memory_search", "recall"]
+        assert [d["function"]["name"] for d in definitions] == ["memory_search", "recall", "memory"]
         for definition in definitions:
             assert definition["type"] == "function"
             assert set(definition["function"]) == {"name", "description", "parameters"}
             parameters = definition["function"]["parameters"]
             assert parameters["type"] == "object" and parameters["additionalProperties"] is False
             json.dumps(definition)  # plain JSON
-        search, recall = (d["function"]["parameters"] for d in definitions)
+        search, recall, memory = (d["function"]["parameters"] for d in definitions)
         assert search["required"] == ["query"] and set(search["properties"]) == {
             "query",
             "after",
@@ -35,6 +35,14 @@ def test_definitions_have_the_openai_function_shape() -> None:
             "limit",
             "session_id",
             "scope",
+            "trust",
+        }
+        assert memory["required"] == ["action"] and set(memory["properties"]) == {
+            "action",
+            "content",
+            "situation",
+            "tier",
+            "id",
         }
         assert search["properties"]["scope"]["enum"] == ["memories", "conversation", "all"]
         assert search["properties"]["limit"] == search["properties"]["limit"] | {"minimum": 1, "maximum": 50}

@@ -6,11 +6,16 @@ or a 12+ hex prefix), and optional ``case``, ``split`` (``calibration``/``held_o
 ``identifier`` (the literal an exact search should use), ``after``/``before`` (date bounds, applied in
 every mode). Other fields are ignored.
 
-Per positive question: ``hit@1/5/10/20`` (the target among the first k hits), ``mrr`` (1/rank within the
-first 50, the most one search returns), ``ndcg@10`` (one relevant memory: 1/log2(rank + 1) within the
-first ten). Per negative: ``negative_hit_rate`` (1 when the search returned anything). In the hybrid
-modes also ``candidates.<list>@<budget>``: the target anywhere in the BM25 list, the vector list or the
-fused candidates, at their budgets — where a target is lost.
+A question whose answer spans several memories gives ``target_ids`` (a list of ids or prefixes) instead
+of ``target_id``, and ``match``: ``all`` (the default: answered at the rank where the last of its targets
+appears, so ``hit@k`` means every target is among the first k) or ``any`` (answered at its first target).
+
+Per positive question: ``hit@1/5/10/20`` (answered within the first k hits), ``mrr`` (1/rank at which it
+is answered, within the first 50, the most one search returns), ``ndcg@10`` (binary relevance over its
+targets: 1/log2(rank + 1) for one target within the first ten). Per negative: ``negative_hit_rate`` (1
+when the search returned anything). In the hybrid modes also ``candidates.<list>@<budget>``: the
+question answered anywhere in the BM25 list, the vector list or the fused candidates, at their budgets —
+where a target is lost.
 """
 
 from __future__ import annotations
@@ -47,6 +52,15 @@ class LabelledQuestion:
     identifier: str | None = None
     after: str | None = None
     before: str | None = None
+    target_ids: tuple[str, ...] = ()
+    match: str = "all"
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Every target id (or prefix): ``target_ids`` when given, else ``target_id``; none for a negative."""
+        if self.target_ids:
+            return self.target_ids
+        return () if self.target_id is None else (self.target_id,)
 
     @property
     def positive(self) -> bool:
@@ -56,14 +70,21 @@ class LabelledQuestion:
         """Exact mode searches the identifier when the question names one; every other mode the question."""
         return self.identifier if mode == "exact" and self.identifier else self.question
 
+    def target_ranks(self, ranking: Sequence[str]) -> list[int | None]:
+        """1-based rank of each target (a full id or a prefix of one) in ``ranking``, None where absent."""
+        ranks: list[int | None] = []
+        for target in self.targets:
+            ranks.append(next((rank for rank, found in enumerate(ranking, start=1) if found.startswith(target)), None))
+        return ranks
+
     def rank_of_target(self, ranking: Sequence[str]) -> int | None:
-        """1-based rank of the target (a full id or a prefix of one) in ``ranking``."""
-        if self.target_id is None:
+        """The rank at which ``ranking`` answers the question: its target's rank; with several targets,
+        the last one's (``match`` all; None unless every target is there) or the first one's (``any``)."""
+        ranks = self.target_ranks(ranking)
+        found = [rank for rank in ranks if rank is not None]
+        if not found or (self.match == "all" and len(found) < len(ranks)):
             return None
-        for rank, memory_id in enumerate(ranking, start=1):
-            if memory_id.startswith(self.target_id):
-                return rank
-        return None
+        return min(found) if self.match == "any" else max(found)
 
 
 def _text(raw: dict[str, Any], name: str, where: str, *, required: bool = False) -> str | None:
@@ -77,6 +98,35 @@ def _text(raw: dict[str, Any], name: str, where: str, *, required: bool = False)
     return value
 
 
+def _target_ids(raw: dict[str, Any], where: str, label: str) -> tuple[str, ...]:
+    """``target_ids``: a non-empty list of memory ids (or prefixes) for a positive; absent for a negative."""
+    value = raw.get("target_ids")
+    if value is None:
+        return ()
+    field = f"{where}.target_ids"
+    if label == "negative":
+        raise ValidationFailed(f"{field} must be absent for a negative", field=field)
+    if raw.get("target_id") is not None:
+        raise ValidationFailed(f"{where} gives both target_id and target_ids; give one", field=field)
+    if not isinstance(value, list) or not value:
+        raise ValidationFailed(f"{field} must be a non-empty list of memory ids", field=field)
+    found = []
+    for position, item in enumerate(value):
+        if not isinstance(item, str) or not _HEX.fullmatch(item.lower()):
+            raise ValidationFailed(
+                f"{field}.{position} must be a memory id (12 to 64 hex characters)", field=f"{field}.{position}"
+            )
+        found.append(item.lower())
+    return tuple(dict.fromkeys(found))
+
+
+def _match(raw: dict[str, Any], where: str) -> str:
+    value = raw.get("match", "all")
+    if value not in ("all", "any"):
+        raise ValidationFailed(f"{where}.match must be 'all' or 'any'", field=f"{where}.match")
+    return str(value)
+
+
 def parse_labelled(items: Sequence[Any]) -> list[LabelledQuestion]:
     """Validate labelled questions; an error names the item and field (``questions.3.target_id``)."""
     parsed = []
@@ -87,7 +137,8 @@ def parse_labelled(items: Sequence[Any]) -> list[LabelledQuestion]:
         label = _text(raw, "label", where, required=True)
         if label not in ("positive", "negative"):
             raise ValidationFailed(f"{where}.label must be 'positive' or 'negative'", field=f"{where}.label")
-        target = _text(raw, "target_id", where, required=label == "positive")
+        several = _target_ids(raw, where, label)
+        target = _text(raw, "target_id", where, required=label == "positive" and not several)
         if target is not None:
             target = target.lower()
             if not _HEX.fullmatch(target):
@@ -107,6 +158,8 @@ def parse_labelled(items: Sequence[Any]) -> list[LabelledQuestion]:
                 identifier=_text(raw, "identifier", where),
                 after=_text(raw, "after", where),
                 before=_text(raw, "before", where),
+                target_ids=several,
+                match=_match(raw, where),
             )
         )
     if not parsed:
@@ -133,6 +186,14 @@ def read_labelled(path: Path) -> list[LabelledQuestion]:
     return parse_labelled(items)
 
 
+def ndcg_at(ranks: Sequence[int | None], k: int) -> float:
+    """Binary-relevance nDCG@k from the targets' ranks: found targets discounted by log2(rank + 1), over
+    the ideal (every target at the top)."""
+    gain = sum(1.0 / math.log2(rank + 1) for rank in ranks if rank is not None and rank <= k)
+    ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(k, len(ranks)) + 1))
+    return gain / ideal if ideal else 0.0
+
+
 def question_scores(question: LabelledQuestion, retrieved: Retrieved, budgets: dict[str, int]) -> dict[str, float]:
     """The metrics of one question in one mode (see the module docstring)."""
     if not question.positive:
@@ -140,7 +201,7 @@ def question_scores(question: LabelledQuestion, retrieved: Retrieved, budgets: d
     rank = question.rank_of_target(retrieved.ranking)
     values = {f"hit@{k}": float(rank is not None and rank <= k) for k in HIT_KS}
     values["mrr"] = 1.0 / rank if rank is not None and rank <= MRR_DEPTH else 0.0
-    values[f"ndcg@{NDCG_K}"] = 1.0 / math.log2(rank + 1) if rank is not None and rank <= NDCG_K else 0.0
+    values[f"ndcg@{NDCG_K}"] = ndcg_at(question.target_ranks(retrieved.ranking), NDCG_K)
     stages = retrieved.stages
     if stages is not None and stages.bm25 is not None and stages.vector is not None:
         for name, ranking in (("bm25", stages.bm25), ("vector", stages.vector), ("fused", stages.fused)):

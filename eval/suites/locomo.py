@@ -10,8 +10,9 @@
   with scope ``all``: an event is its own turn, an observation its cited turns.
 
 The metric is the LoCoMo paper's: per question, the fraction of its evidence turns among the first k
-retrieved turns, averaged over questions, overall and per category, at k = 5, 10, 25, 50. In the hybrid
-modes ``candidates.<list>@<budget>`` is the same fraction over a whole candidate list.
+retrieved turns, averaged over questions, overall and per category, at k = 5, 10, 25, 50 (and at 1, which
+the never-below check reads). In the hybrid modes ``candidates.<list>@<budget>`` is the same fraction
+over a whole candidate list.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
 from obsmem.eval.suites.labelled import candidate_budgets
 
-KS = (5, 10, 25, 50)
+KS = (1, 5, 10, 25, 50)
 DATASETS = {
     "a": "locomo (a) turns",
     "b": "locomo (b) observations",

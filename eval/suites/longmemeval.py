@@ -4,7 +4,7 @@ Questions that share a haystack share a project (the subset layout has one pool 
 official file gives each question its own, and identical haystacks are loaded once). Haystacks are
 evaluated one at a time, every mode per question, so ``elapsed_s`` of a mode is its query time. Every turn of every
 haystack session is an observation citing its event; retrieved memories become sessions (first
-occurrence wins). Per question, at k = 5 and 10: ``recall_any@k`` (some answer session in the first k),
+occurrence wins). Per question, at k = 1, 5 and 10: ``recall_any@k`` (some answer session in the first k),
 ``recall_all@k`` (all of them) and ``ndcg@k``. Abstention questions are excluded, as the official
 script excludes them; their number is reported.
 """
@@ -24,7 +24,7 @@ from obsmem.eval.modes import retrieve
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult, Scores
 
-KS = (5, 10)
+KS = (1, 5, 10)
 DATASET = "longmemeval"
 
 

@@ -4,7 +4,8 @@ It sits above the stages (it builds the pipeline, the indexer and the searchers)
 (HTTP, CLI, agent tools, MCP) and the eval harness, which call it. Nothing in the base or in a stage
 imports it. The names below are what the layers above may import: ``Obsmem`` and the typed results its
 methods return (each with ``to_dict()``, the JSON document every surface publishes); the parts of a
-recollection are retrieval's types, re-exported here so the layers above need not reach below the app.
+recollection are retrieval's types, re-exported here so the layers above need not reach below the app;
+``LOCAL_USER`` names the local account as the owner of a caller's user tier of notes (docs/trust.md).
 """
 
 from obsmem.app.results import (
@@ -33,8 +34,10 @@ from obsmem.app.results import (
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import JsonResult
 from obsmem.retrieval import RecalledEvent, RecalledMemory, SourceEvent, SourceRef
+from obsmem.trust import LOCAL_USER
 
 __all__ = [
+    "LOCAL_USER",
     "CurrentActivity",
     "Forgotten",
     "GenerationInfo",

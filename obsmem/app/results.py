@@ -112,6 +112,43 @@ class JobList(JsonResult):
 
 
 @dataclass(frozen=True)
+class NoteCounts(JsonResult):
+    """Notes of the project tier by status."""
+
+    candidate: int
+    trusted: int
+    superseded: int
+    forgotten: int
+
+
+@dataclass(frozen=True)
+class JudgmentCounts(JsonResult):
+    """Judgments of the project tier by state (``escalated``: waiting for a person)."""
+
+    open: int
+    escalated: int
+    resolved: int
+
+
+@dataclass(frozen=True)
+class JudgeError(JsonResult):
+    """The latest judge call that failed (recorded as an escalation): its code and message, never text."""
+
+    error: str
+    at: str
+    judgment_id: str
+
+
+@dataclass(frozen=True)
+class TrustStatus(JsonResult):
+    """Agent-written notes and their judgments (docs/trust.md)."""
+
+    notes: NoteCounts
+    judgments: JudgmentCounts
+    last_judge_error: JudgeError | None
+
+
+@dataclass(frozen=True)
 class ProjectStatus(JsonResult):
     """``status``: a project's size, activity, pipeline and (semantic mode) index."""
 
@@ -132,6 +169,7 @@ class ProjectStatus(JsonResult):
     indexed_count: int | None = field(default=None, metadata=OMIT_IF_NONE)
     source_count: int | None = field(default=None, metadata=OMIT_IF_NONE)
     index: IndexStatus | None = field(default=None, metadata=OMIT_IF_NONE)
+    trust: TrustStatus | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 # -- sessions and the pipeline ----------------------------------------------------------------------
@@ -190,6 +228,30 @@ class SessionJobs(JsonResult):
 
 
 @dataclass(frozen=True)
+class BufferedObservations(JsonResult):
+    """Observation done in the background and not yet replacing messages (Mastra's buffered chunks)."""
+
+    status: str  # running | pending | idle
+    chunks: int
+    message_tokens: int
+    projected_message_removal: int
+    observation_tokens: int
+
+
+@dataclass(frozen=True)
+class BufferedReflection(JsonResult):
+    status: str  # running | due | idle
+    input_observation_tokens: int
+    observation_tokens: int
+
+
+@dataclass(frozen=True)
+class BufferedProgress(JsonResult):
+    observations: BufferedObservations
+    reflection: BufferedReflection
+
+
+@dataclass(frozen=True)
 class SessionStatus(JsonResult):
     """``session_status``: the progress state of one session (docs/pipeline.md lists every field)."""
 
@@ -212,6 +274,9 @@ class SessionStatus(JsonResult):
     generation: GenerationInfo | None
     pool: PoolPressure
     jobs: SessionJobs
+    buffered: BufferedProgress
+    step_number: int
+    pre_reflection_tokens: int
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,14 @@ from obsmem.app.results import (
     ProjectStatus,
     Recollection,
     SessionStatus,
+    TrustStatus,
 )
 from obsmem.app.typed import build
 from obsmem.errors import ValidationFailed
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.pipeline import ObservationPipeline, Projection, project_generation_totals
+from obsmem.pipeline import ChatModel, ObservationPipeline, Projection, project_generation_totals
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval import (
     RecalledEvent,
@@ -42,6 +43,19 @@ from obsmem.retrieval import (
 )
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
+from obsmem.transcripts import FileProgress, ImportOptions, ImportRun, ReaderOptions, TranscriptImporter
+from obsmem.trust import (
+    LOCAL_USER,
+    CalibrationReport,
+    GroomReport,
+    Judgment,
+    JudgmentList,
+    Note,
+    NoteList,
+    NoteWrite,
+    ProjectionWithNotes,
+    TrustService,
+)
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import EnqueueResult, WorkerPool, eventlog
@@ -88,6 +102,7 @@ class Obsmem:
             if background:
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
+        self.trust = TrustService(settings, self.projects, self._wake_workers)
 
     def _memories_changed(self, project: str) -> None:
         if self.indexer is not None:
@@ -102,7 +117,7 @@ class Obsmem:
         """
         session_id = check_session_id(session_id)  # a refused session id creates no project
         db = self.projects.get(project, create=True)
-        hook = self.pipeline.append_hook(db)
+        hook = self.pipeline.append_hook(db, project)
         receipt = append_events(db, session_id, events, after_insert=hook)
         if hook.queued:
             self._wake_workers()
@@ -124,25 +139,52 @@ class Obsmem:
         project_name(project)  # a bad project name is reported before the file is read
         parsed = read_transcript(Path(path), session_id, progress)
         db = self.projects.get(project, create=True)
-        hook = self.pipeline.append_hook(db)
+        hook = self.pipeline.append_hook(db, project)
         receipt = append_transcript(db, parsed, progress, after_insert=hook)
         if hook.queued:
             self._wake_workers()
         return receipt
+
+    def import_transcripts(
+        self,
+        source: str,
+        paths: list[Path] | list[str],
+        *,
+        project: str | None = None,
+        progress: FileProgress | None = None,
+    ) -> ImportRun:
+        """Import agents' transcript files (``source``: ``claude-code``, ``codex``, ...) incrementally.
+
+        Each file's events go to its project (``project``, else mapped from the working directory it
+        records, see ``[transcripts]``) through :meth:`append_events`, so redaction and the Observer's
+        trigger apply; a file already imported stores only what was added since (see obsmem.transcripts).
+        """
+        if project is not None:
+            project_name(project)
+        config = self.settings.transcripts
+        options = ImportOptions(
+            reader=ReaderOptions(config.max_tool_output_chars, config.keep_thinking),
+            project_map=config.project_map,
+            project=project,
+        )
+        importer = TranscriptImporter(
+            source, options, self.append_events, lambda name: self.database(name, create=True)
+        )
+        return importer.run([Path(path).expanduser() for path in paths], progress)
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""
         return self._queue_now(project, session_id, self.pipeline.request_observation)
 
     def _queue_now(
-        self, project: str, session_id: str, request: Callable[[ProjectDatabase, str], EnqueueResult]
+        self, project: str, session_id: str, request: Callable[[ProjectDatabase, str, str], EnqueueResult]
     ) -> EnqueueResult:
         """Queue a pipeline job for an existing session and wake the workers for it."""
         session_id = check_session_id(session_id)
         db = self.projects.get(project)
         with db.read() as conn:
             require_session(conn, session_id)
-        result = request(db, session_id)
+        result = request(db, session_id, project)
         self._wake_workers()
         return result
 
@@ -193,9 +235,15 @@ class Obsmem:
         mode: object = None,
         session_id: object = None,
         scope: object = None,
+        trust: object = None,
+        user: str | None = LOCAL_USER,
     ) -> SearchResult:
-        """``memory_search``. ``scope``: ``memories`` (None: observations and reflections), ``conversation``
-        (the events themselves) or ``all`` (both, one ranking)."""
+        """``scope``: ``memories`` (None: observations and reflections), ``conversation`` (the events
+        themselves) or ``all`` (both, one ranking). Memories come with the notes the query finds: trusted ones
+        (``trust="trusted"``, the default) or candidates too, marked untrusted (``trust="all"``). ``user`` owns
+        the user tier searched beside the project (:data:`~obsmem.trust.LOCAL_USER` by default; None: no user
+        tier). After the hits are fixed, candidates the query found are queued for judging in the background
+        (docs/trust.md)."""
         request = SearchRequest.parse(
             query=query,
             after=after,
@@ -207,7 +255,9 @@ class Obsmem:
             default_mode=self.default_mode,
             limits=self.settings.search,
         )
-        return self.search_modes.run(self.projects.get(project), project, request)
+        level = self.trust.trust_level(trust)
+        result = self.search_modes.run(self.projects.get(project), project, request)
+        return self.trust.search(result, project, request, level, user)
 
     def search_stages(
         self,
@@ -262,18 +312,69 @@ class Obsmem:
         totals = {name: report.pop(name) for name in _TOTALS}
         return IndexReport(totals=build(IndexTotals, totals), status=build(IndexStatus, report))
 
+    # -- agent-written notes with earned trust (docs/trust.md) -------------------------------------
+
+    def save_note(
+        self,
+        project: str,
+        content: object,
+        *,
+        situation: object = None,
+        tier: object = None,
+        user: str | None = LOCAL_USER,
+    ) -> NoteWrite:
+        """Store a note as an untrusted candidate (``tier``: ``project``, the default, or ``user``)."""
+        return self.trust.save(project, content, situation=situation, tier=tier, user=user)
+
+    def update_note(
+        self, project: str, note_id: object, content: object, *, situation: object = None, user: str | None = LOCAL_USER
+    ) -> NoteWrite:
+        """A new candidate that supersedes the note when (and only when) it is promoted."""
+        return self.trust.update(project, note_id, content, situation=situation, user=user)
+
+    def forget_note(self, project: str, note_id: object, *, user: str | None = LOCAL_USER) -> Note:
+        """Mark a note forgotten: it leaves every search at once."""
+        return self.trust.forget(project, note_id, user=user)
+
+    def notes(self, project: str, *, status: object = None, user: str | None = LOCAL_USER) -> NoteList:
+        return self.trust.notes(project, status=status, user=user)
+
+    def judgments(self, project: str, *, state: object = None, user: str | None = LOCAL_USER) -> JudgmentList:
+        return self.trust.judgments(project, state=state, user=user)
+
+    def resolve_judgment(
+        self, project: str, judgment_id: object, outcome: object, *, user: str | None = LOCAL_USER
+    ) -> Judgment:
+        """A person's answer to a judgment: was the note relevant? A true answer lets groom promote it."""
+        return self.trust.resolve(project, judgment_id, outcome, user=user)
+
+    def groom(self, project: str, *, user: str | None = LOCAL_USER) -> GroomReport:
+        """Promote candidates whose judgments resolved true (bounded per pass); list what waits for people."""
+        return self.trust.groom(project, user=user)
+
+    def calibrate_trust(self, project: str, *, tier: object = None, user: str | None = LOCAL_USER) -> CalibrationReport:
+        return self.trust.calibrate(project, user=user, tier=tier)
+
     # -- the observation pipeline ---------------------------------------------------------------
 
-    def memory(self, project: str, session_id: str) -> Projection:
-        """The session's active memory rendered for injection at compaction (instant, no model call)."""
+    def memory(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> ProjectionWithNotes:
+        """The session's active memory rendered for injection at compaction (instant, no model call), with
+        the candidates a judge found relevant in a labelled section of their own."""
         session_id = check_session_id(session_id)
-        return self.pipeline.projection(self.projects.get(project), session_id)
+        projection: Projection = self.pipeline.projection(self.projects.get(project), session_id)
+        return self.trust.projection(projection, project, user)
+
+    def memory_version(self, project: str, session_id: str) -> str:
+        """An opaque token that changes whenever :meth:`memory` would render differently (cheap to read: an
+        agent that compacts on every model request renders the memory again only when it changed)."""
+        session_id = check_session_id(session_id)
+        return self.pipeline.projection_version(self.projects.get(project), session_id)
 
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,
         the active generation and the pool's pressure."""
         session_id = check_session_id(session_id)
-        return build(SessionStatus, self.pipeline.status(self.projects.get(project), session_id))
+        return build(SessionStatus, self.pipeline.status(self.projects.get(project), session_id, project))
 
     def memory_details(self, project: str, session_id: str) -> MemoryDetails:
         """The active memory for inspection: generation, pool pressure, reflections with their supporting
@@ -288,6 +389,17 @@ class Obsmem:
     def models(self, project: str) -> ModelChoices:
         """The model each role (observer, reflector, dropper) uses for its next job, and where it comes from."""
         return build(ModelChoices, self.pipeline.models(self.projects.get(project)))
+
+    def route_model(self, project: str, role: str, model: ChatModel | None) -> None:
+        """Send a role's model calls (observer, reflector or dropper) for ``project`` to ``model``, from its
+        next job on, instead of the configured endpoint; ``None`` returns the role to the settings.
+
+        ``model`` is any :class:`~obsmem.pipeline.ChatModel` (an object with ``complete``); agent
+        integrations use it to run the pipeline on their own framework's models. Held in memory by this
+        object only: other processes on the same data directory keep their configured models.
+        """
+        self.pipeline.route_model(project_name(project), role, model)
+        self._wake_workers()
 
     def switch_models(self, project: str, changes: object) -> ModelSwitch:
         """Switch roles' models at run time: ``{"reflector": {"model_id": "..."}, "dropper": null}``.
@@ -327,9 +439,9 @@ class Obsmem:
         if self.workers is None:
             self.workers = WorkerPool(
                 self.projects,
-                self.pipeline.handlers,
+                {**self.pipeline.handlers, **self.trust.handlers},
                 self.settings.jobs,
-                housekeeping=self.pipeline.housekeeping_tasks,
+                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule],
             )
         return self.workers
 
@@ -366,9 +478,10 @@ class Obsmem:
                 "mode": self.default_mode,
                 "dropped_observations": dropped,
                 "generations": generations,
-                "observer": self.pipeline.observer_state,
-                "reflector": self.pipeline.reflector_state,
+                "observer": self.pipeline.observe.state_for(project),
+                "reflector": self.pipeline.reflect.state_for(project),
                 "jobs": self.pipeline.queue(db).counts(),
+                "trust": build(TrustStatus, self.trust.status(project, db)),
             }
             | self._index_status(project),
         )
@@ -397,6 +510,7 @@ class Obsmem:
 
     def close(self) -> None:
         self.stop_workers()
+        self.trust.close()
         self.pipeline.close()
         if self.indexer is not None:
             self.indexer.close()

@@ -8,6 +8,7 @@ Every field is documented in docs/configuration.md; a test keeps the two in step
 - :mod:`obsmem.settings.main`: ``Settings`` and every section but `[semantic]`, role overrides derived
   from ``ModelSettings``;
 - :mod:`obsmem.settings.semantic`: the `[semantic]` section (hybrid search, indexer, embeddings, reranker);
+- :mod:`obsmem.settings.transcripts`: the `[transcripts]` section (transcript imports);
 - :mod:`obsmem.settings.loading`: which file is read, and errors that name the bad setting.
 """
 
@@ -39,6 +40,8 @@ from obsmem.settings.semantic import (
     RerankerSettings,
     SemanticSettings,
 )
+from obsmem.settings.transcripts import TranscriptSettings
+from obsmem.settings.trust import JudgeSettings, TrustSettings
 
 __all__ = [
     "ALL_PROJECTS",
@@ -53,6 +56,7 @@ __all__ = [
     "FusionSettings",
     "IndexSettings",
     "JobSettings",
+    "JudgeSettings",
     "ModelOverride",
     "ModelOverrideBase",
     "ModelSettings",
@@ -64,6 +68,8 @@ __all__ = [
     "SemanticSettings",
     "ServerSettings",
     "Settings",
+    "TrustSettings",
+    "TranscriptSettings",
     "Section",
     "builtin_settings",
     "check_base_url",

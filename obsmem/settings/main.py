@@ -23,6 +23,8 @@ from pydantic_settings import (
 from obsmem.redaction import secret_kind
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings.transcripts import TranscriptSettings
+from obsmem.settings.trust import TrustSettings
 from obsmem.validation import PROJECT_SLUG
 
 ENV_PREFIX = "OBSMEM_"
@@ -45,6 +47,10 @@ class ApiKey(Section):
     projects: list[str] = Field(
         default_factory=lambda: [ALL_PROJECTS],
         description='Project slugs this key may read and write; `["*"]` means every project.',
+    )
+    owner: str = Field(
+        default="",
+        description="Whose user-tier notes this key reaches (a slug); empty: the key's `name`, if that is a slug.",
     )
 
     @field_validator("key")
@@ -77,8 +83,22 @@ class ApiKey(Section):
                 )
         return value
 
+    @field_validator("owner")
+    @classmethod
+    def _owner_slug(cls, value: str) -> str:
+        if value and not PROJECT_SLUG.fullmatch(value):
+            raise ValueError("must be 1-64 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit")
+        return value
+
     def allows(self, project: str) -> bool:
         return ALL_PROJECTS in self.projects or project in self.projects
+
+    @property
+    def user(self) -> str | None:
+        """The owner whose user-tier notes this key reaches, or None when neither owner nor name is a slug."""
+        if self.owner:
+            return self.owner
+        return self.name if PROJECT_SLUG.fullmatch(self.name) else None
 
 
 class ServerSettings(Section):
@@ -386,6 +406,8 @@ class Settings(BaseSettings):
     dropper: DropperSettings = Field(default_factory=DropperSettings)
     pools: PoolSettings = Field(default_factory=PoolSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
+    trust: TrustSettings = Field(default_factory=TrustSettings)
+    transcripts: TranscriptSettings = Field(default_factory=TranscriptSettings)
     semantic: SemanticSettings | None = Field(
         default=None,
         description="Hybrid search (see [semantic]). Absent: nothing is indexed and search is exact.",

@@ -153,10 +153,11 @@ class RerankerSettings(Section):
 
 
 FUSION_METHODS = ("convex", "rrf")
-# Each method's list weights when `weights` does not name a list. Convex: the blend measured on LoCoMo
-# (docs/semantic.md, "Why convex fusion"); RRF: the usual equal weights.
+# Each method's list weights when `weights` does not name a list. Convex: chosen on the calibration
+# splits of LoCoMo and the bundled sample (docs/eval.md, "Fusion that holds in both domains"); RRF: the
+# usual equal weights.
 DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {
-    "convex": {"bm25": 0.4, "vector": 0.6},
+    "convex": {"bm25": 1.25, "vector": 0.6},
     "rrf": {"bm25": 1.0, "vector": 1.0},
 }
 
@@ -166,14 +167,23 @@ class FusionSettings(Section):
 
     method: Literal["convex", "rrf"] = Field(
         default="convex",
-        description="`convex`: weights['bm25'] * bm25 / best bm25 + weights['vector'] * cosine, the cosine "
-        "exact for every candidate; `rrf`: reciprocal-rank fusion, sum of weight / (rrf_k + rank).",
+        description="`convex`: weights['bm25'] * bm25 / the query's BM25 ceiling (what a chunk matching every "
+        "query term could score) + weights['vector'] * cosine, the cosine exact for every candidate; "
+        "`rrf`: reciprocal-rank fusion, sum of weight / (rrf_k + rank).",
     )
     rrf_k: float = Field(default=60.0, gt=0, le=10_000, description="The RRF constant k (`rrf` only).")
     weights: dict[Literal["bm25", "vector"], float] = Field(
         default_factory=dict,
         description="Weight of each list, e.g. `{ bm25 = 0.4, vector = 0.6 }`. A list not named gets the "
-        "method's default (`convex`: bm25 0.4, vector 0.6; `rrf`: 1.0 each). A weight of 0 turns a list off.",
+        "method's default (`convex`: bm25 1.25, vector 0.6; `rrf`: 1.0 each). A weight of 0 turns a list off.",
+    )
+    bm25_full_coverage: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="`convex` only: the keyword list keeps its whole weight when its best match scores at least "
+        "this share of the query's ceiling, and proportionally less below (a question in other words than its "
+        "memory matches a word or two anywhere, so its keyword list is not decisive). 0 turns it off.",
     )
     neighbour_weight: float = Field(
         default=0.2,
@@ -330,6 +340,14 @@ class SemanticSettings(Section):
     max_lines: int = Field(default=80, gt=0, le=100_000, description="Most lines in one chunk.")
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     reranker: RerankerSettings | None = Field(default=None, description="Optional reranker; unset: none.")
+    min_relevance: float | None = Field(
+        default=None,
+        description="Floor on the fused evidence of a hybrid search without a rerank: when even the best "
+        "candidate's fused score (before neighbour smoothing) is below it, the search returns no hits and says "
+        "that nothing was close enough. Unset: no floor (the nearest memories always come back). Needs "
+        "`convex` fusion; choose it with `obsmem eval calibrate` (without a reranker). With a reranker, "
+        "`[semantic.reranker] min_score` is the floor instead.",
+    )
     fusion: FusionSettings = Field(default_factory=FusionSettings)
     bm25: Bm25Settings = Field(default_factory=Bm25Settings)
     index: IndexSettings = Field(default_factory=IndexSettings)
@@ -342,4 +360,9 @@ class SemanticSettings(Section):
             raise ValueError("a reranker needs embeddings: [semantic.reranker] is set but semantic is disabled")
         if self.index.hnsw_ef_search < self.fusion.candidates_per_list:
             raise ValueError("index.hnsw_ef_search must be at least fusion.candidates_per_list")
+        if self.min_relevance is not None:
+            if not math.isfinite(self.min_relevance):
+                raise ValueError("min_relevance must be a finite number")
+            if self.fusion.method != "convex":
+                raise ValueError("min_relevance needs fusion method 'convex' (reciprocal-rank scores have no scale)")
         return self

@@ -45,6 +45,8 @@ STORAGE_EXIT = 74  # EX_IOERR of sysexits.h: scripts can tell "retry when the di
 COMMANDS: dict[str, str] = {
     "serve": "obsmem.surfaces.cli:serve",
     "ingest": "obsmem.surfaces.cli:ingest",
+    "import": "obsmem.surfaces.cli_import:import_command",
+    "hook": "obsmem.surfaces.cli_import:hook",
     "search": "obsmem.surfaces.cli:search",
     "recall": "obsmem.surfaces.cli:recall",
     "status": "obsmem.surfaces.cli_pipeline:status",
@@ -59,6 +61,13 @@ COMMANDS: dict[str, str] = {
     "mcp": "obsmem.surfaces.cli:mcp",
     "index": "obsmem.surfaces.cli_index:index",
     "forget": "obsmem.surfaces.cli:forget",
+    "export": "obsmem.surfaces.cli_export:export",
+    "restore": "obsmem.surfaces.cli_export:restore",
+    "notes": "obsmem.surfaces.cli_notes:notes",
+    "judgments": "obsmem.surfaces.cli_notes:judgments",
+    "judge": "obsmem.surfaces.cli_notes:judge",
+    "groom": "obsmem.surfaces.cli_notes:groom",
+    "trust": "obsmem.surfaces.cli_notes:trust",
 }
 
 
@@ -307,6 +316,12 @@ def ingest(
     "or all [default: memories].",
 )
 @session_option("Search only this session [default: every session of the project].")
+@click.option(
+    "--trust",
+    type=click.Choice(["trusted", "all"]),
+    default=None,
+    help="trusted [default]: memories and trusted notes; all: candidate notes too, marked untrusted.",
+)
 @json_option
 @pass_app
 def search(
@@ -319,6 +334,7 @@ def search(
     mode: str | None,
     scope: str | None,
     session_id: str | None,
+    trust: str | None,
     as_json: bool,
 ) -> None:
     """Find memories of PROJECT that contain QUERY.
@@ -328,7 +344,15 @@ def search(
     instead, and --scope all both.
     """
     result = app.service.search(
-        project, query, after=after, before=before, limit=limit, mode=mode, session_id=session_id, scope=scope
+        project,
+        query,
+        after=after,
+        before=before,
+        limit=limit,
+        mode=mode,
+        session_id=session_id,
+        scope=scope,
+        trust=trust,
     ).to_dict()
     if as_json:
         render.emit_json(result)

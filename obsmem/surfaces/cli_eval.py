@@ -1,14 +1,17 @@
 """``obsmem eval``: measure search quality per mode on labelled questions, LoCoMo and LongMemEval.
 
-    obsmem eval questions [--project P --questions FILE] [--modes exact,hybrid] [--output DIR]
+    obsmem eval questions [--set sample|coding | --project P --questions FILE] [--modes ...] [--output DIR]
     obsmem eval locomo --data locomo10.json [--ways a,b,c,d] [--modes ...] [--output DIR]
     obsmem eval longmemeval --data longmemeval_s.json|SUBSET_DIR [--modes ...] [--output DIR]
     obsmem eval calibrate [--project P --questions FILE] [--max-recall-loss 0.0] [--output DIR]
+    obsmem eval never-below out/*/results.json
 
 Every command prints one side-by-side table of the modes (``--json``: the results as JSON) and, with
 ``--output DIR``, writes ``results.json``, ``run.json``, ``per_question.jsonl``, ``report.md`` and PNG
-plots there. The Python
-API is :mod:`obsmem.eval.runner`; docs/eval.md explains the metrics.
+plots there. When the bm25, vector and hybrid modes all run, it also checks that hybrid is never below
+the better of the two lists (k = 1, 5, 10, overall and per category) and exits 3 on a loss unless
+``--never-below warn`` is given. The Python API is :mod:`obsmem.eval.runner`; docs/eval.md explains the
+metrics.
 """
 
 from __future__ import annotations
@@ -87,6 +90,19 @@ project_options = _options(
     ),
 )
 _data_file = click.Path(exists=True, readable=True, path_type=Path)
+# Exit status when the report is complete but hybrid fell below its best single list (not 1: nothing broke,
+# and not 2: the input was fine), so a script can tell a quality regression from a failure.
+NEVER_BELOW_EXIT = 3
+never_below_option = click.option(
+    "--never-below",
+    "never_below_mode",
+    type=click.Choice(["fail", "warn"]),
+    default="fail",
+    show_default=True,
+    help="When hybrid scores below max(bm25, vector) at k = 1, 5 or 10, overall or in a category: fail (exit"
+    f" {NEVER_BELOW_EXIT} after the report) or warn (report the losses, exit 0). Needs the bm25, vector and hybrid"
+    " modes.",
+)
 
 
 def _progress(as_json: bool, chosen: bool | None) -> Any:
@@ -142,23 +158,48 @@ def command_text(ctx: click.Context) -> str:
     return shlex.join(words)
 
 
-def _finish(run: Any, output: Path | None, as_json: bool) -> None:
-    from obsmem.eval import rich_tables, summary_dict, write_outputs
+def _finish(run: Any, output: Path | None, as_json: bool, never_below_mode: str) -> None:
+    from obsmem.eval import never_below_rows, never_below_table, rich_tables, summary_dict, write_outputs
 
-    run.command = command_text(click.get_current_context())
+    ctx = click.get_current_context()
+    run.command = command_text(ctx)
     if output is not None:
         write_outputs(run, output)
+    rows = never_below_rows(run.results)
     if as_json:
         render.emit_json(summary_dict(run))
+    else:
+        console = render.stdout()
+        for table in rich_tables(run.results):
+            console.print(table)
+        if rows:
+            console.print(never_below_table(rows))
+        console.print("Time (s): " + ", ".join(f"{name} {value:.1f}" for name, value in run.timings.items()))
+        for note in run.notes:
+            console.print(note, style="dim")
+        if output is not None:
+            console.print(f"Wrote results.json, run.json, per_question.jsonl, report.md and plots to {output}")
+    _never_below_outcome(ctx, rows, never_below_mode)
+
+
+def _never_below_outcome(ctx: click.Context, rows: Any, never_below_mode: str) -> None:
+    """Nothing when hybrid never falls below its best list; otherwise a warning, or an error and exit 3."""
+    from obsmem.eval import never_below_losses
+
+    lost = never_below_losses(rows)
+    if not lost:
         return
-    console = render.stdout()
-    for table in rich_tables(run.results):
-        console.print(table)
-    console.print("Time (s): " + ", ".join(f"{name} {value:.1f}" for name, value in run.timings.items()))
-    for note in run.notes:
-        console.print(note, style="dim")
-    if output is not None:
-        console.print(f"Wrote results.json, run.json, per_question.jsonl, report.md and plots to {output}")
+    where = ", ".join(f"{row.dataset} {row.group} {row.metric}" for row in lost[:5])
+    more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+    if never_below_mode == "warn":
+        click.echo(f"warning: hybrid falls below its best single list in {len(lost)} place(s): {where}{more}", err=True)
+        return
+    click.echo(
+        f"error: never_below: hybrid falls below its best single list in {len(lost)} place(s): {where}{more}"
+        " (--never-below warn reports without failing)",
+        err=True,
+    )
+    ctx.exit(NEVER_BELOW_EXIT)
 
 
 def _dataset_errors(load: Callable[[], Any]) -> Any:
@@ -173,7 +214,7 @@ def _dataset_errors(load: Callable[[], Any]) -> Any:
 
 @click.group("eval")
 def eval_group() -> None:
-    """Measure search quality per mode: labelled questions, LoCoMo, LongMemEval, reranker calibration.
+    """Measure search quality per mode: labelled questions, LoCoMo, LongMemEval, floor calibration.
 
     Modes run side by side and print one table; --output DIR also writes results.json, a markdown
     report and plots. See docs/eval.md.
@@ -182,7 +223,16 @@ def eval_group() -> None:
 
 @eval_group.command("questions")
 @project_options
+@click.option(
+    "--set",
+    "question_set",
+    default=None,
+    metavar="NAME",
+    help="A shipped question set, loaded into a temporary directory: sample (the bundled sample project) or"
+    " coding (seven coding-agent projects, 308 questions) [default: sample].",
+)
 @modes_option
+@never_below_option
 @output_option
 @progress_option
 @json_option
@@ -192,7 +242,9 @@ def questions_command(
     project: str | None,
     questions_file: Path | None,
     project_data_dir: Path | None,
+    question_set: str | None,
     modes: str,
+    never_below_mode: str,
     output: Path | None,
     progress: bool | None,
     as_json: bool,
@@ -200,7 +252,8 @@ def questions_command(
     """Labelled questions: hit@1/5/10/20, MRR, nDCG@10 per split, negatives that get hits, and where a
     target is lost among the candidate lists.
 
-    Without --project: the bundled sample project and its 64 questions, in a temporary directory.
+    Without --project: a shipped set (--set, default the bundled sample project and its 64 questions), in a
+    temporary directory.
     """
     from obsmem.eval import evaluate_questions
 
@@ -214,9 +267,10 @@ def questions_command(
         modes=_modes(modes, settings),
         questions=_questions(questions_file),
         project=project,
+        question_set=question_set,
         progress=_progress(as_json, progress),
     )
-    _finish(run, output, as_json)
+    _finish(run, output, as_json, never_below_mode)
 
 
 @eval_group.command("locomo")
@@ -231,6 +285,7 @@ def questions_command(
 )
 @click.option("--conversations", default=None, help="Comma-separated sample ids to run [default: all].")
 @modes_option
+@never_below_option
 @work_dir_option
 @output_option
 @progress_option
@@ -242,6 +297,7 @@ def locomo_command(
     ways: str,
     conversations: str | None,
     modes: str,
+    never_below_mode: str,
     work_dir: Path | None,
     output: Path | None,
     progress: bool | None,
@@ -265,7 +321,7 @@ def locomo_command(
             progress=_progress(as_json, progress),
         )
     )
-    _finish(run, output, as_json)
+    _finish(run, output, as_json, never_below_mode)
 
 
 @eval_group.command("longmemeval")
@@ -277,6 +333,7 @@ def locomo_command(
     help="LongMemEval file (official layout) or subset directory (sessions.jsonl, questions.jsonl).",
 )
 @modes_option
+@never_below_option
 @work_dir_option
 @output_option
 @progress_option
@@ -286,6 +343,7 @@ def longmemeval_command(
     app: App,
     data: Path,
     modes: str,
+    never_below_mode: str,
     work_dir: Path | None,
     output: Path | None,
     progress: bool | None,
@@ -301,7 +359,7 @@ def longmemeval_command(
             settings, data, modes=_modes(modes, settings), work_dir=work_dir, progress=_progress(as_json, progress)
         )
     )
-    _finish(run, output, as_json)
+    _finish(run, output, as_json, never_below_mode)
 
 
 @eval_group.command("calibrate")
@@ -327,8 +385,9 @@ def calibrate_command(
     progress: bool | None,
     as_json: bool,
 ) -> None:
-    """Choose the reranker min_score on the calibration split and show its effect on the held-out split
-    (precision in the first ten, recall@10, negatives with hits). Needs [semantic.reranker]."""
+    """Choose a floor on the calibration split and show its effect on the held-out split (precision in
+    the first ten, recall@10, negatives with hits): [semantic.reranker] min_score with a reranker,
+    [semantic] min_relevance (the fused evidence) without one."""
     from obsmem.eval import calibrate, calibration_markdown, write_calibration
 
     settings = _settings(app, project_data_dir)
@@ -347,3 +406,33 @@ def calibrate_command(
         from rich.markdown import Markdown
 
         render.stdout().print(Markdown(calibration_markdown(report)))
+
+
+@eval_group.command("never-below")
+@click.argument(
+    "results_files",
+    metavar="RESULTS.json...",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path),
+)
+@never_below_option
+@json_option
+def never_below_command(results_files: tuple[Path, ...], never_below_mode: str, as_json: bool) -> None:
+    """Check saved runs again: hybrid against max(bm25, vector) at k = 1, 5, 10, overall and per category,
+    for every dataset in the results.json files (as --output writes them)."""
+    from obsmem.eval import never_below_dict, never_below_rows, never_below_table, read_results, verdict_line
+
+    results = [result for path in results_files for result in read_results(path)]
+    rows = never_below_rows(results)
+    if not rows:
+        raise ValidationFailed(
+            "nothing to check: no dataset in these results has the bm25, vector and hybrid modes", field="results"
+        )
+    if as_json:
+        render.emit_json(never_below_dict(rows))
+    else:
+        console = render.stdout()
+        console.print(never_below_table(rows))
+        console.print(verdict_line(rows))
+    _never_below_outcome(click.get_current_context(), rows, never_below_mode)

@@ -95,7 +95,7 @@ def view(app: App, project: str, session_id: str, details: bool, as_json: bool) 
     projection = app.service.memory(project, session)
     if as_json:
         render.emit_json(projection.to_dict())
-    elif projection.empty:
+    elif not projection.text:
         click.echo(f"No memory yet for session {session_id}.", err=True)
     else:
         click.echo(projection.text)

@@ -65,7 +65,9 @@ def hits_table(hits: Sequence[dict[str, Any]], *, title: str | None = None, cont
     table.add_column("content", overflow="fold", ratio=1)
     for hit in hits:
         importance = hit.get("importance") or hit.get("kind", "")
-        session, content = hit["session_id"], hit["content"]
+        session, content = hit.get("session_id") or f"({hit.get('tier', '')} note)", hit["content"]
+        if hit.get("kind") == "note" and not hit.get("trusted"):
+            importance = "untrusted note"
         if hit.get("kind") == "event":  # where it sits and who said what, in place of an importance
             session, importance = f"{session} #{hit['seq']}", f"{hit['role']} {hit['type']}"
             if "tool_name" in hit:
@@ -88,6 +90,9 @@ def _tool_text(hit: dict[str, Any]) -> str:
 
 def render_search(console: Console, result: dict[str, Any], *, content_chars: int | None = None) -> None:
     hits = result["hits"]
+    if result.get("nothing_close"):
+        console.print(result["note"])
+        return
     if not hits:
         console.print(
             "No memory matched. No hits does not prove it never happened: memory can lag or leave details out."

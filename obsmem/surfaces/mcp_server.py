@@ -1,4 +1,4 @@
-"""MCP server: the ``memory_search`` and ``recall`` tools over the Model Context Protocol.
+"""MCP server: the ``memory_search``, ``recall`` and ``memory`` tools over the Model Context Protocol.
 
 Two transports, one server definition:
 
@@ -26,9 +26,10 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from obsmem.app import Obsmem
+from obsmem.app import LOCAL_USER, Obsmem
 from obsmem.errors import ObsmemError
 from obsmem.redaction import redact_text
+from obsmem.surfaces.tool_memory import MEMORY
 from obsmem.surfaces.tools import run_tool, tool_definitions
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
@@ -38,13 +39,16 @@ logger = logging.getLogger("obsmem.mcp")
 
 # Where the HTTP mount leaves the project and default session of a request (see surfaces/http/mcp.py).
 MCP_SCOPE_KEY = "obsmem.mcp"
+# Tools that write (the others only read).
+WRITING_TOOLS = (MEMORY,)
 
 INSTRUCTIONS = (
     "obsmem is this project's observational memory: dated notes about earlier work. Use memory_search "
     "to find prior decisions, errors and identifiers, then recall with a hit's id and session_id to see "
     "the conversation it came from. Search with scope 'conversation' for the exact words of the "
     "conversation itself (messages, tool calls and results) when the notes leave them out. Verify current "
-    "repository state before acting on old decisions."
+    "repository state before acting on old decisions. Use memory to save, correct or forget a note "
+    "yourself; new notes stay untrusted until confirmed."
 )
 
 
@@ -54,19 +58,22 @@ def _tools(service: Obsmem) -> list[types.Tool]:
             name=definition["function"]["name"],
             description=definition["function"]["description"],
             input_schema=definition["function"]["parameters"],
-            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            annotations=types.ToolAnnotations(
+                read_only_hint=definition["function"]["name"] not in WRITING_TOOLS, open_world_hint=False
+            ),
         )
         for definition in tool_definitions(service.default_mode)
     ]
 
 
-def _target(request: Any, project: str | None, session_id: str | None) -> tuple[str | None, str | None]:
-    """The project and default session of this call: fixed (stdio) or set by the HTTP mount."""
+def _target(request: Any, project: str | None, session_id: str | None) -> tuple[str | None, str | None, str | None]:
+    """The project, default session and user-tier owner of this call: fixed (stdio: the local account) or
+    set by the HTTP mount (the API key's owner)."""
     if project is not None:
-        return project, session_id
+        return project, session_id, LOCAL_USER
     scope = getattr(request, "scope", None) or {}
     target = scope.get(MCP_SCOPE_KEY) or {}
-    return target.get("project"), target.get("session_id")
+    return target.get("project"), target.get("session_id"), target.get("user")
 
 
 def build_server(service: Obsmem, *, project: str | None = None, session_id: str | None = None) -> Server[Any]:
@@ -76,13 +83,15 @@ def build_server(service: Obsmem, *, project: str | None = None, session_id: str
         return types.ListToolsResult(tools=_tools(service))
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        target_project, default_session = _target(getattr(ctx, "request", None), project, session_id)
+        target_project, default_session, user = _target(getattr(ctx, "request", None), project, session_id)
         if target_project is None:
             text = "project_not_found: this MCP endpoint has no project; connect to /mcp/<project>"
             return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
         try:
             outcome = await anyio.to_thread.run_sync(
-                lambda: run_tool(service, target_project, params.name, params.arguments, session_id=default_session)
+                lambda: run_tool(
+                    service, target_project, params.name, params.arguments, session_id=default_session, user=user
+                )
             )
         except Exception:
             # The tool name is the client's text, logged only with its secrets cut out.

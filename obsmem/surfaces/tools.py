@@ -1,10 +1,11 @@
-"""Agent tools: ``memory_search`` and ``recall`` as function definitions, and a runner for their calls.
+"""Agent tools: ``memory_search``, ``recall`` and ``memory`` as function definitions, and a runner for their calls.
 
 :func:`tool_definitions` gives both tools in the OpenAI function-calling shape
 (``{"type": "function", "function": {"name", "description", "parameters"}}``). The names and
 arguments never change; the descriptions (and the guidance on what to search for) switch with the
 search mode: exact mode finds one literal substring, hybrid mode also takes natural-language
-descriptions and ranks by relevance. The MCP server publishes the same definitions.
+descriptions and ranks by relevance. The MCP server publishes the same definitions. The ``memory`` tool
+(save, update or forget a note) is defined once in :mod:`obsmem.surfaces.tool_memory` and included here.
 
 :func:`execute_tool` runs one call a model made and returns text for the model: the result as JSON, or
 ``"<code>: <message>"`` when the call cannot be answered (bad arguments, unknown id, missing project).
@@ -20,18 +21,20 @@ from typing import Any
 
 import apsw
 
-from obsmem.app import Obsmem
+from obsmem.app import LOCAL_USER, Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
 from obsmem.retrieval import MODES, SCOPES
 from obsmem.storage import storage_fault
+from obsmem.surfaces.tool_memory import MEMORY, MEMORY_ARGUMENTS, memory_tool_definition, run_memory_tool
 
 MEMORY_SEARCH = "memory_search"
 RECALL = "recall"
-TOOL_NAMES = (MEMORY_SEARCH, RECALL)
+TOOL_NAMES = (MEMORY_SEARCH, RECALL, MEMORY)
 
 _ARGUMENTS = {
-    MEMORY_SEARCH: ("query", "after", "before", "limit", "session_id", "scope"),
+    MEMORY_SEARCH: ("query", "after", "before", "limit", "session_id", "scope", "trust"),
     RECALL: ("id", "session_id"),
+    MEMORY: MEMORY_ARGUMENTS,
 }
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -61,9 +64,10 @@ _SEARCH_HYBRID = (
     "Combines BM25 keyword search with semantic vector search: the query may be an identifier, an "
     "exact phrase, or a natural-language description or paraphrase of what you are looking for. Hits come "
     "most relevant first, at most `limit`, with no scores; truncated: true means more candidates existed; "
-    "partial: true means the index is still catching up and recent memories may be missing. By default "
-    "only memory content is searched (scope 'memories'), across all sessions unless session_id is given. "
-    "Call recall with a hit's id and session_id for its provenance. " + _CAVEATS
+    "partial: true means the index is still catching up and recent memories may be missing; "
+    "nothing_close: true (with a note) means no memory was close enough to return, which does not prove "
+    "nothing relevant is stored. By default only memory content is searched (scope 'memories'), across all "
+    "sessions unless session_id is given. Call recall with a hit's id and session_id for its provenance. " + _CAVEATS
 )
 _QUERY = {
     "exact": "One literal substring to find (1-1000 characters), e.g. `MapToolArguments`, `ECONNRESET`, "
@@ -116,6 +120,12 @@ def _search_parameters(mode: str) -> dict[str, Any]:
                 "description": "Only memories of this session (default: every session of the project).",
             },
             "scope": {"type": "string", "enum": list(SCOPES), "description": _SCOPE},
+            "trust": {
+                "type": "string",
+                "enum": ["trusted", "all"],
+                "description": "'trusted' (default): memories and trusted notes. 'all' adds untrusted candidate "
+                "notes, marked trusted: false; treat those as unconfirmed hints.",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -141,13 +151,14 @@ def _recall_parameters() -> dict[str, Any]:
 
 
 def tool_definitions(mode: str = "exact") -> list[dict[str, Any]]:
-    """``memory_search`` and ``recall`` in the OpenAI function-calling shape, worded for ``mode``."""
+    """``memory_search``, ``recall`` and ``memory`` in the OpenAI function-calling shape, worded for ``mode``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     search = _SEARCH_EXACT if mode == "exact" else _SEARCH_HYBRID
     return [
         _function(MEMORY_SEARCH, search, _search_parameters(mode)),
         _function(RECALL, _RECALL, _recall_parameters()),
+        memory_tool_definition(),
     ]
 
 
@@ -172,6 +183,11 @@ class ToolOutcome:
 
 def _failure(code: str, message: str) -> ToolOutcome:
     return ToolOutcome(f"{code}: {message}")
+
+
+def parse_tool_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
+    """A tool call's arguments as a dict, checked against the names the tool takes (``InvalidArguments``)."""
+    return _parse_arguments(name, arguments)
 
 
 def _parse_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any]:
@@ -200,8 +216,10 @@ def run_tool(
     arguments: dict[str, Any] | str | None,
     *,
     session_id: str | None = None,
+    user: str | None = LOCAL_USER,
 ) -> ToolOutcome:
-    """Run one tool call; ``session_id`` is the caller's current session (recall's default scope)."""
+    """Run one tool call; ``session_id`` is the caller's current session (recall's default scope) and
+    ``user`` the owner of its user tier of notes (the local account by default; None: none)."""
     if name not in TOOL_NAMES:
         unknown = UnknownTool(f"there is no tool with that name; tools: {', '.join(TOOL_NAMES)}")
         return _failure(unknown.code, unknown.message)
@@ -211,7 +229,9 @@ def run_tool(
             if "query" not in args:
                 return _failure("invalid_query", "query is required")
             query = args.pop("query")
-            result = service.search(project, query, **args).to_dict()
+            result = service.search(project, query, user=user, **args).to_dict()
+        elif name == MEMORY:
+            result = run_memory_tool(service, project, args, user=user)
         else:
             if "id" not in args:
                 return _failure("invalid_id", "id is required: a memory id from memory_search")
@@ -236,6 +256,7 @@ def execute_tool(
     arguments: dict[str, Any] | str | None,
     *,
     session_id: str | None = None,
+    user: str | None = LOCAL_USER,
 ) -> str:
     """Run one tool call and return the text to give the model (JSON, or ``"<code>: <message>"``)."""
-    return run_tool(service, project, name, arguments, session_id=session_id).text
+    return run_tool(service, project, name, arguments, session_id=session_id, user=user).text

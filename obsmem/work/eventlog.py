@@ -12,6 +12,8 @@ Types written by obsmem:
   ``om_dropper_end`` / ``om_dropper_failed``: one Reflector/Dropper run (one cycle), with token counts
   before and after.
 - ``om_model_changed``: a role's model was switched at run time.
+- ``trust_judgment``: a candidate note was judged (judgment and note ids, tier, ``p``, decision, and the
+  error code and message of a failed judge call); see docs/trust.md.
 - ``job_failed``: a job gave up after its last attempt (exactly one per such job).
 """
 

@@ -32,7 +32,7 @@ from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.pipeline.activity import clear_activity, log_stage_event
 from obsmem.pipeline.clients import ModelClients
-from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.memory_items import MemoryItem, active_memory, active_observation_tokens, memory_exists
 from obsmem.pipeline.model_overrides import Override, read_overrides
 from obsmem.pipeline.observe.coverage import add_to_backlog, commit_chunk, pending_events, read_progress
@@ -70,16 +70,22 @@ class ObserveJob:
     @property
     def state(self) -> str:
         """``enabled``, ``disabled`` (observer.enabled = false) or ``not_configured`` (no model)."""
+        return self.state_for(None)
+
+    def state_for(self, project: str | None) -> str:
+        """:attr:`state` for one project, where a model routed to the project counts as configured."""
         if not self.settings.observer.enabled:
             return "disabled"
+        if self.clients.routed(project, "observer") is not None:
+            return "enabled"
         model = self.settings.model_for("observer")
         return "enabled" if model.base_url and model.model_id else "not_configured"
 
-    def budget(self, override: Override | None = None) -> Budget:
+    def budget(self, override: Override | None = None, project: str | None = None) -> Budget:
         observer = self.settings.observer
         try:
             return Budget.plan(
-                self.clients.model("observer", override).context_window_tokens,
+                self.clients.model("observer", override, project=project).context_window_tokens,
                 observer.context_window_ratio,
                 observer.memory_share,
                 prompt_overhead_tokens(observer.max_observation_chars),
@@ -89,10 +95,17 @@ class ObserveJob:
 
     # -- the trigger ---------------------------------------------------------------------------
 
-    def after_insert(self, queue: JobQueue, conn: apsw.Connection, session_id: str, events: list[StoredEvent]) -> bool:
+    def after_insert(
+        self,
+        queue: JobQueue,
+        conn: apsw.Connection,
+        session_id: str,
+        events: list[StoredEvent],
+        project: str | None = None,
+    ) -> bool:
         """Count the backlog; queue an observe job if it reached the buffer. Returns whether one was queued."""
         backlog = add_to_backlog(conn, session_id, events)
-        if backlog < self.settings.observer.buffer_tokens or not self._enabled():
+        if backlog < self.settings.observer.buffer_tokens or not self._enabled(project):
             return False
         dedupe_key = observe_dedupe_key(session_id)
         # Usually a job is already waiting: one indexed lookup, and the append is done.
@@ -106,18 +119,20 @@ class ObserveJob:
             conn=conn,
         ).created
 
-    def _enabled(self) -> bool:
+    def _enabled(self, project: str | None = None) -> bool:
         """``state == "enabled"`` without building the merged model settings (append path)."""
         observer, shared = self.settings.observer, self.settings.model
         return bool(
             observer.enabled
-            and (observer.model.base_url or shared.base_url)
-            and (observer.model.model_id or shared.model_id)
+            and (
+                ((observer.model.base_url or shared.base_url) and (observer.model.model_id or shared.model_id))
+                or self.clients.routed(project, "observer") is not None
+            )
         )
 
-    def request(self, queue: JobQueue, session_id: str) -> EnqueueResult:
+    def request(self, queue: JobQueue, session_id: str, project: str | None = None) -> EnqueueResult:
         """Observe the session's whole backlog now, below the buffer threshold too (e.g. at session end)."""
-        state = self.state
+        state = self.state_for(project)
         if state != "enabled":
             reason = "observer.enabled is false" if state == "disabled" else "no [model] is configured"
             raise ObservationOff(f"this server does not observe sessions: {reason}")
@@ -148,8 +163,8 @@ class ObserveJob:
             self._drained(ctx, session_id)
             return
         override = read_overrides(db.connection()).get("observer")
-        client = self.clients.get("observer", override)
-        budget = self.budget(override)
+        client = self.clients.get("observer", override, project=ctx.project)
+        budget = self.budget(override, ctx.project)
         for _ in range(self.settings.observer.max_chunks_per_job):
             ctx.raise_if_lost()
             packed = self._next_chunk(db, session_id, budget)
@@ -188,7 +203,7 @@ class ObserveJob:
             log.warning("could not queue reflection: %s", type(exc).__name__)
 
     def _observe_chunk(
-        self, ctx: JobContext, client: ChatClient, session_id: str, chunk: EventChunk, memory: list[MemoryItem]
+        self, ctx: JobContext, client: ChatModel, session_id: str, chunk: EventChunk, memory: list[MemoryItem]
     ) -> None:
         # Two write transactions per cycle (start, and commit or failure): every write here makes an
         # append to the same project wait for the lock, so status rows ride along with the events.

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ObsmemError
 from obsmem.memories import IMPORTANCE_LEVELS, ObservationIn, SourceRef
-from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
@@ -120,7 +120,7 @@ class CycleResult:
 
 
 def run_cycle(
-    client: ChatClient,
+    client: ChatModel,
     *,
     session_id: str,
     chunk: EventChunk,

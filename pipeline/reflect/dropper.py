@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.receipts import Receipt, ReceiptCheck
 from obsmem.pipeline.reflect.generations import Drop, NewReflection
 from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation, PoolReflection
@@ -118,7 +118,7 @@ class DropperResult:
 
 
 def run_dropper(
-    client: ChatClient,
+    client: ChatModel,
     pool: Pool,
     new_reflections: Sequence[NewReflection],
     citations: dict[str, int],

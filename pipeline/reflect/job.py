@@ -60,8 +60,14 @@ class ReflectJob:
     @property
     def state(self) -> str:
         """``enabled``, ``disabled`` (reflector.enabled = false) or ``not_configured`` (no model)."""
+        return self.state_for(None)
+
+    def state_for(self, project: str | None) -> str:
+        """:attr:`state` for one project, where a model routed to the project counts as configured."""
         if not self.settings.reflector.enabled:
             return "disabled"
+        if self.clients.routed(project, "reflector") is not None:
+            return "enabled"
         model = self.settings.model_for("reflector")
         return "enabled" if model.base_url and model.model_id else "not_configured"
 
@@ -79,8 +85,10 @@ class ReflectJob:
             return None
         return generation
 
-    def queue_if_due(self, queue: JobQueue, db: ProjectDatabase, session_id: str) -> EnqueueResult | None:
-        if self.state != "enabled":
+    def queue_if_due(
+        self, queue: JobQueue, db: ProjectDatabase, session_id: str, project: str | None = None
+    ) -> EnqueueResult | None:
+        if self.state_for(project) != "enabled":
             return None
         generation = self.due(db, session_id)
         if generation is None:
@@ -92,9 +100,9 @@ class ReflectJob:
             dedupe_key=reflect_dedupe_key(generation),
         )
 
-    def request(self, queue: JobQueue, session_id: str) -> EnqueueResult:
+    def request(self, queue: JobQueue, session_id: str, project: str | None = None) -> EnqueueResult:
         """Reflect now, below the threshold too (the Dropper still only runs over the pool target)."""
-        state = self.state
+        state = self.state_for(project)
         if state != "enabled":
             reason = "reflector.enabled is false" if state == "disabled" else "no [model] is configured"
             raise ReflectionOff(f"this server does not reflect: {reason}")
@@ -123,14 +131,14 @@ class ReflectJob:
             age = seconds_since_failure(conn, session_id, REFLECT)
             if age is not None and age < cool_down:
                 continue
-            if self.queue_if_due(queue, db, str(session_id)) is not None:
+            if self.queue_if_due(queue, db, str(session_id), project) is not None:
                 log.info("project %s: reflection of a session over the threshold queued", project)
 
     # -- the job -------------------------------------------------------------------------------
 
     def handle(self, ctx: JobContext) -> None:
         session_id = ctx.lease.payload.get("session_id")
-        if not isinstance(session_id, str) or self.state != "enabled":
+        if not isinstance(session_id, str) or self.state_for(ctx.project) != "enabled":
             return
         db = ctx.db
         with db.read() as conn:
@@ -202,9 +210,10 @@ class _Run:
         reflector_started = self.started
         dropper_started: float | None = None
         try:
-            reflector_model = self.job.clients.model("reflector", self.overrides.get("reflector"))
+            project = self.ctx.project
+            reflector_model = self.job.clients.model("reflector", self.overrides.get("reflector"), project=project)
             reflected = run_reflector(
-                self.job.clients.get("reflector", self.overrides.get("reflector")),
+                self.job.clients.get("reflector", self.overrides.get("reflector"), project=project),
                 pool,
                 context_window=reflector_model.context_window_tokens,
                 ratio=settings.reflector.context_window_ratio,
@@ -234,9 +243,9 @@ class _Run:
                     },
                     activity=("dropper", pool.observation_tokens),
                 )
-                dropper_model = self.job.clients.model("dropper", self.overrides.get("dropper"))
+                dropper_model = self.job.clients.model("dropper", self.overrides.get("dropper"), project=project)
                 dropped = run_dropper(
-                    self.job.clients.get("dropper", self.overrides.get("dropper")),
+                    self.job.clients.get("dropper", self.overrides.get("dropper"), project=project),
                     pool,
                     reflected.reflections,
                     citations_with(pool, reflected.reflections),

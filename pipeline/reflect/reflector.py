@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem import ids
-from obsmem.pipeline.llm import ChatClient
+from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.receipts import OneLine, ReceiptCheck
 from obsmem.pipeline.reflect.generations import NewReflection
 from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
@@ -109,7 +109,7 @@ class ReflectorResult:
 
 
 def run_reflector(
-    client: ChatClient,
+    client: ChatModel,
     pool: Pool,
     *,
     context_window: int,

@@ -22,6 +22,7 @@ from typing import Any
 import apsw
 
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
+from obsmem.pipeline.observe.coverage import read_progress
 from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER
 from obsmem.pipeline.reflect.generations import generation_count
 from obsmem.pipeline.tokens import estimate_tokens
@@ -41,6 +42,9 @@ class Projection:
     reflections: int
     observations: int
     generation: int = 0  # the active generation rendered (0: none promoted yet)
+    # Every event up to this seq is covered by the memory rendered, read in the same snapshot: an agent
+    # replaces exactly the messages up to it, never one the text does not account for.
+    observed_through_seq: int = 0
 
     @property
     def empty(self) -> bool:
@@ -57,16 +61,19 @@ class Projection:
             "reflections": self.reflections,
             "observations": self.observations,
             "generation": self.generation,
+            "observed_through_seq": self.observed_through_seq,
             "tokens": self.tokens,
             "text": self.text,
         }
 
 
-def render_projection(session_id: str, items: list[MemoryItem], generation: int = 0) -> Projection:
+def render_projection(
+    session_id: str, items: list[MemoryItem], generation: int = 0, observed_through_seq: int = 0
+) -> Projection:
     reflections = [item for item in items if item.kind == "reflection"]
     observations = [item for item in items if item.kind == "observation"]
     if not items:
-        return Projection(session_id, "", 0, 0, generation)
+        return Projection(session_id, "", 0, 0, generation, observed_through_seq)
     opening = f'<{MEMORY_TAG} session="{session_id}"' + (f' generation="{generation}">' if generation else ">")
     lines = [opening, HEADER]
     if reflections:
@@ -76,9 +83,29 @@ def render_projection(session_id: str, items: list[MemoryItem], generation: int 
         lines += ["", "Observations:"]
         lines += [f"- [{o.memory_id[:12]}] {o.timestamp} [{o.importance}] {o.content}" for o in observations]
     lines.append(f"</{MEMORY_TAG}>")
-    return Projection(session_id, "\n".join(lines), len(reflections), len(observations), generation)
+    return Projection(
+        session_id, "\n".join(lines), len(reflections), len(observations), generation, observed_through_seq
+    )
 
 
 def project(conn: apsw.Connection, session_id: str) -> Projection:
-    """Render the session's active memory now (call inside a read snapshot)."""
-    return render_projection(session_id, active_memory(conn, session_id), generation_count(conn, session_id))
+    """Render the session's active memory now (call inside a read snapshot, which makes the watermark and
+    the memory one moment)."""
+    return render_projection(
+        session_id,
+        active_memory(conn, session_id),
+        generation_count(conn, session_id),
+        read_progress(conn, session_id).observed_through_seq,
+    )
+
+
+def projection_version(conn: apsw.Connection, session_id: str) -> str:
+    """A token that changes whenever :func:`project` could render differently: the watermark, the active
+    generation (drops happen only when one is promoted), and the count and newest row of the session's
+    memories (writes and deletes; memories are never edited in place). A few index reads, so a caller that
+    renders often can skip the rendering while nothing changed."""
+    count, newest = conn.execute(
+        "SELECT count(*), coalesce(max(id), 0) FROM memories WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    watermark = read_progress(conn, session_id).observed_through_seq
+    return f"{watermark}.{generation_count(conn, session_id)}.{count}.{newest}"

@@ -13,7 +13,7 @@ from typing import Any
 import apsw
 
 from obsmem.errors import NotFound
-from obsmem.pipeline.observe.coverage import read_progress
+from obsmem.pipeline.observe.coverage import Progress, read_progress
 from obsmem.pipeline.reflect.generations import active_generation_info
 from obsmem.pipeline.session_jobs import session_order_key
 from obsmem.pipeline.views.details import pool_pressure
@@ -72,6 +72,7 @@ def session_status(
     threshold = settings.observer.buffer_tokens
     pool = pool_pressure(conn, settings, session_id)
     generation = active_generation_info(conn, session_id)
+    stage = activity["stage"] if activity else None
     return {
         "session_id": session_id,
         "status": STAGE_STATUS.get(activity["stage"], "observing") if activity else "idle",
@@ -92,4 +93,43 @@ def session_status(
         "generation": generation,
         "pool": pool,
         "jobs": {"queued": jobs["queued"], "running": jobs["running"]},
+        "buffered": _buffered(progress, pool, generation, stage, settings.reflector.reflect_after_observation_tokens),
+        "step_number": progress.cycles,
+        "pre_reflection_tokens": _pre_reflection_tokens(pool, generation),
     }
+
+
+def _buffered(
+    progress: Progress,
+    pool: dict[str, Any],
+    generation: dict[str, Any] | None,
+    stage: str | None,
+    reflection_threshold: int,
+) -> dict[str, Any]:
+    """Mastra's ``buffered`` progress in obsmem's terms: all observation runs in the background (Mastra's
+    buffering), and what it produced waits for the agent's next compaction (Mastra's activation)."""
+    observing = "pending" if progress.pending_tokens else "idle"
+    if stage == "observer":
+        observing = "running"
+    reflecting = "due" if pool["observation_tokens"] > reflection_threshold else "idle"
+    if stage in ("reflector", "dropper"):
+        reflecting = "running"
+    return {
+        "observations": {
+            "status": observing,
+            "chunks": progress.cycles,
+            "message_tokens": progress.observed_tokens,
+            "projected_message_removal": progress.observed_through_seq,
+            "observation_tokens": pool["observation_tokens"],
+        },
+        "reflection": {
+            "status": reflecting,
+            "input_observation_tokens": generation["observation_tokens_before"] if generation else 0,
+            "observation_tokens": (generation["observation_tokens_after"] or 0) if generation else 0,
+        },
+    }
+
+
+def _pre_reflection_tokens(pool: dict[str, Any], generation: dict[str, Any] | None) -> int:
+    """Active observation tokens before the newest reflection (the current ones when none ran yet)."""
+    return int(generation["observation_tokens_before"]) if generation else int(pool["observation_tokens"])

@@ -85,25 +85,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_config(path: Path, *, keys: list[dict[str, Any]], **server: Any) -> Path:
+def write_config(path: Path, *, keys: list[dict[str, Any]], extra: str = "", **server: Any) -> Path:
+    """A settings file with ``[server]`` options, API keys and ``extra`` TOML (other sections) at the end."""
     lines = ["[server]"]
     for name, value in server.items():
         lines.append(f"{name} = {value!r}" if not isinstance(value, bool) else f"{name} = {str(value).lower()}")
     for key in keys:
         projects = ", ".join(f'"{p}"' for p in key["projects"])
         lines += ["", "[[api_keys]]", f'name = "{key["name"]}"', f'key = "{key["key"]}"', f"projects = [{projects}]"]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text("\n".join(lines) + "\n\n" + extra + "\n", encoding="utf-8")
     return path
 
 
 @contextlib.contextmanager
 def live_server(
-    data_dir: Path, *, keys: list[dict[str, Any]] | None = None, timeout: float = 30.0, **server: Any
+    data_dir: Path,
+    *,
+    keys: list[dict[str, Any]] | None = None,
+    timeout: float = 30.0,
+    extra: str = "",
+    **server: Any,
 ) -> Iterator[str]:
     """Run ``python -m obsmem.surfaces.http`` on a free loopback port; yields its base URL."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
-    config = write_config(data_dir.parent / f"server-{port}.toml", keys=keys or [], **server)
+    config = write_config(data_dir.parent / f"server-{port}.toml", keys=keys or [], extra=extra, **server)
     command = [sys.executable, "-m", "obsmem.surfaces.http", "--config", str(config), "--data-dir", str(data_dir)]
     command += ["--port", str(port)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OBSMEM_")}

@@ -22,7 +22,7 @@ from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head, tail
 from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
 from obsmem.indexer.vectors import Filter
-from obsmem.retrieval.bm25 import Bm25List
+from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
@@ -171,12 +171,21 @@ def reference_search(
             (fts_match(terms), rank_function(settings.bm25.column_weights)),
         ).fetchall()
         keyword.items = [(label, -rank) for label, rank in rows if inside(by_label[label])][:k]
+        # The query's ceiling from FTS5's own statistics: every chunk of the table, each term's matches.
+        postings = [
+            memory_db.execute(
+                "SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH ?", (fts_match([t]),)
+            ).fetchone()[0]
+            for t in terms
+        ]
+        keyword.ceiling = bm25_ceiling(postings, len(docs))
     lists = [ranked for ranked, weight in ((keyword, "bm25"), (vector, "vector")) if fusion.weights[weight] > 0]
     if len(lists) == 1:
         fused = lists[0].items
     else:
         union = {label for ranked in lists for label in ranked.labels}
-        fused = fuser(fusion.method, rrf_k=fusion.rrf_k)(lists, fusion.weights, {x: cosine[x] for x in union})
+        fuse = fuser(fusion.method, rrf_k=fusion.rrf_k, full_coverage=fusion.bm25_full_coverage)
+        fused = fuse(lists, fusion.weights, {x: cosine[x] for x in union})
         allowed = {label: [o for o in near if inside(by_label[o])] for label, near in neighbours.items()}
         fused = neighbour_smoothing(fused, allowed, fusion.neighbour_weight)
     result: list[str] = []

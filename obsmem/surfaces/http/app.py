@@ -29,13 +29,20 @@ from obsmem.surfaces.http.guard import PUBLIC_PATHS, RequestGuard
 from obsmem.surfaces.http.mcp import MCP_PATH, McpEndpoint
 from obsmem.surfaces.http.ratelimit import FailureLimiter
 from obsmem.surfaces.http.responses import JSONBody
-from obsmem.surfaces.http.routes import health, ingest, memory, pipeline, projects
+from obsmem.surfaces.http.routes import health, ingest, memory, notes, pipeline, projects
 from obsmem.surfaces.http.streams import StreamFollowers
 from obsmem.version import __version__
 
 API_PREFIX = "/v1"
 # Routes are matched in this order: the hot read path (search, recall) first.
-ROUTERS: list[APIRouter] = [memory.router, ingest.router, pipeline.router, projects.router, health.router]
+ROUTERS: list[APIRouter] = [
+    memory.router,
+    notes.router,
+    ingest.router,
+    pipeline.router,
+    projects.router,
+    health.router,
+]
 BEARER_SCHEME = "bearerAuth"
 
 DESCRIPTION = """\

@@ -13,6 +13,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from obsmem.app import LOCAL_USER
 from obsmem.errors import ProjectNotFound
 from obsmem.settings import ApiKey
 
@@ -75,6 +76,12 @@ class Access:
 
     def visible(self, names: Iterable[str]) -> list[str]:
         return [name for name in names if self.allows(name)]
+
+    @property
+    def user(self) -> str | None:
+        """Whose user tier of notes this caller reaches: the key's owner (None if it has none), or the local
+        account when no keys are configured."""
+        return LOCAL_USER if self.key is None else self.key.user
 
 
 OPEN_ACCESS = Access(None)

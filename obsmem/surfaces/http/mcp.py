@@ -63,7 +63,7 @@ class McpEndpoint:
         if self.manager is None:
             await send_error(send, 503, "service_unavailable", "the MCP endpoint is not running")
             return
-        scope[MCP_SCOPE_KEY] = {"project": project, "session_id": session}
+        scope[MCP_SCOPE_KEY] = {"project": project, "session_id": session, "user": access.user}
         if scope["method"] != "GET":
             await self.manager.handle_request(scope, receive, send)
             return

@@ -97,6 +97,11 @@ class SearchRequest(Model):
         description="What to search: `memories` (observations and reflections; the default), `conversation` "
         "(the events: content and tool arguments) or `all` (both in one ranking).",
     )
+    trust: Literal["trusted", "all"] | None = Field(
+        default=None,
+        description="`trusted` (default): memories and trusted notes. `all` adds candidate notes, marked "
+        "`trusted: false`.",
+    )
 
 
 # -- responses ----------------------------------------------------------------------------------
@@ -177,11 +182,23 @@ class EventHit(BaseModel):
     tool_args: Any = None
 
 
+class NoteHit(BaseModel):
+    id: str = Field(description="12-character display id of the note.")
+    memory_id: str
+    kind: Literal["note"]
+    tier: Literal["project", "user"]
+    date: str = Field(description="YYYY-MM-DD HH:MM (when it was written)")
+    trusted: bool = Field(description="False for a candidate (only with `trust: all`).")
+    status: Literal["candidate", "trusted"]
+    situation: str = Field(description="When the note applies (may be empty).")
+    content: str
+
+
 class SearchResponse(BaseModel):
     mode: str
-    hits: list[Hit | EventHit] = Field(
-        description="Exact mode: newest first. Hybrid mode: most relevant first. Memories and, with scope "
-        "`conversation` or `all`, events."
+    hits: list[Hit | NoteHit | EventHit] = Field(
+        description="Exact mode: newest first. Hybrid mode: most relevant first. Memories, notes and, with "
+        "scope `conversation` or `all`, events."
     )
     truncated: bool = Field(description="More memories matched than were returned (no totals, no paging).")
     partial: bool = Field(description="The search index was still catching up (hybrid mode).")

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from obsmem.surfaces.http.deps import MemoryIdPath, ProjectName, allowed_project, errors, service_of
+from obsmem.surfaces.http.deps import MemoryIdPath, ProjectName, access_of, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import (
     SESSION_PATTERN,
     EventRecallResponse,
@@ -44,6 +44,7 @@ async def search(request: Request, project: ProjectName, body: SearchRequest) ->
     allowed_project(request, project)
     service = service_of(request)
     arguments = body.model_dump(exclude={"query"})
+    arguments["user"] = access_of(request).user
     if service.search_modes.runs_inline(body.mode):
         result = service.search(project, body.query, **arguments)
     else:

@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse, Response
 from obsmem.bounds import decimal_integer
 from obsmem.errors import ValidationFailed
 from obsmem.pipeline import ModelChanges
-from obsmem.surfaces.http.deps import ProjectName, SessionPath, allowed_project, errors, service_of
+from obsmem.surfaces.http.deps import ProjectName, SessionPath, access_of, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.streams import FollowedStream, StreamFollowers
@@ -52,8 +52,19 @@ class MemoryProjection(BaseModel):
     reflections: int
     observations: int
     generation: int = Field(description="The active generation rendered (0 before the first promotion).")
+    observed_through_seq: int = Field(
+        description="Every event up to this seq is covered by `text` (read with it): replace exactly those."
+    )
     tokens: int = Field(description="Estimated tokens of `text`.")
-    text: str = Field(description="The rendered memory, empty when `empty`.")
+    text: str = Field(
+        description="The rendered memory, then judged-relevant untrusted notes in a section of their own; "
+        "empty when `empty` and no note is injected."
+    )
+    untrusted_notes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Candidate notes a judge rated relevant (`id`, `tier`, `p`, `trusted: false`, `situation`, "
+        "`content`); never trusted memory.",
+    )
 
 
 class CurrentActivity(BaseModel):
@@ -109,6 +120,27 @@ class PoolPressure(BaseModel):
     coverage: Coverage
 
 
+class BufferedObservations(BaseModel):
+    status: Literal["running", "pending", "idle"] = Field(description="The Observer now, events waiting, or none.")
+    chunks: int = Field(description="Observer cycles completed (each one a chunk of events).")
+    message_tokens: int = Field(description="Estimated tokens of the events observed.")
+    projected_message_removal: int = Field(
+        description="Events a compaction now replaces: every seq up to `observed_through_seq`."
+    )
+    observation_tokens: int = Field(description="Estimated tokens of the active observations replacing them.")
+
+
+class BufferedReflection(BaseModel):
+    status: Literal["running", "due", "idle"] = Field(description="The Reflector now, over its threshold, or none.")
+    input_observation_tokens: int = Field(description="Active observation tokens before the newest reflection.")
+    observation_tokens: int = Field(description="Active observation tokens after it.")
+
+
+class BufferedProgress(BaseModel):
+    observations: BufferedObservations
+    reflection: BufferedReflection
+
+
 class SessionStatus(BaseModel):
     session_id: str
     status: Literal["idle", "observing", "reflecting"]
@@ -129,6 +161,13 @@ class SessionStatus(BaseModel):
     generation: Generation | None = Field(description="The active generation; null before the first promotion.")
     pool: PoolPressure
     jobs: SessionJobs
+    buffered: BufferedProgress = Field(
+        description="Observation and reflection done in the background, waiting for the next compaction."
+    )
+    step_number: int = Field(description="Observer cycles completed for the session.")
+    pre_reflection_tokens: int = Field(
+        description="Active observation tokens before the newest reflection (the current ones before any)."
+    )
 
 
 class ReflectionDetail(BaseModel):
@@ -232,7 +271,7 @@ async def session_memory(
     ] = "json",
 ) -> Response:
     allowed_project(request, project)
-    projection = service_of(request).memory(project, session_id)
+    projection = service_of(request).memory(project, session_id, user=access_of(request).user)
     if format == "text":
         return PlainTextResponse(projection.text, headers={"X-Obsmem-Empty": str(projection.empty).lower()})
     return JSONBody(projection.to_dict())

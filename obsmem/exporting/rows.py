@@ -1,0 +1,125 @@
+"""Rows as they travel in an export: column discovery, value encoding and the plain restore of a row.
+
+A row is written as a JSON object of its stored columns. SQLite values map onto JSON one to one (NULL,
+integer, real, text), except blobs, which no canonical table holds today: they travel as
+``{"base64": "..."}``, the only JSON object a value can be.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from obsmem.errors import ExportInvalid
+
+if TYPE_CHECKING:
+    from obsmem.exporting.kinds import RecordKind
+
+BLOB_KEY = "base64"
+SEQUENCE_TABLE = "sqlite_sequence"  # SQLite's record of the last id each AUTOINCREMENT table handed out
+
+
+@dataclass
+class RestoreState:
+    """What one restore carries from record to record: its write connection (inside the restore's one
+    transaction), the columns of each target table, and what a kind leaves for its ``after`` step."""
+
+    conn: apsw.Connection
+    line: int = 0  # the file line being restored, for error messages
+    columns: dict[str, frozenset[str]] = field(default_factory=dict)
+    statements: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)  # (table, columns) -> INSERT
+    pending: dict[str, Any] = field(default_factory=dict)
+
+
+def quoted(name: str) -> str:
+    """An SQL identifier, quoted (names come from the schema, or are checked against it first)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_columns(conn: apsw.Connection, table: str) -> list[str]:
+    """The table's stored columns in declaration order (generated and hidden columns cannot be inserted)."""
+    rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
+    return [str(name) for _, name, _, _, _, _, hidden in rows if hidden == 0]
+
+
+def order_clause(conn: apsw.Connection, table: str) -> str:
+    """Primary-key order (the file is deterministic and parents come first), else rowid order."""
+    rows = conn.execute(f"PRAGMA main.table_info({quoted(table)})").fetchall()
+    keys = sorted((int(pk or 0), str(name)) for _, name, _, _, _, pk in rows if pk)
+    return ", ".join(quoted(name) for _, name in keys) if keys else "rowid"
+
+
+def encode_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {BLOB_KEY: base64.b64encode(value).decode("ascii")}
+    return value
+
+
+_PLAIN = frozenset({str, int, float, type(None)})  # exact types: a JSON true or false is a bool, refused
+
+
+def decode_row(row: dict[str, Any], line: int) -> dict[str, Any]:
+    """Every value of an exported row back into what SQLite stored (see :func:`decode_value`)."""
+    return {name: value if type(value) in _PLAIN else decode_value(value, line) for name, value in row.items()}
+
+
+def decode_value(value: Any, line: int) -> Any:
+    """A JSON value back into what SQLite stored; anything a writer never produces is refused."""
+    if value is None or isinstance(value, (str, float)) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, dict) and set(value) == {BLOB_KEY} and isinstance(value[BLOB_KEY], str):
+        try:
+            return base64.b64decode(value[BLOB_KEY], validate=True)
+        except binascii.Error:
+            raise ExportInvalid(f"line {line}: a blob value is not valid base64") from None
+    raise ExportInvalid(f"line {line}: a value is not null, a number, a string or a blob")
+
+
+def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> None:
+    """Insert ``row`` (decoded values) into the kind's table as it was exported: same primary keys, so every
+    id and every reference between rows stays what it was."""
+    names = tuple(row)
+    sql = state.statements.get((kind.table, names))
+    if sql is None:
+        sql = state.statements[(kind.table, names)] = _insert_statement(state, kind, names)
+    state.conn.execute(sql, tuple(row.values()))
+
+
+def _insert_statement(state: RestoreState, kind: RecordKind, names: tuple[str, ...]) -> str:
+    """The INSERT for these columns of the kind's table, once they are known to be the table's."""
+    known = state.columns.get(kind.table)
+    if known is None:
+        known = state.columns[kind.table] = frozenset(table_columns(state.conn, kind.table))
+    if not known:
+        raise ExportInvalid(
+            f"line {state.line}: {kind.name} records need a {kind.table} table, which this obsmem's databases do "
+            "not have (upgrade obsmem)"
+        )
+    unknown = set(names) - known
+    if unknown:
+        raise ExportInvalid(
+            f"line {state.line}: {kind.name} records carry {len(unknown)} column(s) the {kind.table} table of this "
+            "obsmem does not have; restoring them would lose data (upgrade obsmem)"
+        )
+    return (
+        f"INSERT INTO {quoted(kind.table)}({', '.join(quoted(n) for n in names)}) "
+        f"VALUES ({', '.join('?' for _ in names)})"
+    )
+
+
+def raise_sequence(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> None:
+    """Make an AUTOINCREMENT table continue after the exported id. SQLite keeps one row per table in
+    ``sqlite_sequence`` (without a key), which restoring that table's rows has already made, so the row
+    is raised in place rather than inserted twice."""
+    name, seq = row.get("name"), row.get("seq")
+    if set(row) != {"name", "seq"} or not isinstance(name, str) or not isinstance(seq, int):
+        raise ExportInvalid(f"line {state.line}: an id_sequence row is not a table name and an id")
+    raised = state.conn.execute(
+        f"UPDATE {SEQUENCE_TABLE} SET seq = max(seq, ?) WHERE name = ? RETURNING 1", (seq, name)
+    ).fetchall()
+    if not raised:
+        state.conn.execute(f"INSERT INTO {SEQUENCE_TABLE}(name, seq) VALUES (?, ?)", (name, seq))

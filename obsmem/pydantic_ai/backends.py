@@ -1,0 +1,276 @@
+"""The two ways the capability reaches obsmem, behind one small protocol.
+
+:class:`EmbeddedMemory` calls an :class:`~obsmem.Obsmem` in this process (its workers observe in
+background threads, and pydantic-ai models can serve as its Observer and Reflector); :class:`RemoteMemory`
+calls an ``obsmem serve`` over HTTP with an :class:`ObsmemClient` (the server's configured models observe).
+Both are synchronous and thread-safe: the capability calls them from worker threads, never on the event
+loop. Errors are :class:`~obsmem.errors.ObsmemError` with the server's stable code in both modes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from obsmem.app import Obsmem
+from obsmem.errors import NotFound, ObsmemError
+from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, parse_tool_arguments, run_tool
+
+DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ProjectionView:
+    """The projection as the capability needs it: the text and exactly which events it covers."""
+
+    text: str
+    tokens: int
+    observed_through_seq: int
+    generation: int
+    observations: int
+    reflections: int
+
+    @classmethod
+    def empty(cls) -> ProjectionView:
+        return cls("", 0, 0, 0, 0, 0)
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any]) -> ProjectionView:
+        return cls(
+            text=str(body["text"]),
+            tokens=int(body["tokens"]),
+            observed_through_seq=int(body["observed_through_seq"]),
+            generation=int(body["generation"]),
+            observations=int(body["observations"]),
+            reflections=int(body["reflections"]),
+        )
+
+
+class MemoryBackend(Protocol):
+    """What the capability asks of obsmem, for one project and session."""
+
+    project: str
+    session_id: str
+    remote: bool
+
+    def last_seq(self) -> int:
+        """The session's last event seq (0: no events yet)."""
+        ...
+
+    def append(self, events: list[dict[str, Any]]) -> None: ...
+
+    def projection(self) -> ProjectionView: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def request_observation(self) -> None: ...
+
+    def request_reflection(self) -> None: ...
+
+    def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
+        """The session's om_* events with a larger log id, oldest first."""
+        ...
+
+    def run_tool(self, name: str, arguments: dict[str, Any] | str | None) -> str:
+        """A memory tool call's text for the model: the result as JSON, or ``"<code>: <message>"``."""
+        ...
+
+    def search_mode(self) -> str: ...
+
+    def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None: ...
+
+
+class EmbeddedMemory:
+    """An :class:`~obsmem.Obsmem` in this process."""
+
+    remote = False
+
+    def __init__(self, memory: Obsmem, project: str, session_id: str) -> None:
+        self.memory = memory
+        self.project = project
+        self.session_id = session_id
+        self._cached: tuple[str, ProjectionView] | None = None
+
+    def last_seq(self) -> int:
+        try:
+            return self.memory.session_status(self.project, self.session_id).last_seq
+        except NotFound:
+            return 0
+
+    def append(self, events: list[dict[str, Any]]) -> None:
+        self.memory.append_events(self.project, self.session_id, events)
+
+    def projection(self) -> ProjectionView:
+        """The projection, rendered again only when its version changed (rendering a large memory takes
+        milliseconds; the version is a few index reads)."""
+        try:
+            version = self.memory.memory_version(self.project, self.session_id)
+            if self._cached is not None and self._cached[0] == version:
+                return self._cached[1]
+            view = ProjectionView.from_dict(self.memory.memory(self.project, self.session_id).to_dict())
+        except NotFound:  # the first append (made in the background) has not created the project yet
+            return ProjectionView.empty()
+        # The version read before the rendering: a change in between renders again next time, never less.
+        self._cached = (version, view)
+        return view
+
+    def status(self) -> dict[str, Any]:
+        return self.memory.session_status(self.project, self.session_id).to_dict()
+
+    def request_observation(self) -> None:
+        self.memory.observe(self.project, self.session_id)
+
+    def request_reflection(self) -> None:
+        self.memory.reflect(self.project, self.session_id)
+
+    def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
+        try:
+            events = self.memory.pipeline_events(self.project, after=after_id, limit=limit, session_id=self.session_id)
+        except NotFound:  # no project yet: no events either
+            return []
+        return [event.to_dict() for event in events]
+
+    def run_tool(self, name: str, arguments: dict[str, Any] | str | None) -> str:
+        return run_tool(self.memory, self.project, name, arguments, session_id=self.session_id).text
+
+    def search_mode(self) -> str:
+        return self.memory.default_mode
+
+    def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None:
+        change = None if model_id is None else {"model_id": model_id, "context_window_tokens": context_window_tokens}
+        self.memory.switch_models(self.project, {role: change})
+
+
+class ObsmemClient:
+    """An ``obsmem serve`` reached over HTTP: its base URL and, when it has keys, an API key.
+
+    The key goes in the Authorization header only; redirects are not followed, so it never reaches another
+    host. Pass ``transport`` to run against an in-process app in tests.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_seconds: float = DEFAULT_HTTP_TIMEOUT_SECONDS,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must be an http:// or https:// URL")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(
+            base_url=f"{self.base_url}/v1",
+            headers=headers,
+            timeout=timeout_seconds,
+            follow_redirects=False,
+            transport=transport,
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ObsmemError(
+                f"the obsmem server cannot be reached ({type(exc).__name__})", code="service_unavailable"
+            ) from None
+        if response.status_code >= 400:
+            raise _server_error(response)
+        return response.json()
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _server_error(response: httpx.Response) -> ObsmemError:
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "service_unavailable", f"the obsmem server answered HTTP {response.status_code}"
+    failure = NotFound(message, code=code) if response.status_code == 404 else ObsmemError(message, code=code)
+    failure.status = response.status_code
+    return failure
+
+
+class RemoteMemory:
+    """An ``obsmem serve``, through an :class:`ObsmemClient`."""
+
+    remote = True
+
+    def __init__(self, client: ObsmemClient, project: str, session_id: str, *, mode: str = "exact") -> None:
+        self.client = client
+        self.project = project
+        self.session_id = session_id
+        self.mode = mode
+        self._session = f"/projects/{project}/sessions/{session_id}"
+
+    def last_seq(self) -> int:
+        try:
+            return int(self.status()["last_seq"])
+        except NotFound as exc:
+            if exc.code in ("session_not_found", "project_not_found"):
+                return 0
+            raise
+
+    def append(self, events: list[dict[str, Any]]) -> None:
+        self.client.call("POST", f"{self._session}/events", json={"events": events})
+
+    def projection(self) -> ProjectionView:
+        try:
+            return ProjectionView.from_dict(self.client.call("GET", f"{self._session}/memory"))
+        except NotFound:  # the first append (made in the background) has not created the project yet
+            return ProjectionView.empty()
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.client.call("GET", f"{self._session}/status"))
+
+    def request_observation(self) -> None:
+        self.client.call("POST", f"{self._session}/observe")
+
+    def request_reflection(self) -> None:
+        self.client.call("POST", f"{self._session}/reflect")
+
+    def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
+        params = {"after_id": after_id, "limit": min(limit, 1000), "session_id": self.session_id}
+        try:
+            return list(self.client.call("GET", f"/projects/{self.project}/events", params=params)["events"])
+        except NotFound:  # no project yet: no events either
+            return []
+
+    def run_tool(self, name: str, arguments: dict[str, Any] | str | None) -> str:
+        """The same arguments, scope and error texts as the embedded tools, over the HTTP routes."""
+        try:
+            args = parse_tool_arguments(name, arguments)
+            if name == MEMORY_SEARCH:
+                if "query" not in args:
+                    return "invalid_query: query is required"
+                result = self.client.call("POST", f"/projects/{self.project}/search", json=args)
+            elif name == RECALL:
+                if "id" not in args:
+                    return "invalid_id: id is required: a memory id from memory_search"
+                scope = args.get("session_id", self.session_id)
+                if not isinstance(scope, str):
+                    return "invalid_session: session_id must be a string"
+                memory_id = str(args["id"])
+                result = self.client.call(
+                    "GET", f"/projects/{self.project}/memories/{memory_id}", params={"session_id": scope}
+                )
+            else:
+                return f"unknown_tool: there is no tool with that name; tools: {MEMORY_SEARCH}, {RECALL}"
+        except ObsmemError as exc:
+            return f"{exc.code}: {exc.message}"
+        return json.dumps(result, ensure_ascii=False)
+
+    def search_mode(self) -> str:
+        return self.mode
+
+    def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None:
+        change = None if model_id is None else {"model_id": model_id}
+        if change is not None and context_window_tokens is not None:
+            change["context_window_tokens"] = context_window_tokens  # type: ignore[assignment]
+        self.client.call("PUT", f"/projects/{self.project}/models", json={role: change})

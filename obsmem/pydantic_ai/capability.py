@@ -1,0 +1,615 @@
+"""``ObservationalMemory``: obsmem as a pydantic-ai capability.
+
+Before every model request of a run it:
+
+1. **observes**: the run's messages not appended yet go to the session as events, each at a seq derived
+   from its position (:mod:`obsmem.pydantic_ai.messages`), in the background and in order, so appends
+   are idempotent across runs that pass ``message_history`` and across processes;
+2. **compacts**: the messages the session's watermark covers are replaced by one message carrying the
+   projection (:mod:`obsmem.pydantic_ai.compaction`); the run's own history is left as it is;
+3. **keeps the pipeline moving**: background observation is asked for once the unobserved tail reaches the
+   buffer, reflection once the memory passes the reflection threshold (:mod:`obsmem.pydantic_ai.thresholds`);
+4. **checks the window**: when the request would still not fit, it waits (bounded) for the running
+   observation, compacts again, and reports an ``om_overflow`` event if it still does not fit; it never
+   drops a message silently;
+5. **reports**: ``om_status`` and ``om_activation``, and the pipeline's own events as they are logged
+   (:mod:`obsmem.pydantic_ai.events`).
+
+Nothing here waits for a model on the request path except that last resort: observation and reflection
+run on obsmem's workers (an embedded ``Obsmem``'s threads, or the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model, ModelRequestContext
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import AbstractToolset
+
+from obsmem.app import Obsmem
+from obsmem.errors import ConfigurationError, ObsmemError, SeqConflict
+from obsmem.events import MAX_BATCH
+from obsmem.pipeline import estimate_tokens
+from obsmem.pydantic_ai.backends import EmbeddedMemory, MemoryBackend, ObsmemClient, ProjectionView, RemoteMemory
+from obsmem.pydantic_ai.compaction import Compaction, compact
+from obsmem.pydantic_ai.events import PIPELINE_EVENTS, EventHub, Handler, OMEvent, from_logged, mastra_companions
+from obsmem.pydantic_ai.messages import EventLedger
+from obsmem.pydantic_ai.model_client import PydanticAIChatModel, resolve_model
+from obsmem.pydantic_ai.thresholds import (
+    MIN_CONTEXT_WINDOW,
+    MIN_THRESHOLD,
+    Thresholds,
+    check_tokens,
+    resolve_thresholds,
+)
+from obsmem.pydantic_ai.tools import memory_toolset
+from obsmem.validation import project_name
+from obsmem.validation import session_id as check_session_id
+
+log = logging.getLogger("obsmem.pydantic_ai")
+_T = TypeVar("_T")
+
+OUTPUT_RESERVE_FRACTION = 0.10  # of the window, kept free for the model's answer
+OVERFLOW_POLL_SECONDS = 0.05
+REOBSERVE_AFTER_SECONDS = 30.0  # ask again if an observation request seems lost
+
+
+class ObservationalMemory(AbstractCapability[Any]):
+    """Observational memory for a pydantic-ai agent, backed by an embedded ``Obsmem`` or an obsmem server.
+
+    ``memory_or_client`` is an :class:`~obsmem.Obsmem` (embedded) or an :class:`ObsmemClient` (remote);
+    ``memory=`` and ``client=`` name the same thing explicitly. One session per capability: pass the same
+    ``session_id`` (and the run's ``message_history``) to continue a conversation in another process.
+    """
+
+    def __init__(
+        self,
+        memory_or_client: Obsmem | ObsmemClient | None = None,
+        *,
+        memory: Obsmem | None = None,
+        client: ObsmemClient | None = None,
+        project: str,
+        session_id: str,
+        observer_model: Model | str | None = None,
+        reflector_model: Model | str | None = None,
+        observation_threshold: int | None = None,
+        reflection_threshold: int | None = None,
+        context_window: int | None = None,
+        tools: bool = True,
+        event_handler: Handler | None = None,
+        include_observations: bool = False,
+        overflow_wait_seconds: float = 30.0,
+        poll_seconds: float = 0.25,
+        start_workers: bool = True,
+        search_mode: str | None = None,
+    ) -> None:
+        given = [item for item in (memory_or_client, memory, client) if item is not None]
+        if len(given) != 1:
+            raise ConfigurationError(
+                "give exactly one of: an Obsmem (embedded) or an ObsmemClient (remote)"
+                + (" - both were given" if len(given) > 1 else "")
+            )
+        target = given[0]
+        project = project_name(project)
+        session_id = check_session_id(session_id)
+        self._observation_threshold = check_tokens("observation_threshold", observation_threshold, MIN_THRESHOLD)
+        self._reflection_threshold = check_tokens("reflection_threshold", reflection_threshold, MIN_THRESHOLD)
+        self._context_window = check_tokens("context_window", context_window, MIN_CONTEXT_WINDOW)
+        if self._context_window is not None:  # fail now, not in the first request, if they cannot fit
+            resolve_thresholds(
+                profile_window=None,
+                context_window=self._context_window,
+                observation=self._observation_threshold,
+                reflection=self._reflection_threshold,
+            )
+        if event_handler is not None and not callable(event_handler):
+            raise ConfigurationError("event_handler must be a callable that takes an OMEvent")
+        if isinstance(overflow_wait_seconds, bool) or not 0 <= overflow_wait_seconds <= 3600:
+            raise ConfigurationError("overflow_wait_seconds must be from 0 to 3600")
+        if isinstance(poll_seconds, bool) or not 0.01 <= poll_seconds <= 60:
+            raise ConfigurationError("poll_seconds must be from 0.01 to 60")
+        self.backend: MemoryBackend
+        self._routed: dict[str, PydanticAIChatModel] = {}
+        if isinstance(target, Obsmem):
+            self.backend = EmbeddedMemory(target, project, session_id)
+            self._route("observer", observer_model)
+            self._route("reflector", reflector_model)
+            if start_workers and (target.workers is None or not target.workers.running):
+                target.start_workers()
+        elif isinstance(target, ObsmemClient):
+            if observer_model is not None or reflector_model is not None:
+                raise ConfigurationError(
+                    "observer_model and reflector_model run the models of an embedded Obsmem; an obsmem server "
+                    "uses its configured models: call switch_observer_model / switch_reflector_model with a "
+                    "model id to change them"
+                )
+            self.backend = RemoteMemory(target, project, session_id, mode=search_mode or "exact")
+        else:
+            raise ConfigurationError("memory_or_client must be an obsmem Obsmem or an ObsmemClient")
+        self.project, self.session_id = project, session_id
+        self.tools_enabled = tools
+        self.include_observations = include_observations
+        self.overflow_wait_seconds = float(overflow_wait_seconds)
+        self.poll_seconds = float(poll_seconds)
+        self.hub = EventHub(event_handler)
+        self.ledger = EventLedger()
+        self._ledger_messages = 0
+        self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-append")
+        self._append: Future[None] | None = None
+        self._append_error: BaseException | None = None
+        self._appended_through: int | None = None  # None: not checked against the store yet
+        self._lock = asyncio.Lock()
+        self._event_cursor: int | None = None  # None: not primed (old events of a resumed session are skipped)
+        self._poller: asyncio.Task[None] | None = None
+        self._runs = 0
+        self._observe_requested: tuple[int, float] = (0, 0.0)  # (through seq, when)
+        self._reflect_requested: tuple[int, int] | None = None  # (generation, observations) asked about
+        self._activated_through = 0
+        self._cycles_since_activation = 0
+        self._observing: set[str] = set()  # cycles started and not ended
+        self._known_observations: set[str] | None = None
+        self._last_thresholds = self._thresholds(None)
+        self._search_mode = search_mode
+        self._refusals: set[str] = set()  # error codes of pipeline requests already logged
+        self._memory_moved = False  # a cycle ended since the poller last rendered the memory
+        self._verify = True  # the next request waits for its append: the history is checked against the store
+        # What the latest model request was measured against and sent (for inspection and benchmarks).
+        self.last_compaction: Compaction | None = None
+        self.last_projection: ProjectionView | None = None
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def _route(self, role: str, model: Model | str | None) -> None:
+        """Run ``role`` (and the Dropper with the Reflector) on a pydantic-ai model for this project."""
+        if model is None:
+            return
+        try:
+            resolved = resolve_model(model)
+        except (UserError, ValueError, ImportError) as exc:
+            name = model if isinstance(model, str) and len(model) <= 200 else "the model given"
+            raise ConfigurationError(f"{role}_model: pydantic-ai cannot use {name!r} ({type(exc).__name__})") from None
+        assert isinstance(self.backend, EmbeddedMemory)
+        for pipeline_role in ("reflector", "dropper") if role == "reflector" else (role,):
+            adapter = PydanticAIChatModel(resolved, role=pipeline_role)
+            previous = self._routed.pop(pipeline_role, None)
+            self.backend.memory.route_model(self.backend.project, pipeline_role, adapter)
+            self._routed[pipeline_role] = adapter
+            if previous is not None:
+                previous.close()
+
+    def _thresholds(self, model: Model | None) -> Thresholds:
+        profile_window = model.context_window if model is not None else None
+        return resolve_thresholds(
+            profile_window=profile_window,
+            context_window=self._context_window,
+            observation=self._observation_threshold,
+            reflection=self._reflection_threshold,
+        )
+
+    def get_observation_threshold(self, model: Model | None = None) -> int:
+        """The observation threshold for ``model`` (default: the model of the latest request)."""
+        return (self._thresholds(model) if model is not None else self._last_thresholds).observation
+
+    def get_reflection_threshold(self, model: Model | None = None) -> int:
+        """The reflection threshold for ``model`` (default: the model of the latest request)."""
+        return (self._thresholds(model) if model is not None else self._last_thresholds).reflection
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The thresholds the latest model request was measured against."""
+        return self._last_thresholds
+
+    async def switch_observer_model(self, model: Model | str, *, context_window_tokens: int | None = None) -> None:
+        """Observe with another model from the next Observer job on (embedded: a pydantic-ai model or name;
+        remote: a model id the server's endpoint serves)."""
+        await self._switch("observer", model, context_window_tokens)
+
+    async def switch_reflector_model(self, model: Model | str, *, context_window_tokens: int | None = None) -> None:
+        """Reflect (and drop) with another model from the next Reflector job on; see
+        :meth:`switch_observer_model`."""
+        await self._switch("reflector", model, context_window_tokens)
+
+    async def _switch(self, role: str, model: Model | str, context_window_tokens: int | None) -> None:
+        if self.backend.remote:
+            if not isinstance(model, str):
+                raise ConfigurationError(f"an obsmem server switches the {role} by model id: pass a string")
+            await asyncio.to_thread(self.backend.switch_model, role, model, context_window_tokens)
+            if role == "reflector":
+                await asyncio.to_thread(self.backend.switch_model, "dropper", model, context_window_tokens)
+            return
+        self._route(role, model)
+        name = self._routed[role].model_id
+        await self.hub.emit(
+            OMEvent("om_model_changed", {"role": role, "model_id": name, "source": "pydantic_ai"}, self.session_id)
+        )
+
+    # -- pydantic-ai hooks ---------------------------------------------------------------------
+
+    def get_toolset(self) -> AbstractToolset[Any] | None:
+        if not self.tools_enabled:
+            return None
+        mode = self._search_mode or self.backend.search_mode()
+        return memory_toolset(self.backend, mode)
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Callable[[], Any]) -> Any:
+        self._runs += 1
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll_forever())
+        try:
+            result = await handler()
+            # The run's final answer follows its last model request: append it now, not with the next run.
+            self._update_ledger(list(result.all_messages()))
+            self._submit_append()
+            return result
+        finally:
+            self._runs -= 1
+            if self._runs == 0 and self._poller is not None:
+                self._poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._poller
+                self._poller = None
+                with contextlib.suppress(Exception):
+                    await self._poll_events()
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        async with self._lock:
+            return await self._prepare(ctx, request_context)
+
+    async def _prepare(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
+        self._raise_append_error()
+        messages = list(ctx.messages)
+        self._update_ledger(messages)
+        self._submit_append()
+        if self._verify:
+            # A history not checked against the store yet (the first request, or another run's history)
+            # waits for its append once: a history that differs is refused before the model is called.
+            self._verify = False
+            await self._appended()
+        thresholds = self._thresholds(request_context.model)
+        self._last_thresholds = thresholds
+        projection = await self._read(self.backend.projection)
+        compaction = compact(messages, self.ledger, projection)
+        overhead = _request_overhead(request_context)
+        budget = _budget(thresholds, request_context)
+        if budget is not None and compaction.request_tokens + overhead > budget:
+            compaction, projection = await self._last_resort(messages, compaction, projection, overhead, budget)
+        self.last_compaction, self.last_projection = compaction, projection
+        await self._keep_pipeline_moving(projection, thresholds)
+        # Pipeline events arrive through the poller (every poll_seconds while a run goes on), not here.
+        await self._report(ctx, thresholds, projection, compaction, overhead)
+        if compaction.replaced_messages == 0:
+            return request_context
+        return dataclasses.replace(request_context, messages=compaction.messages)
+
+    async def _read(self, call: Callable[..., _T], *args: Any) -> _T:
+        """A read: over HTTP on a worker thread; embedded, at once on the loop. A local read takes a fraction
+        of a millisecond, while a hop to a thread can wait several for the interpreter lock when the
+        pipeline's workers are busy in the same process."""
+        if self.backend.remote:
+            return await asyncio.to_thread(call, *args)
+        return call(*args)
+
+    # -- observe: ordered background appends ---------------------------------------------------
+
+    def _update_ledger(self, messages: list[ModelMessage]) -> None:
+        resets = self.ledger.resets
+        self.ledger.update(messages)
+        if self.ledger.resets != resets:
+            # Another history (a run that did not continue the last one): check it against the store again,
+            # in order with the appends (the append thread runs one job at a time).
+            self._appender.submit(self._recheck)
+            self._verify = True
+
+    def _recheck(self) -> None:
+        self._appended_through = None
+
+    def _submit_append(self) -> None:
+        snapshot = list(self.ledger.events)
+        if self._appended_through is not None and self._appended_through >= len(snapshot):
+            return
+        self._append = self._appender.submit(self._append_events, snapshot)
+
+    def _append_events(self, events: list[dict[str, Any]]) -> None:
+        """Append what the store lacks (runs on the one append thread, so in order)."""
+        try:
+            if self._appended_through is None:
+                stored = self.backend.last_seq()
+                if stored > len(events):
+                    raise SeqConflict(
+                        f"session {self.session_id!r} already holds {stored} events, more than this run's "
+                        f"messages make ({len(events)}): pass the earlier runs' messages as message_history "
+                        "(result.all_messages()) or use a new session_id",
+                        details={"stored_events": stored},
+                    )
+                # Send the last stored event again: a duplicate proves the history is the one stored.
+                self._appended_through = max(0, stored - 1)
+            start = self._appended_through
+            for offset in range(start, len(events), MAX_BATCH):
+                batch = events[offset : offset + MAX_BATCH]
+                self.backend.append(batch)
+                self._appended_through = offset + len(batch)
+            self._append_error = None
+        except SeqConflict as exc:
+            if "stored_events" in exc.details:
+                self._append_error = exc
+                return
+            self._append_error = SeqConflict(
+                f"session {self.session_id!r} holds different messages at the same positions: pass the earlier "
+                "runs' messages as message_history (result.all_messages()) or use a new session_id",
+                details=exc.details,
+            )
+        except ObsmemError as exc:  # transient (server away, disk busy): retried with the next request
+            log.warning("append to session failed (%s); retried with the next request", exc.code)
+
+    def _raise_append_error(self) -> None:
+        if isinstance(self._append_error, SeqConflict):
+            raise self._append_error
+
+    async def _appended(self) -> None:
+        if self._append is not None:
+            await asyncio.wrap_future(self._append)
+        self._raise_append_error()
+
+    # -- the pipeline: observation and reflection requests ---------------------------------------
+
+    def _unobserved_tokens(self, observed_through_seq: int) -> int:
+        return self.ledger.tokens(self.ledger.messages_through(observed_through_seq))
+
+    async def _keep_pipeline_moving(self, projection: ProjectionView, thresholds: Thresholds) -> None:
+        through, asked_at = self._observe_requested
+        unobserved = self._unobserved_tokens(projection.observed_through_seq)
+        stale = time.monotonic() - asked_at > REOBSERVE_AFTER_SECONDS
+        if unobserved >= thresholds.buffer and (projection.observed_through_seq >= through or stale):
+            await self._request_observation()
+        marker = (projection.generation, projection.observations)
+        if projection.tokens > thresholds.reflection and marker != self._reflect_requested:
+            self._reflect_requested = marker
+            await self._call_quietly(self.backend.request_reflection)
+
+    async def _request_observation(self) -> bool:
+        """Ask for observation now; False when obsmem observes nothing (no model, or switched off)."""
+        await self._appended()
+        self._observe_requested = (self.ledger.last_seq, time.monotonic())
+        return await self._call_quietly(self.backend.request_observation)
+
+    async def _call_quietly(self, call: Callable[[], None]) -> bool:
+        """Ask the pipeline for work; a server that does not observe (``observation_off``) is not an error
+        for the agent's run: its messages are stored, and compaction uses whatever memory there is."""
+        try:
+            await asyncio.to_thread(call)
+        except ObsmemError as exc:
+            if exc.code not in self._refusals:
+                self._refusals.add(exc.code)
+                log.warning("pipeline request refused: %s", exc.code)
+            return False
+        return True
+
+    async def _last_resort(
+        self,
+        messages: list[ModelMessage],
+        compaction: Compaction,
+        projection: ProjectionView,
+        overhead: int,
+        budget: int,
+    ) -> tuple[Compaction, ProjectionView]:
+        """The request does not fit: wait for observation up to the deadline, compact again, report."""
+        started = time.monotonic()
+        deadline = started + self.overflow_wait_seconds
+        await self._request_observation()
+        while compaction.request_tokens + overhead > budget and time.monotonic() < deadline:
+            await asyncio.sleep(OVERFLOW_POLL_SECONDS)
+            projection = await self._read(self.backend.projection)
+            compaction = compact(messages, self.ledger, projection)
+            if projection.observed_through_seq >= self.ledger.last_seq:
+                break
+        if compaction.request_tokens + overhead > budget:
+            await self.hub.emit(
+                OMEvent(
+                    "om_overflow",
+                    {
+                        "request_tokens": compaction.request_tokens + overhead,
+                        "budget_tokens": budget,
+                        "unobserved_tokens": self._unobserved_tokens(projection.observed_through_seq),
+                        "memory_tokens": projection.tokens,
+                        "waited_ms": round((time.monotonic() - started) * 1000),
+                    },
+                    self.session_id,
+                )
+            )
+        return compaction, projection
+
+    # -- events ---------------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        while True:
+            with contextlib.suppress(ObsmemError):
+                await self._poll_events()
+                if self._memory_moved:
+                    # Render the new memory off the request path: the next request finds it rendered.
+                    self._memory_moved = False
+                    await asyncio.to_thread(self.backend.projection)
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _poll_events(self) -> None:
+        if self._event_cursor is None:
+            self._event_cursor = await self._read(self._newest_event_id)
+        while True:
+            page = await self._read(self.backend.events_after, self._event_cursor, 200)
+            for body in page:
+                self._event_cursor = max(self._event_cursor, int(body["id"]))
+                event = from_logged(body)
+                if event.type in PIPELINE_EVENTS:
+                    await self._deliver(event)
+            if len(page) < 200:
+                return
+
+    def _newest_event_id(self) -> int:
+        """Where the event cursor starts: after the session's existing events (a resumed session's history is
+        not replayed)."""
+        cursor = 0
+        while page := self.backend.events_after(cursor, 1000):
+            cursor = int(page[-1]["id"])
+        return cursor
+
+    async def _deliver(self, event: OMEvent) -> None:
+        observations = None
+        if event.type == "om_observation_start" and event.cycle_id:
+            self._observing.add(event.cycle_id)
+        elif event.type in ("om_observation_end", "om_observation_failed") and event.cycle_id:
+            self._observing.discard(event.cycle_id)
+        if event.type.endswith("_end"):
+            self._memory_moved = True
+        if event.type == "om_observation_end":
+            self._cycles_since_activation += 1
+            if self.include_observations:
+                observations = await self._new_observations()
+                # ``observations`` is obsmem's count here; the texts get a name of their own.
+                event = dataclasses.replace(event, data=event.data | {"observation_texts": observations})
+        await self.hub.emit(event)
+        for companion in mastra_companions(event, observations):
+            await self.hub.emit(companion)
+
+    async def _new_observations(self) -> list[str]:
+        """Observation lines in the memory that were not there at the previous call (opt-in payloads)."""
+        projection = await self._read(self.backend.projection)
+        lines = [line[2:] for line in projection.text.splitlines() if line.startswith("- [")]
+        known = self._known_observations or set()
+        self._known_observations = known | set(lines)
+        return [line for line in lines if line not in known]
+
+    async def _report(
+        self,
+        ctx: RunContext[Any],
+        thresholds: Thresholds,
+        projection: ProjectionView,
+        compaction: Compaction,
+        overhead: int,
+    ) -> None:
+        observed = projection.observed_through_seq
+        ledger, replaced = self.ledger, compaction.replaced_messages
+        buffered_tokens = ledger.tokens(replaced, max(replaced, ledger.messages_through(observed)))
+        if compaction.replaced_through_seq > self._activated_through:
+            activated_from = min(ledger.messages_through(self._activated_through), replaced)
+            activated_tokens = ledger.tokens(activated_from, replaced)
+            await self.hub.emit(
+                OMEvent(
+                    "om_activation",
+                    {
+                        "operation_type": "observation",
+                        "chunks_activated": self._cycles_since_activation,
+                        "tokens_activated": activated_tokens,
+                        "messages_replaced": compaction.replaced_messages,
+                        "observed_through_seq": compaction.replaced_through_seq,
+                        "generation": projection.generation,
+                    },
+                    self.session_id,
+                )
+            )
+            self._activated_through = compaction.replaced_through_seq
+            self._cycles_since_activation = 0
+        pending = self._unobserved_tokens(observed)
+        status = "observing" if self._observing else "idle"
+        await self.hub.emit(
+            OMEvent(
+                "om_status",
+                {
+                    "status": status,
+                    "record_id": self.project,
+                    "thread_id": self.session_id,
+                    "step_number": ctx.run_step,
+                    "generation_count": projection.generation,
+                    "windows": {
+                        "active": {
+                            "messages": len(compaction.messages),
+                            "message_tokens": compaction.request_tokens - projection.tokens,
+                            "observation_tokens": projection.tokens if compaction.replaced_messages else 0,
+                        },
+                        "buffered": {
+                            "chunks": self._cycles_since_activation,
+                            "message_tokens": buffered_tokens,
+                            "observed_through_seq": observed,
+                        },
+                    },
+                    "pending_tokens": pending,
+                    "threshold": thresholds.observation,
+                    "threshold_percent": round(100.0 * pending / thresholds.observation, 1),
+                    "observation_tokens": projection.tokens,
+                    "reflection_threshold": thresholds.reflection,
+                    "context_window": thresholds.context_window,
+                    "context_window_source": thresholds.source,
+                    "request_tokens": compaction.request_tokens + overhead,
+                },
+                self.session_id,
+            )
+        )
+
+    def events(self) -> AsyncIterator[OMEvent]:
+        """Every event from now on, as an async iterator (``async for event in memory.events(): ...``)."""
+        return self.hub.subscribe()
+
+    # -- for the caller -------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        """The session's progress state (obsmem's session status, with Mastra's progress fields)."""
+        return await asyncio.to_thread(self.backend.status)
+
+    async def flush(self, timeout: float = 60.0) -> ProjectionView:
+        """Append everything, observe it all now, and wait (up to ``timeout`` seconds) until the memory covers
+        every appended message; e.g. when a session ends. Returns the projection it ended with."""
+        await self._appended()
+        observing = await self._request_observation()
+        deadline = time.monotonic() + timeout
+        while True:
+            projection = await self._read(self.backend.projection)
+            await self._poll_events()
+            caught_up = projection.observed_through_seq >= self.ledger.last_seq
+            if caught_up or not observing or time.monotonic() >= deadline:
+                return projection
+            await asyncio.sleep(OVERFLOW_POLL_SECONDS)
+
+    def close(self) -> None:
+        """Stop the append thread and the pipeline models this capability routed (the memory stays open)."""
+        self._appender.shutdown(wait=True)
+        if isinstance(self.backend, EmbeddedMemory):
+            for role, adapter in self._routed.items():
+                self.backend.memory.route_model(self.project, role, None)
+                adapter.close()
+        self._routed.clear()
+        self.hub.close()
+
+
+def _request_overhead(request_context: ModelRequestContext) -> int:
+    """Estimated tokens of what is sent besides the messages: instructions and tool definitions."""
+    parameters = request_context.model_request_parameters
+    total = 0
+    for part in parameters.instruction_parts or ():
+        total += estimate_tokens(part.content)
+    for tool in (*parameters.function_tools, *parameters.output_tools):
+        schema = json.dumps(tool.parameters_json_schema, ensure_ascii=False, separators=(",", ":"))
+        total += estimate_tokens(tool.name) + estimate_tokens(tool.description or "") + estimate_tokens(schema)
+    return total
+
+
+def _budget(thresholds: Thresholds, request_context: ModelRequestContext) -> int | None:
+    """The most a request may hold: the window less room for the answer (None: no window known)."""
+    window = thresholds.context_window
+    if window is None:
+        return None
+    settings = request_context.model_settings or {}
+    answer = settings.get("max_tokens")
+    reserve = answer if isinstance(answer, int) and answer > 0 else int(window * OUTPUT_RESERVE_FRACTION)
+    return max(1, window - reserve)

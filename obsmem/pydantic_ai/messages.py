@@ -1,0 +1,222 @@
+"""pydantic-ai messages as obsmem events, each with a stable seq: the identity that makes appends idempotent.
+
+Every part of a run's message history that says something becomes one event, numbered in order from 1:
+system prompts, user prompts, assistant text, tool calls (with their arguments), tool returns and retry
+prompts. Thinking, files and provider-native tool parts are not conversation the Observer can use, and
+take no number. The numbering depends only on the history, so the same history always yields the same
+``(seq, event)`` pairs: a run resumed with ``message_history`` (in this process or another) re-derives the
+seqs it appended before, and obsmem's append answers an identical event at a used seq as a duplicate and a
+different one as a conflict. Nothing is appended twice, and a history that changed is refused, not mixed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from obsmem.pipeline import estimate_tokens
+
+
+@dataclass(frozen=True)
+class MessageSpan:
+    """The events one message became: seqs ``first..last`` (``first > last``: none) and their tokens."""
+
+    first: int
+    last: int
+    tokens: int
+
+
+@dataclass
+class EventLedger:
+    """The events of one history, derived incrementally as the history grows.
+
+    ``spans[i]`` belongs to ``messages[i]``. The ledger remembers the message objects it numbered, so a
+    model request of the same run only converts the messages added since the last one; a history that is
+    not an extension of the one seen (another run's) is numbered again from the start.
+    """
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    spans: list[MessageSpan] = field(default_factory=list)
+    # Running sums, so a request on a long history costs O(log n) to cut and measure, not O(n):
+    # lasts[i] is spans[i].last (never decreasing); prefix[i] is the tokens of messages[:i].
+    lasts: list[int] = field(default_factory=list)
+    prefix: list[int] = field(default_factory=lambda: [0])
+    system_messages: list[int] = field(default_factory=list)  # indices of messages with a system prompt
+    resets: int = 0  # times a history that did not extend the one seen was numbered from the start
+    _messages: list[ModelMessage] = field(default_factory=list)
+
+    def update(self, messages: list[ModelMessage]) -> None:
+        seen = len(self._messages)
+        if seen > len(messages) or any(not _same(messages[i], self._messages[i]) for i in _probes(seen)):
+            self.resets += 1
+            self.events.clear()
+            self.spans.clear()
+            self.lasts.clear()
+            self.system_messages.clear()
+            del self.prefix[1:]
+            self._messages.clear()
+            seen = 0
+        for message in messages[seen:]:
+            converted = message_events(message)
+            first = len(self.events) + 1
+            for event in converted:
+                event["seq"] = len(self.events) + 1
+                self.events.append(event)
+            span = MessageSpan(first, len(self.events), sum(_event_tokens(e) for e in converted))
+            self.spans.append(span)
+            self.lasts.append(span.last)
+            self.prefix.append(self.prefix[-1] + span.tokens)
+            if isinstance(message, ModelRequest) and any(isinstance(p, SystemPromptPart) for p in message.parts):
+                self.system_messages.append(len(self._messages))
+            self._messages.append(message)
+
+    def messages_through(self, seq: int) -> int:
+        """How many leading messages hold only events up to ``seq``."""
+        return bisect.bisect_right(self.lasts, seq)
+
+    def tokens(self, start: int = 0, end: int | None = None) -> int:
+        """Estimated tokens of ``messages[start:end]``."""
+        return self.prefix[len(self.spans) if end is None else end] - self.prefix[start]
+
+    @property
+    def last_seq(self) -> int:
+        return len(self.events)
+
+
+def _same(one: ModelMessage, other: ModelMessage) -> bool:
+    return one is other or one == other
+
+
+def _probes(seen: int) -> tuple[int, ...]:
+    """Which earlier messages to compare by identity: the last one and the first, enough to tell runs apart
+    (a history is only ever extended within a run)."""
+    return tuple({0, seen - 1}) if seen else ()
+
+
+def message_events(message: ModelMessage) -> list[dict[str, Any]]:
+    """The events one message becomes (without seqs), in part order."""
+    events = _events(message)
+    for event in events:
+        if event.get("created_at") is None:
+            event.pop("created_at", None)
+    return events
+
+
+def _events(message: ModelMessage) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    if isinstance(message, ModelRequest):
+        for part in message.parts:
+            stamp = _iso(getattr(part, "timestamp", None) or message.timestamp)
+            if isinstance(part, SystemPromptPart):
+                events.append({"role": "system", "content": part.content, "created_at": stamp})
+            elif isinstance(part, UserPromptPart):
+                events.append({"role": "user", "content": _user_text(part), "created_at": stamp})
+            elif isinstance(part, ToolReturnPart):
+                outcome = getattr(part, "outcome", "success")
+                prefix = "" if outcome == "success" else f"[{outcome}] "
+                events.append(
+                    {
+                        "role": "tool",
+                        "type": "tool_result",
+                        "content": prefix + _tool_text(part.content),
+                        "tool_name": part.tool_name,
+                        "tool_call_id": part.tool_call_id,
+                        "created_at": stamp,
+                    }
+                )
+            elif isinstance(part, RetryPromptPart):
+                events.append(_retry_event(part, stamp))
+            elif isinstance(part, RetryFeedbackPart):  # a retry of the final answer: the framework speaking
+                text = part.content if isinstance(part.content, str) else _tool_text(part.content)
+                events.append({"role": "system", "content": f"retry requested: {text}", "created_at": stamp})
+    elif isinstance(message, ModelResponse):
+        stamp = _iso(message.timestamp)
+        for answer in message.parts:
+            if isinstance(answer, TextPart):
+                events.append({"role": "assistant", "content": answer.content, "created_at": stamp})
+            elif isinstance(answer, ToolCallPart):
+                events.append(
+                    {
+                        "role": "assistant",
+                        "type": "tool_call",
+                        "tool_name": answer.tool_name,
+                        "tool_args": _arguments(answer.args),
+                        "tool_call_id": answer.tool_call_id,
+                        "created_at": stamp,
+                    }
+                )
+    return events
+
+
+def _retry_event(part: RetryPromptPart, stamp: str | None) -> dict[str, Any]:
+    text = part.content if isinstance(part.content, str) else _tool_text(part.content)
+    if part.tool_name:
+        return {
+            "role": "tool",
+            "type": "tool_result",
+            "content": f"retry requested: {text}",
+            "tool_name": part.tool_name,
+            "tool_call_id": part.tool_call_id,
+            "created_at": stamp,
+        }
+    # A retry of the final answer is the framework talking to the model, not the user.
+    return {"role": "system", "content": f"retry requested: {text}", "created_at": stamp}
+
+
+def _user_text(part: UserPromptPart) -> str:
+    if isinstance(part.content, str):
+        return part.content
+    pieces = [item if isinstance(item, str) else f"[{type(item).__name__}]" for item in part.content]
+    return "\n".join(pieces)
+
+
+def _tool_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    try:
+        return json.dumps(content, ensure_ascii=False, default=str, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(content)
+
+
+def _arguments(args: object) -> dict[str, Any] | list[Any] | str | None:
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            return args
+        return parsed if isinstance(parsed, dict | list) else args
+    if args is None or isinstance(args, dict):
+        return args
+    # Typed arguments of pydantic-ai's own tools (tool search, capability loading) are dataclasses or models.
+    dump = getattr(args, "model_dump", None)
+    return dump(mode="json") if callable(dump) else json.loads(json.dumps(args, default=str))
+
+
+def _iso(stamp: datetime | None) -> str | None:
+    return stamp.isoformat() if stamp is not None else None
+
+
+def _event_tokens(event: dict[str, Any]) -> int:
+    tokens = estimate_tokens(event.get("content") or "")
+    if event.get("tool_args") is not None:
+        tokens += estimate_tokens(json.dumps(event["tool_args"], ensure_ascii=False, default=str))
+    if event.get("tool_name"):
+        tokens += estimate_tokens(str(event["tool_name"]))
+    return tokens

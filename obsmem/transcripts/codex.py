@@ -1,0 +1,167 @@
+"""OpenAI Codex CLI rollouts: ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl``.
+
+Each line is ``{timestamp, type, payload}``:
+
+- ``session_meta`` names the session (``payload.id``) and its working directory; very early rollouts
+  began with a bare header ``{id, timestamp, instructions?}`` instead, and their items had no
+  ``payload`` wrapper (both are read).
+- ``response_item``: ``message`` (``user`` / ``assistant`` text; ``developer`` and ``system`` messages
+  and the ``<environment_context>`` / ``<user_instructions>`` preambles the CLI injects are skipped),
+  ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` / ``web_search_call`` (a ``tool_call``;
+  arguments that are a JSON string are parsed), ``function_call_output`` / ``custom_tool_call_output``
+  (a ``tool_result``), ``reasoning`` (skipped unless ``keep_thinking``; its summary is kept then).
+- ``compacted``: the summary written when the context was compacted, stored as a ``system`` message.
+- ``event_msg`` (UI mirrors of the items above) and ``turn_context``: skipped and counted.
+
+The session id is ``session_meta.id``; before one is seen, the uuid in the file name. Compressed
+rollouts (``.jsonl.gz``, ``.jsonl.zst``) are read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
+
+from obsmem.transcripts.formats import LineFormat, decode_json_line, first_cwd
+from obsmem.transcripts.records import (
+    CallNames,
+    Skip,
+    Turn,
+    message,
+    parts_text,
+    safe_name,
+    text_or_none,
+    tool_call,
+    tool_result,
+)
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_PREAMBLES = ("<environment_context>", "<user_instructions>", "<permissions instructions>", "# AGENTS.md")
+_ITEM_TYPES = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "local_shell_call",
+        "web_search_call",
+    }
+)
+_SKIPPED = frozenset({"event_msg", "turn_context"})
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            return raw
+    return raw
+
+
+def _output_text(output: Any) -> tuple[str, bool]:
+    """A call's output as text, and whether it failed (``{"content", "success": false}`` or an exit code)."""
+    if isinstance(output, dict):
+        failed = output.get("success") is False
+        return parts_text(output.get("content", output.get("output"))), failed
+    if isinstance(output, str):
+        parsed = _arguments(output)
+        if isinstance(parsed, dict) and "output" in parsed:
+            meta = parsed.get("metadata")
+            code = meta.get("exit_code") if isinstance(meta, dict) else None
+            return parts_text(parsed.get("output")), isinstance(code, int) and code != 0
+        return output, False
+    return parts_text(output), False
+
+
+class CodexFormat(LineFormat):
+    source: ClassVar[str] = "codex"
+
+    def restore(self, state: dict[str, Any]) -> None:
+        match = _UUID.search(self.path.name)
+        self.session: str | None = state.get("session") or (match.group(0).lower() if match else None)
+        self.calls = CallNames(state.get("calls"))
+
+    def state(self) -> dict[str, Any]:
+        saved: dict[str, Any] = {"calls": self.calls.names}
+        if self.session:
+            saved["session"] = self.session
+        return saved
+
+    def project_cwd(self) -> str | None:
+        return first_cwd(self.path, ("payload.cwd", "cwd"))
+
+    def read(self, raw: bytes, line: int) -> Iterable[Turn | Skip]:
+        record = decode_json_line(raw, line)
+        if isinstance(record, Skip):
+            return [record]
+        kind = text_or_none(record.get("type"))
+        payload = record.get("payload")
+        stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
+        if kind is None and isinstance(record.get("id"), str):  # the bare header of early rollouts
+            self.session = record["id"]
+            return [Skip("session_meta", line)]
+        if kind in _ITEM_TYPES and payload is None:  # early rollouts: the item itself
+            kind, payload = "response_item", record
+        if kind == "session_meta":
+            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
+                self.session = payload["id"]
+            return [Skip("session_meta", line)]
+        if kind in _SKIPPED:
+            return [Skip(kind, line)]
+        if self.session is None:
+            return [Skip("no_session", line, problem=True, detail="an item before any session_meta")]
+        if kind == "compacted":
+            text = payload.get("message") if isinstance(payload, dict) else None
+            summary = text if isinstance(text, str) else ""
+            return [Turn(self.session, message("system", f"[compaction summary] {summary}", stamp), line)]
+        if kind != "response_item" or not isinstance(payload, dict):
+            name = kind if isinstance(kind, str) else "?"
+            return [Skip("unknown_type", line, problem=True, detail=f"unknown record type {safe_name(name)!r}")]
+        return [
+            item if isinstance(item, Skip) else Turn(self.session, item, line)
+            for item in self._item(payload, stamp, line)
+        ]
+
+    def _item(self, item: dict[str, Any], stamp: str | None, line: int) -> Iterator[Any]:
+        kind = item.get("type")
+        limit = self.options.max_tool_output_chars
+        if kind == "message":
+            role = item.get("role")
+            text = parts_text(item.get("content"))
+            if role not in ("user", "assistant"):
+                yield Skip("instructions", line)
+            elif role == "user" and text.lstrip().startswith(_PREAMBLES):
+                yield Skip("context_preamble", line)
+            else:
+                yield message(role, text, stamp)
+        elif kind == "reasoning":
+            summary = parts_text(item.get("summary"))
+            if self.options.keep_thinking and summary:
+                yield message("assistant", f"[thinking] {summary}", stamp)
+            else:
+                yield Skip("reasoning", line)
+        elif kind in ("function_call", "custom_tool_call"):
+            self.calls.add(item.get("call_id"), item.get("name"))
+            args = _arguments(item.get("arguments", item.get("input")))
+            yield tool_call(_str(item.get("name")), args, _str(item.get("call_id")), stamp, limit)
+        elif kind == "local_shell_call":
+            self.calls.add(item.get("call_id"), "local_shell")
+            yield tool_call("local_shell", item.get("action"), _str(item.get("call_id")), stamp, limit)
+        elif kind == "web_search_call":
+            yield tool_call("web_search", item.get("action"), _str(item.get("id")), stamp, limit)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = item.get("call_id")
+            text, failed = _output_text(item.get("output"))
+            yield tool_result(self.calls.get(call_id), text, _str(call_id), stamp, limit, error=failed)
+        else:
+            name = kind if isinstance(kind, str) else "?"
+            yield Skip("unknown_item", line, problem=True, detail=f"unknown response item {safe_name(name)!r}")
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

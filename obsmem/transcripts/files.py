@@ -1,0 +1,97 @@
+"""Reading a transcript file from a byte offset, complete lines only, plain or compressed.
+
+Offsets count bytes of the (decompressed) text. A last line without its newline is still being written
+by the agent: it is left for the next import. Compressed rollouts (``.gz``, ``.zst``) cannot seek, so
+they are decompressed from the start and the consumed prefix is skipped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+WINDOW = 64 * 1024
+_READ = 1 << 20
+
+
+def _compression_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [zlib.error, EOFError]  # gzip: a damaged stream, a cut-off file
+    try:
+        import zstandard
+
+        errors.append(zstandard.ZstdError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+DAMAGED_COMPRESSION = _compression_errors()
+"""What reading a damaged compressed file raises besides OSError (gzip's bad header is an OSError)."""
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    size: int
+    mtime_ns: int
+
+
+def stamp(path: Path) -> FileStamp:
+    """Size and modification time; for a SQLite database its write-ahead log counts too."""
+    info = path.stat()
+    size, mtime = info.st_size, info.st_mtime_ns
+    wal = path.with_name(path.name + "-wal")
+    if path.suffix == ".db" and wal.exists():
+        wal_info = wal.stat()
+        size, mtime = size + wal_info.st_size, max(mtime, wal_info.st_mtime_ns)
+    return FileStamp(size, mtime)
+
+
+def is_compressed(path: Path) -> bool:
+    return path.suffix in (".gz", ".zst")
+
+
+@contextmanager
+def open_text_bytes(path: Path) -> Iterator[IO[bytes]]:
+    """The file's decompressed bytes as a binary stream."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as handle:
+            yield handle
+    elif path.suffix == ".zst":
+        import zstandard
+
+        with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+            yield io.BufferedReader(reader, _READ)  # type: ignore[arg-type]
+    else:
+        with open(path, "rb", buffering=_READ) as handle:
+            yield handle
+
+
+def _skip(handle: IO[bytes], offset: int, path: Path) -> None:
+    if not is_compressed(path):
+        handle.seek(offset)
+        return
+    left = offset
+    while left > 0:
+        chunk = handle.read(min(left, _READ))
+        if not chunk:
+            break
+        left -= len(chunk)
+
+
+def complete_lines(path: Path, offset: int, *, take_last: bool = False) -> Iterator[tuple[bytes, int]]:
+    """``(line, end offset)`` for each complete line after ``offset``; ``take_last`` also yields a final line
+    without its newline (formats whose records are not one per line decide for themselves)."""
+    with open_text_bytes(path) as handle:
+        _skip(handle, offset, path)
+        position = offset
+        for raw in handle:
+            if not raw.endswith(b"\n") and not take_last:
+                return
+            position += len(raw)
+            yield raw, position

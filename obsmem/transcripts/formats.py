@@ -1,0 +1,111 @@
+"""The two kinds of transcript reader.
+
+- :class:`LineFormat`: an append-only file of records, one per line (Claude Code, Codex, Aider, OpenAI
+  chat, obsmem events). The importer feeds it the lines after the file's watermark; the reader keeps a
+  small JSON state (the current session, recent tool names) that is saved with the watermark, so an import
+  of the new lines continues exactly where the last one stopped.
+- :class:`DocumentFormat`: a file (or database) that is rewritten rather than appended to (Gemini CLI's
+  chat files, opencode's database and JSON tree). The reader reads it whole into :class:`SessionDoc`\\ s
+  whose events carry stable keys; the importer stores the events after the last key it stored before.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import orjson
+
+from obsmem.transcripts.files import complete_lines
+from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
+
+
+def decode_json_line(raw: bytes, line: int) -> dict[str, Any] | Skip:
+    """A JSONL line as an object, or the problem with it (never raises)."""
+    try:
+        record = orjson.loads(raw)  # several times faster than json; on the hot path of every import
+    except orjson.JSONDecodeError:
+        pass  # the standard parser says what is wrong (and reads what orjson refuses, e.g. huge integers)
+    else:
+        if isinstance(record, dict):
+            return record
+        return Skip("not_an_object", line, problem=True, detail="the line is not a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Skip("invalid_utf8", line, problem=True, detail="not UTF-8 text")
+    if not text.strip():
+        return Skip("blank", line)
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        return Skip("malformed_json", line, problem=True, detail=f"not valid JSON ({detail})")
+    if not isinstance(record, dict):
+        return Skip("not_an_object", line, problem=True, detail="the line is not a JSON object")
+    return record
+
+
+class LineFormat(ABC):
+    """Reads an append-only transcript line by line, with a resumable state."""
+
+    source: ClassVar[str]
+    # A final line without its newline: False leaves it for the next import (JSONL being written).
+    take_unterminated: ClassVar[bool] = False
+
+    def __init__(self, options: ReaderOptions, path: Path, state: dict[str, Any]) -> None:
+        self.options = options
+        self.path = path
+        self.restore(state)
+
+    def restore(self, state: dict[str, Any]) -> None:  # noqa: B027 - readers without state keep nothing
+        """Take back the state saved with the watermark (``{}`` at the start of a file)."""
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def project_cwd(self) -> str | None:
+        """The working directory the transcript records, read from its first records (for the project)."""
+        return None
+
+    @abstractmethod
+    def read(self, raw: bytes, line: int) -> Iterable[Turn | Skip]:
+        """The events (and skips) of one line."""
+
+    def finish(self) -> Iterable[Turn | Skip]:
+        """Events held back until the end of the file (a message whose end is only known by what follows)."""
+        return ()
+
+
+class DocumentFormat(ABC):
+    """Reads a whole file or database into sessions whose events carry stable keys."""
+
+    source: ClassVar[str]
+
+    def __init__(self, options: ReaderOptions, path: Path) -> None:
+        self.options = options
+        self.path = path
+
+    @abstractmethod
+    def sessions(self) -> Iterator[SessionDoc | Skip]:
+        """Every session of the document (and problems met on the way, with their line or row)."""
+
+
+def first_cwd(path: Path, keys: tuple[str, ...], max_lines: int = 200) -> str | None:
+    """The first ``cwd`` found in the first lines of a JSONL file (at ``record[k1][k2]...`` paths)."""
+    for number, (raw, _) in enumerate(complete_lines(path, 0, take_last=True)):
+        if number >= max_lines:
+            return None
+        record = decode_json_line(raw, number + 1)
+        if isinstance(record, Skip):
+            continue
+        for key in keys:
+            value: Any = record
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, str) and value:
+                return value
+    return None

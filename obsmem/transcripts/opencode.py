@@ -1,0 +1,223 @@
+"""opencode sessions: the SQLite database ``$XDG_DATA_HOME/opencode/opencode.db``, or the JSON tree of
+older versions (``storage/session/<project>/<id>.json``, ``storage/message/<session>/<id>.json``,
+``storage/part/<message>/<id>.json``).
+
+A session ``(id, parent_id, directory, title, time_created)`` holds messages ``(id, time_created, data)``
+whose ``data.role`` is ``user`` or ``assistant``; a message's parts ``(id, data)`` are typed: ``text``
+(a message; ``synthetic`` text the agent injected is skipped), ``tool {callID, tool, state}`` (a
+``tool_call`` with ``state.input`` and a ``tool_result`` with ``state.output``, or ``state.error`` for a
+failed call), ``reasoning`` (skipped unless ``keep_thinking``), ``compaction`` (a ``system`` event), and
+``step-start``, ``step-finish``, ``snapshot``, ``patch``, ``file``, ``agent``, ``subtask``, ``retry``
+(bookkeeping, skipped). Messages are read in creation order and parts in id order; the importer stores
+the parts after the last one it stored (keyed ``<message id>/<part id>``). A message still being written
+(an assistant message without ``time.completed``, or a tool still pending or running) is left, with
+what follows it, for the next import.
+
+Child sessions (sub-agents started by the task tool) are stored as their own session, named
+``<parent id>:<child id>``. The database is opened read-only; a locked database is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import apsw
+
+from obsmem.transcripts.formats import DocumentFormat
+from obsmem.transcripts.records import (
+    SessionDoc,
+    Skip,
+    Turn,
+    iso_stamp,
+    message,
+    safe_name,
+    text_or_none,
+    tool_call,
+    tool_result,
+)
+
+_BOOKKEEPING = frozenset({"step-start", "step-finish", "snapshot", "patch", "file", "agent", "subtask", "retry"})
+
+
+def _loads(text: Any) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if isinstance(text, (str, bytes)) else None
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class _Session:
+    """Turns one session's messages and parts into a :class:`SessionDoc`."""
+
+    def __init__(self, fmt: DocumentFormat, session_id: str, parent: Any, directory: Any) -> None:
+        name = f"{parent}:{session_id}" if isinstance(parent, str) and parent else session_id
+        self.doc = SessionDoc(name, directory if isinstance(directory, str) else None)
+        self.options = fmt.options
+        self.skips: list[Skip] = []
+
+    def message(self, message_id: str, data: dict[str, Any], parts: list[tuple[str, Any]], row: int) -> bool:
+        """Add a message's parts; False when it is still being written (stop the session here)."""
+        role = data.get("role")
+        time = data.get("time") if isinstance(data.get("time"), dict) else {}
+        if role == "assistant" and not time.get("completed") and not data.get("error"):
+            self.doc.complete = False
+            return False
+        stamp = iso_stamp(time.get("created"))
+        turns: list[Turn] = []
+        for part_id, raw in parts:
+            part = raw if isinstance(raw, dict) else _loads(raw)
+            if part is None:
+                self.skips.append(
+                    Skip("malformed_json", row, problem=True, detail=f"part {safe_name(part_id)} is not JSON")
+                )
+                continue
+            events = self._part(role, part, stamp, row)
+            if events is None:
+                self.doc.complete = False
+                return False
+            key = f"{message_id}/{part_id}"
+            turns.extend(
+                Turn(self.doc.session_id, e, row, self.doc.cwd, key=f"{key}#{i}") for i, e in enumerate(events)
+            )
+        self.doc.turns.extend(turns)
+        return True
+
+    def _part(self, role: Any, part: dict[str, Any], stamp: str | None, row: int) -> list[dict[str, Any]] | None:
+        kind = part.get("type")
+        limit = self.options.max_tool_output_chars
+        if kind == "text":
+            if part.get("synthetic") is True:
+                self.skips.append(Skip("synthetic", row))
+                return []
+            text = part.get("text") if isinstance(part.get("text"), str) else ""
+            return [message("user" if role == "user" else "assistant", text, stamp)]
+        if kind == "tool":
+            state = part.get("state") if isinstance(part.get("state"), dict) else {}
+            status = state.get("status")
+            if status in ("pending", "running"):
+                return None
+            name = part.get("tool") if isinstance(part.get("tool"), str) else None
+            call_id = part.get("callID") if isinstance(part.get("callID"), str) else None
+            times = state.get("time") if isinstance(state.get("time"), dict) else {}
+            when = iso_stamp(times.get("start")) or stamp
+            done = iso_stamp(times.get("end")) or when
+            failed = status == "error"
+            output = state.get("error") if failed else state.get("output")
+            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            return [
+                tool_call(name, state.get("input"), call_id, when, limit),
+                tool_result(name, text, call_id, done, limit, error=failed),
+            ]
+        if kind == "reasoning":
+            text = part.get("text")
+            if self.options.keep_thinking and isinstance(text, str) and text:
+                return [message("assistant", f"[thinking] {text}", stamp)]
+            self.skips.append(Skip("reasoning", row))
+            return []
+        if kind == "compaction":
+            return [message("system", "[compaction] the conversation was compacted", stamp)]
+        if text_or_none(kind) in _BOOKKEEPING:
+            self.skips.append(Skip(kind, row))
+            return []
+        name = kind if isinstance(kind, str) else "?"
+        self.skips.append(Skip("unknown_part", row, problem=True, detail=f"unknown part type {safe_name(name)!r}"))
+        return []
+
+
+class OpencodeDatabaseFormat(DocumentFormat):
+    """opencode.db, opened read-only."""
+
+    source: ClassVar[str] = "opencode"
+
+    def sessions(self) -> Iterator[SessionDoc | Skip]:
+        try:
+            conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+        except apsw.Error:
+            yield Skip("unreadable_database", 0, problem=True, detail="the database cannot be opened")
+            return
+        try:
+            conn.set_busy_timeout(2000)
+            yield from self._read(conn)
+        except apsw.BusyError:
+            yield Skip("database_locked", 0, problem=True, detail="the database stayed locked; try again later")
+        except apsw.Error as exc:
+            yield Skip("unreadable_database", 0, problem=True, detail=f"SQLite: {type(exc).__name__}")
+        finally:
+            conn.close()
+
+    def _read(self, conn: apsw.Connection) -> Iterator[SessionDoc | Skip]:
+        conn.execute("BEGIN")  # one snapshot: sessions, messages and parts agree
+        try:
+            sessions = conn.execute("SELECT id, parent_id, directory FROM session ORDER BY time_created, id").fetchall()
+            for session_id, parent, directory in sessions:
+                reader = _Session(self, str(session_id), parent, directory)
+                rows = conn.execute(
+                    "SELECT m.rowid, m.id, m.data, p.id, p.data FROM message m LEFT JOIN part p ON p.message_id = m.id"
+                    " WHERE m.session_id = ? ORDER BY m.time_created, m.id, p.id",
+                    (session_id,),
+                ).fetchall()
+                grouped: dict[str, tuple[int, Any, list[tuple[str, Any]]]] = {}
+                for row, message_id, data, part_id, part in rows:
+                    entry = grouped.setdefault(message_id, (row, data, []))
+                    if part_id is not None:
+                        entry[2].append((str(part_id), part))
+                for message_id, (row, data, parts) in grouped.items():
+                    parsed = _loads(data)
+                    if parsed is None:
+                        reader.skips.append(
+                            Skip("malformed_json", row, problem=True, detail="message data is not JSON")
+                        )
+                        continue
+                    if not reader.message(str(message_id), parsed, parts, row):
+                        break
+                yield from reader.skips
+                yield reader.doc
+        finally:
+            conn.execute("COMMIT")
+
+
+class OpencodeTreeFormat(DocumentFormat):
+    """One session of the older JSON storage tree; ``path`` is ``storage/session/<project>/<id>.json``."""
+
+    source: ClassVar[str] = "opencode"
+
+    def storage(self) -> Path:
+        return self.path.parent.parent.parent
+
+    def sessions(self) -> Iterator[SessionDoc | Skip]:
+        info = _read_json(self.path)
+        if info is None or not isinstance(info.get("id"), str):
+            yield Skip("malformed_json", 1, problem=True, detail="the session file is not a session object")
+            return
+        reader = _Session(self, info["id"], info.get("parentID"), info.get("directory"))
+        messages: list[tuple[float, str, dict[str, Any]]] = []
+        for file in sorted((self.storage() / "message" / info["id"]).glob("*.json")):
+            data = _read_json(file)
+            if data is None:
+                reader.skips.append(
+                    Skip("malformed_json", 1, problem=True, detail=f"message file {safe_name(file.stem)}")
+                )
+                continue
+            time = data.get("time") if isinstance(data.get("time"), dict) else {}
+            created = time.get("created")
+            number = created if isinstance(created, (int, float)) and not isinstance(created, bool) else 0
+            messages.append((number, file.stem, data))
+        for _, message_id, data in sorted(messages, key=lambda item: (item[0], item[1])):
+            parts: list[tuple[str, Any]] = []
+            for file in sorted((self.storage() / "part" / message_id).glob("*.json")):
+                parts.append((file.stem, _read_json(file) or file.read_bytes()))
+            if not reader.message(message_id, data, parts, 1):
+                break
+        yield from reader.skips
+        yield reader.doc
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return _loads(path.read_bytes())
+    except OSError:
+        return None

@@ -1,0 +1,55 @@
+"""Records imported once, whichever file they appear in: the agent's own record ids.
+
+Claude Code writes a resumed session as a new file (with a new session id) that replays the earlier
+session's records, ids included, and some versions write one record several times in a row. Each
+record's id is remembered with the session it went to (``import_records``), and a record whose id is
+known is left out: counted as ``replayed`` when it was imported into another session, as
+``duplicate_record`` when into the same one. Records without an id (most formats) always pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from obsmem.storage import ProjectDatabase
+from obsmem.transcripts.records import Turn
+from obsmem.transcripts.watermarks import known_records, remember_records
+
+
+class ReplayFilter:
+    """Leaves out the events of records imported before (see the module docstring), one chunk at a time."""
+
+    def __init__(self, db: ProjectDatabase) -> None:
+        self.db = db
+        self.pending: dict[str, str] = {}  # record id -> session, remembered once the chunk is stored
+
+    def fresh(self, turns: list[Turn], skipped: Counter[str]) -> list[Turn]:
+        ids = {turn.record_id for turn in turns if turn.record_id is not None}
+        if not ids:
+            return turns
+        known = known_records(self.db, ids)
+        first: dict[str, tuple[int, str]] = {}  # record id -> the line (and session) that brought it first
+        left_out: set[tuple[str, int]] = set()
+        kept: list[Turn] = []
+        for turn in turns:
+            record = turn.record_id
+            if record is None:
+                kept.append(turn)
+                continue
+            owner = known.get(record)
+            if owner is None:
+                line, _ = first.setdefault(record, (turn.line, turn.session_id))
+                if line == turn.line:  # the same record's other content blocks
+                    kept.append(turn)
+                    continue
+                owner = turn.session_id
+            if (record, turn.line) not in left_out:
+                left_out.add((record, turn.line))
+                skipped["replayed" if owner != turn.session_id else "duplicate_record"] += 1
+        self.pending.update({record: session for record, (_, session) in first.items()})
+        return kept
+
+    def commit(self) -> None:
+        """Remember the records of the chunk just stored."""
+        remember_records(self.db, self.pending)
+        self.pending = {}

@@ -1,0 +1,95 @@
+"""Durable import state (migration 5): each source file's watermark (``import_files``) and the ids of the
+records imported (``import_records``). The only SQL on those tables.
+
+One row per ``(source, path)`` in the project database the file's sessions go to: how many bytes were
+consumed, checksums of the head and tail of that prefix, the file's size and modification time at the
+time, and the reader's state there. See :mod:`obsmem.transcripts.importer` for how they are used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from obsmem.dates import now_iso
+from obsmem.storage import ProjectDatabase
+
+
+@dataclass
+class Watermark:
+    source: str
+    path: str
+    offset: int = 0
+    size: int = 0
+    mtime_ns: int = 0
+    head_sha256: str = ""
+    tail_sha256: str = ""
+    state: dict[str, Any] = field(default_factory=dict)
+    events: int = 0
+
+
+def load_watermark(db: ProjectDatabase, source: str, path: str) -> Watermark | None:
+    with db.read() as conn:
+        row = conn.execute(
+            "SELECT offset, size, mtime_ns, head_sha256, tail_sha256, state, events FROM import_files"
+            " WHERE source = ? AND path = ?",
+            (source, path),
+        ).fetchone()
+    if row is None:
+        return None
+    offset, size, mtime_ns, head, tail, state, events = row
+    try:
+        saved = json.loads(state)
+    except json.JSONDecodeError:
+        saved = None
+    if not isinstance(saved, dict):
+        return None  # a state this version cannot read is treated as no watermark (the file is merged)
+    return Watermark(source, path, offset, size, mtime_ns, head, tail, saved, events)
+
+
+def save_watermark(db: ProjectDatabase, mark: Watermark) -> None:
+    with db.write() as conn:
+        conn.execute(
+            "INSERT INTO import_files(source, path, offset, size, mtime_ns, head_sha256, tail_sha256, state,"
+            " events, imported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(source, path) DO UPDATE SET offset = excluded.offset, size = excluded.size,"
+            " mtime_ns = excluded.mtime_ns, head_sha256 = excluded.head_sha256,"
+            " tail_sha256 = excluded.tail_sha256, state = excluded.state, events = excluded.events,"
+            " imported_at = excluded.imported_at",
+            (
+                mark.source,
+                mark.path,
+                mark.offset,
+                mark.size,
+                mark.mtime_ns,
+                mark.head_sha256,
+                mark.tail_sha256,
+                json.dumps(mark.state, separators=(",", ":"), sort_keys=True),
+                mark.events,
+                now_iso(),
+            ),
+        )
+
+
+def known_records(db: ProjectDatabase, record_ids: set[str]) -> dict[str, str]:
+    """The session each of ``record_ids`` was imported into, for those imported before."""
+    found: dict[str, str] = {}
+    ids = sorted(record_ids)
+    with db.read() as conn:
+        for start in range(0, len(ids), 500):
+            batch = ids[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            rows = conn.execute(f"SELECT record_id, session_id FROM import_records WHERE record_id IN ({marks})", batch)
+            found.update(dict(rows))
+    return found
+
+
+def remember_records(db: ProjectDatabase, records: dict[str, str]) -> None:
+    """Record ids now imported, with their sessions (an id already known keeps its first session)."""
+    if records:
+        with db.write() as conn:
+            conn.executemany(
+                "INSERT INTO import_records(record_id, session_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                list(records.items()),
+            )

@@ -1,0 +1,339 @@
+"""Notes: memories an agent or a person writes directly, in the ``notes`` table of a tier's database.
+
+A note is stored as a ``candidate``; only a groom pass makes it ``trusted`` (after a judgment about it was
+resolved true). An update is a new candidate that names the note it would replace (``supersedes``); the
+old note stays as it is until the update is promoted. Forgetting a note hides it from every search at
+once. A note's identity is the SHA-256 of what defines it (tier, content, situation, the note it
+supersedes), so saving the same note twice stores it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import apsw
+
+from obsmem.dates import DateWindow, display_minute, now_iso, now_stored
+from obsmem.errors import AmbiguousId, NotFound, ObsmemError, ValidationFailed
+from obsmem.ids import DISPLAY_LENGTH, canonical_json, display_id
+from obsmem.redaction import redact_text
+from obsmem.validation import CONTROL_CHARACTERS
+
+Tier = Literal["project", "user"]
+TIERS: tuple[str, ...] = ("project", "user")
+STATUSES: tuple[str, ...] = ("candidate", "trusted", "superseded", "forgotten")
+MAX_NOTE_CHARS = 4000
+MAX_SITUATION_CHARS = 1000
+_NOTE_ID = re.compile(r"[0-9a-f]{12,64}")
+_COLUMNS = "note_id, tier, content, situation, status, supersedes, superseded_by, date, created_at, updated_at"
+
+
+class NoteForgotten(ObsmemError):
+    """The note was forgotten: it can no longer be updated."""
+
+    code = "note_forgotten"
+    status = 409
+
+
+@dataclass(frozen=True)
+class Note:
+    """One stored note."""
+
+    note_id: str
+    tier: str
+    content: str
+    situation: str
+    status: str
+    supersedes: str | None
+    superseded_by: str | None
+    date: str
+    created_at: str
+    updated_at: str
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Note:
+        return cls(*row)
+
+    @property
+    def id(self) -> str:
+        return display_id(self.note_id)
+
+    @property
+    def trusted(self) -> bool:
+        return self.status == "trusted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "memory_id": self.note_id,
+            "tier": self.tier,
+            "content": self.content,
+            "situation": self.situation,
+            "status": self.status,
+            "trusted": self.trusted,
+            "supersedes": display_id(self.supersedes) if self.supersedes else None,
+            "superseded_by": display_id(self.superseded_by) if self.superseded_by else None,
+            "date": display_minute(self.date),
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class NoteWrite:
+    """What a save or an update stored: never trusted (only a groom pass grants trust)."""
+
+    note: Note
+    duplicate: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.note.id,
+            "memory_id": self.note.note_id,
+            "tier": self.note.tier,
+            "trusted": False,
+            "status": self.note.status,
+            "duplicate": self.duplicate,
+            "supersedes": display_id(self.note.supersedes) if self.note.supersedes else None,
+        }
+
+
+def _text(value: object, field: str, limit: int, *, required: bool) -> str:
+    """One line of text, secrets redacted before it can be stored; the message never quotes it."""
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise ValidationFailed(f"{field} must be a string", field=field)
+    text = redact_text(value).strip()
+    if required and not text:
+        raise ValidationFailed(f"{field} must not be empty", field=field)
+    if len(text) > limit:
+        raise ValidationFailed(f"{field} is longer than {limit} characters", field=field)
+    if "\n" in text or "\r" in text:
+        raise ValidationFailed(f"{field} must be a single line (no line breaks)", field=field)
+    if CONTROL_CHARACTERS.search(text):
+        raise ValidationFailed(f"{field} must not contain control characters", field=field)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationFailed(f"{field} is not valid UTF-8 text", field=field) from None
+    return text
+
+
+def parse_content(value: object) -> str:
+    return _text(value, "content", MAX_NOTE_CHARS, required=True)
+
+
+def parse_situation(value: object) -> str:
+    return _text(value, "situation", MAX_SITUATION_CHARS, required=False)
+
+
+def parse_tier(value: object) -> str:
+    if value is None:
+        return "project"
+    if value not in TIERS:
+        raise ValidationFailed("tier must be 'project' or 'user'", field="tier")
+    return str(value)
+
+
+def parse_status(value: object) -> str | None:
+    if value is None:
+        return None
+    if value not in STATUSES:
+        raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}", field="status")
+    return str(value)
+
+
+def parse_note_id(value: object, field: str = "id") -> str:
+    if not isinstance(value, str) or not _NOTE_ID.fullmatch(value):
+        raise ValidationFailed(
+            f"{field} must be a note id: 12 to 64 lowercase hex characters", code="invalid_id", field=field
+        )
+    return value
+
+
+def note_identity(tier: str, content: str, situation: str, supersedes: str | None) -> str:
+    document = {"kind": "note", "tier": tier, "content": content, "situation": situation, "supersedes": supersedes}
+    return hashlib.sha256(canonical_json(document)).hexdigest()
+
+
+def find_note(conn: apsw.Connection, prefix: str) -> Note | None:
+    """The note whose id starts with ``prefix`` (12-64 hex), or None. An ambiguous prefix is an error."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM notes WHERE note_id >= ? AND note_id < ? ORDER BY note_id LIMIT 2",
+        (prefix, prefix + "g"),
+    ).fetchall()
+    if len(rows) > 1:
+        raise AmbiguousId("id matches more than one note; give more characters", field="id")
+    return Note.from_row(rows[0]) if rows else None
+
+
+def require_note(conn: apsw.Connection, prefix: str) -> Note:
+    note = find_note(conn, prefix)
+    if note is None:
+        raise NotFound(f"note {prefix[:DISPLAY_LENGTH]} does not exist", field="id")
+    return note
+
+
+def store_note(
+    conn: apsw.Connection, tier: str, content: str, situation: str, supersedes: str | None = None
+) -> NoteWrite:
+    """Store a candidate inside the caller's write transaction (a duplicate returns the stored note).
+
+    Saving a note that was forgotten makes it a candidate again: writing it is a new request to remember."""
+    note_id = note_identity(tier, content, situation, supersedes)
+    now = now_iso()
+    inserted = conn.execute(
+        "INSERT INTO notes(note_id, tier, content, situation, supersedes, date, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(note_id) DO NOTHING RETURNING id",
+        (note_id, tier, content, situation, supersedes, now_stored(), now, now),
+    ).fetchone()
+    if inserted is None:
+        conn.execute(
+            "UPDATE notes SET status = 'candidate', updated_at = ? WHERE note_id = ? AND status = 'forgotten'",
+            (now, note_id),
+        )
+    note = require_note(conn, note_id)
+    return NoteWrite(note, duplicate=inserted is None)
+
+
+def forget_note(conn: apsw.Connection, note: Note) -> Note:
+    """Mark a note forgotten inside the caller's write transaction (idempotent)."""
+    if note.status != "forgotten":
+        conn.execute(
+            "UPDATE notes SET status = 'forgotten', updated_at = ? WHERE note_id = ?", (now_iso(), note.note_id)
+        )
+    return require_note(conn, note.note_id)
+
+
+def list_notes(conn: apsw.Connection, status: str | None, limit: int = 500) -> list[Note]:
+    where, params = ("WHERE status = ?", [status]) if status else ("", [])
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM notes {where} ORDER BY date DESC, id DESC LIMIT ?", (*params, limit)
+    ).fetchall()
+    return [Note.from_row(row) for row in rows]
+
+
+def has_candidates(conn: apsw.Connection) -> bool:
+    """Whether any note waits as a candidate (one step along the status index)."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM notes WHERE status = 'candidate')").fetchone()[0] == 1
+
+
+def note_counts(conn: apsw.Connection) -> dict[str, int]:
+    found = dict(conn.execute("SELECT status, count(*) FROM notes GROUP BY status").fetchall())
+    return {status: int(found.get(status, 0)) for status in STATUSES}
+
+
+# -- search -----------------------------------------------------------------------------------------
+
+
+def _like_pattern(needle: str) -> str:
+    escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _window_sql(window: DateWindow) -> tuple[str, list[str]]:
+    clauses, params = [], []
+    if window.lower is not None:
+        clauses.append(" AND date >= ?")
+        params.append(window.lower)
+    if window.upper is not None:
+        clauses.append(" AND date <= ?")
+        params.append(window.upper)
+    return "".join(clauses), params
+
+
+# A needle whose trigram lookup finds this many notes is common: walking the newest notes finds the answer
+# sooner than sorting every match by date.
+PROBE_MATCHES = 200
+
+
+def search_exact(
+    conn: apsw.Connection, needle: str, statuses: Sequence[str], window: DateWindow, limit: int
+) -> list[Note]:
+    """Notes in ``statuses`` whose content contains ``needle`` (the same LIKE rule as exact search), newest
+    first. Two plans give the same answer: a rare needle (3 characters or more, fewer than
+    :data:`PROBE_MATCHES` notes in the trigram index, which folds case beyond ASCII so it finds a superset)
+    sorts its few candidates, checked with LIKE; any other needle walks the notes newest first along the date
+    index, checking LIKE, until ``limit`` match."""
+    marks = ", ".join("?" for _ in statuses)
+    where, params = _window_sql(window)
+    columns = ", ".join("n." + column.strip() for column in _COLUMNS.split(","))
+    filters = f"n.status IN ({marks}) AND n.content LIKE ? ESCAPE '\\'{where.replace('date', 'n.date')}"
+    phrase = '"' + needle.replace('"', '""') + '"'
+    rare = len(needle) >= 3 and _trigram_matches(conn, phrase) < PROBE_MATCHES
+    if rare:
+        sql = (
+            "WITH matched AS (SELECT rowid FROM note_trigrams WHERE note_trigrams MATCH ?)"
+            f" SELECT {columns} FROM matched JOIN notes AS n ON n.id = matched.rowid WHERE {filters}"
+            " ORDER BY n.date DESC, n.id DESC LIMIT ?"
+        )
+        bindings: tuple[Any, ...] = (phrase, *statuses)
+    else:
+        sql = (
+            f"SELECT {columns} FROM notes AS n INDEXED BY notes_by_date WHERE {filters}"
+            " ORDER BY n.date DESC, n.id DESC LIMIT ?"
+        )
+        bindings = tuple(statuses)
+    rows = conn.execute(sql, (*bindings, _like_pattern(needle), *params, limit)).fetchall()
+    return [Note.from_row(row) for row in rows]
+
+
+def _trigram_matches(conn: apsw.Connection, phrase: str) -> int:
+    """How many notes the trigram index names for ``phrase``, counted up to :data:`PROBE_MATCHES`."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT rowid FROM note_trigrams WHERE note_trigrams MATCH ? LIMIT ?)",
+        (phrase, PROBE_MATCHES),
+    ).fetchone()
+    return int(row[0])
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+MAX_QUERY_WORDS = 32
+
+
+def keyword_query(text: str) -> str | None:
+    """An FTS5 OR query over the text's words, each quoted, so no FTS5 syntax in user text is parsed."""
+    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(text)))[:MAX_QUERY_WORDS]
+    if not words:
+        return None
+    return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+
+
+def search_keywords(
+    conn: apsw.Connection, text: str, statuses: Sequence[str], window: DateWindow, limit: int
+) -> list[Note]:
+    """Notes in ``statuses`` matching any word of ``text`` in content or situation, best BM25 first."""
+    query = keyword_query(text)
+    if query is None:
+        return []
+    marks = ", ".join("?" for _ in statuses)
+    where, params = _window_sql(window)
+    # The match runs in its own subquery and the filters join afterwards (docs: filter after MATCH in a CTE).
+    rows = conn.execute(
+        f"WITH matched AS (SELECT rowid, bm25(note_words) AS score FROM note_words WHERE note_words MATCH ?)"
+        f" SELECT {', '.join('n.' + c.strip() for c in _COLUMNS.split(','))} FROM matched JOIN notes AS n"
+        f" ON n.id = matched.rowid WHERE n.status IN ({marks}){where.replace('date', 'n.date')}"
+        " ORDER BY matched.score, n.id DESC LIMIT ?",
+        (query, *statuses, *params, limit),
+    ).fetchall()
+    return [Note.from_row(row) for row in rows]
+
+
+# -- promotion --------------------------------------------------------------------------------------
+
+
+def promotable(conn: apsw.Connection, limit: int) -> list[tuple[str, str]]:
+    """``(note_id, judgment_id)`` of candidates a judgment resolved true, oldest first."""
+    rows = conn.execute(
+        "SELECT n.note_id, (SELECT j.judgment_id FROM judgments AS j WHERE j.note_id = n.note_id"
+        "  AND j.state = 'resolved' AND j.outcome = 1 ORDER BY j.resolved_at, j.judgment_id LIMIT 1)"
+        " FROM notes AS n WHERE n.status = 'candidate' AND EXISTS (SELECT 1 FROM judgments AS j"
+        "  WHERE j.note_id = n.note_id AND j.state = 'resolved' AND j.outcome = 1)"
+        " ORDER BY n.date, n.id LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [(str(note_id), str(judgment_id)) for note_id, judgment_id in rows]

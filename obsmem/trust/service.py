@@ -1,0 +1,279 @@
+"""The trust floor's one door: notes, judgments, groom, calibration and the search and projection hooks.
+
+:class:`TrustService` is built by the application floor (``Obsmem.trust``), which calls it from its own
+methods; it holds no surface logic. Every method takes the caller's ``user`` (the owner of its user tier,
+:data:`~obsmem.trust.stores.LOCAL_USER` for the local account, None for none).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from obsmem.errors import NotFound, ValidationFailed
+from obsmem.pipeline import Projection
+from obsmem.projects import ProjectRegistry
+from obsmem.retrieval import SearchRequest, SearchResult
+from obsmem.settings import Settings
+from obsmem.storage import ProjectDatabase
+from obsmem.trust.calibration import CalibrationReport, calibrate
+from obsmem.trust.groom import GroomReport, groom_tier
+from obsmem.trust.judges import Judge, make_judge
+from obsmem.trust.judging import JUDGE_JOB, JUDGMENT_EVENT, JudgeJob, JudgingDispatcher, SearchEcho
+from obsmem.trust.ledger import (
+    Judgment,
+    append_entry,
+    calibration_rows,
+    find_judgment,
+    injected_candidates,
+    judgment_counts,
+    list_judgments,
+    parse_judgment_id,
+    parse_state,
+    resolve_judgment,
+)
+from obsmem.trust.notes import (
+    Note,
+    NoteForgotten,
+    NoteWrite,
+    find_note,
+    forget_note,
+    list_notes,
+    note_counts,
+    parse_content,
+    parse_note_id,
+    parse_situation,
+    parse_status,
+    parse_tier,
+    require_note,
+    store_note,
+)
+from obsmem.trust.projection import InjectedNote, ProjectionWithNotes, with_untrusted
+from obsmem.trust.search import find_note_hits, merge_hits, parse_trust
+from obsmem.trust.stores import TierStores
+from obsmem.validation import project_name
+from obsmem.work import eventlog
+
+log = logging.getLogger("obsmem.trust")
+
+
+@dataclass(frozen=True)
+class NoteList:
+    notes: list[Note]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"notes": [note.to_dict() for note in self.notes]}
+
+
+@dataclass(frozen=True)
+class JudgmentList:
+    judgments: list[Judgment]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"judgments": [judgment.to_dict() for judgment in self.judgments]}
+
+
+class TrustService:
+    """Agent-written notes with earned trust, for every project of one data directory."""
+
+    def __init__(self, settings: Settings, projects: ProjectRegistry, wake: Callable[[], None]) -> None:
+        self.settings = settings.trust
+        self.model = settings.model
+        self.stores = TierStores(projects)
+        self.dispatcher = JudgingDispatcher(self.settings, settings.jobs, self.stores, wake)
+        self._judge: Judge | None = None
+        self._judge_lock = threading.Lock()
+        self._last_groom: dict[str, float] = {}
+
+    # -- the judge ---------------------------------------------------------------------------------
+
+    def judge(self) -> Judge | None:
+        with self._judge_lock:
+            if self._judge is None:
+                self._judge = make_judge(self.settings.judge, self.model)
+            return self._judge
+
+    @property
+    def handlers(self) -> dict[str, Callable[..., None]]:
+        return {JUDGE_JOB: JudgeJob(self.settings, self.stores, self.judge).handle}
+
+    # -- notes -------------------------------------------------------------------------------------
+
+    def _write_db(self, project: str, tier: str, user: str | None) -> ProjectDatabase:
+        project_name(project)
+        db = self.stores.tier(project, tier, user, create=True)
+        assert db is not None  # create=True raises instead
+        return db
+
+    def save(
+        self, project: str, content: object, *, situation: object = None, tier: object = None, user: str | None
+    ) -> NoteWrite:
+        """Store a candidate note (never trusted)."""
+        text, when, level = parse_content(content), parse_situation(situation), parse_tier(tier)
+        with self._write_db(project, level, user).write() as conn:
+            return store_note(conn, level, text, when)
+
+    def _locate(self, project: str, note_id: object, user: str | None) -> tuple[ProjectDatabase, Note]:
+        prefix = parse_note_id(note_id)
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                note = find_note(conn, prefix)
+            if note is not None:
+                return db, note
+        raise NotFound(f"note {prefix[:12]} does not exist", field="id")
+
+    def update(
+        self, project: str, note_id: object, content: object, *, situation: object = None, user: str | None
+    ) -> NoteWrite:
+        """A new candidate that replaces the note once it is promoted; the note itself is unchanged now."""
+        text, when = parse_content(content), parse_situation(situation)
+        db, original = self._locate(project, note_id, user)
+        if original.status == "forgotten":
+            raise NoteForgotten(f"note {original.id} was forgotten and cannot be updated")
+        with db.write() as conn:
+            return store_note(conn, original.tier, text, when, supersedes=original.note_id)
+
+    def forget(self, project: str, note_id: object, *, user: str | None) -> Note:
+        """Hide a note from every search at once (status ``forgotten``, recorded in the ledger)."""
+        db, found = self._locate(project, note_id, user)
+        with db.write() as conn:
+            note = require_note(conn, found.note_id)
+            if note.status != "forgotten":
+                append_entry(conn, "forgotten", note.note_id)
+            return forget_note(conn, note)
+
+    def notes(self, project: str, *, status: object = None, user: str | None) -> NoteList:
+        wanted = parse_status(status)
+        found: list[Note] = []
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                found += list_notes(conn, wanted)
+        found.sort(key=lambda note: note.date, reverse=True)
+        return NoteList(found)
+
+    # -- judgments ---------------------------------------------------------------------------------
+
+    def judgments(self, project: str, *, state: object = None, user: str | None) -> JudgmentList:
+        wanted = parse_state(state)
+        found: list[Judgment] = []
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                found += list_judgments(conn, wanted)
+        found.sort(key=lambda judgment: judgment.created_at, reverse=True)
+        return JudgmentList(found)
+
+    def resolve(self, project: str, judgment_id: object, outcome: object, *, user: str | None) -> Judgment:
+        """Give a judgment its outcome (a person's answer); promotion follows at the next groom pass."""
+        wanted = parse_judgment_id(judgment_id)
+        if not isinstance(outcome, bool):
+            raise ValidationFailed("outcome must be true or false", field="outcome")
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                if find_judgment(conn, wanted) is None:
+                    continue
+            with db.write() as conn:
+                return resolve_judgment(conn, wanted, outcome)
+        raise NotFound(f"judgment {wanted} does not exist", field="judgment_id")
+
+    # -- groom and calibration ---------------------------------------------------------------------
+
+    def groom(self, project: str, *, user: str | None) -> GroomReport:
+        """Promote what resolved true, at most ``trust.groom_max_promotions`` over both tiers."""
+        report = GroomReport()
+        budget = self.settings.groom_max_promotions
+        for _, db in self.stores.readable(project, user):
+            part = groom_tier(db, budget)
+            budget -= len(part.promoted)
+            report.promoted += part.promoted
+            report.escalated += part.escalated
+        return report
+
+    def groom_on_schedule(self, project: str, db: ProjectDatabase) -> None:
+        """The workers' housekeeping task: groom a project (and, on the same clock, every user tier) once
+        per ``trust.groom_seconds``."""
+        now = time.monotonic()
+        if now - self._last_groom.get(project, float("-inf")) < self.settings.groom_seconds:
+            return
+        self._last_groom[project] = now
+        groom_tier(db, self.settings.groom_max_promotions)
+        for owner in self.stores.user_names():
+            key = f"user:{owner}"
+            if now - self._last_groom.get(key, float("-inf")) < self.settings.groom_seconds:
+                continue
+            self._last_groom[key] = now
+            user_db = self.stores.user(owner)
+            if user_db is not None:
+                groom_tier(user_db, self.settings.groom_max_promotions)
+
+    def calibrate(self, project: str, *, user: str | None, tier: object = None) -> CalibrationReport:
+        """How the tier's resolved judgments turned out against ``p`` (project tier unless ``tier='user'``)."""
+        level = parse_tier(tier)
+        db = self.stores.tier(project, level, user)
+        rows = []
+        if db is not None:
+            with db.read() as conn:
+                rows = calibration_rows(conn)
+        return calibrate(rows, threshold=self.settings.threshold, target_precision=self.settings.target_precision)
+
+    # -- search and projection ---------------------------------------------------------------------
+
+    @staticmethod
+    def trust_level(trust: object) -> str:
+        """``trust`` checked: ``trusted`` (also for None) or ``all``; else ``invalid_request`` on ``trust``."""
+        return parse_trust(trust)
+
+    def search(
+        self, result: SearchResult, project: str, request: SearchRequest, trust: object, user: str | None
+    ) -> SearchResult:
+        """Merge the notes the request finds into ``result``; then queue judging in the background.
+
+        Notes are memories: a search of the conversation alone (``scope="conversation"``) gets none."""
+        if request.scope == "conversation":
+            return result
+        level = parse_trust(trust)
+        notes, any_candidate = find_note_hits(self.stores.readable(project, user), request, level)
+        merged = merge_hits(result, notes, request)
+        if any_candidate:
+            self.dispatcher.after_search(SearchEcho(project, user, request.query, request.mode, request.window))
+        return merged
+
+    def projection(self, projection: Projection, project: str, user: str | None) -> ProjectionWithNotes:
+        found: list[InjectedNote] = []
+        limit = self.settings.injected_max
+        for _, db in self.stores.readable(project, user):
+            if limit <= 0:
+                break
+            with db.read() as conn:
+                for note_id, p in injected_candidates(conn, limit):
+                    found.append(InjectedNote(require_note(conn, note_id), p))
+        found.sort(key=lambda item: item.p, reverse=True)
+        return with_untrusted(projection, found[: max(0, limit)])
+
+    def status(self, project: str, db: ProjectDatabase) -> dict[str, Any]:
+        """The project tier's notes and judgments by state, and the last judge failure (code and time)."""
+        with db.read() as conn:
+            failed = eventlog.list_events(conn, types=(JUDGMENT_EVENT,), newest=True, limit=50, after=0)
+            return {
+                "notes": note_counts(conn),
+                "judgments": judgment_counts(conn),
+                "last_judge_error": next(
+                    (
+                        {"error": event.data["error"], "at": event.created_at, "judgment_id": event.data["judgment_id"]}
+                        for event in reversed(failed)
+                        if "error" in event.data
+                    ),
+                    None,
+                ),
+            }
+
+    def close(self) -> None:
+        self.dispatcher.close()
+        with self._judge_lock:
+            if self._judge is not None:
+                self._judge.close()
+                self._judge = None
+        self.stores.close()

@@ -1,0 +1,201 @@
+"""``obsmem import`` and ``obsmem hook`` from the command line: discovery, receipts, follow, hooks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from obsmem.errors import ConfigurationError
+from obsmem.settings import load_settings
+from obsmem.surfaces.cli import cli
+from obsmem.transcripts import find_transcripts
+from support.transcripts import copy_fixture, read_line, stored_events, write_jsonl
+
+RESUMED = "7b2d9e44-0a1c-4f6e-8b3d-5c9f1e2a7d02"
+
+
+def run(data_dir: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, ["--data-dir", str(data_dir), *args], input=stdin, env=env, catch_exceptions=False)
+
+
+def test_without_a_path_the_default_location_is_searched(tmp_path: Path) -> None:
+    config = copy_fixture("claude-code", tmp_path)
+    result = run(tmp_path / "data", "import", "claude-code", "--json", env={"CLAUDE_CONFIG_DIR": str(config)})
+    assert result.exit_code == 0, result.output
+    receipt = json.loads(result.stdout)
+    assert receipt["totals"]["files"] == 3 and receipt["totals"]["added"] == 25
+    listing = run(tmp_path / "data", "import", "claude-code", env={"CLAUDE_CONFIG_DIR": str(config)})
+    assert "3 claude-code transcript(s) found" in listing.stderr and "unchanged" in listing.stdout
+
+
+def test_problems_exit_1_and_name_file_and_line(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "t.jsonl",
+        [{"type": "user", "sessionId": "s1", "cwd": "/w/p", "message": {"role": "user", "content": "ok"}}, "{broken"],
+    )
+    result = run(tmp_path / "data", "import", "claude-code", str(path))
+    assert result.exit_code == 1
+    assert "malformed_json" in result.stdout and "Traceback" not in result.output
+    assert [row[4] for row in stored_events(tmp_path / "data", "p")] == ["ok"]
+
+
+def test_openai_chat_and_obsmem_files_need_a_project_or_a_path(tmp_path: Path) -> None:
+    chat = write_jsonl(
+        tmp_path / "chat-1.jsonl", [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    )
+    assert run(tmp_path / "data", "import", "openai-chat").exit_code == 2
+    missing = run(tmp_path / "data", "import", "openai-chat", str(chat))
+    assert missing.exit_code == 1 and "no_project" in missing.stdout
+    ok = run(tmp_path / "data", "import", "openai-chat", str(chat), "--project", "chats", "--json")
+    assert json.loads(ok.stdout)["totals"]["added"] == 2
+    assert [row[:2] for row in stored_events(tmp_path / "data", "chats")] == [("chat-1", 1), ("chat-1", 2)]
+    assert run(tmp_path / "data", "import", "openai-chat", str(chat), "--project", "Bad Name").exit_code == 2
+
+
+def test_a_whole_project_export_is_handed_to_the_restore_function(tmp_path: Path) -> None:
+    export = write_jsonl(tmp_path / "export.jsonl", [{"format": "obsmem-export", "version": 1}])
+    result = run(tmp_path / "data", "import", "obsmem", str(export), "--project", "restored")
+    try:
+        import obsmem.exporting  # noqa: F401
+    except ModuleNotFoundError:
+        assert result.exit_code == 2
+        assert "whole-project export files need obsmem.exporting" in result.stderr
+    else:  # the restore function is present: it ran (its own tests check what it restored)
+        assert "Traceback" not in result.output
+
+
+def test_the_claude_code_hook_imports_the_session_it_names(tmp_path: Path) -> None:
+    projects = copy_fixture("claude-code", tmp_path) / "projects"
+    transcript = projects / "-home-ann-src-shop" / f"{RESUMED}.jsonl"
+    payload = {
+        "session_id": RESUMED,
+        "transcript_path": str(transcript),
+        "cwd": "/home/ann/src/shop",
+        "hook_event_name": "Stop",
+    }
+    first = run(tmp_path / "data", "hook", "claude-code", stdin=json.dumps(payload))
+    assert first.exit_code == 0 and first.stdout == ""
+    assert len(stored_events(tmp_path / "data", "shop")) == 6
+    again = run(
+        tmp_path / "data", "hook", "claude-code", stdin=json.dumps({**payload, "hook_event_name": "SessionEnd"})
+    )
+    assert again.exit_code == 0 and len(stored_events(tmp_path / "data", "shop")) == 6
+
+
+def test_gemini_hooks_answer_json(tmp_path: Path) -> None:
+    chat = next((copy_fixture("gemini-cli", tmp_path) / ".gemini").rglob("*.jsonl"))
+    payload = {
+        "session_id": "c9d8",
+        "transcript_path": str(chat),
+        "cwd": "/home/ann/src/atlas",
+        "hook_event_name": "SessionEnd",
+    }
+    result = run(tmp_path / "data", "hook", "gemini-cli", "--project", "atlas", stdin=json.dumps(payload))
+    assert result.exit_code == 0 and json.loads(result.stdout) == {}
+    assert len(stored_events(tmp_path / "data", "atlas")) == 5
+
+
+def test_bad_hook_payloads_are_clear_errors(tmp_path: Path) -> None:
+    payloads: list[str | bytes] = ["not json", "[1]", "{}", json.dumps({"transcript_path": str(tmp_path / "x.jsonl")})]
+    for payload in [*payloads, b'{"transcript_path": "\xff"}']:
+        result = CliRunner().invoke(
+            cli, ["--data-dir", str(tmp_path / "data"), "hook", "claude-code"], input=payload, catch_exceptions=False
+        )
+        assert result.exit_code == 1, payload  # never 2: the agents read 2 as "block the agent"
+        assert result.stderr.startswith("error: invalid_hook_payload: ") and "Traceback" not in result.output
+
+
+def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "live" / "s.jsonl",
+        [{"type": "user", "sessionId": "live", "cwd": "/w/live", "message": {"role": "user", "content": "one"}}],
+    )
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(
+        [*command, "import", "claude-code", str(path), "--follow", "--interval", "0.1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert json.loads(read_line(process))["added"] == 1
+        write_jsonl(
+            path,
+            [
+                {
+                    "type": "assistant",
+                    "sessionId": "live",
+                    "message": {"role": "assistant", "content": [{"type": "text", "text": "two"}]},
+                }
+            ],
+            mode="a",
+        )
+        assert json.loads(read_line(process))["added"] == 1
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 0 and "stopped" in err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(stored_events(tmp_path / "data", "live")) < 2:
+        time.sleep(0.05)
+    assert [row[4] for row in stored_events(tmp_path / "data", "live")] == ["one", "two"]
+
+
+def test_the_progress_bar_counts_bytes_over_all_files() -> None:
+    from obsmem.surfaces import cli_import
+
+    bar = cli_import._progress(True, 100)
+    with bar as report:
+        assert report is not None
+        report("a.jsonl", 30, 60)
+        report("b.jsonl", 40, 40)
+        report("a.jsonl", 60, 60)  # a file's reports replace each other, never add up
+        assert bar.bar is not None and bar.bar.tasks[0].completed == 100
+    with cli_import._progress(False, 100) as nothing:
+        assert nothing is None
+
+
+def test_an_agents_home_given_as_path_yields_only_its_sessions(tmp_path: Path) -> None:
+    home = copy_fixture("claude-code", tmp_path)
+    write_jsonl(home / "history.jsonl", [{"display": "prompt", "timestamp": 1, "project": "/w"}])
+    codex = copy_fixture("codex", tmp_path)
+    write_jsonl(codex / "history.jsonl", [{"session_id": "x", "ts": 1, "text": "prompt"}])
+    assert len(find_transcripts("claude-code", home)) == 3
+    assert len(find_transcripts("codex", codex)) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[transcripts.project_map]\n"relative/path" = "shop"\n',
+        '[transcripts.project_map]\n"/home/ann/shop" = "Not A Slug"\n',
+        "[transcripts]\nmax_tool_output_chars = 10\n",
+    ],
+)
+def test_bad_transcript_settings_are_configuration_errors(tmp_path: Path, text: str) -> None:
+    config = tmp_path / "obsmem.toml"
+    config.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(config)
+    assert "transcripts" in caught.value.message
+
+
+def test_the_project_map_comes_from_the_settings_file(tmp_path: Path) -> None:
+    config = tmp_path / "obsmem.toml"
+    config.write_text('[transcripts.project_map]\n"/home/ann/src" = "ann"\n', encoding="utf-8")
+    home = copy_fixture("claude-code", tmp_path)
+    result = run(tmp_path / "data", "--config", str(config), "import", "claude-code", str(home), "--json")
+    assert json.loads(result.stdout)["files"][0]["projects"] == ["ann"]

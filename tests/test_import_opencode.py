@@ -1,0 +1,76 @@
+"""opencode: the SQLite database (read-only, locked) and the older JSON storage tree."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from obsmem.app import Obsmem
+from support.transcripts import copy_fixture, read_line, stored_events
+
+LOCKER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_the_database_maps_parts_child_sessions_and_skips_bookkeeping(service: Obsmem, tmp_path: Path) -> None:
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    run = service.import_transcripts("opencode", [db])
+    assert run.problems == 0 and run.added == 11
+    assert dict(run.files[0].skipped) == {"reasoning": 1, "step-finish": 1, "step-start": 1, "synthetic": 1}
+    events = stored_events(tmp_path / "data", "docs-site")
+    assert {row[0] for row in events} == {"ses_01JQ", "ses_01JQ:ses_01JR"}  # the sub-agent's session names its parent
+    main = [row for row in events if row[0] == "ses_01JQ"]
+    assert main[1][5] == "task" and main[2][4] == "2 broken: /guide/setup, /api/v1"
+    assert main[4][4] == "[error] oldString not found in content"
+    assert main[6][2] == "system" and main[6][4].startswith("[compaction]")
+    assert service.import_transcripts("opencode", [db]).added == 0
+
+
+def test_new_parts_are_appended_and_an_unfinished_message_waits(service: Obsmem, tmp_path: Path) -> None:
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    service.import_transcripts("opencode", [db])
+    conn = sqlite3.connect(db)
+    unfinished = json.dumps({"role": "assistant", "time": {"created": 1746700090000}})
+    conn.execute("INSERT INTO message VALUES ('msg_04', 'ses_01JQ', 1746700090000, 1746700090000, ?)", (unfinished,))
+    text = json.dumps({"type": "text", "text": "working"})
+    conn.execute("INSERT INTO part VALUES ('prt_20', 'msg_04', 'ses_01JQ', 1, 1, ?)", (text,))
+    conn.commit()
+    assert service.import_transcripts("opencode", [db]).added == 0  # the assistant message is not finished
+    finished = json.dumps({"role": "assistant", "time": {"created": 1746700090000, "completed": 1746700099000}})
+    conn.execute("UPDATE message SET data = ? WHERE id = 'msg_04'", (finished,))
+    conn.commit()
+    conn.close()
+    grown = service.import_transcripts("opencode", [db])
+    assert grown.added == 1 and grown.duplicates == 0
+    assert stored_events(tmp_path / "data", "docs-site")[7][4] == "working"
+
+
+def test_a_locked_database_is_reported_and_other_files_still_import(service: Obsmem, tmp_path: Path) -> None:
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    tree = copy_fixture("opencode-tree", tmp_path) / "storage" / "session" / "prj_2" / "ses_OLD1.json"
+    # SQLite's locks are per process: the lock is held by another process, as opencode would hold it.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert read_line(holder).strip() == "locked"
+        run = service.import_transcripts("opencode", [db, tree])
+    finally:
+        holder.communicate("done\n", timeout=30)
+    assert run.files[0].problems == {"database_locked": 1}
+    assert run.files[1].added == 4
+    assert [row[4] for row in stored_events(tmp_path / "data", "cli-tool")] == [
+        "Add a --verbose flag.",
+        "",
+        "ok",
+        "Added --verbose.",
+    ]

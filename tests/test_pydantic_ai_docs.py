@@ -1,0 +1,27 @@
+"""docs/pydantic-ai.md's example runs as written (offline: pydantic-ai's function models play both models)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "pydantic-ai.md"
+
+
+def test_the_documented_example_runs(tmp_path: Path) -> None:
+    example = re.search(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+    assert example is not None
+    script = tmp_path / "example.py"
+    script.write_text(example.group(1), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OBSMEM_")} | {"TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "answer: You like tabs."
+    for event in ("om_status", "om_observation_end", "om_buffering_end", "om_activation"):
+        assert f"event: {event}" in lines

@@ -1,0 +1,224 @@
+"""The pydantic-ai capability's parts: configuration checks, the cut, message identity, the model adapter,
+and that the base install never loads pydantic-ai."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from obsmem.app import Obsmem
+from obsmem.errors import ConfigurationError, InvalidProject, InvalidSession, ModelUnavailable
+from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, ProjectionView, PydanticAIChatModel
+from obsmem.pydantic_ai.compaction import compact, safe_cut
+from obsmem.pydantic_ai.messages import EventLedger
+from obsmem.settings import load_settings
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> Iterator[Obsmem]:
+    service = Obsmem(load_settings(data_dir=tmp_path / "data"))
+    yield service
+    service.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"project": "Not A Slug"}, InvalidProject, "project must be a slug"),
+        ({"project": "../etc"}, InvalidProject, "project must be a slug"),
+        ({"session_id": ""}, InvalidSession, "session"),
+        ({"observation_threshold": 0}, ConfigurationError, "observation_threshold must be a whole number of tokens"),
+        ({"reflection_threshold": -5}, ConfigurationError, "reflection_threshold must be a whole number of tokens"),
+        ({"observation_threshold": True}, ConfigurationError, "observation_threshold"),
+        ({"observation_threshold": 10**12}, ConfigurationError, "100,000,000"),
+        ({"context_window": 500}, ConfigurationError, "context_window must be a whole number of tokens from 1,000"),
+        ({"context_window": 10_000, "observation_threshold": 6_000}, ConfigurationError, "must stay below"),
+        ({"observer_model": "no-such-provider:model"}, ConfigurationError, "observer_model"),
+        ({"event_handler": "print"}, ConfigurationError, "event_handler must be a callable"),
+        ({"overflow_wait_seconds": -1}, ConfigurationError, "overflow_wait_seconds"),
+    ],
+)
+def test_bad_configuration_is_refused_at_construction(
+    memory: Obsmem, options: dict[str, object], error: type[Exception], match: str
+) -> None:
+    arguments: dict[str, object] = {"project": "p", "session_id": "s1"} | options
+    with pytest.raises(error, match=match):
+        ObservationalMemory(memory, **arguments)  # type: ignore[arg-type]
+
+
+def test_exactly_one_memory_or_client(memory: Obsmem) -> None:
+    client = ObsmemClient("http://127.0.0.1:9")
+    with pytest.raises(ConfigurationError, match="both were given"):
+        ObservationalMemory(memory, client=client, project="p", session_id="s1")
+    with pytest.raises(ConfigurationError, match="exactly one"):
+        ObservationalMemory(project="p", session_id="s1")
+    with pytest.raises(ConfigurationError, match="must be an obsmem Obsmem or an ObsmemClient"):
+        ObservationalMemory("http://127.0.0.1:9", project="p", session_id="s1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="base_url"):
+        ObsmemClient("127.0.0.1:9")
+    client.close()
+
+
+def exchange(call_id: str) -> list[ModelMessage]:
+    return [
+        ModelResponse(parts=[ToolCallPart("run_tests", {"path": "a.py"}, tool_call_id=call_id)]),
+        ModelRequest(parts=[ToolReturnPart("run_tests", "12 passed", tool_call_id=call_id)]),
+    ]
+
+
+def conversation() -> list[ModelMessage]:
+    return [
+        ModelRequest(parts=[SystemPromptPart("be careful"), UserPromptPart("turn 1")]),  # events 1, 2
+        *exchange("c1"),  # 3, 4
+        ModelResponse(parts=[TextPart("done 1")]),  # 5
+        ModelRequest(parts=[UserPromptPart("turn 2")]),  # 6
+        *exchange("c2"),  # 7, 8
+        ModelResponse(parts=[TextPart("done 2")]),  # 9
+        ModelRequest(parts=[UserPromptPart("turn 3")]),  # 10
+    ]
+
+
+def projection(through: int) -> ProjectionView:
+    return ProjectionView('<obsmem-memory session="s1">\nObservations:\n- fact\n</obsmem-memory>', 20, through, 0, 1, 0)
+
+
+def test_the_cut_covers_only_observed_messages_and_never_splits_a_tool_pair() -> None:
+    messages = conversation()
+    ledger = EventLedger()
+    ledger.update(messages)
+    assert [span.last for span in ledger.spans] == [2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert safe_cut(messages, ledger, 0) == 0
+    assert safe_cut(messages, ledger, 3) == 1  # the call is observed, its return is not: keep both
+    assert safe_cut(messages, ledger, 4) == 3
+    assert safe_cut(messages, ledger, 7) == 5  # c2's call is observed, its return is not: keep both
+    assert safe_cut(messages, ledger, 10) == 8  # the request being sent always stays
+
+
+def test_the_replacement_keeps_the_system_prompt_and_says_what_it_stands_for() -> None:
+    messages = conversation()
+    ledger = EventLedger()
+    ledger.update(messages)
+    result = compact(messages, ledger, projection(9))
+    assert result.replaced_messages == 8 and result.replaced_through_seq == 9
+    [request] = result.messages
+    assert isinstance(request, ModelRequest)
+    kinds = [type(part).__name__ for part in request.parts]
+    assert kinds == ["SystemPromptPart", "UserPromptPart", "UserPromptPart"]
+    note = request.parts[1].content
+    assert "the first 8 messages of this conversation (events #1-#9)" in str(note)
+    assert "<obsmem-memory" in str(note) and request.parts[2].content == "turn 3"
+
+
+def test_a_cut_past_the_current_prompt_puts_it_back() -> None:
+    messages = [
+        ModelRequest(parts=[UserPromptPart("the task")]),
+        *exchange("c1"),
+        *exchange("c2"),
+        ModelResponse(parts=[ToolCallPart("run_tests", {}, tool_call_id="c3")]),
+        ModelRequest(parts=[ToolReturnPart("run_tests", "ok", tool_call_id="c3")]),
+    ]
+    ledger = EventLedger()
+    ledger.update(messages)
+    result = compact(messages, ledger, projection(5))
+    first = result.messages[0]
+    assert isinstance(first, ModelRequest)
+    assert [p.content for p in first.parts if isinstance(p, UserPromptPart)][-1] == "the task"
+    assert isinstance(result.messages[1], ModelResponse)  # the tail starts at c3's call, with its return
+
+
+def test_message_identity_is_the_position_and_the_same_history_numbers_the_same() -> None:
+    messages = conversation()
+    first, again = EventLedger(), EventLedger()
+    first.update(messages[:4])
+    first.update(messages)
+    again.update([*messages])
+    assert first.events == again.events and first.last_seq == 10
+    retried = ModelRequest(parts=[ToolReturnPart("run_tests", "bad args", tool_call_id="c9", outcome="retried")])
+    assert ledger_event(retried) | {"created_at": None} == {
+        "role": "tool",
+        "type": "tool_result",
+        "content": "[retried] bad args",
+        "tool_name": "run_tests",
+        "tool_call_id": "c9",
+        "created_at": None,
+        "seq": 1,
+    }
+    feedback = ledger_event(ModelRequest(parts=[RetryFeedbackPart("answer in JSON", retry=RetryInfo(cause="output"))]))
+    assert feedback["role"] == "system" and feedback["content"] == "retry requested: answer in JSON"
+    call = ledger_event(ModelResponse(parts=[ToolCallPart("run_tests", '{"path": "a.py"}', tool_call_id="x")]))
+    assert call["tool_args"] == {"path": "a.py"} and call["type"] == "tool_call"
+
+
+def ledger_event(message: ModelMessage) -> dict[str, object]:
+    ledger = EventLedger()
+    ledger.update([message])
+    return ledger.events[0]
+
+
+def test_the_model_adapter_speaks_the_pipelines_shape() -> None:
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(messages)
+        assert [tool.name for tool in info.function_tools] == ["record_observations"]
+        return ModelResponse(parts=[ToolCallPart("record_observations", {"observations": []}, tool_call_id="k")])
+
+    adapter = PydanticAIChatModel(FunctionModel(model, profile={"context_window": 9_000}), role="observer")
+    tool = {"type": "function", "function": {"name": "record_observations", "parameters": {"type": "object"}}}
+    conversation = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "data"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "function": {"name": "t", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "receipt"},
+    ]
+    reply = adapter.complete(conversation, tools=[tool], tool_choice="auto")
+    assert adapter.context_window_tokens == 9_000
+    assert reply.tool_calls[0].name == "record_observations" and reply.tool_calls[0].arguments == '{"observations": []}'
+    kinds = [[type(part).__name__ for part in message.parts] for message in seen[0]]
+    assert kinds == [["SystemPromptPart", "UserPromptPart"], ["ToolCallPart"], ["ToolReturnPart"]]
+    assert seen[0][2].parts[0].tool_name == "t"  # type: ignore[union-attr]
+    assert PydanticAIChatModel(TestModel(), role="reflector").complete([{"role": "user", "content": "x"}])
+    adapter.close()
+
+
+def test_a_failing_model_is_a_model_error_without_its_text() -> None:
+    def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        raise RuntimeError("secret prompt text")
+
+    adapter = PydanticAIChatModel(FunctionModel(broken), role="observer")
+    with pytest.raises(ModelUnavailable) as caught:
+        adapter.complete([{"role": "user", "content": "x"}])
+    assert "RuntimeError" in caught.value.message and "secret" not in caught.value.message
+    adapter.close()
+    with pytest.raises(ModelUnavailable, match="closed"):
+        adapter.complete([{"role": "user", "content": "x"}])
+
+
+def test_the_base_install_never_loads_pydantic_ai() -> None:
+    code = (
+        "import sys\n"
+        "import obsmem, obsmem.app, obsmem.pipeline, obsmem.surfaces.cli, obsmem.surfaces.tools\n"
+        "import obsmem.surfaces.http.app, obsmem.surfaces.mcp_server, obsmem.eval\n"
+        "from obsmem import Obsmem\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'pydantic_ai'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"

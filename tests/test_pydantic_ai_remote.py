@@ -1,0 +1,166 @@
+"""The pydantic-ai capability against ``obsmem serve`` on loopback: the same scenario, through HTTP.
+
+The server runs in its own process with its own workers; its Observer, Reflector and Dropper are the
+scripted OpenAI-compatible server (a model cannot run here). The agent's model is a pydantic-ai
+``FunctionModel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from obsmem.app import Obsmem
+from obsmem.errors import ConfigurationError
+from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, OMEvent
+from obsmem.settings import load_settings
+from support.http_server import KEY_ALL, KEYS, bearer, live_server
+from support.pydantic_ai_runs import WINDOW, coding_agent, history_events, memory_in, run_turns, stored_events
+from support.pydantic_ai_stages import CodingAgent, event_bodies, observer_model, tool_pairs_intact
+from support.scripted_chat import (
+    PipelineScript,
+    Reply,
+    Request,
+    ScriptedChatServer,
+    StageScript,
+    citable_seqs,
+    record,
+    text,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class QuotingObserverScript(StageScript):
+    """The server's Observer: one observation per event, quoting the start of its text."""
+
+    def opening_reply(self, request: Request, call: int) -> Reply:
+        transcript = request.transcript
+        bodies = event_bodies(transcript)
+        items = [
+            {
+                "content": f"{bodies[seq][1]}: {bodies[seq][2] or 'no text'}",
+                "timestamp": bodies[seq][0],
+                "importance": "medium",
+                "source_refs": [seq],
+            }
+            for seq in citable_seqs(transcript)
+            if seq in bodies
+        ]
+        return record(*items) if items else text("nothing to record")
+
+
+def server_settings(model_url: str) -> str:
+    return "\n".join(
+        [
+            "[model]",
+            f'base_url = "{model_url}"',
+            'model_id = "scripted"',
+            "max_retries = 0",
+            "[observer]",
+            "buffer_tokens = 100",
+            "[reflector]",
+            "reflect_after_observation_tokens = 1500",
+            "[pools]",
+            "observations_max_tokens = 1000",
+            "[jobs]",
+            "poll_seconds = 0.05",
+            "retry_backoff_seconds = 0.01",
+        ]
+    )
+
+
+def test_the_same_scenario_through_an_obsmem_server(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    events: list[OMEvent] = []
+    with (
+        ScriptedChatServer(PipelineScript(observer=QuotingObserverScript())) as model_server,
+        live_server(data, keys=KEYS, extra=server_settings(model_server.base_url)) as base,
+    ):
+        client = ObsmemClient(base, api_key=KEY_ALL)
+        om = ObservationalMemory(
+            client, project="p", session_id="s1", context_window=WINDOW, event_handler=events.append
+        )
+        model = CodingAgent()
+        agent = coding_agent(om, model)
+
+        async def scenario() -> tuple[list[ModelMessage], str]:
+            history = await run_turns(agent, om, range(1, 16), [])
+            final = await agent.run("what was the code word for turn 3?", message_history=history)
+            await om.flush(30)
+            return final.all_messages(), final.output
+
+        history, answer = asyncio.run(scenario())
+        status = asyncio.run(om.status())
+        asyncio.run(om.switch_reflector_model("scripted-large", context_window_tokens=65_536))
+        models = httpx.get(f"{base}/v1/projects/p/models", headers=bearer(KEY_ALL)).json()["models"]
+        om.close()
+        client.close()
+
+    assert answer == "The code word for turn 3 was word3."
+    assert memory_in(model.requests[-1]) and len(model.requests[-1]) < 10 < len(history)
+    assert all(tool_pairs_intact(request) for request in model.requests)
+    with Obsmem(load_settings(data_dir=data)) as service:
+        assert stored_events(service) == history_events(history)
+    assert {"buffered", "step_number", "pre_reflection_tokens"} <= set(status)
+    assert status["observed_through_seq"] == status["last_seq"] == len(history_events(history))
+    types = {e.type for e in events}
+    assert {"om_status", "om_observation_end", "om_buffering_end", "om_activation"} <= types
+    assert models["reflector"]["model_id"] == "scripted-large" and models["reflector"]["source"] == "override"
+    assert models["dropper"]["model_id"] == "scripted-large"
+
+
+def test_the_tools_answer_through_the_server(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def searching_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("memory_search", {"query": "word2"})])
+        seen.append(str(returns[0].content))
+        if returns[0].tool_name == "memory_search":
+            hits = json.loads(returns[0].content)["hits"]
+            return ModelResponse(parts=[ToolCallPart("recall", {"id": hits[0]["id"]})])
+        if len(seen) == 2:
+            return ModelResponse(parts=[ToolCallPart("recall", {"id": "zz"})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    with (
+        ScriptedChatServer(PipelineScript(observer=QuotingObserverScript())) as model_server,
+        live_server(tmp_path / "data", keys=KEYS, extra=server_settings(model_server.base_url)) as base,
+    ):
+        client = ObsmemClient(base, api_key=KEY_ALL)
+        om = ObservationalMemory(client, project="p", session_id="s1", context_window=WINDOW)
+
+        async def scenario() -> None:
+            history = await run_turns(coding_agent(om, CodingAgent()), om, range(1, 3), [])
+            await Agent(FunctionModel(searching_model), capabilities=[om]).run("search", message_history=history)
+
+        asyncio.run(scenario())
+        om.close()
+        client.close()
+    assert "word2" in seen[0]
+    assert json.loads(seen[1])["memory"]["session_id"] == "s1"
+    assert seen[2].startswith("invalid_id: ")  # the same error text as the embedded and MCP tools
+
+
+def test_a_remote_server_refuses_pipeline_models_and_wrong_keys(tmp_path: Path) -> None:
+    client = ObsmemClient("http://127.0.0.1:9", api_key="x")
+    with pytest.raises(ConfigurationError, match="server uses its configured models"):
+        ObservationalMemory(client, project="p", session_id="s1", observer_model=observer_model())
+    client.close()
+    with live_server(tmp_path / "data", keys=KEYS) as base:
+        wrong = ObsmemClient(base, api_key="not-a-key-0123456789abcdef")
+        om = ObservationalMemory(wrong, project="p", session_id="s1", tools=False)
+        agent = Agent(FunctionModel(lambda m, i: ModelResponse(parts=[TextPart("ok")])), capabilities=[om])
+        with pytest.raises(Exception, match="unauthorized|API key"):  # noqa: B017 - the server's own error
+            asyncio.run(agent.run("hello"))
+        om.close()
+        wrong.close()

@@ -1,0 +1,183 @@
+"""Judging after search: a real HTTP judge on loopback (and the model judge through the scripted chat
+server); at most three candidates per search, de-duplicated; cold start escalates; failures escalate with
+their code, visible in the judgments, the status and the event log; the hits never change."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from obsmem.app import Obsmem
+from obsmem.settings import load_settings
+from support.judge_server import JudgeServer, closed_port_url
+from support.scripted_chat import ScriptedChatServer, tool_calls
+
+
+def _service(tmp_path: Path, judge: dict[str, Any], **trust: Any) -> Obsmem:
+    return Obsmem(load_settings(data_dir=tmp_path / "data", trust={"judge": judge, **trust}))
+
+
+def _run_judging(service: Obsmem, project: str = "app") -> list[dict[str, Any]]:
+    service.trust.dispatcher.flush()
+    assert service.worker_pool().drain(30)
+    return service.judgments(project).to_dict()["judgments"]
+
+
+@pytest.fixture
+def judge() -> Iterator[JudgeServer]:
+    with JudgeServer(0.9) as server:
+        yield server
+
+
+def test_judging_happens_only_after_a_search_at_most_three_de_duplicated(tmp_path: Path, judge: JudgeServer) -> None:
+    with _service(tmp_path, {"provider": "http", "base_url": judge.base_url}) as service:
+        for n in range(4):
+            service.save_note("app", f"deploy step {n}", situation="when releasing")
+        service.save_note("app", "deploy step 0", situation="when releasing", tier="user")  # same text, other tier
+        service.save_note("app", "Deploy  STEP 1", situation="When releasing")  # same after case and spaces
+        assert service.jobs("app").counts.queued == 0 and judge.requests == []  # writing judges nothing
+        before = service.search("app", "deploy", trust="all").to_dict()
+        judgments = _run_judging(service)
+        assert len(judge.requests) == len(judgments) == 3
+        contents = [request["note"]["content"].casefold() for request in judge.requests]
+        assert len({" ".join(text.split()) for text in contents}) == 3
+        request = judge.requests[0]
+        assert request["kind"] == "memory-relevance" and request["query"] == "deploy"
+        assert set(request) == {"judgment_id", "kind", "note", "query"}
+        assert set(request["note"]) == {"id", "content", "situation"}
+        assert request["judgment_id"] in {j["judgment_id"] for j in judgments}
+        assert service.search("app", "deploy", trust="all").to_dict() == before
+
+
+def test_cold_start_escalates_then_the_threshold_decides(tmp_path: Path, judge: JudgeServer) -> None:
+    with _service(tmp_path, {"provider": "http", "base_url": judge.base_url}, judged_per_search=1) as service:
+        for n in range(3):
+            service.save_note("app", f"cold fact {n}")
+            service.search("app", f"cold fact {n}")
+        first = _run_judging(service)
+        assert [(j["p"], j["decision"], j["state"]) for j in first] == [(0.9, "escalate", "escalated")] * 3
+        for judgment in first:
+            service.resolve_judgment("app", judgment["judgment_id"], True)
+        service.save_note("app", "warm fact high")
+        service.search("app", "warm fact high")
+        judge.behaviour = 0.2
+        service.trust.dispatcher.flush()
+        service.worker_pool().drain(30)
+        judge.behaviour = 0.9
+        service.save_note("app", "warm fact later")
+        service.search("app", "warm fact later")
+        decisions = {j["note_id"]: (j["p"], j["decision"], j["state"]) for j in _run_judging(service)}
+        by_content = {note.content: note.id for note in service.notes("app").notes}
+        assert decisions[by_content["warm fact high"]] == (0.2, "hold", "open")
+        assert decisions[by_content["warm fact later"]] == (0.9, "inject", "open")
+        # The injected candidate shows in the projection's own section, with its p; memory text unchanged.
+        service.append_events("app", "s1", [{"role": "user", "content": "hi"}])
+        projection = service.memory("app", "s1").to_dict()
+        assert projection["empty"] is True and projection["reflections"] == projection["observations"] == 0
+        assert [(n["content"], n["p"], n["trusted"]) for n in projection["untrusted_notes"]] == [
+            ("warm fact later", 0.9, False)
+        ]
+        assert projection["text"].startswith('<obsmem-memory section="untrusted-notes">')
+        assert "p=0.90 project: warm fact later" in projection["text"]
+        report = service.calibrate_trust("app").to_dict()
+        assert report["sample"] == 3 and report["precision_at_threshold"] == 1.0
+        assert report["buckets"][9]["count"] == 3
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "code"),
+    [
+        ("down", "judge_unavailable"),
+        ("slow", "judge_timeout"),
+        ("garbage", "judge_bad_response"),
+        (1.5, "judge_bad_response"),
+        (-0.1, "judge_bad_response"),
+        ("no-p", "judge_bad_response"),
+        ("text-p", "judge_bad_response"),
+        ("status", "judge_unavailable"),
+    ],
+)
+def test_a_failed_judge_call_escalates_visibly(tmp_path: Path, behaviour: Any, code: str) -> None:
+    with JudgeServer(behaviour, delay=3.0) as server:
+        url = closed_port_url() if behaviour == "down" else server.base_url
+        with _service(tmp_path, {"provider": "http", "base_url": url, "timeout_seconds": 0.5}) as service:
+            service.append_events("app", "s1", [{"role": "user", "content": "x"}])
+            note = service.save_note("app", "secret-free fact about caching").note
+            service.search("app", "caching")
+            [judgment] = _run_judging(service)
+            assert judgment["decision"] == "escalate" and judgment["state"] == "escalated"
+            assert judgment["p"] is None and judgment["error"].startswith(f"{code}: ")
+            assert "caching" not in judgment["error"]
+            status = service.status("app").to_dict()["trust"]
+            assert status["judgments"]["escalated"] == 1
+            assert status["last_judge_error"]["error"] == judgment["error"]
+            [event] = [e.to_dict() for e in service.pipeline_events("app", types=("trust_judgment",))]
+            assert event["decision"] == "escalate" and event["error"] == judgment["error"]
+            assert event["note_id"] == note.id and "caching" not in json.dumps(event)
+            assert service.groom("app").to_dict()["escalated"][0]["judgment_id"] == judgment["judgment_id"]
+
+
+def test_the_model_judge_records_p_through_its_tool(tmp_path: Path) -> None:
+    with ScriptedChatServer(lambda request: tool_calls(("record_judgment", {"p": 0.75}))) as chat:
+        settings = load_settings(
+            data_dir=tmp_path / "data",
+            model={"base_url": chat.base_url, "model_id": "judge-model"},
+            trust={"judge": {"provider": "model"}},
+        )
+        with Obsmem(settings) as service:
+            service.save_note("app", "the cache lives in /var/cache/app")
+            service.search("app", "cache")
+            [judgment] = _run_judging(service)
+            assert judgment["p"] == 0.75 and judgment["provider"] == "model"
+            sent = chat.requests[0].json
+            assert sent["tools"][0]["function"]["name"] == "record_judgment"
+
+
+def test_without_a_judge_nothing_is_queued(tmp_path: Path) -> None:
+    with _service(tmp_path, {"provider": "none"}) as service:
+        service.save_note("app", "a fact")
+        service.search("app", "fact", trust="all")
+        service.trust.dispatcher.flush()
+        assert service.jobs("app").counts.queued == 0
+
+
+_WORDS = st.sampled_from(["deploy", "cache", "token", "release", "Friday", "make", "ship"])
+_NOTES = st.lists(
+    st.tuples(st.lists(_WORDS, min_size=1, max_size=4).map(" ".join), st.sampled_from(["project", "user"])),
+    min_size=0,
+    max_size=8,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(notes=_NOTES, query=_WORDS, trust=st.sampled_from(["trusted", "all"]), approve=st.booleans())
+def test_hits_with_and_without_a_judge_are_identical(
+    tmp_path_factory: pytest.TempPathFactory, notes: list[tuple[str, str]], query: str, trust: str, approve: bool
+) -> None:
+    data = tmp_path_factory.mktemp("same")
+    with JudgeServer(0.95) as judge:
+        judged = Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "http", "base_url": judge.base_url}}))
+        plain = Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}}))
+        try:
+            for content, tier in notes:
+                judged.save_note("app", content, tier=tier)
+            judged.append_events("app", "s1", [{"role": "user", "content": "x"}])
+            for _ in range(2):  # before and after judging (and promotion) ran
+                with_judge = judged.search("app", query, trust=trust).to_dict()
+                without = plain.search("app", query, trust=trust).to_dict()
+                assert with_judge == without
+                _run_judging(judged)
+                if approve:
+                    for judgment in judged.judgments("app").judgments:
+                        if judgment.state != "resolved":
+                            judged.resolve_judgment("app", judgment.judgment_id, True)
+                    judged.groom("app")
+        finally:
+            judged.close()
+            plain.close()

@@ -1,0 +1,277 @@
+"""Notes that earn trust, through the Python API: writes are candidates, search shows trusted notes (and
+candidates only when asked, marked), forget hides at once, an update supersedes only on promotion, groom
+promotes at most its cap per pass, and the ledger records every step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from obsmem.app import Obsmem
+from obsmem.errors import NotFound, ObsmemError, ValidationFailed
+from obsmem.settings import load_settings
+from obsmem.trust import decide_injection
+from obsmem.trust import notes as notes_module
+from obsmem.trust.ledger import ledger_entries, record_judgment
+
+
+@pytest.fixture
+def service_options() -> dict[str, Any]:
+    return {"trust": {"judge": {"provider": "human"}}}
+
+
+def _judged(service: Obsmem, project: str) -> list[dict[str, Any]]:
+    service.trust.dispatcher.flush()
+    service.worker_pool().drain(20)
+    return service.judgments(project).to_dict()["judgments"]
+
+
+def _approve(service: Obsmem, project: str, query: str) -> None:
+    """Search (queues judging), run the judge jobs, resolve every escalated judgment true, groom."""
+    service.search(project, query, trust="all")
+    for judgment in _judged(service, project):
+        if judgment["state"] != "resolved":
+            service.resolve_judgment(project, judgment["judgment_id"], True)
+    service.groom(project)
+
+
+def test_a_write_is_never_trusted(service: Obsmem) -> None:
+    written = service.save_note("app", "deploy with make ship", situation="when releasing").to_dict()
+    assert written["trusted"] is False and written["status"] == "candidate" and written["duplicate"] is False
+    again = service.save_note("app", "deploy with make ship", situation="when releasing").to_dict()
+    assert again["id"] == written["id"] and again["duplicate"] is True and again["trusted"] is False
+    assert service.notes("app", status="trusted").notes == []
+    assert [note.id for note in service.notes("app", status="candidate").notes] == [written["id"]]
+
+
+def test_default_search_never_returns_a_candidate_and_all_marks_it(service: Obsmem) -> None:
+    service.save_note("app", "deploy with make ship")
+    assert service.search("app", "deploy").hits == []
+    hits = service.search("app", "deploy", trust="all").to_dict()["hits"]
+    assert [(hit["kind"], hit["trusted"], hit["status"]) for hit in hits] == [("note", False, "candidate")]
+    with pytest.raises(ValidationFailed) as caught:
+        service.search("app", "deploy", trust="everything")
+    assert caught.value.field == "trust"
+
+
+def test_trusted_notes_come_back_as_hits_of_kind_note_beside_memories(service: Obsmem) -> None:
+    service.append_events("app", "s1", [{"role": "user", "content": "ship it"}])
+    service.add_observations(
+        "app",
+        [
+            {
+                "session_id": "s1",
+                "content": "deploy failed on Friday",
+                "timestamp": "2026-01-01 10:00",
+                "source_refs": [1],
+            }
+        ],
+    )
+    service.save_note("app", "deploy with make ship", situation="when releasing")
+    _approve(service, "app", "deploy")
+    hits = service.search("app", "deploy").to_dict()["hits"]
+    assert [hit["kind"] for hit in hits] == ["note", "observation"]  # newest first: the note was written now
+    assert hits[0]["trusted"] is True and hits[0]["situation"] == "when releasing"
+    assert service.search("app", "deploy", session_id="s1").to_dict()["hits"][0]["kind"] == "observation"
+
+
+def test_forget_hides_a_note_at_once(service: Obsmem) -> None:
+    note = service.save_note("app", "use the staging token rotation script").note
+    _approve(service, "app", "rotation")
+    assert [hit.memory_id for hit in service.search("app", "rotation").hits] == [note.note_id]
+    assert service.forget_note("app", note.id).status == "forgotten"
+    assert service.search("app", "rotation").hits == []
+    assert service.search("app", "rotation", trust="all").hits == []
+    entries = [entry["entry"] for entry in _ledger(service, "app", note.note_id)]
+    assert entries == ["judged", "resolved", "promoted", "forgotten"]
+    with pytest.raises(ObsmemError) as caught:
+        service.update_note("app", note.id, "changed")
+    assert caught.value.code == "note_forgotten"
+
+
+def _ledger(service: Obsmem, project: str, note_id: str) -> list[dict[str, Any]]:
+    with service.database(project).read() as conn:
+        return ledger_entries(conn, note_id)
+
+
+def test_an_update_supersedes_only_when_it_is_promoted(service: Obsmem) -> None:
+    original = service.save_note("app", "run tests with make check").note
+    _approve(service, "app", "make check")
+    update = service.update_note("app", original.id, "run tests with make test").to_dict()
+    assert update["trusted"] is False and update["supersedes"] == original.id
+    # Until promoted, the original stays trusted and the update is only a candidate.
+    assert [hit.content for hit in service.search("app", "run tests").hits] == ["run tests with make check"]
+    everything = service.search("app", "run tests", trust="all").to_dict()["hits"]
+    assert sorted((hit["content"], hit["trusted"]) for hit in everything) == [
+        ("run tests with make check", True),
+        ("run tests with make test", False),
+    ]
+    _approve(service, "app", "make test")
+    assert [hit.content for hit in service.search("app", "run tests").hits] == ["run tests with make test"]
+    statuses = {note.content: note.status for note in service.notes("app").notes}
+    assert statuses == {"run tests with make check": "superseded", "run tests with make test": "trusted"}
+    assert [entry["entry"] for entry in _ledger(service, "app", original.note_id)][-1] == "superseded"
+
+
+def test_groom_promotes_at_most_fifty_per_pass_each_in_the_ledger(service: Obsmem) -> None:
+    notes = [service.save_note("app", f"fact number {n}").note for n in range(60)]
+    db = service.database("app")
+    with db.write() as conn:
+        for n, note in enumerate(notes):
+            record_judgment(conn, f"j{n:016x}", note.note_id, "fact", "human", None, "escalate", None)
+    for n in range(60):
+        service.resolve_judgment("app", f"j{n:016x}", True)
+    first = service.groom("app").to_dict()
+    assert len(first["promoted"]) == 50
+    second = service.groom("app").to_dict()
+    assert len(second["promoted"]) == 10
+    assert service.groom("app").to_dict()["promoted"] == []
+    with db.read() as conn:
+        promoted = [entry for entry in ledger_entries(conn) if entry["entry"] == "promoted"]
+    assert len(promoted) == 60 and len({entry["note_id"] for entry in promoted}) == 60
+
+
+def test_a_missing_inbox_is_a_cold_start_not_an_error(service: Obsmem) -> None:
+    service.append_events("app", "s1", [{"role": "user", "content": "hello"}])
+    assert service.groom("app").to_dict() == {"promoted": [], "escalated": []}
+    assert service.notes("app").notes == [] and service.judgments("app").judgments == []
+
+
+def test_the_ledger_is_append_only(service: Obsmem) -> None:
+    note = service.save_note("app", "a fact").note
+    service.forget_note("app", note.id)
+    with service.database("app").write() as conn, pytest.raises(apsw.ConstraintError):
+        conn.execute("UPDATE trust_ledger SET entry = 'promoted'")
+    with service.database("app").write() as conn, pytest.raises(apsw.ConstraintError):
+        conn.execute("DELETE FROM trust_ledger")
+
+
+def test_bad_notes_are_refused_with_the_field_named(service: Obsmem) -> None:
+    for content, field in [("", "content"), ("two\nlines", "content"), (7, "content"), ("x" * 4001, "content")]:
+        with pytest.raises(ValidationFailed) as caught:
+            service.save_note("app", content)
+        assert caught.value.field == field
+        assert "two" not in caught.value.message
+    with pytest.raises(ValidationFailed) as caught:
+        service.save_note("app", "fine", tier="team")
+    assert caught.value.field == "tier"
+    with pytest.raises(NotFound):
+        service.forget_note("app", "0" * 12)
+
+
+def test_secrets_in_a_note_are_redacted_before_they_are_stored(service: Obsmem) -> None:
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    note = service.save_note("app", f"the token is {token}").note
+    assert token not in note.content
+
+
+@pytest.mark.parametrize(
+    ("p", "resolved", "decision"),
+    [
+        (0.95, 0, "escalate"),  # cold start: nothing to calibrate against yet
+        (0.95, 2, "escalate"),
+        (0.95, 3, "inject"),
+        (0.7, 3, "inject"),  # the threshold itself injects
+        (0.69, 3, "hold"),
+        (None, 10, "escalate"),  # a failed judge call is never a "no"
+        (1.5, 10, "escalate"),
+        (float("nan"), 10, "escalate"),
+    ],
+)
+def test_decide_injection(p: float | None, resolved: int, decision: str) -> None:
+    assert decide_injection(p, resolved, threshold=0.7, min_sample=3) == decision
+
+
+def test_user_tier_is_shared_by_the_local_users_projects(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data", trust={"judge": {"provider": "human"}})
+    with Obsmem(settings) as service:
+        service.append_events("one", "s1", [{"role": "user", "content": "x"}])
+        service.append_events("two", "s1", [{"role": "user", "content": "x"}])
+        service.save_note("one", "I prefer ruff over flake8", tier="user")
+        hits = service.search("two", "ruff", trust="all").to_dict()["hits"]
+        assert [(hit["tier"], hit["trusted"]) for hit in hits] == [("user", False)]
+        assert service.search("two", "ruff", trust="all", user=None).hits == []  # no user tier: not seen
+
+
+def test_hybrid_search_merges_notes_by_rank_and_keeps_the_memory_order(tmp_path: Path, model_server: Any) -> None:
+    from support.semantic_service import add_memories, semantic_settings
+
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server),
+        trust={"judge": {"provider": "none"}},
+    )
+    with Obsmem(settings) as service:
+        add_memories(
+            service,
+            "app",
+            [("2026-01-01 10:00", "login test fails on the clock mock"), ("2026-01-02 10:00", "auth token refresh")],
+        )
+        service.index("app")
+        memories_only = [hit.memory_id for hit in service.search("app", "login clock", mode="hybrid").hits]
+        service.save_note("app", "the login clock mock needs freezegun", situation="when testing login")
+        hits = service.search("app", "login clock", mode="hybrid", trust="all").to_dict()["hits"]
+        assert [hit["memory_id"] for hit in hits if hit["kind"] != "note"] == memories_only
+        assert [(hit["kind"], hit["trusted"]) for hit in hits if hit["kind"] == "note"] == [("note", False)]
+        assert [hit.memory_id for hit in service.search("app", "login clock", mode="hybrid").hits] == memories_only
+        # Situation words count in hybrid mode: a note found only through them.
+        found = service.search("app", "testing", mode="hybrid", trust="all").hits
+        assert [hit.kind for hit in found].count("note") == 1  # vectors find memories for any query too
+
+
+_TEXT = st.text(alphabet='aAbB%_ "xé', min_size=1, max_size=12).filter(lambda text: text.strip() != "")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    contents=st.lists(_TEXT, min_size=1, max_size=8, unique_by=str.strip),
+    needle=_TEXT,
+    limit=st.integers(min_value=1, max_value=10),
+    probe=st.sampled_from([1, 3, 200]),
+)
+def test_exact_note_search_matches_a_like_scan(
+    tmp_path_factory: pytest.TempPathFactory, contents: list[str], needle: str, limit: int, probe: int
+) -> None:
+    """Both plans (the trigram index for rare needles of 3+ characters, the walk along the date index for
+    the others; ``probe`` moves the line between them) answer what ASCII-case-insensitive substring
+    matching answers, % and _ literal, newest first."""
+    data = tmp_path_factory.mktemp("exact")
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}})) as service,
+    ):
+        patch.setattr(notes_module, "PROBE_MATCHES", probe)
+        for content in contents:
+            service.save_note("app", content)
+        found = [hit.content for hit in service.search("app", needle, trust="all", limit=limit).hits]
+
+    def ascii_lower(text: str) -> str:
+        return "".join(char.lower() if char.isascii() else char for char in text)
+
+    newest_first = [content.strip() for content in reversed(contents)]
+    expected = [content for content in newest_first if ascii_lower(needle.strip()) in ascii_lower(content)]
+    assert found == expected[:limit]
+
+
+def test_workers_groom_on_their_housekeeping_schedule(service: Obsmem) -> None:
+    note = service.save_note("app", "scheduled fact").note
+    user_note = service.save_note("app", "scheduled user fact", tier="user").note
+    service.search("app", "scheduled", trust="all")
+    for judgment in _judged(service, "app"):
+        service.resolve_judgment("app", judgment["judgment_id"], True)
+    pool = service.worker_pool()
+    pool.housekeep()  # what the housekeeping scheduler runs every jobs.housekeeping_seconds
+    statuses = {item.note_id: item.status for item in service.notes("app").notes}
+    assert statuses == {note.note_id: "trusted", user_note.note_id: "trusted"}
+    service.save_note("app", "later fact")
+    service.search("app", "later fact")
+    for judgment in _judged(service, "app"):
+        if judgment["state"] != "resolved":
+            service.resolve_judgment("app", judgment["judgment_id"], True)
+    pool.housekeep()  # within trust.groom_seconds of the last pass: nothing runs yet
+    assert [item.status for item in service.notes("app", status="candidate").notes] == ["candidate"]
