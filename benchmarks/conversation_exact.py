@@ -1,10 +1,13 @@
 """Exact conversation search latency (``memory_search`` with scope ``conversation``) against a LIKE scan.
 
-    python benchmarks/conversation_exact.py --sizes 1000000 --repeat 30 --out bench-out
+    python benchmarks/conversation_exact.py --sizes 1000000 --repeat 30 --unindexed 0 5000 --out bench-out
 
 Prints one JSON document. The corpus is ``benchmarks/corpus.py``'s lines stored as conversation events
 (every fifth one a tool call whose arguments hold the line, the rest messages), bulk-inserted the way an
-import writes them: the schema's triggers fill the trigram index and the indexing markers. For each
+import writes them (the schema's triggers fill the indexing markers), then indexed by the catch-up the
+workers' housekeeping runs (``obsmem.events.index_event_trigrams``): first all but the newest
+``--unindexed`` events (largest value first), measured, then the next value, down to the whole corpus
+(0); a tail left out shows what the search's direct scan of the unindexed events costs. For each
 query it reports the median and p95 latency of obsmem's exact search over events (limit 20) and of the
 plain ``content LIKE ? OR tool_args LIKE ?`` scan newest first, the plan obsmem chose, and whether both
 returned the same events. Corpora are cached under ``--out`` so repeated runs skip the load.
@@ -25,6 +28,7 @@ from corpus import rows  # noqa: E402
 from exact_search import LIMIT, QUERIES, summary, timed  # noqa: E402
 
 from obsmem.dates import parse_window  # noqa: E402
+from obsmem.events import index_event_trigrams  # noqa: E402
 from obsmem.ids import event_id  # noqa: E402
 from obsmem.projects import ProjectRegistry  # noqa: E402
 from obsmem.retrieval.corpus import EVENTS  # noqa: E402
@@ -35,6 +39,7 @@ TOOL_EVERY = 5
 
 
 def build(registry: ProjectRegistry, name: str, count: int) -> None:
+    """Store the corpus (unless cached), unindexed."""
     if registry.exists(name):
         return
     db = registry.get(name, create=True)
@@ -68,15 +73,33 @@ def build(registry: ProjectRegistry, name: str, count: int) -> None:
             flush()
     if batch:
         flush()
+
+
+def index_up_to(registry: ProjectRegistry, name: str, unindexed: int) -> float:
+    """Index the corpus up to its newest ``unindexed`` events (never backwards); returns the seconds."""
+    db = registry.get(name)
+    total, through = db.query("SELECT count(*), (SELECT indexed_through FROM event_trigram_progress) FROM events")[0]
+    started = time.perf_counter()
+    index_event_trigrams(db, max_events=max(0, total - unindexed - through))
     db.connection().execute("INSERT INTO event_trigrams(event_trigrams) VALUES ('optimize')")
     db.connection().execute("PRAGMA optimize")
+    return time.perf_counter() - started
 
 
-def run_size(registry: ProjectRegistry, count: int, repeat: int) -> dict[str, object]:
+def run_size(registry: ProjectRegistry, count: int, repeat: int, tails: list[int]) -> list[dict[str, object]]:
     name = f"bench-conversation-{count}"
     started = time.perf_counter()
     build(registry, name, count)
     load_s = time.perf_counter() - started
+    runs = []
+    for unindexed in sorted(set(tails), reverse=True):
+        index_s = index_up_to(registry, name, unindexed)
+        runs.append(run_queries(registry, name, repeat) | {"load_s": round(load_s, 1), "index_s": round(index_s, 1)})
+        runs[-1] |= {"events": count, "unindexed": unindexed}
+    return runs
+
+
+def run_queries(registry: ProjectRegistry, name: str, repeat: int) -> dict[str, object]:
     conn = registry.get(name).connection()
     searcher = ExactSearcher(conn, corpus=EVENTS)
     window = parse_window()
@@ -106,20 +129,21 @@ def run_size(registry: ProjectRegistry, count: int, repeat: int) -> dict[str, ob
                     "identical_results": same,
                 }
             )
-    return {"events": count, "load_s": round(load_s, 1), "queries": results}
+    return {"queries": results}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--unindexed", type=int, nargs="+", default=[0], help="events left out of the index")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     args = parser.parse_args()
     registry = ProjectRegistry(args.out)
     report = {
         "benchmark": "conversation_exact",
         "limit": LIMIT,
-        "sizes": [run_size(registry, n, args.repeat) for n in args.sizes],
+        "runs": [run for n in args.sizes for run in run_size(registry, n, args.repeat, args.unindexed)],
     }
     print(json.dumps(report, indent=2))
 

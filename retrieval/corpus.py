@@ -9,6 +9,10 @@ Events are searched in their content and their tool arguments (the canonical JSO
 as), each on its own: a needle never matches across the two. Event times are stored as ISO 8601
 (``YYYY-MM-DDTHH:MM:SS.mmmZ``); the hit columns present them in the memories' stored format
 (``YYYY-MM-DD HH:MM:SS``), so hits of both kinds sort and display alike.
+
+The events' trigram index is filled after the append, up to a durable watermark (``m0006_conversation``):
+every plan that reads the index also checks every event above the watermark directly, so the answer is
+the same however far the index has got.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class Corpus:
     columns: str  # the hit columns (obsmem.retrieval.results.Hit.from_row)
     sample_text: str  # SQL for the text the plan's statistics sample
     iso_dates: bool  # dates stored as ISO 8601 text (events) rather than the stored format (memories)
+    # SQL for the last id the trigram index holds when it trails the table (None: triggers keep it whole).
+    indexed_through: str | None = None
 
     @property
     def match(self) -> str:
@@ -80,4 +86,5 @@ EVENTS = Corpus(
     # Content and arguments joined by a line break, which no needle holds: counts never span the two.
     sample_text="content || char(10) || coalesce(tool_args, '')",
     iso_dates=True,
+    indexed_through="SELECT indexed_through FROM event_trigram_progress",
 )

@@ -160,6 +160,9 @@ class ExactSearcher:
         self.window_first_rows = window_first_rows
         self._tokenize = conn.fts5_tokenizer("trigram", [])
         self.last_plan: ExactPlan | None = None
+        # The index's watermark for the search running now (None: the index holds every row): the plans
+        # that read the index also check every row above it.
+        self._unindexed_above: int | None = None
 
     def trigrams(self, needle: str) -> list[str]:
         """The needle's distinct trigrams as the index folds them, in order of first appearance."""
@@ -176,6 +179,8 @@ class ExactSearcher:
     def rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None = None) -> list[tuple]:
         """Up to ``fetch`` matching rows (the corpus's hit columns), newest first."""
         where, params = _filters(self.corpus, window, session_id)
+        if self.corpus.indexed_through is not None:
+            self._unindexed_above = self.conn.execute(self.corpus.indexed_through).fetchone()[0]
         pattern = like_pattern(needle)
         trigrams = self.trigrams(needle)
         if trigrams:
@@ -327,16 +332,25 @@ class ExactSearcher:
     def _check_candidates(
         self, candidates: list[int], pattern: str, where: str, params: list[object], fetch: int
     ) -> list[tuple]:
-        if not candidates:
+        tail, tail_params = self._tail()
+        if not candidates and not tail:
             return []
         corpus = self.corpus
         sql = (
             f"SELECT {corpus.columns} FROM {corpus.table} AS m"
-            " WHERE m.id IN (SELECT value FROM json_each(?))"
+            f" WHERE m.id IN (SELECT value FROM json_each(?){tail})"
             f" AND {corpus.match}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (json.dumps(candidates), *corpus.patterns(pattern), *params, fetch)).fetchall()
+        return self.conn.execute(
+            sql, (json.dumps(candidates), *tail_params, *corpus.patterns(pattern), *params, fetch)
+        ).fetchall()
+
+    def _tail(self) -> tuple[str, tuple[int, ...]]:
+        """The rows the index does not hold yet, as a ``UNION ALL`` arm of a candidate id list."""
+        if self._unindexed_above is None:
+            return "", ()
+        return f" UNION ALL SELECT id FROM {self.corpus.table} WHERE id > ?", (self._unindexed_above,)
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         corpus = self.corpus
@@ -367,14 +381,17 @@ class ExactSearcher:
     def _phrase(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # MATERIALIZED keeps the planner from turning this inside out (walking dates, probing FTS).
         corpus = self.corpus
+        tail, tail_params = self._tail()
         sql = (
             "WITH candidates AS MATERIALIZED ("
-            f"  SELECT rowid FROM {corpus.trigrams} WHERE {corpus.trigrams} MATCH ?)"
-            f" SELECT {corpus.columns} FROM candidates AS c JOIN {corpus.table} AS m ON m.id = c.rowid"
+            f"  SELECT rowid AS id FROM {corpus.trigrams} WHERE {corpus.trigrams} MATCH ?{tail})"
+            f" SELECT {corpus.columns} FROM candidates AS c JOIN {corpus.table} AS m ON m.id = c.id"
             f" WHERE {corpus.match}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (fts_phrase(needle), *corpus.patterns(pattern), *params, fetch)).fetchall()
+        return self.conn.execute(
+            sql, (fts_phrase(needle), *tail_params, *corpus.patterns(pattern), *params, fetch)
+        ).fetchall()
 
     def _scan(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # One sequential pass over the table is cheaper than walking the whole date index.

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from obsmem.app import Obsmem
 from obsmem.dates import parse_window
 from obsmem.errors import InvalidScope
+from obsmem.events import index_event_trigrams, unindexed_events
 from obsmem.ids import event_id
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.corpus import EVENTS
@@ -84,7 +85,10 @@ def test_every_plan_matches_the_like_reference(tmp_path_factory: pytest.TempPath
     if not needle:
         return
     registry, db = _load(tmp_path_factory.mktemp("db"), events)
+    # The trigram index trails the appends by any number of events: the answer must not depend on it.
+    indexed = data.draw(st.integers(0, len(events)))
     try:
+        assert index_event_trigrams(db, max_events=indexed) == indexed
         expected = _reference(events, needle)
         conn = db.connection()
         pattern = like_pattern(needle)
@@ -103,6 +107,15 @@ def test_every_plan_matches_the_like_reference(tmp_path_factory: pytest.TempPath
             ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=10**9, posting_cost=0, short_needle_walk_rows=-1),
             ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=3),  # walk, hand over
             ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=10**9),  # walk only
+            # The window plan over a two-row window, retried four times longer, then handed over.
+            ExactSearcher(
+                conn,
+                corpus=EVENTS,
+                index_plan_max_docs=-1,
+                posting_cost=0,
+                window_plan_walk_rows=-1,
+                window_first_rows=2,
+            ),
         ):
             for limit in (1, 3, 50):
                 hits, truncated = searcher.search(needle, window, limit)
@@ -207,3 +220,46 @@ def test_event_ids_are_filled_for_inserts_that_leave_them_out(tmp_path: Path) ->
         assert [row[2] for row in rows] == [event_id("s", 1), event_id("s", 2)]
     finally:
         registry.close()
+
+
+def _indexed(db, needle: str) -> list[int]:  # type: ignore[no-untyped-def]
+    rows = db.query("SELECT rowid FROM event_trigrams WHERE event_trigrams MATCH ? ORDER BY rowid", (f'"{needle}"',))
+    return [row[0] for row in rows]
+
+
+def test_the_trigram_index_trails_appends_and_keeps_indexed_rows_in_step(tmp_path: Path) -> None:
+    events = [(STAMPS[0], f"alpha{n} note", None) for n in range(1, 8)]
+    registry, db = _load(tmp_path, events)
+    try:
+        conn = db.connection()
+        searcher = ExactSearcher(conn, corpus=EVENTS, posting_cost=0)
+        window = parse_window()
+        before = [hit.seq for hit in searcher.search("alpha3", window, 5)[0]]
+        assert before == [3] and searcher.last_plan is not None and searcher.last_plan.name == "candidates"
+        # An append does not index; the search found event 3 above the watermark by scanning it.
+        assert _indexed(db, "alpha") == [] and unindexed_events(conn) == 7
+        assert index_event_trigrams(db, max_events=5) == 5 and _indexed(db, "alpha") == [1, 2, 3, 4, 5]
+        assert index_event_trigrams(db) == 2 and index_event_trigrams(db) == 0 and unindexed_events(conn) == 0
+        with db.write() as writer:
+            writer.execute("UPDATE events SET content = 'beta note' WHERE id = 2")
+            writer.execute("DELETE FROM events WHERE id = 7")
+            # The last id comes back for a new event: below the watermark, so indexed at once.
+            writer.execute(
+                "INSERT INTO events(id, session_id, seq, role, type, content, created_at, fingerprint)"
+                " VALUES (7, 's', 8, 'user', 'message', 'gamma note', ?, 'f')",
+                (STAMPS[2],),
+            )
+        assert _indexed(db, "alpha") == [1, 3, 4, 5, 6] and _indexed(db, "beta") == [2] and _indexed(db, "gamma") == [7]
+        assert [hit.seq for hit in searcher.search("gamma", window, 5)[0]] == [8]
+        assert [hit.seq for hit in searcher.search("alpha3", window, 5)[0]] == before
+    finally:
+        registry.close()
+
+
+def test_the_workers_housekeeping_catches_the_index_up(talk: Obsmem) -> None:
+    conn = talk.database("p").connection()
+    before = talk.search("p", "src/", scope="conversation").to_dict()
+    assert unindexed_events(conn) > 0
+    talk.worker_pool().housekeep()
+    assert unindexed_events(conn) == 0
+    assert talk.search("p", "src/", scope="conversation").to_dict() == before and before["hits"]

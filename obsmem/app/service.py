@@ -28,7 +28,14 @@ from obsmem.app.results import (
 )
 from obsmem.app.typed import build
 from obsmem.errors import ValidationFailed
-from obsmem.events import AppendReceipt, append_events, require_session, session_totals
+from obsmem.events import (
+    AppendReceipt,
+    append_events,
+    index_conversation_step,
+    index_event_trigrams,
+    require_session,
+    session_totals,
+)
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.pipeline import ChatModel, ObservationPipeline, Projection, project_generation_totals
@@ -434,6 +441,11 @@ class Obsmem:
         queue = self.pipeline.queue(self.projects.get(project))
         return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
+    def index_conversation(self, project: str) -> int:
+        """Bring the events' trigram index up to date now (the workers' housekeeping does it in steps);
+        returns the events indexed. Exact conversation search answers the same either way, only faster."""
+        return index_event_trigrams(self.projects.get(project))
+
     def worker_pool(self) -> WorkerPool:
         """The pool that runs background jobs for every project of this data directory (not started)."""
         if self.workers is None:
@@ -441,7 +453,7 @@ class Obsmem:
                 self.projects,
                 {**self.pipeline.handlers, **self.trust.handlers},
                 self.settings.jobs,
-                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule],
+                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule, index_conversation_step],
             )
         return self.workers
 

@@ -5,9 +5,15 @@ Events become searchable like memories (``memory_search`` with ``scope`` ``conve
 - ``events.event_id`` is the SHA-256 of the event's address (:func:`obsmem.ids.event_id`), the id search
   hits and ``recall`` use. Appends write it; an insert that leaves it out gets it from the
   ``obsmem_event_id`` SQL function every obsmem connection registers, so the column is never empty.
-- ``event_trigrams`` holds the trigrams of each event's content and tool arguments, kept in step by
-  triggers, with the same two U+0001 sentinels after each text as ``memory_trigrams`` (so one- and
-  two-character needles start some trigram, and no trigram spans the content and the arguments).
+- ``event_trigrams`` holds the trigrams of each event's content and tool arguments, with the same two
+  U+0001 sentinels after each text as ``memory_trigrams`` (so one- and two-character needles start some
+  trigram, and no trigram spans the content and the arguments). It is filled *after* the append, not in
+  its transaction (a trigram index of every event tripled an append's cost): the one row of
+  ``event_trigram_progress`` is a durable watermark, every event with ``id <= indexed_through`` is in the
+  index, and :func:`obsmem.events.index_event_trigrams` moves it forward (housekeeping does, in batches).
+  Exact search reads the index up to the watermark and scans the events above it directly, so its answer
+  never depends on how far the index has got. Triggers keep indexed rows in step (an edit or delete at or
+  below the watermark, and an insert there: a reused id of a deleted last event).
 - ``events_by_date`` and ``events_by_session_date`` give exact search its newest-first walk.
 - Every event insert, edit and delete is marked in ``semantic_pending`` in the writer's transaction, as
   memories are, under the negated event row (``-events.id``): memory rows are positive, so one marker
@@ -32,17 +38,24 @@ CREATE VIRTUAL TABLE event_trigrams USING fts5(
     content, content='', contentless_delete=1, tokenize='trigram'
 );
 CREATE VIRTUAL TABLE event_trigram_terms USING fts5vocab(event_trigrams, 'row');
-INSERT INTO event_trigrams(rowid, content)
-    SELECT id, content || char(1, 1) || coalesce(tool_args || char(1, 1), '') FROM events;
+-- Events already stored are indexed by the first catch-up, not by the migration.
+CREATE TABLE event_trigram_progress (
+    only_row INTEGER PRIMARY KEY CHECK (only_row = 1),
+    indexed_through INTEGER NOT NULL CHECK (indexed_through >= 0)
+);
+INSERT INTO event_trigram_progress(only_row, indexed_through) VALUES (1, 0);
 
-CREATE TRIGGER events_trigrams_insert AFTER INSERT ON events BEGIN
+CREATE TRIGGER events_trigrams_insert AFTER INSERT ON events
+WHEN new.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     INSERT INTO event_trigrams(rowid, content)
         VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
 END;
-CREATE TRIGGER events_trigrams_delete AFTER DELETE ON events BEGIN
+CREATE TRIGGER events_trigrams_delete AFTER DELETE ON events
+WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     DELETE FROM event_trigrams WHERE rowid = old.id;
 END;
-CREATE TRIGGER events_trigrams_update AFTER UPDATE OF content, tool_args ON events BEGIN
+CREATE TRIGGER events_trigrams_update AFTER UPDATE OF content, tool_args ON events
+WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     DELETE FROM event_trigrams WHERE rowid = old.id;
     INSERT INTO event_trigrams(rowid, content)
         VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
