@@ -6,6 +6,7 @@ plan exact search can pick must return exactly its rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from obsmem.app import Obsmem
 from obsmem.dates import parse_window
 from obsmem.errors import InvalidScope
 from obsmem.events import index_event_trigrams, unindexed_events
-from obsmem.ids import event_id
+from obsmem.ids import canonical_json, event_id
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.corpus import EVENTS
 from obsmem.retrieval.exact import ExactSearcher, like_pattern
@@ -263,3 +264,10 @@ def test_the_workers_housekeeping_catches_the_index_up(talk: Obsmem) -> None:
     talk.worker_pool().housekeep()
     assert unindexed_events(conn) == 0
     assert talk.search("p", "src/", scope="conversation").to_dict() == before and before["hits"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(session=st.text(min_size=1, max_size=20), seq=st.integers(1, 2**53))
+def test_event_ids_hash_the_canonical_json_of_their_address(session: str, seq: int) -> None:
+    document = {"kind": "event", "session_id": session, "seq": seq}
+    assert event_id(session, seq) == hashlib.sha256(canonical_json(document)).hexdigest()
