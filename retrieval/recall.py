@@ -86,8 +86,12 @@ def _source_event(row: tuple) -> SourceEvent:
 
 def _events_with_prefix(conn: apsw.Connection, prefix: str, session_id: str | None) -> list[tuple]:
     """Up to two events whose id starts with ``prefix``: ``(event_id, *event columns)``."""
-    sql = f"SELECT e.event_id, {_EVENT_COLUMNS} FROM events AS e WHERE e.event_id >= ? AND e.event_id < ?"
-    params: list[object] = [prefix, prefix + "g"]
+    sql = (
+        f"SELECT e.event_id, {_EVENT_COLUMNS} FROM events AS e"
+        " WHERE substr(e.event_id, 1, 12) = ? AND e.event_id >= ? AND e.event_id < ?"
+    )
+    # The index holds each id's first 12 characters (m0006_conversation); a prefix is at least that long.
+    params: list[object] = [prefix[:12], prefix, prefix + "g"]
     if session_id is not None:
         sql += " AND e.session_id = ?"
         params.append(session_id)
