@@ -34,15 +34,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pydantic_ai import Agent  # noqa: E402
 from pydantic_ai.messages import ModelMessage, ModelResponse  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai_turns import module_turns  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
 from obsmem.pydantic_ai import ObservationalMemory, OMEvent  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
-from support.pydantic_ai_stages import CodingAgent, observer_model, reflector_model  # noqa: E402
+from support.pydantic_ai_session import agent_with_memory, staged_memory  # noqa: E402
+from support.pydantic_ai_stages import CodingAgent  # noqa: E402
 
 WORDS = [
     "the",
@@ -111,26 +113,18 @@ async def measure(turns: int, window: int, delay: float, seed: int) -> dict[str,
         tempfile.TemporaryDirectory() as data,
         Obsmem(load_settings(data_dir=Path(data), **settings(window))) as memory,
     ):
-        om = CountingMemory(
+        om = staged_memory(
             memory,
+            CountingMemory,
             project="bench",
-            session_id="s1",
-            observer_model=observer_model(),
-            reflector_model=reflector_model(),
             context_window=window,
             event_handler=events.append,
             overflow_wait_seconds=30.0,
         )
         session = Session(delay, seed)
-        agent = Agent(FunctionModel(session.model), capabilities=[om], system_prompt="You are a careful coding agent.")
-        agent.tool_plain(session.run_tests, name="run_tests")
+        agent = agent_with_memory(om, FunctionModel(session.model), session.run_tests)
         started = time.monotonic()
-        history: list[ModelMessage] = []
-        for turn in range(1, turns + 1):
-            prompt = (
-                f"turn {turn}: fix the failing test in src/module_{turn}.py; the code word for turn {turn} is w{turn}"
-            )
-            history = (await agent.run(prompt, message_history=history)).all_messages()
+        history = await module_turns(agent, [], 1, turns)
         elapsed = time.monotonic() - started
         answer = (await agent.run("what was the code word for turn 3?", message_history=history)).output
         om.close()

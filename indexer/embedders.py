@@ -7,15 +7,17 @@ dimensions, finite numbers and a non-zero norm — before anything is normalised
 fails any check raises :class:`~obsmem.errors.EmbeddingUnavailable` for the whole call, so nothing from
 a bad reply is ever indexed.
 
-Providers: :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in this process)
-and :class:`~obsmem.indexer.embed_openai.OpenAIEmbedder` (an OpenAI-compatible ``/embeddings``
-endpoint). :func:`make_embedder` builds the configured one.
+Providers: :class:`~obsmem.indexer.embed_onnx.OnnxEmbedder` (the local model's ONNX build, fp32 by
+default or int8), :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in fp32) and
+:class:`~obsmem.indexer.embed_openai.OpenAIEmbedder` (an OpenAI-compatible ``/embeddings`` endpoint).
+:func:`make_embedder` builds the configured one.
 """
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +95,12 @@ class Embedder(ABC):
             self._dimensions = width
         return (array / norms[:, None]).astype(np.float32)
 
+    @contextlib.contextmanager
+    def every_core(self) -> Iterator[None]:
+        """Let indexing use every core while inside (nothing else in the process needs one). Local models
+        only; an endpoint's cores are not ours to choose."""
+        yield
+
     def close(self) -> None:  # noqa: B027 (an optional hook: most providers hold nothing)
         """Release models or connections."""
 
@@ -102,6 +110,10 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         from obsmem.indexer.embed_openai import OpenAIEmbedder
 
         return OpenAIEmbedder(settings)
+    if settings.encoder.startswith("onnx-"):
+        from obsmem.indexer.embed_onnx import OnnxEmbedder
+
+        return OnnxEmbedder(settings)
     from obsmem.indexer.embed_local import LocalEmbedder
 
     return LocalEmbedder(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -52,12 +53,23 @@ class SemanticIndexer:
     def run_batch(self, name: str, max_chunks: int | None = None) -> BatchReport:
         return self.project(name).run_batch(max_chunks)
 
-    def backfill(self, name: str, progress: Callable[[BatchReport], None] | None = None) -> dict[str, Any]:
-        """Index everything pending now, in the foreground, then build and publish the graph."""
+    def backfill(
+        self, name: str, progress: Callable[[BatchReport], None] | None = None, *, every_core: bool = False
+    ) -> dict[str, Any]:
+        """Index everything pending now, in the foreground, then build and publish the graph.
+
+        ``every_core``: nothing else in this process needs a core (a one-shot ``obsmem index``), so the
+        model may use them all; a serving process keeps one for queries."""
         index = self.project(name)
-        total = index.backfill(progress)
+        with self.embedder.every_core() if every_core and self._scheduler is None else contextlib.nullcontext():
+            total = index.backfill(progress)
         index.maintain()
         return total.to_dict() | index.status()
+
+    def is_indexing(self, name: str) -> bool:
+        """Is anyone indexing ``name`` now: this process's background indexer, or another process holding
+        the project's indexing lock (a server's or worker's batch, or ``obsmem index``)?"""
+        return self._scheduler is not None or self.project(name).indexing_elsewhere()
 
     # -- background: the indexer's own scheduler ------------------------------------------------
 

@@ -256,6 +256,13 @@ class ProjectIndex:
             total.remaining = self.pending_count()
             return total
 
+    def indexing_elsewhere(self) -> bool:
+        """Does a batch hold this project's indexing lock now (in this process or another)?"""
+        if self._batch_lock.locked():
+            return True
+        with self.files.locked(INDEXING_LOCK, blocking=False) as free:
+            return not free
+
     @contextlib.contextmanager
     def _indexing(self) -> Iterator[bool]:
         """Both indexing locks (this process's and the project's lock file); yields False if busy."""

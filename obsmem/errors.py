@@ -71,7 +71,9 @@ response bodies, so they are safe to log.
     ├── JudgmentResolved (409)        judgment_resolved: a judgment resolved one way cannot be resolved the other
     └── JudgeFailed (503)             judge_unavailable: the judge gave no answer; recorded as an escalation
         ├── JudgeTimeout              judge_timeout: the judge did not answer within its deadline
-        └── JudgeBadResponse (502)    judge_bad_response: no p, not JSON, or p outside [0, 1]
+        ├── JudgeBadResponse (502)    judge_bad_response: no p, not JSON, or p outside [0, 1]
+        └── JudgeCrashed (500)        judge_error: the judge or the judging job failed unexpectedly (only
+                                      the exception's type is kept)
 
 Codes without an error class, in the same ``{"error": {"code", "message"}}`` shape:
 

@@ -146,11 +146,17 @@ class HybridSearcher:
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
 
-    @staticmethod
-    def _building(store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
+    def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
         """``index_building`` with the counts of the kind of source the search looks in."""
+        if self.indexer.is_indexing(project):
+            message = "the semantic index is still being built; search again shortly or use mode 'exact'"
+        else:  # nothing will build it unless asked: say what to run
+            message = (
+                f"the semantic index is not built and nothing is indexing it now: run `obsmem index {project}` "
+                "(or start `obsmem serve`, which indexes in the background), or use mode 'exact'"
+            )
         return IndexBuilding(
-            "the semantic index is still being built; search again shortly or use mode 'exact'",
+            message,
             indexed_count=store.indexed_count(kind) if compatible else 0,
             source_count=store.source_count(kind),
         )
@@ -177,7 +183,7 @@ class HybridSearcher:
             if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
                 if store.source_count(kind) == 0:
                     return SearchResult(mode="hybrid"), stages
-                raise self._building(store, compatible=False, kind=kind)
+                raise self._building(project, store, compatible=False, kind=kind)
         use_bm25, use_vectors = self._lists(plan)
         query_vector = index.embedder.embed_query(request.query) if use_vectors else None
         vectors = index.vectors()
@@ -191,11 +197,11 @@ class HybridSearcher:
         with index.reader() as store:
             state = store.state()
             if vectors is None or not state.compatible_with(index.signature, index.keyword_signature):
-                raise self._building(store, compatible=False, kind=kind)
+                raise self._building(project, store, compatible=False, kind=kind)
             if vectors.live_of(kind) == 0:
                 if store.source_count(kind) == 0:
                     return SearchResult(mode="hybrid"), stages
-                raise self._building(store, compatible=True, kind=kind)
+                raise self._building(project, store, compatible=True, kind=kind)
             partial = store.has_pending()
             # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
             margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0

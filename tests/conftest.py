@@ -27,13 +27,21 @@ from support.model_server import ModelServer  # noqa: E402
 from support.scripted_chat import ObserverScript, Responder, ScriptedChatServer  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def _test_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache directory for the whole run: the local encoder is built there once (about 30 s), never in
+    the developer's own cache."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads the developer's settings file or data directory."""
+def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, _test_cache_home: Path) -> None:
+    """No test reads the developer's settings file, data directory or cache."""
     for name in list(os.environ):
         if name.startswith("OBSMEM_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_test_cache_home))
 
 
 @pytest.fixture

@@ -351,12 +351,12 @@ def test_search_options_reach_the_search(loaded: Path) -> None:
 
 
 def test_search_mode_choices_and_default_follow_the_retrieval_modes(data_dir: Path) -> None:
-    """The --mode choices come from the retrieval layer and the help names both possible defaults, so a new
-    mode or the hybrid default under [semantic] can never be misdescribed by the CLI."""
+    """The --mode choices come from the retrieval layer and the help names the default of the loaded settings
+    (test_cli_hybrid.py covers the others), so a new mode or the default can never be misdescribed."""
     mode = next(p for p in search_command.params if p.name == "mode")
     assert isinstance(mode.type, click.Choice) and tuple(mode.type.choices) == MODES
     text = " ".join(ok(run(data_dir, "search", "--help")).stdout.split())
-    assert "hybrid when [semantic] is configured, else exact" in text
+    assert "[default: exact (no [semantic] section)]" in text
     assert "[default: exact]" not in text
     refused = run(data_dir, "search", "proj", "x", "--mode", "fuzzy")
     assert refused.exit_code == 2 and "fuzzy" in refused.output

@@ -22,7 +22,7 @@ def test_sample_questions_with_the_bundled_model(tmp_path: Path) -> None:
     assert by["hybrid"]["hit@10"] >= 0.8 and by["hybrid"]["hit@10"] >= by["bm25"]["hit@10"]
     # where a target can be lost: never after the fused candidates when it reached the top 20
     assert by["hybrid"]["candidates.fused@200"] >= by["hybrid"]["hit@20"]
-    assert run.setup["embedding"] == "sentence-transformers:all-MiniLM-L6-v2"
+    assert run.setup["embedding"] == "onnx:onnx-fp32-1:all-MiniLM-L6-v2"  # the default encoder
     assert not (tmp_path / "unused").exists()
 
 

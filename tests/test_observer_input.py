@@ -101,6 +101,19 @@ def test_results_of_the_memory_tools_are_not_re_observed() -> None:
     assert "likes tabs" not in result.body and result.citable
 
 
+def test_notes_the_agent_writes_are_not_shown_to_the_observer() -> None:
+    """A note is judged before it is trusted: an observation of it would skip that judgment."""
+    args = '{"action": "save", "content": "deploys go out on Thursdays"}'
+    call = render_event(7, "assistant", "tool_call", "", "memory", args, STAMP, 9)
+    result = render_event(8, "tool", "tool_result", '{"id": "n1", "trusted": false}', "memory", None, STAMP, 5)
+    for view in (call, result):
+        assert "Thursdays" not in view.body and "trusted" not in view.body
+        assert view.body.startswith("(omitted: a note the agent wrote")
+    assert call.header.endswith("assistant called tool memory") and result.header.endswith("result of tool memory")
+    other = render_event(9, "assistant", "tool_call", "", "bash", '{"cmd": "memory"}', STAMP, 5)
+    assert "memory" in other.body  # only the note tool is hidden
+
+
 def test_secrets_are_redacted_in_what_the_observer_sees() -> None:
     call = render_event(
         4,

@@ -30,9 +30,11 @@ from support.pydantic_ai_runs import (
     WINDOW,
     coding_agent,
     history_events,
+    logging_agent,
     memory_in,
     request_tokens,
     run_turns,
+    session_memory,
     stored_events,
 )
 from support.pydantic_ai_session import SETTINGS
@@ -52,14 +54,12 @@ def memory(tmp_path: Path) -> Iterator[Obsmem]:
 
 def test_a_sixty_turn_run_sends_memory_in_place_of_observed_messages(memory: Obsmem) -> None:
     events: list[OMEvent] = []
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        events,
         observer_model=observer_model(),
         reflector_model=reflector_model(),
         context_window=WINDOW,
-        event_handler=events.append,
     )
     model = CodingAgent()
     agent = coding_agent(om, model)
@@ -161,22 +161,16 @@ def failing_observer(messages: list[ModelMessage], info: AgentInfo) -> ModelResp
 
 def test_an_overflowing_request_waits_then_is_reported_never_truncated(memory: Obsmem) -> None:
     events: list[OMEvent] = []
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        events,
         observer_model=FunctionModel(failing_observer),
         context_window=2_000,
         overflow_wait_seconds=1.0,
-        event_handler=events.append,
         tools=False,
     )
     model = CodingAgent()
-    agent = Agent(model.model(), capabilities=[om])
-
-    @agent.tool_plain
-    def run_tests(path: str) -> str:
-        return "log line " * 900  # ~2,000 tokens: more than the window holds
+    agent = logging_agent(om, model, log_lines=900)  # ~2,000 tokens: more than the window holds
 
     started = time.monotonic()
     asyncio.run(agent.run("turn 1: run the tests"))
@@ -199,22 +193,16 @@ def slow_observer(messages: list[ModelMessage], info: AgentInfo) -> ModelRespons
 
 def test_the_last_resort_compacts_what_the_wait_observed(memory: Obsmem) -> None:
     events: list[OMEvent] = []
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        events,
         observer_model=FunctionModel(slow_observer),
         context_window=2_500,
         overflow_wait_seconds=20.0,
-        event_handler=events.append,
         tools=False,
     )
     model = CodingAgent()
-    agent = Agent(model.model(), capabilities=[om])
-
-    @agent.tool_plain
-    def run_tests(path: str) -> str:
-        return "log line " * 300  # ~700 tokens per result: three turns are more than the window holds
+    agent = logging_agent(om, model, log_lines=300)  # ~700 tokens per result: three turns overflow the window
 
     async def scenario() -> None:
         history: list[ModelMessage] = []
@@ -231,15 +219,13 @@ def test_the_last_resort_compacts_what_the_wait_observed(memory: Obsmem) -> None
 def test_events_and_status_reach_mastra_parity(memory: Obsmem) -> None:
     handled: list[OMEvent] = []
     iterated: list[OMEvent] = []
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        handled,
         observer_model=observer_model(),
         reflector_model=reflector_model(),
         context_window=WINDOW,
         reflection_threshold=300,
-        event_handler=handled.append,
         include_observations=True,
         tools=False,
     )
@@ -295,13 +281,11 @@ def test_events_and_status_reach_mastra_parity(memory: Obsmem) -> None:
 
 def test_observation_payloads_are_opt_in(memory: Obsmem) -> None:
     handled: list[OMEvent] = []
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        handled,
         observer_model=observer_model(),
         context_window=WINDOW,
-        event_handler=handled.append,
         tools=False,
     )
     asyncio.run(run_turns(coding_agent(om, CodingAgent()), om, range(1, 3), []))
@@ -314,13 +298,11 @@ def test_observation_payloads_are_opt_in(memory: Obsmem) -> None:
 
 def test_a_failing_observer_is_reported_and_the_run_goes_on(memory: Obsmem) -> None:
     handled: list[OMEvent] = []
-    om = ObservationalMemory(
+    om = session_memory(
         memory,
-        project="p",
-        session_id="s1",
+        handled,
         observer_model=FunctionModel(failing_observer),
         context_window=WINDOW,
-        event_handler=handled.append,
         tools=False,
     )
     agent = coding_agent(om, CodingAgent())

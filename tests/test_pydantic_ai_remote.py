@@ -23,58 +23,11 @@ from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, OMEvent
 from obsmem.settings import load_settings
 from support.http_server import KEY_ALL, KEYS, bearer, live_server
 from support.pydantic_ai_runs import WINDOW, coding_agent, history_events, memory_in, run_turns, stored_events
-from support.pydantic_ai_stages import CodingAgent, event_bodies, observer_model, tool_pairs_intact
-from support.scripted_chat import (
-    PipelineScript,
-    Reply,
-    Request,
-    ScriptedChatServer,
-    StageScript,
-    citable_seqs,
-    record,
-    text,
-)
+from support.pydantic_ai_server import QuotingObserverScript, server_settings
+from support.pydantic_ai_stages import CodingAgent, observer_model, tool_pairs_intact
+from support.scripted_chat import PipelineScript, ScriptedChatServer
 
 pytestmark = pytest.mark.timeout(300)
-
-
-class QuotingObserverScript(StageScript):
-    """The server's Observer: one observation per event, quoting the start of its text."""
-
-    def opening_reply(self, request: Request, call: int) -> Reply:
-        transcript = request.transcript
-        bodies = event_bodies(transcript)
-        items = [
-            {
-                "content": f"{bodies[seq][1]}: {bodies[seq][2] or 'no text'}",
-                "timestamp": bodies[seq][0],
-                "importance": "medium",
-                "source_refs": [seq],
-            }
-            for seq in citable_seqs(transcript)
-            if seq in bodies
-        ]
-        return record(*items) if items else text("nothing to record")
-
-
-def server_settings(model_url: str) -> str:
-    return "\n".join(
-        [
-            "[model]",
-            f'base_url = "{model_url}"',
-            'model_id = "scripted"',
-            "max_retries = 0",
-            "[observer]",
-            "buffer_tokens = 100",
-            "[reflector]",
-            "reflect_after_observation_tokens = 1500",
-            "[pools]",
-            "observations_max_tokens = 1000",
-            "[jobs]",
-            "poll_seconds = 0.05",
-            "retry_backoff_seconds = 0.01",
-        ]
-    )
 
 
 def test_the_same_scenario_through_an_obsmem_server(tmp_path: Path) -> None:

@@ -77,6 +77,20 @@ def test_the_user_tier_follows_the_keys_owner_and_no_one_else(keyed: tuple[Obsme
     assert [item["id"] for item in groomed["promoted"]] == [body["id"]]
     assert [hit["trusted"] for hit in _search(client, ALICE, "one", "tabs", trust="trusted")] == [True]
     assert _search(client, BOB, "three", "tabs") == []
+    # Saving the trusted note's text again writes nothing and says so, without contradicting trusted: false.
+    again = client.post(
+        "/v1/projects/one/notes",
+        json={"action": "save", "content": "alice prefers tabs", "tier": "user"},
+        headers=_as(ALICE),
+    )
+    assert again.status_code == 200, again.text
+    assert {key: again.json()[key] for key in ("id", "trusted", "status", "note_status", "duplicate")} == {
+        "id": body["id"],
+        "trusted": False,
+        "status": "unchanged",
+        "note_status": "trusted",
+        "duplicate": True,
+    }
     # A key with no owner has no user tier: its user-tier writes are refused and it sees none.
     refused = client.post(
         "/v1/projects/one/notes", json={"action": "save", "content": "x", "tier": "user"}, headers=_as(NOBODY)

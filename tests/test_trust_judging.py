@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings
+from obsmem.trust import LOCAL_USER
+from obsmem.trust.judges import Judge, JudgeRequest
+from obsmem.trust.ledger import record_judgment
 from support.judge_server import JudgeServer, closed_port_url
 from support.scripted_chat import ScriptedChatServer, tool_calls
 
@@ -123,6 +126,86 @@ def test_a_failed_judge_call_escalates_visibly(tmp_path: Path, behaviour: Any, c
             assert service.groom("app").to_dict()["escalated"][0]["judgment_id"] == judgment["judgment_id"]
 
 
+def _warm(service: Obsmem, project: str = "app") -> None:
+    """Three resolved judgments in the project tier: past the cold start, so the threshold decides."""
+    notes = [service.save_note(project, f"settled fact {n}").note for n in range(3)]
+    with service.database(project).write() as conn:
+        for n, note in enumerate(notes):
+            record_judgment(conn, f"j{n:016x}", note.note_id, "settled", "http", 0.9, "inject", None)
+    for n in range(3):
+        service.resolve_judgment(project, f"j{n:016x}", True)
+    service.groom(project)
+
+
+def test_the_memory_version_follows_injections_and_forgets(tmp_path: Path, judge: JudgeServer) -> None:
+    with _service(tmp_path, {"provider": "http", "base_url": judge.base_url}, judged_per_search=1) as service:
+        service.append_events("app", "s1", [{"role": "user", "content": "hi"}])
+        _warm(service)
+        note = service.save_note("app", "the release branch is cut on Monday").note
+        before = service.memory_version("app", "s1")
+        assert service.memory("app", "s1").to_dict()["untrusted_notes"] == []
+        service.search("app", "release branch")
+        [judgment] = [j for j in _run_judging(service) if j["note_id"] == note.id]
+        assert judgment["decision"] == "inject"
+        injected = service.memory_version("app", "s1")
+        assert injected != before
+        assert [n["content"] for n in service.memory("app", "s1").to_dict()["untrusted_notes"]] == [note.content]
+        assert service.memory_version("app", "s1") == injected  # nothing changed: the same token
+        service.forget_note("app", note.id)
+        assert service.memory_version("app", "s1") not in (before, injected)
+        assert service.memory("app", "s1").to_dict()["untrusted_notes"] == []
+
+
+class _BrokenJudge(Judge):
+    """A judge with a bug: it raises an error no judge should, its text quoting the note."""
+
+    name = "http"
+
+    def rate(self, request: JudgeRequest) -> float:
+        raise RuntimeError(f"cannot rate {request.content}")
+
+
+def test_a_judge_that_raises_unexpectedly_escalates_without_its_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _service(tmp_path, {"provider": "http", "base_url": closed_port_url()}) as service:
+        monkeypatch.setattr(service.trust, "_judge", _BrokenJudge())
+        service.append_events("app", "s1", [{"role": "user", "content": "x"}])
+        service.save_note("app", "the payroll export runs nightly")
+        service.search("app", "payroll")
+        [judgment] = _run_judging(service)
+        assert (judgment["decision"], judgment["state"], judgment["p"]) == ("escalate", "escalated", None)
+        assert judgment["error"] == "judge_error: the judge failed unexpectedly (RuntimeError)"
+        assert service.status("app").to_dict()["trust"]["last_judge_error"]["error"] == judgment["error"]
+        assert service.jobs("app").counts.failed == 0
+
+
+def test_a_judge_job_out_of_retries_escalates_each_candidate(tmp_path: Path, judge: JudgeServer) -> None:
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        trust={"judge": {"provider": "http", "base_url": judge.base_url}, "judged_per_search": 2},
+        jobs={"max_retries": 1, "retry_backoff_seconds": 0},
+    )
+    with Obsmem(settings) as service:
+        service.append_events("app", "s1", [{"role": "user", "content": "x"}])
+        service.save_note("app", "invoices go out on the first")
+        service.save_note("app", "invoices are signed by finance")
+        with service.database("app").write() as conn:  # a store that refuses every judgment the judge gave
+            conn.execute(
+                "CREATE TRIGGER refuse_judged BEFORE INSERT ON judgments WHEN new.error IS NULL"
+                " BEGIN SELECT RAISE(ABORT, 'storage refused the judgment'); END"
+            )
+        service.search("app", "invoices")
+        judgments = _run_judging(service)
+        # The first attempt stops at the first failure (the queue retries); the last records both as escalations.
+        assert len(judge.requests) == 3
+        assert len(judgments) == 2
+        for judgment in judgments:
+            assert (judgment["decision"], judgment["state"], judgment["p"]) == ("escalate", "escalated", None)
+            assert judgment["error"] == "judge_error: judging stopped before its decision was stored (ConstraintError)"
+        assert service.jobs("app").counts.done == 1
+
+
 def test_the_model_judge_records_p_through_its_tool(tmp_path: Path) -> None:
     with ScriptedChatServer(lambda request: tool_calls(("record_judgment", {"p": 0.75}))) as chat:
         settings = load_settings(
@@ -160,24 +243,50 @@ _NOTES = st.lists(
 def test_hits_with_and_without_a_judge_are_identical(
     tmp_path_factory: pytest.TempPathFactory, notes: list[tuple[str, str]], query: str, trust: str, approve: bool
 ) -> None:
-    data = tmp_path_factory.mktemp("same")
+    """Twin data directories get the same writes; only one has a judge. Judging may only ever add judgments:
+    until something is promoted (by a person, the same in both twins) the two answer every search alike."""
     with JudgeServer(0.95) as judge:
-        judged = Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "http", "base_url": judge.base_url}}))
-        plain = Obsmem(load_settings(data_dir=data, trust={"judge": {"provider": "none"}}))
+        judged_settings = {"judge": {"provider": "http", "base_url": judge.base_url}}
+        judged = Obsmem(load_settings(data_dir=tmp_path_factory.mktemp("judged"), trust=judged_settings))
+        plain = Obsmem(load_settings(data_dir=tmp_path_factory.mktemp("plain"), trust={"judge": {"provider": "none"}}))
         try:
-            for content, tier in notes:
-                judged.save_note("app", content, tier=tier)
-            judged.append_events("app", "s1", [{"role": "user", "content": "x"}])
+            for twin in (judged, plain):
+                for content, tier in notes:
+                    twin.save_note("app", content, tier=tier)
+                twin.append_events("app", "s1", [{"role": "user", "content": "x"}])
             for _ in range(2):  # before and after judging (and promotion) ran
                 with_judge = judged.search("app", query, trust=trust).to_dict()
                 without = plain.search("app", query, trust=trust).to_dict()
-                assert with_judge == without
+                assert _comparable(with_judge) == _comparable(without)
                 _run_judging(judged)
-                if approve:
+                if approve:  # a person approves in the judged twin; the same promotion is made in the plain one
                     for judgment in judged.judgments("app").judgments:
                         if judgment.state != "resolved":
                             judged.resolve_judgment("app", judgment.judgment_id, True)
-                    judged.groom("app")
+                    promoted = {item.note.content for item in judged.groom("app").promoted}
+                    _promote_alike(plain, promoted)
         finally:
             judged.close()
             plain.close()
+
+
+def _comparable(found: dict[str, Any]) -> dict[str, Any]:
+    """A search answer without what differs between two data directories by nature: note dates (the time of
+    the write) and the display ids derived from nothing else are kept, as both twins derive them alike."""
+    hits = [{key: value for key, value in hit.items() if key not in ("date", "created_at")} for hit in found["hits"]]
+    return {**found, "hits": hits}
+
+
+def _promote_alike(service: Obsmem, contents: set[str]) -> None:
+    """Promote the notes with these contents in the twin without a judge, as a person would: one judgment
+    each, resolved true, then a groom pass."""
+    for note in service.notes("app", status="candidate").notes:
+        if note.content not in contents:
+            continue
+        db = service.database("app") if note.tier == "project" else service.trust.stores.user(LOCAL_USER)
+        assert db is not None
+        judgment_id = "j" + note.note_id[:16]
+        with db.write() as conn:
+            record_judgment(conn, judgment_id, note.note_id, "twin", "human", None, "escalate", None)
+        service.resolve_judgment("app", judgment_id, True)
+    service.groom("app")

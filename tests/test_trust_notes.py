@@ -94,6 +94,75 @@ def test_forget_hides_a_note_at_once(service: Obsmem) -> None:
     assert caught.value.code == "note_forgotten"
 
 
+def test_a_forgotten_note_saved_again_earns_trust_anew(service: Obsmem) -> None:
+    note = service.save_note("app", "rotate the staging token monthly").note
+    _approve(service, "app", "staging token")
+    service.forget_note("app", note.id)
+    again = service.save_note("app", "rotate the staging token monthly").to_dict()
+    assert (again["id"], again["status"], again["trusted"], again["duplicate"]) == (note.id, "candidate", False, True)
+    # The judgment resolved true before the forget does not promote the note of its new life.
+    assert service.groom("app").to_dict()["promoted"] == []
+    assert service.search("app", "staging token").hits == []
+    entries = [entry["entry"] for entry in _ledger(service, "app", note.note_id)]
+    assert entries == ["judged", "resolved", "promoted", "forgotten", "resaved"]
+    # A new judgment (the old one no longer counts as pending) and its resolution promote it once more.
+    _approve(service, "app", "staging token")
+    assert [hit.memory_id for hit in service.search("app", "staging token").hits] == [note.note_id]
+    assert service.groom("app").to_dict()["promoted"] == []
+    entries = [entry["entry"] for entry in _ledger(service, "app", note.note_id)]
+    assert entries == ["judged", "resolved", "promoted", "forgotten", "resaved", "judged", "resolved", "promoted"]
+    judgments = {entry["judgment_id"] for entry in _ledger(service, "app", note.note_id) if entry["judgment_id"]}
+    assert len(judgments) == 2
+
+
+def test_a_question_left_open_before_a_forget_does_not_block_the_new_life(service: Obsmem) -> None:
+    note = service.save_note("app", "the cache warms at nine").note
+    service.search("app", "cache warms", trust="all")
+    [first] = _judged(service, "app")
+    service.forget_note("app", note.id)
+    service.save_note("app", "the cache warms at nine")
+    service.search("app", "cache warms", trust="all")
+    judgments = _judged(service, "app")
+    assert len(judgments) == 2 and all(judgment["state"] == "escalated" for judgment in judgments)
+    service.resolve_judgment("app", first["judgment_id"], True)  # the old life's answer
+    assert service.groom("app").to_dict()["promoted"] == []
+    [current] = [judgment for judgment in judgments if judgment["judgment_id"] != first["judgment_id"]]
+    service.resolve_judgment("app", current["judgment_id"], True)
+    assert [item["id"] for item in service.groom("app").to_dict()["promoted"]] == [note.id]
+
+
+def test_saving_a_trusted_note_again_answers_unchanged_never_trusted(service: Obsmem) -> None:
+    note = service.save_note("app", "ship on Thursdays").note
+    _approve(service, "app", "Thursdays")
+    again = service.save_note("app", "ship on Thursdays").to_dict()
+    assert (again["id"], again["trusted"], again["duplicate"]) == (note.id, False, True)
+    assert (again["status"], again["note_status"]) == ("unchanged", "trusted")
+    assert service.notes("app", status="trusted").notes[0].note_id == note.note_id  # left as it was
+
+
+def test_user_tier_judgments_are_mirrored_into_the_projects_ledger(service: Obsmem) -> None:
+    note = service.save_note("app", "I like short commit messages", tier="user").note
+    service.save_note("app", "commit messages cite the ticket")
+    service.search("app", "commit messages", trust="all")
+    judgments = {judgment["note_id"]: judgment for judgment in _judged(service, "app")}
+    user_judgment = judgments[note.id]["judgment_id"]
+    service.resolve_judgment("app", user_judgment, True)
+    with service.database("app").read() as conn:
+        mirrored = [entry for entry in ledger_entries(conn, note.note_id)]
+    assert [(entry["entry"], entry["tier"], entry["judgment_id"]) for entry in mirrored] == [
+        ("judged", "user", user_judgment),
+        ("resolved", "user", user_judgment),
+    ]
+    assert mirrored[1]["outcome"] == 1
+    # The judgment row stays in the user tier: calibration per tier is unchanged.
+    assert service.calibrate_trust("app", tier="user").to_dict()["sample"] == 0  # the human judge gives no p
+    assert [judgment.judgment_id for judgment in service.judgments("app", state="resolved").judgments] == [
+        user_judgment
+    ]
+    with service.database("app").read() as conn:
+        assert conn.execute("SELECT count(*) FROM judgments WHERE judgment_id = ?", (user_judgment,)).fetchone()[0] == 0
+
+
 def _ledger(service: Obsmem, project: str, note_id: str) -> list[dict[str, Any]]:
     with service.database(project).read() as conn:
         return ledger_entries(conn, note_id)

@@ -309,13 +309,16 @@ class Obsmem:
         """``hybrid`` when semantic mode is on, else ``exact`` (tool descriptions follow this)."""
         return self.search_modes.default_mode
 
-    def index(self, project: str, progress: Callable[[BatchReport], None] | None = None) -> IndexReport:
-        """Index everything pending for ``project`` now (``obsmem index``), then publish the graph file."""
+    def index(
+        self, project: str, progress: Callable[[BatchReport], None] | None = None, *, every_core: bool = False
+    ) -> IndexReport:
+        """Index everything pending for ``project`` now (``obsmem index``), then publish the graph file.
+        ``every_core``: nothing else in this process needs a core (no background indexer, no queries)."""
         if self.indexer is None:
             raise ValidationFailed(
                 "indexing needs the [semantic] section in the settings file", code="mode_unavailable"
             )
-        report = self.indexer.backfill(project, progress)
+        report = self.indexer.backfill(project, progress, every_core=every_core)
         totals = {name: report.pop(name) for name in _TOTALS}
         return IndexReport(totals=build(IndexTotals, totals), status=build(IndexStatus, report))
 
@@ -371,11 +374,13 @@ class Obsmem:
         projection: Projection = self.pipeline.projection(self.projects.get(project), session_id)
         return self.trust.projection(projection, project, user)
 
-    def memory_version(self, project: str, session_id: str) -> str:
+    def memory_version(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> str:
         """An opaque token that changes whenever :meth:`memory` would render differently (cheap to read: an
-        agent that compacts on every model request renders the memory again only when it changed)."""
+        agent that compacts on every model request renders the memory again only when it changed): the
+        session's memories and, for the injected-notes section, the trust state of every tier read."""
         session_id = check_session_id(session_id)
-        return self.pipeline.projection_version(self.projects.get(project), session_id)
+        memories = self.pipeline.projection_version(self.projects.get(project), session_id)
+        return f"{memories}/{self.trust.version(project, user)}"
 
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         """Progress state: idle/observing/reflecting, backlog against the threshold, activity, last error,

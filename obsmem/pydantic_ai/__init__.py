@@ -10,7 +10,8 @@ imports pydantic-ai. See docs/pydantic-ai.md.
     thresholds.py   thresholds relative to the model's context window
     events.py       om_* events at Mastra's parity, to a handler and async iterators
     model_client.py a pydantic-ai model as the pipeline's Observer, Reflector or Dropper
-    tools.py        memory_search and recall as pydantic-ai tools
+    tools.py        memory_search, recall and memory as pydantic-ai tools
+    remote_notes.py the memory tool's writes over an obsmem server's notes routes
 """
 
 from obsmem.pydantic_ai.backends import EmbeddedMemory, MemoryBackend, ObsmemClient, ProjectionView, RemoteMemory

@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 
 from obsmem.app import Obsmem
 from obsmem.errors import NotFound, ObsmemError
-from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, parse_tool_arguments, run_tool
+from obsmem.ids import parse_id_prefix
+from obsmem.pydantic_ai.remote_notes import RemoteNotes
+from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
+from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, TOOL_NAMES, parse_tool_arguments, run_tool
 
 DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
 
@@ -80,6 +84,10 @@ class MemoryBackend(Protocol):
 
     def search_mode(self) -> str: ...
 
+    def groom(self) -> dict[str, Any]:
+        """One groom pass for the project: ``{"promoted": [...], "escalated": [...]}`` (docs/trust.md)."""
+        ...
+
     def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None: ...
 
 
@@ -139,6 +147,9 @@ class EmbeddedMemory:
     def search_mode(self) -> str:
         return self.memory.default_mode
 
+    def groom(self) -> dict[str, Any]:
+        return self.memory.groom(self.project).to_dict()
+
     def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None:
         change = None if model_id is None else {"model_id": model_id, "context_window_tokens": context_window_tokens}
         self.memory.switch_models(self.project, {role: change})
@@ -197,6 +208,12 @@ def _server_error(response: httpx.Response) -> ObsmemError:
     return failure
 
 
+def _segment(value: str) -> str:
+    """``value`` as one URL path segment: ``/``, ``?``, ``#`` and ``%`` are percent-encoded, so no value can end
+    its segment, add one, or climb out of its project."""
+    return quote(value, safe="")
+
+
 class RemoteMemory:
     """An ``obsmem serve``, through an :class:`ObsmemClient`."""
 
@@ -207,7 +224,9 @@ class RemoteMemory:
         self.project = project
         self.session_id = session_id
         self.mode = mode
-        self._session = f"/projects/{project}/sessions/{session_id}"
+        # Both were validated at construction; quoted anyway, so no value can ever add a path segment.
+        self._project = f"/projects/{_segment(project)}"
+        self._session = f"{self._project}/sessions/{_segment(session_id)}"
 
     def last_seq(self) -> int:
         try:
@@ -238,7 +257,7 @@ class RemoteMemory:
     def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
         params = {"after_id": after_id, "limit": min(limit, 1000), "session_id": self.session_id}
         try:
-            return list(self.client.call("GET", f"/projects/{self.project}/events", params=params)["events"])
+            return list(self.client.call("GET", f"{self._project}/events", params=params)["events"])
         except NotFound:  # no project yet: no events either
             return []
 
@@ -249,19 +268,21 @@ class RemoteMemory:
             if name == MEMORY_SEARCH:
                 if "query" not in args:
                     return "invalid_query: query is required"
-                result = self.client.call("POST", f"/projects/{self.project}/search", json=args)
+                result = self.client.call("POST", f"{self._project}/search", json=args)
+            elif name == MEMORY:
+                result = run_memory_tool(RemoteNotes(self.client), self.project, args, user=None)
             elif name == RECALL:
                 if "id" not in args:
                     return "invalid_id: id is required: a memory id from memory_search"
                 scope = args.get("session_id", self.session_id)
                 if not isinstance(scope, str):
                     return "invalid_session: session_id must be a string"
-                memory_id = str(args["id"])
-                result = self.client.call(
-                    "GET", f"/projects/{self.project}/memories/{memory_id}", params={"session_id": scope}
-                )
+                # The id comes from the model: checked against obsmem's id rules and quoted before it becomes
+                # a path segment, so an id such as ``../../other/memories/x`` cannot reach another project.
+                memory_id = _segment(parse_id_prefix(args["id"]))
+                result = self.client.call("GET", f"{self._project}/memories/{memory_id}", params={"session_id": scope})
             else:
-                return f"unknown_tool: there is no tool with that name; tools: {MEMORY_SEARCH}, {RECALL}"
+                return f"unknown_tool: there is no tool with that name; tools: {', '.join(TOOL_NAMES)}"
         except ObsmemError as exc:
             return f"{exc.code}: {exc.message}"
         return json.dumps(result, ensure_ascii=False)
@@ -269,8 +290,11 @@ class RemoteMemory:
     def search_mode(self) -> str:
         return self.mode
 
+    def groom(self) -> dict[str, Any]:
+        return dict(self.client.call("POST", f"{self._project}/groom"))
+
     def switch_model(self, role: str, model_id: str | None, context_window_tokens: int | None = None) -> None:
         change = None if model_id is None else {"model_id": model_id}
         if change is not None and context_window_tokens is not None:
             change["context_window_tokens"] = context_window_tokens  # type: ignore[assignment]
-        self.client.call("PUT", f"/projects/{self.project}/models", json={role: change})
+        self.client.call("PUT", f"{self._project}/models", json={role: change})

@@ -15,6 +15,10 @@ Before every model request of a run it:
 5. **reports**: ``om_status`` and ``om_activation``, and the pipeline's own events as they are logged
    (:mod:`obsmem.pydantic_ai.events`).
 
+The first run of a capability starts its session, and with it one groom pass for the project (candidate
+notes whose judgments resolved true become trusted, docs/trust.md), on a thread of its own: the run never
+waits for it, and its outcome is an ``om_groom`` (or ``om_groom_failed``) event.
+
 Nothing here waits for a model on the request path except that last resort: observation and reflection
 run on obsmem's workers (an embedded ``Obsmem``'s threads, or the server).
 """
@@ -26,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,7 +44,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset
 
 from obsmem.app import Obsmem
-from obsmem.errors import ConfigurationError, ObsmemError, SeqConflict
+from obsmem.errors import ConfigurationError, NotFound, ObsmemError, SeqConflict
 from obsmem.events import MAX_BATCH
 from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai.backends import EmbeddedMemory, MemoryBackend, ObsmemClient, ProjectionView, RemoteMemory
@@ -64,6 +69,7 @@ _T = TypeVar("_T")
 OUTPUT_RESERVE_FRACTION = 0.10  # of the window, kept free for the model's answer
 OVERFLOW_POLL_SECONDS = 0.05
 REOBSERVE_AFTER_SECONDS = 30.0  # ask again if an observation request seems lost
+POLLER_TASK_NAME = "obsmem-pydantic-ai-events"
 
 
 class ObservationalMemory(AbstractCapability[Any]):
@@ -147,13 +153,20 @@ class ObservationalMemory(AbstractCapability[Any]):
         self.ledger = EventLedger()
         self._ledger_messages = 0
         self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-append")
+        self._groomer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-groom")
+        self._groom: Future[dict[str, Any]] | None = None  # the session start's groom pass, once started
+        self._groom_ms = 0
+        self._groom_reported = False
+        self._groom_report_task: asyncio.Task[None] | None = None
+        # The session start's groom pass, once it answered: ``{"promoted": [...], "escalated": [...]}``.
+        self.last_groom: dict[str, Any] | None = None
         self._append: Future[None] | None = None
         self._append_error: BaseException | None = None
         self._appended_through: int | None = None  # None: not checked against the store yet
         self._lock = asyncio.Lock()
         self._event_cursor: int | None = None  # None: not primed (old events of a resumed session are skipped)
-        self._poller: asyncio.Task[None] | None = None
-        self._runs = 0
+        self._poller: asyncio.Task[None] | None = None  # one task, on the loop of the latest run, until close()
+        self._cursor_lock = threading.Lock()
         self._observe_requested: tuple[int, float] = (0, 0.0)  # (through seq, when)
         self._reflect_requested: tuple[int, int] | None = None  # (generation, observations) asked about
         self._activated_through = 0
@@ -244,9 +257,9 @@ class ObservationalMemory(AbstractCapability[Any]):
         return memory_toolset(self.backend, mode)
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Callable[[], Any]) -> Any:
-        self._runs += 1
-        if self._poller is None or self._poller.done():
-            self._poller = asyncio.create_task(self._poll_forever())
+        if self._groom is None:
+            self._start_groom()
+        self._start_poller()
         try:
             result = await handler()
             # The run's final answer follows its last model request: append it now, not with the next run.
@@ -254,14 +267,10 @@ class ObservationalMemory(AbstractCapability[Any]):
             self._submit_append()
             return result
         finally:
-            self._runs -= 1
-            if self._runs == 0 and self._poller is not None:
-                self._poller.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._poller
-                self._poller = None
-                with contextlib.suppress(Exception):
-                    await self._poll_events()
+            # What the run caused reaches the handler before the run returns; the poller goes on after it.
+            with contextlib.suppress(Exception):
+                await self._poll_events()
+            await self._report_groom()
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -289,7 +298,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             compaction, projection = await self._last_resort(messages, compaction, projection, overhead, budget)
         self.last_compaction, self.last_projection = compaction, projection
         await self._keep_pipeline_moving(projection, thresholds)
-        # Pipeline events arrive through the poller (every poll_seconds while a run goes on), not here.
+        # Pipeline events arrive through the poller (every poll_seconds, between runs too), not here.
         await self._report(ctx, thresholds, projection, compaction, overhead)
         if compaction.replaced_messages == 0:
             return request_context
@@ -364,6 +373,63 @@ class ObservationalMemory(AbstractCapability[Any]):
             await asyncio.wrap_future(self._append)
         self._raise_append_error()
 
+    # -- groom at session start -----------------------------------------------------------------
+
+    def _start_groom(self) -> None:
+        """One groom pass on the groom thread; its event is emitted on this loop when it ends (or, if the loop
+        has gone by then, by the next run's poll)."""
+        loop = asyncio.get_running_loop()
+        self._groom = self._groomer.submit(self._groom_pass)
+
+        def ended(_: Future[dict[str, Any]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: a later run reports it
+                loop.call_soon_threadsafe(self._schedule_groom_report)
+
+        self._groom.add_done_callback(ended)
+
+    def _schedule_groom_report(self) -> None:
+        self._groom_report_task = asyncio.ensure_future(self._report_groom())
+
+    def _groom_pass(self) -> dict[str, Any]:
+        """Runs on the groom thread. A project not created yet has no inbox: a cold start, not an error."""
+        started = time.monotonic()
+        try:
+            return self.backend.groom()
+        except NotFound as exc:
+            if exc.code != "project_not_found":
+                raise
+            return {"promoted": [], "escalated": [], "cold_start": True}
+        finally:
+            self._groom_ms = round((time.monotonic() - started) * 1000)
+
+    async def _report_groom(self) -> None:
+        """Emit the groom pass's outcome once: ``om_groom`` with what it did, or ``om_groom_failed``."""
+        future = self._groom
+        if future is None or not future.done() or self._groom_reported:
+            return
+        self._groom_reported = True
+        failure = future.exception()
+        if failure is None:
+            report = future.result()
+            self.last_groom = report
+            promoted, escalated = list(report.get("promoted", [])), list(report.get("escalated", []))
+            data: dict[str, Any] = {
+                "promoted": len(promoted),
+                "escalated": len(escalated),
+                "promoted_ids": [str(item["id"]) for item in promoted],
+                "cold_start": bool(report.get("cold_start", False)),
+                "duration_ms": self._groom_ms,
+            }
+            await self.hub.emit(OMEvent("om_groom", data, self.session_id))
+            return
+        # An obsmem error's message names no memory text; anything else (a bug, or a database fault obsmem
+        # has no code for) is ``internal_error`` with its type alone, as background jobs record it.
+        code = failure.code if isinstance(failure, ObsmemError) else "internal_error"
+        message = failure.message if isinstance(failure, ObsmemError) else type(failure).__name__
+        log.warning("groom at session start failed: %s", code)
+        data = {"error": code, "message": message, "duration_ms": self._groom_ms}
+        await self.hub.emit(OMEvent("om_groom_failed", data, self.session_id))
+
     # -- the pipeline: observation and reflection requests ---------------------------------------
 
     def _unobserved_tokens(self, observed_through_seq: int) -> int:
@@ -434,8 +500,36 @@ class ObservationalMemory(AbstractCapability[Any]):
 
     # -- events ---------------------------------------------------------------------------------
 
+    def _start_poller(self) -> None:
+        """Start the event poller on the running loop, once: it outlives the run, so an observation that ends
+        between runs reaches the handler as it happens, and stops at :meth:`close` (or when its loop ends, as
+        ``asyncio.run`` ends; the next run starts it again on its own loop)."""
+        loop = asyncio.get_running_loop()
+        if self._poller is not None and not self._poller.done() and self._poller.get_loop() is loop:
+            return
+        self._stop_poller()
+        self._poller = loop.create_task(self._poll_forever(), name=POLLER_TASK_NAME)
+
+    def _stop_poller(self) -> None:
+        """Cancel the poller from any thread: through its loop when that loop runs in another thread, else
+        directly (on its own loop, or on a loop that is not running: the cancellation lands when it runs)."""
+        poller, self._poller = self._poller, None
+        if poller is None or poller.done() or poller.get_loop().is_closed():
+            return  # a closed loop runs nothing more: its poller is as good as stopped
+        loop = poller.get_loop()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not loop and loop.is_running():
+            loop.call_soon_threadsafe(poller.cancel)
+        else:
+            poller.cancel()
+
     async def _poll_forever(self) -> None:
+        """Poll every ``poll_seconds`` (one read when nothing happened) until cancelled."""
         while True:
+            await self._report_groom()
             with contextlib.suppress(ObsmemError):
                 await self._poll_events()
                 if self._memory_moved:
@@ -445,17 +539,29 @@ class ObservationalMemory(AbstractCapability[Any]):
             await asyncio.sleep(self.poll_seconds)
 
     async def _poll_events(self) -> None:
-        if self._event_cursor is None:
-            self._event_cursor = await self._read(self._newest_event_id)
+        """Deliver the events logged since the last delivered one. The poller, a run's end and ``flush`` may
+        poll at once: each event is delivered by whichever reaches it first (the cursor moves on the loop,
+        before the handler is awaited), so none twice and in log order; a poll cancelled mid-read delivers
+        nothing and moves nothing."""
+        await self._read(self._prime_cursor)
         while True:
-            page = await self._read(self.backend.events_after, self._event_cursor, 200)
+            cursor = self._event_cursor or 0
+            page = await self._read(self.backend.events_after, cursor, 200)
             for body in page:
-                self._event_cursor = max(self._event_cursor, int(body["id"]))
+                log_id = int(body["id"])
+                if log_id <= (self._event_cursor or 0):
+                    continue  # another poll delivered it meanwhile
+                self._event_cursor = log_id
                 event = from_logged(body)
                 if event.type in PIPELINE_EVENTS:
                     await self._deliver(event)
             if len(page) < 200:
                 return
+
+    def _prime_cursor(self) -> None:
+        with self._cursor_lock:  # two first polls (the remote ones on threads) look the cursor up once
+            if self._event_cursor is None:
+                self._event_cursor = self._newest_event_id()
 
     def _newest_event_id(self) -> int:
         """Where the event cursor starts: after the session's existing events (a resumed session's history is
@@ -576,14 +682,18 @@ class ObservationalMemory(AbstractCapability[Any]):
         while True:
             projection = await self._read(self.backend.projection)
             await self._poll_events()
+            await self._report_groom()
             caught_up = projection.observed_through_seq >= self.ledger.last_seq
             if caught_up or not observing or time.monotonic() >= deadline:
                 return projection
             await asyncio.sleep(OVERFLOW_POLL_SECONDS)
 
     def close(self) -> None:
-        """Stop the append thread and the pipeline models this capability routed (the memory stays open)."""
+        """Stop the event poller, the append thread and the pipeline models this capability routed (the memory
+        stays open)."""
+        self._stop_poller()
         self._appender.shutdown(wait=True)
+        self._groomer.shutdown(wait=True)
         if isinstance(self.backend, EmbeddedMemory):
             for role, adapter in self._routed.items():
                 self.backend.memory.route_model(self.project, role, None)

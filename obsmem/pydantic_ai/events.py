@@ -6,7 +6,8 @@ opened with :meth:`EventHub.subscribe`. From the pipeline's event log, each as i
 and ``job_failed``. Every observation cycle runs in the background, which is what Mastra calls buffering,
 so each one is also announced as ``om_buffering_start``/``om_buffering_end`` (or ``om_observation_failed``
 alone). The capability adds ``om_status`` (every model request), ``om_activation`` (observed messages
-replaced by memory for the first time) and ``om_overflow`` (the last resort: a request that does not fit).
+replaced by memory for the first time), ``om_overflow`` (the last resort: a request that does not fit) and
+``om_groom`` / ``om_groom_failed`` (the groom pass a session's first run starts).
 
 Events carry counts, ids and durations; the observations themselves ride on ``om_observation_end`` (as
 ``observation_texts``: its ``observations`` is obsmem's count) and ``om_buffering_end`` (as ``observations``,
@@ -24,22 +25,19 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from obsmem.work import PIPELINE_EVENTS as PIPELINE_EVENTS  # re-exported beside the capability's own
+
 log = logging.getLogger("obsmem.pydantic_ai.events")
 
-PIPELINE_EVENTS = (
-    "om_observation_start",
-    "om_observation_end",
-    "om_observation_failed",
-    "om_reflection_start",
-    "om_reflection_end",
-    "om_reflection_failed",
-    "om_dropper_start",
-    "om_dropper_end",
-    "om_dropper_failed",
-    "om_model_changed",
-    "job_failed",
+CAPABILITY_EVENTS = (
+    "om_status",
+    "om_buffering_start",
+    "om_buffering_end",
+    "om_activation",
+    "om_overflow",
+    "om_groom",
+    "om_groom_failed",
 )
-CAPABILITY_EVENTS = ("om_status", "om_buffering_start", "om_buffering_end", "om_activation", "om_overflow")
 _ENVELOPE = ("id", "type", "created_at", "session_id", "cycle_id", "job_id")
 
 

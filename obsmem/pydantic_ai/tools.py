@@ -1,4 +1,5 @@
-"""``memory_search`` and ``recall`` as pydantic-ai tools, scoped to the capability's project and session.
+"""``memory_search``, ``recall`` and ``memory`` as pydantic-ai tools, scoped to the capability's project and
+session.
 
 The definitions (names, descriptions that change with the search mode, JSON schemas) are the agent tools'
 and the MCP server's own (:func:`obsmem.surfaces.tools.tool_definitions`), and so are the answers: the
@@ -17,9 +18,10 @@ from pydantic_ai.tools import Tool
 from pydantic_ai.toolsets import FunctionToolset
 
 from obsmem.pydantic_ai.backends import MemoryBackend
+from obsmem.surfaces.tool_memory import MEMORY
 from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, tool_definitions
 
-MEMORY_TOOL_NAMES: tuple[str, ...] = (MEMORY_SEARCH, RECALL)
+MEMORY_TOOL_NAMES: tuple[str, ...] = (MEMORY_SEARCH, RECALL, MEMORY)
 
 
 def memory_tools(backend: MemoryBackend, mode: str) -> list[Tool[Any]]:

@@ -60,6 +60,7 @@ COMMANDS: dict[str, str] = {
     "eval": "obsmem.surfaces.cli_eval:eval_group",
     "mcp": "obsmem.surfaces.cli:mcp",
     "index": "obsmem.surfaces.cli_index:index",
+    "encoder": "obsmem.surfaces.cli_encoder:encoder",
     "forget": "obsmem.surfaces.cli:forget",
     "export": "obsmem.surfaces.cli_export:export",
     "restore": "obsmem.surfaces.cli_export:restore",
@@ -296,6 +297,28 @@ def ingest(
 # -- search and recall ---------------------------------------------------------------------------------------
 
 
+class ModeOption(click.Option):
+    """``--mode`` whose help names the default of the loaded settings (``hybrid`` when ``[semantic]`` is on),
+    read when the help is drawn, so ``obsmem --config FILE search --help`` tells the truth for FILE."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        app = ctx.find_object(App)
+        if record is None or app is None:
+            return record
+        try:
+            settings = app.settings()
+        except Exception:  # settings that do not load: the error belongs to the command, not its help
+            return record
+        if settings.semantic_enabled:
+            default = "hybrid ([semantic] is on)"
+        elif settings.semantic is not None:
+            default = "exact ([semantic] enabled = false)"
+        else:
+            default = "exact (no [semantic] section)"
+        return record[0], f"Search mode [default: {default}]."
+
+
 @click.command()
 @click.argument("project")
 @click.argument("query")
@@ -304,6 +327,7 @@ def ingest(
 @click.option("--limit", type=int, default=None, help="Most hits to return [default: 20, at most 50].")
 @click.option(
     "--mode",
+    cls=ModeOption,
     type=click.Choice(MODES),
     default=None,
     help="Search mode [default: hybrid when [semantic] is configured, else exact].",

@@ -23,7 +23,8 @@ from obsmem.errors import ObsmemError
 
 
 def run_index(service: Obsmem, project: str, *, show_progress: bool) -> IndexReport:
-    """Backfill ``project``; draws a tqdm bar on stderr when ``show_progress``."""
+    """Backfill ``project`` on every core (this process serves nothing meanwhile); draws a tqdm bar on
+    stderr when ``show_progress``."""
     from tqdm import tqdm
 
     index = service.indexer.project(project) if service.indexer is not None else None
@@ -35,7 +36,7 @@ def run_index(service: Obsmem, project: str, *, show_progress: bool) -> IndexRep
             bar.total = max(bar.total or 0, bar.n + report.memories + report.remaining)
             bar.update(report.memories)
 
-        return service.index(project, progress=advance)
+        return service.index(project, progress=advance, every_core=True)
     finally:
         bar.close()
 

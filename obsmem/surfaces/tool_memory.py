@@ -3,15 +3,15 @@
 An agent writes what it wants remembered; obsmem stores it as an untrusted candidate (``trusted: false``
 on every write) that earns trust through judgments (docs/trust.md). :func:`memory_tool_definition` is the
 function definition (OpenAI function-calling shape) and :func:`run_memory_tool` runs one call's arguments
-against the service; :mod:`obsmem.surfaces.tools` (and with it MCP) includes both, and any other toolset
-should too, so the tool reads the same everywhere.
+against a :class:`NoteWriter` (an :class:`~obsmem.Obsmem`, or anything that writes notes the same way,
+such as the pydantic-ai capability's client of an obsmem server); :mod:`obsmem.surfaces.tools` (and with it
+MCP) includes both, and any other toolset should too, so the tool reads the same everywhere.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from obsmem.app import Obsmem
 from obsmem.errors import InvalidArguments
 
 MEMORY = "memory"
@@ -24,10 +24,45 @@ _DESCRIPTION = (
     "stores a corrected version of the note with this id; action 'forget' removes the note with this id "
     "from memory at once. Every write is stored as an untrusted candidate (trusted: false): a note becomes "
     "trusted only after it has been judged relevant and confirmed, so saving never makes something true. "
+    "Saving a note identical to one already stored answers duplicate: true; its status is 'unchanged' when "
+    "that note is already trusted (note_status says its standing). "
     "tier 'project' (default) keeps the note for this project; tier 'user' keeps it for every project of "
     "this user (preferences, habits). Save what you would want to know next time; do not save what the "
     "conversation already records, secrets, or guesses."
 )
+
+
+class WrittenNote(Protocol):
+    """What a save or an update answers (:class:`~obsmem.trust.NoteWrite` in this process)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class ForgottenNote(Protocol):
+    """What a forget answers (the forgotten :class:`~obsmem.trust.Note` in this process)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def note_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+class NoteWriter(Protocol):
+    """Where the tool's writes go: :class:`~obsmem.Obsmem`'s note methods, with the same arguments and errors."""
+
+    def save_note(
+        self, project: str, content: object, *, situation: object = ..., tier: object = ..., user: str | None = ...
+    ) -> WrittenNote: ...
+
+    def update_note(
+        self, project: str, note_id: object, content: object, *, situation: object = ..., user: str | None = ...
+    ) -> WrittenNote: ...
+
+    def forget_note(self, project: str, note_id: object, *, user: str | None = ...) -> ForgottenNote: ...
 
 
 def memory_tool_definition() -> dict[str, Any]:
@@ -57,7 +92,7 @@ def memory_tool_definition() -> dict[str, Any]:
     return {"type": "function", "function": {"name": MEMORY, "description": _DESCRIPTION, "parameters": parameters}}
 
 
-def run_memory_tool(service: Obsmem, project: str, args: dict[str, Any], *, user: str | None) -> dict[str, Any]:
+def run_memory_tool(service: NoteWriter, project: str, args: dict[str, Any], *, user: str | None) -> dict[str, Any]:
     """Run one call's (already parsed) arguments; raises :class:`~obsmem.errors.ObsmemError` on a mistake."""
     action = args.get("action")
     if action not in ACTIONS:

@@ -59,10 +59,7 @@ class ClaudeCodeFormat(LineFormat):
         self.checking_parents = not state
 
     def state(self) -> dict[str, Any]:
-        saved: dict[str, Any] = {"calls": self.calls.names}
-        if self.session:
-            saved["session"] = self.session
-        return saved
+        return self.calls.state(self.session)
 
     def project_cwd(self) -> str | None:
         return first_cwd(self.path, ("cwd",))

@@ -87,10 +87,7 @@ class CodexFormat(LineFormat):
         self.calls = CallNames(state.get("calls"))
 
     def state(self) -> dict[str, Any]:
-        saved: dict[str, Any] = {"calls": self.calls.names}
-        if self.session:
-            saved["session"] = self.session
-        return saved
+        return self.calls.state(self.session)
 
     def project_cwd(self) -> str | None:
         return first_cwd(self.path, ("payload.cwd", "cwd"))

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -70,6 +70,8 @@ from obsmem.transcripts.watermarks import (
     save_watermark,
 )
 from obsmem.validation import first_problem
+
+_Read = TypeVar("_Read", Turn, SessionDoc)  # what a transcript reader yields besides its skips
 
 CHUNK_EVENTS = 5000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -237,7 +239,8 @@ class TranscriptImporter:
         if progress is not None:
             progress(str(path), now.size, now.size)
 
-    def _take(self, items: Iterable[Turn | Skip], pending: list[Turn], report: FileReport) -> None:
+    def _take(self, items: Iterable[_Read | Skip], pending: list[_Read], report: FileReport) -> None:
+        """Keep what a reader read (turns, or whole sessions of a document format); count or report its skips."""
         for item in items:
             if isinstance(item, Skip):
                 if item.problem:
@@ -371,14 +374,7 @@ class TranscriptImporter:
             return
         fmt = self._document_format(path)
         docs: list[SessionDoc] = []
-        for item in fmt.sessions():
-            if isinstance(item, Skip):
-                if item.problem:
-                    report.problem(item.reason, item.line, item.detail)
-                else:
-                    report.skipped[item.reason] += 1
-            else:
-                docs.append(item)
+        self._take(fmt.sessions(), docs, report)
         by_project: dict[str, list[SessionDoc]] = {}
         for doc in docs:
             project = self._project_of(doc)

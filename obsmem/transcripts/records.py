@@ -169,3 +169,10 @@ class CallNames:
 
     def get(self, call_id: Any) -> str | None:
         return self.names.get(call_id) if isinstance(call_id, str) else None
+
+    def state(self, session: str | None) -> dict[str, Any]:
+        """What a reader that names its tools this way saves at a watermark: the names, and its session once known."""
+        saved: dict[str, Any] = {"calls": self.names}
+        if session:
+            saved["session"] = session
+        return saved

@@ -32,7 +32,16 @@ from obsmem.trust.groom import GroomReport
 from obsmem.trust.judges import JudgeBadResponse, JudgeFailed, JudgeTimeout
 from obsmem.trust.judging import JUDGE_JOB, JUDGMENT_EVENT
 from obsmem.trust.ledger import STATES, Judgment
-from obsmem.trust.notes import STATUSES, TIERS, Note, NoteWrite
+from obsmem.trust.notes import (
+    STATUSES,
+    TIERS,
+    Note,
+    NoteWrite,
+    parse_content,
+    parse_note_id,
+    parse_situation,
+    parse_tier,
+)
 from obsmem.trust.projection import ProjectionWithNotes
 from obsmem.trust.search import TRUST_LEVELS, NoteHit
 from obsmem.trust.service import JudgmentList, NoteList, TrustService
@@ -61,4 +70,8 @@ __all__ = [
     "ProjectionWithNotes",
     "TrustService",
     "decide_injection",
+    "parse_content",
+    "parse_note_id",
+    "parse_situation",
+    "parse_tier",
 ]

@@ -43,6 +43,18 @@ class JudgeBadResponse(JudgeFailed):
     status = 502
 
 
+class JudgeCrashed(JudgeFailed):
+    """The judge, or the job around it, stopped with an unexpected error. Only the exception's type is kept:
+    its text could quote the note or the query."""
+
+    code = "judge_error"
+    status = 500
+
+    @classmethod
+    def of(cls, exc: BaseException, what: str) -> JudgeCrashed:
+        return cls(f"{what} ({type(exc).__name__})")
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """One candidate to rate against one query."""

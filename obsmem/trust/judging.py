@@ -6,7 +6,9 @@ candidates the query finds (at most ``trust.judged_per_search``, three at most, 
 situation) and queues one ``trust_judge`` job on the project's durable queue. A worker runs the job
 (:func:`run_judge_job`): each candidate is rated by the configured judge, the decision rule is applied with
 the tier's count of resolved judgments, and the judgment, its ledger entry and a ``trust_judgment`` event
-commit together. A failed call becomes an escalation carrying its error code.
+commit together. A failed call becomes an escalation carrying its error code. A user-tier judgment is
+stored in the user tier's database (its calibration corpus) and its ledger entry is mirrored into the
+project's ledger, which so holds every judgment the project asked for.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from typing import Any
 from obsmem.dates import DateWindow
 from obsmem.settings import JobSettings, TrustSettings
 from obsmem.trust.decision import decide_injection
-from obsmem.trust.judges import Judge, JudgeFailed, JudgeRequest
-from obsmem.trust.ledger import has_pending_judgment, record_judgment, resolved_count
+from obsmem.trust.judges import Judge, JudgeCrashed, JudgeFailed, JudgeRequest
+from obsmem.trust.ledger import find_judgment, has_pending_judgment, mirror_entry, record_judgment, resolved_count
 from obsmem.trust.notes import Note, find_note, search_exact, search_keywords
 from obsmem.trust.stores import TierStores
-from obsmem.work import JobContext, JobQueue, eventlog
+from obsmem.work import JobContext, JobQueue, LeaseLost, eventlog
 
 log = logging.getLogger("obsmem.trust")
 
@@ -201,7 +203,13 @@ class JudgingDispatcher:
 
 
 class JudgeJob:
-    """The ``trust_judge`` handler: rate each candidate of the job, decide, record."""
+    """The ``trust_judge`` handler: rate each candidate of the job, decide, record.
+
+    No candidate is left without a record because something went wrong: a judge that raises anything is an
+    escalation carrying its code (``judge_error`` and the exception's type for the unexpected), and on the
+    job's last attempt a failure outside the judge call (storage, a lost lease) is recorded as a
+    ``judge_error`` escalation too, so the judgment waits for a person instead of vanishing with the job.
+    Earlier attempts let the failure through: the queue retries, with the same judgment ids."""
 
     def __init__(self, settings: TrustSettings, stores: TierStores, judge: Callable[[], Judge | None]) -> None:
         self.settings = settings
@@ -213,18 +221,43 @@ class JudgeJob:
         judge = self.judge()
         if judge is None:
             return  # judging was switched off after the job was queued
+        last_attempt = ctx.lease.attempt >= ctx.lease.max_attempts
+        stopped: BaseException | None = None
         for ref in payload.get("notes", [])[:MAX_JUDGED]:
-            ctx.raise_if_lost()
-            self._judge_one(ctx, judge, payload, str(ref["tier"]), str(ref["note_id"]))
+            tier, note_id = str(ref["tier"]), str(ref["note_id"])
+            if stopped is None:
+                try:
+                    ctx.raise_if_lost()
+                    self._judge_one(ctx, judge, payload, tier, note_id)
+                    continue
+                except Exception as exc:
+                    if not last_attempt:
+                        raise
+                    log.warning("judging in project %s stopped: %s", ctx.project, type(exc).__name__)
+                    if isinstance(exc, LeaseLost):
+                        stopped = exc  # this worker no longer owns the job: escalate the rest, then stop
+                    failure = JudgeCrashed.of(exc, "judging stopped before its decision was stored")
+            else:
+                failure = JudgeCrashed.of(stopped, "judging stopped before its decision was stored")
+            self._escalate_failure(ctx, judge, payload, tier, note_id, failure)
+        if stopped is not None:
+            raise stopped
 
-    def _judge_one(self, ctx: JobContext, judge: Judge, payload: dict[str, Any], tier: str, note_id: str) -> None:
+    def _candidate(self, ctx: JobContext, payload: dict[str, Any], tier: str, note_id: str) -> Note | None:
+        """The note if it still waits as a candidate with no judgment of its current life pending."""
         db = self.stores.tier(ctx.project, tier, payload.get("user"))
         if db is None:
-            return
+            return None
         with db.read() as conn:
             note = find_note(conn, note_id)
             if note is None or note.status != "candidate" or has_pending_judgment(conn, note_id):
-                return
+                return None
+        return note
+
+    def _judge_one(self, ctx: JobContext, judge: Judge, payload: dict[str, Any], tier: str, note_id: str) -> None:
+        note = self._candidate(ctx, payload, tier, note_id)
+        if note is None:
+            return
         judgment_id = judgment_id_for(str(payload["dispatch"]), note_id)
         p: float | None = None
         error: str | None = None
@@ -234,20 +267,62 @@ class JudgeJob:
                 p = judge.rate(request)
             except JudgeFailed as exc:
                 error = f"{exc.code}: {exc.message}"
+            except Exception as exc:  # noqa: BLE001 - any failure of the judge is an escalation, never a "no"
+                failure = JudgeCrashed.of(exc, "the judge failed unexpectedly")
+                error = f"{failure.code}: {failure.message}"
         ctx.raise_if_lost()
+        self._record(ctx, judge, payload, tier, note, judgment_id, p, error, fenced=True)
+
+    def _escalate_failure(
+        self, ctx: JobContext, judge: Judge, payload: dict[str, Any], tier: str, note_id: str, failure: JudgeCrashed
+    ) -> None:
+        """Record the failure as an escalation, without the fence: a lost lease must not lose the record. The
+        judgment id is the job's own, so a worker that took the job over writes the same judgment once."""
+        try:
+            note = self._candidate(ctx, payload, tier, note_id)
+            if note is None:
+                return
+            judgment_id = judgment_id_for(str(payload["dispatch"]), note_id)
+            error = f"{failure.code}: {failure.message}"
+            self._record(ctx, judge, payload, tier, note, judgment_id, None, error, fenced=False)
+        except Exception as exc:  # noqa: BLE001 - the job fails as before; the note is judged at a later search
+            log.warning("recording a judging failure in project %s failed: %s", ctx.project, type(exc).__name__)
+
+    def _record(
+        self,
+        ctx: JobContext,
+        judge: Judge,
+        payload: dict[str, Any],
+        tier: str,
+        note: Note,
+        judgment_id: str,
+        p: float | None,
+        error: str | None,
+        *,
+        fenced: bool,
+    ) -> None:
+        """Store the judgment, its ledger entry and its event (a user-tier judgment in the user tier's
+        database, its ledger entry mirrored into the project's)."""
+        query = str(payload["query"])
+        project_write = ctx.fenced_write if fenced else ctx.db.write
         if tier == "project":
-            with ctx.fenced_write() as conn:
+            with project_write() as conn:
                 decision = self._decide(conn, p)
-                if record_judgment(conn, judgment_id, note_id, str(payload["query"]), judge.name, p, decision, error):
+                if record_judgment(conn, judgment_id, note.note_id, query, judge.name, p, decision, error):
                     self._log(conn, ctx, judgment_id, note, tier, p, decision, error)
+            return
+        db = self.stores.tier(ctx.project, tier, payload.get("user"))
+        if db is None:
             return
         with db.write() as conn:
             decision = self._decide(conn, p)
-            recorded = record_judgment(
-                conn, judgment_id, note_id, str(payload["query"]), judge.name, p, decision, error
-            )
-        if recorded:
-            with ctx.fenced_write() as conn:
+            recorded = record_judgment(conn, judgment_id, note.note_id, query, judge.name, p, decision, error)
+            judgment = find_judgment(conn, judgment_id)
+        if judgment is None:
+            return
+        with project_write() as conn:
+            mirror_entry(conn, "judged", judgment)
+            if recorded:
                 self._log(conn, ctx, judgment_id, note, tier, p, decision, error)
 
     def _decide(self, conn: Any, p: float | None) -> str:

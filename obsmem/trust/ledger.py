@@ -3,8 +3,11 @@
 A judgment rates one candidate note against one query. Its row keeps the judged features (query, ``p``,
 decision, the note, and later the outcome a person gave): the calibration corpus, keyed by
 ``judgment_id``. Every step also appends a ``trust_ledger`` row in the same transaction (``judged``,
-``resolved``, ``promoted``, ``superseded``, ``forgotten``); triggers refuse any change to the ledger, so it
-is the history that the notes' current state must agree with.
+``resolved``, ``promoted``, ``superseded``, ``forgotten``, ``resaved``); triggers refuse any change to the
+ledger, so it is the history that the notes' current state must agree with.
+
+A note lives again when it is saved after being forgotten (``resaved``): only judgments made after its
+latest ``forgotten`` entry speak for it (:func:`current_life`), so a forgotten note earns trust anew.
 
 States: ``open`` (the judge gave ``p``; waiting for how it turns out), ``escalated`` (a person must decide:
 cold start, a failed judge call, or the ``human`` provider) and ``resolved`` (an outcome was given).
@@ -84,6 +87,17 @@ def parse_judgment_id(value: object) -> str:
     return value
 
 
+def current_life(judgments: str = "j") -> str:
+    """SQL that is true when the judgment row aliased ``judgments`` was made in its note's current life: its
+    ``judged`` entry comes after the note's latest ``forgotten`` entry (ledger ids only grow, so they order
+    the two even within one clock tick)."""
+    return (
+        f"(SELECT min(l.id) FROM trust_ledger AS l WHERE l.judgment_id = {judgments}.judgment_id"
+        " AND l.entry = 'judged') > coalesce((SELECT max(f.id) FROM trust_ledger AS f"
+        f" WHERE f.note_id = {judgments}.note_id AND f.entry = 'forgotten'), 0)"
+    )
+
+
 def append_entry(
     conn: apsw.Connection,
     entry: str,
@@ -94,11 +108,49 @@ def append_entry(
     decision: str | None = None,
     outcome: bool | None = None,
     error: str | None = None,
+    tier: str | None = None,
 ) -> None:
+    """Append one ledger row; ``tier`` defaults to the stored note's tier (given for a mirrored entry, whose
+    note lives in another database)."""
     conn.execute(
-        "INSERT INTO trust_ledger(entry, note_id, judgment_id, p, decision, outcome, error, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (entry, note_id, judgment_id, p, decision, None if outcome is None else int(outcome), error, now_iso()),
+        "INSERT INTO trust_ledger(entry, tier, note_id, judgment_id, p, decision, outcome, error, created_at)"
+        " VALUES (?, coalesce(?, (SELECT tier FROM notes WHERE note_id = ?), 'project'), ?, ?, ?, ?, ?, ?, ?)",
+        (
+            entry,
+            tier,
+            note_id,
+            note_id,
+            judgment_id,
+            p,
+            decision,
+            None if outcome is None else int(outcome),
+            error,
+            now_iso(),
+        ),
+    )
+
+
+def mirror_entry(conn: apsw.Connection, entry: str, judgment: Judgment) -> None:
+    """Copy a user-tier judgment's ``judged`` or ``resolved`` entry into a project database's ledger (inside
+    the caller's write transaction), so the project's ledger holds every judgment made for it; the user
+    tier's own database keeps the judgment row, its calibration corpus. Idempotent per entry."""
+    exists = conn.execute(
+        "SELECT 1 FROM trust_ledger WHERE judgment_id = ? AND entry = ? AND tier = 'user' LIMIT 1",
+        (judgment.judgment_id, entry),
+    ).fetchone()
+    if exists is not None:
+        return
+    judged = entry == "judged"
+    append_entry(
+        conn,
+        entry,
+        judgment.note_id,
+        judgment_id=judgment.judgment_id,
+        p=judgment.p,
+        decision=judgment.decision if judged else None,
+        outcome=None if judged else judgment.outcome,
+        error=judgment.error if judged else None,
+        tier="user",
     )
 
 
@@ -108,9 +160,11 @@ def resolved_count(conn: apsw.Connection) -> int:
 
 
 def has_pending_judgment(conn: apsw.Connection, note_id: str) -> bool:
-    """Whether the note already waits on a judgment (one open question per note at a time)."""
+    """Whether the note already waits on a judgment of its current life (one open question per note at a
+    time; a question left open before it was forgotten no longer speaks for it)."""
     row = conn.execute(
-        "SELECT 1 FROM judgments WHERE note_id = ? AND state != 'resolved' LIMIT 1", (note_id,)
+        f"SELECT 1 FROM judgments AS j WHERE j.note_id = ? AND j.state != 'resolved' AND {current_life()} LIMIT 1",
+        (note_id,),
     ).fetchone()
     return row is not None
 
@@ -179,11 +233,13 @@ def judgment_counts(conn: apsw.Connection) -> dict[str, int]:
 
 def injected_candidates(conn: apsw.Connection, limit: int) -> list[tuple[str, float]]:
     """``(note_id, p)`` of candidates whose latest judgment decided ``inject`` and that no resolution has
-    refuted, highest ``p`` first."""
+    refuted, highest ``p`` first (judgments of the note's current life only)."""
     rows = conn.execute(
         "SELECT j.note_id, max(j.p) FROM judgments AS j JOIN notes AS n ON n.note_id = j.note_id"
         " WHERE n.status = 'candidate' AND j.decision = 'inject' AND (j.outcome IS NULL OR j.outcome = 1)"
-        " AND NOT EXISTS (SELECT 1 FROM judgments AS r WHERE r.note_id = j.note_id AND r.outcome = 0)"
+        f" AND {current_life()}"
+        " AND NOT EXISTS (SELECT 1 FROM judgments AS r WHERE r.note_id = j.note_id AND r.outcome = 0"
+        f" AND {current_life('r')})"
         " GROUP BY j.note_id ORDER BY max(j.p) DESC, j.note_id LIMIT ?",
         (limit,),
     ).fetchall()
@@ -201,9 +257,19 @@ def calibration_rows(conn: apsw.Connection) -> list[tuple[float, bool]]:
 def ledger_entries(conn: apsw.Connection, note_id: str | None = None) -> list[dict[str, Any]]:
     where, params = ("WHERE note_id = ?", [note_id]) if note_id else ("", [])
     rows = conn.execute(
-        "SELECT id, entry, note_id, judgment_id, p, decision, outcome, error, created_at FROM trust_ledger"
+        "SELECT id, entry, tier, note_id, judgment_id, p, decision, outcome, error, created_at FROM trust_ledger"
         f" {where} ORDER BY id",
         params,
     ).fetchall()
-    keys = ("id", "entry", "note_id", "judgment_id", "p", "decision", "outcome", "error", "created_at")
+    keys = ("id", "entry", "tier", "note_id", "judgment_id", "p", "decision", "outcome", "error", "created_at")
     return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def trust_version(conn: apsw.Connection) -> str:
+    """A token that changes whenever this tier's trust state changes: every judgment, resolution, promotion,
+    forget and re-save appends a ledger row, and the judgments' counts by state mark any change to them."""
+    newest, judged, resolved = conn.execute(
+        "SELECT (SELECT coalesce(max(id), 0) FROM trust_ledger), (SELECT count(*) FROM judgments),"
+        " (SELECT count(*) FROM judgments WHERE state = 'resolved')"
+    ).fetchone()
+    return f"{newest}.{judged}.{resolved}"

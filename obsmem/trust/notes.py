@@ -4,7 +4,9 @@ A note is stored as a ``candidate``; only a groom pass makes it ``trusted`` (aft
 resolved true). An update is a new candidate that names the note it would replace (``supersedes``); the
 old note stays as it is until the update is promoted. Forgetting a note hides it from every search at
 once. A note's identity is the SHA-256 of what defines it (tier, content, situation, the note it
-supersedes), so saving the same note twice stores it once.
+supersedes), so saving the same note twice stores it once. Saving a forgotten note again starts a new life:
+it is a candidate again, the ledger records ``resaved``, and only judgments made after it was forgotten can
+promote it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from obsmem.dates import DateWindow, display_minute, now_iso, now_stored
 from obsmem.errors import AmbiguousId, NotFound, ObsmemError, ValidationFailed
 from obsmem.ids import DISPLAY_LENGTH, canonical_json, display_id
 from obsmem.redaction import redact_text
+from obsmem.trust.ledger import append_entry, current_life
 from obsmem.validation import CONTROL_CHARACTERS
 
 Tier = Literal["project", "user"]
@@ -84,10 +87,19 @@ class Note:
 
 @dataclass(frozen=True)
 class NoteWrite:
-    """What a save or an update stored: never trusted (only a groom pass grants trust)."""
+    """What a save or an update stored: never trusted (only a groom pass grants trust).
+
+    ``status`` is what the write itself did, so it never contradicts ``trusted: false``: ``candidate`` when
+    a candidate is stored (new, saved again after a forget, or identical to a waiting candidate) and
+    ``unchanged`` when the write is identical to a note that already has another standing (trusted or
+    superseded), which it leaves as it is; ``note_status`` is that stored note's own status."""
 
     note: Note
     duplicate: bool
+
+    @property
+    def status(self) -> str:
+        return "candidate" if self.note.status == "candidate" else "unchanged"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +107,8 @@ class NoteWrite:
             "memory_id": self.note.note_id,
             "tier": self.note.tier,
             "trusted": False,
-            "status": self.note.status,
+            "status": self.status,
+            "note_status": self.note.status,
             "duplicate": self.duplicate,
             "supersedes": display_id(self.note.supersedes) if self.note.supersedes else None,
         }
@@ -183,7 +196,8 @@ def store_note(
 ) -> NoteWrite:
     """Store a candidate inside the caller's write transaction (a duplicate returns the stored note).
 
-    Saving a note that was forgotten makes it a candidate again: writing it is a new request to remember."""
+    Saving a note that was forgotten makes it a candidate again, recorded as ``resaved`` in the ledger:
+    writing it is a new request to remember, which must be judged anew."""
     note_id = note_identity(tier, content, situation, supersedes)
     now = now_iso()
     inserted = conn.execute(
@@ -192,10 +206,13 @@ def store_note(
         (note_id, tier, content, situation, supersedes, now_stored(), now, now),
     ).fetchone()
     if inserted is None:
-        conn.execute(
-            "UPDATE notes SET status = 'candidate', updated_at = ? WHERE note_id = ? AND status = 'forgotten'",
+        revived = conn.execute(
+            "UPDATE notes SET status = 'candidate', updated_at = ? WHERE note_id = ? AND status = 'forgotten'"
+            " RETURNING note_id",
             (now, note_id),
-        )
+        ).fetchone()
+        if revived is not None:
+            append_entry(conn, "resaved", note_id)
     note = require_note(conn, note_id)
     return NoteWrite(note, duplicate=inserted is None)
 
@@ -327,12 +344,13 @@ def search_keywords(
 
 
 def promotable(conn: apsw.Connection, limit: int) -> list[tuple[str, str]]:
-    """``(note_id, judgment_id)`` of candidates a judgment resolved true, oldest first."""
+    """``(note_id, judgment_id)`` of candidates a judgment of their current life resolved true, oldest first
+    (a judgment made before the note was last forgotten does not promote it again)."""
+    resolved_true = f"j.note_id = n.note_id AND j.state = 'resolved' AND j.outcome = 1 AND {current_life()}"
     rows = conn.execute(
-        "SELECT n.note_id, (SELECT j.judgment_id FROM judgments AS j WHERE j.note_id = n.note_id"
-        "  AND j.state = 'resolved' AND j.outcome = 1 ORDER BY j.resolved_at, j.judgment_id LIMIT 1)"
-        " FROM notes AS n WHERE n.status = 'candidate' AND EXISTS (SELECT 1 FROM judgments AS j"
-        "  WHERE j.note_id = n.note_id AND j.state = 'resolved' AND j.outcome = 1)"
+        f"SELECT n.note_id, (SELECT j.judgment_id FROM judgments AS j WHERE {resolved_true}"
+        "  ORDER BY j.resolved_at, j.judgment_id LIMIT 1)"
+        f" FROM notes AS n WHERE n.status = 'candidate' AND EXISTS (SELECT 1 FROM judgments AS j WHERE {resolved_true})"
         " ORDER BY n.date, n.id LIMIT ?",
         (limit,),
     ).fetchall()

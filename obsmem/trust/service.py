@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import apsw
 
 from obsmem.errors import NotFound, ValidationFailed
 from obsmem.pipeline import Projection
@@ -32,9 +34,11 @@ from obsmem.trust.ledger import (
     injected_candidates,
     judgment_counts,
     list_judgments,
+    mirror_entry,
     parse_judgment_id,
     parse_state,
     resolve_judgment,
+    trust_version,
 )
 from obsmem.trust.notes import (
     Note,
@@ -57,6 +61,8 @@ from obsmem.trust.search import find_note_hits, merge_hits, parse_trust
 from obsmem.trust.stores import TierStores
 from obsmem.validation import project_name
 from obsmem.work import eventlog
+
+_Row = TypeVar("_Row")  # a note or a judgment, as a tier's listing returns it
 
 log = logging.getLogger("obsmem.trust")
 
@@ -148,21 +154,25 @@ class TrustService:
 
     def notes(self, project: str, *, status: object = None, user: str | None) -> NoteList:
         wanted = parse_status(status)
-        found: list[Note] = []
-        for _, db in self.stores.readable(project, user):
-            with db.read() as conn:
-                found += list_notes(conn, wanted)
+        found = self._from_each_tier(project, user, lambda conn: list_notes(conn, wanted))
         found.sort(key=lambda note: note.date, reverse=True)
         return NoteList(found)
+
+    def _from_each_tier(
+        self, project: str, user: str | None, read: Callable[[apsw.Connection], list[_Row]]
+    ) -> list[_Row]:
+        """What ``read`` finds in every tier this caller reads, project tier first."""
+        found: list[_Row] = []
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                found += read(conn)
+        return found
 
     # -- judgments ---------------------------------------------------------------------------------
 
     def judgments(self, project: str, *, state: object = None, user: str | None) -> JudgmentList:
         wanted = parse_state(state)
-        found: list[Judgment] = []
-        for _, db in self.stores.readable(project, user):
-            with db.read() as conn:
-                found += list_judgments(conn, wanted)
+        found = self._from_each_tier(project, user, lambda conn: list_judgments(conn, wanted))
         found.sort(key=lambda judgment: judgment.created_at, reverse=True)
         return JudgmentList(found)
 
@@ -171,12 +181,16 @@ class TrustService:
         wanted = parse_judgment_id(judgment_id)
         if not isinstance(outcome, bool):
             raise ValidationFailed("outcome must be true or false", field="outcome")
-        for _, db in self.stores.readable(project, user):
+        for tier, db in self.stores.readable(project, user):
             with db.read() as conn:
                 if find_judgment(conn, wanted) is None:
                     continue
             with db.write() as conn:
-                return resolve_judgment(conn, wanted, outcome)
+                resolved = resolve_judgment(conn, wanted, outcome)
+            if tier == "user":  # the project's ledger holds every judgment made for it (docs/trust.md)
+                with self.stores.project(project).write() as conn:
+                    mirror_entry(conn, "resolved", resolved)
+            return resolved
         raise NotFound(f"judgment {wanted} does not exist", field="judgment_id")
 
     # -- groom and calibration ---------------------------------------------------------------------
@@ -252,6 +266,15 @@ class TrustService:
                     found.append(InjectedNote(require_note(conn, note_id), p))
         found.sort(key=lambda item: item.p, reverse=True)
         return with_untrusted(projection, found[: max(0, limit)])
+
+    def version(self, project: str, user: str | None) -> str:
+        """A token that changes whenever the trust state the projection reads could have changed, in any tier
+        the caller reads (a judgment, a resolution, a promotion, a forget, a re-save)."""
+        parts = []
+        for tier, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                parts.append(f"{tier[0]}{trust_version(conn)}")
+        return "-".join(parts)
 
     def status(self, project: str, db: ProjectDatabase) -> dict[str, Any]:
         """The project tier's notes and judgments by state, and the last judge failure (code and time)."""

@@ -32,6 +32,21 @@ MAX_LIST = 1000
 DEFAULT_LIST = 100
 # Event ids are SQLite integers: a larger cursor cannot be bound to a query (and no event can have it).
 MAX_EVENT_ID = 2**63 - 1
+# The types the pipeline's stages and the job queue write (all above but ``trust_judgment``): what a
+# session's event stream carries, over HTTP and to an agent integration alike.
+PIPELINE_EVENTS = (
+    "om_observation_start",
+    "om_observation_end",
+    "om_observation_failed",
+    "om_reflection_start",
+    "om_reflection_end",
+    "om_reflection_failed",
+    "om_dropper_start",
+    "om_dropper_end",
+    "om_dropper_failed",
+    "om_model_changed",
+    "job_failed",
+)
 
 
 @dataclass(frozen=True)

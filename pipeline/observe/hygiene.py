@@ -32,6 +32,10 @@ MEMORY_TAG = "obsmem-memory"
 PROJECTION_HEADER = "Observational memory (obsmem):"
 DEFAULT_OMIT_TAGS: tuple[str, ...] = ("system-reminder",)
 DEFAULT_MEMORY_TOOLS: tuple[str, ...] = ("memory_search", "recall")
+# The agent's note tool: a note earns trust through the judge and a groom pass (docs/trust.md). Were the
+# Observer shown the note, it could record it as an observation and so skip that judgment.
+DEFAULT_NOTE_TOOLS: tuple[str, ...] = ("memory",)
+NOTE_OMITTED = "(omitted: a note the agent wrote; notes earn trust through judgment, not observation)"
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ def render_event(
     *,
     omit_tags: Sequence[str] = DEFAULT_OMIT_TAGS,
     memory_tools: Sequence[str] = DEFAULT_MEMORY_TOOLS,
+    note_tools: Sequence[str] = DEFAULT_NOTE_TOOLS,
 ) -> EventView:
     when = display_time(created_at)
     if role == "system":
@@ -94,6 +99,10 @@ def render_event(
             source_tokens,
         )
     tool = redact_text(tool_name) if tool_name else "unknown tool"
+    if tool_name in note_tools and type_ in ("tool_call", "tool_result"):
+        action = "called tool" if type_ == "tool_call" else "result of tool"
+        header = f"#{seq} {when} {role} {action} {tool}" if type_ == "tool_call" else f"#{seq} {when} {action} {tool}"
+        return EventView(seq, header, NOTE_OMITTED, True, source_tokens)
     if type_ == "tool_call":
         parts = [f"arguments: {_arguments(tool_args)}"]
         text = clean_text(content, omit_tags)

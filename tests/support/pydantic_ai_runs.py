@@ -10,9 +10,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, UserP
 
 from obsmem.app import Obsmem
 from obsmem.pipeline import estimate_tokens
-from obsmem.pydantic_ai import ObservationalMemory
+from obsmem.pydantic_ai import ObservationalMemory, OMEvent
 from obsmem.pydantic_ai.messages import message_events
-from support.pydantic_ai_session import tool_result
+from support.pydantic_ai_session import agent_with_memory
 from support.pydantic_ai_stages import CodingAgent
 
 WINDOW = 8_000
@@ -54,10 +54,24 @@ def memory_in(messages: list[ModelMessage]) -> bool:
     )
 
 
-def coding_agent(om: ObservationalMemory, model: CodingAgent) -> Agent[None, str]:
-    agent = Agent(model.model(), capabilities=[om], system_prompt="You are a careful coding agent.")
-    agent.tool_plain(tool_result, name="run_tests")
+def session_memory(memory: Obsmem, events: list[OMEvent], **options: Any) -> ObservationalMemory:
+    """The capability over session "s1" of project "p", every event it emits collected in ``events``."""
+    return ObservationalMemory(memory, project="p", session_id="s1", event_handler=events.append, **options)
+
+
+def logging_agent(om: ObservationalMemory, model: CodingAgent, log_lines: int) -> Agent[None, str]:
+    """An agent whose run_tests tool returns ``log_lines`` log lines, to fill a small context window on purpose."""
+    agent = Agent(model.model(), capabilities=[om])
+
+    @agent.tool_plain
+    def run_tests(path: str) -> str:
+        return "log line " * log_lines
+
     return agent
+
+
+def coding_agent(om: ObservationalMemory, model: CodingAgent) -> Agent[None, str]:
+    return agent_with_memory(om, model.model())
 
 
 async def run_turns(

@@ -13,9 +13,11 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.models import Model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -32,24 +34,40 @@ SETTINGS = {
 }
 
 
+_Memory = TypeVar("_Memory", bound=ObservationalMemory)
+
+
 def tool_result(path: str) -> str:
     return f"ran the tests of {path}: 14 passed, 0 failed " + "ok " * 40
+
+
+def staged_memory(
+    memory: Obsmem, kind: type[_Memory], *, project: str = "p", session_id: str = "s1", **options: Any
+) -> _Memory:
+    """The capability (``kind``: it or a subclass that measures it) with the scripted Observer and Reflector."""
+    return kind(
+        memory,
+        project=project,
+        session_id=session_id,
+        observer_model=observer_model(),
+        reflector_model=reflector_model(),
+        **options,
+    )
+
+
+def agent_with_memory(om: ObservationalMemory, model: Model, run_tests: Any = tool_result) -> Agent[None, str]:
+    """The coding agent's shape: its system prompt, the memory as a capability and a run_tests tool."""
+    agent = Agent(model, capabilities=[om], system_prompt="You are a careful coding agent.")
+    agent.tool_plain(run_tests, name="run_tests")
+    return agent
 
 
 async def run(data_dir: Path, history_file: Path, first: int, last: int) -> dict[str, int]:
     history = ModelMessagesTypeAdapter.validate_json(history_file.read_bytes()) if history_file.exists() else []
     with Obsmem(load_settings(data_dir=data_dir, **SETTINGS)) as memory:
-        om = ObservationalMemory(
-            memory,
-            project="p",
-            session_id="s1",
-            observer_model=observer_model(),
-            reflector_model=reflector_model(),
-            context_window=8_000,
-        )
+        om = staged_memory(memory, ObservationalMemory, context_window=8_000)
         model = CodingAgent()
-        agent = Agent(model.model(), capabilities=[om], system_prompt="You are a careful coding agent.")
-        agent.tool_plain(tool_result, name="run_tests")
+        agent = agent_with_memory(om, model.model())
         for turn in range(first, last + 1):
             prompt = f"turn {turn}: fix the failing test; the code word for turn {turn} is word{turn}"
             result = await agent.run(prompt, message_history=history)

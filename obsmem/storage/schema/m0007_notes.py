@@ -10,8 +10,11 @@
 - ``judgments``: one row per judgment of one candidate against one query: the judge's ``p`` (or the error
   that stopped it), the decision, the state (open, escalated, resolved) and the outcome a person gave.
   These rows are the calibration corpus, keyed by ``judgment_id``.
-- ``trust_ledger``: every judgment, decision, resolution, promotion, supersession and forget, appended in
-  the transaction that made it; triggers refuse any change or deletion.
+- ``trust_ledger``: every judgment, decision, resolution, promotion, supersession, forget and re-save (a
+  forgotten note saved again: a new life that needs a new judgment), appended in the transaction that made
+  it; triggers refuse any change or deletion. ``tier`` names the tier of the note; a project database also
+  holds copies of the judged and resolved entries of user-tier notes judged through that project
+  (``tier = 'user'``), so its ledger tells every judgment the project asked for.
 """
 
 NAME = "notes"
@@ -75,7 +78,8 @@ CREATE INDEX judgments_by_state ON judgments(state, created_at);
 CREATE TABLE trust_ledger (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     entry TEXT NOT NULL
-        CHECK (entry IN ('judged', 'resolved', 'promoted', 'superseded', 'forgotten')),
+        CHECK (entry IN ('judged', 'resolved', 'promoted', 'superseded', 'forgotten', 'resaved')),
+    tier TEXT NOT NULL DEFAULT 'project' CHECK (tier IN ('project', 'user')),
     note_id TEXT NOT NULL,
     judgment_id TEXT,
     p REAL,
@@ -85,6 +89,7 @@ CREATE TABLE trust_ledger (
     created_at TEXT NOT NULL
 );
 CREATE INDEX trust_ledger_by_note ON trust_ledger(note_id, id);
+CREATE INDEX trust_ledger_by_judgment ON trust_ledger(judgment_id) WHERE judgment_id IS NOT NULL;
 CREATE TRIGGER trust_ledger_no_update BEFORE UPDATE ON trust_ledger
 BEGIN
     SELECT RAISE(ABORT, 'the trust ledger is append-only');

@@ -39,8 +39,15 @@ class NoteWritten(BaseModel):
     memory_id: str
     tier: Literal["project", "user"]
     trusted: Literal[False] = Field(description="Always false: a write never grants trust.")
-    status: str = Field(description="`candidate`, or the standing of an identical note already stored.")
-    duplicate: bool
+    status: Literal["candidate", "unchanged"] = Field(
+        description="What the write did: `candidate` (a candidate is stored: new, saved again after a forget, or"
+        " identical to a waiting candidate) or `unchanged` (identical to a trusted or superseded note, left as"
+        " it is)."
+    )
+    note_status: Literal["candidate", "trusted", "superseded"] = Field(
+        description="The stored note's own status (for `unchanged`: the standing the identical note already has)."
+    )
+    duplicate: bool = Field(description="An identical note was stored before (this write added no new note).")
     supersedes: str | None = Field(description="update: the note this candidate replaces once promoted.")
 
 

@@ -25,25 +25,12 @@ from obsmem.surfaces.http.deps import ProjectName, SessionPath, access_of, allow
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.streams import FollowedStream, StreamFollowers
-from obsmem.work import MAX_EVENT_ID
+from obsmem.work import MAX_EVENT_ID, PIPELINE_EVENTS
 
 router = APIRouter(tags=["pipeline"])
 
 STREAM_POLL_SECONDS = 0.25
 STREAM_PAGE = 200
-EVENT_TYPES = (
-    "om_observation_start",
-    "om_observation_end",
-    "om_observation_failed",
-    "om_reflection_start",
-    "om_reflection_end",
-    "om_reflection_failed",
-    "om_dropper_start",
-    "om_dropper_end",
-    "om_dropper_failed",
-    "om_model_changed",
-    "job_failed",
-)
 
 
 class MemoryProjection(BaseModel):
@@ -384,9 +371,9 @@ async def pipeline_events(
 ) -> Response:
     allowed_project(request, project)
     types = tuple(type or ())
-    unknown = [name for name in types if name not in EVENT_TYPES and not name.startswith("om_")]
+    unknown = [name for name in types if name not in PIPELINE_EVENTS and not name.startswith("om_")]
     if unknown:
-        raise ValidationFailed(f"type must be one of: {', '.join(EVENT_TYPES)}", field="type")
+        raise ValidationFailed(f"type must be one of: {', '.join(PIPELINE_EVENTS)}", field="type")
     service = service_of(request)
     start = after_id or 0
     if accept is not None and "text/event-stream" in accept:
