@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
 import numpy as np
 
 from obsmem.dates import now_iso
@@ -37,7 +38,7 @@ from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
-from obsmem.indexer.sources import event_date, event_text
+from obsmem.indexer.sources import UNMARKED_EVENT_COUNT, UNMARKED_EVENTS, event_date, event_text, mark_new_events
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.indexer.vectors import MEMORIES, VectorSet, read_vector_set
 from obsmem.settings import SemanticSettings
@@ -113,8 +114,9 @@ class ProjectIndex:
         self.keywords = KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
         self.keyword_signature = self.keywords.signature
         self.keyword_queries = Fts5Keywords(settings.bm25.tokenizer, settings.bm25.column_weights)
-        # Events are marked pending on every append; they are indexed only when the setting says so, and
-        # their markers wait (ignored: no row below this one is read) until then.
+        # Events are indexed only when the setting says so: new ones are marked by the indexer itself
+        # (mark_new_events), and the markers of edits and deletes wait (ignored: no row below this one is
+        # read) until then.
         self.indexes_events = settings.index.events
         self.first_row = -(2**63) if self.indexes_events else 0
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
@@ -160,7 +162,23 @@ class ProjectIndex:
             yield SqliteIndexReader(conn, self.keyword_queries, first_row=self.first_row)
 
     def pending_count(self) -> int:
-        return int(self.db.query("SELECT count(*) FROM semantic_pending WHERE memory_row > ?", (self.first_row,))[0][0])
+        with self.db.read() as conn:
+            return self._pending(conn)
+
+    def _pending(self, conn: apsw.Connection) -> int:
+        """Sources waiting for a batch: markers, and the new events not marked yet when events are indexed."""
+        marked = conn.execute("SELECT count(*) FROM semantic_pending WHERE memory_row > ?", (self.first_row,))
+        pending = int(marked.fetchone()[0])
+        if self.indexes_events:
+            pending += int(conn.execute(UNMARKED_EVENT_COUNT).fetchone()[0])
+        return pending
+
+    def _mark_new_events(self) -> None:
+        """Mark the events appended since the last batch (when events are indexed; see ``mark_new_events``)."""
+        if not self.indexes_events or not self.db.query(UNMARKED_EVENTS)[0][0]:
+            return
+        with self.db.write() as conn:
+            mark_new_events(conn)
 
     def status(self) -> dict[str, Any]:
         with self.db.read() as conn:
@@ -169,9 +187,7 @@ class ProjectIndex:
             kind = None if self.indexes_events else MEMORIES
             sources = stores.source_count(conn, kind)
             indexed = stores.indexed_count(conn, kind) if compatible else 0
-            pending = conn.execute(
-                "SELECT count(*) FROM semantic_pending WHERE memory_row > ?", (self.first_row,)
-            ).fetchone()[0]
+            pending = self._pending(conn)
             chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0] if compatible else 0
         vectors = self._vectors
         return {
@@ -212,6 +228,7 @@ class ProjectIndex:
             if not free:
                 return BatchReport(busy=True)
             report = BatchReport(reset=self.ensure_compatible())
+            self._mark_new_events()
             plan = self._plan(max_chunks or self.settings.index.batch_chunks)
             crash_point("batch:read")
             if plan:
@@ -230,6 +247,7 @@ class ProjectIndex:
             if not free:
                 raise IndexBusy("another indexer is working on this project; try again when it has finished")
             total = BatchReport(reset=self.ensure_compatible())
+            self._mark_new_events()
             budget = self.settings.index.batch_chunks
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-encode") as model:
                 # Batches are planned in row order, each after the one being encoded.
@@ -248,6 +266,7 @@ class ProjectIndex:
                     total.chunks_reused += report.chunks_reused
                     total.neighbours_rewritten += report.neighbours_rewritten
                     if encoding is None and self.pending_count():
+                        self._mark_new_events()
                         upcoming = self._plan(budget)  # rows that changed behind us: another round
                         encoding = model.submit(self._encode, self._reuse(upcoming)) if upcoming else None
                     if progress is not None:

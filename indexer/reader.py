@@ -33,7 +33,7 @@ import numpy as np
 
 from obsmem.indexer import stores
 from obsmem.indexer.keywords import COLUMNS, CONTEXT_TABLE, FTS_TABLE
-from obsmem.indexer.sources import event_date, event_text
+from obsmem.indexer.sources import UNMARKED_EVENTS, event_date, event_text
 from obsmem.indexer.state import IndexState
 from obsmem.indexer.vectors import EVENTS, MEMORIES, Filter
 
@@ -237,7 +237,10 @@ class SqliteIndexReader:
 
     def has_pending(self) -> bool:
         sql = "SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > ?)"
-        return bool(self._one(sql, (self.first_row,))[0])
+        if self._one(sql, (self.first_row,))[0]:
+            return True
+        # New events wait unmarked for the indexer's next batch (when events are indexed at all).
+        return self.default_kind is None and bool(self._one(UNMARKED_EVENTS, ())[0])
 
     def stale_chunks(self, cap: int) -> int:
         return int(self._one(_STALE, (self.first_row, cap))[0])

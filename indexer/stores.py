@@ -16,7 +16,7 @@ import apsw
 import numpy as np
 
 from obsmem.indexer.keywords import KeywordDocuments
-from obsmem.indexer.sources import ALL_EVENT_ROWS
+from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN
 from obsmem.indexer.state import bump_version, update_state
 
 
@@ -31,7 +31,7 @@ def reset_derived(conn: apsw.Connection, signature: str, keywords: KeywordDocume
         "INSERT INTO semantic_pending(memory_row) SELECT id FROM memories WHERE true"
         " ON CONFLICT(memory_row) DO UPDATE SET change = change + 1"
     )
-    conn.execute(f"INSERT INTO semantic_pending(memory_row) {ALL_EVENT_ROWS}")
+    conn.execute(MARK_ALL_EVENTS_AGAIN)
     keywords.create(conn)
     _, version = bump_version(conn)
     update_state(

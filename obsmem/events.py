@@ -324,8 +324,9 @@ TRIGRAM_BATCH_EVENTS = 5000
 
 
 def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) -> int:
-    """Move the event trigram index forward (see ``m0006_conversation``): events above its watermark are
-    indexed in id order, :data:`TRIGRAM_BATCH_EVENTS` per transaction, each with the watermark it reaches.
+    """Move the event trigram index and the event id keys forward (see ``m0006_conversation``): events above
+    their watermark are indexed in id order, :data:`TRIGRAM_BATCH_EVENTS` per transaction, each with the
+    watermark it reaches.
 
     Appends never pay for the index; exact search scans what is not indexed yet, so this changes how fast
     a search is, never its answer. ``max_events`` bounds one call (None: until caught up). Returns the
@@ -345,6 +346,11 @@ def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) 
                 "INSERT INTO event_trigrams(rowid, content)"
                 " SELECT id, content || char(1, 1) || coalesce(tool_args || char(1, 1), '')"
                 " FROM events WHERE id > ? AND id <= ?",
+                (through, last[0]),
+            )
+            conn.execute(
+                "INSERT INTO event_keys(key, event_row)"
+                " SELECT substr(event_id, 1, 12), id FROM events WHERE id > ? AND id <= ? AND event_id IS NOT NULL",
                 (through, last[0]),
             )
             conn.execute("UPDATE event_trigram_progress SET indexed_through = ?", (last[0],))

@@ -86,12 +86,16 @@ def _source_event(row: tuple) -> SourceEvent:
 
 def _events_with_prefix(conn: apsw.Connection, prefix: str, session_id: str | None) -> list[tuple]:
     """Up to two events whose id starts with ``prefix``: ``(event_id, *event columns)``."""
+    # event_keys holds each id's first 12 characters up to the trigram watermark (m0006_conversation); a
+    # prefix is at least that long. Events above the watermark are checked directly.
     sql = (
         f"SELECT e.event_id, {_EVENT_COLUMNS} FROM events AS e"
-        " WHERE substr(e.event_id, 1, 12) = ? AND e.event_id >= ? AND e.event_id < ?"
+        " WHERE e.id IN (SELECT event_row FROM event_keys WHERE key = ?"
+        " UNION ALL SELECT id FROM events WHERE id > (SELECT indexed_through FROM event_trigram_progress)"
+        " AND substr(event_id, 1, 12) = ?)"
+        " AND e.event_id >= ? AND e.event_id < ?"
     )
-    # The index holds each id's first 12 characters (m0006_conversation); a prefix is at least that long.
-    params: list[object] = [prefix[:12], prefix, prefix + "g"]
+    params: list[object] = [prefix[:12], prefix[:12], prefix, prefix + "g"]
     if session_id is not None:
         sql += " AND e.session_id = ?"
         params.append(session_id)

@@ -22,6 +22,7 @@ from obsmem.ids import canonical_json, event_id
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval.corpus import EVENTS
 from obsmem.retrieval.exact import ExactSearcher, like_pattern
+from obsmem.retrieval.recall import _events_with_prefix
 
 ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
 STAMPS = ["2026-01-01T10:00:00.000Z", "2026-01-02T08:30:00.250Z", "2026-01-03T23:59:59.999Z"]
@@ -251,8 +252,35 @@ def test_the_trigram_index_trails_appends_and_keeps_indexed_rows_in_step(tmp_pat
                 (STAMPS[2],),
             )
         assert _indexed(db, "alpha") == [1, 3, 4, 5, 6] and _indexed(db, "beta") == [2] and _indexed(db, "gamma") == [7]
+        # The id keys follow the same watermark: the reused id's key is the new event's (filled after its insert).
+        assert _keys(db) == {
+            (event_id("s", seq)[:12], row) for row, seq in [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6), (7, 8)]
+        }
         assert [hit.seq for hit in searcher.search("gamma", window, 5)[0]] == [8]
         assert [hit.seq for hit in searcher.search("alpha3", window, 5)[0]] == before
+    finally:
+        registry.close()
+
+
+def _keys(db) -> set[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    return {(key, row) for key, row in db.query("SELECT key, event_row FROM event_keys")}
+
+
+@pytest.mark.parametrize("indexed", [0, 3, 6])
+def test_an_event_id_is_found_below_and_above_the_watermark(tmp_path: Path, indexed: int) -> None:
+    registry, db = _load(tmp_path, [(STAMPS[0], f"note {n}", None) for n in range(1, 7)])
+    try:
+        index_event_trigrams(db, max_events=indexed)
+        assert len(_keys(db)) == indexed
+        conn = db.connection()
+        for seq in range(1, 7):
+            full = event_id("s", seq)
+            for prefix in (full[:12], full[:20], full):
+                assert [row[0] for row in _events_with_prefix(conn, prefix, None)] == [full]
+            assert _events_with_prefix(conn, full[:12], "other") == []
+        ids = [event_id("s", seq) for seq in range(1, 7)]
+        missing = next(prefix for prefix in ("0" * 12, "f" * 12) if not any(full.startswith(prefix) for full in ids))
+        assert _events_with_prefix(conn, missing, None) == []
     finally:
         registry.close()
 

@@ -90,25 +90,47 @@ def test_event_hits_with_the_bundled_model(tmp_path: Path) -> None:
         assert len(mixed.hits) == 7
 
 
-def test_append_marks_events_durably_in_its_own_transaction(tmp_path: Path, model_server: ModelServer) -> None:
+def test_events_are_marked_by_the_indexer_up_to_a_durable_watermark(tmp_path: Path, model_server: ModelServer) -> None:
     with make_service(tmp_path, model_server, **_events_on()) as service:
         service.append_events("p", "s1", TALK[:2])
-        path = service.database("p").path
-    # A fresh connection sees the markers committed with the events: negated event rows.
+        db = service.database("p")
+        # The append wrote no marker; the new events still count as pending and make search partial.
+        assert db.query("SELECT count(*) FROM semantic_pending")[0][0] == 0
+        assert service.indexer.project("p").pending_count() == 2
+        service.index("p")
+        path = db.path
+    # A fresh connection sees the watermark the batch committed: every event marked, then indexed.
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    markers = [row[0] for row in conn.execute("SELECT memory_row FROM semantic_pending ORDER BY memory_row")]
-    rows = [row[0] for row in conn.execute("SELECT id FROM events ORDER BY id DESC")]
-    assert markers == [-row for row in rows] and len(markers) == 2
+    through = conn.execute("SELECT marked_through FROM event_marker_progress").fetchone()[0]
+    assert through == conn.execute("SELECT max(id) FROM events").fetchone()[0]
+    assert conn.execute("SELECT count(*) FROM semantic_pending").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM semantic_sources WHERE memory_row < 0").fetchone()[0] == 2
     conn.close()
-    # A batch refused by a seq conflict stores neither events nor markers.
     with make_service(tmp_path, model_server, **_events_on()) as service:
-        from obsmem.errors import SeqConflict
+        db = service.database("p")
+        # A reused id (the deleted last event's) is at or below the watermark: its insert marks it at once.
+        last = db.query("SELECT max(id) FROM events")[0][0]
+        with db.write() as conn:
+            conn.execute("DELETE FROM events WHERE id = ?", (last,))
+        service.index("p")
+        service.append_events("p", "s1", [TALK[1]])
+        reused = db.query("SELECT max(id) FROM events")[0][0]
+        assert reused == last == db.query("SELECT marked_through FROM event_marker_progress")[0][0]
+        assert [row[0] for row in db.query("SELECT memory_row FROM semantic_pending")] == [-reused]
 
-        with pytest.raises(SeqConflict):
-            service.append_events(
-                "p", "s1", [{"seq": 3, "role": "user", "content": "x"}, {"seq": 1, "role": "user", "content": "y"}]
-            )
-        assert service.database("p").query("SELECT count(*) FROM semantic_pending")[0][0] == 2
+
+def test_events_stay_unmarked_while_events_are_not_indexed(tmp_path: Path, model_server: ModelServer) -> None:
+    with make_service(tmp_path, model_server) as service:
+        service.append_events("p", "s1", TALK[:2])
+        service.index("p")
+        db = service.database("p")
+        assert db.query("SELECT count(*) FROM semantic_pending")[0][0] == 0
+        assert db.query("SELECT marked_through FROM event_marker_progress")[0][0] == 0
+        assert service.indexer.project("p").pending_count() == 0
+    # Turned on later, the indexer marks and indexes the events stored before.
+    with make_service(tmp_path, model_server, **_events_on()) as service:
+        report = service.index("p")
+        assert (report.status.indexed_count, report.status.pending) == (2, 0)
 
 
 def test_index_follows_appends_deletes_and_rebuilds(tmp_path: Path, model_server: ModelServer) -> None:

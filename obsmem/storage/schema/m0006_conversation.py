@@ -14,11 +14,18 @@ Events become searchable like memories (``memory_search`` with ``scope`` ``conve
   Exact search reads the index up to the watermark and scans the events above it directly, so its answer
   never depends on how far the index has got. Triggers keep indexed rows in step (an edit or delete at or
   below the watermark, and an insert there: a reused id of a deleted last event).
+- ``event_keys`` holds each event's id prefix (its first 12 characters, the shortest prefix recall takes;
+  unique in practice, and the full id is compared after) up to the same watermark, filled by the same
+  catch-up; recall looks an id up there and among the events above the watermark.
 - ``events_by_date`` and ``events_by_session_date`` give exact search its newest-first walk.
-- Every event insert, edit and delete is marked in ``semantic_pending`` in the writer's transaction, as
-  memories are, under the negated event row (``-events.id``): memory rows are positive, so one marker
-  table and one chunk table name both kinds of source without a collision. Events already stored are
-  marked here, so turning semantic mode on indexes them.
+- Events are marked in ``semantic_pending`` under the negated event row (``-events.id``): memory rows are
+  positive, so one marker table and one chunk table name both kinds of source without a collision. An
+  append writes no marker (a trigger marking every new event cost it a fifth of its time, for an index
+  that is off by default): when ``semantic.index.events`` is on, the indexer marks the events above the
+  durable watermark ``event_marker_progress.marked_through`` before each batch
+  (:func:`obsmem.indexer.sources.mark_new_events`), so events stored before the setting was turned on
+  are indexed too. Edits and deletes are marked by triggers, as memories' are, and so is an insert at or
+  below the watermark (a reused id of a deleted last event).
 """
 
 NAME = "conversation"
@@ -26,10 +33,14 @@ NAME = "conversation"
 SQL = """
 ALTER TABLE events ADD COLUMN event_id TEXT;
 UPDATE events SET event_id = obsmem_event_id(session_id, seq);
--- Ids are looked up by their display prefix (12 characters, the shortest recall takes): indexing those
--- alone cut an append's cost by a fifth against the whole 64-character id. They are unique because
--- (session_id, seq) is.
-CREATE INDEX events_by_event_key ON events(substr(event_id, 1, 12));
+-- Ids are looked up by their display prefix (12 characters, the shortest recall takes), kept in
+-- event_keys up to the same watermark as the trigram index (an index on the events table cost an append
+-- a tenth of its time); recall checks the events above the watermark directly.
+CREATE TABLE event_keys (
+    key TEXT NOT NULL,
+    event_row INTEGER NOT NULL,
+    PRIMARY KEY (key, event_row)
+) WITHOUT ROWID;
 CREATE TRIGGER events_fill_event_id AFTER INSERT ON events WHEN new.event_id IS NULL BEGIN
     UPDATE events SET event_id = obsmem_event_id(new.session_id, new.seq) WHERE id = new.id;
 END;
@@ -52,10 +63,18 @@ CREATE TRIGGER events_trigrams_insert AFTER INSERT ON events
 WHEN new.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     INSERT INTO event_trigrams(rowid, content)
         VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
+    INSERT INTO event_keys(key, event_row) SELECT substr(new.event_id, 1, 12), new.id WHERE new.event_id IS NOT NULL;
 END;
 CREATE TRIGGER events_trigrams_delete AFTER DELETE ON events
 WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     DELETE FROM event_trigrams WHERE rowid = old.id;
+    DELETE FROM event_keys WHERE key = substr(old.event_id, 1, 12) AND event_row = old.id;
+END;
+-- An id filled in after the insert (events_fill_event_id) or written anew.
+CREATE TRIGGER events_keys_update AFTER UPDATE OF event_id ON events
+WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
+    DELETE FROM event_keys WHERE key = substr(old.event_id, 1, 12) AND event_row = old.id;
+    INSERT INTO event_keys(key, event_row) SELECT substr(new.event_id, 1, 12), new.id WHERE new.event_id IS NOT NULL;
 END;
 CREATE TRIGGER events_trigrams_update AFTER UPDATE OF content, tool_args ON events
 WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
@@ -64,9 +83,14 @@ WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
         VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
 END;
 
-INSERT INTO semantic_pending(memory_row) SELECT -id FROM events WHERE true
-    ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
-CREATE TRIGGER events_semantic_insert AFTER INSERT ON events BEGIN
+-- Events already stored are marked by the indexer's first catch-up, when events are indexed at all.
+CREATE TABLE event_marker_progress (
+    only_row INTEGER PRIMARY KEY CHECK (only_row = 1),
+    marked_through INTEGER NOT NULL CHECK (marked_through >= 0)
+);
+INSERT INTO event_marker_progress(only_row, marked_through) VALUES (1, 0);
+CREATE TRIGGER events_semantic_insert AFTER INSERT ON events
+WHEN new.id <= (SELECT marked_through FROM event_marker_progress) BEGIN
     INSERT INTO semantic_pending(memory_row) VALUES (-new.id)
         ON CONFLICT(memory_row) DO UPDATE SET change = change + 1;
 END;
