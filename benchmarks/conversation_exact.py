@@ -29,7 +29,6 @@ from exact_search import LIMIT, QUERIES, summary, timed  # noqa: E402
 
 from obsmem.dates import parse_window  # noqa: E402
 from obsmem.events import index_event_trigrams  # noqa: E402
-from obsmem.ids import event_id  # noqa: E402
 from obsmem.projects import ProjectRegistry  # noqa: E402
 from obsmem.retrieval.corpus import EVENTS  # noqa: E402
 from obsmem.retrieval.exact import ExactSearcher, like_pattern  # noqa: E402
@@ -55,7 +54,7 @@ def build(registry: ProjectRegistry, name: str, count: int) -> None:
             )
             conn.executemany(
                 "INSERT INTO events(session_id, seq, role, type, content, tool_name, tool_args, created_at,"
-                " fingerprint, event_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'x', ?)",
+                " fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'x')",
                 batch,
             )
         batch.clear()
@@ -65,9 +64,9 @@ def build(registry: ProjectRegistry, name: str, count: int) -> None:
         stamp = date.replace(" ", "T") + ".000Z"
         if index % TOOL_EVERY == 0:
             args = json.dumps({"command": line}, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-            row = (session, seq, "assistant", "tool_call", "", "bash", args, stamp, event_id(session, seq))
+            row = (session, seq, "assistant", "tool_call", "", "bash", args, stamp)
         else:
-            row = (session, seq, "user", "message", line, None, None, stamp, event_id(session, seq))
+            row = (session, seq, "user", "message", line, None, None, stamp)
         batch.append(row)
         if len(batch) == BATCH:
             flush()
@@ -104,7 +103,8 @@ def run_queries(registry: ProjectRegistry, name: str, repeat: int) -> dict[str, 
     searcher = ExactSearcher(conn, corpus=EVENTS)
     window = parse_window()
     like_sql = (
-        "SELECT m.event_id FROM events AS m WHERE m.content LIKE ?1 ESCAPE '\\' OR m.tool_args LIKE ?1 ESCAPE '\\'"
+        "SELECT obsmem_event_id(m.session_id, m.seq) FROM events AS m"
+        " WHERE m.content LIKE ?1 ESCAPE '\\' OR m.tool_args LIKE ?1 ESCAPE '\\'"
         " ORDER BY m.created_at DESC, m.id DESC LIMIT ?2"
     )
     results: dict[str, list[dict[str, object]]] = {}

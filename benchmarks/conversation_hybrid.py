@@ -76,15 +76,15 @@ def build(service: Obsmem, project: str, count: int, pool_size: int, shared: Pat
             row = i + 1  # explicit ids, so each table is one executemany; the label is the row too
             role = "user" if i % 2 == 0 else "assistant"
             [chunk] = chunk_text(identity, content, index.chunking)
-            events.append((row, session, seq, role, content, date.replace(" ", "T") + ".000Z", identity))
+            events.append((row, session, seq, role, content, date.replace(" ", "T") + ".000Z"))
             sources.append((-row, identity, content_hash(content)))
             chunks.append((row, chunk.key, -row, date, session, chunk.text))
             stored.append((row, vectors[offset].tobytes()))
         with db.write() as conn:
             _, version = bump_version(conn)
             conn.executemany(
-                "INSERT INTO events(id, session_id, seq, role, type, content, created_at, fingerprint, event_id)"
-                " VALUES (?, ?, ?, ?, 'message', ?, ?, 'x', ?)",
+                "INSERT INTO events(id, session_id, seq, role, type, content, created_at, fingerprint)"
+                " VALUES (?, ?, ?, ?, 'message', ?, ?, 'x')",
                 events,
             )
             conn.executemany(

@@ -59,7 +59,7 @@ INDEXING_LOCK = ".indexing.lock"
 # then events in row order (their negated rows descending), so both are indexed oldest first and their
 # labels follow the order they were written in.
 _PENDING_COLUMNS = (
-    "SELECT p.memory_row, p.change, coalesce(m.memory_id, e.event_id),"
+    "SELECT p.memory_row, p.change, coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)),"
     f" CASE WHEN p.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
     f" coalesce(m.date, {event_date('e')}), coalesce(m.session_id, e.session_id)"
     " FROM semantic_pending AS p LEFT JOIN memories AS m ON p.memory_row > 0 AND m.id = p.memory_row"

@@ -107,7 +107,8 @@ _INDEXED_COUNTS = {
     "memories": "SELECT count(*) FROM semantic_sources AS s JOIN memories AS m"
     " ON m.id = s.memory_row AND m.memory_id = s.memory_id WHERE s.memory_row > 0 AND s.chunk_count > 0",
     "events": "SELECT count(*) FROM semantic_sources AS s JOIN events AS e"
-    " ON e.id = -s.memory_row AND e.event_id = s.memory_id WHERE s.memory_row < 0 AND s.chunk_count > 0",
+    " ON e.id = -s.memory_row AND obsmem_event_id(e.session_id, e.seq) = s.memory_id"
+    " WHERE s.memory_row < 0 AND s.chunk_count > 0",
 }
 
 

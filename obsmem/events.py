@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from obsmem.bounds import MAX_SEQ
 from obsmem.dates import now_iso
 from obsmem.errors import NotFound, SeqConflict, ValidationFailed
-from obsmem.ids import canonical_json, event_id
+from obsmem.ids import canonical_json
 from obsmem.redaction import redact_json, redact_text
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import first_problem
@@ -263,13 +263,12 @@ def append_events(
                     event.tool_call_id,
                     event.created_at_iso() if event.created_at is not None else now,
                     fingerprint,
-                    event_id(session, seq),
                 )
             )
         if rows:
             conn.executemany(
                 "INSERT INTO events(session_id, seq, role, type, content, tool_name, tool_args, tool_call_id,"
-                " created_at, fingerprint, event_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
             last_seq = max(last_seq, next_seq)
@@ -350,7 +349,7 @@ def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) 
             )
             conn.execute(
                 "INSERT INTO event_keys(key, event_row)"
-                " SELECT substr(event_id, 1, 12), id FROM events WHERE id > ? AND id <= ? AND event_id IS NOT NULL",
+                " SELECT substr(obsmem_event_id(session_id, seq), 1, 12), id FROM events WHERE id > ? AND id <= ?",
                 (through, last[0]),
             )
             conn.execute("UPDATE event_trigram_progress SET indexed_through = ?", (last[0],))

@@ -87,19 +87,21 @@ def _source_event(row: tuple) -> SourceEvent:
 def _events_with_prefix(conn: apsw.Connection, prefix: str, session_id: str | None) -> list[tuple]:
     """Up to two events whose id starts with ``prefix``: ``(event_id, *event columns)``."""
     # event_keys holds each id's first 12 characters up to the trigram watermark (m0006_conversation); a
-    # prefix is at least that long. Events above the watermark are checked directly.
+    # prefix is at least that long. Events above the watermark are checked directly. Ids are not stored:
+    # the SQL function derives them from the address.
+    full_id = "obsmem_event_id(e.session_id, e.seq)"
     sql = (
-        f"SELECT e.event_id, {_EVENT_COLUMNS} FROM events AS e"
+        f"SELECT {full_id}, {_EVENT_COLUMNS} FROM events AS e"
         " WHERE e.id IN (SELECT event_row FROM event_keys WHERE key = ?"
         " UNION ALL SELECT id FROM events WHERE id > (SELECT indexed_through FROM event_trigram_progress)"
-        " AND substr(event_id, 1, 12) = ?)"
-        " AND e.event_id >= ? AND e.event_id < ?"
+        " AND substr(obsmem_event_id(session_id, seq), 1, 12) = ?)"
+        f" AND {full_id} >= ? AND {full_id} < ?"
     )
     params: list[object] = [prefix[:12], prefix[:12], prefix, prefix + "g"]
     if session_id is not None:
         sql += " AND e.session_id = ?"
         params.append(session_id)
-    return conn.execute(sql + " ORDER BY e.event_id LIMIT 2", params).fetchall()
+    return conn.execute(sql + " ORDER BY 1 LIMIT 2", params).fetchall()
 
 
 def recall_any(

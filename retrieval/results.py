@@ -15,8 +15,10 @@ HIT_COLUMNS = "m.memory_id, m.kind, m.session_id, m.date, m.importance, m.conten
 EVENT_DATE = "replace(substr(m.created_at, 1, 19), 'T', ' ')"
 # Columns an event hit is built from (``m`` is the events table): the memory columns' order, then the
 # event's place in its session and its tool fields.
+# The id is derived from the address by the SQL function every obsmem connection registers (m0006).
 EVENT_COLUMNS = (
-    f"m.event_id, 'event', m.session_id, {EVENT_DATE}, NULL, m.content, m.seq, m.role, m.type, m.tool_name, m.tool_args"
+    f"obsmem_event_id(m.session_id, m.seq), 'event', m.session_id, {EVENT_DATE}, NULL, m.content, m.seq, m.role,"
+    " m.type, m.tool_name, m.tool_args"
 )
 EVENT_KIND = "event"
 

@@ -49,7 +49,6 @@ def _load(db_dir: Path, events: list[Event]):  # type: ignore[no-untyped-def]
     db = registry.get("p", create=True)
     with db.write() as conn:
         conn.execute("INSERT INTO sessions VALUES ('s', 'x', 'x', 0, 0)")
-        # event_id left out on purpose: the schema fills it for any insert.
         conn.executemany(
             "INSERT INTO events(id, session_id, seq, role, type, content, tool_args, created_at, fingerprint)"
             " VALUES (?, 's', ?, 'assistant', ?, ?, ?, ?, 'f')",
@@ -215,11 +214,11 @@ def test_a_bad_scope_is_refused_with_its_own_code(talk: Obsmem) -> None:
         assert str(bad) not in caught.value.message or bad in ("", 3)
 
 
-def test_event_ids_are_filled_for_inserts_that_leave_them_out(tmp_path: Path) -> None:
+def test_event_ids_are_derived_from_the_address_by_sql(tmp_path: Path) -> None:
     registry, db = _load(tmp_path, [(STAMPS[0], "hello", None), (STAMPS[1], "world", '{"a":1}')])
     try:
-        rows = db.query("SELECT session_id, seq, event_id FROM events ORDER BY seq")
-        assert [row[2] for row in rows] == [event_id("s", 1), event_id("s", 2)]
+        rows = db.query("SELECT obsmem_event_id(session_id, seq) FROM events ORDER BY seq")
+        assert [row[0] for row in rows] == [event_id("s", 1), event_id("s", 2)]
     finally:
         registry.close()
 

@@ -185,14 +185,17 @@ def _prepare(conn: apsw.Connection) -> None:
     """What every connection needs before its first statement, writable or not."""
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     _load_vector_extension(conn)
-    # The schema fills events.event_id with it for any insert that leaves the column out (migration 6).
+    # Event ids are derived from the address by it, never stored (migration 6).
     conn.create_scalar_function(EVENT_ID_FUNCTION, _sql_event_id, 2, deterministic=True)
 
 
 EVENT_ID_FUNCTION = "obsmem_event_id"
 
 
-def _sql_event_id(session_id: str, seq: int) -> str:
+def _sql_event_id(session_id: str | None, seq: int | None) -> str | None:
+    # NULL for a missing event (an outer join's empty side), as a stored column would read.
+    if session_id is None or seq is None:
+        return None
     return event_id(session_id, seq)
 
 

@@ -2,9 +2,10 @@
 
 Events become searchable like memories (``memory_search`` with ``scope`` ``conversation`` or ``all``):
 
-- ``events.event_id`` is the SHA-256 of the event's address (:func:`obsmem.ids.event_id`), the id search
-  hits and ``recall`` use. Appends write it; an insert that leaves it out gets it from the
-  ``obsmem_event_id`` SQL function every obsmem connection registers, so the column is never empty.
+- An event's id is the SHA-256 of its address (:func:`obsmem.ids.event_id`), the id search hits and
+  ``recall`` use. It is not stored: reads derive it from ``session_id`` and ``seq`` with the
+  ``obsmem_event_id`` SQL function every obsmem connection registers (a stored column cost an append a
+  tenth of its time, and the id can never disagree with the address it hashes).
 - ``event_trigrams`` holds the trigrams of each event's content and tool arguments, with the same two
   U+0001 sentinels after each text as ``memory_trigrams`` (so one- and two-character needles start some
   trigram, and no trigram spans the content and the arguments). It is filled *after* the append, not in
@@ -31,8 +32,6 @@ Events become searchable like memories (``memory_search`` with ``scope`` ``conve
 NAME = "conversation"
 
 SQL = """
-ALTER TABLE events ADD COLUMN event_id TEXT;
-UPDATE events SET event_id = obsmem_event_id(session_id, seq);
 -- Ids are looked up by their display prefix (12 characters, the shortest recall takes), kept in
 -- event_keys up to the same watermark as the trigram index (an index on the events table cost an append
 -- a tenth of its time); recall checks the events above the watermark directly.
@@ -41,9 +40,6 @@ CREATE TABLE event_keys (
     event_row INTEGER NOT NULL,
     PRIMARY KEY (key, event_row)
 ) WITHOUT ROWID;
-CREATE TRIGGER events_fill_event_id AFTER INSERT ON events WHEN new.event_id IS NULL BEGIN
-    UPDATE events SET event_id = obsmem_event_id(new.session_id, new.seq) WHERE id = new.id;
-END;
 
 CREATE INDEX events_by_date ON events(created_at, id);
 CREATE INDEX events_by_session_date ON events(session_id, created_at, id);
@@ -63,18 +59,20 @@ CREATE TRIGGER events_trigrams_insert AFTER INSERT ON events
 WHEN new.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     INSERT INTO event_trigrams(rowid, content)
         VALUES (new.id, new.content || char(1, 1) || coalesce(new.tool_args || char(1, 1), ''));
-    INSERT INTO event_keys(key, event_row) SELECT substr(new.event_id, 1, 12), new.id WHERE new.event_id IS NOT NULL;
+    INSERT INTO event_keys(key, event_row) VALUES (substr(obsmem_event_id(new.session_id, new.seq), 1, 12), new.id);
 END;
 CREATE TRIGGER events_trigrams_delete AFTER DELETE ON events
 WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
     DELETE FROM event_trigrams WHERE rowid = old.id;
-    DELETE FROM event_keys WHERE key = substr(old.event_id, 1, 12) AND event_row = old.id;
+    DELETE FROM event_keys
+        WHERE key = substr(obsmem_event_id(old.session_id, old.seq), 1, 12) AND event_row = old.id;
 END;
--- An id filled in after the insert (events_fill_event_id) or written anew.
-CREATE TRIGGER events_keys_update AFTER UPDATE OF event_id ON events
+-- An event given a new address has a new id.
+CREATE TRIGGER events_keys_update AFTER UPDATE OF session_id, seq ON events
 WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
-    DELETE FROM event_keys WHERE key = substr(old.event_id, 1, 12) AND event_row = old.id;
-    INSERT INTO event_keys(key, event_row) SELECT substr(new.event_id, 1, 12), new.id WHERE new.event_id IS NOT NULL;
+    DELETE FROM event_keys
+        WHERE key = substr(obsmem_event_id(old.session_id, old.seq), 1, 12) AND event_row = old.id;
+    INSERT INTO event_keys(key, event_row) VALUES (substr(obsmem_event_id(new.session_id, new.seq), 1, 12), new.id);
 END;
 CREATE TRIGGER events_trigrams_update AFTER UPDATE OF content, tool_args ON events
 WHEN old.id <= (SELECT indexed_through FROM event_trigram_progress) BEGIN
