@@ -98,6 +98,8 @@ def build(service: Obsmem, project: str, count: int, pool_size: int, shared: Pat
             )
             conn.executemany("INSERT INTO semantic_vectors(chunk, embedding) VALUES (?, ?)", stored)
             conn.execute("DELETE FROM semantic_pending")
+            # The events written here are indexed already: the indexer must not mark them again.
+            conn.execute("UPDATE event_marker_progress SET marked_through = (SELECT max(id) FROM events)")
             update_state(conn, version=version)
         print(f"{block + len(ids)} events written", file=sys.stderr, flush=True)
     write_seconds = time.perf_counter() - started
