@@ -323,9 +323,9 @@ TRIGRAM_BATCH_EVENTS = 5000
 
 
 def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) -> int:
-    """Move the event trigram index and the event id keys forward (see ``m0006_conversation``): events above
-    their watermark are indexed in id order, :data:`TRIGRAM_BATCH_EVENTS` per transaction, each with the
-    watermark it reaches.
+    """Move the event trigram index, the event id keys and the date order forward (see
+    ``m0006_conversation``): events above their watermark are indexed in id order,
+    :data:`TRIGRAM_BATCH_EVENTS` per transaction, each with the watermark it reaches.
 
     Appends never pay for the index; exact search scans what is not indexed yet, so this changes how fast
     a search is, never its answer. ``max_events`` bounds one call (None: until caught up). Returns the
@@ -352,6 +352,7 @@ def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) 
                 " SELECT substr(obsmem_event_id(session_id, seq), 1, 12), id FROM events WHERE id > ? AND id <= ?",
                 (through, last[0]),
             )
+            conn.execute("UPDATE events SET in_date_order = 1 WHERE id > ? AND id <= ?", (through, last[0]))
             conn.execute("UPDATE event_trigram_progress SET indexed_through = ?", (last[0],))
         done += last[1]
     return done

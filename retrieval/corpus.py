@@ -10,9 +10,9 @@ as), each on its own: a needle never matches across the two. Event times are sto
 (``YYYY-MM-DDTHH:MM:SS.mmmZ``); the hit columns present them in the memories' stored format
 (``YYYY-MM-DD HH:MM:SS``), so hits of both kinds sort and display alike.
 
-The events' trigram index is filled after the append, up to a durable watermark (``m0006_conversation``):
-every plan that reads the index also checks every event above the watermark directly, so the answer is
-the same however far the index has got.
+The events' trigram index and their date indexes are filled after the append, up to a durable watermark
+(``m0006_conversation``): every plan that reads an index also checks every event above the watermark
+directly, so the answer is the same however far the indexes have got.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class Corpus:
     iso_dates: bool  # dates stored as ISO 8601 text (events) rather than the stored format (memories)
     # SQL for the last id the trigram index holds when it trails the table (None: triggers keep it whole).
     indexed_through: str | None = None
+    # The condition the date indexes are partial on: they hold the rows up to that same watermark.
+    in_date_order: str = ""
 
     @property
     def match(self) -> str:
@@ -87,4 +89,5 @@ EVENTS = Corpus(
     sample_text="content || char(10) || coalesce(tool_args, '')",
     iso_dates=True,
     indexed_through="SELECT indexed_through FROM event_trigram_progress",
+    in_date_order=" AND m.in_date_order = 1",
 )

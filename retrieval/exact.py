@@ -275,9 +275,9 @@ class ExactSearcher:
             if boundary is not None:
                 span_where, span_params = f" AND {self.corpus.date} >= ?{where}", [boundary[0], *params]
             lowest, highest = self._window_ids(where, params, boundary)
-            if lowest is None:
+            if lowest is None:  # no indexed row inside the filters: the unindexed ones are all there is
                 self.last_plan = ExactPlan("window", 0)
-                return []
+                return self._check_candidates([], pattern, where, params, fetch)
             span = highest - lowest + 1
             if span * sample.frequency_of_trigram(rarest[0]) * self.posting_cost >= walk_rows:
                 return None  # ids out of date order: the range holds too many postings to read
@@ -296,7 +296,7 @@ class ExactSearcher:
         corpus = self.corpus
         return self.conn.execute(
             f"SELECT {corpus.date}, m.id FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
-            f" WHERE 1{where} ORDER BY {corpus.date} DESC, m.id DESC LIMIT 1 OFFSET ?",
+            f" WHERE 1{corpus.in_date_order}{where} ORDER BY {corpus.date} DESC, m.id DESC LIMIT 1 OFFSET ?",
             (*params, rows - 1),
         ).fetchone()
 
@@ -315,7 +315,7 @@ class ExactSearcher:
             date, row = boundary
             older = self.conn.execute(
                 f"SELECT EXISTS (SELECT 1 FROM {corpus.table} AS m INDEXED BY {corpus.by_date}"
-                f" WHERE {corpus.date} >= ?{where} AND m.id < ?)",
+                f" WHERE {corpus.date} >= ?{corpus.in_date_order}{where} AND m.id < ?)",
                 (date, *params, row),
             ).fetchone()[0]
             if not older:
@@ -325,7 +325,7 @@ class ExactSearcher:
             span_where, span_params = f" AND {corpus.date} >= ?{where}", [boundary[0], *params]
         return self.conn.execute(
             f"SELECT min(m.id), max(m.id) FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
-            f" WHERE 1{span_where}",
+            f" WHERE 1{corpus.in_date_order}{span_where}",
             span_params,
         ).fetchone()
 
@@ -354,11 +354,26 @@ class ExactSearcher:
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         corpus = self.corpus
+        args: tuple[object, ...] = (*corpus.patterns(pattern), *params, fetch)
         sql = (
             f"SELECT {corpus.columns} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
-            f" WHERE {corpus.match}{where}"
+            f" WHERE {corpus.match}{corpus.in_date_order}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
+        merged = self._unindexed_above is not None
+        if merged:
+            # The date indexes hold the rows up to the watermark: the newest `fetch` of all rows are the
+            # newest of the walk's own newest `fetch` and the unindexed rows' (the order columns go first).
+            order = f"SELECT {corpus.date} AS sort_date, m.id AS sort_row, {corpus.columns} FROM {corpus.table} AS m"
+            sql = (
+                f"SELECT * FROM (SELECT * FROM ({order} INDEXED BY {self._walk_index(where)}"
+                f" WHERE {corpus.match}{corpus.in_date_order}{where}"
+                f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?)"
+                f" UNION ALL SELECT * FROM ({order} WHERE m.id > ? AND {corpus.match}{where}"
+                f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?))"
+                " ORDER BY sort_date DESC, sort_row DESC LIMIT ?"
+            )
+            args = (*args, self._unindexed_above, *corpus.patterns(pattern), *params, fetch, fetch)
         steps = 0
         budget = self.walk_budget_steps
 
@@ -369,11 +384,12 @@ class ExactSearcher:
 
         self.conn.set_progress_handler(over_budget, _PROGRESS_INTERVAL)
         try:
-            return self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
+            rows = self.conn.execute(sql, args).fetchall()
         except apsw.InterruptError:
             raise _WalkBudgetExhausted from None
         finally:
             self.conn.set_progress_handler(None)
+        return [row[2:] for row in rows] if merged else rows
 
     def _walk_index(self, where: str) -> str:
         return self.corpus.by_session_date if "m.session_id" in where else self.corpus.by_date

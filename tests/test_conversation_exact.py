@@ -123,6 +123,9 @@ def test_every_plan_matches_the_like_reference(tmp_path_factory: pytest.TempPath
                 assert [hit.seq for hit in hits] == expected[:limit]
                 assert truncated == (len(expected) > limit)
                 assert all(hit.memory_id == event_id("s", hit.seq) for hit in hits)  # type: ignore[arg-type]
+                # The session walk reads the other partial date index.
+                in_session, _ = searcher.search(needle, window, limit, session_id="s")
+                assert [hit.seq for hit in in_session] == expected[:limit]
     finally:
         registry.close()
 
@@ -256,6 +259,10 @@ def test_the_trigram_index_trails_appends_and_keeps_indexed_rows_in_step(tmp_pat
             (event_id("s", seq)[:12], row) for row, seq in [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6), (7, 8)]
         }
         assert [hit.seq for hit in searcher.search("gamma", window, 5)[0]] == [8]
+        # Every event up to the watermark is in date order, the reused id too; none above it.
+        assert db.query("SELECT id FROM events WHERE in_date_order = 1 ORDER BY id") == [(n,) for n in range(1, 8)]
+        walker = ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=10**9)
+        assert [hit.seq for hit in walker.search("note", window, 10)[0]] == [8, 6, 5, 4, 3, 2, 1]
         assert [hit.seq for hit in searcher.search("alpha3", window, 5)[0]] == before
     finally:
         registry.close()
