@@ -354,26 +354,23 @@ class ExactSearcher:
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         corpus = self.corpus
-        args: tuple[object, ...] = (*corpus.patterns(pattern), *params, fetch)
+        order = ""
+        tail: list[tuple] = []
+        if self._unindexed_above is not None:
+            # The date indexes hold the rows up to the watermark: the newest `fetch` of all rows are the
+            # newest of the walk's own newest `fetch` and the unindexed rows'. The unindexed rows are read
+            # first and outside the walk's budget (their cost is bounded by the tail, as in the other plans).
+            order = f"{corpus.date}, m.id, "
+            tail = self.conn.execute(
+                f"SELECT {order}{corpus.columns} FROM {corpus.table} AS m WHERE m.id > ? AND {corpus.match}{where}"
+                f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?",
+                (self._unindexed_above, *corpus.patterns(pattern), *params, fetch),
+            ).fetchall()
         sql = (
-            f"SELECT {corpus.columns} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f"SELECT {order}{corpus.columns} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
             f" WHERE {corpus.match}{corpus.in_date_order}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        merged = self._unindexed_above is not None
-        if merged:
-            # The date indexes hold the rows up to the watermark: the newest `fetch` of all rows are the
-            # newest of the walk's own newest `fetch` and the unindexed rows' (the order columns go first).
-            order = f"SELECT {corpus.date} AS sort_date, m.id AS sort_row, {corpus.columns} FROM {corpus.table} AS m"
-            sql = (
-                f"SELECT * FROM (SELECT * FROM ({order} INDEXED BY {self._walk_index(where)}"
-                f" WHERE {corpus.match}{corpus.in_date_order}{where}"
-                f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?)"
-                f" UNION ALL SELECT * FROM ({order} WHERE m.id > ? AND {corpus.match}{where}"
-                f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?))"
-                " ORDER BY sort_date DESC, sort_row DESC LIMIT ?"
-            )
-            args = (*args, self._unindexed_above, *corpus.patterns(pattern), *params, fetch, fetch)
         steps = 0
         budget = self.walk_budget_steps
 
@@ -384,12 +381,15 @@ class ExactSearcher:
 
         self.conn.set_progress_handler(over_budget, _PROGRESS_INTERVAL)
         try:
-            rows = self.conn.execute(sql, args).fetchall()
+            rows = self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
         except apsw.InterruptError:
             raise _WalkBudgetExhausted from None
         finally:
             self.conn.set_progress_handler(None)
-        return [row[2:] for row in rows] if merged else rows
+        if not order:
+            return rows
+        merged = sorted(rows + tail, key=lambda row: (row[0], row[1]), reverse=True)
+        return [row[2:] for row in merged[:fetch]]
 
     def _walk_index(self, where: str) -> str:
         return self.corpus.by_session_date if "m.session_id" in where else self.corpus.by_date
