@@ -18,6 +18,7 @@ from obsmem.app import IndexReport, Obsmem
 from obsmem.eval.datasets.locomo import Conversation, ObservationSpec, fact_observations, turn_observations
 from obsmem.eval.datasets.longmemeval import LongMemEvalData
 from obsmem.eval.datasets.question_sets import QuestionSet
+from obsmem.ids import event_id
 from obsmem.memories import MAX_MEMORY_CHARS
 from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID
 
@@ -26,7 +27,9 @@ Citations = dict[str, tuple[str, ...]]
 WRITE_BATCH = 500
 # A session without a date (LongMemEval allows it) is stored at this minute.
 UNDATED = "2000-01-01 00:00"
-WAYS: dict[str, str] = {"a": "turns", "b": "observations"}
+WAYS: dict[str, str] = {"a": "turns", "b": "observations", "c": "events", "d": "events+observations"}
+# Ways whose search covers the conversation's events (they need the events indexed).
+CONVERSATION_WAYS = ("c", "d")
 
 
 class IngestError(RuntimeError):
@@ -92,10 +95,12 @@ def _event_time(when: datetime) -> str:
 
 
 def load_locomo_conversation(memory: Obsmem, conversation: Conversation, way: str) -> tuple[str, Citations]:
-    """One conversation into its own project, way ``a`` (turns) or ``b`` (the dataset's observations).
+    """One conversation into its own project, way ``a`` (turns), ``b`` (the dataset's observations), ``c``
+    (the events alone, searched as the conversation) or ``d`` (the events and the dataset's observations).
 
     Each turn is an event of session ``session-N`` at seq = its position (``D<N>:<seq>``), the first
-    speaker as ``user`` and the second as ``assistant``. Returns the project and memory id -> turns.
+    speaker as ``user`` and the second as ``assistant``. Returns the project and memory (or event) id ->
+    turns: an event cites its own turn.
     """
     project = locomo_project(conversation, way)
     first_speaker = conversation.speakers[0]
@@ -111,6 +116,11 @@ def load_locomo_conversation(memory: Obsmem, conversation: Conversation, way: st
         ]
         if events:
             memory.append_events(project, session.turns[0].session_id, events)
+    found: Citations = {}
+    if way in CONVERSATION_WAYS:
+        found = {event_id(turn.session_id, turn.seq): (turn.dia_id,) for turn in conversation.turns()}
+    if way == "c":
+        return project, found
     specs: list[ObservationSpec] = (turn_observations if way == "a" else fact_observations)(conversation)
     items, cites = [], []
     for spec in specs:
@@ -124,7 +134,7 @@ def load_locomo_conversation(memory: Obsmem, conversation: Conversation, way: st
                 }
             )
             cites.append(spec.cites)
-    return project, write_observations(memory, project, items, cites)
+    return project, found | write_observations(memory, project, items, cites)
 
 
 # -- LongMemEval -----------------------------------------------------------------------------------------

@@ -79,11 +79,13 @@ def retrieve(
     after: str | None = None,
     before: str | None = None,
     plan: SearchPlan | None = None,
+    scope: str | None = None,
 ) -> Retrieved:
-    """Run ``query`` in ``mode`` (``plan`` overrides the mode's plan, e.g. to ignore the floor)."""
+    """Run ``query`` in ``mode`` (``plan`` overrides the mode's plan, e.g. to ignore the floor) over
+    ``scope`` (None: memories). Event hits rank by their event id."""
     started = time.perf_counter()
     if mode == "exact":
-        result = memory.search(project, query, mode="exact", after=after, before=before, limit=EXACT_LIMIT)
+        result = memory.search(project, query, mode="exact", after=after, before=before, limit=EXACT_LIMIT, scope=scope)
         return Retrieved([hit.memory_id for hit in result.hits], None, time.perf_counter() - started)
-    _, stages = memory.search_stages(project, query, plan or PLANS[mode], after=after, before=before)
+    _, stages = memory.search_stages(project, query, plan or PLANS[mode], after=after, before=before, scope=scope)
     return Retrieved(stages.final, stages, time.perf_counter() - started)

@@ -12,9 +12,13 @@ from obsmem.indexer.encoder_build import BuiltEncoder
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.project import BatchReport
 from obsmem.indexer.reader import IndexReader, ValidChunk
+from obsmem.indexer.vectors import EVENTS as EVENT_SOURCES
+from obsmem.indexer.vectors import MEMORIES as MEMORY_SOURCES
 from obsmem.indexer.vectors import Filter, VectorSet
 
 __all__ = [
+    "EVENT_SOURCES",
+    "MEMORY_SOURCES",
     "BatchReport",
     "BuiltEncoder",
     "Filter",

@@ -11,6 +11,7 @@ from typing import Any
 from obsmem.indexer.embedders import Embedder, make_embedder
 from obsmem.indexer.project import BatchReport, ProjectIndex
 from obsmem.indexer.scheduler import IndexBatchScheduler
+from obsmem.indexer.sources import UNMARKED_EVENTS
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import SemanticSettings
 
@@ -96,7 +97,9 @@ class SemanticIndexer:
         for name in self.projects.names():
             try:
                 db = self.projects.get(name)
-                if db.query("SELECT EXISTS (SELECT 1 FROM semantic_pending)")[0][0]:
+                if db.query("SELECT EXISTS (SELECT 1 FROM semantic_pending)")[0][0] or (
+                    self.settings.index.events and db.query(UNMARKED_EVENTS)[0][0]
+                ):
                     found.append(name)
             except Exception:  # an unreadable project is reported when used, not here
                 continue

@@ -16,9 +16,11 @@ are of the body only.
 
 Order and neighbours: observations of one session in (date, row id) order, the order they were said
 in. Only observations chain: a reflection condenses many observations, so it carries no neighbour
-context and is nobody's neighbour. Middle chunks of a long memory get no neighbour context (their
-neighbours are the memory's own chunks, which overlap them already); the first chunk carries the
-previous observation, the last chunk the next one, a one-chunk memory both.
+context and is nobody's neighbour. Conversation events (indexed under their negated row, see
+:mod:`obsmem.indexer.sources`) chain the same way among themselves: each event's neighbours are the
+events before and after it (by seq) in its session. Middle chunks of a long memory get no neighbour
+context (their neighbours are the memory's own chunks, which overlap them already); the first chunk
+carries the previous observation, the last chunk the next one, a one-chunk memory both.
 
 Keeping neighbours in step. A memory's keyword rows depend on two other memories, so inserting,
 editing, moving or deleting a memory changes its neighbours' rows too. ``semantic_context`` records for
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 import apsw
 
 from obsmem.faults import crash_point
+from obsmem.indexer.sources import event_date, event_text, is_event_row
 from obsmem.indexer.state import update_state
 
 FTS_TABLE = "semantic_fts"
@@ -194,8 +197,20 @@ class KeywordDocuments:
             before, current = current, item
         if current is not None:
             emit(before, current, None)
-        # Reflections, and chunks whose memory is gone (invisible to search until removed): body and
-        # date only.
+        # Events in session order, chained among themselves the same way.
+        before, current = None, None
+        for found in conn.execute(
+            f"SELECT -e.id, e.session_id, {event_date('e')}, {event_text('e')}, s.memory_row IS NOT NULL"
+            " FROM events AS e LEFT JOIN semantic_sources AS s ON s.memory_row = -e.id ORDER BY e.session_id, e.seq"
+        ):
+            item = (int(found[0]), found[1], found[2], found[3], int(found[4]))
+            if current is not None:
+                emit(before, current, item)
+            before, current = current, item
+        if current is not None:
+            emit(before, current, None)
+        # Reflections, and chunks whose memory or event is gone (invisible to search until removed): body
+        # and date only.
         for row, date in conn.execute(
             "SELECT s.memory_row, m.date FROM semantic_sources AS s JOIN memories AS m ON m.id = s.memory_row"
             " WHERE m.kind = 'reflection'"
@@ -204,7 +219,8 @@ class KeywordDocuments:
         for row, date in conn.execute(
             "SELECT s.memory_row, (SELECT c.date FROM semantic_chunks AS c WHERE c.memory_row = s.memory_row"
             " ORDER BY c.position LIMIT 1) FROM semantic_sources AS s"
-            " WHERE NOT EXISTS (SELECT 1 FROM memories AS m WHERE m.id = s.memory_row)"
+            " WHERE (s.memory_row > 0 AND NOT EXISTS (SELECT 1 FROM memories AS m WHERE m.id = s.memory_row))"
+            " OR (s.memory_row < 0 AND NOT EXISTS (SELECT 1 FROM events AS e WHERE e.id = -s.memory_row))"
         ).fetchall():
             self._write(conn, row, Context(None, None, "", "", date_words(date) if date else ""))
 
@@ -223,7 +239,9 @@ class KeywordDocuments:
         )
 
     def context_of(self, conn: apsw.Connection, row: int) -> Context | None:
-        """The context of memory ``row`` from the current memories (None if it does not exist)."""
+        """The context of memory (or event) ``row`` from the current rows (None if it does not exist)."""
+        if is_event_row(row):
+            return self._event_context(conn, row)
         found = conn.execute("SELECT session_id, date, kind FROM memories WHERE id = ?", (row,)).fetchone()
         if found is None:
             return None
@@ -233,6 +251,22 @@ class KeywordDocuments:
         before = self._neighbour(conn, session, date, row, before=True)
         after = self._neighbour(conn, session, date, row, before=False)
         return self._context(date, before, after)
+
+    def _event_context(self, conn: apsw.Connection, row: int) -> Context | None:
+        found = conn.execute(f"SELECT session_id, seq, {event_date('events')} FROM events WHERE id = ?", (-row,))
+        current = found.fetchone()
+        if current is None:
+            return None
+        session, seq, date = current
+        around = []
+        for condition in ("seq < ? ORDER BY seq DESC", "seq > ? ORDER BY seq"):
+            near = conn.execute(
+                f"SELECT -e.id, e.session_id, {event_date('e')}, {event_text('e')} FROM events AS e"
+                f" WHERE e.session_id = ? AND e.{condition} LIMIT 1",
+                (session, seq),
+            ).fetchone()
+            around.append(None if near is None else (int(near[0]), near[1], near[2], near[3]))
+        return self._context(date, around[0], around[1])
 
     @staticmethod
     def _neighbour(

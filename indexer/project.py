@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
 import numpy as np
 
 from obsmem.dates import now_iso
@@ -37,8 +38,9 @@ from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
+from obsmem.indexer.sources import UNMARKED_EVENT_COUNT, UNMARKED_EVENTS, event_date, event_text, mark_new_events
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
-from obsmem.indexer.vectors import VectorSet, read_vector_set
+from obsmem.indexer.vectors import MEMORIES, VectorSet, read_vector_set
 from obsmem.settings import SemanticSettings
 from obsmem.storage import ProjectDatabase
 
@@ -52,6 +54,19 @@ GRAPH_PROBLEMS = {
     "unfinished": "the vector index graph file was left unfinished (a publish was interrupted)",
 }
 INDEXING_LOCK = ".indexing.lock"
+# Pending sources with what indexing needs: the id, the text, the date and the session of the memory
+# (positive row) or event (negative row) as it is now; NULLs when it is gone. Memories come in row order,
+# then events in row order (their negated rows descending), so both are indexed oldest first and their
+# labels follow the order they were written in.
+_PENDING_COLUMNS = (
+    "SELECT p.memory_row, p.change, coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)),"
+    f" CASE WHEN p.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
+    f" coalesce(m.date, {event_date('e')}), coalesce(m.session_id, e.session_id)"
+    " FROM semantic_pending AS p LEFT JOIN memories AS m ON p.memory_row > 0 AND m.id = p.memory_row"
+    " LEFT JOIN events AS e ON p.memory_row < 0 AND e.id = -p.memory_row"
+)
+_PENDING_MEMORIES = _PENDING_COLUMNS + " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
+_PENDING_EVENTS = _PENDING_COLUMNS + " WHERE p.memory_row < ? ORDER BY p.memory_row DESC LIMIT ?"
 
 
 def content_hash(content: str) -> str:
@@ -99,6 +114,11 @@ class ProjectIndex:
         self.keywords = KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
         self.keyword_signature = self.keywords.signature
         self.keyword_queries = Fts5Keywords(settings.bm25.tokenizer, settings.bm25.column_weights)
+        # Events are indexed only when the setting says so: new ones are marked by the indexer itself
+        # (mark_new_events), and the markers of edits and deletes wait (ignored: no row below this one is
+        # read) until then.
+        self.indexes_events = settings.index.events
+        self.first_row = -(2**63) if self.indexes_events else 0
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
@@ -139,18 +159,35 @@ class ProjectIndex:
     def reader(self) -> Iterator[IndexReader]:
         """One read snapshot of the index, through the operations search may ask of it (no table names)."""
         with self.db.read() as conn:
-            yield SqliteIndexReader(conn, self.keyword_queries)
+            yield SqliteIndexReader(conn, self.keyword_queries, first_row=self.first_row)
 
     def pending_count(self) -> int:
-        return int(self.db.query("SELECT count(*) FROM semantic_pending")[0][0])
+        with self.db.read() as conn:
+            return self._pending(conn)
+
+    def _pending(self, conn: apsw.Connection) -> int:
+        """Sources waiting for a batch: markers, and the new events not marked yet when events are indexed."""
+        marked = conn.execute("SELECT count(*) FROM semantic_pending WHERE memory_row > ?", (self.first_row,))
+        pending = int(marked.fetchone()[0])
+        if self.indexes_events:
+            pending += int(conn.execute(UNMARKED_EVENT_COUNT).fetchone()[0])
+        return pending
+
+    def _mark_new_events(self) -> None:
+        """Mark the events appended since the last batch (when events are indexed; see ``mark_new_events``)."""
+        if not self.indexes_events or not self.db.query(UNMARKED_EVENTS)[0][0]:
+            return
+        with self.db.write() as conn:
+            mark_new_events(conn)
 
     def status(self) -> dict[str, Any]:
         with self.db.read() as conn:
             state = IndexState.read(conn)
             compatible = state.compatible_with(self.signature, self.keyword_signature)
-            sources = stores.source_count(conn)
-            indexed = stores.indexed_count(conn) if compatible else 0
-            pending = conn.execute("SELECT count(*) FROM semantic_pending").fetchone()[0]
+            kind = None if self.indexes_events else MEMORIES
+            sources = stores.source_count(conn, kind)
+            indexed = stores.indexed_count(conn, kind) if compatible else 0
+            pending = self._pending(conn)
             chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0] if compatible else 0
         vectors = self._vectors
         return {
@@ -191,6 +228,7 @@ class ProjectIndex:
             if not free:
                 return BatchReport(busy=True)
             report = BatchReport(reset=self.ensure_compatible())
+            self._mark_new_events()
             plan = self._plan(max_chunks or self.settings.index.batch_chunks)
             crash_point("batch:read")
             if plan:
@@ -209,6 +247,7 @@ class ProjectIndex:
             if not free:
                 raise IndexBusy("another indexer is working on this project; try again when it has finished")
             total = BatchReport(reset=self.ensure_compatible())
+            self._mark_new_events()
             budget = self.settings.index.batch_chunks
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-encode") as model:
                 # Batches are planned in row order, each after the one being encoded.
@@ -227,6 +266,7 @@ class ProjectIndex:
                     total.chunks_reused += report.chunks_reused
                     total.neighbours_rewritten += report.neighbours_rewritten
                     if encoding is None and self.pending_count():
+                        self._mark_new_events()
                         upcoming = self._plan(budget)  # rows that changed behind us: another round
                         encoding = model.submit(self._encode, self._reuse(upcoming)) if upcoming else None
                     if progress is not None:
@@ -254,14 +294,15 @@ class ProjectIndex:
         finally:
             self._batch_lock.release()
 
-    def _plan(self, budget: int, *, after_row: int = 0) -> list[_Planned]:
+    def _plan(self, budget: int, *, after_row: int | None = None) -> list[_Planned]:
+        """Up to ``budget`` chunks' worth of pending sources, in indexing order after ``after_row``."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT p.memory_row, p.change, m.memory_id, m.content, m.date, m.session_id"
-                " FROM semantic_pending AS p LEFT JOIN memories AS m ON m.id = p.memory_row"
-                " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?",
-                (after_row, budget),
-            ).fetchall()
+            rows = []
+            if after_row is None or after_row > 0:
+                rows = conn.execute(_PENDING_MEMORIES, (after_row or 0, budget)).fetchall()
+            if self.indexes_events and len(rows) < budget:
+                below = 0 if after_row is None or after_row > 0 else after_row
+                rows += conn.execute(_PENDING_EVENTS, (below, budget - len(rows))).fetchall()
         plan: list[_Planned] = []
         chunk_total = 0
         for memory_row, change, memory_id, content, date, session_id in rows:

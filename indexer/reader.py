@@ -33,8 +33,9 @@ import numpy as np
 
 from obsmem.indexer import stores
 from obsmem.indexer.keywords import COLUMNS, CONTEXT_TABLE, FTS_TABLE
+from obsmem.indexer.sources import UNMARKED_EVENTS, event_date, event_text
 from obsmem.indexer.state import IndexState
-from obsmem.indexer.vectors import Filter
+from obsmem.indexer.vectors import EVENTS, MEMORIES, Filter
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ class ValidChunk:
     label: int
     text: str
     memory_id: str
-    # The memory's hit columns: memory_id, kind, session_id, stored date, importance, content (the order
-    # of ``obsmem.retrieval.results.Hit.from_row``); turned into a hit only if it is returned.
+    # The source's hit columns: memory_id (or event_id), kind ('event' for an event), session_id, stored
+    # date, importance, content, then for events seq, role, type, tool_name and tool_args (the order of
+    # ``obsmem.retrieval.results.Hit.from_row``); turned into a hit only if it is returned.
     row: tuple
     # Where the chunk sits, for neighbour smoothing: its memory's row, its position among the memory's
     # chunk_count chunks, and the rows of the observations before and after it in its session.
@@ -72,12 +74,12 @@ class IndexReader(Protocol):
         """The index state row (signature, dimensions, version)."""
         ...
 
-    def source_count(self) -> int:
-        """Memories that exist (indexed or not)."""
+    def source_count(self, kind: str | None = None) -> int:
+        """Memories and events that exist, indexed or not (``kind``: ``memories`` or ``events`` alone)."""
         ...
 
-    def indexed_count(self) -> int:
-        """Current memories represented by at least one indexed chunk."""
+    def indexed_count(self, kind: str | None = None) -> int:
+        """Current memories and events represented by at least one indexed chunk (``kind``: one alone)."""
         ...
 
     def has_pending(self) -> bool:
@@ -168,15 +170,21 @@ _POSITIONS = (
     "SELECT c.memory_row, c.position, c.id FROM json_each(?) AS wanted"
     " JOIN semantic_chunks AS c ON c.memory_row = wanted.value"
 )
-# The given chunks (by label) with what validation needs, where each sits (for neighbour smoothing) and
-# whether its memory has changed since it was indexed.
+# The given chunks (by label) with what validation needs, where each sits (for neighbour smoothing),
+# whether its source has changed since it was indexed and the text it was indexed from, then the hit
+# columns of its memory (positive row) or event (negative row). A source that is gone has NULLs.
 _VALIDATION = (
     "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
     " x.previous_row, x.next_row, p.memory_row IS NOT NULL,"
-    " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
+    f" CASE WHEN c.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
+    " coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)), coalesce(m.kind, 'event'),"
+    " coalesce(m.session_id, e.session_id),"
+    f" coalesce(m.date, {event_date('e')}), m.importance, coalesce(m.content, e.content),"
+    " e.seq, e.role, e.type, e.tool_name, e.tool_args"
     " FROM json_each(?) AS wanted JOIN semantic_chunks AS c ON c.id = wanted.value"
     " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
-    " JOIN memories AS m ON m.id = c.memory_row"
+    " LEFT JOIN memories AS m ON c.memory_row > 0 AND m.id = c.memory_row"
+    " LEFT JOIN events AS e ON c.memory_row < 0 AND e.id = -c.memory_row"
     f" LEFT JOIN {CONTEXT_TABLE} AS x ON x.memory_row = c.memory_row"
     " LEFT JOIN semantic_pending AS p ON p.memory_row = c.memory_row"
 )
@@ -185,7 +193,7 @@ _EMBEDDINGS = (
 )
 _STALE = (
     "SELECT count(*) FROM (SELECT 1 FROM semantic_pending AS p"
-    " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row LIMIT ?)"
+    " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row WHERE p.memory_row > ? LIMIT ?)"
 )
 _POSTINGS = (
     f"SELECT count(*), min(id) FROM (SELECT rowid AS id FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?"
@@ -205,9 +213,13 @@ _ALL_MATCHES = (
 class SqliteIndexReader:
     """:class:`IndexReader` over one apsw connection inside a read transaction (the caller's snapshot)."""
 
-    def __init__(self, conn: apsw.Connection, keywords: Fts5Keywords) -> None:
+    def __init__(self, conn: apsw.Connection, keywords: Fts5Keywords, *, first_row: int = -(2**63)) -> None:
+        """``first_row``: pending markers at or below it are not indexed (events, when they are not)."""
         self.conn = conn
         self.keywords = keywords
+        self.first_row = first_row
+        # The sources counted when no kind is asked for: memories alone unless events are indexed.
+        self.default_kind = MEMORIES if first_row >= 0 else None
 
     @property
     def source(self) -> str:
@@ -218,17 +230,21 @@ class SqliteIndexReader:
     def state(self) -> IndexState:
         return IndexState.read(self.conn)
 
-    def source_count(self) -> int:
-        return stores.source_count(self.conn)
+    def source_count(self, kind: str | None = None) -> int:
+        return stores.source_count(self.conn, kind or self.default_kind)
 
-    def indexed_count(self) -> int:
-        return stores.indexed_count(self.conn)
+    def indexed_count(self, kind: str | None = None) -> int:
+        return stores.indexed_count(self.conn, kind or self.default_kind)
 
     def has_pending(self) -> bool:
-        return bool(self._one("SELECT EXISTS (SELECT 1 FROM semantic_pending)", ())[0])
+        sql = "SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > ?)"
+        if self._one(sql, (self.first_row,))[0]:
+            return True
+        # New events wait unmarked for the indexer's next batch (when events are indexed at all).
+        return self.default_kind is None and bool(self._one(UNMARKED_EVENTS, ())[0])
 
     def stale_chunks(self, cap: int) -> int:
-        return int(self._one(_STALE, (cap,))[0])
+        return int(self._one(_STALE, (self.first_row, cap))[0])
 
     def _one(self, sql: str, params: tuple[object, ...]) -> tuple[Any, ...]:
         """The single row an aggregate query returns."""
@@ -294,6 +310,8 @@ class SqliteIndexReader:
         if where.session_id is not None:
             clauses.append("c.session_id = ?")
             params.append(where.session_id)
+        if where.kind is not None:
+            clauses.append("c.memory_row < 0" if where.kind == EVENTS else "c.memory_row > 0")
         bounded = ""
         if label_range is not None:
             bounded = " AND rowid BETWEEN ? AND ?"
@@ -331,15 +349,18 @@ def _checked(rows: apsw.Cursor, where: Filter) -> dict[int, ValidChunk]:
     those memories' content is hashed."""
     found: dict[int, ValidChunk] = {}
     hashes: dict[str, str] = {}
-    lower, upper, session = where.lower, where.upper, where.session_id
-    for label, text, source_id, source_hash, memory_row, position, count, previous, following, pending, *row in rows:
-        memory_id, _, session_id, date, _, content = row
+    lower, upper, session, kind = where.lower, where.upper, where.session_id, where.kind
+    for label, text, source_id, source_hash, memory_row, position, count, previous, following, pending, *rest in rows:
+        indexed_text, *row = rest
+        memory_id, _, session_id, date = row[:4]
         if memory_id != source_id:
-            continue  # the row id now belongs to another memory
+            continue  # the row id now belongs to another memory (or the source is gone)
+        if kind is not None and (memory_row < 0) != (kind == EVENTS):
+            continue
         if pending:
             digest = hashes.get(memory_id)
             if digest is None:
-                digest = hashes[memory_id] = hashlib.sha256(content.encode("utf-8")).hexdigest()
+                digest = hashes[memory_id] = hashlib.sha256(indexed_text.encode("utf-8")).hexdigest()
             if digest != source_hash:
                 continue  # edited since it was indexed
         if (lower is not None and date < lower) or (upper is not None and date > upper):

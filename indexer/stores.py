@@ -1,5 +1,9 @@
 """The derived stores in SQLite: chunk rows, their keyword rows and their embeddings.
 
+Two kinds of source are indexed: memories (observations and reflections) under their row id, and
+conversation events under their negated row id (``-events.id``; see migration 6), so one marker table,
+one source table and one chunk table hold both without a collision (:mod:`obsmem.indexer.sources`).
+
 A chunk's row id is its vector label (AUTOINCREMENT, so a label is never reused) and its keyword row's
 rowid in ``semantic_fts`` (contextual keyword documents, see :mod:`obsmem.indexer.keywords`, which
 writes them). Embeddings are stored as float32 blobs checked by sqlite-vec (``vec_f32``), so the graph
@@ -12,11 +16,13 @@ import apsw
 import numpy as np
 
 from obsmem.indexer.keywords import KeywordDocuments
+from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN
 from obsmem.indexer.state import bump_version, update_state
 
 
 def reset_derived(conn: apsw.Connection, signature: str, keywords: KeywordDocuments) -> None:
-    """Drop every derived row and queue every memory again (one transaction; canonical rows untouched)."""
+    """Drop every derived row and queue every memory and event again (one transaction; canonical rows
+    untouched)."""
     conn.execute("DELETE FROM semantic_vectors")
     conn.execute("DELETE FROM semantic_chunks")
     conn.execute("DELETE FROM semantic_sources")
@@ -25,6 +31,7 @@ def reset_derived(conn: apsw.Connection, signature: str, keywords: KeywordDocume
         "INSERT INTO semantic_pending(memory_row) SELECT id FROM memories WHERE true"
         " ON CONFLICT(memory_row) DO UPDATE SET change = change + 1"
     )
+    conn.execute(MARK_ALL_EVENTS_AGAIN)
     keywords.create(conn)
     _, version = bump_version(conn)
     update_state(
@@ -95,15 +102,27 @@ def stored_embeddings(conn: apsw.Connection, keys: list[str]) -> dict[str, bytes
     return found
 
 
-def source_count(conn: apsw.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+_SOURCE_COUNTS = {"memories": "SELECT count(*) FROM memories", "events": "SELECT count(*) FROM events"}
+_INDEXED_COUNTS = {
+    "memories": "SELECT count(*) FROM semantic_sources AS s JOIN memories AS m"
+    " ON m.id = s.memory_row AND m.memory_id = s.memory_id WHERE s.memory_row > 0 AND s.chunk_count > 0",
+    "events": "SELECT count(*) FROM semantic_sources AS s JOIN events AS e"
+    " ON e.id = -s.memory_row AND obsmem_event_id(e.session_id, e.seq) = s.memory_id"
+    " WHERE s.memory_row < 0 AND s.chunk_count > 0",
+}
 
 
-def indexed_count(conn: apsw.Connection) -> int:
-    """Current memories represented by at least one indexed chunk (the same memory, not a reused row)."""
-    return int(
-        conn.execute(
-            "SELECT count(*) FROM semantic_sources AS s JOIN memories AS m"
-            " ON m.id = s.memory_row AND m.memory_id = s.memory_id WHERE s.chunk_count > 0"
-        ).fetchone()[0]
-    )
+def _total(conn: apsw.Connection, queries: dict[str, str], kind: str | None) -> int:
+    chosen = list(queries.values()) if kind is None else [queries[kind]]
+    return sum(int(conn.execute(sql).fetchone()[0]) for sql in chosen)
+
+
+def source_count(conn: apsw.Connection, kind: str | None = None) -> int:
+    """Memories and events that exist, indexed or not (``kind``: ``memories`` or ``events`` alone)."""
+    return _total(conn, _SOURCE_COUNTS, kind)
+
+
+def indexed_count(conn: apsw.Connection, kind: str | None = None) -> int:
+    """Current memories and events represented by at least one indexed chunk (the same source, not a
+    reused row; ``kind``: one kind alone)."""
+    return _total(conn, _INDEXED_COUNTS, kind)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import apsw
 import hnswlib
@@ -28,6 +28,9 @@ import numpy as np
 from obsmem.indexer.state import IndexState
 
 _NO_SESSION = -1
+# The kinds of source a filter may keep (see obsmem.indexer.sources): memories or conversation events.
+MEMORIES = "memories"
+EVENTS = "events"
 
 
 def date_code(stored: str) -> int:
@@ -37,15 +40,17 @@ def date_code(stored: str) -> int:
 
 @dataclass(frozen=True)
 class Filter:
-    """Inclusive stored-format date bounds and an optional session."""
+    """Inclusive stored-format date bounds, an optional session and an optional kind of source
+    (``memories`` or ``events``; None: both)."""
 
     lower: str | None = None
     upper: str | None = None
     session_id: str | None = None
+    kind: str | None = None
 
     @property
     def is_open(self) -> bool:
-        return self.lower is None and self.upper is None and self.session_id is None
+        return self.lower is None and self.upper is None and self.session_id is None and self.kind is None
 
 
 class VectorSet:
@@ -62,6 +67,8 @@ class VectorSet:
         self.dates = np.zeros(capacity, dtype=np.int64)
         self.sessions = np.zeros(capacity, dtype=np.int32)
         self.alive = np.zeros(capacity, dtype=bool)
+        self.events = np.zeros(capacity, dtype=bool)  # the slot holds a chunk of a conversation event
+        self.live_events = 0
         self.matrix = np.zeros((capacity, dimensions), dtype=np.float32)
         self.slot_of: dict[int, int] = {}
         self.session_codes: dict[str, int] = {}
@@ -79,7 +86,7 @@ class VectorSet:
             return
         new = max(needed, capacity * 2)
         # New arrays: a scan that took references to the old ones keeps reading valid data.
-        for name in ("labels", "dates", "sessions", "alive"):
+        for name in ("labels", "dates", "sessions", "alive", "events"):
             old = getattr(self, name)
             grown = np.zeros(new, dtype=old.dtype)
             grown[: self.count] = old[: self.count]
@@ -94,7 +101,15 @@ class VectorSet:
             code = self.session_codes[session_id] = len(self.session_codes)
         return code
 
-    def add(self, labels: list[int], vectors: np.ndarray, dates: list[str], sessions: list[str]) -> None:
+    def add(
+        self,
+        labels: list[int],
+        vectors: np.ndarray,
+        dates: list[str],
+        sessions: list[str],
+        events: list[bool] | None = None,
+    ) -> None:
+        """Add chunks (``events``: which are chunks of conversation events; None: none are)."""
         with self.lock:
             fresh = [i for i, label in enumerate(labels) if label not in self.slot_of]
             if not fresh:
@@ -107,6 +122,8 @@ class VectorSet:
             self.sessions[start:end] = [self._session_code(sessions[i]) for i in fresh]
             self.matrix[start:end] = vectors[fresh]
             self.alive[start:end] = True
+            self.events[start:end] = [bool(events[i]) for i in fresh] if events is not None else False
+            self.live_events += int(self.events[start:end].sum())
             for offset, i in enumerate(fresh):
                 self.slot_of[labels[i]] = start + offset
             self.count = end
@@ -136,6 +153,7 @@ class VectorSet:
                 if slot is None:
                     continue
                 self.alive[slot] = False
+                self.live_events -= int(self.events[slot])
                 gone.append(label)
             self.live -= len(gone)
             self.changes_since_publish += len(gone)
@@ -168,7 +186,7 @@ class VectorSet:
                 row[0] for row in conn.execute("SELECT label FROM semantic_removed WHERE version > ?", (self.version,))
             ]
             rows = conn.execute(
-                "SELECT v.chunk, v.embedding, c.date, c.session_id FROM semantic_vectors AS v"
+                "SELECT v.chunk, v.embedding, c.date, c.session_id, c.memory_row < 0 FROM semantic_vectors AS v"
                 " JOIN semantic_chunks AS c ON c.id = v.chunk WHERE v.chunk > ? ORDER BY v.chunk",
                 (self.max_label,),
             ).fetchall()
@@ -235,10 +253,26 @@ class VectorSet:
 
     # -- search ---------------------------------------------------------------------------------
 
+    def live_of(self, kind: str | None) -> int:
+        """Live vectors of one kind of source (None: of both)."""
+        if kind is None:
+            return self.live
+        return self.live_events if kind == EVENTS else self.live - self.live_events
+
+    def narrowed(self, where: Filter) -> Filter:
+        """``where`` without a kind that keeps every live vector (only one kind is indexed): an open
+        search then stays open, on the graph, at no cost."""
+        if where.kind is None:
+            return where
+        everything = self.live_events == self.live if where.kind == EVENTS else self.live_events == 0
+        return replace(where, kind=None) if everything else where
+
     def selection(self, where: Filter) -> np.ndarray:
         """Slots of live vectors that pass the filter."""
         count = self.count
         mask = self.alive[:count].copy()
+        if where.kind is not None:
+            mask &= self.events[:count] == (where.kind == EVENTS)
         if where.lower is not None:
             mask &= self.dates[:count] >= date_code(where.lower)
         if where.upper is not None:
@@ -306,11 +340,14 @@ class VectorSet:
                 lower = date_code(where.lower) if where.lower is not None else None
                 upper = date_code(where.upper) if where.upper is not None else None
                 code = self.session_codes.get(where.session_id) if where.session_id is not None else None
-                slot_of, dates, sessions = self.slot_of, self.dates, self.sessions
+                slot_of, dates, sessions, events = self.slot_of, self.dates, self.sessions, self.events
+                wanted = None if where.kind is None else where.kind == EVENTS
 
                 def keep(label: int) -> bool:
                     slot = slot_of.get(label)
                     if slot is None:
+                        return False
+                    if wanted is not None and events[slot] != wanted:
                         return False
                     if lower is not None and dates[slot] < lower:
                         return False
@@ -327,10 +364,10 @@ class VectorSet:
         return items
 
 
-def _unpack(rows: list[tuple], dimensions: int) -> tuple[list[int], np.ndarray, list[str], list[str]]:
+def _unpack(rows: list[tuple], dimensions: int) -> tuple[list[int], np.ndarray, list[str], list[str], list[bool]]:
     labels = [row[0] for row in rows]
     vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), dimensions)
-    return labels, vectors, [row[2] for row in rows], [row[3] for row in rows]
+    return labels, vectors, [row[2] for row in rows], [row[3] for row in rows], [bool(row[4]) for row in rows]
 
 
 def read_vector_set(conn: apsw.Connection, state: IndexState, *, ef_search: int) -> VectorSet | None:
@@ -340,7 +377,7 @@ def read_vector_set(conn: apsw.Connection, state: IndexState, *, ef_search: int)
     total = conn.execute("SELECT count(*) FROM semantic_vectors").fetchone()[0]
     vectors = VectorSet(state.dimensions, ef_search=ef_search, capacity=int(total * 1.1) + 1024)
     cursor = conn.execute(
-        "SELECT v.chunk, v.embedding, c.date, c.session_id FROM semantic_vectors AS v"
+        "SELECT v.chunk, v.embedding, c.date, c.session_id, c.memory_row < 0 FROM semantic_vectors AS v"
         " JOIN semantic_chunks AS c ON c.id = v.chunk ORDER BY v.chunk"
     )
     while rows := list(itertools.islice(cursor, 20_000)):

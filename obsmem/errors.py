@@ -21,6 +21,7 @@ response bodies, so they are safe to log.
     │   ├── InvalidId                 invalid_id
     │   ├── InvalidProject            invalid_project
     │   ├── InvalidSession            invalid_session
+    │   ├── InvalidScope              invalid_scope: a search scope other than memories, conversation, all
     │   ├── InvalidArguments          invalid_arguments: a tool call's arguments (agent tools and MCP only)
     │   ├── UnknownTool               unknown_tool: a tool that does not exist (agent tools and MCP only)
     │   ├── ExportInvalid             export_invalid: a project export file that is not one, or breaks its rules
@@ -149,6 +150,10 @@ class InvalidProject(ValidationFailed):
 
 class InvalidSession(ValidationFailed):
     code = "invalid_session"
+
+
+class InvalidScope(ValidationFailed):
+    code = "invalid_scope"
 
 
 class AmbiguousId(ObsmemError):

@@ -315,3 +315,60 @@ def event_fingerprints(conn: apsw.Connection, session_id: str) -> list[str]:
     seq order: an importer merging a rewritten transcript tells stored events from new ones by them."""
     rows = conn.execute("SELECT fingerprint FROM events WHERE session_id = ? ORDER BY seq", (session_id,))
     return [row[0] for row in rows]
+
+
+# Events the trigram index takes in one write transaction: short enough not to keep appends waiting
+# (about a quarter of a second of work), long enough that a catch-up of a large import is few commits.
+TRIGRAM_BATCH_EVENTS = 5000
+
+
+def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) -> int:
+    """Move the event trigram index, the event id keys and the date order forward (see
+    ``m0006_conversation``): events above their watermark are indexed in id order,
+    :data:`TRIGRAM_BATCH_EVENTS` per transaction, each with the watermark it reaches.
+
+    Appends never pay for the index; exact search scans what is not indexed yet, so this changes how fast
+    a search is, never its answer. ``max_events`` bounds one call (None: until caught up). Returns the
+    number of events indexed."""
+    done = 0
+    while max_events is None or done < max_events:
+        batch = TRIGRAM_BATCH_EVENTS if max_events is None else min(TRIGRAM_BATCH_EVENTS, max_events - done)
+        with db.write() as conn:
+            through = conn.execute("SELECT indexed_through FROM event_trigram_progress").fetchone()[0]
+            last = conn.execute(
+                "SELECT max(id), count(*) FROM (SELECT id FROM events WHERE id > ? ORDER BY id LIMIT ?)",
+                (through, batch),
+            ).fetchone()
+            if last[0] is None:
+                return done
+            conn.execute(
+                "INSERT INTO event_trigrams(rowid, content)"
+                " SELECT id, content || char(1, 1) || coalesce(tool_args || char(1, 1), '')"
+                " FROM events WHERE id > ? AND id <= ?",
+                (through, last[0]),
+            )
+            conn.execute(
+                "INSERT INTO event_keys(key, event_row)"
+                " SELECT substr(obsmem_event_id(session_id, seq), 1, 12), id FROM events WHERE id > ? AND id <= ?",
+                (through, last[0]),
+            )
+            conn.execute("UPDATE events SET in_date_order = 1 WHERE id > ? AND id <= ?", (through, last[0]))
+            conn.execute("UPDATE event_trigram_progress SET indexed_through = ?", (last[0],))
+        done += last[1]
+    return done
+
+
+# Events one housekeeping pass indexes per project at most (a few seconds of work), so a large import is
+# caught up over a few passes without holding up the other projects' housekeeping.
+HOUSEKEEPING_TRIGRAM_EVENTS = 100_000
+
+
+def index_conversation_step(project: str, db: ProjectDatabase) -> None:
+    """The workers' housekeeping task: index up to :data:`HOUSEKEEPING_TRIGRAM_EVENTS` more events."""
+    index_event_trigrams(db, max_events=HOUSEKEEPING_TRIGRAM_EVENTS)
+
+
+def unindexed_events(conn: apsw.Connection) -> int:
+    """Events above the trigram index's watermark (exact search scans them directly)."""
+    through = conn.execute("SELECT indexed_through FROM event_trigram_progress").fetchone()[0]
+    return conn.execute("SELECT count(*) FROM events WHERE id > ?", (through,)).fetchone()[0]

@@ -1,4 +1,4 @@
-"""Memory identity.
+"""Memory and event identity.
 
 A memory id is the SHA-256 of a canonical JSON document of what defines the memory, so the same
 observation always gets the same id and writes are idempotent. Models and people see the first
@@ -49,6 +49,17 @@ def reflection_id(session_id: str, timestamp: str, content: str, supporting_ids:
         "supporting_observation_ids": sorted(set(supporting_ids)),
     }
     return hashlib.sha256(canonical_json(document)).hexdigest()
+
+
+def event_id(session_id: str, seq: int) -> str:
+    """An event's id: the SHA-256 of its address, so it never changes and is the same after an export and
+    import. Shown and recalled like a memory id (12 to 64 hex characters)."""
+    if type(seq) is not int:  # noqa: E721 (a bool or an int subclass takes the general path)
+        return hashlib.sha256(canonical_json({"kind": "event", "session_id": session_id, "seq": seq})).hexdigest()
+    # canonical_json of that document, spelt out: every append computes one per event, and building and
+    # sorting a dict cost more than the hash itself.
+    text = '{"kind":"event","seq":' + str(seq) + ',"session_id":' + json.dumps(session_id, ensure_ascii=False) + "}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def display_id(memory_id: str) -> str:

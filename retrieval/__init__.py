@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 from obsmem.retrieval.exact import MAX_QUERY_CHARS
-from obsmem.retrieval.recall import find_memory_row
+from obsmem.retrieval.recall import find_memory_row, recall_any
 from obsmem.retrieval.recall import recall as recall_memory
-from obsmem.retrieval.results import Hit, RecalledMemory, RecallParts, SearchResult, SourceEvent, SourceRef
-from obsmem.retrieval.search import MODES, SearchModes, SearchRequest
+from obsmem.retrieval.results import (
+    Hit,
+    RecalledEvent,
+    RecalledMemory,
+    RecallParts,
+    SearchResult,
+    SourceEvent,
+    SourceRef,
+)
+from obsmem.retrieval.search import MODES, SCOPES, SearchModes, SearchRequest
 
 if TYPE_CHECKING:
     from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
@@ -32,9 +40,11 @@ __getattr__, __dir__, _ = lazy_loader.attach(
 __all__ = [
     "MAX_QUERY_CHARS",
     "MODES",
+    "SCOPES",
     "Hit",
     "HybridSearcher",
     "RecallParts",
+    "RecalledEvent",
     "RecalledMemory",
     "Reranker",
     "SearchModes",
@@ -46,5 +56,6 @@ __all__ = [
     "StageRankings",
     "find_memory_row",
     "make_reranker",
+    "recall_any",
     "recall_memory",
 ]

@@ -40,7 +40,8 @@ import apsw
 
 from obsmem.dates import DateWindow
 from obsmem.errors import InvalidQuery
-from obsmem.retrieval.results import HIT_COLUMNS, Hit
+from obsmem.retrieval.corpus import MEMORIES, Corpus
+from obsmem.retrieval.results import Hit
 from obsmem.validation import CONTROL_CHARACTERS
 
 MAX_QUERY_CHARS = 1000
@@ -116,15 +117,15 @@ class _WalkBudgetExhausted(Exception):
     pass
 
 
-def _filters(window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
+def _filters(corpus: Corpus, window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
     clauses: list[str] = []
     params: list[object] = []
     if window.lower is not None:
-        clauses.append("m.date >= ?")
-        params.append(window.lower)
+        clauses.append(f"{corpus.date} >= ?")
+        params.append(corpus.lower_bound(window.lower))
     if window.upper is not None:
-        clauses.append("m.date <= ?")
-        params.append(window.upper)
+        clauses.append(f"{corpus.date} <= ?")
+        params.append(corpus.upper_bound(window.upper))
     if session_id is not None:
         clauses.append("m.session_id = ?")
         params.append(session_id)
@@ -132,12 +133,13 @@ def _filters(window: DateWindow, session_id: str | None) -> tuple[str, list[obje
 
 
 class ExactSearcher:
-    """Runs exact searches on one connection (one per thread)."""
+    """Runs exact searches over one corpus (memories or events) on one connection (one per thread)."""
 
     def __init__(
         self,
         conn: apsw.Connection,
         *,
+        corpus: Corpus = MEMORIES,
         index_plan_max_docs: int = INDEX_PLAN_MAX_DOCS,
         walk_budget_steps: int = WALK_BUDGET_STEPS,
         posting_cost: float = POSTING_COST,
@@ -147,6 +149,7 @@ class ExactSearcher:
         window_first_rows: int | None = None,
     ) -> None:
         self.conn = conn
+        self.corpus = corpus
         self.index_plan_max_docs = index_plan_max_docs
         self.walk_budget_steps = walk_budget_steps
         self.posting_cost = posting_cost
@@ -157,6 +160,9 @@ class ExactSearcher:
         self.window_first_rows = window_first_rows
         self._tokenize = conn.fts5_tokenizer("trigram", [])
         self.last_plan: ExactPlan | None = None
+        # The index's watermark for the search running now (None: the index holds every row): the plans
+        # that read the index also check every row above it.
+        self._unindexed_above: int | None = None
 
     def trigrams(self, needle: str) -> list[str]:
         """The needle's distinct trigrams as the index folds them, in order of first appearance."""
@@ -167,15 +173,18 @@ class ExactSearcher:
         self, needle: str, window: DateWindow, limit: int, session_id: str | None = None
     ) -> tuple[list[Hit], bool]:
         """Up to ``limit`` hits, newest first, and whether more matched."""
-        rows = self._rows(needle, window, limit + 1, session_id)
+        rows = self.rows(needle, window, limit + 1, session_id)
         return [Hit.from_row(row) for row in rows[:limit]], len(rows) > limit
 
-    def _rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None) -> list[tuple]:
-        where, params = _filters(window, session_id)
+    def rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None = None) -> list[tuple]:
+        """Up to ``fetch`` matching rows (the corpus's hit columns), newest first."""
+        where, params = _filters(self.corpus, window, session_id)
+        if self.corpus.indexed_through is not None:
+            self._unindexed_above = self.conn.execute(self.corpus.indexed_through).fetchone()[0]
         pattern = like_pattern(needle)
         trigrams = self.trigrams(needle)
         if trigrams:
-            sample = TrigramSample.for_connection(self.conn, self._tokenize)
+            sample = TrigramSample.for_connection(self.conn, self._tokenize, self.corpus)
             rarest = sample.rarest(trigrams, PROBE_TRIGRAMS)
             walk_rows = fetch / sample.frequency_of_needle(needle)
             probe_postings = sample.total_rows * sample.frequency_of_trigram(rarest[0])
@@ -190,7 +199,7 @@ class ExactSearcher:
                 if found is not None:
                     return found
         else:
-            sample = TrigramSample.for_connection(self.conn, self._tokenize)
+            sample = TrigramSample.for_connection(self.conn, self._tokenize, self.corpus)
             if fetch / sample.frequency_of_needle(needle) > self.short_needle_walk_rows:
                 terms = self._terms_beginning_with(needle)
                 candidates = None if terms is None else self._probe(terms, "OR")
@@ -216,7 +225,7 @@ class ExactSearcher:
         terms = [
             row[0]
             for row in self.conn.execute(
-                "SELECT term FROM memory_trigram_terms WHERE term >= ? AND term < ? LIMIT ?",
+                f"SELECT term FROM {self.corpus.trigram_terms} WHERE term >= ? AND term < ? LIMIT ?",
                 (folded, folded + "\U0010ffff", SHORT_NEEDLE_MAX_TERMS + 1),
             )
         ]
@@ -235,7 +244,7 @@ class ExactSearcher:
         rowids = [
             row[0]
             for row in self.conn.execute(
-                f"SELECT rowid FROM memory_trigrams WHERE memory_trigrams MATCH ?{bounded} LIMIT ?",
+                f"SELECT rowid FROM {self.corpus.trigrams} WHERE {self.corpus.trigrams} MATCH ?{bounded} LIMIT ?",
                 (query, *bounds, cap + 1),
             )
         ]
@@ -264,11 +273,11 @@ class ExactSearcher:
             boundary = self._window_boundary(where, params, rows)
             span_where, span_params = where, params
             if boundary is not None:
-                span_where, span_params = f" AND m.date >= ?{where}", [boundary[0], *params]
+                span_where, span_params = f" AND {self.corpus.date} >= ?{where}", [boundary[0], *params]
             lowest, highest = self._window_ids(where, params, boundary)
-            if lowest is None:
+            if lowest is None:  # no indexed row inside the filters: the unindexed ones are all there is
                 self.last_plan = ExactPlan("window", 0)
-                return []
+                return self._check_candidates([], pattern, where, params, fetch)
             span = highest - lowest + 1
             if span * sample.frequency_of_trigram(rarest[0]) * self.posting_cost >= walk_rows:
                 return None  # ids out of date order: the range holds too many postings to read
@@ -283,10 +292,11 @@ class ExactSearcher:
         return None
 
     def _window_boundary(self, where: str, params: list[object], rows: int) -> tuple[str, int] | None:
-        """Date and id of the ``rows``-th newest memory inside the filters (None: there are fewer)."""
+        """Date and id of the ``rows``-th newest row inside the filters (None: there are fewer)."""
+        corpus = self.corpus
         return self.conn.execute(
-            f"SELECT m.date, m.id FROM memories AS m INDEXED BY {self._walk_index(where)}"
-            f" WHERE 1{where} ORDER BY m.date DESC, m.id DESC LIMIT 1 OFFSET ?",
+            f"SELECT {corpus.date}, m.id FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f" WHERE 1{corpus.in_date_order}{where} ORDER BY {corpus.date} DESC, m.id DESC LIMIT 1 OFFSET ?",
             (*params, rows - 1),
         ).fetchone()
 
@@ -299,42 +309,67 @@ class ExactSearcher:
         its window. Proving that (no memory of the window has a lower id) reads less than finding the
         lowest id; with no later bound on the window, the last id is simply the table's. Otherwise (a
         ``before`` bound, a session, an old memory written late) both ends are looked up."""
-        open_ended = "m.date <=" not in where and "m.session_id" not in where
+        corpus = self.corpus
+        open_ended = f"{corpus.date} <=" not in where and "m.session_id" not in where
         if boundary is not None and open_ended:
             date, row = boundary
             older = self.conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM memories AS m INDEXED BY memories_by_date"
-                f" WHERE m.date >= ?{where} AND m.id < ?)",
+                f"SELECT EXISTS (SELECT 1 FROM {corpus.table} AS m INDEXED BY {corpus.by_date}"
+                f" WHERE {corpus.date} >= ?{corpus.in_date_order}{where} AND m.id < ?)",
                 (date, *params, row),
             ).fetchone()[0]
             if not older:
-                return row, self.conn.execute("SELECT max(id) FROM memories").fetchone()[0]
+                return row, self.conn.execute(f"SELECT max(id) FROM {corpus.table}").fetchone()[0]
         span_where, span_params = where, params
         if boundary is not None:
-            span_where, span_params = f" AND m.date >= ?{where}", [boundary[0], *params]
+            span_where, span_params = f" AND {corpus.date} >= ?{where}", [boundary[0], *params]
         return self.conn.execute(
-            f"SELECT min(m.id), max(m.id) FROM memories AS m INDEXED BY {self._walk_index(where)} WHERE 1{span_where}",
+            f"SELECT min(m.id), max(m.id) FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f" WHERE 1{corpus.in_date_order}{span_where}",
             span_params,
         ).fetchone()
 
     def _check_candidates(
         self, candidates: list[int], pattern: str, where: str, params: list[object], fetch: int
     ) -> list[tuple]:
-        if not candidates:
+        tail, tail_params = self._tail()
+        if not candidates and not tail:
             return []
+        corpus = self.corpus
         sql = (
-            f"SELECT {HIT_COLUMNS} FROM memories AS m"
-            " WHERE m.id IN (SELECT value FROM json_each(?))"
-            f" AND m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m"
+            f" WHERE m.id IN (SELECT value FROM json_each(?){tail})"
+            f" AND {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (json.dumps(candidates), pattern, *params, fetch)).fetchall()
+        return self.conn.execute(
+            sql, (json.dumps(candidates), *tail_params, *corpus.patterns(pattern), *params, fetch)
+        ).fetchall()
+
+    def _tail(self) -> tuple[str, tuple[int, ...]]:
+        """The rows the index does not hold yet, as a ``UNION ALL`` arm of a candidate id list."""
+        if self._unindexed_above is None:
+            return "", ()
+        return f" UNION ALL SELECT id FROM {self.corpus.table} WHERE id > ?", (self._unindexed_above,)
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        corpus = self.corpus
+        order = ""
+        tail: list[tuple] = []
+        if self._unindexed_above is not None:
+            # The date indexes hold the rows up to the watermark: the newest `fetch` of all rows are the
+            # newest of the walk's own newest `fetch` and the unindexed rows'. The unindexed rows are read
+            # first and outside the walk's budget (their cost is bounded by the tail, as in the other plans).
+            order = f"{corpus.date}, m.id, "
+            tail = self.conn.execute(
+                f"SELECT {order}{corpus.columns} FROM {corpus.table} AS m WHERE m.id > ? AND {corpus.match}{where}"
+                f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?",
+                (self._unindexed_above, *corpus.patterns(pattern), *params, fetch),
+            ).fetchall()
         sql = (
-            f"SELECT {HIT_COLUMNS} FROM memories AS m INDEXED BY {self._walk_index(where)}"
-            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"SELECT {order}{corpus.columns} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f" WHERE {corpus.match}{corpus.in_date_order}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
         steps = 0
         budget = self.walk_budget_steps
@@ -346,35 +381,43 @@ class ExactSearcher:
 
         self.conn.set_progress_handler(over_budget, _PROGRESS_INTERVAL)
         try:
-            return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
+            rows = self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
         except apsw.InterruptError:
             raise _WalkBudgetExhausted from None
         finally:
             self.conn.set_progress_handler(None)
+        if not order:
+            return rows
+        merged = sorted(rows + tail, key=lambda row: (row[0], row[1]), reverse=True)
+        return [row[2:] for row in merged[:fetch]]
 
-    @staticmethod
-    def _walk_index(where: str) -> str:
-        return "memories_by_session_date" if "m.session_id" in where else "memories_by_date"
+    def _walk_index(self, where: str) -> str:
+        return self.corpus.by_session_date if "m.session_id" in where else self.corpus.by_date
 
     def _phrase(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # MATERIALIZED keeps the planner from turning this inside out (walking dates, probing FTS).
+        corpus = self.corpus
+        tail, tail_params = self._tail()
         sql = (
             "WITH candidates AS MATERIALIZED ("
-            "  SELECT rowid FROM memory_trigrams WHERE memory_trigrams MATCH ?)"
-            f" SELECT {HIT_COLUMNS} FROM candidates AS c JOIN memories AS m ON m.id = c.rowid"
-            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"  SELECT rowid AS id FROM {corpus.trigrams} WHERE {corpus.trigrams} MATCH ?{tail})"
+            f" SELECT {corpus.columns} FROM candidates AS c JOIN {corpus.table} AS m ON m.id = c.id"
+            f" WHERE {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (fts_phrase(needle), pattern, *params, fetch)).fetchall()
+        return self.conn.execute(
+            sql, (fts_phrase(needle), *tail_params, *corpus.patterns(pattern), *params, fetch)
+        ).fetchall()
 
     def _scan(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # One sequential pass over the table is cheaper than walking the whole date index.
+        corpus = self.corpus
         sql = (
-            f"SELECT {HIT_COLUMNS} FROM memories AS m NOT INDEXED"
-            f" WHERE m.content LIKE ? ESCAPE '\\'{where}"
-            " ORDER BY m.date DESC, m.id DESC LIMIT ?"
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m NOT INDEXED"
+            f" WHERE {corpus.match}{where}"
+            f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (pattern, *params, fetch)).fetchall()
+        return self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
 
 
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
@@ -386,14 +429,14 @@ SAMPLE_CACHE_DATABASES = 32
 
 
 class TrigramSample:
-    """Statistics of the newest memories of one database, for plan choice only.
+    """Statistics of the newest rows of one corpus (memories or events) of one database, for plan choice only.
 
-    Built from the newest ``SAMPLE_ROWS`` memories and rebuilt when the table grew by a tenth or after
+    Built from the newest ``SAMPLE_ROWS`` rows and rebuilt when the table grew by a tenth or after
     ``SAMPLE_MAX_AGE_S``. FTS5's own vocabulary table would give exact counts, but it reads a term's
     whole posting list to count it, which is as slow as the search it is meant to plan.
     """
 
-    _cache: OrderedDict[str, TrigramSample] = OrderedDict()
+    _cache: OrderedDict[tuple[str, str], TrigramSample] = OrderedDict()
     _lock = threading.Lock()
 
     def __init__(self, contents: list[str], total_rows: int, tokenize: Any) -> None:
@@ -410,9 +453,9 @@ class TrigramSample:
         self.trigram_docs = counts
 
     @classmethod
-    def for_connection(cls, conn: apsw.Connection, tokenize: Any) -> TrigramSample:
-        total = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()[0]
-        key = conn.filename
+    def for_connection(cls, conn: apsw.Connection, tokenize: Any, corpus: Corpus = MEMORIES) -> TrigramSample:
+        total = conn.execute(f"SELECT coalesce(max(id), 0) FROM {corpus.table}").fetchone()[0]
+        key = (conn.filename, corpus.table)
         with cls._lock:
             cached = cls._cache.get(key)
             if cached is not None:
@@ -425,7 +468,10 @@ class TrigramSample:
         if fresh:
             return cached  # type: ignore[return-value]
         contents = [
-            row[0] for row in conn.execute("SELECT content FROM memories ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,))
+            row[0]
+            for row in conn.execute(
+                f"SELECT {corpus.sample_text} FROM {corpus.table} ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,)
+            )
         ]
         sample = cls(contents, total, tokenize)
         with cls._lock:

@@ -33,8 +33,8 @@ from typing import TypeAlias
 
 import numpy as np
 
-from obsmem.errors import IndexBuilding
-from obsmem.indexer import Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
+from obsmem.errors import IndexBuilding, ValidationFailed
+from obsmem.indexer import EVENT_SOURCES, MEMORY_SOURCES, Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, evidence, fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
@@ -45,6 +45,8 @@ from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
 MAX_STALE_MARGIN = 1000
+# The kind of indexed source each search scope keeps (None: both).
+SCOPE_KINDS: dict[str, str | None] = {"memories": MEMORY_SOURCES, "conversation": EVENT_SOURCES, "all": None}
 
 
 # A candidate chunk that passed validation (still its memory's, inside the filter), as the index reads it.
@@ -144,7 +146,8 @@ class HybridSearcher:
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
 
-    def _building(self, project: str, store: IndexReader, compatible: bool) -> IndexBuilding:
+    def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
+        """``index_building`` with the counts of the kind of source the search looks in."""
         if self.indexer.is_indexing(project):
             message = "the semantic index is still being built; search again shortly or use mode 'exact'"
         else:  # nothing will build it unless asked: say what to run
@@ -154,8 +157,8 @@ class HybridSearcher:
             )
         return IndexBuilding(
             message,
-            indexed_count=store.indexed_count() if compatible else 0,
-            source_count=store.source_count(),
+            indexed_count=store.indexed_count(kind) if compatible else 0,
+            source_count=store.source_count(kind),
         )
 
     def search(self, project: str, request: SearchRequest) -> SearchResult:
@@ -168,26 +171,37 @@ class HybridSearcher:
         plan = plan or SearchPlan()
         stages = StageRankings()
         index = self.indexer.project(project)
+        kind = SCOPE_KINDS[request.scope]
+        if kind != MEMORY_SOURCES and not index.indexes_events:
+            raise ValidationFailed(
+                "hybrid search of the conversation needs semantic.index.events = true; use mode 'exact'",
+                code="mode_unavailable",
+                field="scope",
+            )
         with index.reader() as store:
             state = store.state()
             if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
-                if store.source_count() == 0:
+                if store.source_count(kind) == 0:
                     return SearchResult(mode="hybrid"), stages
-                raise self._building(project, store, compatible=False)
+                raise self._building(project, store, compatible=False, kind=kind)
         use_bm25, use_vectors = self._lists(plan)
         query_vector = index.embedder.embed_query(request.query) if use_vectors else None
         vectors = index.vectors()
-        where = Filter(request.window.lower, request.window.upper, request.session_id)
+        # Candidates are always checked against the scope's kind (``scoped``); the lists may drop a kind
+        # filter that keeps everything the in-memory vectors hold (``where``), which keeps them on the
+        # graph and off the filtered keyword plan.
+        scoped = Filter(request.window.lower, request.window.upper, request.session_id, kind)
+        where = scoped if vectors is None else vectors.narrowed(scoped)
         fusion = self.settings.fusion
         k = fusion.candidates_per_list
         with index.reader() as store:
             state = store.state()
             if vectors is None or not state.compatible_with(index.signature, index.keyword_signature):
-                raise self._building(project, store, compatible=False)
-            if vectors.live == 0:
-                if store.source_count() == 0:
+                raise self._building(project, store, compatible=False, kind=kind)
+            if vectors.live_of(kind) == 0:
+                if store.source_count(kind) == 0:
                     return SearchResult(mode="hybrid"), stages
-                raise self._building(project, store, compatible=True)
+                raise self._building(project, store, compatible=True, kind=kind)
             partial = store.has_pending()
             # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
             margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0
@@ -207,12 +221,12 @@ class HybridSearcher:
             if query_vector is not None:
                 exact_max = self.settings.index.exact_scan_max_chunks
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
-            valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
+            valid = store.validate({label for ranked in lists for label in ranked.labels}, scoped)
             for ranked in lists:
                 kept = [item for item in ranked.items if item[0] in valid]
                 ranked.full = ranked.full or len(kept) > k
                 ranked.items = kept[:k]
-            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, where)
+            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
         reranking = self.reranker is not None and plan.rerank
         nothing_close = False
         if not reranking and plan.floor and self._below_floor(stages.evidence):

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from obsmem.dates import display_minute
 from obsmem.ids import display_id
 
-# Columns every hit is built from, in this order (see Hit.from_row).
+# Columns every memory hit is built from, in this order (see Hit.from_row).
 HIT_COLUMNS = "m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content"
+# An event's time in the memories' stored format: ``2024-05-01T09:30:12.345Z`` -> ``2024-05-01 09:30:12``.
+EVENT_DATE = "replace(substr(m.created_at, 1, 19), 'T', ' ')"
+# Columns an event hit is built from (``m`` is the events table): the memory columns' order, then the
+# event's place in its session and its tool fields.
+# The id is derived from the address by the SQL function every obsmem connection registers (m0006).
+EVENT_COLUMNS = (
+    f"obsmem_event_id(m.session_id, m.seq), 'event', m.session_id, {EVENT_DATE}, NULL, m.content, m.seq, m.role,"
+    " m.type, m.tool_name, m.tool_args"
+)
+EVENT_KIND = "event"
 
 
 NOTHING_CLOSE = (
@@ -22,23 +33,53 @@ NOTHING_CLOSE = (
 
 @dataclass(frozen=True)
 class Hit:
+    """A search hit: a memory (``observation`` or ``reflection``) or a conversation event (``event``).
+
+    For an event, ``memory_id`` holds the event's id and the event fields are set."""
+
     memory_id: str
     kind: str
     session_id: str
     date: str
     importance: str | None
     content: str
+    seq: int | None = None  # events only, as the fields below
+    role: str | None = None
+    type: str | None = None
+    tool_name: str | None = None
+    tool_args: Any = None  # parsed JSON
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Hit:
         memory_id, kind, session_id, stored_date, importance, content = row[:6]
-        return cls(memory_id, kind, session_id, display_minute(stored_date), importance, content)
+        if kind != EVENT_KIND:
+            return cls(memory_id, kind, session_id, display_minute(stored_date), importance, content)
+        seq, role, event_type, tool_name, tool_args = row[6:11]
+        return cls(
+            memory_id,
+            kind,
+            session_id,
+            display_minute(stored_date),
+            None,
+            content,
+            seq,
+            role,
+            event_type,
+            tool_name,
+            None if tool_args is None else json.loads(tool_args),
+        )
 
     @property
     def id(self) -> str:
         return display_id(self.memory_id)
 
+    @property
+    def is_event(self) -> bool:
+        return self.kind == EVENT_KIND
+
     def to_dict(self) -> dict[str, Any]:
+        if self.is_event:
+            return self._event_dict()
         body: dict[str, Any] = {
             "id": self.id,
             "memory_id": self.memory_id,
@@ -49,6 +90,24 @@ class Hit:
         if self.kind == "observation":
             body["importance"] = self.importance
         body["content"] = self.content
+        return body
+
+    def _event_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "event_id": self.memory_id,
+            "kind": self.kind,
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "role": self.role,
+            "type": self.type,
+            "date": self.date,
+            "content": self.content,
+        }
+        if self.tool_name is not None:
+            body["tool_name"] = self.tool_name
+        if self.tool_args is not None:
+            body["tool_args"] = self.tool_args
         return body
 
 
@@ -177,3 +236,24 @@ class RecallParts(NamedTuple):
     memory: RecalledMemory
     sources: tuple[SourceEvent, ...]
     supporting: tuple[Hit, ...]
+
+
+@dataclass(frozen=True)
+class RecalledEvent:
+    """A conversation event recalled by its id: the event, the events around it in its session and the
+    observations that cite it."""
+
+    event: SourceEvent
+    event_id: str
+    before: tuple[SourceEvent, ...]  # up to the configured window, oldest first
+    after: tuple[SourceEvent, ...]
+    cited_by: tuple[Hit, ...]  # observations citing the event, oldest first
+
+    def to_dict(self) -> dict[str, Any]:
+        event = {"id": display_id(self.event_id), "event_id": self.event_id, "kind": EVENT_KIND}
+        return {
+            "event": event | self.event.to_dict(),
+            "before": [item.to_dict() for item in self.before],
+            "after": [item.to_dict() for item in self.after],
+            "cited_by": [hit.to_dict() for hit in self.cited_by],
+        }

@@ -7,13 +7,17 @@ The application floor and the surfaces ask it; none of them compares mode names 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import apsw
+
 from obsmem.dates import DateWindow, parse_window
-from obsmem.errors import ValidationFailed
+from obsmem.errors import InvalidScope, ValidationFailed
+from obsmem.retrieval.corpus import EVENTS, MEMORIES, Corpus
 from obsmem.retrieval.exact import ExactSearcher, validate_query
-from obsmem.retrieval.results import SearchResult
+from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.settings import SearchSettings
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import session_id as check_session_id
@@ -23,6 +27,25 @@ if TYPE_CHECKING:
 
 Mode = Literal["exact", "hybrid"]
 MODES: tuple[str, ...] = ("exact", "hybrid")
+Scope = Literal["memories", "conversation", "all"]
+# What a search looks in: memories (observations and reflections; the default), the conversation's
+# events, or both.
+SCOPES: tuple[str, ...] = ("memories", "conversation", "all")
+DEFAULT_SCOPE = "memories"
+_CORPORA: dict[str, tuple[Corpus, ...]] = {
+    "memories": (MEMORIES,),
+    "conversation": (EVENTS,),
+    "all": (MEMORIES, EVENTS),
+}
+
+
+def parse_scope(scope: object) -> str:
+    """``memories`` (None), ``conversation`` or ``all``; anything else is ``invalid_scope``."""
+    if scope is None:
+        return DEFAULT_SCOPE
+    if not isinstance(scope, str) or scope not in SCOPES:
+        raise InvalidScope("scope must be 'memories', 'conversation' or 'all'", field="scope")
+    return scope
 
 
 @dataclass(frozen=True)
@@ -34,6 +57,7 @@ class SearchRequest:
     limit: int
     mode: str
     session_id: str | None
+    scope: str = DEFAULT_SCOPE
 
     @classmethod
     def parse(
@@ -45,6 +69,7 @@ class SearchRequest:
         limit: object = None,
         mode: object = None,
         session_id: object = None,
+        scope: object = None,
         default_mode: str = "exact",
         limits: SearchSettings | None = None,
     ) -> SearchRequest:
@@ -63,12 +88,23 @@ class SearchRequest:
         if chosen not in MODES:
             raise ValidationFailed("mode must be 'exact' or 'hybrid'", field="mode")
         sid = None if session_id is None else check_session_id(session_id)
-        return cls(needle, window, count, str(chosen), sid)
+        return cls(needle, window, count, str(chosen), sid, parse_scope(scope))
 
 
-def run_exact(searcher: ExactSearcher, request: SearchRequest) -> SearchResult:
-    hits, truncated = searcher.search(request.query, request.window, request.limit, request.session_id)
-    return SearchResult(mode="exact", hits=hits, truncated=truncated, partial=False)
+def run_exact(searchers: list[ExactSearcher], request: SearchRequest) -> SearchResult:
+    """Each corpus's newest ``limit + 1`` matches, merged newest first: the first ``limit`` of the merge
+    are the newest of all, and more than ``limit`` in it means more matched (``truncated``)."""
+    fetch = request.limit + 1
+    found = [searcher.rows(request.query, request.window, fetch, request.session_id) for searcher in searchers]
+    # Column 3 is the stored date in both corpora; a stable merge keeps each corpus's own order on ties.
+    rows = found[0] if len(found) == 1 else list(heapq.merge(*found, key=lambda row: row[3], reverse=True))
+    hits = [Hit.from_row(row) for row in rows[: request.limit]]
+    return SearchResult(mode="exact", hits=hits, truncated=len(rows) > request.limit, partial=False)
+
+
+def exact_searchers(conn: apsw.Connection, scope: str) -> list[ExactSearcher]:
+    """One exact searcher per corpus the scope covers, on one connection."""
+    return [ExactSearcher(conn, corpus=corpus) for corpus in _CORPORA[scope]]
 
 
 class SearchModes:
@@ -106,4 +142,4 @@ class SearchModes:
         if request.mode == "hybrid":
             return self.hybrid_searcher().search(project, request)
         with db.read() as conn:
-            return run_exact(ExactSearcher(conn), request)
+            return run_exact(exact_searchers(conn, request.scope), request)

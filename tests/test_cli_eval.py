@@ -159,7 +159,7 @@ def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server: ModelServ
         (["questions", "--project", "nope", "--questions", "{questions}"], 1, "project_not_found"),
         (["questions", "--project", "p", "--questions", "{bad}"], 2, "questions.0.label"),
         (["locomo", "--data", "{bad}"], 2, "--data is not in the expected format"),
-        (["locomo", "--data", "{questions}", "--ways", "c"], 2, "ways must be"),
+        (["locomo", "--data", "{questions}", "--ways", "e"], 2, "ways must be"),
         (["longmemeval", "--data", "{bad}"], 2, "--data is not in the expected format"),
     ],
 )

@@ -214,3 +214,28 @@ def test_longmemeval_subset_directory(tmp_path: Path, model_server: ModelServer)
     assert hybrid.questions == 2 and set(hybrid.by_category) == {"knowledge-update", "temporal-reasoning"}
     assert bm25.by_category["knowledge-update"]["recall_any@5"] == 1.0  # "pottery" names its session
     assert hybrid.metrics["recall_any@10"] == 1.0
+
+
+def test_locomo_conversation_ways_search_the_events(tmp_path: Path, model_server: ModelServer) -> None:
+    """Way (c) stores the turns as events and searches the conversation: the same documents as way (a), so
+    the same recall; way (d) searches events and the dataset's observations together."""
+    data = write_locomo(tmp_path / "locomo.json")
+    modes = ("exact", "bm25", "vector", "hybrid")
+    run = evaluate_locomo(
+        settings(tmp_path, model_server), data, modes=modes, ways=("a", "c", "d"), work_dir=tmp_path / "work"
+    )
+    by = {(r.dataset, r.mode): r for r in run.results}
+    assert sorted({r.dataset for r in run.results}) == [
+        "locomo (a) turns",
+        "locomo (c) events",
+        "locomo (d) events+observations",
+    ]
+    for mode in modes:
+        turns, events = by["locomo (a) turns", mode].metrics, by["locomo (c) events", mode].metrics
+        for k in (5, 10, 25, 50):
+            assert events[f"recall@{k}"] == pytest.approx(turns[f"recall@{k}"], abs=0.01), (mode, k)
+    # Way (d) ranks every turn (events) and the observations citing some of them.
+    assert by["locomo (d) events+observations", "hybrid"].metrics["recall@50"] == 1.0
+    assert sorted(p.name for p in (tmp_path / "work" / "projects").iterdir()) == [
+        f"locomo-conv-{n}-{way}" for n in (1, 2) for way in ("a", "c", "d")
+    ]

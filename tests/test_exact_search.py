@@ -370,7 +370,7 @@ def test_plan_samples_are_kept_for_the_most_recently_searched_databases_only(
             hits, _ = ExactSearcher(conn).search(f"number {number}", parse_window(), 5)
             assert len(hits) == 1
         ExactSearcher(registries[1].get("p").connection()).search("deploy", parse_window(), 5)
-        assert list(exact.TrigramSample._cache) == [names[2], names[1]]
+        assert list(exact.TrigramSample._cache) == [(names[2], "memories"), (names[1], "memories")]
     finally:
         for registry in registries:
             registry.close()

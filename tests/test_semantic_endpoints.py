@@ -36,7 +36,8 @@ def derived_rows(service) -> tuple[int, int, int]:
     return (
         db.query("SELECT count(*) FROM semantic_chunks")[0][0],
         db.query("SELECT count(*) FROM semantic_vectors")[0][0],
-        db.query("SELECT count(*) FROM semantic_pending")[0][0],
+        # Memory markers: event markers (negated rows) wait for semantic.index.events, off here.
+        db.query("SELECT count(*) FROM semantic_pending WHERE memory_row > 0")[0][0],
     )
 
 

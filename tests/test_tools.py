@@ -34,6 +34,7 @@ def test_definitions_have_the_openai_function_shape() -> None:
             "before",
             "limit",
             "session_id",
+            "scope",
             "trust",
         }
         assert memory["required"] == ["action"] and set(memory["properties"]) == {
@@ -43,6 +44,7 @@ def test_definitions_have_the_openai_function_shape() -> None:
             "tier",
             "id",
         }
+        assert search["properties"]["scope"]["enum"] == ["memories", "conversation", "all"]
         assert search["properties"]["limit"] == search["properties"]["limit"] | {"minimum": 1, "maximum": 50}
         assert recall["required"] == ["id"] and set(recall["properties"]) == {"id", "session_id"}
 

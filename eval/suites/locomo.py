@@ -3,7 +3,11 @@
 - way ``a`` (``locomo (a) turns``): every turn is an observation citing itself;
 - way ``b`` (``locomo (b) observations``): the dataset's per-session observations cite their turns, and
   retrieved observations become turns through their source refs (each memory's cited turns in order,
-  first occurrence wins) — the observational-memory path.
+  first occurrence wins) — the observational-memory path;
+- way ``c`` (``locomo (c) events``): the turns stored as conversation events only, searched with scope
+  ``conversation`` — conversation search, which must match way (a);
+- way ``d`` (``locomo (d) events+observations``): the events and the dataset's observations, searched
+  with scope ``all``: an event is its own turn, an observation its cited turns.
 
 The metric is the LoCoMo paper's: per question, the fraction of its evidence turns among the first k
 retrieved turns, averaged over questions, overall and per category, at k = 5, 10, 25, 50 (and at 1, which
@@ -27,7 +31,14 @@ from obsmem.eval.results import ModeResult, Scores
 from obsmem.eval.suites.labelled import candidate_budgets
 
 KS = (1, 5, 10, 25, 50)
-DATASETS = {"a": "locomo (a) turns", "b": "locomo (b) observations"}
+DATASETS = {
+    "a": "locomo (a) turns",
+    "b": "locomo (b) observations",
+    "c": "locomo (c) events",
+    "d": "locomo (d) events+observations",
+}
+# The search scope of each way.
+SCOPES = {"a": "memories", "b": "memories", "c": "conversation", "d": "all"}
 
 
 @dataclass
@@ -45,7 +56,7 @@ def parse_ways(text: str) -> tuple[str, ...]:
 
     ways = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not ways or any(way not in WAYS for way in ways):
-        raise ValidationFailed("ways must be 'a', 'b' or 'a,b'", field="ways")
+        raise ValidationFailed("ways must be a comma-separated list of a, b, c and d", field="ways")
     return ways
 
 
@@ -81,7 +92,7 @@ def run_way(
         with progress.bar(f"{dataset}: {mode}", total) as bar:
             for item in loaded:
                 for question in item.conversation.questions:
-                    retrieved = retrieve(memory, item.project, mode, question.text)
+                    retrieved = retrieve(memory, item.project, mode, question.text, scope=SCOPES[way])
                     latencies.append(retrieved.seconds)
                     values = evidence_recalls(item.turns(retrieved.ranking), question.evidence, KS)
                     stages = retrieved.stages

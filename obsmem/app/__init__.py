@@ -33,7 +33,7 @@ from obsmem.app.results import (
 )
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import JsonResult
-from obsmem.retrieval import RecalledMemory, SourceEvent, SourceRef
+from obsmem.retrieval import RecalledEvent, RecalledMemory, SourceEvent, SourceRef
 from obsmem.trust import LOCAL_USER
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "Obsmem",
     "PoolPressure",
     "ProjectStatus",
+    "RecalledEvent",
     "RecalledMemory",
     "Recollection",
     "ReflectionDetail",

@@ -28,12 +28,26 @@ from obsmem.app.results import (
 )
 from obsmem.app.typed import build
 from obsmem.errors import ValidationFailed
-from obsmem.events import AppendReceipt, append_events, require_session, session_totals
+from obsmem.events import (
+    AppendReceipt,
+    append_events,
+    index_conversation_step,
+    index_event_trigrams,
+    require_session,
+    session_totals,
+)
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.pipeline import ChatModel, ObservationPipeline, Projection, project_generation_totals
 from obsmem.projects import ProjectRegistry
-from obsmem.retrieval import SearchModes, SearchRequest, SearchResult, find_memory_row, recall_memory
+from obsmem.retrieval import (
+    RecalledEvent,
+    SearchModes,
+    SearchRequest,
+    SearchResult,
+    find_memory_row,
+    recall_any,
+)
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
 from obsmem.transcripts import FileProgress, ImportOptions, ImportRun, ReaderOptions, TranscriptImporter
@@ -227,13 +241,16 @@ class Obsmem:
         limit: object = None,
         mode: object = None,
         session_id: object = None,
+        scope: object = None,
         trust: object = None,
         user: str | None = LOCAL_USER,
     ) -> SearchResult:
-        """Memories, and the notes the query finds: trusted ones (``trust="trusted"``, the default) or
-        candidates too, marked untrusted (``trust="all"``). ``user`` owns the user tier searched beside the
-        project (:data:`~obsmem.trust.LOCAL_USER` by default; None: no user tier). After the hits are fixed,
-        candidates the query found are queued for judging in the background (docs/trust.md)."""
+        """``scope``: ``memories`` (None: observations and reflections), ``conversation`` (the events
+        themselves) or ``all`` (both, one ranking). Memories come with the notes the query finds: trusted ones
+        (``trust="trusted"``, the default) or candidates too, marked untrusted (``trust="all"``). ``user`` owns
+        the user tier searched beside the project (:data:`~obsmem.trust.LOCAL_USER` by default; None: no user
+        tier). After the hits are fixed, candidates the query found are queued for judging in the background
+        (docs/trust.md)."""
         request = SearchRequest.parse(
             query=query,
             after=after,
@@ -241,6 +258,7 @@ class Obsmem:
             limit=limit,
             mode=mode,
             session_id=session_id,
+            scope=scope,
             default_mode=self.default_mode,
             limits=self.settings.search,
         )
@@ -258,6 +276,7 @@ class Obsmem:
         before: object = None,
         limit: object = None,
         session_id: object = None,
+        scope: object = None,
     ) -> tuple[SearchResult, StageRankings]:
         """A hybrid search run as ``plan`` says (one list alone, no rerank, no floor), with the ranking
         after each stage. For evaluation and diagnostics; ``search`` is the same code with the default
@@ -269,14 +288,20 @@ class Obsmem:
             limit=limit,
             mode="hybrid",
             session_id=session_id,
+            scope=scope,
             limits=self.settings.search,
         )
         return self.search_modes.hybrid_searcher().run(project, request, plan)
 
-    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection:
+    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection | RecalledEvent:
+        """A memory and its provenance, or (for the id of a conversation event) the event with the events
+        around it in its session (``search.recall_neighbours`` each side) and the observations citing it."""
         db = self.projects.get(project)
+        neighbours = self.settings.search.recall_neighbours
         with db.read() as conn:
-            parts = recall_memory(conn, memory_id, session_id=session_id, project=project)
+            parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)
+        if isinstance(parts, RecalledEvent):
+            return parts
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
 
     @property
@@ -421,6 +446,11 @@ class Obsmem:
         queue = self.pipeline.queue(self.projects.get(project))
         return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
+    def index_conversation(self, project: str) -> int:
+        """Bring the events' trigram index up to date now (the workers' housekeeping does it in steps);
+        returns the events indexed. Exact conversation search answers the same either way, only faster."""
+        return index_event_trigrams(self.projects.get(project))
+
     def worker_pool(self) -> WorkerPool:
         """The pool that runs background jobs for every project of this data directory (not started)."""
         if self.workers is None:
@@ -428,7 +458,7 @@ class Obsmem:
                 self.projects,
                 {**self.pipeline.handlers, **self.trust.handlers},
                 self.settings.jobs,
-                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule],
+                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule, index_conversation_step],
             )
         return self.workers
 

@@ -40,10 +40,16 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+# Columns derived from the rest of the database, left out of exports: in_date_order says which events the
+# date indexes hold (m0006_conversation); a restored copy's catch-up sets it anew.
+DERIVED_COLUMNS = {("events", "in_date_order")}
+
+
 def table_columns(conn: apsw.Connection, table: str) -> list[str]:
-    """The table's stored columns in declaration order (generated and hidden columns cannot be inserted)."""
+    """The table's stored columns in declaration order (generated and hidden columns cannot be inserted),
+    derived columns left out."""
     rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
-    return [str(name) for _, name, _, _, _, _, hidden in rows if hidden == 0]
+    return [str(name) for _, name, _, _, _, _, hidden in rows if hidden == 0 and (table, name) not in DERIVED_COLUMNS]
 
 
 def order_clause(conn: apsw.Connection, table: str) -> str:

@@ -161,6 +161,13 @@ class SearchSettings(Section):
 
     default_limit: int = Field(default=20, ge=1, le=50, description="Hits returned when no limit is given.")
     max_limit: int = Field(default=50, ge=1, le=50, description="Largest `limit` a caller may ask for.")
+    recall_neighbours: int = Field(
+        default=3,
+        ge=0,
+        le=50,
+        description="`recall` of a conversation event: how many events before it and after it in its session "
+        "come with it.",
+    )
 
     @model_validator(mode="after")
     def _default_within_max(self) -> SearchSettings:

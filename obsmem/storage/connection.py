@@ -23,6 +23,7 @@ from typing import Any
 import apsw
 
 from obsmem.errors import StorageCorrupt, StorageError
+from obsmem.ids import event_id
 from obsmem.storage.faults import read_only, storage_fault
 
 BUSY_TIMEOUT_MS = 30_000
@@ -184,6 +185,18 @@ def _prepare(conn: apsw.Connection) -> None:
     """What every connection needs before its first statement, writable or not."""
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     _load_vector_extension(conn)
+    # Event ids are derived from the address by it, never stored (migration 6).
+    conn.create_scalar_function(EVENT_ID_FUNCTION, _sql_event_id, 2, deterministic=True)
+
+
+EVENT_ID_FUNCTION = "obsmem_event_id"
+
+
+def _sql_event_id(session_id: str | None, seq: int | None) -> str | None:
+    # NULL for a missing event (an outer join's empty side), as a stored column would read.
+    if session_id is None or seq is None:
+        return None
+    return event_id(session_id, seq)
 
 
 def _configure(conn: apsw.Connection) -> None:

@@ -19,6 +19,7 @@ from obsmem.storage.schema import (
     m0003_semantic,
     m0004_generations,
     m0005_imports,
+    m0006_conversation,
     m0007_notes,
 )
 
@@ -35,14 +36,15 @@ class Migration:
 
 
 # Versions may have gaps: each is reserved for one part of the project (2 = pipeline I, 3 = semantic
-# index, 4 = pipeline II, 5 = transcript imports, 7 = notes and trust) and they are applied in increasing order
-# of what is missing.
+# index, 4 = pipeline II, 5 = transcript imports, 6 = conversation search, 7 = notes and trust) and they are
+# applied in increasing order of what is missing.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, m0001_core.NAME, m0001_core.SQL),
     Migration(2, m0002_pipeline.NAME, m0002_pipeline.SQL),
     Migration(3, m0003_semantic.NAME, m0003_semantic.SQL),
     Migration(4, m0004_generations.NAME, m0004_generations.SQL),
     Migration(5, m0005_imports.NAME, m0005_imports.SQL),
+    Migration(6, m0006_conversation.NAME, m0006_conversation.SQL),
     Migration(7, m0007_notes.NAME, m0007_notes.SQL),
 )
 

@@ -30,7 +30,7 @@ import click
 
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
-from obsmem.retrieval import MODES
+from obsmem.retrieval import MODES, SCOPES
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.storage import storage_fault
 from obsmem.surfaces import cli_render as render
@@ -332,6 +332,13 @@ class ModeOption(click.Option):
     default=None,
     help="Search mode [default: hybrid when [semantic] is configured, else exact].",
 )
+@click.option(
+    "--scope",
+    type=click.Choice(SCOPES),
+    default=None,
+    help="What to search: memories (observations and reflections), conversation (the events themselves) "
+    "or all [default: memories].",
+)
 @session_option("Search only this session [default: every session of the project].")
 @click.option(
     "--trust",
@@ -349,6 +356,7 @@ def search(
     before: str | None,
     limit: int | None,
     mode: str | None,
+    scope: str | None,
     session_id: str | None,
     trust: str | None,
     as_json: bool,
@@ -356,10 +364,19 @@ def search(
     """Find memories of PROJECT that contain QUERY.
 
     Exact mode matches QUERY as one literal substring (a phrase stays a phrase), ignoring ASCII case,
-    newest first.
+    newest first. --scope conversation searches what was said (event content and tool arguments)
+    instead, and --scope all both.
     """
     result = app.service.search(
-        project, query, after=after, before=before, limit=limit, mode=mode, session_id=session_id, trust=trust
+        project,
+        query,
+        after=after,
+        before=before,
+        limit=limit,
+        mode=mode,
+        session_id=session_id,
+        scope=scope,
+        trust=trust,
     ).to_dict()
     if as_json:
         render.emit_json(result)

@@ -1,7 +1,7 @@
 """``obsmem eval``: measure search quality per mode on labelled questions, LoCoMo and LongMemEval.
 
     obsmem eval questions [--set sample|coding | --project P --questions FILE] [--modes ...] [--output DIR]
-    obsmem eval locomo --data locomo10.json [--ways a,b] [--modes ...] [--output DIR]
+    obsmem eval locomo --data locomo10.json [--ways a,b,c,d] [--modes ...] [--output DIR]
     obsmem eval longmemeval --data longmemeval_s.json|SUBSET_DIR [--modes ...] [--output DIR]
     obsmem eval calibrate [--project P --questions FILE] [--max-recall-loss 0.0] [--output DIR]
     obsmem eval never-below out/*/results.json
@@ -279,7 +279,9 @@ def questions_command(
     "--ways",
     default="a,b",
     show_default=True,
-    help="a: every turn an observation citing itself; b: the dataset's observations citing their turns.",
+    help="a: every turn an observation citing itself; b: the dataset's observations citing their turns; "
+    "c: the turns as conversation events, searched with scope conversation; d: the events and the dataset's "
+    "observations, searched with scope all.",
 )
 @click.option("--conversations", default=None, help="Comma-separated sample ids to run [default: all].")
 @modes_option

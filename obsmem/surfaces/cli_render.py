@@ -65,16 +65,27 @@ def hits_table(hits: Sequence[dict[str, Any]], *, title: str | None = None, cont
     table.add_column("content", overflow="fold", ratio=1)
     for hit in hits:
         importance = hit.get("importance") or hit.get("kind", "")
+        session, content = hit.get("session_id") or f"({hit.get('tier', '')} note)", hit["content"]
         if hit.get("kind") == "note" and not hit.get("trusted"):
             importance = "untrusted note"
+        if hit.get("kind") == "event":  # where it sits and who said what, in place of an importance
+            session, importance = f"{session} #{hit['seq']}", f"{hit['role']} {hit['type']}"
+            if "tool_name" in hit:
+                content = " ".join(part for part in (content, _tool_text(hit)) if part)
         table.add_row(
             hit["id"],
             hit["date"],
-            clip(hit.get("session_id") or f"({hit.get('tier', '')} note)", None, one_line=compact),
+            clip(session, None, one_line=compact),
             importance,
-            clip(hit["content"], content_chars, one_line=compact),
+            clip(content, content_chars, one_line=compact),
         )
     return table
+
+
+def _tool_text(hit: dict[str, Any]) -> str:
+    """``grep {"pattern": "x"}``: a tool call's name and arguments, as one line of text."""
+    args = hit.get("tool_args")
+    return hit["tool_name"] + ("" if args is None else " " + json.dumps(args, ensure_ascii=False))
 
 
 def render_search(console: Console, result: dict[str, Any], *, content_chars: int | None = None) -> None:
@@ -146,6 +157,9 @@ def sources_table(events: Sequence[dict[str, Any]], *, session_id: str, title: s
 
 
 def render_recall(console: Console, recalled: dict[str, Any]) -> None:
+    if "event" in recalled:
+        render_event_recall(console, recalled)
+        return
     memory = recalled["memory"]
     console.print(_memory_header(memory))
     if memory["kind"] == "observation":
@@ -156,6 +170,29 @@ def render_recall(console: Console, recalled: dict[str, Any]) -> None:
         supporting = recalled["supporting"]
         console.print(hits_table(supporting, title=f"Supporting observations ({len(supporting)})"))
     console.print("Verify the current state of the repository before acting on an old decision.", style="dim")
+
+
+def render_event_recall(console: Console, recalled: dict[str, Any]) -> None:
+    """A conversation event, the events around it in its session and the observations citing it."""
+    event = recalled["event"]
+    session = event["session_id"]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("id", Text(event["id"], style="cyan"))
+    grid.add_row("event_id", event["event_id"])
+    grid.add_row("kind", "event")
+    grid.add_row("session", Text(f"{session} #{event['seq']}"))
+    grid.add_row("said by", f"{event['role']} ({event['type']})")
+    grid.add_row("at", event["created_at"])
+    if "tool_name" in event:
+        grid.add_row("tool", Text(_tool_text(event)))
+    grid.add_row("content", Text(event["content"]))
+    console.print(grid)
+    around = [*recalled["before"], *recalled["after"]]
+    console.print(sources_table(around, session_id=session, title=f"Events around it ({len(around)})"))
+    cited = recalled["cited_by"]
+    console.print(hits_table(cited, title=f"Observations citing it ({len(cited)})"))
 
 
 def seq_list(seqs: Sequence[int]) -> str:

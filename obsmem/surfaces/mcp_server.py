@@ -45,8 +45,10 @@ WRITING_TOOLS = (MEMORY,)
 INSTRUCTIONS = (
     "obsmem is this project's observational memory: dated notes about earlier work. Use memory_search "
     "to find prior decisions, errors and identifiers, then recall with a hit's id and session_id to see "
-    "the conversation it came from. Verify current repository state before acting on old decisions. Use "
-    "memory to save, correct or forget a note yourself; new notes stay untrusted until confirmed."
+    "the conversation it came from. Search with scope 'conversation' for the exact words of the "
+    "conversation itself (messages, tool calls and results) when the notes leave them out. Verify current "
+    "repository state before acting on old decisions. Use memory to save, correct or forget a note "
+    "yourself; new notes stay untrusted until confirmed."
 )
 
 

@@ -23,7 +23,7 @@ import apsw
 
 from obsmem.app import LOCAL_USER, Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
-from obsmem.retrieval import MODES
+from obsmem.retrieval import MODES, SCOPES
 from obsmem.storage import storage_fault
 from obsmem.surfaces.tool_memory import MEMORY, MEMORY_ARGUMENTS, memory_tool_definition, run_memory_tool
 
@@ -32,7 +32,7 @@ RECALL = "recall"
 TOOL_NAMES = (MEMORY_SEARCH, RECALL, MEMORY)
 
 _ARGUMENTS = {
-    MEMORY_SEARCH: ("query", "after", "before", "limit", "session_id", "trust"),
+    MEMORY_SEARCH: ("query", "after", "before", "limit", "session_id", "scope", "trust"),
     RECALL: ("id", "session_id"),
     MEMORY: MEMORY_ARGUMENTS,
 }
@@ -53,8 +53,8 @@ _CAVEATS = (
 _SEARCH_EXACT = (
     "Search memory for one contiguous literal substring. " + _MEMORY + " "
     "Matching is ASCII case-insensitive; % and _ are ordinary characters; a query of several words "
-    "matches only that exact phrase, never the words separately. Only memory content is searched, not "
-    "raw transcripts, across all sessions unless session_id is given. Hits come newest first, at most "
+    "matches only that exact phrase, never the words separately. By default only memory content is "
+    "searched (scope 'memories'), across all sessions unless session_id is given. Hits come newest first, at most "
     "`limit`; truncated: true means older matches were left out (there is no total and no paging: "
     "narrow the query or add after/before dates). Prefer a single identifier (a function or file name, "
     "an error code, a PR number), then call recall with the hit's id and session_id for its provenance. " + _CAVEATS
@@ -66,9 +66,8 @@ _SEARCH_HYBRID = (
     "most relevant first, at most `limit`, with no scores; truncated: true means more candidates existed; "
     "partial: true means the index is still catching up and recent memories may be missing; "
     "nothing_close: true (with a note) means no memory was close enough to return, which does not prove "
-    "nothing relevant is stored. Only memory "
-    "content is searched, not raw transcripts, across all sessions unless session_id is given. Call "
-    "recall with a hit's id and session_id for its provenance. " + _CAVEATS
+    "nothing relevant is stored. By default only memory content is searched (scope 'memories'), across all "
+    "sessions unless session_id is given. Call recall with a hit's id and session_id for its provenance. " + _CAVEATS
 )
 _QUERY = {
     "exact": "One literal substring to find (1-1000 characters), e.g. `MapToolArguments`, `ECONNRESET`, "
@@ -82,13 +81,23 @@ _LIMIT = {
 }
 _RECALL = (
     "Recover the provenance of one memory by its id: for an observation, the conversation events it was "
-    "recorded from (seq, role, type, content, time); for a reflection, the observations that support it. "
+    "recorded from (seq, role, type, content, time); for a reflection, the observations that support it; "
+    "for a conversation event (a hit of kind 'event'), the events before and after it in its session and "
+    "the observations that cite it. "
     "Use an id from memory_search or from the rendered memory: the 12-character display id, any unique "
     "lowercase hex prefix of 12-64 characters, or the full 64-character id. Looks in the current session "
     "when there is one (otherwise the whole project); for a memory from another session pass the "
     "session_id of the search hit. If the id is not found, the error names the session searched. " + _CAVEATS
 )
 _DATE = "YYYY-MM-DD or YYYY-MM-DD HH:MM"
+_SCOPE = (
+    "What to search. 'memories' (default): the short dated notes, the right first look for what was "
+    "decided, tried or learned. 'conversation': the raw conversation events themselves (messages, tool "
+    "calls with their arguments, tool results): use it for exact words the notes leave out (a full error "
+    "message, a command line, a quoted request) or when memory has nothing yet. 'all': both in one "
+    "list. Event hits carry session_id, seq, role and type; recall an event's id to see the events "
+    "around it and the observations that cite it."
+)
 
 
 def _search_parameters(mode: str) -> dict[str, Any]:
@@ -110,6 +119,7 @@ def _search_parameters(mode: str) -> dict[str, Any]:
                 "type": "string",
                 "description": "Only memories of this session (default: every session of the project).",
             },
+            "scope": {"type": "string", "enum": list(SCOPES), "description": _SCOPE},
             "trust": {
                 "type": "string",
                 "enum": ["trusted", "all"],

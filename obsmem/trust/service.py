@@ -243,7 +243,11 @@ class TrustService:
     def search(
         self, result: SearchResult, project: str, request: SearchRequest, trust: object, user: str | None
     ) -> SearchResult:
-        """Merge the notes the request finds into ``result``; then queue judging in the background."""
+        """Merge the notes the request finds into ``result``; then queue judging in the background.
+
+        Notes are memories: a search of the conversation alone (``scope="conversation"``) gets none."""
+        if request.scope == "conversation":
+            return result
         level = parse_trust(trust)
         notes, any_candidate = find_note_hits(self.stores.readable(project, user), request, level)
         merged = merge_hits(result, notes, request)

@@ -107,6 +107,8 @@ def scratch_keyword_table(tokenizer: str, context_characters: int = 300) -> apsw
         "CREATE TABLE semantic_state(id INTEGER PRIMARY KEY, fts_tokenizer TEXT, updated_at TEXT);"
         "INSERT INTO semantic_state(id) VALUES (1);"
         "CREATE TABLE memories(id INTEGER PRIMARY KEY, session_id TEXT, date TEXT, kind TEXT, content TEXT);"
+        "CREATE TABLE events(id INTEGER PRIMARY KEY, session_id TEXT, seq INTEGER, created_at TEXT, content TEXT,"
+        " tool_name TEXT, tool_args TEXT);"
         "CREATE TABLE semantic_sources(memory_row INTEGER PRIMARY KEY);"
         "CREATE TABLE semantic_chunks(id INTEGER PRIMARY KEY, memory_row INTEGER, position INTEGER, text TEXT,"
         " date TEXT, session_id TEXT);"
@@ -218,7 +220,8 @@ def index_matches_memories(conn: apsw.Connection, settings: SemanticSettings) ->
         "stale": len(stored - expected),
         "vectors_match": vectors == len(stored),
         "fts_match": fts_rows == len(stored),
-        "pending": conn.execute("SELECT count(*) FROM semantic_pending").fetchone()[0],
+        # Memory markers (events are marked under negated rows and indexed only when the setting says so).
+        "pending": conn.execute("SELECT count(*) FROM semantic_pending WHERE memory_row > 0").fetchone()[0],
         "contexts_wrong": len(contexts_wrong(conn, settings)),
     }
 

@@ -41,6 +41,7 @@ FIELD_CODES = {
     "project": "invalid_project",
     "session_id": "invalid_session",
     "id": "invalid_id",
+    "scope": "invalid_scope",
 }
 MAX_MESSAGE_CHARS = 300
 # The core validator of a field FastAPI checks by pattern: its message says what is allowed in words, where

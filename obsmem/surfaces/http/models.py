@@ -92,6 +92,11 @@ class SearchRequest(Model):
     session_id: str | None = Field(
         default=None, pattern=SESSION_PATTERN, description="Only memories of this session (default: all)."
     )
+    scope: Literal["memories", "conversation", "all"] | None = Field(
+        default=None,
+        description="What to search: `memories` (observations and reflections; the default), `conversation` "
+        "(the events: content and tool arguments) or `all` (both in one ranking).",
+    )
     trust: Literal["trusted", "all"] | None = Field(
         default=None,
         description="`trusted` (default): memories and trusted notes. `all` adds candidate notes, marked "
@@ -161,6 +166,22 @@ class Hit(BaseModel):
     content: str
 
 
+class EventHit(BaseModel):
+    """A conversation event found by a search with scope `conversation` or `all`."""
+
+    id: str = Field(description="12-character display id; pass it to recall for the events around it.")
+    event_id: str
+    kind: Literal["event"]
+    session_id: str
+    seq: int
+    role: str
+    type: str
+    date: str = Field(description="YYYY-MM-DD HH:MM")
+    content: str
+    tool_name: str | None = None
+    tool_args: Any = None
+
+
 class NoteHit(BaseModel):
     id: str = Field(description="12-character display id of the note.")
     memory_id: str
@@ -175,7 +196,10 @@ class NoteHit(BaseModel):
 
 class SearchResponse(BaseModel):
     mode: str
-    hits: list[Hit | NoteHit] = Field(description="Exact mode: newest first. Hybrid mode: most relevant first.")
+    hits: list[Hit | NoteHit | EventHit] = Field(
+        description="Exact mode: newest first. Hybrid mode: most relevant first. Memories, notes and, with "
+        "scope `conversation` or `all`, events."
+    )
     truncated: bool = Field(description="More memories matched than were returned (no totals, no paging).")
     partial: bool = Field(description="The search index was still catching up (hybrid mode).")
 
@@ -211,3 +235,18 @@ class RecallResponse(BaseModel):
     memory: RecalledMemory
     sources: list[SourceEvent] = Field(description="An observation's source events.")
     supporting: list[Hit] = Field(description="A reflection's supporting observations.")
+
+
+class RecalledEventBody(SourceEvent):
+    id: str
+    event_id: str
+    kind: Literal["event"]
+
+
+class EventRecallResponse(BaseModel):
+    """`recall` of a conversation event's id."""
+
+    event: RecalledEventBody
+    before: list[SourceEvent] = Field(description="The events before it in its session, oldest first.")
+    after: list[SourceEvent] = Field(description="The events after it in its session, oldest first.")
+    cited_by: list[Hit] = Field(description="The observations that cite it, oldest first.")

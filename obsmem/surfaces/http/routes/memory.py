@@ -17,6 +17,7 @@ from starlette.responses import Response
 from obsmem.surfaces.http.deps import MemoryIdPath, ProjectName, access_of, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import (
     SESSION_PATTERN,
+    EventRecallResponse,
     ForgetResponse,
     RecallResponse,
     SearchRequest,
@@ -37,7 +38,7 @@ router = APIRouter(tags=["memory"])
             "over its caps (`over_capacity`).",
         )
     ),
-    summary="memory_search: exact substring or hybrid search over memories",
+    summary="memory_search: exact substring or hybrid search over memories, the conversation or both",
 )
 async def search(request: Request, project: ProjectName, body: SearchRequest) -> Response:
     allowed_project(request, project)
@@ -53,9 +54,9 @@ async def search(request: Request, project: ProjectName, body: SearchRequest) ->
 
 @router.get(
     "/projects/{project}/memories/{id}",
-    response_model=RecallResponse,
+    response_model=RecallResponse | EventRecallResponse,
     responses=errors(),
-    summary="recall: a memory and its provenance",
+    summary="recall: a memory and its provenance, or a conversation event with the events around it",
 )
 async def recall(
     request: Request,

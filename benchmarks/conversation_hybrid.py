@@ -1,0 +1,181 @@
+"""Hybrid conversation search latency (``memory_search`` with scope ``conversation``) over indexed events.
+
+    python benchmarks/conversation_hybrid.py --events 100000 --data-dir DIR [--queries 200]
+
+Embedding 100,000 events with the local model would take about half an hour on two cores, so, as
+semantic_million.py does for memories, the vectors are made from real ones: ``--pool`` real sentences
+(LoCoMo and LongMemEval turns) are embedded with the bundled model, and event ``i`` joins two of them,
+with the normalised sum of their two real embeddings as its vector. The events (100 sessions, in seq
+order), their sources, chunks and embeddings are written straight into the tables, the contextual
+keyword rows are built by the indexer's own keyword rebuild, and the graph by the normal maintenance
+path. Then, as semantic_query.py measures memories (fresh LoCoMo questions, warm-up apart, one BLAS
+thread), it reports p50 / p95 in milliseconds of ``Obsmem.search(..., scope="conversation")``:
+excluding the query embedding, including it, and with a 7-day date window. Prints JSON. A second run on
+the same ``--data-dir`` reuses the built project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from semantic_corpus import DEFAULT_SHARED, sentence_pool, timestamp  # noqa: E402
+from semantic_query import BLOCK, WARM_UP_QUESTIONS, percentiles, questions  # noqa: E402
+
+from obsmem import Obsmem  # noqa: E402
+from obsmem.ids import event_id  # noqa: E402
+from obsmem.indexer.chunker import chunk_text  # noqa: E402
+from obsmem.indexer.project import content_hash  # noqa: E402
+from obsmem.indexer.state import bump_version, update_state  # noqa: E402
+from obsmem.settings import load_settings  # noqa: E402
+
+WRITE_BLOCK = 20_000
+SESSIONS = 100
+
+
+def build(service: Obsmem, project: str, count: int, pool_size: int, shared: Path) -> dict[str, object]:
+    db = service.database(project, create=True)
+    index = service.indexer.project(project)
+    index.ensure_compatible()
+    texts = sentence_pool(shared)[:pool_size]
+    started = time.perf_counter()
+    base = index.embedder.embed_documents(texts)
+    embed_seconds = time.perf_counter() - started
+    base = base / np.linalg.norm(base, axis=1, keepdims=True)
+    n = len(texts)
+    with db.write() as conn:
+        update_state(conn, dimensions=int(base.shape[1]))
+        conn.executemany(
+            "INSERT INTO sessions(session_id, created_at, updated_at) VALUES (?, 'x', 'x')",
+            [(f"s{s}",) for s in range(SESSIONS)],
+        )
+    started = time.perf_counter()
+    for block in range(0, count, WRITE_BLOCK):
+        ids = range(block, min(block + WRITE_BLOCK, count))
+        a = np.array([i % n for i in ids])
+        b = np.array([(i * 7919 + i // n + 1) % n for i in ids])
+        vectors = base[a] + base[b]
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        events, sources, chunks, stored = [], [], [], []
+        for offset, i in enumerate(ids):
+            content = f"{texts[a[offset]]} {texts[b[offset]]}".encode()[:1100].decode("utf-8", errors="ignore")
+            session, seq = f"s{i % SESSIONS}", i // SESSIONS + 1
+            identity = event_id(session, seq)
+            date = timestamp(i, count) + ":00"
+            row = i + 1  # explicit ids, so each table is one executemany; the label is the row too
+            role = "user" if i % 2 == 0 else "assistant"
+            [chunk] = chunk_text(identity, content, index.chunking)
+            events.append((row, session, seq, role, content, date.replace(" ", "T") + ".000Z"))
+            sources.append((-row, identity, content_hash(content)))
+            chunks.append((row, chunk.key, -row, date, session, chunk.text))
+            stored.append((row, vectors[offset].tobytes()))
+        with db.write() as conn:
+            _, version = bump_version(conn)
+            conn.executemany(
+                "INSERT INTO events(id, session_id, seq, role, type, content, created_at, fingerprint)"
+                " VALUES (?, ?, ?, ?, 'message', ?, ?, 'x')",
+                events,
+            )
+            conn.executemany(
+                "INSERT INTO semantic_sources(memory_row, memory_id, content_hash, chunk_count) VALUES (?, ?, ?, 1)",
+                sources,
+            )
+            conn.executemany(
+                "INSERT INTO semantic_chunks(id, chunk_key, memory_row, position, date, session_id, text)"
+                " VALUES (?, ?, ?, 0, ?, ?, ?)",
+                chunks,
+            )
+            conn.executemany("INSERT INTO semantic_vectors(chunk, embedding) VALUES (?, ?)", stored)
+            conn.execute("DELETE FROM semantic_pending")
+            # The events written here are indexed already: the indexer must not mark them again.
+            conn.execute("UPDATE event_marker_progress SET marked_through = (SELECT max(id) FROM events)")
+            update_state(conn, version=version)
+        print(f"{block + len(ids)} events written", file=sys.stderr, flush=True)
+    write_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    with db.write() as conn:
+        index.keywords.create(conn)
+    keyword_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    index.vectors()
+    index.maintain()
+    return {
+        "pool_embedding_seconds": round(embed_seconds, 1),
+        "write_seconds": round(write_seconds, 1),
+        "keyword_rebuild_seconds": round(keyword_seconds, 1),
+        "graph_build_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--pool", type=int, default=5_000)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--project", default="conversation")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--shared-data", type=Path, default=DEFAULT_SHARED)
+    args = parser.parse_args()
+    settings = load_settings(data_dir=args.data_dir, semantic={"index": {"background": False, "events": True}})
+    report: dict[str, object] = {"benchmark": "conversation_hybrid", "project": args.project}
+    with Obsmem(settings) as service:
+        if args.project not in service.project_names():
+            report["build"] = build(service, args.project, args.events, args.pool, args.shared_data)
+        index = service.indexer.project(args.project)
+        vectors = index.vectors()
+        index.maintain()
+        assert vectors is not None
+        report["events"] = service.status(args.project).source_count
+        report["chunks"], report["event_chunks"] = vectors.live, vectors.live_events
+        report["graph"] = vectors.graph is not None
+        embedder = index.embedder
+        pool = questions(args.shared_data, WARM_UP_QUESTIONS + 2 * args.queries)
+        warm_up = pool[:WARM_UP_QUESTIONS]
+        texts = pool[WARM_UP_QUESTIONS : WARM_UP_QUESTIONS + args.queries]
+        others = pool[WARM_UP_QUESTIONS + args.queries :]
+        for text in warm_up:
+            service.search(args.project, text, scope="conversation")
+        cache = {text: embedder.embed_query(text) for text in texts}
+        original = embedder.embed_query
+        embedder.embed_query = lambda query: cache[query] if query in cache else original(query)  # type: ignore[method-assign]
+        bare, full, hits = [], [], []
+        for start in range(0, len(texts), BLOCK):
+            for text in others[start : start + BLOCK]:
+                started = time.perf_counter()
+                service.search(args.project, text, scope="conversation")
+                full.append(time.perf_counter() - started)
+            for text in texts[start : start + BLOCK]:
+                started = time.perf_counter()
+                result = service.search(args.project, text, scope="conversation")
+                bare.append(time.perf_counter() - started)
+                hits.append(len(result.hits))
+        report["hybrid_excluding_embedding"] = percentiles(bare)
+        report["hybrid_including_embedding"] = percentiles(full)
+        report["hits_per_search_min"] = min(hits)
+        rng = random.Random(7)
+        first = datetime(2023, 1, 1)
+        windowed = []
+        for text in texts:
+            start_day = first + timedelta(days=rng.randrange(700))
+            after, before = start_day.strftime("%Y-%m-%d"), (start_day + timedelta(days=6)).strftime("%Y-%m-%d")
+            started = time.perf_counter()
+            service.search(args.project, text, scope="conversation", after=after, before=before)
+            windowed.append(time.perf_counter() - started)
+        report["date_filtered_7d_excluding_embedding"] = percentiles(windowed)
+        embedder.embed_query = original  # type: ignore[method-assign]
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
