@@ -12,7 +12,6 @@ the other files were still imported).
 
 from __future__ import annotations
 
-import importlib
 import json
 import signal
 import sys
@@ -28,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from obsmem.errors import ObsmemError, ValidationFailed
+from obsmem.exporting import restore_project
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
 from obsmem.transcripts import SOURCES, FileProgress, ImportRun, default_roots, discover, find_transcripts
@@ -60,15 +60,7 @@ def _restore_export(app: App, path: Path, project: str | None) -> dict[str, Any]
         return None
     if project is None:
         raise click.UsageError("restoring a whole-project export needs --project NEW")
-    try:
-        exporting = importlib.import_module("obsmem.exporting")
-    except ModuleNotFoundError:
-        raise ValidationFailed(
-            "whole-project export files need obsmem.exporting, which this installation lacks",
-            code="restore_unavailable",
-        ) from None
-    restored = exporting.restore_project(app.service, path, project)
-    return restored.to_dict() if hasattr(restored, "to_dict") else {"restored": str(path)}
+    return restore_project(app.service, path, project).to_dict()
 
 
 @click.command("import")

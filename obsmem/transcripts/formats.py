@@ -88,6 +88,9 @@ class DocumentFormat(ABC):
     def __init__(self, options: ReaderOptions, path: Path) -> None:
         self.options = options
         self.path = path
+        # False once a read failed part-way (a database locked or damaged mid-read): the sessions read
+        # are stored, but the file must not be stamped as imported, so the next import reads it again.
+        self.read_whole = True
 
     @abstractmethod
     def sessions(self) -> Iterator[SessionDoc | Skip]:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from obsmem.errors import ObsmemError, SeqConflict, ValidationFailed
+from obsmem.errors import ObsmemError, SeqConflict, StorageError, ValidationFailed
 from obsmem.events import AppendReceipt, EventIn, event_fingerprints, last_seq, redacted
 from obsmem.storage import ProjectDatabase
 from obsmem.transcripts.aider import AiderFormat
@@ -127,6 +127,18 @@ class _Sessions:
         with self.db.read() as conn:
             self.merging[session] = Counter(event_fingerprints(conn, session))
 
+    def discount(self, stored: list[Turn]) -> None:
+        """Take the events of records a merging session already holds (known by record id, left out)
+        out of its counts, so only events stored without an id to match them by are matched by content."""
+        for turn in stored:
+            if not self.is_merging(turn.session_id):
+                continue
+            try:
+                event = EventIn.model_validate(turn.event)
+            except ValidationError:
+                continue  # never stored, so not counted either
+            self.merging[turn.session_id][_fingerprint(event)] -= 1
+
     def assign(self, session: str, event: EventIn) -> EventIn:
         # A session this file has not numbered yet starts at 1, not after what is stored: numbering then
         # depends on the file alone, so events stored before a watermark was lost are duplicates again.
@@ -180,6 +192,9 @@ class TranscriptImporter:
         except DAMAGED_COMPRESSION:
             report.status = "failed"
             report.problem("read_error", 0, "the compressed data is damaged")
+        except StorageError as exc:  # a locked or failing project database: the next import tries again
+            report.status = "failed"
+            report.problem(exc.code, report.line, exc.message)
         return report
 
     # -- line formats ----------------------------------------------------------------------------------
@@ -224,7 +239,7 @@ class TranscriptImporter:
                 self._take(cursor.reader.read(raw, cursor.line), pending, report)
                 cursor.offset = end
                 if len(pending) >= CHUNK_EVENTS:
-                    self._store(project, cursor.sessions, pending, report, replays, remember=False)
+                    self._store(project, cursor.sessions, pending, report, replays)
                     self._save(cursor, report, replays)
                     if progress is not None:
                         progress(str(path), cursor.offset, now.size)
@@ -233,7 +248,7 @@ class TranscriptImporter:
             report.status = "failed"
             report.problem("read_error", cursor.line + 1, "the compressed data is damaged from here on")
         self._take(cursor.reader.finish(), pending, report)
-        self._store(project, cursor.sessions, pending, report, replays, remember=False)
+        self._store(project, cursor.sessions, pending, report, replays)
         report.bytes_read = cursor.offset - start.offset
         self._save(cursor, report, replays)
         if progress is not None:
@@ -291,13 +306,13 @@ class TranscriptImporter:
         turns: list[Turn],
         report: FileReport,
         replays: ReplayFilter | None = None,
-        *,
-        remember: bool = True,
     ) -> None:
         """Validate, number and append the pending events, session by session (in file order); ``turns``
-        is emptied. Records imported before (``replays``) are left out; the chunk's record ids are
-        remembered here unless ``remember`` is False (the caller commits them with its watermark)."""
+        is emptied. Records imported before (``replays``) are left out; the caller remembers the chunk's
+        record ids with its watermark (:meth:`_save`)."""
         candidates = replays.fresh(list(turns), report.skipped) if replays is not None else list(turns)
+        if replays is not None:
+            sessions.discount(replays.take_stored_here())
         turns.clear()
         by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
         for turn in candidates:
@@ -307,6 +322,7 @@ class TranscriptImporter:
             report.events += 1
             by_session.setdefault(turn.session_id, []).append((turn, event))
         for session, items in by_session.items():
+            report.line = items[0][0].line
             try:
                 self._append_session(project, sessions, session, [event for _, event in items], report)
             except ObsmemError as exc:
@@ -314,8 +330,6 @@ class TranscriptImporter:
                     report.problem(exc.code, items[0][0].line, exc.message)
                     continue
                 raise
-        if replays is not None and remember:
-            replays.commit()
 
     def _event(self, turn: Turn, report: FileReport) -> EventIn | None:
         """The turn as a valid event, or None (reported). A timestamp obsmem cannot read is dropped, and
@@ -394,9 +408,8 @@ class TranscriptImporter:
             for doc in project_docs:
                 saved[doc.session_id] = self._document_session(project, db, doc, saved.get(doc.session_id), report)
             total = report.added - added_before + (mark.events if mark is not None else 0)
-            save_watermark(
-                db, Watermark(self.source, key, 0, now.size, now.mtime_ns, "", "", {"sessions": saved}, total)
-            )
+            mtime = now.mtime_ns if fmt.read_whole else 0  # no time: a partial read is looked at again
+            save_watermark(db, Watermark(self.source, key, 0, now.size, mtime, "", "", {"sessions": saved}, total))
 
     def _unchanged_chat(self, path: Path, key: str, now: FileStamp, report: FileReport) -> bool:
         """A Gemini CLI chat whose folder names its project hash, unchanged since its import: passed over
