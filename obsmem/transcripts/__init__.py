@@ -11,7 +11,7 @@ A base package: it stores through an ``append`` callable the app floor hands it,
 the app, the pipeline or a surface.
 """
 
-from obsmem.transcripts.discovery import SOURCES, default_roots, discover, find_transcripts
+from obsmem.transcripts.discovery import SOURCES, claude_subagents, default_roots, discover, find_transcripts
 from obsmem.transcripts.importer import CHUNK_EVENTS, FileProgress, ImportOptions, TranscriptImporter
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash, slug_for_directory
 from obsmem.transcripts.records import DEFAULT_MAX_TOOL_OUTPUT_CHARS, ReaderOptions
@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "ReaderOptions",
     "TranscriptImporter",
+    "claude_subagents",
     "default_roots",
     "discover",
     "find_transcripts",

@@ -10,9 +10,8 @@ included, whatever their lines start with).
 
 A block is stored when the next one starts, or at the end of the file. The block open at the end of an
 import stays open: the watermark records where it starts (never its text), the next import reads it again
-from there, and lines appended to it continue it. It is not stored again when it closes unchanged; a
-block that grew after an import stored it is stored again whole when it closes (the shorter event stays:
-nothing stored is changed). The project is the repository the file sits in.
+from there, and lines appended to it continue it. It is not stored again unchanged; a block that grew
+after an import stored it is stored again whole (the shorter event stays: nothing stored is changed). The project is the repository the file sits in.
 """
 
 from __future__ import annotations
@@ -115,11 +114,11 @@ class AiderFormat(LineFormat):
 
     def finish(self) -> Iterable[Turn | Skip]:
         """The open block as it stands, kept open: lines appended to it later continue it. Stored again
-        when it closes only if it grew meanwhile (see the module docstring)."""
-        items = self._block()
-        if self.kind is not None:
-            self.emitted = [self.block_start, len(self._text())]
-        return items
+        only if it grew since (see the module docstring)."""
+        if self.kind is None or self.emitted == [self.block_start, len(self._text())]:
+            return []
+        self.emitted = [self.block_start, len(self._text())]
+        return self._block()
 
     def _text(self) -> str:
         return "\n".join(self.lines).strip()
