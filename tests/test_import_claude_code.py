@@ -406,7 +406,9 @@ def _said(uuid: str, parent: str | None, role: str, text: str) -> dict[str, Any]
 
 
 def test_a_rewritten_file_stores_a_new_record_that_repeats_an_earlier_text(service: Obsmem, tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "s-rewrite.jsonl", [_said("u1", None, "user", "hello"), _said("u2", "u1", "user", "yes")])
+    path = write_jsonl(
+        tmp_path / "s-rewrite.jsonl", [_said("u1", None, "user", "hello"), _said("u2", "u1", "user", "yes")]
+    )
     assert service.import_transcripts("claude-code", [path]).added == 2
     # The agent re-serialises the same records (another key order) and adds one that says "yes" again.
     records = [_said("u1", None, "user", "hello"), _said("u2", "u1", "user", "yes"), _said("u3", "u2", "user", "yes")]

@@ -43,10 +43,15 @@ def test_a_rollout_maps_messages_calls_outputs_and_skips_mirrors(service: Obsmem
     assert events[6][4].startswith("[error] ")  # a non-zero exit code
     assert events[7][2] == "system" and events[7][4].startswith("[compaction summary]")
     search_call, search_result, image_call, image_result = events[9:13]
-    assert search_call[2:4] == ("assistant", "tool_call") and (search_call[5], search_call[7]) == ("tool_search", "call_S1")
+    assert search_call[2:4] == ("assistant", "tool_call") and (search_call[5], search_call[7]) == (
+        "tool_search",
+        "call_S1",
+    )
     assert json.loads(search_call[6]) == {"query": "ledger export"}
     assert search_result[2:4] == ("tool", "tool_result") and "ledger.export_csv" in search_result[4]
-    assert image_call[5] == "image_generation" and json.loads(image_call[6]) == {"prompt": "a bar chart of invoice totals"}
+    assert image_call[5] == "image_generation" and json.loads(image_call[6]) == {
+        "prompt": "a bar chart of invoice totals"
+    }
     assert image_result[4] == "an image was generated" and "iVBOR" not in image_result[4]  # no image data
 
 
@@ -57,11 +62,20 @@ def test_a_forked_rollouts_new_turns_stay_in_the_fork(service: Obsmem, tmp_path:
 
     def said(role: str, text: str) -> dict[str, object]:
         kind = "input_text" if role == "user" else "output_text"
-        return {"type": "response_item", "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}}
+        return {
+            "type": "response_item",
+            "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]},
+        }
 
     path = write_jsonl(
         tmp_path / f"rollout-2025-05-01T00-00-00-{fork}.jsonl",
-        [meta, copied_meta, said("user", "old question"), said("assistant", "old answer"), said("user", "new question")],
+        [
+            meta,
+            copied_meta,
+            said("user", "old question"),
+            said("assistant", "old answer"),
+            said("user", "new question"),
+        ],
     )
     run = service.import_transcripts("codex", [path])
     assert run.problems == 0 and run.files[0].skipped == {"session_meta": 1, "replayed": 1}

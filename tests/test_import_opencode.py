@@ -79,8 +79,14 @@ def test_a_locked_database_is_reported_and_other_files_still_import(service: Obs
 def test_a_failed_assistant_message_is_stored_as_an_error_event(service: Obsmem, tmp_path: Path) -> None:
     db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
     conn = sqlite3.connect(db)
-    failed = {"role": "assistant", "time": {"created": 1746700090000}, "error": {"name": "APIError", "data": {"message": "rate limited"}}}
-    conn.execute("INSERT INTO message VALUES ('msg_09', 'ses_01JQ', 1746700090000, 1746700090000, ?)", (json.dumps(failed),))
+    failed = {
+        "role": "assistant",
+        "time": {"created": 1746700090000},
+        "error": {"name": "APIError", "data": {"message": "rate limited"}},
+    }
+    conn.execute(
+        "INSERT INTO message VALUES ('msg_09', 'ses_01JQ', 1746700090000, 1746700090000, ?)", (json.dumps(failed),)
+    )
     conn.commit()
     conn.close()
     run = service.import_transcripts("opencode", [db])

@@ -294,8 +294,9 @@ def hook(app: App, agent: str, project: str | None) -> None:
     """Import the session a hook names: AGENT runs this with its hook payload (JSON) on stdin.
 
     Install it for Claude Code's Stop, SubagentStop and SessionEnd hooks, or Gemini CLI's SessionEnd and
-    AfterAgent (see docs/importing.md). For Claude Code the session's sub-agent files are imported too. Prints nothing on success (Gemini CLI gets "{}"). Any failure (a bad
-    payload, a transcript with problems, a storage fault) prints one line on stderr and exits 1: both
+    AfterAgent (see docs/importing.md). For Claude Code the session's sub-agent files are imported too.
+    Prints nothing on success (Gemini CLI gets "{}"). Any failure (a bad payload, a transcript with
+    problems, a storage fault) prints one line on stderr and exits 1: both
     agents read exit status 2 as "block what the agent is doing", which a memory import must never do.
     """
     try:

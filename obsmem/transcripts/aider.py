@@ -11,7 +11,8 @@ included, whatever their lines start with).
 A block is stored when the next one starts, or at the end of the file. The block open at the end of an
 import stays open: the watermark records where it starts (never its text), the next import reads it again
 from there, and lines appended to it continue it. It is not stored again unchanged; a block that grew
-after an import stored it is stored again whole (the shorter event stays: nothing stored is changed). The project is the repository the file sits in.
+after an import stored it is stored again whole (the shorter event stays: nothing stored is changed).
+The project is the repository the file sits in.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ whose ``data.role`` is ``user`` or ``assistant``; a message's parts ``(id, data)
 failed call), ``reasoning`` (skipped unless ``keep_thinking``), ``compaction`` (a ``system`` event), and
 ``step-start``, ``step-finish``, ``snapshot``, ``patch``, ``file``, ``agent``, ``subtask``, ``retry``
 (bookkeeping, skipped). An assistant message that failed (``data.error``: the API call failed, the
-output was cut, the user aborted) also gets a ``system`` event ``[error] <name>: <message>``. Messages are read in creation order and parts in id order; the importer stores
-the parts after the last one it stored (keyed ``<message id>/<part id>``). A message still being written
+output was cut, the user aborted) also gets a ``system`` event ``[error] <name>: <message>``.
+Messages are read in creation order and parts in id order; the importer stores the parts after the
+last one it stored (keyed ``<message id>/<part id>``). A message still being written
 (an assistant message without ``time.completed``, or a tool still pending or running) is left, with
 what follows it, for the next import.
 
