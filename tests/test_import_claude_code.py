@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.settings import load_settings
+from obsmem.transcripts import files as transcript_files
 from obsmem.transcripts import importer
 from support.pipeline_service import pipeline_service
 from support.scripted_chat import ScriptedChatServer
@@ -461,3 +462,24 @@ def test_api_errors_are_stored_as_error_events_not_replies(service: Obsmem, tmp_
         ("system", "message", "[error] API Error: 529 Overloaded"),
         ("system", "message", "[error] API error 529: Overloaded (retry 2 of 10)"),
     ]
+
+
+def test_an_unchanged_file_is_passed_over_without_being_opened(
+    service: Obsmem, projects: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.import_transcripts("claude-code", files(projects))
+    opened: list[Path] = []
+    real_open = transcript_files.open_text_bytes
+
+    def spy(path: Path) -> Any:
+        opened.append(path)
+        return real_open(path)
+
+    monkeypatch.setattr(transcript_files, "open_text_bytes", spy)
+    again = service.import_transcripts("claude-code", files(projects))  # as each --follow round does
+    assert {f.status for f in again.files} == {"unchanged"} and opened == []
+    grown = projects / "-home-ann-src-shop" / f"{RESUMED}.jsonl"
+    with open(grown, "a", encoding="utf-8") as handle:
+        handle.write("\n")
+    service.import_transcripts("claude-code", files(projects))
+    assert set(opened) == {grown}  # only the file that changed is read

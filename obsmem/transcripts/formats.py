@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 
-from obsmem.transcripts.files import complete_lines
+from obsmem.transcripts.files import FileStamp, complete_lines, stamp
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
 
 
@@ -97,8 +98,32 @@ class DocumentFormat(ABC):
         """Every session of the document (and problems met on the way, with their line or row)."""
 
 
+# The working directory each file recorded, by its path and the size and time it had then. An import
+# learns a file's project (and with it the database holding its watermark) from its first records; with
+# this, a file unchanged since the last look in this process (``--follow`` looks every few seconds) is
+# passed over after a stat and a watermark lookup, without opening it. Bounded: oldest entries go first.
+_CWDS: OrderedDict[tuple[str, tuple[str, ...]], tuple[FileStamp, str | None]] = OrderedDict()
+_CWDS_LIMIT = 16_384
+
+
 def first_cwd(path: Path, keys: tuple[str, ...], max_lines: int = 200) -> str | None:
-    """The first ``cwd`` found in the first lines of a JSONL file (at ``record[k1][k2]...`` paths)."""
+    """The first ``cwd`` found in the first lines of a JSONL file (at ``record[k1][k2]...`` paths);
+    remembered while the file keeps its size and time (see :data:`_CWDS`)."""
+    now = stamp(path)
+    key = (str(path), keys)
+    known = _CWDS.get(key)
+    if known is not None and known[0] == now:
+        _CWDS.move_to_end(key)
+        return known[1]
+    found = _read_first_cwd(path, keys, max_lines)
+    _CWDS[key] = (now, found)
+    _CWDS.move_to_end(key)
+    while len(_CWDS) > _CWDS_LIMIT:
+        _CWDS.popitem(last=False)
+    return found
+
+
+def _read_first_cwd(path: Path, keys: tuple[str, ...], max_lines: int) -> str | None:
     for number, (raw, _) in enumerate(complete_lines(path, 0, take_last=True)):
         if number >= max_lines:
             return None
