@@ -6,7 +6,8 @@ One module per agent format (:mod:`~obsmem.transcripts.claude_code`, :mod:`~obsm
 messages), where each agent keeps them (:mod:`~obsmem.transcripts.discovery`), which project a transcript
 goes to (:mod:`~obsmem.transcripts.mapping`), and the importer that stores only what is new
 (:mod:`~obsmem.transcripts.importer`, with its watermarks in :mod:`~obsmem.transcripts.watermarks` and
-the records imported once, whichever file replays them, in :mod:`~obsmem.transcripts.replays`).
+the records imported once, whichever file replays them, in :mod:`~obsmem.transcripts.replays`, and
+rewound document sessions merged in order in :mod:`~obsmem.transcripts.rewinds`).
 A base package: it stores through an ``append`` callable the app floor hands it, so it never imports
 the app, the pipeline or a surface.
 """

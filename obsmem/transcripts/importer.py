@@ -64,6 +64,7 @@ from obsmem.transcripts.opencode import OpencodeDatabaseFormat, OpencodeTreeForm
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
 from obsmem.transcripts.replays import ReplayFilter
 from obsmem.transcripts.reports import FileReport, ImportRun
+from obsmem.transcripts.rewinds import in_order_merge
 from obsmem.transcripts.watermarks import (
     Watermark,
     load_watermark,
@@ -106,6 +107,15 @@ def _fingerprint(event: EventIn) -> str:
     return clean.fingerprint(clean.tool_args_json())
 
 
+def _stored_fingerprint(turn: Turn) -> str | None:
+    """The fingerprint the turn's event has (or had) when stored; None for one that is not valid, which is
+    never stored (reported where it is stored, not here)."""
+    try:
+        return _fingerprint(EventIn.model_validate(turn.event))
+    except ValidationError:
+        return None
+
+
 class _Sessions:
     """Seqs of the sessions one file feeds, and the sessions being merged (see the module docstring)."""
 
@@ -131,13 +141,9 @@ class _Sessions:
         """Take the events of records a merging session already holds (known by record id, left out)
         out of its counts, so only events stored without an id to match them by are matched by content."""
         for turn in stored:
-            if not self.is_merging(turn.session_id):
-                continue
-            try:
-                event = EventIn.model_validate(turn.event)
-            except ValidationError:
-                continue  # never stored, so not counted either
-            self.merging[turn.session_id][_fingerprint(event)] -= 1
+            fingerprint = _stored_fingerprint(turn) if self.is_merging(turn.session_id) else None
+            if fingerprint is not None:
+                self.merging[turn.session_id][fingerprint] -= 1
 
     def assign(self, session: str, event: EventIn) -> EventIn:
         # A session this file has not numbered yet starts at 1, not after what is stored: numbering then
@@ -455,6 +461,8 @@ class TranscriptImporter:
         if saved is not None and not resumes:
             report.status = "rewritten"
         new = doc.turns[stored:] if resumes else doc.turns
+        if not resumes and isinstance(saved, dict) and "seq" in saved and self.source == "gemini-cli":
+            new = self._rewound(db, sessions, doc, int(saved["seq"]) - 1, report)
         report.sessions.add(doc.session_id)
         self._store(project, sessions, list(new), report)
         if not keys:
@@ -463,6 +471,17 @@ class TranscriptImporter:
             with db.read() as conn:
                 sessions.next[doc.session_id] = last_seq(conn, doc.session_id) + 1
         return {"n": len(keys), "last": keys[-1], "seq": sessions.next[doc.session_id]}
+
+    def _rewound(
+        self, db: ProjectDatabase, sessions: _Sessions, doc: SessionDoc, held: int, report: FileReport
+    ) -> list[Turn]:
+        """A session rewound since its last import: merged in order (see :mod:`obsmem.transcripts.rewinds`);
+        the turns left to store, their merge counts set in ``sessions``."""
+        same, rest = in_order_merge(db, doc.session_id, [_stored_fingerprint(t) for t in doc.turns], held)
+        sessions.merging[doc.session_id] = rest
+        report.events += same
+        report.duplicates += same
+        return doc.turns[same:]
 
 
 @dataclass
