@@ -201,9 +201,9 @@ class ClaudeCodeFormat(LineFormat):
 def _api_error_text(record: dict[str, Any]) -> str:
     """What a ``system`` ``api_error`` record (a failed API call being retried; it has no ``content``) says:
     the status and message of its ``error`` object, and the retry it announces."""
-    error = record.get("error") if isinstance(record.get("error"), dict) else {}
-    inner = error.get("error") if isinstance(error.get("error"), dict) else {}
-    detail = inner.get("error") if isinstance(inner.get("error"), dict) else inner
+    error: dict[str, Any] = record["error"] if isinstance(record.get("error"), dict) else {}
+    inner: dict[str, Any] = error["error"] if isinstance(error.get("error"), dict) else {}
+    detail: dict[str, Any] = inner["error"] if isinstance(inner.get("error"), dict) else inner
     said = detail.get("message") if isinstance(detail.get("message"), str) else error.get("message")
     status = error.get("status")
     text = "API error" + (f" {status}" if isinstance(status, int) and not isinstance(status, bool) else "")

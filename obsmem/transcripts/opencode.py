@@ -87,7 +87,7 @@ class _Session:
             )
         failure = _error_text(data.get("error")) if role == "assistant" else None
         if failure is not None:
-            event = message("system", f"[error] {failure}", iso_stamp(time.get("completed")) or stamp)
+            event = message("system", f"[error] {failure}", stamp)
             turns.append(Turn(self.doc.session_id, event, row, self.doc.cwd, key=f"{message_id}/error"))
         self.doc.turns.extend(turns)
         return True
@@ -142,7 +142,7 @@ def _error_text(error: Any) -> str | None:
     if not isinstance(error, dict):
         return "the reply failed"
     name = safe_name(error.get("name")) if error.get("name") is not None else "error"
-    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    data: dict[str, Any] = error["data"] if isinstance(error.get("data"), dict) else {}
     said = data.get("message")
     return f"{name}: {said}" if isinstance(said, str) and said else name
 
