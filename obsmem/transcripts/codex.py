@@ -9,11 +9,17 @@ Each line is ``{timestamp, type, payload}``:
   and the ``<environment_context>`` / ``<user_instructions>`` preambles the CLI injects are skipped),
   ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` / ``web_search_call`` (a ``tool_call``;
   arguments that are a JSON string are parsed), ``function_call_output`` / ``custom_tool_call_output``
-  (a ``tool_result``), ``reasoning`` (skipped unless ``keep_thinking``; its summary is kept then).
+  (a ``tool_result``), ``tool_search_call`` / ``tool_search_output`` (a call and its result, the tools
+  found), ``image_generation_call`` (its prompt as a call, the outcome as a result; the image data is not
+  text), ``reasoning`` (skipped unless ``keep_thinking``; its summary is kept then), ``ghost_snapshot``
+  (a worktree snapshot) and ``compaction`` / ``compaction_summary`` (encrypted context): skipped, counted.
 - ``compacted``: the summary written when the context was compacted, stored as a ``system`` message.
 - ``event_msg`` (UI mirrors of the items above) and ``turn_context``: skipped and counted.
 
-The session id is ``session_meta.id``; before one is seen, the uuid in the file name. Compressed
+The session id is the first ``session_meta.id``; before one is seen, the uuid in the file name. A forked
+rollout starts with its own ``session_meta`` and then copies its parent's items, the parent's
+``session_meta`` included: a later ``session_meta`` is skipped as ``replayed`` and changes nothing, so
+the fork's turns stay in the fork's session. Compressed
 rollouts (``.jsonl.gz``, ``.jsonl.zst``) are read the same way.
 """
 
