@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,37 @@ def test_a_block_open_at_the_end_of_an_import_is_not_stored_again_unchanged(serv
     one_step.write_bytes(history.read_bytes())
     service.import_transcripts("aider", [one_step], project="one")
     assert stored_events(tmp_path / "data", "weather-app") == stored_events(tmp_path / "data", "one")
+
+
+def test_an_earlier_versions_watermark_with_block_text_is_continued(service: Obsmem, tmp_path: Path) -> None:
+    history = tmp_path / "repo" / ".aider.chat.history.md"
+    history.parent.mkdir()
+    history.write_text("# aider chat started at 2025-03-01 08:00:00\n\n#### q\n\nreply one\n", encoding="utf-8")
+    service.import_transcripts("aider", [history])
+    with service.database("repo").write() as conn:  # the open reply saved as an earlier version saved it
+        (state,) = conn.execute("SELECT state FROM import_files").fetchone()
+        saved = json.loads(state)
+        reader = saved["reader"]
+        saved["reader"] = {
+            "session": reader["session"],
+            "stamp": reader["stamp"],
+            "kind": "reply",
+            "lines": ["reply one"],
+            "first_line": 5,
+            "seen_user": True,
+            "fenced": False,
+        }
+        conn.execute("UPDATE import_files SET state = ?", (json.dumps(saved),))
+    with open(history, "a", encoding="utf-8") as handle:
+        handle.write("reply two\n#### next\n")
+    service.import_transcripts("aider", [history])
+    with open(history, "a", encoding="utf-8") as handle:
+        handle.write("answer\n")
+    service.import_transcripts("aider", [history])
+    assert [row[4] for row in stored_events(tmp_path / "data", "repo")] == [
+        "q",
+        "reply one",
+        "reply one\nreply two",  # no record of what was stored of it: stored whole when it closes
+        "next",
+        "answer",
+    ]

@@ -36,7 +36,7 @@ class AiderFormat(LineFormat):
         self.session: str | None = state.get("session")
         self.stamp: str | None = state.get("stamp")
         self.seen_user: bool = bool(state.get("seen_user", False))
-        self.offset: int = int(state.get("offset", 0))  # bytes of the file read so far
+        self.offset: int = self.start_offset  # bytes of the file read so far
         # The open block: its kind (user, output or reply), first line and byte offset, and what the end of
         # an earlier import stored of it (its start and length), so it is not stored again unchanged.
         self.kind: str | None = None
@@ -45,9 +45,15 @@ class AiderFormat(LineFormat):
         self.block_start: int = 0
         self.fenced: bool = False  # inside a code block of the reply
         self.emitted: list[int] | None = state.get("emitted")
-        kind = state.get("kind")
-        if kind is not None:
-            self._reread(int(state.get("block_start", 0)), int(state.get("first_line", 1)))
+        if state.get("kind") is None:
+            return
+        if "block_start" in state:
+            self._reread(int(state["block_start"]), int(state.get("first_line", 1)))
+            return
+        # A watermark of an earlier version, which kept the open block's text: taken back as it is, once.
+        self.kind, self.lines = state["kind"], [str(line) for line in state.get("lines", [])]
+        self.first_line, self.fenced = int(state.get("first_line", 0)), bool(state.get("fenced", False))
+        self.block_start = -1  # unknown: this block is saved the old way until it closes
 
     def _reread(self, start: int, first_line: int) -> None:
         """Read the open block again from the file: the watermark keeps where it starts, never its text
@@ -60,16 +66,19 @@ class AiderFormat(LineFormat):
             self.emitted = emitted  # its first line "closes" the block before it, which forgets this
 
     def state(self) -> dict[str, Any]:
-        return {
+        saved: dict[str, Any] = {
             "session": self.session,
             "stamp": self.stamp,
             "kind": self.kind,
             "first_line": self.first_line,
-            "block_start": self.block_start,
             "seen_user": self.seen_user,
-            "offset": self.offset,
             "emitted": self.emitted,
         }
+        if self.block_start >= 0:
+            saved["block_start"] = self.block_start
+        else:
+            saved.update(lines=self.lines, fenced=self.fenced)  # an earlier version's open block (restore)
+        return saved
 
     def project_cwd(self) -> str | None:
         return str(self.path.resolve().parent)

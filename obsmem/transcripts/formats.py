@@ -57,9 +57,10 @@ class LineFormat(ABC):
     # A final line without its newline: False leaves it for the next import (JSONL being written).
     take_unterminated: ClassVar[bool] = False
 
-    def __init__(self, options: ReaderOptions, path: Path, state: dict[str, Any]) -> None:
+    def __init__(self, options: ReaderOptions, path: Path, state: dict[str, Any], offset: int = 0) -> None:
         self.options = options
         self.path = path
+        self.start_offset = offset  # where in the file the lines it is fed start (the watermark's bytes)
         self.restore(state)
 
     def restore(self, state: dict[str, Any]) -> None:  # noqa: B027 - readers without state keep nothing

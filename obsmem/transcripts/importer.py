@@ -229,7 +229,7 @@ class TranscriptImporter:
             db,
             key,
             path,
-            fmt(self.options.reader, path, start.state.get("reader", {})),
+            fmt(self.options.reader, path, start.state.get("reader", {}), start.offset),
             _Sessions(db, start.state.get("seq", {}), merge_all=start.rewritten),
             _Window(start.head, start.tail),
             start.offset,
