@@ -12,7 +12,7 @@ Each line is ``{timestamp, type, payload}``:
   (a ``tool_result``), ``tool_search_call`` / ``tool_search_output`` (a call and its result, the tools
   found), ``image_generation_call`` (its prompt as a call, the outcome as a result; the image data is not
   text), ``reasoning`` (skipped unless ``keep_thinking``; its summary is kept then), ``ghost_snapshot``
-  (a worktree snapshot) and ``compaction`` / ``compaction_summary`` (encrypted context): skipped, counted.
+  (a snapshot of the working tree) and ``compaction`` / ``compaction_summary`` (encrypted context): skipped, counted.
 - ``compacted``: the summary written when the context was compacted, stored as a ``system`` message.
 - ``event_msg`` (UI mirrors of the items above) and ``turn_context``: skipped and counted.
 
@@ -64,7 +64,7 @@ _ITEM_TYPES = frozenset(
     }
 )
 _SKIPPED = frozenset({"event_msg", "turn_context"})
-# Items Codex persists that hold nothing to read: a snapshot of the worktree (a git object id) and the
+# Items Codex persists that hold nothing to read: a snapshot of the working tree (a git object id) and the
 # encrypted context of a remote compaction. Counted as skipped under their own name.
 _OPAQUE_ITEMS = {"ghost_snapshot": "ghost_snapshot", "compaction": "compaction", "compaction_summary": "compaction"}
 
