@@ -14,8 +14,7 @@ response bodies, so they are safe to log.
     │   │                             citing events that do not exist), unknown_observation (a reflection
     │   │                             citing observations that do not exist), user_tier_unavailable (a
     │   │                             user-tier note for an API key with no owner), invalid_hook_payload
-    │   │                             (`obsmem hook`: stdin is not a hook payload naming a transcript),
-    │   │                             restore_unavailable (a whole-project export without its restorer)
+    │   │                             (`obsmem hook`: stdin is not a hook payload naming a transcript)
     │   ├── InvalidQuery              invalid_query
     │   ├── InvalidDate               invalid_date
     │   ├── InvalidId                 invalid_id

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.settings import load_settings
+from obsmem.transcripts import files as transcript_files
 from obsmem.transcripts import importer
 from support.pipeline_service import pipeline_service
 from support.scripted_chat import ScriptedChatServer
@@ -392,3 +393,93 @@ def test_a_parent_that_is_a_bookkeeping_record_is_not_missing(service: Obsmem, t
     ]
     report = service.import_transcripts("claude-code", [write_jsonl(tmp_path / "b.jsonl", records)]).files[0]
     assert report.problems == {} and report.added == 2 and report.skipped == {"progress": 1}
+
+
+def _said(uuid: str, parent: str | None, role: str, text: str) -> dict[str, Any]:
+    return {
+        "type": role,
+        "sessionId": "s-rewrite",
+        "uuid": uuid,
+        "parentUuid": parent,
+        "cwd": "/w/rewrite",
+        "message": {"role": role, "content": text},
+    }
+
+
+def test_a_rewritten_file_stores_a_new_record_that_repeats_an_earlier_text(service: Obsmem, tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "s-rewrite.jsonl", [_said("u1", None, "user", "hello"), _said("u2", "u1", "user", "yes")]
+    )
+    assert service.import_transcripts("claude-code", [path]).added == 2
+    # The agent re-serialises the same records (another key order) and adds one that says "yes" again.
+    records = [_said("u1", None, "user", "hello"), _said("u2", "u1", "user", "yes"), _said("u3", "u2", "user", "yes")]
+    path.write_text("".join(json.dumps(dict(reversed(r.items()))) + "\n" for r in records), encoding="utf-8")
+    run = service.import_transcripts("claude-code", [path])
+    assert run.files[0].status == "rewritten"
+    assert (run.added, run.duplicates, run.files[0].skipped["duplicate_record"]) == (1, 0, 2)
+    assert [row[4] for row in stored_events(tmp_path / "data", "rewrite")] == ["hello", "yes", "yes"]
+
+
+def test_a_failing_project_database_fails_its_file_and_the_others_import(service: Obsmem, tmp_path: Path) -> None:
+    broken = tmp_path / "data" / "projects" / "broken" / "obsmem.db"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not a database " * 512)
+    first = write_jsonl(tmp_path / "a.jsonl", [{**_said("a1", None, "user", "lost"), "cwd": "/w/broken"}])
+    second = write_jsonl(tmp_path / "b.jsonl", [{**_said("b1", None, "user", "kept"), "cwd": "/w/fine"}])
+    run = service.import_transcripts("claude-code", [first, second])
+    assert run.files[0].status == "failed" and run.files[0].problems == {"storage_corrupt": 1}
+    assert "lost" not in json.dumps(run.to_dict())  # the reason, never the record text
+    assert run.files[1].added == 1 and [row[4] for row in stored_events(tmp_path / "data", "fine")] == ["kept"]
+
+
+def test_api_errors_are_stored_as_error_events_not_replies(service: Obsmem, tmp_path: Path) -> None:
+    api_error_reply = {
+        **_said("e2", "e1", "assistant", ""),
+        "isApiErrorMessage": True,
+        "message": {
+            "role": "assistant",
+            "model": "<synthetic>",
+            "content": [{"type": "text", "text": "API Error: 529 Overloaded"}],
+        },
+    }
+    retrying = {
+        "type": "system",
+        "subtype": "api_error",
+        "level": "error",
+        "sessionId": "s-rewrite",
+        "uuid": "e3",
+        "parentUuid": "e2",
+        "cwd": "/w/rewrite",
+        "error": {"status": 529, "error": {"error": {"type": "overloaded_error", "message": "Overloaded"}}},
+        "retryAttempt": 2,
+        "maxRetries": 10,
+    }
+    path = write_jsonl(tmp_path / "s-rewrite.jsonl", [_said("e1", None, "user", "go"), api_error_reply, retrying])
+    run = service.import_transcripts("claude-code", [path])
+    assert run.problems == 0 and not run.files[0].skipped
+    rows = stored_events(tmp_path / "data", "rewrite")
+    assert [row[2:5] for row in rows[1:]] == [
+        ("system", "message", "[error] API Error: 529 Overloaded"),
+        ("system", "message", "[error] API error 529: Overloaded (retry 2 of 10)"),
+    ]
+
+
+def test_an_unchanged_file_is_passed_over_without_being_opened(
+    service: Obsmem, projects: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.import_transcripts("claude-code", files(projects))
+    opened: list[Path] = []
+    real_open = transcript_files.open_text_bytes
+
+    def spy(path: Path) -> Any:
+        opened.append(path)
+        return real_open(path)
+
+    monkeypatch.setattr(transcript_files, "open_text_bytes", spy)
+    again = service.import_transcripts("claude-code", files(projects))  # as each --follow round does
+    assert {f.status for f in again.files} == {"unchanged"} and opened == []
+    grown = projects / "-home-ann-src-shop" / f"{RESUMED}.jsonl"
+    with open(grown, "a", encoding="utf-8") as handle:
+        handle.write("\n")
+    service.import_transcripts("claude-code", files(projects))
+    assert set(opened) == {grown}  # only the file that changed is read

@@ -60,16 +60,60 @@ def test_openai_chat_and_obsmem_files_need_a_project_or_a_path(tmp_path: Path) -
     assert run(tmp_path / "data", "import", "openai-chat", str(chat), "--project", "Bad Name").exit_code == 2
 
 
-def test_a_whole_project_export_is_handed_to_the_restore_function(tmp_path: Path) -> None:
-    export = write_jsonl(tmp_path / "export.jsonl", [{"format": "obsmem-export", "version": 1}])
-    result = run(tmp_path / "data", "import", "obsmem", str(export), "--project", "restored")
-    try:
-        import obsmem.exporting  # noqa: F401
-    except ModuleNotFoundError:
-        assert result.exit_code == 2
-        assert "whole-project export files need obsmem.exporting" in result.stderr
-    else:  # the restore function is present: it ran (its own tests check what it restored)
-        assert "Traceback" not in result.output
+def test_a_whole_project_export_is_restored_into_a_new_project(tmp_path: Path) -> None:
+    chat = write_jsonl(tmp_path / "chat-1.jsonl", [{"role": "user", "content": "remember the blue door"}])
+    assert run(tmp_path / "data", "import", "openai-chat", str(chat), "--project", "origin").exit_code == 0
+    export = tmp_path / "origin.jsonl"
+    assert run(tmp_path / "data", "export", "origin", "--output", str(export)).exit_code == 0
+    restored = run(tmp_path / "data", "import", "obsmem", str(export), "--project", "copy", "--json")
+    assert restored.exit_code == 0, restored.output
+    receipt = json.loads(restored.stdout)
+    assert (receipt["project"], receipt["exported_project"]) == ("copy", "origin")
+    assert stored_events(tmp_path / "data", "copy") == stored_events(tmp_path / "data", "origin")
+    again = run(tmp_path / "data", "import", "obsmem", str(export), "--project", "copy")
+    assert again.exit_code != 0 and "project_not_empty" in again.output  # a restore never merges
+    assert run(tmp_path / "data", "import", "obsmem", str(export)).exit_code == 2  # --project NEW is required
+
+
+def test_the_hook_imports_the_sessions_sub_agents(tmp_path: Path) -> None:
+    projects = copy_fixture("claude-code", tmp_path) / "projects"
+    folder = projects / "-home-ann-src-shop"
+    transcript = folder / "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01.jsonl"
+    # An older version's sub-agent, written beside the sessions, naming this session in its records.
+    older = [
+        {
+            "type": "user",
+            "isSidechain": True,
+            "agentId": "b22",
+            "sessionId": "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01",
+            "uuid": "y1",
+            "parentUuid": None,
+            "cwd": "/home/ann/src/shop",
+            "message": {"role": "user", "content": "list the open invoices"},
+        }
+    ]
+    write_jsonl(folder / "agent-b22.jsonl", older)
+    write_jsonl(folder / "agent-c33.jsonl", [{**older[0], "sessionId": "another", "uuid": "z1", "agentId": "c33"}])
+    payload = {"session_id": "1f0c2a6e", "transcript_path": str(transcript), "cwd": "/home/ann/src/shop"}
+    result = run(tmp_path / "data", "hook", "claude-code", stdin=json.dumps(payload))
+    assert result.exit_code == 0, result.output
+    sessions = {row[0] for row in stored_events(tmp_path / "data", "shop")}
+    assert sessions == {
+        "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01",
+        "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01:agent-a91f3c",  # from <session>/subagents/
+        "1f0c2a6e-8d3b-4c55-9a61-0b7e2f1d9a01:agent-b22",
+    }
+
+
+def test_the_hook_maps_a_transcript_without_a_cwd_by_the_payloads(tmp_path: Path) -> None:
+    transcript = write_jsonl(
+        tmp_path / "s9.jsonl",
+        [{"type": "user", "sessionId": "s9", "uuid": "q1", "message": {"role": "user", "content": "first words"}}],
+    )
+    payload = {"session_id": "s9", "transcript_path": str(transcript), "cwd": "/home/ann/src/Payroll App"}
+    result = run(tmp_path / "data", "hook", "claude-code", stdin=json.dumps(payload))
+    assert result.exit_code == 0, result.output
+    assert [row[4] for row in stored_events(tmp_path / "data", "payroll-app")] == ["first words"]
 
 
 def test_the_claude_code_hook_imports_the_session_it_names(tmp_path: Path) -> None:

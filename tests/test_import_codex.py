@@ -19,7 +19,7 @@ def test_a_rollout_maps_messages_calls_outputs_and_skips_mirrors(service: Obsmem
     sessions = copy_fixture("codex", tmp_path) / "sessions"
     rollout = next(sessions.rglob("*.jsonl"))
     run = service.import_transcripts("codex", [rollout])
-    assert run.problems == 0 and run.added == 9
+    assert run.problems == 0 and run.added == 13
     assert dict(run.files[0].skipped) == {
         "session_meta": 1,
         "instructions": 1,
@@ -27,6 +27,8 @@ def test_a_rollout_maps_messages_calls_outputs_and_skips_mirrors(service: Obsmem
         "turn_context": 1,
         "event_msg": 2,
         "reasoning": 1,
+        "ghost_snapshot": 1,
+        "compaction": 2,
     }
     events = stored_events(tmp_path / "data", "billing")
     assert {row[0] for row in events} == {SESSION}
@@ -40,6 +42,47 @@ def test_a_rollout_maps_messages_calls_outputs_and_skips_mirrors(service: Obsmem
     assert events[3][5] == "apply_patch" and json.loads(events[3][6]).startswith("*** Begin Patch")
     assert events[6][4].startswith("[error] ")  # a non-zero exit code
     assert events[7][2] == "system" and events[7][4].startswith("[compaction summary]")
+    search_call, search_result, image_call, image_result = events[9:13]
+    assert search_call[2:4] == ("assistant", "tool_call") and (search_call[5], search_call[7]) == (
+        "tool_search",
+        "call_S1",
+    )
+    assert json.loads(search_call[6]) == {"query": "ledger export"}
+    assert search_result[2:4] == ("tool", "tool_result") and "ledger.export_csv" in search_result[4]
+    assert image_call[5] == "image_generation" and json.loads(image_call[6]) == {
+        "prompt": "a bar chart of invoice totals"
+    }
+    assert image_result[4] == "an image was generated" and "iVBOR" not in image_result[4]  # no image data
+
+
+def test_a_forked_rollouts_new_turns_stay_in_the_fork(service: Obsmem, tmp_path: Path) -> None:
+    fork, parent = "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f", "5a7c1e2b-3d4f-4a6b-8c9d-0e1f2a3b4c5d"
+    meta = {"type": "session_meta", "payload": {"id": fork, "cwd": "/w/forks", "forked_from_id": parent}}
+    copied_meta = {"type": "session_meta", "payload": {"id": parent, "cwd": "/w/forks"}}
+
+    def said(role: str, text: str) -> dict[str, object]:
+        kind = "input_text" if role == "user" else "output_text"
+        return {
+            "type": "response_item",
+            "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]},
+        }
+
+    path = write_jsonl(
+        tmp_path / f"rollout-2025-05-01T00-00-00-{fork}.jsonl",
+        [
+            meta,
+            copied_meta,
+            said("user", "old question"),
+            said("assistant", "old answer"),
+            said("user", "new question"),
+        ],
+    )
+    run = service.import_transcripts("codex", [path])
+    assert run.problems == 0 and run.files[0].skipped == {"session_meta": 1, "replayed": 1}
+    assert {row[0] for row in stored_events(tmp_path / "data", "forks")} == {fork}
+    write_jsonl(path, [copied_meta, said("assistant", "new answer")], mode="a")  # the parent's meta again
+    assert service.import_transcripts("codex", [path]).added == 1
+    assert [row[:2] for row in stored_events(tmp_path / "data", "forks")][-1] == (fork, 4)
 
 
 def test_an_early_compressed_rollout_with_a_bare_header(service: Obsmem, tmp_path: Path) -> None:
@@ -102,7 +145,7 @@ def test_a_zstandard_compressed_rollout(service: Obsmem, tmp_path: Path) -> None
     packed = rollout.with_name(rollout.name + ".zst")
     packed.write_bytes(zstandard.ZstdCompressor().compress(rollout.read_bytes()))
     run = service.import_transcripts("codex", [packed])
-    assert run.added == 9 and run.problems == 0
+    assert run.added == 13 and run.problems == 0
     assert service.import_transcripts("codex", [packed]).files[0].status == "unchanged"
 
 

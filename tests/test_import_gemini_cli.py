@@ -86,3 +86,33 @@ def test_a_broken_chat_file_is_reported(service: Obsmem, tmp_path: Path) -> None
     path.write_text(json.dumps({"sessionId": "x"})[:-3], encoding="utf-8")
     run = service.import_transcripts("gemini-cli", [path], project="g")
     assert run.files[0].problems == {"malformed_json": 1} and run.added == 0
+
+
+def test_a_rewind_keeps_a_prompt_sent_again_after_it(service: Obsmem, tmp_path: Path) -> None:
+    path = tmp_path / "chats" / "session-r.jsonl"
+    header = {"sessionId": "g-r", "projectHash": HASH, "startTime": "2025-01-01T00:00:00Z"}
+
+    def said(mid: str, kind: str, text: str) -> dict[str, str]:
+        return {"id": mid, "timestamp": "2025-01-01T00:00:01Z", "type": kind, "content": text}
+
+    write_jsonl(
+        path,
+        [header, said("m1", "user", "start the migration"), said("m2", "gemini", "Ready?"), said("m3", "user", "yes")],
+    )
+    assert service.import_transcripts("gemini-cli", [path], project="rw").added == 3
+    with service.database("rw").read() as conn:
+        before = conn.execute("SELECT size, mtime_ns, state, events FROM import_files").fetchone()
+    write_jsonl(
+        path, [{"$rewindTo": "m1"}, said("m4", "gemini", "Dry run first?"), said("m5", "user", "yes")], mode="a"
+    )
+    rewound = service.import_transcripts("gemini-cli", [path], project="rw")
+    assert (rewound.added, rewound.duplicates, rewound.files[0].status) == (2, 1, "rewritten")
+    texts = ["start the migration", "Ready?", "yes", "Dry run first?", "yes"]  # nothing stored is removed
+    assert [row[4] for row in stored_events(tmp_path / "data", "rw")] == texts
+    with service.database("rw").write() as conn:  # as if the import had stopped before its watermark
+        conn.execute("UPDATE import_files SET size = ?, mtime_ns = ?, state = ?, events = ?", before)
+    assert service.import_transcripts("gemini-cli", [path], project="rw").added == 0
+    with service.database("rw").write() as conn:  # and with no watermark at all
+        conn.execute("DELETE FROM import_files")
+    assert service.import_transcripts("gemini-cli", [path], project="rw").added == 0
+    assert [row[4] for row in stored_events(tmp_path / "data", "rw")] == texts

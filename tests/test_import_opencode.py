@@ -74,3 +74,46 @@ def test_a_locked_database_is_reported_and_other_files_still_import(service: Obs
         "ok",
         "Added --verbose.",
     ]
+
+
+def test_a_failed_assistant_message_is_stored_as_an_error_event(service: Obsmem, tmp_path: Path) -> None:
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    conn = sqlite3.connect(db)
+    failed = {
+        "role": "assistant",
+        "time": {"created": 1746700090000},
+        "error": {"name": "APIError", "data": {"message": "rate limited"}},
+    }
+    conn.execute(
+        "INSERT INTO message VALUES ('msg_09', 'ses_01JQ', 1746700090000, 1746700090000, ?)", (json.dumps(failed),)
+    )
+    conn.commit()
+    conn.close()
+    run = service.import_transcripts("opencode", [db])
+    assert run.problems == 0 and run.added == 12
+    last = [row for row in stored_events(tmp_path / "data", "docs-site") if row[0] == "ses_01JQ"][-1]
+    assert last[2:5] == ("system", "message", "[error] APIError: rate limited")
+
+
+def test_a_database_read_only_in_part_is_read_again_next_time(service: Obsmem, tmp_path: Path) -> None:
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    conn = sqlite3.connect(db)
+    # Reading the second session fails part-way (an integer overflow raised while its messages are read),
+    # as a database that becomes locked or damaged mid-read would.
+    conn.execute("ALTER TABLE part RENAME TO part_rows")
+    conn.execute("CREATE INDEX part_by_message ON part_rows(message_id)")  # only the session's parts are read
+    conn.execute(
+        "CREATE VIEW part AS SELECT * FROM part_rows"
+        " WHERE CASE WHEN session_id = 'ses_01JR' THEN abs(-9223372036854775807 - 1) ELSE 1 END"
+    )
+    conn.commit()
+    first = service.import_transcripts("opencode", [db])
+    assert first.files[0].problems == {"unreadable_database": 1} and first.added > 0
+    again = service.import_transcripts("opencode", [db])  # the file itself did not change
+    assert again.files[0].status != "unchanged" and again.files[0].problems == {"unreadable_database": 1}
+    conn.execute("DROP VIEW part")
+    conn.execute("ALTER TABLE part_rows RENAME TO part")
+    conn.commit()
+    conn.close()
+    healed = service.import_transcripts("opencode", [db])
+    assert healed.problems == 0 and first.added + healed.added == 11

@@ -12,7 +12,6 @@ the other files were still imported).
 
 from __future__ import annotations
 
-import importlib
 import json
 import signal
 import sys
@@ -28,9 +27,21 @@ from rich.table import Table
 from rich.text import Text
 
 from obsmem.errors import ObsmemError, ValidationFailed
+from obsmem.exporting import restore_project
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
-from obsmem.transcripts import SOURCES, FileProgress, ImportRun, default_roots, discover, find_transcripts
+from obsmem.transcripts import (
+    SOURCES,
+    FileProgress,
+    ImportRun,
+    ReaderOptions,
+    claude_subagents,
+    default_roots,
+    discover,
+    find_transcripts,
+    project_for_cwd,
+)
+from obsmem.transcripts.claude_code import ClaudeCodeFormat
 from obsmem.validation import project_name
 
 HOOK_SOURCES = ("claude-code", "gemini-cli")
@@ -60,15 +71,7 @@ def _restore_export(app: App, path: Path, project: str | None) -> dict[str, Any]
         return None
     if project is None:
         raise click.UsageError("restoring a whole-project export needs --project NEW")
-    try:
-        exporting = importlib.import_module("obsmem.exporting")
-    except ModuleNotFoundError:
-        raise ValidationFailed(
-            "whole-project export files need obsmem.exporting, which this installation lacks",
-            code="restore_unavailable",
-        ) from None
-    restored = exporting.restore_project(app.service, path, project)
-    return restored.to_dict() if hasattr(restored, "to_dict") else {"restored": str(path)}
+    return restore_project(app.service, path, project).to_dict()
 
 
 @click.command("import")
@@ -290,9 +293,10 @@ def _payload(text: str) -> tuple[Path, str | None]:
 def hook(app: App, agent: str, project: str | None) -> None:
     """Import the session a hook names: AGENT runs this with its hook payload (JSON) on stdin.
 
-    Install it for Claude Code's Stop and SessionEnd hooks, or Gemini CLI's SessionEnd and AfterAgent
-    (see docs/importing.md). Prints nothing on success (Gemini CLI gets "{}"). Any failure (a bad
-    payload, a transcript with problems, a storage fault) prints one line on stderr and exits 1: both
+    Install it for Claude Code's Stop, SubagentStop and SessionEnd hooks, or Gemini CLI's SessionEnd and
+    AfterAgent (see docs/importing.md). For Claude Code the session's sub-agent files are imported too.
+    Prints nothing on success (Gemini CLI gets "{}"). Any failure (a bad payload, a transcript with
+    problems, a storage fault) prints one line on stderr and exits 1: both
     agents read exit status 2 as "block what the agent is doing", which a memory import must never do.
     """
     try:
@@ -303,7 +307,7 @@ def hook(app: App, agent: str, project: str | None) -> None:
     if agent == "gemini-cli":
         click.echo("{}")
     if run.problems:
-        report = run.files[0]
+        report = next(report for report in run.files if report.problems)
         listed = ", ".join(f"{p.reason} (line {p.line})" for p in report.listed[:5])
         click.echo(f"obsmem: {run.problems} problem(s) importing {Path(report.path).name}: {listed}", err=True)
         raise click.exceptions.Exit(RUNTIME_EXIT)
@@ -317,5 +321,11 @@ def _hook_import(app: App, agent: str, project: str | None) -> ImportRun:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValidationFailed("the hook payload on stdin is not UTF-8 text", code="invalid_hook_payload") from None
-    path, _ = _payload(text)
-    return app.service.import_transcripts(agent, [path], project=project)
+    path, cwd = _payload(text)
+    files = [path]
+    if agent == "claude-code":
+        # The session's sub-agents write their own files, which no hook of theirs names.
+        files.extend(claude_subagents(path))
+        if project is None and cwd is not None and ClaudeCodeFormat(ReaderOptions(), path, {}).project_cwd() is None:
+            project = project_for_cwd(cwd, app.service.settings.transcripts.project_map)  # nothing recorded yet
+    return app.service.import_transcripts(agent, files, project=project)

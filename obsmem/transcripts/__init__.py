@@ -6,12 +6,13 @@ One module per agent format (:mod:`~obsmem.transcripts.claude_code`, :mod:`~obsm
 messages), where each agent keeps them (:mod:`~obsmem.transcripts.discovery`), which project a transcript
 goes to (:mod:`~obsmem.transcripts.mapping`), and the importer that stores only what is new
 (:mod:`~obsmem.transcripts.importer`, with its watermarks in :mod:`~obsmem.transcripts.watermarks` and
-the records imported once, whichever file replays them, in :mod:`~obsmem.transcripts.replays`).
+the records imported once, whichever file replays them, in :mod:`~obsmem.transcripts.replays`, and
+rewound document sessions merged in order in :mod:`~obsmem.transcripts.rewinds`).
 A base package: it stores through an ``append`` callable the app floor hands it, so it never imports
 the app, the pipeline or a surface.
 """
 
-from obsmem.transcripts.discovery import SOURCES, default_roots, discover, find_transcripts
+from obsmem.transcripts.discovery import SOURCES, claude_subagents, default_roots, discover, find_transcripts
 from obsmem.transcripts.importer import CHUNK_EVENTS, FileProgress, ImportOptions, TranscriptImporter
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash, slug_for_directory
 from obsmem.transcripts.records import DEFAULT_MAX_TOOL_OUTPUT_CHARS, ReaderOptions
@@ -28,6 +29,7 @@ __all__ = [
     "Problem",
     "ReaderOptions",
     "TranscriptImporter",
+    "claude_subagents",
     "default_roots",
     "discover",
     "find_transcripts",

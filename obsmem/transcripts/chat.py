@@ -66,6 +66,5 @@ class OpenAIChatFormat(_ChatLines):
             events = openai_message_to_events(record, self.calls.names)
         except ValueError as exc:
             return [Skip("bad_message", line, problem=True, detail=str(exc))]
-        while len(self.calls.names) > CallNames.LIMIT:
-            del self.calls.names[next(iter(self.calls.names))]
+        self.calls.trim()  # openai_message_to_events fills the names itself
         return [Turn(session, self._cut(event), line) for event in events]

@@ -8,8 +8,12 @@ One JSON record per line, tagged by ``type``:
   written at a compaction (``isCompactSummary``) is stored as a ``system`` message.
 - ``assistant``: ``message.content`` parts: ``text`` (a message), ``tool_use {id, name, input}`` (a
   ``tool_call``), ``thinking`` / ``redacted_thinking`` (skipped unless ``keep_thinking``).
-- ``system``: a ``compact_boundary`` and error-level records are stored as ``system`` messages; other
-  system records are UI notices and are skipped.
+- ``system``: a ``compact_boundary``, error-level records and ``api_error`` records (a failed API call
+  being retried) are stored as ``system`` messages (errors start ``[error] ``); other system records
+  are UI notices and are skipped.
+
+An ``assistant`` line the agent wrote itself for a failed API call (``isApiErrorMessage``, model
+``<synthetic>``) is not a reply: it is stored as a ``system`` ``[error] `` message.
 - ``summary``, ``file-history-snapshot``, ``queue-operation``, ``progress``, ``attachment``, ``ai-title``
   and the like: bookkeeping, skipped and counted. Any other type is reported as ``unknown_type``.
 
@@ -115,6 +119,9 @@ class ClaudeCodeFormat(LineFormat):
         content = body.get("content")
         if kind == "user":
             yield from self._user(record, content, stamp, line)
+        elif record.get("isApiErrorMessage") is True or body.get("model") == "<synthetic>":
+            # The agent writes a failed API call as an assistant line of its own making: not a reply.
+            yield message("system", f"[error] {parts_text(content) or 'the API call failed'}", stamp)
         else:
             yield from self._assistant(content, stamp, line)
 
@@ -185,5 +192,24 @@ class ClaudeCodeFormat(LineFormat):
             )
         elif record.get("level") == "error" and text:
             yield message("system", f"[error] {text}", stamp)
+        elif subtype == "api_error":
+            yield message("system", f"[error] {_api_error_text(record)}", stamp)
         else:
             yield Skip(f"system:{safe_name(subtype)}" if isinstance(subtype, str) else "system", line)
+
+
+def _api_error_text(record: dict[str, Any]) -> str:
+    """What a ``system`` ``api_error`` record (a failed API call being retried; it has no ``content``) says:
+    the status and message of its ``error`` object, and the retry it announces."""
+    error: dict[str, Any] = record["error"] if isinstance(record.get("error"), dict) else {}
+    inner: dict[str, Any] = error["error"] if isinstance(error.get("error"), dict) else {}
+    detail: dict[str, Any] = inner["error"] if isinstance(inner.get("error"), dict) else inner
+    said = detail.get("message") if isinstance(detail.get("message"), str) else error.get("message")
+    status = error.get("status")
+    text = "API error" + (f" {status}" if isinstance(status, int) and not isinstance(status, bool) else "")
+    if isinstance(said, str) and said:
+        text += f": {said}"
+    attempt, most = record.get("retryAttempt"), record.get("maxRetries")
+    if isinstance(attempt, int) and isinstance(most, int):
+        text += f" (retry {attempt} of {most})"
+    return text

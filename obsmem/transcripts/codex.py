@@ -9,11 +9,17 @@ Each line is ``{timestamp, type, payload}``:
   and the ``<environment_context>`` / ``<user_instructions>`` preambles the CLI injects are skipped),
   ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` / ``web_search_call`` (a ``tool_call``;
   arguments that are a JSON string are parsed), ``function_call_output`` / ``custom_tool_call_output``
-  (a ``tool_result``), ``reasoning`` (skipped unless ``keep_thinking``; its summary is kept then).
+  (a ``tool_result``), ``tool_search_call`` / ``tool_search_output`` (a call and its result, the tools
+  found), ``image_generation_call`` (its prompt as a call, the outcome as a result; the image data is not
+  text), ``reasoning`` (skipped unless ``keep_thinking``; its summary is kept then), ``ghost_snapshot``
+  (a snapshot of the working tree) and ``compaction`` / ``compaction_summary`` (encrypted context): skipped, counted.
 - ``compacted``: the summary written when the context was compacted, stored as a ``system`` message.
 - ``event_msg`` (UI mirrors of the items above) and ``turn_context``: skipped and counted.
 
-The session id is ``session_meta.id``; before one is seen, the uuid in the file name. Compressed
+The session id is the first ``session_meta.id``; before one is seen, the uuid in the file name. A forked
+rollout starts with its own ``session_meta`` and then copies its parent's items, the parent's
+``session_meta`` included: a later ``session_meta`` is skipped as ``replayed`` and changes nothing, so
+the fork's turns stay in the fork's session. Compressed
 rollouts (``.jsonl.gz``, ``.jsonl.zst``) are read the same way.
 """
 
@@ -49,9 +55,18 @@ _ITEM_TYPES = frozenset(
         "custom_tool_call_output",
         "local_shell_call",
         "web_search_call",
+        "image_generation_call",
+        "tool_search_call",
+        "tool_search_output",
+        "ghost_snapshot",
+        "compaction",
+        "compaction_summary",
     }
 )
 _SKIPPED = frozenset({"event_msg", "turn_context"})
+# Items Codex persists that hold nothing to read: a snapshot of the working tree (a git object id) and the
+# encrypted context of a remote compaction. Counted as skipped under their own name.
+_OPAQUE_ITEMS = {"ghost_snapshot": "ghost_snapshot", "compaction": "compaction", "compaction_summary": "compaction"}
 
 
 def _arguments(raw: Any) -> Any:
@@ -84,10 +99,23 @@ class CodexFormat(LineFormat):
     def restore(self, state: dict[str, Any]) -> None:
         match = _UUID.search(self.path.name)
         self.session: str | None = state.get("session") or (match.group(0).lower() if match else None)
+        # The first session_meta names the file's session; a forked rollout then copies its parent's items,
+        # the parent's session_meta included, which must not move what follows into the parent.
+        self.named: bool = bool(state.get("named", False))
         self.calls = CallNames(state.get("calls"))
 
     def state(self) -> dict[str, Any]:
-        return self.calls.state(self.session)
+        saved = self.calls.state(self.session)
+        if self.named:
+            saved["named"] = True
+        return saved
+
+    def _session_meta(self, session_id: Any, line: int) -> list[Turn | Skip]:
+        if self.named:
+            return [Skip("replayed", line)]  # a parent's session_meta copied into a fork
+        if isinstance(session_id, str) and session_id:
+            self.session, self.named = session_id, True
+        return [Skip("session_meta", line)]
 
     def project_cwd(self) -> str | None:
         return first_cwd(self.path, ("payload.cwd", "cwd"))
@@ -100,14 +128,11 @@ class CodexFormat(LineFormat):
         payload = record.get("payload")
         stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
         if kind is None and isinstance(record.get("id"), str):  # the bare header of early rollouts
-            self.session = record["id"]
-            return [Skip("session_meta", line)]
+            return self._session_meta(record["id"], line)
         if kind in _ITEM_TYPES and payload is None:  # early rollouts: the item itself
             kind, payload = "response_item", record
         if kind == "session_meta":
-            if isinstance(payload, dict) and isinstance(payload.get("id"), str):
-                self.session = payload["id"]
-            return [Skip("session_meta", line)]
+            return self._session_meta(payload.get("id") if isinstance(payload, dict) else None, line)
         if kind in _SKIPPED:
             return [Skip(kind, line)]
         if self.session is None:
@@ -151,6 +176,18 @@ class CodexFormat(LineFormat):
             yield tool_call("local_shell", item.get("action"), _str(item.get("call_id")), stamp, limit)
         elif kind == "web_search_call":
             yield tool_call("web_search", item.get("action"), _str(item.get("id")), stamp, limit)
+        elif kind in _OPAQUE_ITEMS:
+            yield Skip(_OPAQUE_ITEMS[kind], line)
+        elif kind == "tool_search_call":
+            self.calls.add(item.get("call_id"), "tool_search")
+            yield tool_call("tool_search", item.get("arguments"), _str(item.get("call_id")), stamp, limit)
+        elif kind == "tool_search_output":
+            call_id = _str(item.get("call_id"))
+            tools = json.dumps(item.get("tools", []), ensure_ascii=False)
+            failed = item.get("status") not in (None, "completed")
+            yield tool_result("tool_search", tools, call_id, stamp, limit, error=failed)
+        elif kind == "image_generation_call":
+            yield from self._image(item, stamp, limit)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             text, failed = _output_text(item.get("output"))
@@ -158,6 +195,17 @@ class CodexFormat(LineFormat):
         else:
             name = kind if isinstance(kind, str) else "?"
             yield Skip("unknown_item", line, problem=True, detail=f"unknown response item {safe_name(name)!r}")
+
+    def _image(self, item: dict[str, Any], stamp: str | None, limit: int) -> Iterator[Any]:
+        """An image generated by the model's built-in tool: the prompt as its call, the outcome as its
+        result (the image itself, base64 data, is not text to remember)."""
+        call_id = _str(item.get("id"))
+        prompt = _str(item.get("revised_prompt"))
+        yield tool_call("image_generation", {"prompt": prompt} if prompt else {}, call_id, stamp, limit)
+        status = _str(item.get("status")) or "completed"
+        failed = status not in ("completed", "generating", "in_progress")
+        outcome = "an image was generated" if item.get("result") else f"image generation {safe_name(status)}"
+        yield tool_result("image_generation", outcome, call_id, stamp, limit, error=failed)
 
 
 def _str(value: Any) -> str | None:

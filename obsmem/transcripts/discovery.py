@@ -14,6 +14,7 @@ searched with the same patterns.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -74,6 +75,29 @@ def _age(path: Path) -> tuple[int, str]:
         return path.stat().st_mtime_ns, str(path)
     except OSError:
         return 0, str(path)
+
+
+def claude_subagents(transcript: Path) -> list[Path]:
+    """The sub-agent transcripts of a Claude Code session file, oldest first: ``<session>/subagents/
+    agent-*.jsonl`` (current versions), and ``agent-*.jsonl`` files beside it whose first record names
+    the session (older versions wrote every session's sub-agents into the project folder)."""
+    session = transcript.name.removesuffix(".jsonl")
+    folder = transcript.parent / session / "subagents"
+    found = list(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
+    found.extend(p for p in transcript.parent.glob("agent-*.jsonl") if _first_session_id(p) == session)
+    return sorted((p for p in found if p.is_file()), key=_age)
+
+
+def _first_session_id(path: Path) -> str | None:
+    """The ``sessionId`` of a JSONL file's first record (read up to its first newline, at most 1 MiB)."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(1 << 20)
+        record = json.loads(first)
+    except (OSError, ValueError, RecursionError):
+        return None
+    session = record.get("sessionId") if isinstance(record, dict) else None
+    return session if isinstance(session, str) else None
 
 
 def discover(source: str) -> list[Path]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 
-from obsmem.transcripts.files import complete_lines
+from obsmem.transcripts.files import FileStamp, complete_lines, stamp
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
 
 
@@ -56,9 +57,10 @@ class LineFormat(ABC):
     # A final line without its newline: False leaves it for the next import (JSONL being written).
     take_unterminated: ClassVar[bool] = False
 
-    def __init__(self, options: ReaderOptions, path: Path, state: dict[str, Any]) -> None:
+    def __init__(self, options: ReaderOptions, path: Path, state: dict[str, Any], offset: int = 0) -> None:
         self.options = options
         self.path = path
+        self.start_offset = offset  # where in the file the lines it is fed start (the watermark's bytes)
         self.restore(state)
 
     def restore(self, state: dict[str, Any]) -> None:  # noqa: B027 - readers without state keep nothing
@@ -88,14 +90,41 @@ class DocumentFormat(ABC):
     def __init__(self, options: ReaderOptions, path: Path) -> None:
         self.options = options
         self.path = path
+        # False once a read failed part-way (a database locked or damaged mid-read): the sessions read
+        # are stored, but the file must not be stamped as imported, so the next import reads it again.
+        self.read_whole = True
 
     @abstractmethod
     def sessions(self) -> Iterator[SessionDoc | Skip]:
         """Every session of the document (and problems met on the way, with their line or row)."""
 
 
+# The working directory each file recorded, by its path and the size and time it had then. An import
+# learns a file's project (and with it the database holding its watermark) from its first records; with
+# this, a file unchanged since the last look in this process (``--follow`` looks every few seconds) is
+# passed over after a stat and a watermark lookup, without opening it. Bounded: oldest entries go first.
+_CWDS: OrderedDict[tuple[str, tuple[str, ...]], tuple[FileStamp, str | None]] = OrderedDict()
+_CWDS_LIMIT = 16_384
+
+
 def first_cwd(path: Path, keys: tuple[str, ...], max_lines: int = 200) -> str | None:
-    """The first ``cwd`` found in the first lines of a JSONL file (at ``record[k1][k2]...`` paths)."""
+    """The first ``cwd`` found in the first lines of a JSONL file (at ``record[k1][k2]...`` paths);
+    remembered while the file keeps its size and time (see :data:`_CWDS`)."""
+    now = stamp(path)
+    key = (str(path), keys)
+    known = _CWDS.get(key)
+    if known is not None and known[0] == now:
+        _CWDS.move_to_end(key)
+        return known[1]
+    found = _read_first_cwd(path, keys, max_lines)
+    _CWDS[key] = (now, found)
+    _CWDS.move_to_end(key)
+    while len(_CWDS) > _CWDS_LIMIT:
+        _CWDS.popitem(last=False)
+    return found
+
+
+def _read_first_cwd(path: Path, keys: tuple[str, ...], max_lines: int) -> str | None:
     for number, (raw, _) in enumerate(complete_lines(path, 0, take_last=True)):
         if number >= max_lines:
             return None

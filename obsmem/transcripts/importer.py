@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from obsmem.errors import ObsmemError, SeqConflict, ValidationFailed
+from obsmem.errors import ObsmemError, SeqConflict, StorageError, ValidationFailed
 from obsmem.events import AppendReceipt, EventIn, event_fingerprints, last_seq, redacted
 from obsmem.storage import ProjectDatabase
 from obsmem.transcripts.aider import AiderFormat
@@ -64,6 +64,7 @@ from obsmem.transcripts.opencode import OpencodeDatabaseFormat, OpencodeTreeForm
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
 from obsmem.transcripts.replays import ReplayFilter
 from obsmem.transcripts.reports import FileReport, ImportRun
+from obsmem.transcripts.rewinds import in_order_merge
 from obsmem.transcripts.watermarks import (
     Watermark,
     load_watermark,
@@ -106,6 +107,15 @@ def _fingerprint(event: EventIn) -> str:
     return clean.fingerprint(clean.tool_args_json())
 
 
+def _stored_fingerprint(turn: Turn) -> str | None:
+    """The fingerprint the turn's event has (or had) when stored; None for one that is not valid, which is
+    never stored (reported where it is stored, not here)."""
+    try:
+        return _fingerprint(EventIn.model_validate(turn.event))
+    except ValidationError:
+        return None
+
+
 class _Sessions:
     """Seqs of the sessions one file feeds, and the sessions being merged (see the module docstring)."""
 
@@ -126,6 +136,14 @@ class _Sessions:
     def start_merge(self, session: str) -> None:
         with self.db.read() as conn:
             self.merging[session] = Counter(event_fingerprints(conn, session))
+
+    def discount(self, stored: list[Turn]) -> None:
+        """Take the events of records a merging session already holds (known by record id, left out)
+        out of its counts, so only events stored without an id to match them by are matched by content."""
+        for turn in stored:
+            fingerprint = _stored_fingerprint(turn) if self.is_merging(turn.session_id) else None
+            if fingerprint is not None:
+                self.merging[turn.session_id][fingerprint] -= 1
 
     def assign(self, session: str, event: EventIn) -> EventIn:
         # A session this file has not numbered yet starts at 1, not after what is stored: numbering then
@@ -180,6 +198,9 @@ class TranscriptImporter:
         except DAMAGED_COMPRESSION:
             report.status = "failed"
             report.problem("read_error", 0, "the compressed data is damaged")
+        except StorageError as exc:  # a locked or failing project database: the next import tries again
+            report.status = "failed"
+            report.problem(exc.code, report.line, exc.message)
         return report
 
     # -- line formats ----------------------------------------------------------------------------------
@@ -208,7 +229,7 @@ class TranscriptImporter:
             db,
             key,
             path,
-            fmt(self.options.reader, path, start.state.get("reader", {})),
+            fmt(self.options.reader, path, start.state.get("reader", {}), start.offset),
             _Sessions(db, start.state.get("seq", {}), merge_all=start.rewritten),
             _Window(start.head, start.tail),
             start.offset,
@@ -224,7 +245,7 @@ class TranscriptImporter:
                 self._take(cursor.reader.read(raw, cursor.line), pending, report)
                 cursor.offset = end
                 if len(pending) >= CHUNK_EVENTS:
-                    self._store(project, cursor.sessions, pending, report, replays, remember=False)
+                    self._store(project, cursor.sessions, pending, report, replays)
                     self._save(cursor, report, replays)
                     if progress is not None:
                         progress(str(path), cursor.offset, now.size)
@@ -233,7 +254,7 @@ class TranscriptImporter:
             report.status = "failed"
             report.problem("read_error", cursor.line + 1, "the compressed data is damaged from here on")
         self._take(cursor.reader.finish(), pending, report)
-        self._store(project, cursor.sessions, pending, report, replays, remember=False)
+        self._store(project, cursor.sessions, pending, report, replays)
         report.bytes_read = cursor.offset - start.offset
         self._save(cursor, report, replays)
         if progress is not None:
@@ -291,13 +312,13 @@ class TranscriptImporter:
         turns: list[Turn],
         report: FileReport,
         replays: ReplayFilter | None = None,
-        *,
-        remember: bool = True,
     ) -> None:
         """Validate, number and append the pending events, session by session (in file order); ``turns``
-        is emptied. Records imported before (``replays``) are left out; the chunk's record ids are
-        remembered here unless ``remember`` is False (the caller commits them with its watermark)."""
+        is emptied. Records imported before (``replays``) are left out; the caller remembers the chunk's
+        record ids with its watermark (:meth:`_save`)."""
         candidates = replays.fresh(list(turns), report.skipped) if replays is not None else list(turns)
+        if replays is not None:
+            sessions.discount(replays.take_stored_here())
         turns.clear()
         by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
         for turn in candidates:
@@ -307,6 +328,7 @@ class TranscriptImporter:
             report.events += 1
             by_session.setdefault(turn.session_id, []).append((turn, event))
         for session, items in by_session.items():
+            report.line = items[0][0].line
             try:
                 self._append_session(project, sessions, session, [event for _, event in items], report)
             except ObsmemError as exc:
@@ -314,8 +336,6 @@ class TranscriptImporter:
                     report.problem(exc.code, items[0][0].line, exc.message)
                     continue
                 raise
-        if replays is not None and remember:
-            replays.commit()
 
     def _event(self, turn: Turn, report: FileReport) -> EventIn | None:
         """The turn as a valid event, or None (reported). A timestamp obsmem cannot read is dropped, and
@@ -394,9 +414,8 @@ class TranscriptImporter:
             for doc in project_docs:
                 saved[doc.session_id] = self._document_session(project, db, doc, saved.get(doc.session_id), report)
             total = report.added - added_before + (mark.events if mark is not None else 0)
-            save_watermark(
-                db, Watermark(self.source, key, 0, now.size, now.mtime_ns, "", "", {"sessions": saved}, total)
-            )
+            mtime = now.mtime_ns if fmt.read_whole else 0  # no time: a partial read is looked at again
+            save_watermark(db, Watermark(self.source, key, 0, now.size, mtime, "", "", {"sessions": saved}, total))
 
     def _unchanged_chat(self, path: Path, key: str, now: FileStamp, report: FileReport) -> bool:
         """A Gemini CLI chat whose folder names its project hash, unchanged since its import: passed over
@@ -442,6 +461,8 @@ class TranscriptImporter:
         if saved is not None and not resumes:
             report.status = "rewritten"
         new = doc.turns[stored:] if resumes else doc.turns
+        if not resumes and isinstance(saved, dict) and "seq" in saved and self.source == "gemini-cli":
+            new = self._rewound(db, sessions, doc, int(saved["seq"]) - 1, report)
         report.sessions.add(doc.session_id)
         self._store(project, sessions, list(new), report)
         if not keys:
@@ -450,6 +471,17 @@ class TranscriptImporter:
             with db.read() as conn:
                 sessions.next[doc.session_id] = last_seq(conn, doc.session_id) + 1
         return {"n": len(keys), "last": keys[-1], "seq": sessions.next[doc.session_id]}
+
+    def _rewound(
+        self, db: ProjectDatabase, sessions: _Sessions, doc: SessionDoc, held: int, report: FileReport
+    ) -> list[Turn]:
+        """A session rewound since its last import: merged in order (see :mod:`obsmem.transcripts.rewinds`);
+        the turns left to store, their merge counts set in ``sessions``."""
+        same, rest = in_order_merge(db, doc.session_id, [_stored_fingerprint(t) for t in doc.turns], held)
+        sessions.merging[doc.session_id] = rest
+        report.events += same
+        report.duplicates += same
+        return doc.turns[same:]
 
 
 @dataclass

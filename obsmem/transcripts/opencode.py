@@ -8,8 +8,10 @@ whose ``data.role`` is ``user`` or ``assistant``; a message's parts ``(id, data)
 ``tool_call`` with ``state.input`` and a ``tool_result`` with ``state.output``, or ``state.error`` for a
 failed call), ``reasoning`` (skipped unless ``keep_thinking``), ``compaction`` (a ``system`` event), and
 ``step-start``, ``step-finish``, ``snapshot``, ``patch``, ``file``, ``agent``, ``subtask``, ``retry``
-(bookkeeping, skipped). Messages are read in creation order and parts in id order; the importer stores
-the parts after the last one it stored (keyed ``<message id>/<part id>``). A message still being written
+(bookkeeping, skipped). An assistant message that failed (``data.error``: the API call failed, the
+output was cut, the user aborted) also gets a ``system`` event ``[error] <name>: <message>``.
+Messages are read in creation order and parts in id order; the importer stores the parts after the
+last one it stored (keyed ``<message id>/<part id>``). A message still being written
 (an assistant message without ``time.completed``, or a tool still pending or running) is left, with
 what follows it, for the next import.
 
@@ -83,6 +85,10 @@ class _Session:
             turns.extend(
                 Turn(self.doc.session_id, e, row, self.doc.cwd, key=f"{key}#{i}") for i, e in enumerate(events)
             )
+        failure = _error_text(data.get("error")) if role == "assistant" else None
+        if failure is not None:
+            event = message("system", f"[error] {failure}", stamp)
+            turns.append(Turn(self.doc.session_id, event, row, self.doc.cwd, key=f"{message_id}/error"))
         self.doc.turns.extend(turns)
         return True
 
@@ -128,6 +134,19 @@ class _Session:
         return []
 
 
+def _error_text(error: Any) -> str | None:
+    """An assistant message's ``error`` (``{name, data: {message}}``: the API call failed, the output was
+    cut, the user aborted) as text, or None when the message has none."""
+    if not error:
+        return None
+    if not isinstance(error, dict):
+        return "the reply failed"
+    name = safe_name(error.get("name")) if error.get("name") is not None else "error"
+    data: dict[str, Any] = error["data"] if isinstance(error.get("data"), dict) else {}
+    said = data.get("message")
+    return f"{name}: {said}" if isinstance(said, str) and said else name
+
+
 class OpencodeDatabaseFormat(DocumentFormat):
     """opencode.db, opened read-only."""
 
@@ -137,14 +156,17 @@ class OpencodeDatabaseFormat(DocumentFormat):
         try:
             conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
         except apsw.Error:
+            self.read_whole = False
             yield Skip("unreadable_database", 0, problem=True, detail="the database cannot be opened")
             return
         try:
             conn.set_busy_timeout(2000)
             yield from self._read(conn)
         except apsw.BusyError:
+            self.read_whole = False
             yield Skip("database_locked", 0, problem=True, detail="the database stayed locked; try again later")
         except apsw.Error as exc:
+            self.read_whole = False
             yield Skip("unreadable_database", 0, problem=True, detail=f"SQLite: {type(exc).__name__}")
         finally:
             conn.close()

@@ -164,8 +164,12 @@ class CallNames:
     def add(self, call_id: Any, name: Any) -> None:
         if isinstance(call_id, str) and isinstance(name, str):
             self.names[call_id] = name
-            if len(self.names) > self.LIMIT:
-                del self.names[next(iter(self.names))]
+            self.trim()
+
+    def trim(self) -> None:
+        """Drop the oldest names beyond :attr:`LIMIT` (also after code that fills :attr:`names` itself)."""
+        while len(self.names) > self.LIMIT:
+            del self.names[next(iter(self.names))]
 
     def get(self, call_id: Any) -> str | None:
         return self.names.get(call_id) if isinstance(call_id, str) else None

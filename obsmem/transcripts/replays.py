@@ -22,6 +22,9 @@ class ReplayFilter:
     def __init__(self, db: ProjectDatabase) -> None:
         self.db = db
         self.pending: dict[str, str] = {}  # record id -> session, remembered once the chunk is stored
+        # Turns left out because the session they belong to already holds their record (a rewritten file
+        # read again): a merge takes their events out of its counts (see :meth:`take_stored_here`).
+        self.stored_here: list[Turn] = []
 
     def fresh(self, turns: list[Turn], skipped: Counter[str]) -> list[Turn]:
         ids = {turn.record_id for turn in turns if turn.record_id is not None}
@@ -37,6 +40,8 @@ class ReplayFilter:
                 kept.append(turn)
                 continue
             owner = known.get(record)
+            if owner == turn.session_id:
+                self.stored_here.append(turn)
             if owner is None:
                 line, _ = first.setdefault(record, (turn.line, turn.session_id))
                 if line == turn.line:  # the same record's other content blocks
@@ -48,6 +53,15 @@ class ReplayFilter:
                 skipped["replayed" if owner != turn.session_id else "duplicate_record"] += 1
         self.pending.update({record: session for record, (_, session) in first.items()})
         return kept
+
+    def take_stored_here(self) -> list[Turn]:
+        """The turns left out since the last call whose records their own session already holds.
+
+        A merge (see :mod:`obsmem.transcripts.importer`) counts the session's stored events by content;
+        the events of these records are among them and must be taken out of the counts, or a new record
+        that says the same ("yes", "continue") would be taken for one of them and never stored."""
+        turns, self.stored_here = self.stored_here, []
+        return turns
 
     def commit(self) -> None:
         """Remember the records of the chunk just stored."""

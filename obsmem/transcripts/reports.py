@@ -39,6 +39,7 @@ class FileReport:
     problems: Counter[str] = field(default_factory=Counter)
     listed: list[Problem] = field(default_factory=list)
     bytes_read: int = 0
+    line: int = 0  # the first line (or row) of the events being stored: where a storage fault stopped the file
 
     def problem(self, reason: str, line: int, detail: str) -> None:
         self.problems[reason] += 1
