@@ -104,6 +104,10 @@ def run_exact(searchers: list[ExactSearcher], request: SearchRequest) -> SearchR
 
 def exact_searchers(conn: apsw.Connection, scope: str) -> list[ExactSearcher]:
     """One exact searcher per corpus the scope covers, on one connection."""
+    if getattr(conn, "dialect", "sqlite") == "postgres":
+        from obsmem.retrieval.exact_postgres import PostgresExactSearcher
+
+        return [PostgresExactSearcher(conn, corpus=corpus) for corpus in _CORPORA[scope]]  # type: ignore[misc]
     return [ExactSearcher(conn, corpus=corpus) for corpus in _CORPORA[scope]]
 
 

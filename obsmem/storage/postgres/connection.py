@@ -49,6 +49,9 @@ class PostgresConnection:
     """One pooled connection inside a transaction, answering the calls the owning modules make of an
     apsw connection (``execute``, ``executemany``, ``in_transaction``) with their SQL translated."""
 
+    # Owning modules whose SQL differs between backends branch on this (an apsw connection has none).
+    dialect = "postgres"
+
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
 

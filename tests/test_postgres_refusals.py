@@ -1,0 +1,78 @@
+"""What the PostgreSQL backend does not do yet is refused with ``not_on_postgres``, naming it: never a
+crash, never an answer from something else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from obsmem.app import Obsmem
+from obsmem.errors import NotOnPostgres
+from obsmem.settings import load_settings
+
+
+@pytest.fixture
+def memory(tmp_path: Path, postgres_dsn: str) -> Iterator[Obsmem]:
+    settings = load_settings(data_dir=tmp_path, storage={"backend": "postgres", "dsn": postgres_dsn})
+    with Obsmem(settings) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": "hello"}])
+        yield service
+
+
+def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -> None:
+    from obsmem.app.postgres import PORTED, REFUSED
+
+    assert {"observe", "reflect", "index", "save_note", "import_jsonl", "memory", "start_workers"} <= set(REFUSED)
+    assert not set(REFUSED) & PORTED
+    calls = {
+        "observe": lambda: memory.observe("p", "s1"),
+        "reflect": lambda: memory.reflect("p", "s1"),
+        "memory": lambda: memory.memory("p", "s1"),
+        "session_status": lambda: memory.session_status("p", "s1"),
+        "import_jsonl": lambda: memory.import_jsonl("p", tmp_path / "x.jsonl"),
+        "save_note": lambda: memory.save_note("p", "a note"),
+        "start_workers": lambda: memory.start_workers(),
+        "database": lambda: memory.database("p"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(NotOnPostgres) as caught:
+            call()
+        assert caught.value.code == "not_on_postgres" and caught.value.status == 501
+        assert caught.value.message.startswith(f"{name} is not available on PostgreSQL yet")
+
+
+def test_the_sqlite_services_parts_are_refused_by_name(memory: Obsmem) -> None:
+    with pytest.raises(NotOnPostgres, match="the pipeline part"):
+        memory.pipeline  # noqa: B018
+
+
+def test_conversation_search_and_trust_levels_are_refused(memory: Obsmem) -> None:
+    for scope in ("conversation", "all"):
+        with pytest.raises(NotOnPostgres) as caught:
+            memory.search("p", "hello", scope=scope)
+        assert caught.value.field == "scope"
+    with pytest.raises(NotOnPostgres) as caught:
+        memory.search("p", "hello", trust="all")
+    assert caught.value.field == "trust"
+    with pytest.raises(Exception, match="hybrid mode needs the"):
+        memory.search("p", "hello", mode="hybrid")
+
+
+def test_settings_that_need_unported_work_are_refused_at_start(tmp_path: Path, postgres_dsn: str) -> None:
+    storage = {"backend": "postgres", "dsn": postgres_dsn}
+    with pytest.raises(NotOnPostgres, match=r"hybrid search \(\[semantic\]\)"):
+        Obsmem(load_settings(data_dir=tmp_path, storage=storage, semantic={"enabled": True}))
+    model = {"base_url": "http://127.0.0.1:9/v1", "model_id": "m"}
+    with pytest.raises(NotOnPostgres, match=r"\[observer\] with a model"):
+        Obsmem(load_settings(data_dir=tmp_path, storage=storage, model=model))
+    quiet = Obsmem(
+        load_settings(
+            data_dir=tmp_path, storage=storage, model=model, observer={"enabled": False}, reflector={"enabled": False}
+        )
+    )
+    try:
+        assert quiet.status  # builds: nothing would run in the background
+    finally:
+        quiet.close()
