@@ -15,6 +15,12 @@ match, costed from its statistics of the table and the needle's trigrams; that i
 searcher makes by hand from a sample. The index only narrows (``ILIKE`` is rechecked on every row it
 yields), so a needle without trigrams (one or two characters, or punctuation) is answered by a scan and
 is slower, never different.
+
+PostgreSQL's default ``random_page_cost`` (4, a spinning disk) prices the GIN index's page reads so high
+that it scans the whole table for a rare needle: at 50,000 memories a sequential scan took 99 ms where
+the index answers in 7 ms. The searcher's read sets it to :data:`RANDOM_PAGE_COST` (the usual value for
+SSDs and cached tables) for its own statements only; then the planner picks the index for rare needles
+and the date walk for common ones.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from obsmem.errors import NotOnPostgres
 from obsmem.retrieval.corpus import MEMORIES, Corpus
 from obsmem.retrieval.exact import date_session_filters, like_pattern
 from obsmem.retrieval.results import Hit
+
+RANDOM_PAGE_COST = 1.1
 
 
 class PostgresExactSearcher:
@@ -40,6 +48,8 @@ class PostgresExactSearcher:
             )
         self.conn = conn
         self.corpus = corpus
+        # SET LOCAL: this read transaction only (it ends with the search's snapshot).
+        conn.execute(f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}")
 
     def search(
         self, needle: str, window: DateWindow, limit: int, session_id: str | None = None
