@@ -76,3 +76,12 @@ def test_settings_that_need_unported_work_are_refused_at_start(tmp_path: Path, p
         assert quiet.status  # builds: nothing would run in the background
     finally:
         quiet.close()
+
+
+def test_text_holding_nul_is_refused_whole_not_altered(memory: Obsmem) -> None:
+    batch = [{"role": "user", "content": "fine"}, {"role": "user", "content": "a\x00b"}]
+    with pytest.raises(NotOnPostgres, match="NUL characters"):
+        memory.append_events("p", "s1", batch)
+    with pytest.raises(NotOnPostgres):
+        memory.append_events("p", "s1", [{"role": "tool", "content": "x", "tool_name": "t\x00"}])
+    assert memory.status("p").events == 1  # the fixture's event only

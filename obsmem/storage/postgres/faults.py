@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psycopg
 from psycopg import errors as pg_errors
 
-from obsmem.errors import StorageBusy, StorageError, StorageFull, StorageReadOnly
+from obsmem.errors import NotOnPostgres, StorageBusy, StorageError, StorageFull, StorageReadOnly
 
 # SQLSTATE classes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
 _DISK_FULL = "53100"
@@ -37,9 +37,18 @@ def postgres_fault(exc: BaseException) -> StorageError | None:
 
 @contextlib.contextmanager
 def postgres_faults() -> Iterator[None]:
-    """Raise storage faults from psycopg as :class:`~obsmem.errors.StorageError` (other errors unchanged)."""
+    """Raise storage faults from psycopg as :class:`~obsmem.errors.StorageError` (other errors unchanged).
+
+    PostgreSQL text cannot hold U+0000, which SQLite stores (an event's content may carry one): such a write
+    is refused whole as ``not_on_postgres``, rather than stored altered."""
     try:
         yield
+    except psycopg.DataError as exc:
+        if "NUL" in str(exc):
+            raise NotOnPostgres(
+                "text holding NUL characters (U+0000) cannot be stored on PostgreSQL yet; nothing was stored"
+            ) from None
+        raise
     except psycopg.Error as exc:
         fault = postgres_fault(exc)
         if fault is None:
