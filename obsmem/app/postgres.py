@@ -26,6 +26,7 @@ from obsmem.retrieval import RecalledEvent, SearchModes, SearchRequest, SearchRe
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import PostgresProjectDatabase, PostgresStore
 from obsmem.trust import LOCAL_USER
+from obsmem.work import JobQueue
 
 # What answers on PostgreSQL today; every other public method of Obsmem refuses (see refuse_unported).
 PORTED = frozenset(
@@ -122,8 +123,8 @@ class PostgresObsmem(Obsmem):
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
 
     def status(self, project: str) -> ProjectStatus:
-        """Counts and sizes. No pipeline, generations, jobs or index exist on PostgreSQL yet: those read 0
-        (the observer and reflector say ``disabled`` or ``not_configured``, as they are)."""
+        """Counts and sizes. No pipeline or index runs on PostgreSQL yet: generations and dropped observations
+        read 0, and the observer and reflector say ``disabled`` or ``not_configured``, as they are."""
         db: PostgresProjectDatabase = self.store.get(project)
         with db.read() as conn:
             totals = session_totals(conn)  # type: ignore[arg-type]
@@ -149,7 +150,7 @@ class PostgresObsmem(Obsmem):
                 "generations": 0,
                 "observer": "disabled" if not self.settings.observer.enabled else "not_configured",
                 "reflector": "disabled" if not self.settings.reflector.enabled else "not_configured",
-                "jobs": {"queued": 0, "running": 0, "done": 0, "failed": 0},
+                "jobs": JobQueue(db).counts(),  # type: ignore[arg-type]
             },
         )
 

@@ -136,9 +136,13 @@ def last_failure_at(conn: apsw.Connection, session_id: str, kind: str) -> str | 
 
     Housekeeping uses it to cool a session down after a failure instead of retrying it at once.
     """
+    # The data's kind: json_extract on SQLite, the jsonb operator on PostgreSQL.
+    kind_of_data = (
+        "data::jsonb->>'kind'" if getattr(conn, "dialect", "sqlite") == "postgres" else "json_extract(data, '$.kind')"
+    )
     row = conn.execute(
         "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
-        " AND json_extract(data, '$.kind') = ? ORDER BY id DESC LIMIT 1",
+        f" AND {kind_of_data} = ? ORDER BY id DESC LIMIT 1",
         (session_id, kind),
     ).fetchone()
     return None if row is None else str(row[0])

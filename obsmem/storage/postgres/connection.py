@@ -54,14 +54,22 @@ class PostgresConnection:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
+        self._changes = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(to_psycopg(sql), tuple(params))
+        cursor = self.raw.execute(to_psycopg(sql), tuple(params))
+        self._changes = max(cursor.rowcount, 0)
+        return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cursor = self.raw.cursor()
         cursor.executemany(to_psycopg(sql), [tuple(row) for row in rows])
+        self._changes = max(cursor.rowcount, 0)
         return cursor
+
+    def changes(self) -> int:
+        """Rows the last statement changed (apsw's ``changes()``)."""
+        return self._changes
 
     @property
     def in_transaction(self) -> bool:
@@ -118,6 +126,53 @@ class PostgresProjectDatabase:
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.read() as conn:
             return conn.execute(sql, params).fetchall()
+
+    def connection(self) -> StatementRunner:
+        """What :meth:`ProjectDatabase.connection` gives outside a transaction: each statement on its own
+        (a read in a snapshot, anything else as a write under the lock); inside one, the transaction's."""
+        return StatementRunner(self)
+
+
+class StatementRunner:
+    """Runs each statement in its own transaction, joining the thread's open one if there is one."""
+
+    dialect = "postgres"
+
+    def __init__(self, db: PostgresProjectDatabase) -> None:
+        self._db = db
+        self._changes = 0
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> RowsCursor:
+        reads = sql.lstrip()[:6].upper() == "SELECT"
+        with self._db.read() if reads else self._db.write() as conn:
+            cursor = conn.execute(sql, params)
+            rows = cursor.fetchall() if cursor.description is not None else []
+            self._changes = conn.changes()
+        return RowsCursor(rows)
+
+    def changes(self) -> int:
+        return self._changes
+
+
+class RowsCursor:
+    """The rows of a finished statement, read like a cursor."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+        self._next = 0
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        if self._next >= len(self._rows):
+            return None
+        self._next += 1
+        return self._rows[self._next - 1]
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rest, self._next = self._rows[self._next :], len(self._rows)
+        return rest
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
 
     def close(self) -> None:
         """Nothing to close per project: the connections belong to the store's pool."""

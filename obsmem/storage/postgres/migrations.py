@@ -12,9 +12,12 @@ from __future__ import annotations
 from obsmem.errors import StorageError
 from obsmem.storage.migrations import Migration
 from obsmem.storage.postgres.connection import PostgresConnection
-from obsmem.storage.postgres.schema import p0001_core
+from obsmem.storage.postgres.schema import p0001_core, p0002_work
 
-POSTGRES_MIGRATIONS: tuple[Migration, ...] = (Migration(1, p0001_core.NAME, p0001_core.SQL),)
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, p0001_core.NAME, p0001_core.SQL),
+    Migration(2, p0002_work.NAME, p0002_work.SQL),
+)
 
 _LEDGER = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
