@@ -71,7 +71,8 @@ class PostgresObsmem(Obsmem):
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         """Store events (idempotent per ``(session_id, seq)``); nothing is observed on PostgreSQL yet."""
-        return append_events(self.store.get(project, create=True), session_id, events)
+        # The owning modules are annotated with the SQLite types; the PostgreSQL ones answer the same calls.
+        return append_events(self.store.get(project, create=True), session_id, events)  # type: ignore[arg-type]
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         db = self.store.get(project) if self.store.exists(project) else None
@@ -129,11 +130,12 @@ class PostgresObsmem(Obsmem):
         with db.read() as conn:
             totals = session_totals(conn)  # type: ignore[arg-type]
             kinds = memory_counts(conn)  # type: ignore[arg-type]
-            (size,) = conn.execute(
+            size_row = conn.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class AS c"
                 " JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = ? AND c.relkind = 'r'",
                 (db.schema,),
             ).fetchone()
+        size = size_row[0] if size_row is not None else 0
         return build(
             ProjectStatus,
             {
