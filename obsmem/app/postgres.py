@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from obsmem.app.results import Forgotten, ProjectStatus, Recollection
+from obsmem.app.results import Forgotten, JobList, ProjectStatus, Recollection
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
 from obsmem.errors import NotOnPostgres
@@ -26,7 +26,8 @@ from obsmem.retrieval import RecalledEvent, SearchModes, SearchRequest, SearchRe
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import PostgresProjectDatabase, PostgresStore
 from obsmem.trust import LOCAL_USER
-from obsmem.work import JobQueue
+from obsmem.validation import session_id as check_session_id
+from obsmem.work import JobQueue, eventlog
 
 # What answers on PostgreSQL today; every other public method of Obsmem refuses (see refuse_unported).
 PORTED = frozenset(
@@ -38,6 +39,8 @@ PORTED = frozenset(
         "recall",
         "status",
         "project_names",
+        "pipeline_events",
+        "jobs",
         "default_mode",
         "close",
     }
@@ -158,6 +161,34 @@ class PostgresObsmem(Obsmem):
 
     def project_names(self) -> list[str]:
         return self.store.names()
+
+    def pipeline_events(
+        self,
+        project: str,
+        *,
+        after: object = None,
+        limit: object = None,
+        session_id: str | None = None,
+        types: tuple[str, ...] = (),
+        newest: bool = False,
+    ) -> list[eventlog.LoggedEvent]:
+        """The om event log, oldest first, from the event after ``after`` (as on SQLite)."""
+        if session_id is not None:
+            session_id = check_session_id(session_id)
+        start, count = eventlog.parse_after(after), eventlog.parse_list_limit(limit)
+        with self.store.get(project).read() as conn:
+            return eventlog.list_events(
+                conn,  # type: ignore[arg-type]
+                after=start,
+                limit=count,
+                session_id=session_id,
+                types=types,
+                newest=newest,
+            )
+
+    def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> JobList:
+        queue = JobQueue(self.store.get(project))  # type: ignore[arg-type]
+        return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
     def __getattr__(self, name: str) -> NoReturn:
         # The SQLite service's parts (pipeline, project registry, trust service) do not exist here: a caller

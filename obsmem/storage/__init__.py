@@ -14,10 +14,10 @@ from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
 
 if TYPE_CHECKING:
-    from obsmem.storage.postgres import PostgresConnection, PostgresProjectDatabase, PostgresStore
+    from obsmem.storage.postgres import EventSignal, PostgresConnection, PostgresProjectDatabase, PostgresStore
 
 # The PostgreSQL backend needs psycopg (the ``postgres`` extra): loaded on first use, never by SQLite users.
-_POSTGRES_NAMES = ("PostgresConnection", "PostgresProjectDatabase", "PostgresStore")
+_POSTGRES_NAMES = ("EventSignal", "PostgresConnection", "PostgresProjectDatabase", "PostgresStore")
 
 
 def __getattr__(name: str) -> Any:
@@ -29,6 +29,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "EventSignal",
     "PostgresConnection",
     "PostgresProjectDatabase",
     "PostgresStore",

@@ -86,6 +86,9 @@ def record(
         " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         (type_, session_id, cycle_id, job_id, now_iso(), json.dumps(data or {}, separators=(",", ":"))),
     ).fetchone()
+    if getattr(conn, "dialect", "sqlite") == "postgres":
+        # Followers on PostgreSQL are woken by LISTEN/NOTIFY (obsmem.storage.postgres.notify) at the commit.
+        conn.execute("SELECT pg_notify('obsmem_events', current_schema())")
     return int(row[0])
 
 
