@@ -24,7 +24,7 @@ def memory(tmp_path: Path, postgres_dsn: str) -> Iterator[Obsmem]:
 def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -> None:
     from obsmem.app.postgres import PORTED, REFUSED
 
-    assert {"observe", "reflect", "index", "save_note", "import_jsonl", "memory", "start_workers"} <= set(REFUSED)
+    assert {"observe", "reflect", "index", "save_note", "import_jsonl", "memory"} <= set(REFUSED)
     assert not set(REFUSED) & PORTED
     calls = {
         "observe": lambda: memory.observe("p", "s1"),
@@ -33,7 +33,6 @@ def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -
         "session_status": lambda: memory.session_status("p", "s1"),
         "import_jsonl": lambda: memory.import_jsonl("p", tmp_path / "x.jsonl"),
         "save_note": lambda: memory.save_note("p", "a note"),
-        "start_workers": lambda: memory.start_workers(),
         "database": lambda: memory.database("p"),
     }
     for name, call in calls.items():
@@ -41,6 +40,12 @@ def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -
             call()
         assert caught.value.code == "not_on_postgres" and caught.value.status == 501
         assert caught.value.message.startswith(f"{name} is not available on PostgreSQL yet")
+
+
+def test_workers_are_refused_with_the_setting_that_serves_without_them(memory: Obsmem) -> None:
+    with pytest.raises(NotOnPostgres, match=r"set \[jobs\] in_server = false"):
+        memory.start_workers()
+    memory.stop_workers()  # none run: nothing to stop
 
 
 def test_the_sqlite_services_parts_are_refused_by_name(memory: Obsmem) -> None:

@@ -41,6 +41,8 @@ PORTED = frozenset(
         "project_names",
         "pipeline_events",
         "jobs",
+        "start_workers",
+        "stop_workers",
         "default_mode",
         "close",
     }
@@ -196,6 +198,17 @@ class PostgresObsmem(Obsmem):
         if name in _PARTS:
             raise NotOnPostgres(f"the {name} part of obsmem is not available on PostgreSQL yet (see docs/postgres.md)")
         raise AttributeError(name)
+
+    def start_workers(self, *, threads: int | None = None, housekeeping: bool = True) -> NoReturn:
+        """Refused: no background work runs on PostgreSQL yet. ``obsmem serve`` starts workers unless
+        ``[jobs] in_server = false``, so the message says how to serve without them."""
+        raise NotOnPostgres(
+            "background workers are not available on PostgreSQL yet; set [jobs] in_server = false to serve "
+            "without them (see docs/postgres.md)"
+        )
+
+    def stop_workers(self, timeout: float = 10.0) -> None:
+        """No workers run on PostgreSQL (``start_workers`` refuses), so there is nothing to stop."""
 
     def close(self) -> None:
         self.store.close()
