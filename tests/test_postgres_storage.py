@@ -147,3 +147,11 @@ def test_an_unreachable_server_is_a_storage_error_without_the_password(tmp_path)
     with pytest.raises(StorageError) as caught:
         PostgresStore(dsn, pool_size=1, connect_seconds=1)
     assert secret not in str(caught.value) and "storage.dsn" in str(caught.value)
+
+
+def test_a_write_inside_a_read_snapshot_is_a_clear_error(store: PostgresStore) -> None:
+    db = store.get("alpha", create=True)
+    with db.read(), pytest.raises(RuntimeError, match="inside a read snapshot"), db.write():
+        pass
+    with db.write(), db.read() as conn:  # a read inside a write joins it
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (0,)

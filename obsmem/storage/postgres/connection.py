@@ -90,12 +90,17 @@ class PostgresProjectDatabase:
     def _transaction(self, begin: str, *, lock: bool) -> Iterator[PostgresConnection]:
         current: PostgresConnection | None = getattr(self._local, "conn", None)
         if current is not None:
+            if lock and not getattr(self._local, "writing", False):
+                # SQLite would upgrade the read; a read-only snapshot cannot, and must not fail later as if
+                # the server refused writes.
+                raise RuntimeError("a write cannot be opened inside a read snapshot of the same project")
             yield current  # nested use joins the outer transaction
             return
         with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
             conn = PostgresConnection(raw)
             raw.execute(begin)
             self._local.conn = conn
+            self._local.writing = lock
             try:
                 raw.execute(f"SET LOCAL search_path TO {self.schema}, public")
                 if lock:
