@@ -37,6 +37,7 @@ class PostgresStore:
     """One pool of connections to one database, and the projects in it."""
 
     def __init__(self, dsn: str, *, pool_size: int = 8, connect_seconds: float = CONNECT_SECONDS) -> None:
+        self.dsn = dsn  # kept for maintenance connections outside the pool; never shown
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
