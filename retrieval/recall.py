@@ -23,6 +23,7 @@ from obsmem.retrieval.results import (
     SourceEvent,
     SourceRef,
 )
+from obsmem.storage import sql_dialect
 from obsmem.validation import session_id as check_session_id
 
 
@@ -90,7 +91,7 @@ def _events_with_prefix(conn: apsw.Connection, prefix: str, session_id: str | No
     # prefix is at least that long. Events above the watermark are checked directly. Ids are not stored:
     # the SQL function derives them from the address.
     full_id = "obsmem_event_id(e.session_id, e.seq)"
-    if getattr(conn, "dialect", "sqlite") == "postgres":
+    if sql_dialect(conn) == "postgres":
         # PostgreSQL indexes the ids' first 12 characters by expression (p0001_core): no watermark.
         sql = f"SELECT {full_id}, {_EVENT_COLUMNS} FROM events AS e WHERE left({full_id}, 12) = ?"
         return _first_two(

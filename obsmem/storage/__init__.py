@@ -9,7 +9,13 @@ names is used. The modules inside are internal and may move.
 
 from typing import TYPE_CHECKING, Any
 
-from obsmem.storage.connection import ProjectDatabase, check_sqlite_capabilities, open_connection, storage_faults
+from obsmem.storage.connection import (
+    ProjectDatabase,
+    check_sqlite_capabilities,
+    open_connection,
+    sql_dialect,
+    storage_faults,
+)
 from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
 
@@ -37,6 +43,7 @@ __all__ = [
     "check_sqlite_capabilities",
     "migrate",
     "open_connection",
+    "sql_dialect",
     "storage_fault",
     "storage_faults",
 ]

@@ -27,6 +27,7 @@ import apsw
 
 from obsmem.dates import now_iso
 from obsmem.errors import ValidationFailed
+from obsmem.storage import sql_dialect
 
 MAX_LIST = 1000
 DEFAULT_LIST = 100
@@ -86,7 +87,7 @@ def record(
         " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         (type_, session_id, cycle_id, job_id, now_iso(), json.dumps(data or {}, separators=(",", ":"))),
     ).fetchone()
-    if getattr(conn, "dialect", "sqlite") == "postgres":
+    if sql_dialect(conn) == "postgres":
         # Followers on PostgreSQL are woken by LISTEN/NOTIFY (obsmem.storage.postgres.notify) at the commit.
         conn.execute("SELECT pg_notify('obsmem_events', current_schema())")
     return int(row[0])
@@ -140,9 +141,7 @@ def last_failure_at(conn: apsw.Connection, session_id: str, kind: str) -> str | 
     Housekeeping uses it to cool a session down after a failure instead of retrying it at once.
     """
     # The data's kind: json_extract on SQLite, the jsonb operator on PostgreSQL.
-    kind_of_data = (
-        "data::jsonb->>'kind'" if getattr(conn, "dialect", "sqlite") == "postgres" else "json_extract(data, '$.kind')"
-    )
+    kind_of_data = "data::jsonb->>'kind'" if sql_dialect(conn) == "postgres" else "json_extract(data, '$.kind')"
     row = conn.execute(
         "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
         f" AND {kind_of_data} = ? ORDER BY id DESC LIMIT 1",
