@@ -1,4 +1,8 @@
-"""Exact search on PostgreSQL: the contract of :mod:`obsmem.retrieval.exact`, on a pg_trgm index.
+"""Exact search on PostgreSQL: the contract of :mod:`obsmem.retrieval.exact`, on pg_trgm indexes.
+
+Either corpus of :mod:`obsmem.retrieval.corpus`: memories, or conversation events (their content and
+their tool arguments, each on its own, with a trigram index each: ``p0003_conversation``). The corpus's
+watermark and partial date indexes are SQLite's; PostgreSQL keeps its indexes whole in the append.
 
 The answer is the one a plain ``LIKE '%q%' ESCAPE '\\'`` scan ordered newest first gives on SQLite:
 
@@ -28,7 +32,6 @@ from __future__ import annotations
 from typing import Any
 
 from obsmem.dates import DateWindow
-from obsmem.errors import NotOnPostgres
 from obsmem.retrieval.corpus import MEMORIES, Corpus
 from obsmem.retrieval.exact import date_session_filters, like_pattern
 from obsmem.retrieval.results import Hit
@@ -37,15 +40,9 @@ RANDOM_PAGE_COST = 1.1
 
 
 class PostgresExactSearcher:
-    """Exact searches over the memories of one project, on one PostgreSQL connection in a read snapshot."""
+    """Exact searches over one corpus of one project, on one PostgreSQL connection in a read snapshot."""
 
     def __init__(self, conn: Any, *, corpus: Corpus = MEMORIES) -> None:
-        if corpus is not MEMORIES:
-            raise NotOnPostgres(
-                "searching the conversation (scope 'conversation' or 'all') is not available on PostgreSQL yet; "
-                "search scope 'memories'",
-                field="scope",
-            )
         self.conn = conn
         self.corpus = corpus
         # SET LOCAL: this read transaction only (it ends with the search's snapshot).

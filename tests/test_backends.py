@@ -170,3 +170,25 @@ def test_exact_search_refuses_bad_queries_alike(dated: Obsmem) -> None:
     for query in ("", "   ", "a\x00b", "x" * 1001):
         with pytest.raises(InvalidQuery):
             dated.search("p", query)
+
+
+def test_conversation_search_matches_event_content_and_arguments_newest_first(memory: Obsmem) -> None:
+    memory.append_events(
+        "p",
+        "s1",
+        [
+            {"role": "user", "content": "please run the MapTool migration"},
+            {"role": "assistant", "type": "tool_call", "tool_name": "shell", "tool_args": {"cmd": "maptool --up"}},
+            {"role": "tool", "type": "tool_result", "content": "done: 50% migrated", "tool_call_id": "c1"},
+        ],
+    )
+    memory.add_observations("p", [_observation("MAPTOOL migration started", "2026-03-01 09:00", refs=[1])])
+    conversation = memory.search("p", "maptool", scope="conversation")
+    assert [(hit.kind, hit.seq) for hit in conversation.hits] == [("event", 2), ("event", 1)]
+    assert conversation.hits[0].tool_args == {"cmd": "maptool --up"}
+    assert conversation.hits[0].memory_id == event_id("s1", 2)
+    both = memory.search("p", "maptool", scope="all", limit=2)
+    assert [(hit.kind, hit.seq) for hit in both.hits] == [("event", 2), ("event", 1)] and both.truncated
+    assert [hit.kind for hit in memory.search("p", "maptool", scope="all").hits] == ["event", "event", "observation"]
+    assert [hit.seq for hit in memory.search("p", "50%", scope="conversation").hits] == [3]
+    assert memory.search("p", "maptool", scope="conversation", before="2026-01-01").hits == []

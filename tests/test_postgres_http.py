@@ -52,7 +52,9 @@ def test_ported_routes_answer_and_the_rest_are_501(tmp_path: Path, postgres_dsn:
             refused = client.post("/v1/projects/p/sessions/s1/observe")
             assert refused.status_code == 501 and refused.json()["error"]["code"] == "not_on_postgres"
             conversation = client.post("/v1/projects/p/search", json={"query": "hi", "scope": "conversation"})
-            assert conversation.status_code == 501 and conversation.json()["error"]["field"] == "scope"
+            assert [hit["seq"] for hit in conversation.json()["hits"]] == [1]
+            trust = client.post("/v1/projects/p/search", json={"query": "hi", "trust": "all"})
+            assert trust.status_code == 501 and trust.json()["error"]["field"] == "trust"
     finally:
         service.close()
 

@@ -53,11 +53,7 @@ def test_the_sqlite_services_parts_are_refused_by_name(memory: Obsmem) -> None:
         memory.pipeline  # noqa: B018
 
 
-def test_conversation_search_and_trust_levels_are_refused(memory: Obsmem) -> None:
-    for scope in ("conversation", "all"):
-        with pytest.raises(NotOnPostgres) as caught:
-            memory.search("p", "hello", scope=scope)
-        assert caught.value.field == "scope"
+def test_trust_levels_and_hybrid_mode_are_refused(memory: Obsmem) -> None:
     with pytest.raises(NotOnPostgres) as caught:
         memory.search("p", "hello", trust="all")
     assert caught.value.field == "trust"

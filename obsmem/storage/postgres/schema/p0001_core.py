@@ -7,8 +7,10 @@ read the same on both backends. What differs:
 - ids are ``bigint`` identity columns (SQLite's ``INTEGER PRIMARY KEY`` rowids); an explicit id may still
   be inserted (``BY DEFAULT``), as the SQLite tables allow;
 - the text exact search matches is ``COLLATE "C"``, so ``ILIKE`` folds ASCII letters only (the contract:
-  ``É`` never matches ``é``), and the substring index is a pg_trgm GIN index on it, not an FTS5 table kept
-  by triggers (``ILIKE`` is checked on every candidate, so the index only narrows);
+  ``É`` never matches ``é``), and so are the stored dates and ids it compares and orders by (byte order,
+  as SQLite's; a locale's order would ignore the punctuation of ISO stamps and of the ``~`` bound), and
+  the substring index is a pg_trgm GIN index on it, not an FTS5 table kept by triggers (``ILIKE`` is
+  checked on every candidate, so the index only narrows);
 - no ``observations``/``reflections`` views (nothing reads them on PostgreSQL yet).
 """
 
@@ -33,7 +35,7 @@ CREATE TABLE events (
     tool_name TEXT,
     tool_args TEXT COLLATE "C",
     tool_call_id TEXT,
-    created_at TEXT NOT NULL,
+    created_at TEXT COLLATE "C" NOT NULL,
     fingerprint TEXT NOT NULL,
     UNIQUE (session_id, seq)
 );
