@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obsmem.dates import parse_window
+from obsmem.retrieval.corpus import EVENTS
 from obsmem.retrieval.exact_postgres import PostgresExactSearcher
 from obsmem.storage import PostgresStore
 from obsmem.storage.postgres import PostgresProjectDatabase
@@ -122,3 +123,73 @@ def test_the_trigram_index_serves_a_rare_needle(database: PostgresProjectDatabas
         assert "memory_trigrams" in plan
         hits, truncated = searcher.search("maptoolARGUMENTS", parse_window(), 20)
     assert [hit.content for hit in hits] == ["the MapToolArguments fix"] and not truncated
+
+
+def _load_events(db: PostgresProjectDatabase, events: list[tuple[str, str, str | None]]) -> None:
+    with db.write() as conn:
+        conn.execute("TRUNCATE memories, events, sessions CASCADE")
+        conn.execute("INSERT INTO sessions VALUES ('s1', 'x', 'x', 0, 0), ('s2', 'x', 'x', 0, 0)")
+        conn.executemany(
+            "INSERT INTO events(id, session_id, seq, role, type, content, tool_args, created_at, fingerprint)"
+            " VALUES (?, ?, ?, 'user', 'message', ?, ?, ?, 'x')",
+            [
+                (seq, _session(seq), seq, content, arguments, stamp)
+                for seq, (stamp, content, arguments) in enumerate(events, start=1)
+            ],
+        )
+
+
+def _event_reference(events: list[tuple[str, str, str | None]], needle: str) -> list[int]:
+    """Content and arguments each on its own (never across the two), newest first (time desc, row desc)."""
+
+    def fold(text: str) -> str:
+        return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in text)
+
+    found = [
+        (stamp, seq)
+        for seq, (stamp, content, arguments) in enumerate(events, start=1)
+        if fold(needle) in fold(content) or (arguments is not None and fold(needle) in fold(arguments))
+    ]
+    return [seq for _, seq in sorted(found, reverse=True)]
+
+
+event_corpus = st.lists(
+    st.tuples(
+        st.sampled_from(["2026-01-01T10:00:00.000Z", "2026-01-01T10:00:00.500Z", "2026-01-03T23:59:59.999Z"]),
+        st.text(alphabet=ALPHABET, max_size=30),
+        st.one_of(st.none(), st.text(alphabet=ALPHABET, max_size=20)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=event_corpus, data=st.data())
+def test_conversation_search_matches_the_reference_under_every_plan(
+    database: PostgresProjectDatabase,
+    events,  # type: ignore[no-untyped-def]
+    data,  # type: ignore[no-untyped-def]
+) -> None:
+    source = data.draw(st.sampled_from(events))
+    text = data.draw(st.sampled_from([source[1], source[2] or source[1]])) or "a"
+    start = data.draw(st.integers(0, max(0, len(text) - 1)))
+    needle = data.draw(
+        st.one_of(
+            st.just(text[start : start + data.draw(st.integers(1, 6))]),
+            st.text(alphabet=ALPHABET, min_size=1, max_size=4),
+        )
+    )
+    needle = "".join(c.upper() if data.draw(st.booleans()) and c.isascii() else c for c in needle).strip()
+    if not needle:
+        return
+    _load_events(database, events)
+    expected = _event_reference(events, needle)
+    for disabled in PLANS:
+        with database.read() as conn:
+            searcher = PostgresExactSearcher(conn, corpus=EVENTS)
+            for setting in disabled:
+                conn.execute(f"SET LOCAL {setting} = off")
+            for fetch in (1, 3, 50):
+                rows = searcher.rows(needle, parse_window(), fetch)
+                assert [row[6] for row in rows] == expected[:fetch], (disabled, fetch)
