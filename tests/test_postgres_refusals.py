@@ -86,3 +86,15 @@ def test_text_holding_nul_is_refused_whole_not_altered(memory: Obsmem) -> None:
     with pytest.raises(NotOnPostgres):
         memory.append_events("p", "s1", [{"role": "tool", "content": "x", "tool_name": "t\x00"}])
     assert memory.status("p").events == 1  # the fixture's event only
+
+
+def test_the_environment_alone_chooses_postgres(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OBSMEM_STORAGE__BACKEND", "postgres")
+    monkeypatch.setenv("OBSMEM_STORAGE__DSN", postgres_dsn)
+    with Obsmem(data_dir=tmp_path) as service:
+        assert type(service).__name__ == "PostgresObsmem"
+        service.append_events("p", "s1", [{"role": "user", "content": "hello"}])
+        assert service.project_names() == ["p"]
+    assert not (tmp_path / "projects").exists()  # nothing written to the data directory
