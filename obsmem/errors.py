@@ -45,6 +45,7 @@ response bodies, so they are safe to log.
     │   ├── StorageIOError            storage_io_error (Retry-After): the OS reported an I/O error
     │   ├── StorageBusy               storage_busy (Retry-After): the write lock was held beyond the timeout
     │   └── StorageCorrupt            storage_corrupt: the file is damaged or not a database
+    ├── NotOnPostgres (501)           not_on_postgres: asked of the PostgreSQL backend, which lacks it yet
     ├── ServiceUnavailable (503)      service_unavailable: a configured dependency cannot answer
     │   ├── EmbeddingUnavailable      embedding_unavailable
     │   ├── RerankerUnavailable       reranker_unavailable
@@ -194,6 +195,15 @@ class ConfigurationError(ObsmemError):
 
     code = "configuration_error"
     status = 500
+    retryable = False
+
+
+class NotOnPostgres(ObsmemError):
+    """Asked of the PostgreSQL backend, which does not implement it yet (docs/postgres.md lists what it does);
+    the message names what is missing. Never answered by falling back to something else."""
+
+    code = "not_on_postgres"
+    status = 501
     retryable = False
 
 

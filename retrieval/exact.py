@@ -117,7 +117,8 @@ class _WalkBudgetExhausted(Exception):
     pass
 
 
-def _filters(corpus: Corpus, window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
+def date_session_filters(corpus: Corpus, window: DateWindow, session_id: str | None) -> tuple[str, list[object]]:
+    """The date window and session as `` AND ...`` clauses with their parameters (both backends' SQL)."""
     clauses: list[str] = []
     params: list[object] = []
     if window.lower is not None:
@@ -178,7 +179,7 @@ class ExactSearcher:
 
     def rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None = None) -> list[tuple]:
         """Up to ``fetch`` matching rows (the corpus's hit columns), newest first."""
-        where, params = _filters(self.corpus, window, session_id)
+        where, params = date_session_filters(self.corpus, window, session_id)
         if self.corpus.indexed_through is not None:
             self._unindexed_above = self.conn.execute(self.corpus.indexed_through).fetchone()[0]
         pattern = like_pattern(needle)

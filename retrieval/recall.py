@@ -23,6 +23,7 @@ from obsmem.retrieval.results import (
     SourceEvent,
     SourceRef,
 )
+from obsmem.storage import sql_dialect
 from obsmem.validation import session_id as check_session_id
 
 
@@ -90,6 +91,12 @@ def _events_with_prefix(conn: apsw.Connection, prefix: str, session_id: str | No
     # prefix is at least that long. Events above the watermark are checked directly. Ids are not stored:
     # the SQL function derives them from the address.
     full_id = "obsmem_event_id(e.session_id, e.seq)"
+    if sql_dialect(conn) == "postgres":
+        # PostgreSQL indexes the ids' first 12 characters by expression (p0001_core): no watermark.
+        sql = f"SELECT {full_id}, {_EVENT_COLUMNS} FROM events AS e WHERE left({full_id}, 12) = ?"
+        return _first_two(
+            conn, sql + f" AND {full_id} >= ? AND {full_id} < ?", [prefix[:12], prefix, prefix + "g"], session_id
+        )
     sql = (
         f"SELECT {full_id}, {_EVENT_COLUMNS} FROM events AS e"
         " WHERE e.id IN (SELECT event_row FROM event_keys WHERE key = ?"
@@ -97,7 +104,10 @@ def _events_with_prefix(conn: apsw.Connection, prefix: str, session_id: str | No
         " AND substr(obsmem_event_id(session_id, seq), 1, 12) = ?)"
         f" AND {full_id} >= ? AND {full_id} < ?"
     )
-    params: list[object] = [prefix[:12], prefix[:12], prefix, prefix + "g"]
+    return _first_two(conn, sql, [prefix[:12], prefix[:12], prefix, prefix + "g"], session_id)
+
+
+def _first_two(conn: apsw.Connection, sql: str, params: list[object], session_id: str | None) -> list[tuple]:
     if session_id is not None:
         sql += " AND e.session_id = ?"
         params.append(session_id)

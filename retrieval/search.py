@@ -19,7 +19,7 @@ from obsmem.retrieval.corpus import EVENTS, MEMORIES, Corpus
 from obsmem.retrieval.exact import ExactSearcher, validate_query
 from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.settings import SearchSettings
-from obsmem.storage import ProjectDatabase
+from obsmem.storage import ProjectDatabase, sql_dialect
 from obsmem.validation import session_id as check_session_id
 
 if TYPE_CHECKING:
@@ -104,6 +104,10 @@ def run_exact(searchers: list[ExactSearcher], request: SearchRequest) -> SearchR
 
 def exact_searchers(conn: apsw.Connection, scope: str) -> list[ExactSearcher]:
     """One exact searcher per corpus the scope covers, on one connection."""
+    if sql_dialect(conn) == "postgres":
+        from obsmem.retrieval.exact_postgres import PostgresExactSearcher
+
+        return [PostgresExactSearcher(conn, corpus=corpus) for corpus in _CORPORA[scope]]  # type: ignore[misc]
     return [ExactSearcher(conn, corpus=corpus) for corpus in _CORPORA[scope]]
 
 

@@ -24,6 +24,7 @@ from obsmem.settings import load_settings  # noqa: E402
 from obsmem.surfaces.http import create_app  # noqa: E402
 from support.http_server import LOCAL  # noqa: E402
 from support.model_server import ModelServer  # noqa: E402
+from support.postgres import postgres_dsn, postgres_server  # noqa: E402, F401 (fixtures)
 from support.scripted_chat import ObserverScript, Responder, ScriptedChatServer  # noqa: E402
 
 

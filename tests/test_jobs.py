@@ -23,9 +23,16 @@ class Clock:
         self.now += seconds
 
 
-@pytest.fixture
-def registry(tmp_path: Path) -> ProjectRegistry:
-    reg = ProjectRegistry(tmp_path / "data")
+@pytest.fixture(params=["sqlite", "postgres"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> ProjectRegistry:
+    """The project databases the queue tests run on: SQLite files, then one PostgreSQL database (the queue's
+    SQL and rules are the same on both)."""
+    if request.param == "postgres":
+        from obsmem.storage import PostgresStore
+
+        reg = PostgresStore(request.getfixturevalue("postgres_dsn"), pool_size=4)
+    else:
+        reg = ProjectRegistry(tmp_path / "data")
     reg.get("proj", create=True)
     yield reg
     reg.close()

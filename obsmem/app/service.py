@@ -78,6 +78,18 @@ _TOTALS = tuple(IndexTotals.__dataclass_fields__)
 class Obsmem:
     """Memory for one data directory (many projects)."""
 
+    def __new__(cls, settings: Settings | None = None, *, data_dir: Path | str | None = None, **_: Any) -> Obsmem:
+        # With [storage] backend = "postgres" the same constructor builds the PostgreSQL service, which
+        # answers what that backend supports and refuses the rest by name (obsmem/app/postgres.py).
+        if (
+            cls is Obsmem
+            and (settings if settings is not None else load_settings(data_dir=data_dir)).storage.backend == "postgres"
+        ):
+            from obsmem.app.postgres import PostgresObsmem
+
+            return super().__new__(PostgresObsmem)
+        return super().__new__(cls)
+
     def __init__(
         self,
         settings: Settings | None = None,

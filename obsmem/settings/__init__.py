@@ -8,6 +8,7 @@ Every field is documented in docs/configuration.md; a test keeps the two in step
 - :mod:`obsmem.settings.main`: ``Settings`` and every section but `[semantic]`, role overrides derived
   from ``ModelSettings``;
 - :mod:`obsmem.settings.semantic`: the `[semantic]` section (hybrid search, indexer, embeddings, reranker);
+- :mod:`obsmem.settings.storage`: the `[storage]` section (SQLite or PostgreSQL);
 - :mod:`obsmem.settings.transcripts`: the `[transcripts]` section (transcript imports);
 - :mod:`obsmem.settings.loading`: which file is read, and errors that name the bad setting.
 """
@@ -40,6 +41,7 @@ from obsmem.settings.semantic import (
     RerankerSettings,
     SemanticSettings,
 )
+from obsmem.settings.storage import StorageSettings
 from obsmem.settings.transcripts import TranscriptSettings
 from obsmem.settings.trust import JudgeSettings, TrustSettings
 
@@ -68,6 +70,7 @@ __all__ = [
     "SemanticSettings",
     "ServerSettings",
     "Settings",
+    "StorageSettings",
     "TrustSettings",
     "TranscriptSettings",
     "Section",

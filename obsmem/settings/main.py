@@ -23,6 +23,7 @@ from pydantic_settings import (
 from obsmem.redaction import secret_kind
 from obsmem.settings.base import Section, check_base_url
 from obsmem.settings.semantic import SemanticSettings
+from obsmem.settings.storage import StorageSettings
 from obsmem.settings.transcripts import TranscriptSettings
 from obsmem.settings.trust import TrustSettings
 from obsmem.validation import PROJECT_SLUG
@@ -398,6 +399,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Bearer keys for the HTTP API. With none, the server only binds to loopback.",
     )
+    storage: StorageSettings = Field(default_factory=StorageSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)

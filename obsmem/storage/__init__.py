@@ -2,19 +2,48 @@
 
 The names below are what the rest of the code may import: :class:`ProjectDatabase` (one writer and one
 reader per thread over a project's SQLite file), the start-up capability check, the migration runner, and
-the mapping of SQLite and OS faults to the ``storage_*`` errors of :mod:`obsmem.errors`. The modules
-inside are internal and may move.
+the mapping of SQLite and OS faults to the ``storage_*`` errors of :mod:`obsmem.errors`; and the
+PostgreSQL backend (:class:`PostgresStore`, :class:`PostgresProjectDatabase`), loaded only when one of its
+names is used. The modules inside are internal and may move.
 """
 
-from obsmem.storage.connection import ProjectDatabase, check_sqlite_capabilities, open_connection, storage_faults
+from typing import TYPE_CHECKING, Any
+
+from obsmem.storage.connection import (
+    ProjectDatabase,
+    check_sqlite_capabilities,
+    open_connection,
+    sql_dialect,
+    storage_faults,
+)
 from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
 
+if TYPE_CHECKING:
+    from obsmem.storage.postgres import EventSignal, PostgresConnection, PostgresProjectDatabase, PostgresStore
+
+# The PostgreSQL backend needs psycopg (the ``postgres`` extra): loaded on first use, never by SQLite users.
+_POSTGRES_NAMES = ("EventSignal", "PostgresConnection", "PostgresProjectDatabase", "PostgresStore")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _POSTGRES_NAMES:
+        from obsmem.storage import postgres
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module 'obsmem.storage' has no attribute {name!r}")
+
+
 __all__ = [
+    "EventSignal",
+    "PostgresConnection",
+    "PostgresProjectDatabase",
+    "PostgresStore",
     "ProjectDatabase",
     "check_sqlite_capabilities",
     "migrate",
     "open_connection",
+    "sql_dialect",
     "storage_fault",
     "storage_faults",
 ]

@@ -192,6 +192,12 @@ def _prepare(conn: apsw.Connection) -> None:
 EVENT_ID_FUNCTION = "obsmem_event_id"
 
 
+def sql_dialect(conn: object) -> str:
+    """``"sqlite"`` or ``"postgres"``: the SQL a connection speaks, for the few statements an owning module
+    must write twice (a PostgreSQL connection says so; an apsw connection has no such attribute)."""
+    return str(getattr(conn, "dialect", "sqlite"))
+
+
 def _sql_event_id(session_id: str | None, seq: int | None) -> str | None:
     # NULL for a missing event (an outer join's empty side), as a stored column would read.
     if session_id is None or seq is None:

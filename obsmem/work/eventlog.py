@@ -27,6 +27,7 @@ import apsw
 
 from obsmem.dates import now_iso
 from obsmem.errors import ValidationFailed
+from obsmem.storage import sql_dialect
 
 MAX_LIST = 1000
 DEFAULT_LIST = 100
@@ -86,6 +87,9 @@ def record(
         " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         (type_, session_id, cycle_id, job_id, now_iso(), json.dumps(data or {}, separators=(",", ":"))),
     ).fetchone()
+    if sql_dialect(conn) == "postgres":
+        # Followers on PostgreSQL are woken by LISTEN/NOTIFY (obsmem.storage.postgres.notify) at the commit.
+        conn.execute("SELECT pg_notify('obsmem_events', current_schema())")
     return int(row[0])
 
 
@@ -136,9 +140,11 @@ def last_failure_at(conn: apsw.Connection, session_id: str, kind: str) -> str | 
 
     Housekeeping uses it to cool a session down after a failure instead of retrying it at once.
     """
+    # The data's kind: json_extract on SQLite, the jsonb operator on PostgreSQL.
+    kind_of_data = "data::jsonb->>'kind'" if sql_dialect(conn) == "postgres" else "json_extract(data, '$.kind')"
     row = conn.execute(
         "SELECT created_at FROM om_events WHERE session_id = ? AND type = 'job_failed'"
-        " AND json_extract(data, '$.kind') = ? ORDER BY id DESC LIMIT 1",
+        f" AND {kind_of_data} = ? ORDER BY id DESC LIMIT 1",
         (session_id, kind),
     ).fetchone()
     return None if row is None else str(row[0])

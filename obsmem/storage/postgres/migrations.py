@@ -1,0 +1,63 @@
+"""Versioned, checksummed migrations of a project's PostgreSQL schema.
+
+As on SQLite (:mod:`obsmem.storage.migrations`): each migration is recorded in the schema's
+``schema_migrations`` table with the SHA-256 of its SQL; a recorded checksum that differs from the code's,
+or a version this code does not know, refuses to go on. PostgreSQL's DDL is transactional, so a project's
+schema, its migrations and its row in the project list commit together: a project appears migrated and
+complete, or not at all. Versions are PostgreSQL's own (the SQLite set has other tables to migrate).
+"""
+
+from __future__ import annotations
+
+from obsmem.errors import StorageError
+from obsmem.storage.migrations import Migration
+from obsmem.storage.postgres.connection import PostgresConnection
+from obsmem.storage.postgres.schema import p0001_core, p0002_work, p0003_conversation
+
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, p0001_core.NAME, p0001_core.SQL),
+    Migration(2, p0002_work.NAME, p0002_work.SQL),
+    Migration(3, p0003_conversation.NAME, p0003_conversation.SQL),
+)
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)
+"""
+
+
+def migrate_schema(conn: PostgresConnection, migrations: tuple[Migration, ...] = POSTGRES_MIGRATIONS) -> list[int]:
+    """Apply what is missing to the schema ``search_path`` names, inside the caller's write transaction
+    (which holds the project's lock); verify what was applied. Returns the versions applied now."""
+    versions = [m.version for m in migrations]
+    if versions != sorted(set(versions)):
+        raise StorageError("migrations must have unique, increasing versions")
+    conn.execute(_LEDGER)
+    applied = {
+        int(version): (name, checksum)
+        for version, name, checksum in conn.execute("SELECT version, name, checksum FROM schema_migrations")
+    }
+    known = set(versions)
+    newer = sorted(v for v in applied if v not in known)
+    if newer:
+        raise StorageError(f"database schema version {newer[-1]} is newer than this obsmem understands; upgrade obsmem")
+    done: list[int] = []
+    for migration in migrations:
+        if migration.version in applied:
+            if applied[migration.version][1] != migration.checksum:
+                raise StorageError(
+                    f"migration {migration.version} ({migration.name}) differs from the one applied to "
+                    "this database; applied migrations must never be edited"
+                )
+            continue
+        conn.raw.execute(migration.sql)
+        conn.execute(
+            "INSERT INTO schema_migrations(version, name, checksum) VALUES (?, ?, ?)",
+            (migration.version, migration.name, migration.checksum),
+        )
+        done.append(migration.version)
+    return done

@@ -1,0 +1,123 @@
+"""Every project in one PostgreSQL database: the connection pool, the project list, the extensions.
+
+:class:`PostgresStore` is to PostgreSQL what :class:`obsmem.projects.ProjectRegistry` is to the data
+directory: it opens a project (``get``), creates it on a first write (``create=True``; a read of an unknown
+project is ``project_not_found``), and lists the projects. The list is the table ``obsmem.projects``
+(name, schema); each project's tables live in its own schema (:func:`project_schema`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from obsmem.errors import ProjectNotFound, StorageError
+from obsmem.storage.postgres.connection import PostgresProjectDatabase, advisory_key
+from obsmem.storage.postgres.faults import postgres_faults
+from obsmem.storage.postgres.migrations import migrate_schema
+from obsmem.validation import project_name
+
+CONNECT_SECONDS = 15.0
+# The extensions the backend needs: pg_trgm for exact search (pgvector joins when hybrid search is ported).
+REQUIRED_EXTENSIONS = ("pg_trgm",)
+_CATALOG_LOCK = advisory_key("\x00catalog")
+_CATALOG = """
+CREATE SCHEMA IF NOT EXISTS obsmem;
+CREATE TABLE IF NOT EXISTS obsmem.projects (
+    name TEXT PRIMARY KEY,
+    schema_name TEXT NOT NULL UNIQUE,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"""
+
+
+class PostgresStore:
+    """One pool of connections to one database, and the projects in it."""
+
+    def __init__(self, dsn: str, *, pool_size: int = 8, connect_seconds: float = CONNECT_SECONDS) -> None:
+        self.dsn = dsn  # kept for maintenance connections outside the pool; never shown
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="obsmem",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_seconds)
+        except PoolTimeout:
+            self._pool.close()
+            # The pool's own message may carry the server's reply; the DSN (and its password) stays out.
+            raise StorageError(
+                f"cannot connect to the PostgreSQL database of storage.dsn within {connect_seconds:g} s"
+            ) from None
+        self._open: dict[str, PostgresProjectDatabase] = {}
+        self._lock = threading.Lock()
+        try:
+            self._prepare_catalog()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _prepare_catalog(self) -> None:
+        with postgres_faults(), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CATALOG_LOCK,))
+            installed = {row[0] for row in conn.execute("SELECT extname FROM pg_extension")}
+            for extension in REQUIRED_EXTENSIONS:
+                if extension in installed:
+                    continue
+                try:
+                    with conn.transaction():
+                        conn.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+                except psycopg.errors.InsufficientPrivilege:
+                    raise StorageError(
+                        f"the PostgreSQL database lacks the {extension} extension and this user may not create "
+                        f"it; run CREATE EXTENSION {extension} as the database owner"
+                    ) from None
+                except psycopg.errors.UndefinedFile:
+                    raise StorageError(
+                        f"the PostgreSQL server has no {extension} extension installed (see docs/postgres.md)"
+                    ) from None
+            conn.execute(_CATALOG)
+
+    def exists(self, project: str) -> bool:
+        with postgres_faults(), self._pool.connection() as conn:
+            row = conn.execute("SELECT 1 FROM obsmem.projects WHERE name = %s", (project_name(project),)).fetchone()
+        return row is not None
+
+    def names(self) -> list[str]:
+        with postgres_faults(), self._pool.connection() as conn:
+            return [row[0] for row in conn.execute("SELECT name FROM obsmem.projects ORDER BY name")]
+
+    def get(self, project: str, *, create: bool = False) -> PostgresProjectDatabase:
+        """The project's database; ``create=True`` makes it on first use (writes only). Opening applies
+        the migrations it lacks, under the project's writer lock."""
+        name = project_name(project)
+        with self._lock:
+            db = self._open.get(name)
+            if db is not None:
+                return db
+            db = PostgresProjectDatabase(self._pool, name)
+            with db.write() as conn:
+                known = conn.execute("SELECT schema_name FROM obsmem.projects WHERE name = ?", (name,)).fetchone()
+                if known is None:
+                    if not create:
+                        raise ProjectNotFound(f"project '{name}' does not exist", field="project")
+                    conn.execute(f"CREATE SCHEMA {db.schema}")
+                    conn.execute("INSERT INTO obsmem.projects(name, schema_name) VALUES (?, ?)", (name, db.schema))
+                migrate_schema(conn)
+            self._open[name] = db
+            return db
+
+    def release(self, project: str) -> None:
+        with self._lock:
+            self._open.pop(project, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open.clear()
+        self._pool.close()
