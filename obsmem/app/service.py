@@ -214,8 +214,15 @@ class Obsmem:
         cites are kept. Returns the deleted memory as a hit.
         """
         db = self.projects.get(project)
+        # Resolved first in a read, where an id that is no memory's may cost a scan of the events not indexed
+        # yet (to say whether it names an event) without holding the writer lock; then again under the lock,
+        # where a memory is found by its index alone.
+        with db.read() as conn:
+            find_memory_row(conn, memory_id, session_id=session_id, project=project)
         with db.write() as conn:
-            row_id, hit, _ = find_memory_row(conn, memory_id, session_id=session_id, project=project)
+            row_id, hit, _ = find_memory_row(
+                conn, memory_id, session_id=session_id, project=project, scan_unindexed=False
+            )
             delete_memory(conn, row_id)
         self._memories_changed(project)
         return Forgotten(deleted=hit)
