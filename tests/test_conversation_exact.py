@@ -384,3 +384,38 @@ def test_recalling_and_forgetting_a_memory_hash_no_event_not_indexed_yet(service
     with pytest.raises(NotFound) as caught:
         service.forget("p", event_id("s1", 7))
     assert "conversation event" in caught.value.message
+
+
+def test_exact_search_derives_ids_only_for_the_events_it_returns(tmp_path: Path) -> None:
+    # 23 of 1,000 events match (in their content or their arguments): three among the oldest of the 600
+    # indexed (so a walk of the index reads all of it and runs out of its budget), twenty in the tail.
+    matching = {n for n in range(20, 1001, 20) if n <= 60 or n > 600}
+    events = [
+        (
+            "s",
+            STAMPS[n % 3],
+            f"zq zeta {n}" if n in matching and n % 40 == 0 else f"note {n}",
+            '{"arg":"zq zeta"}' if n in matching and n % 40 == 20 else None,
+        )
+        for n in range(1, 1001)
+    ]
+    registry, db = _load(tmp_path, events)
+    try:
+        index_event_trigrams(db, max_events=600)  # an indexed head and a tail of 400 above the watermark
+        conn = db.connection()
+        calls = _count_event_ids(conn)
+        window = parse_window()
+        plans = [
+            (ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=10**9, posting_cost=0), "zeta", "candidates"),
+            (ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=10**9), "zeta", "walk"),
+            (ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=3), "zeta", "walk+phrase"),
+            (ExactSearcher(conn, corpus=EVENTS, index_plan_max_docs=-1, walk_budget_steps=3), "zq", "walk+scan"),
+        ]
+        for searcher, needle, plan in plans:
+            calls[0] = 0
+            hits, truncated = searcher.search(needle, window, 5)
+            assert searcher.last_plan is not None and searcher.last_plan.name == plan
+            assert len(hits) == 5 and truncated
+            assert calls[0] == 6  # the limit and the one more that says truncated, not all 23 matches
+    finally:
+        registry.close()
