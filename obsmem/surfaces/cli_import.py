@@ -30,6 +30,7 @@ from rich.text import Text
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
+from obsmem.surfaces.cli_catchup import AFTER_HOOK_EVENTS, catch_up_after_write
 from obsmem.transcripts import SOURCES, FileProgress, ImportRun, default_roots, discover, find_transcripts
 from obsmem.validation import project_name
 
@@ -68,6 +69,7 @@ def _restore_export(app: App, path: Path, project: str | None) -> dict[str, Any]
             code="restore_unavailable",
         ) from None
     restored = exporting.restore_project(app.service, path, project)
+    catch_up_after_write(app.service, [project], show_progress=sys.stderr.isatty())
     return restored.to_dict() if hasattr(restored, "to_dict") else {"restored": str(path)}
 
 
@@ -127,12 +129,18 @@ def import_command(
     total = sum(_size(f) for f in files)
     with _progress(total >= PROGRESS_BYTES and sys.stderr.isatty(), total) as progress:
         run = app.service.import_transcripts(source, files, project=project, progress=progress)
+    catch_up_after_write(app.service, _projects(run), show_progress=sys.stderr.isatty())
     if as_json:
         render.emit_json(run.to_dict())
     else:
         render_run(console, run)
     if run.problems:
         raise click.exceptions.Exit(RUNTIME_EXIT)
+
+
+def _projects(run: ImportRun) -> set[str]:
+    """The projects an import stored events in."""
+    return {name for report in run.files if report.added for name in report.projects}
 
 
 def _size(path: Path) -> int:
@@ -237,6 +245,7 @@ def _follow(
         rounds, last_problems = 0, 0
         while not stop.is_set():
             run = app.service.import_transcripts(source, _files(source, paths), project=project)
+            catch_up_after_write(app.service, _projects(run), show_progress=False)
             rounds += 1
             # Files read whole each round (Gemini CLI, opencode) report their problems again: print a
             # round when it stored something or its problems changed, not every interval.
@@ -318,4 +327,6 @@ def _hook_import(app: App, agent: str, project: str | None) -> ImportRun:
     except UnicodeDecodeError:
         raise ValidationFailed("the hook payload on stdin is not UTF-8 text", code="invalid_hook_payload") from None
     path, _ = _payload(text)
-    return app.service.import_transcripts(agent, [path], project=project)
+    run = app.service.import_transcripts(agent, [path], project=project)
+    catch_up_after_write(app.service, _projects(run), max_events=AFTER_HOOK_EVENTS, show_progress=False)
+    return run
