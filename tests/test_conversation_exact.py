@@ -419,3 +419,20 @@ def test_exact_search_derives_ids_only_for_the_events_it_returns(tmp_path: Path)
             assert calls[0] == 6  # the limit and the one more that says truncated, not all 23 matches
     finally:
         registry.close()
+
+
+def test_a_current_index_costs_housekeeping_no_write_transaction(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    registry, db = _load(tmp_path, [("s", STAMPS[0], f"note {n}", None) for n in range(1, 4)])
+    try:
+        writes: list[int] = []
+        real_write = db.write
+
+        def counted_write():  # type: ignore[no-untyped-def]
+            writes.append(1)
+            return real_write()
+
+        monkeypatch.setattr(db, "write", counted_write)
+        assert index_event_trigrams(db) == 3 and writes == [1]
+        assert index_event_trigrams(db) == 0 and writes == [1]  # caught up: read, found nothing, no BEGIN IMMEDIATE
+    finally:
+        registry.close()

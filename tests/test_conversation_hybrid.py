@@ -251,3 +251,32 @@ def test_counting_indexed_events_derives_no_event_id(tmp_path: Path, model_serve
         assert db.query("SELECT max(id) FROM events") == [(6,)] and service.status("p").indexed_count == 5
         service.index("p")
         assert service.status("p").indexed_count == 6
+
+
+def test_the_keyword_rebuild_reads_no_event_while_events_are_not_indexed(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", [("2024-03-01 09:00", "mocked the clock in auth e2e")])
+        service.append_events("p", "s1", TALK)
+        service.index("p")
+        index = service.indexer.project("p")  # type: ignore[union-attr]
+        conn = service.database("p").connection()
+        statements: list[str] = []
+
+        def traced(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+            statements.append(sql)
+            return True
+
+        conn.exec_trace = traced
+        with service.database("p").write() as writer:
+            index.keywords.create(writer)
+        conn.exec_trace = None
+        assert statements and not [sql for sql in statements if "FROM events AS e LEFT JOIN" in sql]
+    # With events indexed, their keyword rows are rebuilt from them as before.
+    with make_service(tmp_path, model_server, **_events_on()) as service:
+        service.index("p")
+        db = service.database("p")
+        with db.write() as writer:
+            service.indexer.project("p").keywords.create(writer)  # type: ignore[union-attr]
+        assert db.query("SELECT count(*) FROM semantic_context WHERE memory_row < 0")[0][0] == len(TALK) + 1
