@@ -347,7 +347,7 @@ class ExactSearcher:
             self.conn.execute(sql, (json.dumps(candidates), *tail_params, *corpus.patterns(pattern), *params, fetch))
         )
 
-    def _hit_rows(self, chosen: Iterable[tuple[int]]) -> list[tuple]:
+    def _hit_rows(self, chosen: Iterable[tuple[Any, ...]]) -> list[tuple]:
         """The hit columns of the rows a plan chose (``(id,)`` each, at most ``fetch``), newest first.
 
         Plans sort and limit on row ids alone, and only the rows returned get their hit columns: an event's

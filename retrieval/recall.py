@@ -128,7 +128,7 @@ def _events_among(conn: apsw.Connection, rows_sql: str, prefix: str, session_id:
         f"SELECT {_FULL_EVENT_ID}, {_EVENT_COLUMNS} FROM events AS e WHERE e.id IN ({rows_sql})"
         f" AND {_FULL_EVENT_ID} >= ? AND {_FULL_EVENT_ID} < ?"
     )
-    params: list[object] = [prefix[:12]] * rows_sql.count("?") + [prefix, prefix + "g"]
+    params: list[object] = [*[prefix[:12]] * rows_sql.count("?"), prefix, prefix + "g"]
     if session_id is not None:
         sql += " AND e.session_id = ?"
         params.append(session_id)
