@@ -123,3 +123,14 @@ def test_the_stdio_mcp_server_catches_up_from_its_start(tmp_path: Path) -> None:
                 assert _backlog(data_dir, "p") == 0
 
     anyio.run(scenario)
+
+
+def test_cli_restore_leaves_the_index_current(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with Obsmem(data_dir=data_dir) as service:
+        service.append_events("p", "s1", TURNS)
+    exported = tmp_path / "p.jsonl"
+    assert _run(data_dir, "export", "p", "--output", str(exported), "--no-progress").exit_code == 0
+    restored = _run(data_dir, "restore", str(exported), "--project", "copy", "--json")
+    assert restored.exit_code == 0, restored.output
+    assert _backlog(data_dir, "copy") == 0
