@@ -117,9 +117,20 @@ def setup_summary(memory: Obsmem) -> dict[str, Any]:
         "semantic": True,
         "embedding": memory.indexer.embedder.identity if memory.indexer is not None else None,
         "bm25_tokenizer": semantic.bm25.tokenizer,
+        "index_events": semantic.index.events,
         "fusion": semantic.fusion.model_dump(),
         "reranker": None if reranker is None else {"provider": reranker.provider, "min_score": reranker.min_score},
     }
+
+
+def merged_setup(by_ways: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The setup of a run whose ways ran in services of their own: one service's summary as it is; several,
+    what they share at the top and each one's own summary under ``ways`` (keyed by its ways)."""
+    if len(by_ways) <= 1:
+        return next(iter(by_ways.values()), {})
+    first, *others = by_ways.values()
+    shared = {key: value for key, value in first.items() if all(other.get(key, ...) == value for other in others)}
+    return shared | {"ways": by_ways}
 
 
 def semantic_modes(modes: Sequence[str]) -> bool:
@@ -245,7 +256,7 @@ def evaluate_locomo(
         ([way for way in ways if way not in CONVERSATION_WAYS], with_semantic(settings)),
         ([way for way in ways if way in CONVERSATION_WAYS], with_event_index(with_semantic(settings))),
     ]
-    setup: dict[str, Any] = {}
+    setups: dict[str, dict[str, Any]] = {}
     with workspace(work_dir) as data_dir:
         for group, group_settings in groups:
             if not group:
@@ -261,7 +272,7 @@ def evaluate_locomo(
                     started = time.perf_counter()
                     results += locomo.run_way(memory, prepared, way, modes, progress)
                     timings["queries"] += time.perf_counter() - started
-                setup = setup_summary(memory)
+                setups[", ".join(group)] = setup_summary(memory)
         timings["total"] = time.perf_counter() - started_all
         questions = sum(len(c.questions) for c in loaded_file)
         skipped = sum(c.skipped_questions for c in loaded_file)
@@ -271,7 +282,7 @@ def evaluate_locomo(
             f"turns: {sum(1 for c in loaded_file for _ in c.turns())}; "
             f"dataset observations: {sum(len(c.facts) for c in loaded_file)}",
         ]
-        return EvalRun("locomo", results, timings, setup, notes)
+        return EvalRun("locomo", results, timings, merged_setup(setups), notes)
 
 
 # -- LongMemEval -----------------------------------------------------------------------------------------

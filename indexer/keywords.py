@@ -197,12 +197,20 @@ class KeywordDocuments:
             before, current = current, item
         if current is not None:
             emit(before, current, None)
-        # Events in session order, chained among themselves the same way.
+        # Events in session order, chained among themselves the same way; only when some event is indexed
+        # (semantic.index.events), or the rebuild would read every event's text to write nothing.
         before, current = None, None
-        for found in conn.execute(
-            f"SELECT -e.id, e.session_id, {event_date('e')}, {event_text('e')}, s.memory_row IS NOT NULL"
-            " FROM events AS e LEFT JOIN semantic_sources AS s ON s.memory_row = -e.id ORDER BY e.session_id, e.seq"
-        ):
+        indexed_events = conn.execute("SELECT EXISTS (SELECT 1 FROM semantic_sources WHERE memory_row < 0)")
+        events = (
+            conn.execute(
+                f"SELECT -e.id, e.session_id, {event_date('e')}, {event_text('e')}, s.memory_row IS NOT NULL"
+                " FROM events AS e LEFT JOIN semantic_sources AS s ON s.memory_row = -e.id"
+                " ORDER BY e.session_id, e.seq"
+            )
+            if indexed_events.fetchone()[0]
+            else ()
+        )
+        for found in events:
             item = (int(found[0]), found[1], found[2], found[3], int(found[4]))
             if current is not None:
                 emit(before, current, item)

@@ -82,8 +82,9 @@ class IndexReader(Protocol):
         """Current memories and events represented by at least one indexed chunk (``kind``: one alone)."""
         ...
 
-    def has_pending(self) -> bool:
-        """Whether any memory waits to be (re)indexed: search then serves a partial index."""
+    def has_pending(self, kind: str | None = None) -> bool:
+        """Whether any memory or event waits to be (re)indexed: search then serves a partial index
+        (``kind``: ``memories`` or ``events`` alone)."""
         ...
 
     def stale_chunks(self, cap: int) -> int:
@@ -236,12 +237,15 @@ class SqliteIndexReader:
     def indexed_count(self, kind: str | None = None) -> int:
         return stores.indexed_count(self.conn, kind or self.default_kind)
 
-    def has_pending(self) -> bool:
-        sql = "SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > ?)"
+    def has_pending(self, kind: str | None = None) -> bool:
+        kind = kind or self.default_kind
+        # Memories are marked under positive rows, events under negative ones (below first_row: not indexed).
+        sql = "SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > ?"
+        sql += {MEMORIES: " AND memory_row > 0)", EVENTS: " AND memory_row < 0)"}.get(kind or "", ")")
         if self._one(sql, (self.first_row,))[0]:
             return True
         # New events wait unmarked for the indexer's next batch (when events are indexed at all).
-        return self.default_kind is None and bool(self._one(UNMARKED_EVENTS, ())[0])
+        return kind != MEMORIES and self.default_kind is None and bool(self._one(UNMARKED_EVENTS, ())[0])
 
     def stale_chunks(self, cap: int) -> int:
         return int(self._one(_STALE, (self.first_row, cap))[0])

@@ -106,9 +106,15 @@ _SOURCE_COUNTS = {"memories": "SELECT count(*) FROM memories", "events": "SELECT
 _INDEXED_COUNTS = {
     "memories": "SELECT count(*) FROM semantic_sources AS s JOIN memories AS m"
     " ON m.id = s.memory_row AND m.memory_id = s.memory_id WHERE s.memory_row > 0 AND s.chunk_count > 0",
-    "events": "SELECT count(*) FROM semantic_sources AS s JOIN events AS e"
-    " ON e.id = -s.memory_row AND obsmem_event_id(e.session_id, e.seq) = s.memory_id"
-    " WHERE s.memory_row < 0 AND s.chunk_count > 0",
+    # An event's id is derived on read (a SHA-256), so it is compared only where the source may be stale: an
+    # event up to the marker watermark that is not pending is the one indexed, since every change to such a
+    # row (an edit, a delete, an insert reusing its id) marks it pending until it is indexed again. CASE, not
+    # OR: SQLite may evaluate both sides of an OR.
+    "events": "SELECT count(*) FROM semantic_sources AS s JOIN events AS e ON e.id = -s.memory_row"
+    " WHERE s.memory_row < 0 AND s.chunk_count > 0"
+    " AND CASE WHEN e.id <= (SELECT marked_through FROM event_marker_progress)"
+    " AND NOT EXISTS (SELECT 1 FROM semantic_pending AS p WHERE p.memory_row = s.memory_row) THEN 1"
+    " ELSE obsmem_event_id(e.session_id, e.seq) = s.memory_id END",
 }
 
 

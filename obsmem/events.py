@@ -331,6 +331,11 @@ def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) 
     a search is, never its answer. ``max_events`` bounds one call (None: until caught up). Returns the
     number of events indexed."""
     done = 0
+    with db.read() as conn:  # caught up: a plain read, no write transaction (housekeeping asks every pass)
+        if not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM events WHERE id > (SELECT indexed_through FROM event_trigram_progress))"
+        ).fetchone()[0]:
+            return 0
     while max_events is None or done < max_events:
         batch = TRIGRAM_BATCH_EVENTS if max_events is None else min(TRIGRAM_BATCH_EVENTS, max_events - done)
         with db.write() as conn:
@@ -355,6 +360,8 @@ def index_event_trigrams(db: ProjectDatabase, *, max_events: int | None = None) 
             conn.execute("UPDATE events SET in_date_order = 1 WHERE id > ? AND id <= ?", (through, last[0]))
             conn.execute("UPDATE event_trigram_progress SET indexed_through = ?", (last[0],))
         done += last[1]
+        if last[1] < batch:  # the batch reached the last event: caught up, without one more transaction
+            return done
     return done
 
 

@@ -33,6 +33,7 @@ import json
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -338,13 +339,29 @@ class ExactSearcher:
             return []
         corpus = self.corpus
         sql = (
-            f"SELECT {corpus.columns} FROM {corpus.table} AS m"
+            f"SELECT m.id FROM {corpus.table} AS m"
             f" WHERE m.id IN (SELECT value FROM json_each(?){tail})"
             f" AND {corpus.match}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
+        return self._hit_rows(
+            self.conn.execute(sql, (json.dumps(candidates), *tail_params, *corpus.patterns(pattern), *params, fetch))
+        )
+
+    def _hit_rows(self, chosen: Iterable[tuple[Any, ...]]) -> list[tuple]:
+        """The hit columns of the rows a plan chose (``(id,)`` each, at most ``fetch``), newest first.
+
+        Plans sort and limit on row ids alone, and only the rows returned get their hit columns: an event's
+        id among them is a SHA-256 derived on read, which computed for every row entering a sort cost a
+        search over an unindexed tail a hash per matching event."""
+        ids = [row[0] for row in chosen]
+        if not ids:
+            return []
+        corpus = self.corpus
         return self.conn.execute(
-            sql, (json.dumps(candidates), *tail_params, *corpus.patterns(pattern), *params, fetch)
+            f"SELECT {corpus.columns} FROM {corpus.table} AS m WHERE m.id IN (SELECT value FROM json_each(?))"
+            f" ORDER BY {corpus.date} DESC, m.id DESC",
+            (json.dumps(ids),),
         ).fetchall()
 
     def _tail(self) -> tuple[str, tuple[int, ...]]:
@@ -355,20 +372,19 @@ class ExactSearcher:
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         corpus = self.corpus
-        order = ""
+        order = f"{corpus.date}, m.id"
         tail: list[tuple] = []
         if self._unindexed_above is not None:
             # The date indexes hold the rows up to the watermark: the newest `fetch` of all rows are the
             # newest of the walk's own newest `fetch` and the unindexed rows'. The unindexed rows are read
             # first and outside the walk's budget (their cost is bounded by the tail, as in the other plans).
-            order = f"{corpus.date}, m.id, "
             tail = self.conn.execute(
-                f"SELECT {order}{corpus.columns} FROM {corpus.table} AS m WHERE m.id > ? AND {corpus.match}{where}"
+                f"SELECT {order} FROM {corpus.table} AS m WHERE m.id > ? AND {corpus.match}{where}"
                 f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?",
                 (self._unindexed_above, *corpus.patterns(pattern), *params, fetch),
             ).fetchall()
         sql = (
-            f"SELECT {order}{corpus.columns} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
+            f"SELECT {order} FROM {corpus.table} AS m INDEXED BY {self._walk_index(where)}"
             f" WHERE {corpus.match}{corpus.in_date_order}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
@@ -387,10 +403,8 @@ class ExactSearcher:
             raise _WalkBudgetExhausted from None
         finally:
             self.conn.set_progress_handler(None)
-        if not order:
-            return rows
-        merged = sorted(rows + tail, key=lambda row: (row[0], row[1]), reverse=True)
-        return [row[2:] for row in merged[:fetch]]
+        merged = sorted(rows + tail, reverse=True) if tail else rows
+        return self._hit_rows(row[1:] for row in merged[:fetch])
 
     def _walk_index(self, where: str) -> str:
         return self.corpus.by_session_date if "m.session_id" in where else self.corpus.by_date
@@ -402,23 +416,23 @@ class ExactSearcher:
         sql = (
             "WITH candidates AS MATERIALIZED ("
             f"  SELECT rowid AS id FROM {corpus.trigrams} WHERE {corpus.trigrams} MATCH ?{tail})"
-            f" SELECT {corpus.columns} FROM candidates AS c JOIN {corpus.table} AS m ON m.id = c.id"
+            f" SELECT m.id FROM candidates AS c JOIN {corpus.table} AS m ON m.id = c.id"
             f" WHERE {corpus.match}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(
-            sql, (fts_phrase(needle), *tail_params, *corpus.patterns(pattern), *params, fetch)
-        ).fetchall()
+        return self._hit_rows(
+            self.conn.execute(sql, (fts_phrase(needle), *tail_params, *corpus.patterns(pattern), *params, fetch))
+        )
 
     def _scan(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         # One sequential pass over the table is cheaper than walking the whole date index.
         corpus = self.corpus
         sql = (
-            f"SELECT {corpus.columns} FROM {corpus.table} AS m NOT INDEXED"
+            f"SELECT m.id FROM {corpus.table} AS m NOT INDEXED"
             f" WHERE {corpus.match}{where}"
             f" ORDER BY {corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)).fetchall()
+        return self._hit_rows(self.conn.execute(sql, (*corpus.patterns(pattern), *params, fetch)))
 
 
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})

@@ -202,7 +202,7 @@ class HybridSearcher:
                 if store.source_count(kind) == 0:
                     return SearchResult(mode="hybrid"), stages
                 raise self._building(project, store, compatible=True, kind=kind)
-            partial = store.has_pending()
+            partial = store.has_pending(kind)  # only what the scope searches makes its answer partial
             # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
             margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0
             slots = None if where.is_open else vectors.selection(where)

@@ -16,6 +16,7 @@ import pytest
 from obsmem import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.ids import event_id
+from obsmem.retrieval import SCOPES
 from obsmem.settings import load_settings
 from support.hybrid_reference import IN_STEP, index_matches_memories
 from support.model_server import ModelServer
@@ -202,3 +203,80 @@ def test_events_wait_until_the_setting_is_on(tmp_path: Path, model_server: Model
         report = service.index("p")
         assert report.totals.memories == 7 and report.status.indexed_count == 8
         assert service.search("p", "postgres version", scope="conversation").hits[0].seq == 6
+
+
+def test_partial_answers_for_the_kind_the_scope_searches(tmp_path: Path, model_server: ModelServer) -> None:
+    with make_service(tmp_path, model_server, **_events_on()) as service:
+        add_memories(service, "p", [("2024-03-01 09:00", "mocked the clock in auth e2e")])
+        service.append_events("p", "s1", TALK[:3])
+        service.index("p")
+        partial = {scope: service.search("p", "clock", scope=scope).partial for scope in SCOPES}
+        assert partial == {"memories": False, "conversation": False, "all": False}
+        # New events wait for the indexer: only the searches that look at events are partial.
+        service.append_events("p", "s1", TALK[3:])
+        partial = {scope: service.search("p", "clock", scope=scope).partial for scope in SCOPES}
+        assert partial == {"memories": False, "conversation": True, "all": True}
+        service.index("p")
+        # A new memory waits: only the searches that look at memories are partial.
+        add_memories(service, "p", [("2024-03-02 09:00", "postgres 16 upgrade planned")], session="s9")
+        with service.database("p").write() as conn:
+            conn.execute("UPDATE event_marker_progress SET marked_through = (SELECT max(id) FROM events)")
+        partial = {scope: service.search("p", "clock", scope=scope).partial for scope in SCOPES}
+        assert partial == {"memories": True, "conversation": False, "all": True}
+
+
+def test_counting_indexed_events_derives_no_event_id(tmp_path: Path, model_server: ModelServer) -> None:
+    with make_service(tmp_path, model_server, **_events_on()) as service:
+        service.append_events("p", "s1", TALK)
+        service.index("p")
+        db = service.database("p")
+        calls = [0]
+
+        def counted(session_id: str, seq: int) -> str:
+            calls[0] += 1
+            return event_id(session_id, seq)
+
+        db.connection().create_scalar_function("obsmem_event_id", counted, 2, deterministic=True)
+        status = service.status("p")
+        assert (status.indexed_count, status.source_count) == (6, 6) and calls[0] == 0
+        # An edited event is pending: its id is checked (the one it was indexed under still holds).
+        with db.write() as conn:
+            conn.execute("UPDATE events SET content = 'edited' WHERE seq = 2")
+        assert service.status("p").indexed_count == 6 and calls[0] == 1
+        # A deleted event's row is gone; the next append reuses its row for another event, not indexed yet.
+        with db.write() as conn:
+            conn.execute("DELETE FROM events WHERE seq = 6")
+        assert service.status("p").indexed_count == 5
+        service.append_events("p", "s1", [{"seq": 7, "role": "user", "content": "another last word"}])
+        assert db.query("SELECT max(id) FROM events") == [(6,)] and service.status("p").indexed_count == 5
+        service.index("p")
+        assert service.status("p").indexed_count == 6
+
+
+def test_the_keyword_rebuild_reads_no_event_while_events_are_not_indexed(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    with make_service(tmp_path, model_server) as service:
+        add_memories(service, "p", [("2024-03-01 09:00", "mocked the clock in auth e2e")])
+        service.append_events("p", "s1", TALK)
+        service.index("p")
+        index = service.indexer.project("p")  # type: ignore[union-attr]
+        conn = service.database("p").connection()
+        statements: list[str] = []
+
+        def traced(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+            statements.append(sql)
+            return True
+
+        conn.exec_trace = traced
+        with service.database("p").write() as writer:
+            index.keywords.create(writer)
+        conn.exec_trace = None
+        assert statements and not [sql for sql in statements if "FROM events AS e LEFT JOIN" in sql]
+    # With events indexed, their keyword rows are rebuilt from them as before.
+    with make_service(tmp_path, model_server, **_events_on()) as service:
+        service.index("p")
+        db = service.database("p")
+        with db.write() as writer:
+            service.indexer.project("p").keywords.create(writer)  # type: ignore[union-attr]
+        assert db.query("SELECT count(*) FROM semantic_context WHERE memory_row < 0")[0][0] == len(TALK) + 1

@@ -179,6 +179,13 @@ def test_locomo_one_way_and_chosen_conversations(tmp_path: Path, model_server: M
         settings(tmp_path, model_server), data, modes=("bm25",), ways=("b",), conversations=["conv-2"]
     )
     assert [(r.dataset, r.questions) for r in run.results] == [("locomo (b) observations", 5)]
+    assert run.setup["index_events"] is False and "ways" not in run.setup
+    # Ways over memories and over events run in services of their own: the setup keeps both.
+    mixed = evaluate_locomo(
+        settings(tmp_path, model_server), data, modes=("bm25",), ways=("b", "c"), conversations=["conv-2"]
+    )
+    assert {way: setup["index_events"] for way, setup in mixed.setup["ways"].items()} == {"b": False, "c": True}
+    assert "index_events" not in mixed.setup and mixed.setup["bm25_tokenizer"] == run.setup["bm25_tokenizer"]
     with pytest.raises(ValidationFailed, match="conv-9"):
         evaluate_locomo(settings(tmp_path, model_server), data, modes=("bm25",), conversations=["conv-9"])
 

@@ -39,6 +39,8 @@ PORTED = frozenset(
         "recall",
         "status",
         "project_names",
+        "index_conversation",
+        "conversation_backlog",
         "pipeline_events",
         "jobs",
         "start_workers",
@@ -158,8 +160,18 @@ class PostgresObsmem(Obsmem):
                 "observer": "disabled" if not self.settings.observer.enabled else "not_configured",
                 "reflector": "disabled" if not self.settings.reflector.enabled else "not_configured",
                 "jobs": JobQueue(db).counts(),  # type: ignore[arg-type]
+                "unindexed_events": 0,
             },
         )
+
+    def index_conversation(self, project: str, *, max_events: int | None = None) -> int:
+        """Nothing to catch up: PostgreSQL's trigram index on events is kept by the append itself."""
+        self.store.get(project)
+        return 0
+
+    def conversation_backlog(self, project: str) -> int:
+        self.store.get(project)
+        return 0
 
     def project_names(self) -> list[str]:
         return self.store.names()

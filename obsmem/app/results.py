@@ -166,6 +166,9 @@ class ProjectStatus(JsonResult):
     observer: str
     reflector: str
     jobs: JobCounts
+    # Events above the conversation index's watermark: exact conversation search and recall scan them
+    # directly until a catch-up (housekeeping, the CLI after a write, `obsmem index`) indexes them.
+    unindexed_events: int
     indexed_count: int | None = field(default=None, metadata=OMIT_IF_NONE)
     source_count: int | None = field(default=None, metadata=OMIT_IF_NONE)
     index: IndexStatus | None = field(default=None, metadata=OMIT_IF_NONE)

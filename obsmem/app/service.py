@@ -35,6 +35,7 @@ from obsmem.events import (
     index_event_trigrams,
     require_session,
     session_totals,
+    unindexed_events,
 )
 from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, import_observations, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
@@ -226,8 +227,15 @@ class Obsmem:
         cites are kept. Returns the deleted memory as a hit.
         """
         db = self.projects.get(project)
+        # Resolved first in a read, where an id that is no memory's may cost a scan of the events not indexed
+        # yet (to say whether it names an event) without holding the writer lock; then again under the lock,
+        # where a memory is found by its index alone.
+        with db.read() as conn:
+            find_memory_row(conn, memory_id, session_id=session_id, project=project)
         with db.write() as conn:
-            row_id, hit, _ = find_memory_row(conn, memory_id, session_id=session_id, project=project)
+            row_id, hit, _ = find_memory_row(
+                conn, memory_id, session_id=session_id, project=project, scan_unindexed=False
+            )
             delete_memory(conn, row_id)
         self._memories_changed(project)
         return Forgotten(deleted=hit)
@@ -458,10 +466,17 @@ class Obsmem:
         queue = self.pipeline.queue(self.projects.get(project))
         return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
-    def index_conversation(self, project: str) -> int:
-        """Bring the events' trigram index up to date now (the workers' housekeeping does it in steps);
-        returns the events indexed. Exact conversation search answers the same either way, only faster."""
-        return index_event_trigrams(self.projects.get(project))
+    def index_conversation(self, project: str, *, max_events: int | None = None) -> int:
+        """Bring the events' trigram index up to date now (the workers' housekeeping does it in steps; the
+        CLI after its writes and ``obsmem index``; the MCP server at start-up), at most ``max_events`` of them
+        (None: all); returns the events indexed. Exact conversation search answers the same either way, and
+        recall finds an event either way, only faster."""
+        return index_event_trigrams(self.projects.get(project), max_events=max_events)
+
+    def conversation_backlog(self, project: str) -> int:
+        """Events not in the conversation index yet: exact conversation search and recall scan them directly."""
+        with self.projects.get(project).read() as conn:
+            return unindexed_events(conn)
 
     def worker_pool(self) -> WorkerPool:
         """The pool that runs background jobs for every project of this data directory (not started)."""
@@ -491,6 +506,7 @@ class Obsmem:
         db = self.projects.get(project)
         with db.read() as conn:
             totals = session_totals(conn)
+            backlog = unindexed_events(conn)
             kinds = memory_counts(conn)
             generations, dropped = project_generation_totals(conn)
         return build(
@@ -510,6 +526,7 @@ class Obsmem:
                 "observer": self.pipeline.observe.state_for(project),
                 "reflector": self.pipeline.reflect.state_for(project),
                 "jobs": self.pipeline.queue(db).counts(),
+                "unindexed_events": backlog,
                 "trust": build(TrustStatus, self.trust.status(project, db)),
             }
             | self._index_status(project),

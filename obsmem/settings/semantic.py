@@ -319,9 +319,9 @@ class IndexSettings(Section):
     events: bool = Field(
         default=False,
         description="Also index the conversation events (content, tool name and arguments), for hybrid "
-        "search with scope `conversation` or `all`. Every event append is marked for indexing either way, so "
-        "turning this on later indexes the events already stored. Off: hybrid search of the conversation is "
-        "`mode_unavailable` (exact conversation search needs no index).",
+        "search with scope `conversation` or `all`. Appends write no marker: the indexer marks events from a "
+        "durable watermark of its own, so turning this on later indexes the events already stored. Off: hybrid "
+        "search of the conversation is `mode_unavailable` (exact conversation search needs no index).",
     )
     poll_seconds: float = Field(
         default=5.0, gt=0, description="How often the background indexer looks for writes made elsewhere."

@@ -277,6 +277,9 @@ def ingest(
     if file is not None:
         with render.file_progress(show_progress) as progress:
             events = app.service.import_jsonl(project, file, session_id, progress=progress)
+        from obsmem.surfaces.cli_catchup import catch_up_after_write
+
+        catch_up_after_write(app.service, [project], show_progress=show_progress)
         result["events"] = events.to_dict()
         if not as_json:
             render.render_import_receipt(console, result["events"])

@@ -120,6 +120,9 @@ def restore(app: Any, file: Path, project: str, as_json: bool, progress: bool | 
     """
     with _progress_bars(_show_progress(progress) and not as_json) as report:
         receipt = restore_project(app.service, file, project, progress=report)
+    from obsmem.surfaces.cli_catchup import catch_up_after_write
+
+    catch_up_after_write(app.service, [project], show_progress=_show_progress(progress) and not as_json)
     if as_json:
         click.echo(json.dumps(receipt.to_dict(), indent=2))
         return

@@ -30,6 +30,7 @@ from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.exporting import restore_project
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
+from obsmem.surfaces.cli_catchup import AFTER_HOOK_EVENTS, catch_up_after_write
 from obsmem.transcripts import (
     SOURCES,
     FileProgress,
@@ -71,7 +72,9 @@ def _restore_export(app: App, path: Path, project: str | None) -> dict[str, Any]
         return None
     if project is None:
         raise click.UsageError("restoring a whole-project export needs --project NEW")
-    return restore_project(app.service, path, project).to_dict()
+    restored = restore_project(app.service, path, project)
+    catch_up_after_write(app.service, [project], show_progress=sys.stderr.isatty())
+    return restored.to_dict()
 
 
 @click.command("import")
@@ -130,12 +133,18 @@ def import_command(
     total = sum(_size(f) for f in files)
     with _progress(total >= PROGRESS_BYTES and sys.stderr.isatty(), total) as progress:
         run = app.service.import_transcripts(source, files, project=project, progress=progress)
+    catch_up_after_write(app.service, _projects(run), show_progress=sys.stderr.isatty())
     if as_json:
         render.emit_json(run.to_dict())
     else:
         render_run(console, run)
     if run.problems:
         raise click.exceptions.Exit(RUNTIME_EXIT)
+
+
+def _projects(run: ImportRun) -> set[str]:
+    """The projects an import stored events in."""
+    return {name for report in run.files if report.added for name in report.projects}
 
 
 def _size(path: Path) -> int:
@@ -240,6 +249,7 @@ def _follow(
         rounds, last_problems = 0, 0
         while not stop.is_set():
             run = app.service.import_transcripts(source, _files(source, paths), project=project)
+            catch_up_after_write(app.service, _projects(run), show_progress=False)
             rounds += 1
             # Files read whole each round (Gemini CLI, opencode) report their problems again: print a
             # round when it stored something or its problems changed, not every interval.
@@ -328,4 +338,6 @@ def _hook_import(app: App, agent: str, project: str | None) -> ImportRun:
         files.extend(claude_subagents(path))
         if project is None and cwd is not None and ClaudeCodeFormat(ReaderOptions(), path, {}).project_cwd() is None:
             project = project_for_cwd(cwd, app.service.settings.transcripts.project_map)  # nothing recorded yet
-    return app.service.import_transcripts(agent, files, project=project)
+    run = app.service.import_transcripts(agent, files, project=project)
+    catch_up_after_write(app.service, _projects(run), max_events=AFTER_HOOK_EVENTS, show_progress=False)
+    return run

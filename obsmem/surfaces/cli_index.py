@@ -1,4 +1,5 @@
-"""``obsmem index PROJECT``: index everything pending now, in the foreground, with a progress bar.
+"""``obsmem index PROJECT``: index everything pending now, in the foreground, with a progress bar: the
+conversation index of exact search (always), then the semantic index (with ``[semantic]``).
 
 Register it in the CLI's command table with one line::
 
@@ -20,6 +21,7 @@ import click
 
 from obsmem.app import IndexReport, Obsmem
 from obsmem.errors import ObsmemError
+from obsmem.surfaces.cli_catchup import catch_up
 
 
 def run_index(service: Obsmem, project: str, *, show_progress: bool) -> IndexReport:
@@ -49,23 +51,32 @@ def run_index(service: Obsmem, project: str, *, show_progress: bool) -> IndexRep
 )
 @click.pass_obj
 def index(app: Any, project: str, as_json: bool, progress: bool | None) -> None:
-    """Index every pending memory of PROJECT now (semantic mode), then publish the vector index file.
+    """Index what is pending in PROJECT now: the events exact conversation search has not indexed yet,
+    then (with the [semantic] settings section) every pending memory, and publish the vector index file.
 
-    Needs the [semantic] settings section. Safe to interrupt: finished batches are kept and a later run
-    (or the server's background indexer) continues where this one stopped.
+    Safe to interrupt: finished batches are kept and a later run (or the server's background work)
+    continues where this one stopped.
     """
     show = sys.stderr.isatty() if progress is None else progress
     service = Obsmem(app.settings(), background_indexing=False)
     try:
-        summary = run_index(service, project, show_progress=show and not as_json).to_dict()
+        conversation, _ = catch_up(service, project, max_events=None, show_progress=show and not as_json)
+        semantic = service.indexer is not None
+        events_too = semantic and service.settings.semantic is not None and service.settings.semantic.index.events
+        summary: dict[str, Any] = {"conversation_events_indexed": conversation}
+        if semantic:
+            summary |= run_index(service, project, show_progress=show and not as_json).to_dict()
     except ObsmemError:
         raise
     finally:
         service.close()
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
-    else:
+        return
+    click.echo(f"{project}: conversation index current ({conversation:,} events indexed now)")
+    if semantic:
+        sources = "memories and events" if events_too else "memories"
         click.echo(
-            f"{project}: {summary['indexed_count']} of {summary['source_count']} memories indexed "
+            f"{project}: {summary['indexed_count']} of {summary['source_count']} {sources} in the semantic index "
             f"({summary['chunks_embedded']} chunks embedded, {summary['chunks_reused']} reused)"
         )

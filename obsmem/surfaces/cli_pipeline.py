@@ -457,6 +457,13 @@ def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableTy
         return Text(f"No projects in {data_dir} yet: `obsmem ingest PROJECT FILE` creates one.")
     parts: list[RenderableType] = [render.status_table(rows)]
     for row in rows:
+        if row.get("unindexed_events"):
+            parts.append(
+                Text(
+                    f"{row['project']}: {row['unindexed_events']:,} events not in the conversation index yet "
+                    f"(conversation search scans them; `obsmem index {row['project']}` catches up)"
+                )
+            )
         jobs = row.get("jobs") or {}
         line = (
             f"{row['project']}: background observation {row.get('observer', 'unknown')}; jobs "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from typing import Any
 
 import anyio
@@ -28,6 +29,7 @@ from mcp.server.stdio import stdio_server
 
 from obsmem.app import LOCAL_USER, Obsmem
 from obsmem.errors import ObsmemError
+from obsmem.events import TRIGRAM_BATCH_EVENTS
 from obsmem.redaction import redact_text
 from obsmem.surfaces.tool_memory import MEMORY
 from obsmem.surfaces.tools import run_tool, tool_definitions
@@ -113,8 +115,28 @@ def build_server(service: Obsmem, *, project: str | None = None, session_id: str
     )
 
 
+def catch_up_conversation(service: Obsmem, project: str, stop: threading.Event) -> int:
+    """Index the project's events that exact conversation search has not indexed yet, one batch per
+    transaction, until none is left or ``stop`` is set; returns how many were indexed.
+
+    A stdio server runs no worker pool, whose housekeeping would do it: without this, every conversation
+    search and event recall of a session that follows an import would scan the whole import."""
+    done = 0
+    try:
+        while not stop.is_set():
+            step = service.index_conversation(project, max_events=TRIGRAM_BATCH_EVENTS)
+            if step == 0:
+                break
+            done += step
+    except ObsmemError as exc:  # no such project yet (nothing to index), or a storage fault
+        if exc.code != "project_not_found":
+            logger.warning("conversation index catch-up stopped: %s: %s", exc.code, exc.message)
+    return done
+
+
 def run_stdio(service: Obsmem, project: str, session_id: str | None = None) -> None:
-    """Serve the tools for one project over stdin/stdout until the client closes the stream."""
+    """Serve the tools for one project over stdin/stdout until the client closes the stream; the events'
+    conversation index is caught up in the background meanwhile (search answers the same either way)."""
     project = project_name(project)
     if session_id is not None:
         check_session_id(session_id)
@@ -124,7 +146,16 @@ def run_stdio(service: Obsmem, project: str, session_id: str | None = None) -> N
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(serve)
+    stop = threading.Event()
+    catching_up = threading.Thread(
+        target=catch_up_conversation, args=(service, project, stop), name="obsmem-conversation-index", daemon=True
+    )
+    catching_up.start()
+    try:
+        anyio.run(serve)
+    finally:
+        stop.set()
+        catching_up.join()  # at most one batch: the service's connections close after it
 
 
 def main(argv: list[str] | None = None) -> int:

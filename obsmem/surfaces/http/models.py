@@ -128,6 +128,10 @@ class ProjectStatus(BaseModel):
     database_bytes: int = Field(description="Size of the database file.")
     wal_bytes: int = Field(description="Size of its write-ahead log (truncated after large writes).")
     mode: str
+    unindexed_events: int = Field(
+        description="Events not in the conversation index yet: exact conversation search and recall scan them "
+        "directly (slower, never different) until background housekeeping or `obsmem index` catches up."
+    )
 
 
 class AppendResponse(BaseModel):
