@@ -279,7 +279,6 @@ class ObservationalMemory(AbstractCapability[Any]):
             return await self._prepare(ctx, request_context)
 
     async def _prepare(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
-        self._raise_append_error()
         messages = list(ctx.messages)
         self._update_ledger(messages)
         self._submit_append()
@@ -288,6 +287,10 @@ class ObservationalMemory(AbstractCapability[Any]):
             # waits for its append once: a history that differs is refused before the model is called.
             self._verify = False
             await self._appended()
+        else:
+            # A conflict a background append of this same history found: raised only now, after the ledger
+            # saw this request's history (another history clears it and is checked afresh above).
+            self._raise_append_error()
         thresholds = self._thresholds(request_context.model)
         self._last_thresholds = thresholds
         projection = await self._read(self.backend.projection)
@@ -318,18 +321,25 @@ class ObservationalMemory(AbstractCapability[Any]):
         resets = self.ledger.resets
         self.ledger.update(messages)
         if self.ledger.resets != resets:
-            # Another history (a run that did not continue the last one): check it against the store again,
-            # in order with the appends (the append thread runs one job at a time).
+            # Another history (a run that did not continue the last one): check it against the store again.
+            # The previous history's conflict is not this one's, and how far it was appended says nothing
+            # about this one: both are forgotten now, so the next submit appends (and checks) this history,
+            # and again in order with the appends (the append thread runs one job at a time), in case an
+            # append of the previous history is still running and sets them after this.
+            self._append_error = None
+            self._appended_through = None
             self._appender.submit(self._recheck)
             self._verify = True
 
     def _recheck(self) -> None:
         self._appended_through = None
+        self._append_error = None
 
     def _submit_append(self) -> None:
         snapshot = list(self.ledger.events)
-        if self._appended_through is not None and self._appended_through >= len(snapshot):
-            return
+        appended = self._appended_through
+        if not self._verify and appended is not None and appended >= len(snapshot):
+            return  # nothing new, and the history was checked already
         self._append = self._appender.submit(self._append_events, snapshot)
 
     def _append_events(self, events: list[dict[str, Any]]) -> None:
