@@ -602,7 +602,7 @@ class ObservationalMemory(AbstractCapability[Any]):
     async def _new_observations(self) -> list[str]:
         """Observation lines in the memory that were not there at the previous call (opt-in payloads)."""
         projection = await self._read(self.backend.projection)
-        lines = [line[2:] for line in projection.text.splitlines() if line.startswith("- [")]
+        lines = observation_lines(projection.text)
         known = self._known_observations or set()
         self._known_observations = known | set(lines)
         return [line for line in lines if line not in known]
@@ -710,6 +710,22 @@ class ObservationalMemory(AbstractCapability[Any]):
                 adapter.close()
         self._routed.clear()
         self.hub.close()
+
+
+def observation_lines(text: str) -> list[str]:
+    """The observation lines of a rendered projection (without their ``- `` bullet): the lines under the
+    memory's ``Observations:`` heading, up to the next heading or the block's end. Reflections and the
+    untrusted-notes section that follows the memory are bulleted alike, and are not observations."""
+    lines: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line == "Observations:":
+            inside = True
+        elif not line or line.startswith("<") or line.endswith(":") and not line.startswith("- "):
+            inside = False  # a blank line, a tag, or another heading ends the section
+        elif inside and line.startswith("- ["):
+            lines.append(line[2:])
+    return lines
 
 
 def _request_overhead(request_context: ModelRequestContext) -> int:
