@@ -28,11 +28,13 @@ from pydantic_ai.models.test import TestModel
 
 from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError, InvalidProject, InvalidSession, ModelUnavailable, ObsmemError
+from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, ProjectionView, PydanticAIChatModel
 from obsmem.pydantic_ai.backends import RemoteMemory
 from obsmem.pydantic_ai.compaction import compact, safe_cut
 from obsmem.pydantic_ai.messages import EventLedger
 from obsmem.settings import load_settings
+from support.pydantic_ai_runs import request_tokens
 
 
 @pytest.fixture
@@ -128,6 +130,32 @@ def test_the_replacement_keeps_the_system_prompt_and_says_what_it_stands_for() -
     note = request.parts[1].content
     assert "the first 8 messages of this conversation (events #1-#9)" in str(note)
     assert "<obsmem-memory" in str(note) and request.parts[2].content == "turn 3"
+
+
+def test_the_request_size_counts_what_the_replacement_carries_back() -> None:
+    system = "Follow the house rules. " * 1_000  # about 4,000 words, kept in the replacement
+    messages = conversation()
+    messages[0] = ModelRequest(parts=[SystemPromptPart(system), UserPromptPart("turn 1")])
+    ledger = EventLedger()
+    ledger.update(messages)
+    result = compact(messages, ledger, projection(9))
+    sent = request_tokens(result.messages)
+    assert sent > estimate_tokens(system)
+    # The estimate is what goes to the model (give or take rounding and the fixture's memory size).
+    assert sent - 5 <= result.request_tokens <= sent + 20
+    # The current prompt, moved back into the replacement when the cut passes it, counts as well.
+    prompt = "please " * 2_000
+    moved = [
+        ModelRequest(parts=[UserPromptPart(prompt)]),
+        *exchange("c1"),
+        ModelResponse(parts=[ToolCallPart("run_tests", {}, tool_call_id="c3")]),
+        ModelRequest(parts=[ToolReturnPart("run_tests", "ok", tool_call_id="c3")]),
+    ]
+    ledger = EventLedger()
+    ledger.update(moved)
+    result = compact(moved, ledger, projection(4))
+    sent = request_tokens(result.messages)
+    assert sent > estimate_tokens(prompt) and sent - 5 <= result.request_tokens <= sent + 20
 
 
 def test_a_cut_past_the_current_prompt_puts_it_back() -> None:
