@@ -187,6 +187,36 @@ def test_an_update_supersedes_only_when_it_is_promoted(service: Obsmem) -> None:
     assert [entry["entry"] for entry in _ledger(service, "app", original.note_id)][-1] == "superseded"
 
 
+def test_two_updates_of_one_note_never_both_become_trusted(service: Obsmem) -> None:
+    original = service.save_note("app", "release with the old script").note
+    _approve(service, "app", "old script")
+    first = service.update_note("app", original.id, "release with make ship").note
+    second = service.update_note("app", original.id, "release with the ansible playbook").note
+    _approve(service, "app", "make ship")
+    _approve(service, "app", "ansible playbook")
+    # The second promotion supersedes the head of the chain (the first update), not the original again.
+    statuses = {note.id: (note.status, note.to_dict()["superseded_by"]) for note in service.notes("app").notes}
+    assert statuses == {
+        original.id: ("superseded", first.id),
+        first.id: ("superseded", second.id),
+        second.id: ("trusted", None),
+    }
+    assert [hit.content for hit in service.search("app", "release").hits] == ["release with the ansible playbook"]
+    assert [entry["entry"] for entry in _ledger(service, "app", first.note_id)][-1] == "superseded"
+
+
+def test_updating_a_superseded_note_is_refused_naming_the_current_one(service: Obsmem) -> None:
+    original = service.save_note("app", "lint with flake8").note
+    _approve(service, "app", "flake8")
+    replacement = service.update_note("app", original.id, "lint with ruff").note
+    _approve(service, "app", "ruff")
+    with pytest.raises(ObsmemError) as caught:
+        service.update_note("app", original.id, "lint with pylint")
+    assert caught.value.code == "note_superseded" and caught.value.status == 409
+    assert replacement.id in caught.value.message and "lint" not in caught.value.message
+    assert {note.content for note in service.notes("app").notes} == {"lint with flake8", "lint with ruff"}
+
+
 def test_groom_promotes_at_most_fifty_per_pass_each_in_the_ledger(service: Obsmem) -> None:
     notes = [service.save_note("app", f"fact number {n}").note for n in range(60)]
     db = service.database("app")

@@ -1,7 +1,8 @@
 """The groom pass: promote candidates whose judgments resolved true, at most a fixed number per pass.
 
 Each promotion is one write transaction: the note becomes ``trusted``, the note it supersedes (an update's
-original) becomes ``superseded``, and the ledger gets a ``promoted`` (and ``superseded``) entry. A process
+original, or, when another update of that original was promoted first, the newest note of that chain)
+becomes ``superseded``, and the ledger gets a ``promoted`` (and ``superseded``) entry. A process
 killed anywhere in a pass leaves every promotion either whole or not begun, so the ledger and the notes
 always agree; the next pass picks up what is left. A tier that never had a note is a cold start, not an
 error.
@@ -18,7 +19,7 @@ from obsmem.dates import now_iso
 from obsmem.faults import crash_point
 from obsmem.storage import ProjectDatabase
 from obsmem.trust.ledger import Judgment, append_entry, list_judgments
-from obsmem.trust.notes import Note, promotable, require_note
+from obsmem.trust.notes import Note, chain_head, promotable, require_note
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,17 @@ def promote(conn: apsw.Connection, note_id: str, judgment_id: str) -> Promotion 
     append_entry(conn, "promoted", note_id, judgment_id=judgment_id)
     superseded = None
     if note.supersedes is not None:
+        # The original may have been replaced already by another of its updates, promoted first: this one
+        # then replaces that one (the head of the chain), so only one note of a chain is ever trusted.
+        head = chain_head(conn, note.supersedes).note_id
         replaced = conn.execute(
             "UPDATE notes SET status = 'superseded', superseded_by = ?, updated_at = ?"
-            " WHERE note_id = ? AND status IN ('candidate', 'trusted') RETURNING note_id",
-            (note_id, now, note.supersedes),
+            " WHERE note_id = ? AND note_id != ? AND status IN ('candidate', 'trusted') RETURNING note_id",
+            (note_id, now, head, note_id),
         ).fetchone()
         if replaced is not None:
-            superseded = note.supersedes
-            append_entry(conn, "superseded", note.supersedes, judgment_id=judgment_id)
+            superseded = head
+            append_entry(conn, "superseded", head, judgment_id=judgment_id)
     return Promotion(require_note(conn, note_id), judgment_id, superseded)
 
 

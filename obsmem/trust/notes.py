@@ -42,6 +42,16 @@ class NoteForgotten(ObsmemError):
     status = 409
 
 
+class NoteSuperseded(ObsmemError):
+    """The note was superseded: an update of it would compete with the note that replaced it."""
+
+    code = "note_superseded"
+    status = 409
+
+
+MAX_CHAIN = 10_000  # updates followed from a note to the newest one; a longer chain is not a real history
+
+
 @dataclass(frozen=True)
 class Note:
     """One stored note."""
@@ -215,6 +225,16 @@ def store_note(
             append_entry(conn, "resaved", note_id)
     note = require_note(conn, note_id)
     return NoteWrite(note, duplicate=inserted is None)
+
+
+def chain_head(conn: apsw.Connection, note_id: str) -> Note:
+    """The note that stands for ``note_id`` now: follow ``superseded_by`` from it to the newest update."""
+    note = require_note(conn, note_id)
+    for _ in range(MAX_CHAIN):
+        if note.superseded_by is None:
+            break
+        note = require_note(conn, note.superseded_by)
+    return note
 
 
 def forget_note(conn: apsw.Connection, note: Note) -> Note:

@@ -43,7 +43,9 @@ from obsmem.trust.ledger import (
 from obsmem.trust.notes import (
     Note,
     NoteForgotten,
+    NoteSuperseded,
     NoteWrite,
+    chain_head,
     find_note,
     forget_note,
     list_notes,
@@ -141,6 +143,9 @@ class TrustService:
         if original.status == "forgotten":
             raise NoteForgotten(f"note {original.id} was forgotten and cannot be updated")
         with db.write() as conn:
+            if original.status == "superseded":
+                head = chain_head(conn, original.note_id)
+                raise NoteSuperseded(f"note {original.id} was superseded by note {head.id}: update that note instead")
             return store_note(conn, original.tier, text, when, supersedes=original.note_id)
 
     def forget(self, project: str, note_id: object, *, user: str | None) -> Note:

@@ -51,7 +51,7 @@ def save_note(request: Request, project: ProjectName, body: NoteSave) -> Respons
 @router.put(
     "/projects/{project}/notes/{id}",
     response_model=NoteWritten,
-    responses=errors((409, "The note was forgotten (`note_forgotten`).")),
+    responses=errors((409, "The note was forgotten (`note_forgotten`) or superseded (`note_superseded`).")),
     summary="Update a note: a new candidate that supersedes it once promoted",
 )
 def update_note(request: Request, project: ProjectName, id: NoteIdPath, body: NoteUpdate) -> Response:
