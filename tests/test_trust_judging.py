@@ -58,6 +58,18 @@ def test_judging_happens_only_after_a_search_at_most_three_de_duplicated(tmp_pat
         assert service.search("app", "deploy", trust="all").to_dict() == before
 
 
+def test_candidates_ranked_below_pending_ones_are_judged_at_the_next_search(tmp_path: Path) -> None:
+    with _service(tmp_path, {"provider": "human"}) as service:
+        notes = {service.save_note("app", f"deploy step {n}").note.id for n in range(5)}
+        service.search("app", "deploy", trust="all")
+        first = _run_judging(service)
+        assert len(first) == 3 and all(j["state"] == "escalated" for j in first)
+        # The three wait for a person; the next search judges the two it ranked below them.
+        service.search("app", "deploy", trust="all")
+        judged = {j["note_id"] for j in _run_judging(service)}
+        assert judged == notes
+
+
 def test_cold_start_escalates_then_the_threshold_decides(tmp_path: Path, judge: JudgeServer) -> None:
     with _service(tmp_path, {"provider": "http", "base_url": judge.base_url}, judged_per_search=1) as service:
         for n in range(3):

@@ -17,7 +17,7 @@ from obsmem.errors import NotFound, ObsmemError, ValidationFailed
 from obsmem.settings import load_settings
 from obsmem.trust import decide_injection
 from obsmem.trust import notes as notes_module
-from obsmem.trust.ledger import ledger_entries, record_judgment
+from obsmem.trust.ledger import ledger_entries, record_judgment, trust_version
 
 
 @pytest.fixture
@@ -215,6 +215,35 @@ def test_updating_a_superseded_note_is_refused_naming_the_current_one(service: O
     assert caught.value.code == "note_superseded" and caught.value.status == 409
     assert replacement.id in caught.value.message and "lint" not in caught.value.message
     assert {note.content for note in service.notes("app").notes} == {"lint with flake8", "lint with ruff"}
+
+
+def test_the_trust_version_reads_the_ledger_alone(service: Obsmem) -> None:
+    """It is read on every model request of a pydantic-ai session: one step down the ledger's key, no scan
+    of the judgments; every step that changes the trust state still moves it."""
+    note = service.save_note("app", "deploy with make ship").note
+    versions = [service.trust.version("app", None)]
+    with service.database("app").write() as conn:
+        record_judgment(conn, "j0000000000000001", note.note_id, "deploy", "human", None, "escalate", None)
+    versions.append(service.trust.version("app", None))
+    service.resolve_judgment("app", "j0000000000000001", True)
+    versions.append(service.trust.version("app", None))
+    service.groom("app")
+    versions.append(service.trust.version("app", None))
+    assert len(set(versions)) == 4
+    read: set[str] = set()
+
+    def watch(operation: int, table: str | None, *_: object) -> int:
+        if operation == apsw.SQLITE_READ and table:
+            read.add(table)
+        return apsw.SQLITE_OK
+
+    with service.database("app").read() as conn:
+        conn.authorizer = watch
+        try:
+            trust_version(conn)
+        finally:
+            conn.authorizer = None
+    assert read == {"trust_ledger"}
 
 
 def test_groom_promotes_at_most_fifty_per_pass_each_in_the_ledger(service: Obsmem) -> None:
