@@ -64,3 +64,13 @@ def test_cli_mistakes_are_errors_not_tracebacks(tmp_path: Path) -> None:
     run(data, "notes", "save", "app", "a fact")
     bad_id = run(data, "judge", "resolve", "app", "nope", "--outcome", "true")
     assert bad_id.exit_code == 2 and "judgment_id" in bad_id.output
+
+
+def test_note_text_that_looks_like_markup_is_printed_as_written(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    content = "close the tag with [/] and style with [bold]x[/bold]"
+    run(data, "notes", "save", "app", content, "--situation", "when [red]editing[/red] markup")
+    listed = run(data, "notes", "list", "app")
+    assert listed.exit_code == 0
+    flat = " ".join(listed.output.replace("│", " ").split())
+    assert "[/]" in flat and "[bold]x[/bold]" in flat and "[red]editing[/red]" in flat

@@ -21,7 +21,9 @@ def _notes_table(notes: Sequence[dict[str, Any]]) -> Table:
     for column in ("id", "tier", "status", "date", "situation", "content"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "date"))
     for note in notes:
-        table.add_row(note["id"], note["tier"], note["status"], note["date"], note["situation"], note["content"])
+        # Cells are Text, never markup: a note's words (``[/]``, ``[bold]``) are printed as written.
+        cells = (note["id"], note["tier"], note["status"], note["date"], note["situation"], note["content"])
+        table.add_row(*(render.clip(str(cell), None) for cell in cells))
     return table
 
 
@@ -32,9 +34,8 @@ def _judgments_table(judgments: Sequence[dict[str, Any]]) -> Table:
     for item in judgments:
         p = "" if item["p"] is None else f"{item['p']:.2f}"
         outcome = "" if item["outcome"] is None else str(item["outcome"]).lower()
-        table.add_row(
-            item["judgment_id"], item["note_id"], p, item["decision"], item["state"], outcome, item["error"] or ""
-        )
+        cells = (item["judgment_id"], item["note_id"], p, item["decision"], item["state"], outcome, item["error"] or "")
+        table.add_row(*(render.clip(str(cell), None) for cell in cells))  # an error's message is text too
     return table
 
 
