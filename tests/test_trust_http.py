@@ -196,3 +196,12 @@ def test_mcp_offers_the_memory_tool_as_the_one_that_writes(tmp_path: Path) -> No
                 assert [hit["trusted"] for hit in json.loads(found.content[0].text)["hits"]] == [False]
 
     anyio.run(scenario)
+
+
+def test_a_user_tier_note_for_a_project_that_does_not_exist_is_not_found(client: TestClient) -> None:
+    saved = client.post("/v1/projects/ghost/notes", json={"action": "save", "content": "a fact", "tier": "user"})
+    assert saved.status_code == 404 and saved.json()["error"]["code"] == "project_not_found"
+    listed = client.get("/v1/projects/ghost/notes")  # what a read of the same project answers
+    assert listed.status_code == 404 and listed.json()["error"]["code"] == "project_not_found"
+    client.post("/v1/projects/real/notes", json={"action": "save", "content": "a project fact"})
+    assert [note["content"] for note in client.get("/v1/projects/real/notes").json()["notes"]] == ["a project fact"]

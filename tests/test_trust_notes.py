@@ -141,8 +141,8 @@ def test_saving_a_trusted_note_again_answers_unchanged_never_trusted(service: Ob
 
 
 def test_user_tier_judgments_are_mirrored_into_the_projects_ledger(service: Obsmem) -> None:
+    service.save_note("app", "commit messages cite the ticket")  # the project first: a user-tier write needs it
     note = service.save_note("app", "I like short commit messages", tier="user").note
-    service.save_note("app", "commit messages cite the ticket")
     service.search("app", "commit messages", trust="all")
     judgments = {judgment["note_id"]: judgment for judgment in _judged(service, "app")}
     user_judgment = judgments[note.id]["judgment_id"]

@@ -113,6 +113,10 @@ class TrustService:
 
     def _write_db(self, project: str, tier: str, user: str | None) -> ProjectDatabase:
         project_name(project)
+        if tier == "user":
+            # A project-tier write creates its project as any write does; a user-tier write stores nothing
+            # in the project, so it must not answer for a project that every read calls not found.
+            self.stores.project(project)
         db = self.stores.tier(project, tier, user, create=True)
         assert db is not None  # create=True raises instead
         return db
