@@ -263,9 +263,9 @@ def test_hits_with_and_without_a_judge_are_identical(
         plain = Obsmem(load_settings(data_dir=tmp_path_factory.mktemp("plain"), trust={"judge": {"provider": "none"}}))
         try:
             for twin in (judged, plain):
+                twin.append_events("app", "s1", [{"role": "user", "content": "x"}])  # a user-tier write needs it
                 for content, tier in notes:
                     twin.save_note("app", content, tier=tier)
-                twin.append_events("app", "s1", [{"role": "user", "content": "x"}])
             for _ in range(2):  # before and after judging (and promotion) ran
                 with_judge = judged.search("app", query, trust=trust).to_dict()
                 without = plain.search("app", query, trust=trust).to_dict()

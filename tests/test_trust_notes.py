@@ -352,6 +352,43 @@ def test_hybrid_search_merges_notes_by_rank_and_keeps_the_memory_order(tmp_path:
         assert [hit.kind for hit in found].count("note") == 1  # vectors find memories for any query too
 
 
+def test_hybrid_notes_need_the_querys_content_words_and_never_displace_memories(
+    tmp_path: Path, model_server: Any
+) -> None:
+    from support.semantic_service import add_memories, semantic_settings
+
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server),
+        trust={"judge": {"provider": "none"}},
+    )
+    query = "what is the retry limit for uploads"
+    with Obsmem(settings) as service:
+        add_memories(
+            service,
+            "app",
+            [
+                ("2026-01-01 10:00", "uploads retry up to five times before the limit error"),
+                ("2026-01-02 10:00", "the retry limit for uploads was raised to eight"),
+                ("2026-01-03 10:00", "auth token refresh moved to the gateway"),
+            ],
+        )
+        service.index("app")
+        memories_only = [hit.memory_id for hit in service.search("app", query, mode="hybrid").hits]
+        raining = service.save_note("app", "it is raining in the office").note  # the query's stopwords alone
+        one_word = service.save_note("app", "the deploy limit is two a day").note  # one content word of three
+        partial = service.save_note("app", "staging retry limit is three").note  # two of three
+        full = service.save_note("app", "retry limit for uploads is eight since March").note
+        hits = service.search("app", query, mode="hybrid", trust="all").hits
+        ids = [hit.memory_id for hit in hits]
+        assert raining.note_id not in ids and one_word.note_id not in ids
+        assert [i for i in ids if i in (partial.note_id, full.note_id)] == [full.note_id, partial.note_id]
+        assert [i for i in ids if i not in (partial.note_id, full.note_id)] == memories_only  # order kept
+        assert ids[0] == memories_only[0]  # the best memory stays first; a full match may stand beside it
+        # A note with half the words comes after every memory the search returned.
+        assert ids.index(partial.note_id) > max(ids.index(memory) for memory in memories_only)
+
+
 _TEXT = st.text(alphabet='aAbB%_ "xé', min_size=1, max_size=12).filter(lambda text: text.strip() != "")
 
 

@@ -158,7 +158,8 @@ class JudgingDispatcher:
                 if echo.mode == "exact":
                     notes = search_exact(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
                 else:
-                    notes = search_keywords(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
+                    found = search_keywords(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
+                    notes = [match.note for match in found]
                 # Notes that already wait on a judgment leave the ranking before the top ones are picked:
                 # otherwise, with judgments that wait for people, the same top few would fill every pick
                 # and the candidates ranked below them would never be judged.

@@ -255,7 +255,8 @@ class TrustService:
         """Merge the notes the request finds into ``result``; then queue judging in the background.
 
         Notes are memories: a search of the conversation alone (``scope="conversation"``) gets none."""
-        if request.scope == "conversation":
+        if request.scope == "conversation" or result.nothing_close:
+            # Nothing was close enough to return: a note that shares a word is no closer, and is not judged.
             return result
         level = parse_trust(trust)
         notes, any_candidate = find_note_hits(self.stores.readable(project, user), request, level)
