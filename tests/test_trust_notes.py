@@ -440,3 +440,29 @@ def test_workers_groom_on_their_housekeeping_schedule(service: Obsmem) -> None:
             service.resolve_judgment("app", judgment["judgment_id"], True)
     pool.housekeep()  # within trust.groom_seconds of the last pass: nothing runs yet
     assert [item.status for item in service.notes("app", status="candidate").notes] == ["candidate"]
+
+
+def test_recall_of_a_note_id_shows_the_note_and_its_history(service: Obsmem) -> None:
+    from obsmem.surfaces.tools import run_tool
+
+    note = service.save_note("app", "rotate the deploy key monthly", situation="when releasing").note
+    _approve(service, "app", "deploy key")
+    [hit] = service.search("app", "deploy key").to_dict()["hits"]
+    recalled = service.recall("app", hit["id"]).to_dict()
+    assert recalled["memory"]["kind"] == "note" and recalled["memory"]["id"] == note.id
+    assert (recalled["memory"]["tier"], recalled["memory"]["status"], recalled["memory"]["trusted"]) == (
+        "project",
+        "trusted",
+        True,
+    )
+    assert [step["entry"] for step in recalled["history"]] == ["judged", "resolved", "promoted"]
+    assert [judgment["outcome"] for judgment in recalled["judgments"]] == [True]
+    assert "cites no conversation events" in recalled["provenance"]
+    # As the tool descriptions say: a hit's id recalled through the agent tool, with the session it gives.
+    outcome = run_tool(service, "app", "recall", {"id": hit["id"], "session_id": "s1"}, session_id="s1")
+    assert outcome.result is not None and outcome.result["memory"]["id"] == note.id
+    # A user-tier note is found for its owner alone.
+    mine = service.save_note("app", "I like small diffs", tier="user").note
+    assert service.recall("app", mine.id).to_dict()["memory"]["tier"] == "user"
+    with pytest.raises(NotFound):
+        service.recall("app", mine.id, user=None)

@@ -27,7 +27,7 @@ from obsmem.app.results import (
     TrustStatus,
 )
 from obsmem.app.typed import build
-from obsmem.errors import ValidationFailed
+from obsmem.errors import NotFound, ValidationFailed
 from obsmem.events import (
     AppendReceipt,
     append_events,
@@ -61,6 +61,7 @@ from obsmem.trust import (
     NoteList,
     NoteWrite,
     ProjectionWithNotes,
+    RecalledNote,
     TrustService,
 )
 from obsmem.validation import project_name
@@ -293,13 +294,23 @@ class Obsmem:
         )
         return self.search_modes.hybrid_searcher().run(project, request, plan)
 
-    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection | RecalledEvent:
+    def recall(
+        self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = LOCAL_USER
+    ) -> Recollection | RecalledEvent | RecalledNote:
         """A memory and its provenance, or (for the id of a conversation event) the event with the events
-        around it in its session (``search.recall_neighbours`` each side) and the observations citing it."""
+        around it in its session (``search.recall_neighbours`` each side) and the observations citing it, or
+        (for the id of a note, in the project or ``user``'s tier, whatever ``session_id`` says: notes belong
+        to no session) the note with its standing, judgments and history."""
         db = self.projects.get(project)
         neighbours = self.settings.search.recall_neighbours
-        with db.read() as conn:
-            parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)
+        try:
+            with db.read() as conn:
+                parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)
+        except NotFound:
+            note = self.trust.recall_note(project, str(memory_id), user)
+            if note is None:
+                raise
+            return note
         if isinstance(parts, RecalledEvent):
             return parts
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)

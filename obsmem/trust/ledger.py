@@ -228,6 +228,16 @@ def list_judgments(conn: apsw.Connection, state: str | None, limit: int = 500) -
     return [Judgment.from_row(row) for row in rows]
 
 
+def note_judgments(conn: apsw.Connection, note_id: str, limit: int = 100) -> list[Judgment]:
+    """The judgments made about one note, oldest first (at most ``limit``, the newest of them)."""
+    rows = conn.execute(
+        f"SELECT * FROM (SELECT {_COLUMNS} FROM judgments WHERE note_id = ? ORDER BY created_at DESC, judgment_id"
+        " LIMIT ?) ORDER BY created_at, judgment_id",
+        (note_id, limit),
+    ).fetchall()
+    return [Judgment.from_row(row) for row in rows]
+
+
 def judgment_counts(conn: apsw.Connection) -> dict[str, int]:
     found = dict(conn.execute("SELECT state, count(*) FROM judgments GROUP BY state").fetchall())
     return {state: int(found.get(state, 0)) for state in STATES}

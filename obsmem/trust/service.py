@@ -59,6 +59,7 @@ from obsmem.trust.notes import (
     store_note,
 )
 from obsmem.trust.projection import InjectedNote, ProjectionWithNotes, with_untrusted
+from obsmem.trust.recall import RecalledNote
 from obsmem.trust.search import find_note_hits, merge_hits, parse_trust
 from obsmem.trust.stores import TierStores
 from obsmem.validation import project_name
@@ -176,6 +177,17 @@ class TrustService:
             with db.read() as conn:
                 found += read(conn)
         return found
+
+    def recall_note(self, project: str, note_id: str, user: str | None) -> RecalledNote | None:
+        """The note ``note_id`` (a 12-64 hex prefix) names in a tier this caller reads, with its judgments and
+        history; None when no note has that id."""
+        prefix = parse_note_id(note_id)
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                note = find_note(conn, prefix)
+                if note is not None:
+                    return RecalledNote.read(conn, note)
+        return None
 
     # -- judgments ---------------------------------------------------------------------------------
 

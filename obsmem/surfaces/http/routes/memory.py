@@ -72,7 +72,8 @@ async def recall(
     ] = None,
 ) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).recall(project, id, session_id=session_id).to_dict())
+    recalled = service_of(request).recall(project, id, session_id=session_id, user=access_of(request).user)
+    return JSONBody(recalled.to_dict())
 
 
 @router.delete(
