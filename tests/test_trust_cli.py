@@ -94,3 +94,15 @@ def test_recall_of_a_note_id_through_the_cli_and_http(tmp_path: Path) -> None:
         assert answer.status_code == 200 and answer.json()["memory"]["kind"] == "note"
         missing = client.get("/v1/projects/app/memories/0123456789ab")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_listings_take_a_limit_and_say_when_more_exist(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for n in range(3):
+        run(data, "notes", "save", "app", f"fact number {n}")
+    listed = as_json(data, "notes", "list", "app", "--limit", "2")
+    assert len(listed["notes"]) == 2 and listed["truncated"] is True
+    table = run(data, "notes", "list", "app", "--limit", "2")
+    assert "More notes exist than listed" in table.output
+    assert run(data, "notes", "list", "app", "--limit", "0").exit_code == 2
+    assert as_json(data, "judgments", "app", "--limit", "5") == {"judgments": [], "truncated": False}

@@ -205,3 +205,14 @@ def test_a_user_tier_note_for_a_project_that_does_not_exist_is_not_found(client:
     assert listed.status_code == 404 and listed.json()["error"]["code"] == "project_not_found"
     client.post("/v1/projects/real/notes", json={"action": "save", "content": "a project fact"})
     assert [note["content"] for note in client.get("/v1/projects/real/notes").json()["notes"]] == ["a project fact"]
+
+
+def test_note_and_judgment_listings_take_a_limit(client: TestClient) -> None:
+    for n in range(3):
+        client.post("/v1/projects/app/notes", json={"action": "save", "content": f"fact number {n}"})
+    cut = client.get("/v1/projects/app/notes", params={"limit": 2}).json()
+    assert len(cut["notes"]) == 2 and cut["truncated"] is True
+    assert client.get("/v1/projects/app/notes").json()["truncated"] is False
+    bad = client.get("/v1/projects/app/judgments", params={"limit": 501})
+    assert bad.status_code == 422
+    assert client.get("/v1/projects/app/judgments", params={"limit": 1}).json() == {"judgments": [], "truncated": False}

@@ -266,7 +266,7 @@ def test_groom_promotes_at_most_fifty_per_pass_each_in_the_ledger(service: Obsme
 
 def test_a_missing_inbox_is_a_cold_start_not_an_error(service: Obsmem) -> None:
     service.append_events("app", "s1", [{"role": "user", "content": "hello"}])
-    assert service.groom("app").to_dict() == {"promoted": [], "escalated": []}
+    assert service.groom("app").to_dict() == {"promoted": [], "escalated": [], "escalated_count": 0}
     assert service.notes("app").notes == [] and service.judgments("app").judgments == []
 
 
@@ -466,3 +466,22 @@ def test_recall_of_a_note_id_shows_the_note_and_its_history(service: Obsmem) -> 
     assert service.recall("app", mine.id).to_dict()["memory"]["tier"] == "user"
     with pytest.raises(NotFound):
         service.recall("app", mine.id, user=None)
+
+
+def test_listings_say_when_they_are_cut_and_groom_lists_escalations_bounded(service: Obsmem) -> None:
+    notes = [service.save_note("app", f"fact number {n}").note for n in range(60)]
+    listed = service.notes("app", limit=50)
+    assert len(listed.notes) == 50 and listed.truncated and listed.to_dict()["truncated"] is True
+    assert not service.notes("app", limit=60).truncated and not service.notes("app").truncated
+    with pytest.raises(ValidationFailed) as caught:
+        service.notes("app", limit=0)
+    assert caught.value.field == "limit"
+    db = service.database("app")
+    with db.write() as conn:
+        for n, note in enumerate(notes):
+            record_judgment(conn, f"j{n:016x}", note.note_id, "fact", "human", None, "escalate", None)
+    judged = service.judgments("app", state="escalated", limit=10)
+    assert len(judged.judgments) == 10 and judged.truncated
+    assert not service.judgments("app", state="escalated").to_dict()["truncated"]
+    report = service.groom("app").to_dict()
+    assert len(report["escalated"]) == 50 and report["escalated_count"] == 60

@@ -357,11 +357,17 @@ class Obsmem:
         """Mark a note forgotten: it leaves every search at once."""
         return self.trust.forget(project, note_id, user=user)
 
-    def notes(self, project: str, *, status: object = None, user: str | None = LOCAL_USER) -> NoteList:
-        return self.trust.notes(project, status=status, user=user)
+    def notes(
+        self, project: str, *, status: object = None, limit: object = None, user: str | None = LOCAL_USER
+    ) -> NoteList:
+        """The newest notes (at most ``limit``, 1-500, default 500); ``truncated`` says whether more exist."""
+        return self.trust.notes(project, status=status, limit=limit, user=user)
 
-    def judgments(self, project: str, *, state: object = None, user: str | None = LOCAL_USER) -> JudgmentList:
-        return self.trust.judgments(project, state=state, user=user)
+    def judgments(
+        self, project: str, *, state: object = None, limit: object = None, user: str | None = LOCAL_USER
+    ) -> JudgmentList:
+        """The newest judgments (at most ``limit``, 1-500, default 500); ``truncated`` says whether more exist."""
+        return self.trust.judgments(project, state=state, limit=limit, user=user)
 
     def resolve_judgment(
         self, project: str, judgment_id: object, outcome: object, *, user: str | None = LOCAL_USER

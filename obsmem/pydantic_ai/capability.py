@@ -408,7 +408,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         except NotFound as exc:
             if exc.code != "project_not_found":
                 raise
-            return {"promoted": [], "escalated": [], "cold_start": True}
+            return {"promoted": [], "escalated": [], "escalated_count": 0, "cold_start": True}
         finally:
             self._groom_ms = round((time.monotonic() - started) * 1000)
 
@@ -425,7 +425,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             promoted, escalated = list(report.get("promoted", [])), list(report.get("escalated", []))
             data: dict[str, Any] = {
                 "promoted": len(promoted),
-                "escalated": len(escalated),
+                "escalated": int(report.get("escalated_count", len(escalated))),
                 "promoted_ids": [str(item["id"]) for item in promoted],
                 "cold_start": bool(report.get("cold_start", False)),
                 "duration_ms": self._groom_ms,

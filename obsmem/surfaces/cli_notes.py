@@ -39,6 +39,11 @@ def _judgments_table(judgments: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
+def _say_truncated(result: dict[str, Any], what: str) -> None:
+    if result["truncated"]:
+        click.echo(f"More {what} exist than listed (the newest {len(result[what])}): narrow with a filter.", err=True)
+
+
 def _emit_write(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         render.emit_json(result)
@@ -61,17 +66,19 @@ def notes() -> None:
 @click.option(
     "--status", type=click.Choice(["candidate", "trusted", "superseded", "forgotten"]), default=None, help="Only these."
 )
+@click.option("--limit", type=click.IntRange(1, 500), default=500, show_default=True, help="Most notes to list.")
 @json_option
 @pass_app
-def list_notes(app: App, project: str, status: str | None, as_json: bool) -> None:
+def list_notes(app: App, project: str, status: str | None, limit: int, as_json: bool) -> None:
     """Notes of PROJECT and of your user tier, newest first."""
-    result = app.service.notes(project, status=status).to_dict()
+    result = app.service.notes(project, status=status, limit=limit).to_dict()
     if as_json:
         render.emit_json(result)
     elif not result["notes"]:
         click.echo("No notes.", err=True)
     else:
         render.stdout().print(_notes_table(result["notes"]))
+        _say_truncated(result, "notes")
 
 
 @notes.command("save")
@@ -115,17 +122,19 @@ def forget_note(app: App, project: str, note_id: str, as_json: bool) -> None:
 @click.command("judgments")
 @click.argument("project")
 @click.option("--state", type=click.Choice(["open", "escalated", "resolved"]), default=None, help="Only these.")
+@click.option("--limit", type=click.IntRange(1, 500), default=500, show_default=True, help="Most judgments to list.")
 @json_option
 @pass_app
-def judgments(app: App, project: str, state: str | None, as_json: bool) -> None:
+def judgments(app: App, project: str, state: str | None, limit: int, as_json: bool) -> None:
     """Judgments of PROJECT's candidate notes (escalated: waiting for you)."""
-    result = app.service.judgments(project, state=state).to_dict()
+    result = app.service.judgments(project, state=state, limit=limit).to_dict()
     if as_json:
         render.emit_json(result)
     elif not result["judgments"]:
         click.echo("No judgments.", err=True)
     else:
         render.stdout().print(_judgments_table(result["judgments"]))
+        _say_truncated(result, "judgments")
 
 
 @click.group("judge")
@@ -166,7 +175,7 @@ def groom(app: App, project: str, as_json: bool) -> None:
     for item in result["promoted"]:
         replaced = f", superseding {item['superseded']}" if item["superseded"] else ""
         click.echo(f"promoted {item['id']} ({item['tier']}){replaced}")
-    click.echo(f"{len(result['promoted'])} promoted, {len(result['escalated'])} judgments waiting for a person")
+    click.echo(f"{len(result['promoted'])} promoted, {result['escalated_count']} judgments waiting for a person")
 
 
 @click.group("trust")

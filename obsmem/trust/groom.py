@@ -18,7 +18,7 @@ import apsw
 from obsmem.dates import now_iso
 from obsmem.faults import crash_point
 from obsmem.storage import ProjectDatabase
-from obsmem.trust.ledger import Judgment, append_entry, list_judgments
+from obsmem.trust.ledger import Judgment, append_entry, judgment_counts, list_judgments
 from obsmem.trust.notes import Note, chain_head, promotable, require_note
 
 
@@ -38,15 +38,29 @@ class Promotion:
         }
 
 
+# Escalations a groom report lists (the newest); ``escalated_count`` says how many wait in all, and
+# ``GET .../judgments?state=escalated`` lists more.
+ESCALATED_SHOWN = 50
+
+
 @dataclass
 class GroomReport:
     promoted: list[Promotion] = field(default_factory=list)
-    escalated: list[Judgment] = field(default_factory=list)
+    escalated: list[Judgment] = field(default_factory=list)  # the newest ESCALATED_SHOWN
+    escalated_count: int = 0  # every judgment waiting for a person
+
+    def add(self, other: GroomReport) -> None:
+        """Another tier's pass: promotions appended; escalations merged, newest first, still bounded."""
+        self.promoted += other.promoted
+        merged = sorted([*self.escalated, *other.escalated], key=lambda item: item.created_at, reverse=True)
+        self.escalated = merged[:ESCALATED_SHOWN]
+        self.escalated_count += other.escalated_count
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "promoted": [item.to_dict() for item in self.promoted],
             "escalated": [item.to_dict() for item in self.escalated],
+            "escalated_count": self.escalated_count,
         }
 
 
@@ -75,8 +89,9 @@ def promote(conn: apsw.Connection, note_id: str, judgment_id: str) -> Promotion 
     return Promotion(require_note(conn, note_id), judgment_id, superseded)
 
 
-def groom_tier(db: ProjectDatabase, budget: int) -> GroomReport:
-    """One pass over one tier's database: at most ``budget`` promotions, then what waits for people."""
+def groom_tier(db: ProjectDatabase, budget: int, *, escalations: bool = True) -> GroomReport:
+    """One pass over one tier's database: at most ``budget`` promotions, then (with ``escalations``) the
+    newest :data:`ESCALATED_SHOWN` judgments waiting for people and how many wait."""
     report = GroomReport()
     with db.read() as conn:
         work = promotable(conn, budget) if budget > 0 else []
@@ -86,6 +101,8 @@ def groom_tier(db: ProjectDatabase, budget: int) -> GroomReport:
         crash_point("groom:committed")
         if done is not None:
             report.promoted.append(done)
-    with db.read() as conn:
-        report.escalated = list_judgments(conn, "escalated")
+    if escalations:
+        with db.read() as conn:
+            report.escalated = list_judgments(conn, "escalated", ESCALATED_SHOWN)
+            report.escalated_count = judgment_counts(conn)["escalated"]
     return report

@@ -70,20 +70,34 @@ _Row = TypeVar("_Row")  # a note or a judgment, as a tier's listing returns it
 log = logging.getLogger("obsmem.trust")
 
 
+MAX_LIST = 500  # the most notes or judgments one listing returns (``limit``'s default and ceiling)
+
+
+def parse_limit(value: object) -> int:
+    """A listing's ``limit``: a whole number from 1 to :data:`MAX_LIST` (None: the most)."""
+    if value is None:
+        return MAX_LIST
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIST:
+        raise ValidationFailed(f"limit must be a whole number from 1 to {MAX_LIST}", field="limit")
+    return value
+
+
 @dataclass(frozen=True)
 class NoteList:
     notes: list[Note]
+    truncated: bool = False  # more notes matched than ``limit``: the newest are listed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"notes": [note.to_dict() for note in self.notes]}
+        return {"notes": [note.to_dict() for note in self.notes], "truncated": self.truncated}
 
 
 @dataclass(frozen=True)
 class JudgmentList:
     judgments: list[Judgment]
+    truncated: bool = False  # more judgments matched than ``limit``: the newest are listed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"judgments": [judgment.to_dict() for judgment in self.judgments]}
+        return {"judgments": [judgment.to_dict() for judgment in self.judgments], "truncated": self.truncated}
 
 
 class TrustService:
@@ -162,11 +176,13 @@ class TrustService:
                 append_entry(conn, "forgotten", note.note_id)
             return forget_note(conn, note)
 
-    def notes(self, project: str, *, status: object = None, user: str | None) -> NoteList:
-        wanted = parse_status(status)
-        found = self._from_each_tier(project, user, lambda conn: list_notes(conn, wanted))
+    def notes(self, project: str, *, status: object = None, limit: object = None, user: str | None) -> NoteList:
+        """The newest ``limit`` notes (default and most :data:`MAX_LIST`) of every tier the caller reads;
+        ``truncated`` when more matched."""
+        wanted, most = parse_status(status), parse_limit(limit)
+        found = self._from_each_tier(project, user, lambda conn: list_notes(conn, wanted, most + 1))
         found.sort(key=lambda note: note.date, reverse=True)
-        return NoteList(found)
+        return NoteList(found[:most], truncated=len(found) > most)
 
     def _from_each_tier(
         self, project: str, user: str | None, read: Callable[[apsw.Connection], list[_Row]]
@@ -191,11 +207,13 @@ class TrustService:
 
     # -- judgments ---------------------------------------------------------------------------------
 
-    def judgments(self, project: str, *, state: object = None, user: str | None) -> JudgmentList:
-        wanted = parse_state(state)
-        found = self._from_each_tier(project, user, lambda conn: list_judgments(conn, wanted))
+    def judgments(self, project: str, *, state: object = None, limit: object = None, user: str | None) -> JudgmentList:
+        """The newest ``limit`` judgments (default and most :data:`MAX_LIST`) of every tier the caller reads;
+        ``truncated`` when more matched."""
+        wanted, most = parse_state(state), parse_limit(limit)
+        found = self._from_each_tier(project, user, lambda conn: list_judgments(conn, wanted, most + 1))
         found.sort(key=lambda judgment: judgment.created_at, reverse=True)
-        return JudgmentList(found)
+        return JudgmentList(found[:most], truncated=len(found) > most)
 
     def resolve(self, project: str, judgment_id: object, outcome: object, *, user: str | None) -> Judgment:
         """Give a judgment its outcome (a person's answer); promotion follows at the next groom pass."""
@@ -223,8 +241,7 @@ class TrustService:
         for _, db in self.stores.readable(project, user):
             part = groom_tier(db, budget)
             budget -= len(part.promoted)
-            report.promoted += part.promoted
-            report.escalated += part.escalated
+            report.add(part)
         return report
 
     def groom_on_schedule(self, project: str, db: ProjectDatabase) -> None:
@@ -234,7 +251,7 @@ class TrustService:
         if now - self._last_groom.get(project, float("-inf")) < self.settings.groom_seconds:
             return
         self._last_groom[project] = now
-        groom_tier(db, self.settings.groom_max_promotions)
+        groom_tier(db, self.settings.groom_max_promotions, escalations=False)  # nobody reads a report here
         for owner in self.stores.user_names():
             key = f"user:{owner}"
             if now - self._last_groom.get(key, float("-inf")) < self.settings.groom_seconds:
@@ -242,7 +259,7 @@ class TrustService:
             self._last_groom[key] = now
             user_db = self.stores.user(owner)
             if user_db is not None:
-                groom_tier(user_db, self.settings.groom_max_promotions)
+                groom_tier(user_db, self.settings.groom_max_promotions, escalations=False)
 
     def calibrate(self, project: str, *, user: str | None, tier: object = None) -> CalibrationReport:
         """How the tier's resolved judgments turned out against ``p`` (project tier unless ``tier='user'``)."""

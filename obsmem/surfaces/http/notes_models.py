@@ -74,6 +74,7 @@ class NoteForgottenResponse(BaseModel):
 
 class NotesResponse(BaseModel):
     notes: list[NoteOut]
+    truncated: bool = Field(description="More notes matched than `limit`: the newest are listed.")
 
 
 class JudgmentOut(BaseModel):
@@ -91,6 +92,7 @@ class JudgmentOut(BaseModel):
 
 class JudgmentsResponse(BaseModel):
     judgments: list[JudgmentOut]
+    truncated: bool = Field(description="More judgments matched than `limit`: the newest are listed.")
 
 
 class Promoted(BaseModel):
@@ -103,4 +105,5 @@ class Promoted(BaseModel):
 
 class GroomResponse(BaseModel):
     promoted: list[Promoted]
-    escalated: list[JudgmentOut] = Field(description="Judgments waiting for a person.")
+    escalated: list[JudgmentOut] = Field(description="Judgments waiting for a person (the newest 50).")
+    escalated_count: int = Field(description="How many judgments wait for a person in all.")

@@ -84,9 +84,11 @@ async def list_notes(
     request: Request,
     project: ProjectName,
     status: Annotated[Literal["candidate", "trusted", "superseded", "forgotten"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Most notes to list, newest first.")] = 500,
 ) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).notes(project, status=status, user=access_of(request).user).to_dict())
+    found = service_of(request).notes(project, status=status, limit=limit, user=access_of(request).user)
+    return JSONBody(found.to_dict())
 
 
 @router.get(
@@ -99,9 +101,10 @@ async def list_judgments(
     request: Request,
     project: ProjectName,
     state: Annotated[Literal["open", "escalated", "resolved"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Most judgments to list, newest first.")] = 500,
 ) -> Response:
     allowed_project(request, project)
-    found = service_of(request).judgments(project, state=state, user=access_of(request).user)
+    found = service_of(request).judgments(project, state=state, limit=limit, user=access_of(request).user)
     return JSONBody(found.to_dict())
 
 
