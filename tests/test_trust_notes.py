@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from obsmem.app import Obsmem
 from obsmem.errors import NotFound, ObsmemError, ValidationFailed
 from obsmem.settings import load_settings
-from obsmem.trust import decide_injection
+from obsmem.trust import LOCAL_USER, decide_injection
 from obsmem.trust import notes as notes_module
-from obsmem.trust.ledger import ledger_entries, record_judgment, trust_version
+from obsmem.trust.ledger import ledger_entries, record_judgment, resolve_judgment, trust_version
 
 
 @pytest.fixture
@@ -485,3 +485,19 @@ def test_listings_say_when_they_are_cut_and_groom_lists_escalations_bounded(serv
     assert not service.judgments("app", state="escalated").to_dict()["truncated"]
     report = service.groom("app").to_dict()
     assert len(report["escalated"]) == 50 and report["escalated_count"] == 60
+
+
+def test_a_resolution_retried_after_its_project_copy_failed_writes_the_copy(service: Obsmem) -> None:
+    service.save_note("app", "commit messages cite the ticket")
+    note = service.save_note("app", "I like short commit messages", tier="user").note
+    user_db = service.trust.stores.user(LOCAL_USER)
+    assert user_db is not None
+    with user_db.write() as conn:
+        record_judgment(conn, "j00000000000000aa", note.note_id, "commit", "human", None, "escalate", None)
+        # The user tier committed its resolution; the project's copy was never written (the write failed).
+        resolve_judgment(conn, "j00000000000000aa", True)
+    again = service.resolve_judgment("app", "j00000000000000aa", True)  # the caller retries, as the error says
+    assert again.outcome is True
+    with service.database("app").read() as conn:
+        copied = [(e["entry"], e["tier"]) for e in ledger_entries(conn, note.note_id)]
+    assert copied == [("resolved", "user")]
