@@ -63,7 +63,7 @@ def test_the_user_tier_follows_the_keys_owner_and_no_one_else(keyed: tuple[Obsme
     assert [hit["id"] for hit in _search(client, ALICE, "two", "tabs")] == [body["id"]]  # another project of alice
     assert _search(client, ALICE, "two", "tabs", trust="trusted") == []  # candidates only with trust: all
     assert _search(client, BOB, "three", "tabs") == []  # bob's projects never see alice's tier
-    assert client.get("/v1/projects/three/notes", headers=_as(BOB)).json() == {"notes": []}
+    assert client.get("/v1/projects/three/notes", headers=_as(BOB)).json() == {"notes": [], "truncated": False}
     # Resolve and groom from alice's second project: now trusted everywhere alice searches.
     service.trust.dispatcher.flush()
     service.worker_pool().drain(20)

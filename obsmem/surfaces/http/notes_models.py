@@ -107,3 +107,26 @@ class GroomResponse(BaseModel):
     promoted: list[Promoted]
     escalated: list[JudgmentOut] = Field(description="Judgments waiting for a person (the newest 50).")
     escalated_count: int = Field(description="How many judgments wait for a person in all.")
+
+
+class RecalledNoteOut(NoteOut):
+    kind: Literal["note"]
+
+
+class NoteHistoryStep(BaseModel):
+    entry: Literal["judged", "resolved", "promoted", "superseded", "forgotten", "resaved"]
+    at: str
+    judgment_id: str | None
+    p: float | None
+    decision: Literal["inject", "hold", "escalate"] | None
+    outcome: bool | None
+    error: str | None
+
+
+class NoteRecallResponse(BaseModel):
+    """``recall`` of a note's id: the note, the judgments about it and its ledger history (no source events)."""
+
+    memory: RecalledNoteOut
+    judgments: list[JudgmentOut]
+    history: list[NoteHistoryStep]
+    provenance: str = Field(description="Says that a note cites no events, and how it earns trust.")
