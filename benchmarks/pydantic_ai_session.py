@@ -10,10 +10,12 @@ observation per event, reflections keeping code words and file names). Nothing w
 between turns: the pipeline keeps up in the background, and the capability's last resort steps in when
 it does not.
 
-Measured over every model request: its estimated size (messages, memory, instructions and tool
-definitions) against the window; how many observed messages (every event at or below the projection's
-watermark) the memory replaced; the last-resort waits and ``om_overflow`` events. At the end: whether
-the agent still answers a question about turn 3 from memory.
+Measured over every model request, on what the agent's model actually receives: its estimated size
+(every message part, the memory and the system prompt included, instructions and tool definitions)
+against the window (the capability's own estimate of the same requests is reported beside it); how many
+observed messages (every event at or below the projection's watermark) the memory replaced; the
+last-resort waits and ``om_overflow`` events. At the end: whether the agent still answers a question
+about turn 3 from memory.
 
 Targets: no request over the window; the projection replaces >= 80% of the observed messages. Prints JSON.
 
@@ -41,8 +43,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from pydantic_ai_turns import module_turns  # noqa: E402
 
 from obsmem.app import Obsmem  # noqa: E402
+from obsmem.pipeline import estimate_tokens  # noqa: E402
 from obsmem.pydantic_ai import ObservationalMemory, OMEvent  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
+from support.pydantic_ai_runs import request_tokens  # noqa: E402
 from support.pydantic_ai_session import agent_with_memory, staged_memory  # noqa: E402
 from support.pydantic_ai_stages import CodingAgent  # noqa: E402
 
@@ -80,14 +84,29 @@ class Session:
         self.agent = CodingAgent()
         self.delay = delay
         self.random = random.Random(seed)
+        self.sent: list[int] = []  # the estimated size of every request the model received
 
     async def model(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.sent.append(sent_tokens(messages, info))
         await asyncio.sleep(self.delay)
         return self.agent(messages, info)
 
     def run_tests(self, path: str) -> str:
         words = self.random.randint(120, 700)
         return f"ran the tests of {path}: " + " ".join(self.random.choice(WORDS) for _ in range(words))
+
+
+def sent_tokens(messages: list[ModelMessage], info: AgentInfo) -> int:
+    """The estimated size of a request as the model receives it: every message part (system prompts, the
+    memory, the current prompt, the kept tail) plus the instructions and tool definitions."""
+    tools = [*info.function_tools, *info.output_tools]
+    schemas = [json.dumps(tool.parameters_json_schema, separators=(",", ":")) for tool in tools]
+    return (
+        request_tokens(messages)
+        + estimate_tokens(info.instructions or "")
+        + sum(estimate_tokens(tool.name) + estimate_tokens(tool.description or "") for tool in tools)
+        + sum(estimate_tokens(schema) for schema in schemas)
+    )
 
 
 class CountingMemory(ObservationalMemory):
@@ -128,7 +147,8 @@ async def measure(turns: int, window: int, delay: float, seed: int) -> dict[str,
         elapsed = time.monotonic() - started
         answer = (await agent.run("what was the code word for turn 3?", message_history=history)).output
         om.close()
-    sizes = [int(e.data["request_tokens"]) for e in events if e.type == "om_status"]
+    sizes = session.sent  # measured on what the model received, not on the capability's own estimate
+    estimated = [int(e.data["request_tokens"]) for e in events if e.type == "om_status"]
     overflows = [e for e in events if e.type == "om_overflow"]
     share = om.replaced_messages / om.observed_messages if om.observed_messages else 0.0
     return {
@@ -140,6 +160,7 @@ async def measure(turns: int, window: int, delay: float, seed: int) -> dict[str,
         "history_messages": len(history),
         "history_tokens": om.ledger.tokens(),
         "max_request_tokens": max(sizes),
+        "max_estimated_request_tokens": max(estimated),
         "requests_over_window": sum(size > window for size in sizes),
         "overflow_events": len(overflows),
         "observed_messages": om.observed_messages,

@@ -68,6 +68,7 @@ response bodies, so they are safe to log.
     │
     │   Defined in obsmem.trust (docs/trust.md):
     ├── NoteForgotten (409)           note_forgotten: a forgotten note cannot be updated
+    ├── NoteSuperseded (409)          note_superseded: a superseded note cannot be updated (update its successor)
     ├── JudgmentResolved (409)        judgment_resolved: a judgment resolved one way cannot be resolved the other
     └── JudgeFailed (503)             judge_unavailable: the judge gave no answer; recorded as an escalation
         ├── JudgeTimeout              judge_timeout: the judge did not answer within its deadline

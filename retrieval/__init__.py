@@ -27,13 +27,18 @@ from obsmem.retrieval.results import (
 from obsmem.retrieval.search import MODES, SCOPES, SearchModes, SearchRequest
 
 if TYPE_CHECKING:
+    from obsmem.retrieval.bm25 import query_terms, query_words
     from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
     from obsmem.retrieval.rerank import Reranker, make_reranker
 
 # Loaded on first use (lazy_loader): submodule -> the names it defines.
 __getattr__, __dir__, _ = lazy_loader.attach(
     __name__,
-    submod_attrs={"hybrid": ["HybridSearcher", "SearchPlan", "StageRankings"], "rerank": ["Reranker", "make_reranker"]},
+    submod_attrs={
+        "hybrid": ["HybridSearcher", "SearchPlan", "StageRankings"],
+        "rerank": ["Reranker", "make_reranker"],
+        "bm25": ["query_terms", "query_words"],
+    },
 )
 
 
@@ -56,6 +61,8 @@ __all__ = [
     "StageRankings",
     "find_memory_row",
     "make_reranker",
+    "query_terms",
+    "query_words",
     "recall_any",
     "recall_memory",
 ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,11 +27,14 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from obsmem.app import Obsmem
-from obsmem.errors import ConfigurationError, InvalidProject, InvalidSession, ModelUnavailable
+from obsmem.errors import ConfigurationError, InvalidProject, InvalidSession, ModelUnavailable, ObsmemError
+from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, ProjectionView, PydanticAIChatModel
+from obsmem.pydantic_ai.backends import RemoteMemory
 from obsmem.pydantic_ai.compaction import compact, safe_cut
 from obsmem.pydantic_ai.messages import EventLedger
 from obsmem.settings import load_settings
+from support.pydantic_ai_runs import request_tokens
 
 
 @pytest.fixture
@@ -127,6 +132,32 @@ def test_the_replacement_keeps_the_system_prompt_and_says_what_it_stands_for() -
     assert "<obsmem-memory" in str(note) and request.parts[2].content == "turn 3"
 
 
+def test_the_request_size_counts_what_the_replacement_carries_back() -> None:
+    system = "Follow the house rules. " * 1_000  # about 4,000 words, kept in the replacement
+    messages = conversation()
+    messages[0] = ModelRequest(parts=[SystemPromptPart(system), UserPromptPart("turn 1")])
+    ledger = EventLedger()
+    ledger.update(messages)
+    result = compact(messages, ledger, projection(9))
+    sent = request_tokens(result.messages)
+    assert sent > estimate_tokens(system)
+    # The estimate is what goes to the model (give or take rounding and the fixture's memory size).
+    assert sent - 5 <= result.request_tokens <= sent + 20
+    # The current prompt, moved back into the replacement when the cut passes it, counts as well.
+    prompt = "please " * 2_000
+    moved = [
+        ModelRequest(parts=[UserPromptPart(prompt)]),
+        *exchange("c1"),
+        ModelResponse(parts=[ToolCallPart("run_tests", {}, tool_call_id="c3")]),
+        ModelRequest(parts=[ToolReturnPart("run_tests", "ok", tool_call_id="c3")]),
+    ]
+    ledger = EventLedger()
+    ledger.update(moved)
+    result = compact(moved, ledger, projection(4))
+    sent = request_tokens(result.messages)
+    assert sent > estimate_tokens(prompt) and sent - 5 <= result.request_tokens <= sent + 20
+
+
 def test_a_cut_past_the_current_prompt_puts_it_back() -> None:
     messages = [
         ModelRequest(parts=[UserPromptPart("the task")]),
@@ -222,3 +253,42 @@ def test_the_base_install_never_loads_pydantic_ai() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+class _NotObsmem(BaseHTTPRequestHandler):
+    """A server in front of the URL that answers every request 200 with an HTML page (a proxy's login page)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _page(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b"<html>please sign in</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _page  # noqa: N815 - http.server naming
+
+
+def test_a_reply_that_is_not_json_is_service_unavailable() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotObsmem)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = ObsmemClient(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        remote = RemoteMemory(client, "p", "s1")
+        for call in (remote.projection, remote.last_seq, lambda: client.call("POST", "/projects/p/groom")):
+            with pytest.raises(ObsmemError, match="not JSON") as failure:
+                call()
+            assert failure.value.code == "service_unavailable"
+            assert "sign in" not in str(failure.value)  # the page is not repeated in the error
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -244,8 +245,15 @@ def test_the_replacement_carries_the_untrusted_notes_as_obsmem_renders_them(tmp_
     with JudgeServer(0.9) as judge:
         trust = {"judge": {"provider": "http", "base_url": judge.base_url}}
         service = Obsmem(load_settings(data_dir=tmp_path / "data", trust=trust, **SETTINGS))
+        events: list[OMEvent] = []
         om = ObservationalMemory(
-            service, project="p", session_id="s1", observer_model=observer_model(), context_window=WINDOW
+            service,
+            project="p",
+            session_id="s1",
+            observer_model=observer_model(),
+            context_window=WINDOW,
+            include_observations=True,
+            event_handler=events.append,
         )
         model = CodingAgent()
         agent = coding_agent(om, model)
@@ -288,6 +296,12 @@ def test_the_replacement_carries_the_untrusted_notes_as_obsmem_renders_them(tmp_
     section = rendered.text[rendered.text.index('<obsmem-memory section="untrusted-notes">') :]
     assert len(replacements) == 1 and replacements[0].endswith("</obsmem-memory>\n\n" + section)
     assert "p=0.90 project: the release branch is cut on Mondays (when: when releasing)" in replacements[0]
+    # The opt-in observation payloads carry observations alone: never an untrusted note's line.
+    texts = [text for e in events if e.type == "om_observation_end" for text in e.data["observation_texts"]]
+    observation_line = re.compile(r"\[[0-9a-f]{12}\] \d{4}-\d\d-\d\d \d\d:\d\d \[\w+\] ")
+    assert len(texts) >= 4 and any("word4" in text for text in texts)
+    assert [text for text in texts if not observation_line.match(text)] == []
+    assert not [text for text in texts if "release branch" in text or "cold fact" in text]
 
 
 # -- remote: the same through obsmem serve -----------------------------------------------------------------

@@ -94,3 +94,16 @@ def test_a_configured_reranker_keeps_its_own_floor(tmp_path: Path, model_server:
         result = memory.search("p", FAR, mode="hybrid")
     # The reranker (no min_score) decides: the fused floor does not apply, so the nearest memories return.
     assert result.hits and not result.nothing_close
+
+
+def test_a_search_with_nothing_close_returns_no_notes_and_judges_none(
+    tmp_path: Path, model_server: ModelServer, floor: float
+) -> None:
+    with Obsmem(settings_with(tmp_path, model_server, min_relevance=floor), background_indexing=False) as memory:
+        memory.save_note("p", "kubernetes ingress certificates renew on the first of the month")
+        far = memory.search("p", FAR, mode="hybrid", trust="all")
+        memory.trust.dispatcher.flush()
+        assert far.hits == [] and far.nothing_close
+        assert memory.jobs("p").counts.queued == 0  # nothing close: the note is not sent to the judge
+        close = memory.search("p", "kubernetes ingress certificates renew", mode="exact", trust="all")
+        assert [hit.kind for hit in close.hits] == ["note"]  # the note is there, and found when asked for

@@ -64,3 +64,45 @@ def test_cli_mistakes_are_errors_not_tracebacks(tmp_path: Path) -> None:
     run(data, "notes", "save", "app", "a fact")
     bad_id = run(data, "judge", "resolve", "app", "nope", "--outcome", "true")
     assert bad_id.exit_code == 2 and "judgment_id" in bad_id.output
+
+
+def test_note_text_that_looks_like_markup_is_printed_as_written(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    content = "close the tag with [/] and style with [bold]x[/bold]"
+    run(data, "notes", "save", "app", content, "--situation", "when [red]editing[/red] markup")
+    listed = run(data, "notes", "list", "app")
+    assert listed.exit_code == 0
+    flat = " ".join(listed.output.replace("│", " ").split())
+    assert "[/]" in flat and "[bold]x[/bold]" in flat and "[red]editing[/red]" in flat
+
+
+def test_recall_of_a_note_id_through_the_cli_and_http(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from obsmem.surfaces.http import create_app
+    from support.http_server import LOCAL
+
+    data = tmp_path / "data"
+    saved = as_json(data, "notes", "save", "app", "squash [merge] commits", "--situation", "when merging")
+    shown = run(data, "recall", "app", saved["id"])
+    assert shown.exit_code == 0, shown.output
+    assert "squash [merge] commits" in shown.output and "candidate (trusted: false)" in shown.output
+    assert "cites no conversation events" in " ".join(shown.output.split())
+    assert as_json(data, "recall", "app", saved["id"])["memory"]["status"] == "candidate"
+    with Obsmem(load_settings(data_dir=data)) as service, TestClient(create_app(service), base_url=LOCAL) as client:
+        answer = client.get(f"/v1/projects/app/memories/{saved['id']}")
+        assert answer.status_code == 200 and answer.json()["memory"]["kind"] == "note"
+        missing = client.get("/v1/projects/app/memories/0123456789ab")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_listings_take_a_limit_and_say_when_more_exist(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for n in range(3):
+        run(data, "notes", "save", "app", f"fact number {n}")
+    listed = as_json(data, "notes", "list", "app", "--limit", "2")
+    assert len(listed["notes"]) == 2 and listed["truncated"] is True
+    table = run(data, "notes", "list", "app", "--limit", "2")
+    assert "More notes exist than listed" in table.output
+    assert run(data, "notes", "list", "app", "--limit", "0").exit_code == 2
+    assert as_json(data, "judgments", "app", "--limit", "5") == {"judgments": [], "truncated": False}

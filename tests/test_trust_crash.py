@@ -73,3 +73,33 @@ def test_kill_9_during_groom_leaves_the_ledger_and_the_notes_in_agreement(tmp_pa
     assert promoted == (0 if crash_at == "groom:note-promoted" else 1)
     assert _groom(data, None) == 0
     assert _agree(data) == (NOTES, NOTES // 2)
+
+
+def test_a_user_tier_judgment_killed_before_its_project_copy_gets_the_copy_on_retry(tmp_path: Path) -> None:
+    """The user tier's database commits the judgment first; a worker killed before the project's copy is
+    written leaves the job to a retry, which writes the copy and its event instead of skipping the note."""
+    data = tmp_path / "data"
+    settings = load_settings(data_dir=data, jobs={"lease_seconds": 0.5})
+    with Obsmem(settings) as service:
+        service.append_events("app", "s1", [{"role": "user", "content": "hello"}])
+        note = service.save_note("app", "I review pull requests before lunch", tier="user").note
+        service.search("app", "pull requests", trust="all")
+        service.trust.dispatcher.flush()
+        assert service.jobs("app").counts.queued == 1
+    env = support_environment()
+    env[CRASH_ENV] = "judging:user-recorded"
+    killed = subprocess.run(support_command("judge_runner", str(data)), env=env, timeout=120, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    env.pop(CRASH_ENV)
+    done = subprocess.run(support_command("judge_runner", str(data)), env=env, timeout=120, check=False)
+    assert done.returncode == 0
+    with Obsmem(settings) as service:
+        [judgment] = service.judgments("app").judgments
+        with service.database("app").read() as conn:
+            copied = [(e["entry"], e["tier"], e["judgment_id"]) for e in ledger_entries(conn, note.note_id)]
+            logged = conn.execute(
+                "SELECT count(*) FROM om_events WHERE type = 'trust_judgment' AND data LIKE ?",
+                (f"%{judgment.judgment_id}%",),
+            ).fetchone()[0]
+    assert copied == [("judged", "user", judgment.judgment_id)]
+    assert logged == 1

@@ -63,7 +63,7 @@ def test_the_user_tier_follows_the_keys_owner_and_no_one_else(keyed: tuple[Obsme
     assert [hit["id"] for hit in _search(client, ALICE, "two", "tabs")] == [body["id"]]  # another project of alice
     assert _search(client, ALICE, "two", "tabs", trust="trusted") == []  # candidates only with trust: all
     assert _search(client, BOB, "three", "tabs") == []  # bob's projects never see alice's tier
-    assert client.get("/v1/projects/three/notes", headers=_as(BOB)).json() == {"notes": []}
+    assert client.get("/v1/projects/three/notes", headers=_as(BOB)).json() == {"notes": [], "truncated": False}
     # Resolve and groom from alice's second project: now trusted everywhere alice searches.
     service.trust.dispatcher.flush()
     service.worker_pool().drain(20)
@@ -196,3 +196,23 @@ def test_mcp_offers_the_memory_tool_as_the_one_that_writes(tmp_path: Path) -> No
                 assert [hit["trusted"] for hit in json.loads(found.content[0].text)["hits"]] == [False]
 
     anyio.run(scenario)
+
+
+def test_a_user_tier_note_for_a_project_that_does_not_exist_is_not_found(client: TestClient) -> None:
+    saved = client.post("/v1/projects/ghost/notes", json={"action": "save", "content": "a fact", "tier": "user"})
+    assert saved.status_code == 404 and saved.json()["error"]["code"] == "project_not_found"
+    listed = client.get("/v1/projects/ghost/notes")  # what a read of the same project answers
+    assert listed.status_code == 404 and listed.json()["error"]["code"] == "project_not_found"
+    client.post("/v1/projects/real/notes", json={"action": "save", "content": "a project fact"})
+    assert [note["content"] for note in client.get("/v1/projects/real/notes").json()["notes"]] == ["a project fact"]
+
+
+def test_note_and_judgment_listings_take_a_limit(client: TestClient) -> None:
+    for n in range(3):
+        client.post("/v1/projects/app/notes", json={"action": "save", "content": f"fact number {n}"})
+    cut = client.get("/v1/projects/app/notes", params={"limit": 2}).json()
+    assert len(cut["notes"]) == 2 and cut["truncated"] is True
+    assert client.get("/v1/projects/app/notes").json()["truncated"] is False
+    bad = client.get("/v1/projects/app/judgments", params={"limit": 501})
+    assert bad.status_code == 422
+    assert client.get("/v1/projects/app/judgments", params={"limit": 1}).json() == {"judgments": [], "truncated": False}

@@ -58,6 +58,18 @@ def test_judging_happens_only_after_a_search_at_most_three_de_duplicated(tmp_pat
         assert service.search("app", "deploy", trust="all").to_dict() == before
 
 
+def test_candidates_ranked_below_pending_ones_are_judged_at_the_next_search(tmp_path: Path) -> None:
+    with _service(tmp_path, {"provider": "human"}) as service:
+        notes = {service.save_note("app", f"deploy step {n}").note.id for n in range(5)}
+        service.search("app", "deploy", trust="all")
+        first = _run_judging(service)
+        assert len(first) == 3 and all(j["state"] == "escalated" for j in first)
+        # The three wait for a person; the next search judges the two it ranked below them.
+        service.search("app", "deploy", trust="all")
+        judged = {j["note_id"] for j in _run_judging(service)}
+        assert judged == notes
+
+
 def test_cold_start_escalates_then_the_threshold_decides(tmp_path: Path, judge: JudgeServer) -> None:
     with _service(tmp_path, {"provider": "http", "base_url": judge.base_url}, judged_per_search=1) as service:
         for n in range(3):
@@ -251,9 +263,9 @@ def test_hits_with_and_without_a_judge_are_identical(
         plain = Obsmem(load_settings(data_dir=tmp_path_factory.mktemp("plain"), trust={"judge": {"provider": "none"}}))
         try:
             for twin in (judged, plain):
+                twin.append_events("app", "s1", [{"role": "user", "content": "x"}])  # a user-tier write needs it
                 for content, tier in notes:
                     twin.save_note("app", content, tier=tier)
-                twin.append_events("app", "s1", [{"role": "user", "content": "x"}])
             for _ in range(2):  # before and after judging (and promotion) ran
                 with_judge = judged.search("app", query, trust=trust).to_dict()
                 without = plain.search("app", query, trust=trust).to_dict()

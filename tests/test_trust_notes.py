@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from obsmem.app import Obsmem
 from obsmem.errors import NotFound, ObsmemError, ValidationFailed
 from obsmem.settings import load_settings
-from obsmem.trust import decide_injection
+from obsmem.trust import LOCAL_USER, decide_injection
 from obsmem.trust import notes as notes_module
-from obsmem.trust.ledger import ledger_entries, record_judgment
+from obsmem.trust.ledger import ledger_entries, record_judgment, resolve_judgment, trust_version
 
 
 @pytest.fixture
@@ -141,8 +141,8 @@ def test_saving_a_trusted_note_again_answers_unchanged_never_trusted(service: Ob
 
 
 def test_user_tier_judgments_are_mirrored_into_the_projects_ledger(service: Obsmem) -> None:
+    service.save_note("app", "commit messages cite the ticket")  # the project first: a user-tier write needs it
     note = service.save_note("app", "I like short commit messages", tier="user").note
-    service.save_note("app", "commit messages cite the ticket")
     service.search("app", "commit messages", trust="all")
     judgments = {judgment["note_id"]: judgment for judgment in _judged(service, "app")}
     user_judgment = judgments[note.id]["judgment_id"]
@@ -187,6 +187,65 @@ def test_an_update_supersedes_only_when_it_is_promoted(service: Obsmem) -> None:
     assert [entry["entry"] for entry in _ledger(service, "app", original.note_id)][-1] == "superseded"
 
 
+def test_two_updates_of_one_note_never_both_become_trusted(service: Obsmem) -> None:
+    original = service.save_note("app", "release with the old script").note
+    _approve(service, "app", "old script")
+    first = service.update_note("app", original.id, "release with make ship").note
+    second = service.update_note("app", original.id, "release with the ansible playbook").note
+    _approve(service, "app", "make ship")
+    _approve(service, "app", "ansible playbook")
+    # The second promotion supersedes the head of the chain (the first update), not the original again.
+    statuses = {note.id: (note.status, note.to_dict()["superseded_by"]) for note in service.notes("app").notes}
+    assert statuses == {
+        original.id: ("superseded", first.id),
+        first.id: ("superseded", second.id),
+        second.id: ("trusted", None),
+    }
+    assert [hit.content for hit in service.search("app", "release").hits] == ["release with the ansible playbook"]
+    assert [entry["entry"] for entry in _ledger(service, "app", first.note_id)][-1] == "superseded"
+
+
+def test_updating_a_superseded_note_is_refused_naming_the_current_one(service: Obsmem) -> None:
+    original = service.save_note("app", "lint with flake8").note
+    _approve(service, "app", "flake8")
+    replacement = service.update_note("app", original.id, "lint with ruff").note
+    _approve(service, "app", "ruff")
+    with pytest.raises(ObsmemError) as caught:
+        service.update_note("app", original.id, "lint with pylint")
+    assert caught.value.code == "note_superseded" and caught.value.status == 409
+    assert replacement.id in caught.value.message and "lint" not in caught.value.message
+    assert {note.content for note in service.notes("app").notes} == {"lint with flake8", "lint with ruff"}
+
+
+def test_the_trust_version_reads_the_ledger_alone(service: Obsmem) -> None:
+    """It is read on every model request of a pydantic-ai session: one step down the ledger's key, no scan
+    of the judgments; every step that changes the trust state still moves it."""
+    note = service.save_note("app", "deploy with make ship").note
+    versions = [service.trust.version("app", None)]
+    with service.database("app").write() as conn:
+        record_judgment(conn, "j0000000000000001", note.note_id, "deploy", "human", None, "escalate", None)
+    versions.append(service.trust.version("app", None))
+    service.resolve_judgment("app", "j0000000000000001", True)
+    versions.append(service.trust.version("app", None))
+    service.groom("app")
+    versions.append(service.trust.version("app", None))
+    assert len(set(versions)) == 4
+    read: set[str] = set()
+
+    def watch(operation: int, table: str | None, *_: object) -> int:
+        if operation == apsw.SQLITE_READ and table:
+            read.add(table)
+        return apsw.SQLITE_OK
+
+    with service.database("app").read() as conn:
+        conn.authorizer = watch
+        try:
+            trust_version(conn)
+        finally:
+            conn.authorizer = None
+    assert read == {"trust_ledger"}
+
+
 def test_groom_promotes_at_most_fifty_per_pass_each_in_the_ledger(service: Obsmem) -> None:
     notes = [service.save_note("app", f"fact number {n}").note for n in range(60)]
     db = service.database("app")
@@ -207,7 +266,7 @@ def test_groom_promotes_at_most_fifty_per_pass_each_in_the_ledger(service: Obsme
 
 def test_a_missing_inbox_is_a_cold_start_not_an_error(service: Obsmem) -> None:
     service.append_events("app", "s1", [{"role": "user", "content": "hello"}])
-    assert service.groom("app").to_dict() == {"promoted": [], "escalated": []}
+    assert service.groom("app").to_dict() == {"promoted": [], "escalated": [], "escalated_count": 0}
     assert service.notes("app").notes == [] and service.judgments("app").judgments == []
 
 
@@ -293,6 +352,43 @@ def test_hybrid_search_merges_notes_by_rank_and_keeps_the_memory_order(tmp_path:
         assert [hit.kind for hit in found].count("note") == 1  # vectors find memories for any query too
 
 
+def test_hybrid_notes_need_the_querys_content_words_and_never_displace_memories(
+    tmp_path: Path, model_server: Any
+) -> None:
+    from support.semantic_service import add_memories, semantic_settings
+
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server),
+        trust={"judge": {"provider": "none"}},
+    )
+    query = "what is the retry limit for uploads"
+    with Obsmem(settings) as service:
+        add_memories(
+            service,
+            "app",
+            [
+                ("2026-01-01 10:00", "uploads retry up to five times before the limit error"),
+                ("2026-01-02 10:00", "the retry limit for uploads was raised to eight"),
+                ("2026-01-03 10:00", "auth token refresh moved to the gateway"),
+            ],
+        )
+        service.index("app")
+        memories_only = [hit.memory_id for hit in service.search("app", query, mode="hybrid").hits]
+        raining = service.save_note("app", "it is raining in the office").note  # the query's stopwords alone
+        one_word = service.save_note("app", "the deploy limit is two a day").note  # one content word of three
+        partial = service.save_note("app", "staging retry limit is three").note  # two of three
+        full = service.save_note("app", "retry limit for uploads is eight since March").note
+        hits = service.search("app", query, mode="hybrid", trust="all").hits
+        ids = [hit.memory_id for hit in hits]
+        assert raining.note_id not in ids and one_word.note_id not in ids
+        assert [i for i in ids if i in (partial.note_id, full.note_id)] == [full.note_id, partial.note_id]
+        assert [i for i in ids if i not in (partial.note_id, full.note_id)] == memories_only  # order kept
+        assert ids[0] == memories_only[0]  # the best memory stays first; a full match may stand beside it
+        # A note with half the words comes after every memory the search returned.
+        assert ids.index(partial.note_id) > max(ids.index(memory) for memory in memories_only)
+
+
 _TEXT = st.text(alphabet='aAbB%_ "xé', min_size=1, max_size=12).filter(lambda text: text.strip() != "")
 
 
@@ -344,3 +440,64 @@ def test_workers_groom_on_their_housekeeping_schedule(service: Obsmem) -> None:
             service.resolve_judgment("app", judgment["judgment_id"], True)
     pool.housekeep()  # within trust.groom_seconds of the last pass: nothing runs yet
     assert [item.status for item in service.notes("app", status="candidate").notes] == ["candidate"]
+
+
+def test_recall_of_a_note_id_shows_the_note_and_its_history(service: Obsmem) -> None:
+    from obsmem.surfaces.tools import run_tool
+
+    note = service.save_note("app", "rotate the deploy key monthly", situation="when releasing").note
+    _approve(service, "app", "deploy key")
+    [hit] = service.search("app", "deploy key").to_dict()["hits"]
+    recalled = service.recall("app", hit["id"]).to_dict()
+    assert recalled["memory"]["kind"] == "note" and recalled["memory"]["id"] == note.id
+    assert (recalled["memory"]["tier"], recalled["memory"]["status"], recalled["memory"]["trusted"]) == (
+        "project",
+        "trusted",
+        True,
+    )
+    assert [step["entry"] for step in recalled["history"]] == ["judged", "resolved", "promoted"]
+    assert [judgment["outcome"] for judgment in recalled["judgments"]] == [True]
+    assert "cites no conversation events" in recalled["provenance"]
+    # As the tool descriptions say: a hit's id recalled through the agent tool, with the session it gives.
+    outcome = run_tool(service, "app", "recall", {"id": hit["id"], "session_id": "s1"}, session_id="s1")
+    assert outcome.result is not None and outcome.result["memory"]["id"] == note.id
+    # A user-tier note is found for its owner alone.
+    mine = service.save_note("app", "I like small diffs", tier="user").note
+    assert service.recall("app", mine.id).to_dict()["memory"]["tier"] == "user"
+    with pytest.raises(NotFound):
+        service.recall("app", mine.id, user=None)
+
+
+def test_listings_say_when_they_are_cut_and_groom_lists_escalations_bounded(service: Obsmem) -> None:
+    notes = [service.save_note("app", f"fact number {n}").note for n in range(60)]
+    listed = service.notes("app", limit=50)
+    assert len(listed.notes) == 50 and listed.truncated and listed.to_dict()["truncated"] is True
+    assert not service.notes("app", limit=60).truncated and not service.notes("app").truncated
+    with pytest.raises(ValidationFailed) as caught:
+        service.notes("app", limit=0)
+    assert caught.value.field == "limit"
+    db = service.database("app")
+    with db.write() as conn:
+        for n, note in enumerate(notes):
+            record_judgment(conn, f"j{n:016x}", note.note_id, "fact", "human", None, "escalate", None)
+    judged = service.judgments("app", state="escalated", limit=10)
+    assert len(judged.judgments) == 10 and judged.truncated
+    assert not service.judgments("app", state="escalated").to_dict()["truncated"]
+    report = service.groom("app").to_dict()
+    assert len(report["escalated"]) == 50 and report["escalated_count"] == 60
+
+
+def test_a_resolution_retried_after_its_project_copy_failed_writes_the_copy(service: Obsmem) -> None:
+    service.save_note("app", "commit messages cite the ticket")
+    note = service.save_note("app", "I like short commit messages", tier="user").note
+    user_db = service.trust.stores.user(LOCAL_USER)
+    assert user_db is not None
+    with user_db.write() as conn:
+        record_judgment(conn, "j00000000000000aa", note.note_id, "commit", "human", None, "escalate", None)
+        # The user tier committed its resolution; the project's copy was never written (the write failed).
+        resolve_judgment(conn, "j00000000000000aa", True)
+    again = service.resolve_judgment("app", "j00000000000000aa", True)  # the caller retries, as the error says
+    assert again.outcome is True
+    with service.database("app").read() as conn:
+        copied = [(e["entry"], e["tier"]) for e in ledger_entries(conn, note.note_id)]
+    assert copied == [("resolved", "user")]

@@ -27,7 +27,7 @@ from obsmem.app.results import (
     TrustStatus,
 )
 from obsmem.app.typed import build
-from obsmem.errors import ValidationFailed
+from obsmem.errors import NotFound, ValidationFailed
 from obsmem.events import (
     AppendReceipt,
     append_events,
@@ -62,6 +62,7 @@ from obsmem.trust import (
     NoteList,
     NoteWrite,
     ProjectionWithNotes,
+    RecalledNote,
     TrustService,
 )
 from obsmem.validation import project_name
@@ -313,13 +314,23 @@ class Obsmem:
         )
         return self.search_modes.hybrid_searcher().run(project, request, plan)
 
-    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection | RecalledEvent:
+    def recall(
+        self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = LOCAL_USER
+    ) -> Recollection | RecalledEvent | RecalledNote:
         """A memory and its provenance, or (for the id of a conversation event) the event with the events
-        around it in its session (``search.recall_neighbours`` each side) and the observations citing it."""
+        around it in its session (``search.recall_neighbours`` each side) and the observations citing it, or
+        (for the id of a note, in the project or ``user``'s tier, whatever ``session_id`` says: notes belong
+        to no session) the note with its standing, judgments and history."""
         db = self.projects.get(project)
         neighbours = self.settings.search.recall_neighbours
-        with db.read() as conn:
-            parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)
+        try:
+            with db.read() as conn:
+                parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)
+        except NotFound:
+            note = self.trust.recall_note(project, str(memory_id), user)
+            if note is None:
+                raise
+            return note
         if isinstance(parts, RecalledEvent):
             return parts
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
@@ -366,11 +377,17 @@ class Obsmem:
         """Mark a note forgotten: it leaves every search at once."""
         return self.trust.forget(project, note_id, user=user)
 
-    def notes(self, project: str, *, status: object = None, user: str | None = LOCAL_USER) -> NoteList:
-        return self.trust.notes(project, status=status, user=user)
+    def notes(
+        self, project: str, *, status: object = None, limit: object = None, user: str | None = LOCAL_USER
+    ) -> NoteList:
+        """The newest notes (at most ``limit``, 1-500, default 500); ``truncated`` says whether more exist."""
+        return self.trust.notes(project, status=status, limit=limit, user=user)
 
-    def judgments(self, project: str, *, state: object = None, user: str | None = LOCAL_USER) -> JudgmentList:
-        return self.trust.judgments(project, state=state, user=user)
+    def judgments(
+        self, project: str, *, state: object = None, limit: object = None, user: str | None = LOCAL_USER
+    ) -> JudgmentList:
+        """The newest judgments (at most ``limit``, 1-500, default 500); ``truncated`` says whether more exist."""
+        return self.trust.judgments(project, state=state, limit=limit, user=user)
 
     def resolve_judgment(
         self, project: str, judgment_id: object, outcome: object, *, user: str | None = LOCAL_USER

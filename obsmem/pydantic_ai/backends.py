@@ -191,7 +191,12 @@ class ObsmemClient:
             ) from None
         if response.status_code >= 400:
             raise _server_error(response)
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:  # e.g. a proxy's HTML page in front of the URL: the server is not reachable as obsmem
+            raise ObsmemError(
+                f"the obsmem server's answer (HTTP {response.status_code}) is not JSON", code="service_unavailable"
+            ) from None
 
     def close(self) -> None:
         self.http.close()

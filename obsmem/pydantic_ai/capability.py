@@ -279,7 +279,6 @@ class ObservationalMemory(AbstractCapability[Any]):
             return await self._prepare(ctx, request_context)
 
     async def _prepare(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
-        self._raise_append_error()
         messages = list(ctx.messages)
         self._update_ledger(messages)
         self._submit_append()
@@ -288,6 +287,10 @@ class ObservationalMemory(AbstractCapability[Any]):
             # waits for its append once: a history that differs is refused before the model is called.
             self._verify = False
             await self._appended()
+        else:
+            # A conflict a background append of this same history found: raised only now, after the ledger
+            # saw this request's history (another history clears it and is checked afresh above).
+            self._raise_append_error()
         thresholds = self._thresholds(request_context.model)
         self._last_thresholds = thresholds
         projection = await self._read(self.backend.projection)
@@ -318,18 +321,25 @@ class ObservationalMemory(AbstractCapability[Any]):
         resets = self.ledger.resets
         self.ledger.update(messages)
         if self.ledger.resets != resets:
-            # Another history (a run that did not continue the last one): check it against the store again,
-            # in order with the appends (the append thread runs one job at a time).
+            # Another history (a run that did not continue the last one): check it against the store again.
+            # The previous history's conflict is not this one's, and how far it was appended says nothing
+            # about this one: both are forgotten now, so the next submit appends (and checks) this history,
+            # and again in order with the appends (the append thread runs one job at a time), in case an
+            # append of the previous history is still running and sets them after this.
+            self._append_error = None
+            self._appended_through = None
             self._appender.submit(self._recheck)
             self._verify = True
 
     def _recheck(self) -> None:
         self._appended_through = None
+        self._append_error = None
 
     def _submit_append(self) -> None:
         snapshot = list(self.ledger.events)
-        if self._appended_through is not None and self._appended_through >= len(snapshot):
-            return
+        appended = self._appended_through
+        if not self._verify and appended is not None and appended >= len(snapshot):
+            return  # nothing new, and the history was checked already
         self._append = self._appender.submit(self._append_events, snapshot)
 
     def _append_events(self, events: list[dict[str, Any]]) -> None:
@@ -398,7 +408,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         except NotFound as exc:
             if exc.code != "project_not_found":
                 raise
-            return {"promoted": [], "escalated": [], "cold_start": True}
+            return {"promoted": [], "escalated": [], "escalated_count": 0, "cold_start": True}
         finally:
             self._groom_ms = round((time.monotonic() - started) * 1000)
 
@@ -415,7 +425,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             promoted, escalated = list(report.get("promoted", [])), list(report.get("escalated", []))
             data: dict[str, Any] = {
                 "promoted": len(promoted),
-                "escalated": len(escalated),
+                "escalated": int(report.get("escalated_count", len(escalated))),
                 "promoted_ids": [str(item["id"]) for item in promoted],
                 "cold_start": bool(report.get("cold_start", False)),
                 "duration_ms": self._groom_ms,
@@ -592,7 +602,7 @@ class ObservationalMemory(AbstractCapability[Any]):
     async def _new_observations(self) -> list[str]:
         """Observation lines in the memory that were not there at the previous call (opt-in payloads)."""
         projection = await self._read(self.backend.projection)
-        lines = [line[2:] for line in projection.text.splitlines() if line.startswith("- [")]
+        lines = observation_lines(projection.text)
         known = self._known_observations or set()
         self._known_observations = known | set(lines)
         return [line for line in lines if line not in known]
@@ -700,6 +710,22 @@ class ObservationalMemory(AbstractCapability[Any]):
                 adapter.close()
         self._routed.clear()
         self.hub.close()
+
+
+def observation_lines(text: str) -> list[str]:
+    """The observation lines of a rendered projection (without their ``- `` bullet): the lines under the
+    memory's ``Observations:`` heading, up to the next heading or the block's end. Reflections and the
+    untrusted-notes section that follows the memory are bulleted alike, and are not observations."""
+    lines: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line == "Observations:":
+            inside = True
+        elif not line or line.startswith("<") or line.endswith(":") and not line.startswith("- "):
+            inside = False  # a blank line, a tag, or another heading ends the section
+        elif inside and line.startswith("- ["):
+            lines.append(line[2:])
+    return lines
 
 
 def _request_overhead(request_context: ModelRequestContext) -> int:

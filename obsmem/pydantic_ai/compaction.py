@@ -34,7 +34,7 @@ from pydantic_ai.messages import (
 
 from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai.backends import ProjectionView
-from obsmem.pydantic_ai.messages import EventLedger
+from obsmem.pydantic_ai.messages import EventLedger, user_text
 
 EMPTY_MEMORY = "(obsmem observed these messages and kept nothing from them worth remembering.)"
 
@@ -47,7 +47,7 @@ class Compaction:
     replaced_messages: int  # leading messages of the history replaced (0: nothing)
     replaced_through_seq: int  # the last event seq they hold
     replaced_tokens: int  # their estimated tokens
-    request_tokens: int  # estimated tokens of the messages sent (replacement + kept tail)
+    request_tokens: int  # estimated tokens of the messages sent: the replacement (all it carries) + kept tail
 
 
 def safe_cut(messages: list[ModelMessage], ledger: EventLedger, observed_through_seq: int) -> int:
@@ -86,17 +86,20 @@ def compact(messages: list[ModelMessage], ledger: EventLedger, projection: Proje
         f"[obsmem: the first {cut} messages of this conversation (events #1-#{through}) were replaced by the "
         "observational memory below; the messages after it follow verbatim.]"
     )
+    # What the replacement carries back counts as sent: the system prompt parts and the current prompt.
+    carried = sum(estimate_tokens(str(part.content)) for part in parts)
     parts.append(UserPromptPart(content=f"{note}\n{projection.text or EMPTY_MEMORY}"))
     current = _current_prompt(messages)
     if current is not None and current[0] < cut:
         parts.append(current[1])
+        carried += estimate_tokens(user_text(current[1]))
     tail = list(messages[cut:])
     first = tail[0]
     if isinstance(first, ModelRequest):
         tail[0] = dataclasses.replace(first, parts=[*parts, *first.parts])
     else:
         tail.insert(0, ModelRequest(parts=parts))
-    request_tokens = ledger.tokens(cut) + estimate_tokens(note) + projection.tokens
+    request_tokens = ledger.tokens(cut) + carried + estimate_tokens(note) + projection.tokens
     return Compaction(tail, cut, through, replaced_tokens, request_tokens)
 
 

@@ -126,7 +126,7 @@ def _events(message: ModelMessage) -> list[dict[str, Any]]:
             if isinstance(part, SystemPromptPart):
                 events.append({"role": "system", "content": part.content, "created_at": stamp})
             elif isinstance(part, UserPromptPart):
-                events.append({"role": "user", "content": _user_text(part), "created_at": stamp})
+                events.append({"role": "user", "content": user_text(part), "created_at": stamp})
             elif isinstance(part, ToolReturnPart):
                 outcome = getattr(part, "outcome", "success")
                 prefix = "" if outcome == "success" else f"[{outcome}] "
@@ -179,7 +179,8 @@ def _retry_event(part: RetryPromptPart, stamp: str | None) -> dict[str, Any]:
     return {"role": "system", "content": f"retry requested: {text}", "created_at": stamp}
 
 
-def _user_text(part: UserPromptPart) -> str:
+def user_text(part: UserPromptPart) -> str:
+    """A user prompt's text (non-text items named by their type)."""
     if isinstance(part.content, str):
         return part.content
     pieces = [item if isinstance(item, str) else f"[{type(item).__name__}]" for item in part.content]

@@ -21,7 +21,9 @@ def _notes_table(notes: Sequence[dict[str, Any]]) -> Table:
     for column in ("id", "tier", "status", "date", "situation", "content"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "date"))
     for note in notes:
-        table.add_row(note["id"], note["tier"], note["status"], note["date"], note["situation"], note["content"])
+        # Cells are Text, never markup: a note's words (``[/]``, ``[bold]``) are printed as written.
+        cells = (note["id"], note["tier"], note["status"], note["date"], note["situation"], note["content"])
+        table.add_row(*(render.clip(str(cell), None) for cell in cells))
     return table
 
 
@@ -32,10 +34,14 @@ def _judgments_table(judgments: Sequence[dict[str, Any]]) -> Table:
     for item in judgments:
         p = "" if item["p"] is None else f"{item['p']:.2f}"
         outcome = "" if item["outcome"] is None else str(item["outcome"]).lower()
-        table.add_row(
-            item["judgment_id"], item["note_id"], p, item["decision"], item["state"], outcome, item["error"] or ""
-        )
+        cells = (item["judgment_id"], item["note_id"], p, item["decision"], item["state"], outcome, item["error"] or "")
+        table.add_row(*(render.clip(str(cell), None) for cell in cells))  # an error's message is text too
     return table
+
+
+def _say_truncated(result: dict[str, Any], what: str) -> None:
+    if result["truncated"]:
+        click.echo(f"More {what} exist than listed (the newest {len(result[what])}): narrow with a filter.", err=True)
 
 
 def _emit_write(result: dict[str, Any], as_json: bool) -> None:
@@ -60,17 +66,19 @@ def notes() -> None:
 @click.option(
     "--status", type=click.Choice(["candidate", "trusted", "superseded", "forgotten"]), default=None, help="Only these."
 )
+@click.option("--limit", type=click.IntRange(1, 500), default=500, show_default=True, help="Most notes to list.")
 @json_option
 @pass_app
-def list_notes(app: App, project: str, status: str | None, as_json: bool) -> None:
+def list_notes(app: App, project: str, status: str | None, limit: int, as_json: bool) -> None:
     """Notes of PROJECT and of your user tier, newest first."""
-    result = app.service.notes(project, status=status).to_dict()
+    result = app.service.notes(project, status=status, limit=limit).to_dict()
     if as_json:
         render.emit_json(result)
     elif not result["notes"]:
         click.echo("No notes.", err=True)
     else:
         render.stdout().print(_notes_table(result["notes"]))
+        _say_truncated(result, "notes")
 
 
 @notes.command("save")
@@ -114,17 +122,19 @@ def forget_note(app: App, project: str, note_id: str, as_json: bool) -> None:
 @click.command("judgments")
 @click.argument("project")
 @click.option("--state", type=click.Choice(["open", "escalated", "resolved"]), default=None, help="Only these.")
+@click.option("--limit", type=click.IntRange(1, 500), default=500, show_default=True, help="Most judgments to list.")
 @json_option
 @pass_app
-def judgments(app: App, project: str, state: str | None, as_json: bool) -> None:
+def judgments(app: App, project: str, state: str | None, limit: int, as_json: bool) -> None:
     """Judgments of PROJECT's candidate notes (escalated: waiting for you)."""
-    result = app.service.judgments(project, state=state).to_dict()
+    result = app.service.judgments(project, state=state, limit=limit).to_dict()
     if as_json:
         render.emit_json(result)
     elif not result["judgments"]:
         click.echo("No judgments.", err=True)
     else:
         render.stdout().print(_judgments_table(result["judgments"]))
+        _say_truncated(result, "judgments")
 
 
 @click.group("judge")
@@ -165,7 +175,7 @@ def groom(app: App, project: str, as_json: bool) -> None:
     for item in result["promoted"]:
         replaced = f", superseding {item['superseded']}" if item["superseded"] else ""
         click.echo(f"promoted {item['id']} ({item['tier']}){replaced}")
-    click.echo(f"{len(result['promoted'])} promoted, {len(result['escalated'])} judgments waiting for a person")
+    click.echo(f"{len(result['promoted'])} promoted, {result['escalated_count']} judgments waiting for a person")
 
 
 @click.group("trust")

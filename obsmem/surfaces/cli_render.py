@@ -160,6 +160,9 @@ def render_recall(console: Console, recalled: dict[str, Any]) -> None:
     if "event" in recalled:
         render_event_recall(console, recalled)
         return
+    if recalled["memory"]["kind"] == "note":
+        render_note_recall(console, recalled)
+        return
     memory = recalled["memory"]
     console.print(_memory_header(memory))
     if memory["kind"] == "observation":
@@ -170,6 +173,36 @@ def render_recall(console: Console, recalled: dict[str, Any]) -> None:
         supporting = recalled["supporting"]
         console.print(hits_table(supporting, title=f"Supporting observations ({len(supporting)})"))
     console.print("Verify the current state of the repository before acting on an old decision.", style="dim")
+
+
+def render_note_recall(console: Console, recalled: dict[str, Any]) -> None:
+    """A note: its standing (tier, status, trusted), then its history; a note cites no events."""
+    note = recalled["memory"]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("id", Text(note["id"], style="cyan"))
+    grid.add_row("kind", "note")
+    grid.add_row("tier", note["tier"])
+    grid.add_row("status", f"{note['status']} (trusted: {str(note['trusted']).lower()})")
+    grid.add_row("date", note["date"])
+    for name in ("supersedes", "superseded_by"):
+        if note.get(name):
+            grid.add_row(name.replace("_", " "), note[name])
+    if note["situation"]:
+        grid.add_row("situation", Text(note["situation"]))
+    grid.add_row("content", Text(note["content"]))
+    console.print(grid)
+    history = Table(title=f"History ({len(recalled['history'])})", title_justify="left")
+    for column in ("entry", "at", "judgment", "p", "decision", "outcome"):
+        history.add_column(column, overflow="fold")
+    for step in recalled["history"]:
+        p = "" if step["p"] is None else f"{step['p']:.2f}"
+        outcome = "" if step["outcome"] is None else str(step["outcome"]).lower()
+        cells = (step["entry"], step["at"], step["judgment_id"] or "", p, step["decision"] or "", outcome)
+        history.add_row(*(Text(str(cell)) for cell in cells))
+    console.print(history)
+    console.print(Text(recalled["provenance"]), style="dim")
 
 
 def render_event_recall(console: Console, recalled: dict[str, Any]) -> None:

@@ -83,7 +83,8 @@ _RECALL = (
     "Recover the provenance of one memory by its id: for an observation, the conversation events it was "
     "recorded from (seq, role, type, content, time); for a reflection, the observations that support it; "
     "for a conversation event (a hit of kind 'event'), the events before and after it in its session and "
-    "the observations that cite it. "
+    "the observations that cite it; for a note (a hit of kind 'note'), the note with its tier, status, "
+    "whether it is trusted, the judgments about it and its history (a note cites no events). "
     "Use an id from memory_search or from the rendered memory: the 12-character display id, any unique "
     "lowercase hex prefix of 12-64 characters, or the full 64-character id. Looks in the current session "
     "when there is one (otherwise the whole project); for a memory from another session pass the "
@@ -238,7 +239,7 @@ def run_tool(
             scope = args.get("session_id", session_id)
             if scope is not None and not isinstance(scope, str):
                 return _failure("invalid_session", "session_id must be a string")
-            result = service.recall(project, args["id"], session_id=scope).to_dict()
+            result = service.recall(project, args["id"], session_id=scope, user=user).to_dict()
     except ObsmemError as exc:
         return _failure(exc.code, exc.message)
     except (apsw.Error, OSError) as exc:

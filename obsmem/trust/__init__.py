@@ -11,6 +11,7 @@ Layout::
 
     service.py      TrustService: the one door the application floor calls
     notes.py        the notes table: save, update (supersede on promotion), forget, list, search
+    recall.py       recall of a note id: the note, its judgments and its ledger history
     ledger.py       judgments (the calibration corpus) and the append-only trust ledger
     decision.py     decide_injection
     judges.py       the http, model and human judges
@@ -43,6 +44,7 @@ from obsmem.trust.notes import (
     parse_tier,
 )
 from obsmem.trust.projection import ProjectionWithNotes
+from obsmem.trust.recall import RecalledNote
 from obsmem.trust.search import TRUST_LEVELS, NoteHit
 from obsmem.trust.service import JudgmentList, NoteList, TrustService
 from obsmem.trust.stores import LOCAL_USER
@@ -68,6 +70,7 @@ __all__ = [
     "NoteList",
     "NoteWrite",
     "ProjectionWithNotes",
+    "RecalledNote",
     "TrustService",
     "decide_injection",
     "parse_content",

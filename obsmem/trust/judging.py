@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from obsmem.dates import DateWindow
+from obsmem.faults import crash_point
 from obsmem.settings import JobSettings, TrustSettings
 from obsmem.trust.decision import decide_injection
 from obsmem.trust.judges import Judge, JudgeCrashed, JudgeFailed, JudgeRequest
@@ -157,10 +158,14 @@ class JudgingDispatcher:
                 if echo.mode == "exact":
                     notes = search_exact(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
                 else:
-                    notes = search_keywords(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
+                    found = search_keywords(conn, echo.query, ("candidate",), echo.window, _LOOKED_AT)
+                    notes = [match.note for match in found]
+                # Notes that already wait on a judgment leave the ranking before the top ones are picked:
+                # otherwise, with judgments that wait for people, the same top few would fill every pick
+                # and the candidates ranked below them would never be judged.
+                notes = [note for note in notes if not has_pending_judgment(conn, note.note_id)]
             ranked.append((tier, notes))
         picked = pick_candidates(ranked, min(MAX_JUDGED, self.settings.judged_per_search))
-        picked = [(tier, note) for tier, note in picked if not self._already_judging(echo, tier, note)]
         if not picked:
             return None
         queue = JobQueue(
@@ -183,14 +188,6 @@ class JudgingDispatcher:
         job = queue.enqueue(JUDGE_JOB, payload, dedupe_key=dedupe)
         self.wake()
         return job.job_id
-
-    def _already_judging(self, echo: SearchEcho, tier: str, note: Note) -> bool:
-        """Whether the note already waits on a judgment (it is not judged again until that one resolves)."""
-        db = self.stores.tier(echo.project, tier, echo.user)
-        if db is None:
-            return True
-        with db.read() as conn:
-            return has_pending_judgment(conn, note.note_id)
 
     def close(self) -> None:
         """Queue what was handed over, then stop the thread."""
@@ -255,10 +252,12 @@ class JudgeJob:
         return note
 
     def _judge_one(self, ctx: JobContext, judge: Judge, payload: dict[str, Any], tier: str, note_id: str) -> None:
+        judgment_id = judgment_id_for(str(payload["dispatch"]), note_id)
+        if tier == "user" and self._finish_mirror(ctx, payload, judgment_id, fenced=True):
+            return  # an earlier attempt stored this judgment: only its copy in the project was left to write
         note = self._candidate(ctx, payload, tier, note_id)
         if note is None:
             return
-        judgment_id = judgment_id_for(str(payload["dispatch"]), note_id)
         p: float | None = None
         error: str | None = None
         if not judge.asks_people:
@@ -279,10 +278,12 @@ class JudgeJob:
         """Record the failure as an escalation, without the fence: a lost lease must not lose the record. The
         judgment id is the job's own, so a worker that took the job over writes the same judgment once."""
         try:
+            judgment_id = judgment_id_for(str(payload["dispatch"]), note_id)
+            if tier == "user" and self._finish_mirror(ctx, payload, judgment_id, fenced=False):
+                return
             note = self._candidate(ctx, payload, tier, note_id)
             if note is None:
                 return
-            judgment_id = judgment_id_for(str(payload["dispatch"]), note_id)
             error = f"{failure.code}: {failure.message}"
             self._record(ctx, judge, payload, tier, note, judgment_id, None, error, fenced=False)
         except Exception as exc:  # noqa: BLE001 - the job fails as before; the note is judged at a later search
@@ -316,14 +317,28 @@ class JudgeJob:
             return
         with db.write() as conn:
             decision = self._decide(conn, p)
-            recorded = record_judgment(conn, judgment_id, note.note_id, query, judge.name, p, decision, error)
+            record_judgment(conn, judgment_id, note.note_id, query, judge.name, p, decision, error)
+        crash_point("judging:user-recorded")
+        self._finish_mirror(ctx, payload, judgment_id, fenced=fenced)
+
+    def _finish_mirror(self, ctx: JobContext, payload: dict[str, Any], judgment_id: str, *, fenced: bool) -> bool:
+        """Copy a user-tier judgment into the project's ledger, with its event, unless that was done; False
+        when the user tier holds no such judgment yet.
+
+        The two databases commit one after the other, so the copy can be missing when an attempt failed (or
+        its worker died) between them: the retry, which finds the judgment stored, writes the copy then."""
+        db = self.stores.tier(ctx.project, "user", payload.get("user"))
+        if db is None:
+            return False
+        with db.read() as conn:
             judgment = find_judgment(conn, judgment_id)
-        if judgment is None:
-            return
-        with project_write() as conn:
-            mirror_entry(conn, "judged", judgment)
-            if recorded:
-                self._log(conn, ctx, judgment_id, note, tier, p, decision, error)
+            note = find_note(conn, judgment.note_id) if judgment is not None else None
+        if judgment is None or note is None:
+            return False
+        with (ctx.fenced_write if fenced else ctx.db.write)() as conn:
+            if mirror_entry(conn, "judged", judgment):
+                self._log(conn, ctx, judgment_id, note, "user", judgment.p, judgment.decision, judgment.error)
+        return True
 
     def _decide(self, conn: Any, p: float | None) -> str:
         return decide_injection(

@@ -130,16 +130,17 @@ def append_entry(
     )
 
 
-def mirror_entry(conn: apsw.Connection, entry: str, judgment: Judgment) -> None:
+def mirror_entry(conn: apsw.Connection, entry: str, judgment: Judgment) -> bool:
     """Copy a user-tier judgment's ``judged`` or ``resolved`` entry into a project database's ledger (inside
     the caller's write transaction), so the project's ledger holds every judgment made for it; the user
-    tier's own database keeps the judgment row, its calibration corpus. Idempotent per entry."""
+    tier's own database keeps the judgment row, its calibration corpus. Idempotent per entry: True when
+    the entry was written now, False when the ledger held it already."""
     exists = conn.execute(
         "SELECT 1 FROM trust_ledger WHERE judgment_id = ? AND entry = ? AND tier = 'user' LIMIT 1",
         (judgment.judgment_id, entry),
     ).fetchone()
     if exists is not None:
-        return
+        return False
     judged = entry == "judged"
     append_entry(
         conn,
@@ -152,6 +153,7 @@ def mirror_entry(conn: apsw.Connection, entry: str, judgment: Judgment) -> None:
         error=judgment.error if judged else None,
         tier="user",
     )
+    return True
 
 
 def resolved_count(conn: apsw.Connection) -> int:
@@ -226,6 +228,16 @@ def list_judgments(conn: apsw.Connection, state: str | None, limit: int = 500) -
     return [Judgment.from_row(row) for row in rows]
 
 
+def note_judgments(conn: apsw.Connection, note_id: str, limit: int = 100) -> list[Judgment]:
+    """The judgments made about one note, oldest first (at most ``limit``, the newest of them)."""
+    rows = conn.execute(
+        f"SELECT * FROM (SELECT {_COLUMNS} FROM judgments WHERE note_id = ? ORDER BY created_at DESC, judgment_id"
+        " LIMIT ?) ORDER BY created_at, judgment_id",
+        (note_id, limit),
+    ).fetchall()
+    return [Judgment.from_row(row) for row in rows]
+
+
 def judgment_counts(conn: apsw.Connection) -> dict[str, int]:
     found = dict(conn.execute("SELECT state, count(*) FROM judgments GROUP BY state").fetchall())
     return {state: int(found.get(state, 0)) for state in STATES}
@@ -267,9 +279,7 @@ def ledger_entries(conn: apsw.Connection, note_id: str | None = None) -> list[di
 
 def trust_version(conn: apsw.Connection) -> str:
     """A token that changes whenever this tier's trust state changes: every judgment, resolution, promotion,
-    forget and re-save appends a ledger row, and the judgments' counts by state mark any change to them."""
-    newest, judged, resolved = conn.execute(
-        "SELECT (SELECT coalesce(max(id), 0) FROM trust_ledger), (SELECT count(*) FROM judgments),"
-        " (SELECT count(*) FROM judgments WHERE state = 'resolved')"
-    ).fetchone()
-    return f"{newest}.{judged}.{resolved}"
+    forget and re-save appends a ledger row in the same transaction, so the newest ledger id says it all.
+    One step down the ledger's primary key: it is read on every model request of a pydantic-ai session."""
+    newest = conn.execute("SELECT coalesce(max(id), 0) FROM trust_ledger").fetchone()[0]
+    return str(newest)

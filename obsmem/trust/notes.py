@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from obsmem.dates import DateWindow, display_minute, now_iso, now_stored
 from obsmem.errors import AmbiguousId, NotFound, ObsmemError, ValidationFailed
 from obsmem.ids import DISPLAY_LENGTH, canonical_json, display_id
 from obsmem.redaction import redact_text
+from obsmem.retrieval import query_terms, query_words
 from obsmem.trust.ledger import append_entry, current_life
 from obsmem.validation import CONTROL_CHARACTERS
 
@@ -40,6 +42,16 @@ class NoteForgotten(ObsmemError):
 
     code = "note_forgotten"
     status = 409
+
+
+class NoteSuperseded(ObsmemError):
+    """The note was superseded: an update of it would compete with the note that replaced it."""
+
+    code = "note_superseded"
+    status = 409
+
+
+MAX_CHAIN = 10_000  # updates followed from a note to the newest one; a longer chain is not a real history
 
 
 @dataclass(frozen=True)
@@ -217,6 +229,16 @@ def store_note(
     return NoteWrite(note, duplicate=inserted is None)
 
 
+def chain_head(conn: apsw.Connection, note_id: str) -> Note:
+    """The note that stands for ``note_id`` now: follow ``superseded_by`` from it to the newest update."""
+    note = require_note(conn, note_id)
+    for _ in range(MAX_CHAIN):
+        if note.superseded_by is None:
+            break
+        note = require_note(conn, note.superseded_by)
+    return note
+
+
 def forget_note(conn: apsw.Connection, note: Note) -> Note:
     """Mark a note forgotten inside the caller's write transaction (idempotent)."""
     if note.status != "forgotten":
@@ -308,23 +330,54 @@ def _trigram_matches(conn: apsw.Connection, phrase: str) -> int:
     return int(row[0])
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_WORDS = 32
+# The share of a query's content words a note must contain to be a keyword match at all: a note that
+# shares one word of a long question (or only its stopwords) is not about it.
+MIN_NOTE_COVERAGE = 0.5
+KEYWORD_POOL = 200  # notes the keyword index is asked for before the coverage floor picks among them
 
 
-def keyword_query(text: str) -> str | None:
-    """An FTS5 OR query over the text's words, each quoted, so no FTS5 syntax in user text is parsed."""
-    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(text)))[:MAX_QUERY_WORDS]
-    if not words:
+@dataclass(frozen=True)
+class KeywordMatch:
+    """A note a hybrid query found, and the share of the query's content words it contains (0-1]."""
+
+    note: Note
+    coverage: float
+
+
+def _folded(word: str) -> str:
+    """A word as the keyword index compares it (``unicode61 remove_diacritics``): lowercase, no accents."""
+    decomposed = unicodedata.normalize("NFD", word.lower())
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
+def content_terms(text: str) -> list[str]:
+    """The query's content words as the keyword index holds them (stopwords dropped, as the memories'
+    keyword list drops them; a query of stopwords alone keeps them)."""
+    terms = dict.fromkeys(_folded(term) for term in query_terms(text))
+    return [term for term in terms if term][:MAX_QUERY_WORDS]
+
+
+def keyword_query(terms: Sequence[str]) -> str | None:
+    """An FTS5 OR query over ``terms``, each quoted, so no FTS5 syntax in user text is parsed."""
+    if not terms:
         return None
-    return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def coverage(note: Note, terms: Sequence[str]) -> float:
+    """The share of ``terms`` that the note's content or situation contains as words."""
+    words = {_folded(word) for word in query_words(f"{note.content} {note.situation}")}
+    return sum(term in words for term in terms) / len(terms) if terms else 0.0
 
 
 def search_keywords(
     conn: apsw.Connection, text: str, statuses: Sequence[str], window: DateWindow, limit: int
-) -> list[Note]:
-    """Notes in ``statuses`` matching any word of ``text`` in content or situation, best BM25 first."""
-    query = keyword_query(text)
+) -> list[KeywordMatch]:
+    """Notes in ``statuses`` containing at least :data:`MIN_NOTE_COVERAGE` of the content words of ``text``
+    (in content or situation), the best covered first, then by BM25."""
+    terms = content_terms(text)
+    query = keyword_query(terms)
     if query is None:
         return []
     marks = ", ".join("?" for _ in statuses)
@@ -335,9 +388,12 @@ def search_keywords(
         f" SELECT {', '.join('n.' + c.strip() for c in _COLUMNS.split(','))} FROM matched JOIN notes AS n"
         f" ON n.id = matched.rowid WHERE n.status IN ({marks}){where.replace('date', 'n.date')}"
         " ORDER BY matched.score, n.id DESC LIMIT ?",
-        (query, *statuses, *params, limit),
+        (query, *statuses, *params, max(limit, KEYWORD_POOL)),
     ).fetchall()
-    return [Note.from_row(row) for row in rows]
+    matches = [KeywordMatch(note, coverage(note, terms)) for note in map(Note.from_row, rows)]
+    kept = [match for match in matches if match.coverage >= MIN_NOTE_COVERAGE]
+    kept.sort(key=lambda match: -match.coverage)  # stable: BM25 order within the same coverage
+    return kept[:limit]
 
 
 # -- promotion --------------------------------------------------------------------------------------

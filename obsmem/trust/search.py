@@ -2,9 +2,12 @@
 
 Memory search (observations and reflections) runs first and is not changed; the notes the same query finds
 are then merged in as hits of kind ``note``: by date in exact mode (newest first, like every exact hit) and
-by reciprocal rank fusion with the memory ranking in hybrid mode (each list keeps its own order). Exact mode
-matches notes with the same literal-substring rule as memories; hybrid mode matches them by keywords
-(content and situation). A session-scoped search returns no notes: notes belong to no session.
+in hybrid mode by reciprocal rank, a note's score weighed by the share of the query's content words it
+contains (each list keeps its own order). Exact mode matches notes with the same literal-substring rule as
+memories; hybrid mode matches them by keywords (content and situation), and only a note holding at least
+half of the query's content words (:data:`~obsmem.trust.notes.MIN_NOTE_COVERAGE`). A hybrid search that
+found nothing close enough (``nothing_close``) gets no notes either. A session-scoped search returns no
+notes: notes belong to no session.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ class NoteHit(Hit):
     tier: str = "project"
     situation: str = ""
     status: str = "trusted"
+    coverage: float = 1.0  # hybrid mode: the share of the query's content words it contains (not shown)
 
     @classmethod
-    def from_note(cls, note: Note) -> NoteHit:
+    def from_note(cls, note: Note, coverage: float = 1.0) -> NoteHit:
         return cls(
             memory_id=note.note_id,
             kind="note",
@@ -52,6 +56,7 @@ class NoteHit(Hit):
             tier=note.tier,
             situation=note.situation,
             status=note.status,
+            coverage=coverage,
         )
 
     @property
@@ -79,7 +84,7 @@ def find_note_hits(
     whether any tier holds a candidate at all (without one there is nothing to judge, and the judging
     thread is not woken)."""
     statuses = ("trusted",) if trust == "trusted" else ("trusted", "candidate")
-    found: list[Note] = []
+    found: list[NoteHit] = []
     any_candidate = False
     for _, db in tiers:
         with db.read() as conn:
@@ -87,12 +92,16 @@ def find_note_hits(
             if request.session_id is not None:
                 continue
             if request.mode == "exact":
-                found += search_exact(conn, request.query, statuses, request.window, request.limit + 1)
+                notes = search_exact(conn, request.query, statuses, request.window, request.limit + 1)
+                found += [NoteHit.from_note(note) for note in notes]
             else:
-                found += search_keywords(conn, request.query, statuses, request.window, request.limit + 1)
+                matches = search_keywords(conn, request.query, statuses, request.window, request.limit + 1)
+                found += [NoteHit.from_note(match.note, match.coverage) for match in matches]
     if request.mode == "exact":
-        found.sort(key=lambda note: note.date, reverse=True)
-    return [NoteHit.from_note(note) for note in found], any_candidate
+        found.sort(key=lambda hit: hit.date, reverse=True)
+    else:
+        found.sort(key=lambda hit: -hit.coverage)  # the tiers' lists as one, best covered first
+    return found, any_candidate
 
 
 def merge_hits(result: SearchResult, notes: list[NoteHit], request: SearchRequest) -> SearchResult:
@@ -103,8 +112,11 @@ def merge_hits(result: SearchResult, notes: list[NoteHit], request: SearchReques
     if request.mode == "exact":
         combined = sorted([*result.hits, *notes], key=lambda hit: hit.date, reverse=True)
     else:
+        # A note's reciprocal-rank score is weighed by the share of the query's content words it contains:
+        # a note with every one stands beside the memory of its rank, one with half of them falls ~60 places
+        # (after the memories a search returns), so weak keyword matches never displace memories.
         scored = [(1.0 / (RRF_K + rank), 0, rank, hit) for rank, hit in enumerate(result.hits, 1)]
-        scored += [(1.0 / (RRF_K + rank), 1, rank, hit) for rank, hit in enumerate(notes, 1)]
+        scored += [(note.coverage / (RRF_K + rank), 1, rank, note) for rank, note in enumerate(notes, 1)]
         scored.sort(key=lambda item: (-item[0], item[1], item[2]))
         combined = [hit for *_, hit in scored]
     truncated = result.truncated or len(combined) > request.limit

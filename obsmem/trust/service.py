@@ -43,7 +43,9 @@ from obsmem.trust.ledger import (
 from obsmem.trust.notes import (
     Note,
     NoteForgotten,
+    NoteSuperseded,
     NoteWrite,
+    chain_head,
     find_note,
     forget_note,
     list_notes,
@@ -57,6 +59,7 @@ from obsmem.trust.notes import (
     store_note,
 )
 from obsmem.trust.projection import InjectedNote, ProjectionWithNotes, with_untrusted
+from obsmem.trust.recall import RecalledNote
 from obsmem.trust.search import find_note_hits, merge_hits, parse_trust
 from obsmem.trust.stores import TierStores
 from obsmem.validation import project_name
@@ -67,20 +70,34 @@ _Row = TypeVar("_Row")  # a note or a judgment, as a tier's listing returns it
 log = logging.getLogger("obsmem.trust")
 
 
+MAX_LIST = 500  # the most notes or judgments one listing returns (``limit``'s default and ceiling)
+
+
+def parse_limit(value: object) -> int:
+    """A listing's ``limit``: a whole number from 1 to :data:`MAX_LIST` (None: the most)."""
+    if value is None:
+        return MAX_LIST
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIST:
+        raise ValidationFailed(f"limit must be a whole number from 1 to {MAX_LIST}", field="limit")
+    return value
+
+
 @dataclass(frozen=True)
 class NoteList:
     notes: list[Note]
+    truncated: bool = False  # more notes matched than ``limit``: the newest are listed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"notes": [note.to_dict() for note in self.notes]}
+        return {"notes": [note.to_dict() for note in self.notes], "truncated": self.truncated}
 
 
 @dataclass(frozen=True)
 class JudgmentList:
     judgments: list[Judgment]
+    truncated: bool = False  # more judgments matched than ``limit``: the newest are listed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"judgments": [judgment.to_dict() for judgment in self.judgments]}
+        return {"judgments": [judgment.to_dict() for judgment in self.judgments], "truncated": self.truncated}
 
 
 class TrustService:
@@ -111,6 +128,10 @@ class TrustService:
 
     def _write_db(self, project: str, tier: str, user: str | None) -> ProjectDatabase:
         project_name(project)
+        if tier == "user":
+            # A project-tier write creates its project as any write does; a user-tier write stores nothing
+            # in the project, so it must not answer for a project that every read calls not found.
+            self.stores.project(project)
         db = self.stores.tier(project, tier, user, create=True)
         assert db is not None  # create=True raises instead
         return db
@@ -141,6 +162,9 @@ class TrustService:
         if original.status == "forgotten":
             raise NoteForgotten(f"note {original.id} was forgotten and cannot be updated")
         with db.write() as conn:
+            if original.status == "superseded":
+                head = chain_head(conn, original.note_id)
+                raise NoteSuperseded(f"note {original.id} was superseded by note {head.id}: update that note instead")
             return store_note(conn, original.tier, text, when, supersedes=original.note_id)
 
     def forget(self, project: str, note_id: object, *, user: str | None) -> Note:
@@ -152,11 +176,13 @@ class TrustService:
                 append_entry(conn, "forgotten", note.note_id)
             return forget_note(conn, note)
 
-    def notes(self, project: str, *, status: object = None, user: str | None) -> NoteList:
-        wanted = parse_status(status)
-        found = self._from_each_tier(project, user, lambda conn: list_notes(conn, wanted))
+    def notes(self, project: str, *, status: object = None, limit: object = None, user: str | None) -> NoteList:
+        """The newest ``limit`` notes (default and most :data:`MAX_LIST`) of every tier the caller reads;
+        ``truncated`` when more matched."""
+        wanted, most = parse_status(status), parse_limit(limit)
+        found = self._from_each_tier(project, user, lambda conn: list_notes(conn, wanted, most + 1))
         found.sort(key=lambda note: note.date, reverse=True)
-        return NoteList(found)
+        return NoteList(found[:most], truncated=len(found) > most)
 
     def _from_each_tier(
         self, project: str, user: str | None, read: Callable[[apsw.Connection], list[_Row]]
@@ -168,13 +194,26 @@ class TrustService:
                 found += read(conn)
         return found
 
+    def recall_note(self, project: str, note_id: str, user: str | None) -> RecalledNote | None:
+        """The note ``note_id`` (a 12-64 hex prefix) names in a tier this caller reads, with its judgments and
+        history; None when no note has that id."""
+        prefix = parse_note_id(note_id)
+        for _, db in self.stores.readable(project, user):
+            with db.read() as conn:
+                note = find_note(conn, prefix)
+                if note is not None:
+                    return RecalledNote.read(conn, note)
+        return None
+
     # -- judgments ---------------------------------------------------------------------------------
 
-    def judgments(self, project: str, *, state: object = None, user: str | None) -> JudgmentList:
-        wanted = parse_state(state)
-        found = self._from_each_tier(project, user, lambda conn: list_judgments(conn, wanted))
+    def judgments(self, project: str, *, state: object = None, limit: object = None, user: str | None) -> JudgmentList:
+        """The newest ``limit`` judgments (default and most :data:`MAX_LIST`) of every tier the caller reads;
+        ``truncated`` when more matched."""
+        wanted, most = parse_state(state), parse_limit(limit)
+        found = self._from_each_tier(project, user, lambda conn: list_judgments(conn, wanted, most + 1))
         found.sort(key=lambda judgment: judgment.created_at, reverse=True)
-        return JudgmentList(found)
+        return JudgmentList(found[:most], truncated=len(found) > most)
 
     def resolve(self, project: str, judgment_id: object, outcome: object, *, user: str | None) -> Judgment:
         """Give a judgment its outcome (a person's answer); promotion follows at the next groom pass."""
@@ -202,8 +241,7 @@ class TrustService:
         for _, db in self.stores.readable(project, user):
             part = groom_tier(db, budget)
             budget -= len(part.promoted)
-            report.promoted += part.promoted
-            report.escalated += part.escalated
+            report.add(part)
         return report
 
     def groom_on_schedule(self, project: str, db: ProjectDatabase) -> None:
@@ -213,7 +251,7 @@ class TrustService:
         if now - self._last_groom.get(project, float("-inf")) < self.settings.groom_seconds:
             return
         self._last_groom[project] = now
-        groom_tier(db, self.settings.groom_max_promotions)
+        groom_tier(db, self.settings.groom_max_promotions, escalations=False)  # nobody reads a report here
         for owner in self.stores.user_names():
             key = f"user:{owner}"
             if now - self._last_groom.get(key, float("-inf")) < self.settings.groom_seconds:
@@ -221,7 +259,7 @@ class TrustService:
             self._last_groom[key] = now
             user_db = self.stores.user(owner)
             if user_db is not None:
-                groom_tier(user_db, self.settings.groom_max_promotions)
+                groom_tier(user_db, self.settings.groom_max_promotions, escalations=False)
 
     def calibrate(self, project: str, *, user: str | None, tier: object = None) -> CalibrationReport:
         """How the tier's resolved judgments turned out against ``p`` (project tier unless ``tier='user'``)."""
@@ -246,7 +284,8 @@ class TrustService:
         """Merge the notes the request finds into ``result``; then queue judging in the background.
 
         Notes are memories: a search of the conversation alone (``scope="conversation"``) gets none."""
-        if request.scope == "conversation":
+        if request.scope == "conversation" or result.nothing_close:
+            # Nothing was close enough to return: a note that shares a word is no closer, and is not judged.
             return result
         level = parse_trust(trust)
         notes, any_candidate = find_note_hits(self.stores.readable(project, user), request, level)

@@ -74,6 +74,7 @@ class NoteForgottenResponse(BaseModel):
 
 class NotesResponse(BaseModel):
     notes: list[NoteOut]
+    truncated: bool = Field(description="More notes matched than `limit`: the newest are listed.")
 
 
 class JudgmentOut(BaseModel):
@@ -91,6 +92,7 @@ class JudgmentOut(BaseModel):
 
 class JudgmentsResponse(BaseModel):
     judgments: list[JudgmentOut]
+    truncated: bool = Field(description="More judgments matched than `limit`: the newest are listed.")
 
 
 class Promoted(BaseModel):
@@ -103,4 +105,28 @@ class Promoted(BaseModel):
 
 class GroomResponse(BaseModel):
     promoted: list[Promoted]
-    escalated: list[JudgmentOut] = Field(description="Judgments waiting for a person.")
+    escalated: list[JudgmentOut] = Field(description="Judgments waiting for a person (the newest 50).")
+    escalated_count: int = Field(description="How many judgments wait for a person in all.")
+
+
+class RecalledNoteOut(NoteOut):
+    kind: Literal["note"]
+
+
+class NoteHistoryStep(BaseModel):
+    entry: Literal["judged", "resolved", "promoted", "superseded", "forgotten", "resaved"]
+    at: str
+    judgment_id: str | None
+    p: float | None
+    decision: Literal["inject", "hold", "escalate"] | None
+    outcome: bool | None
+    error: str | None
+
+
+class NoteRecallResponse(BaseModel):
+    """``recall`` of a note's id: the note, the judgments about it and its ledger history (no source events)."""
+
+    memory: RecalledNoteOut
+    judgments: list[JudgmentOut]
+    history: list[NoteHistoryStep]
+    provenance: str = Field(description="Says that a note cites no events, and how it earns trust.")

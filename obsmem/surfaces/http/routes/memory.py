@@ -23,6 +23,7 @@ from obsmem.surfaces.http.models import (
     SearchRequest,
     SearchResponse,
 )
+from obsmem.surfaces.http.notes_models import NoteRecallResponse
 from obsmem.surfaces.http.responses import JSONBody
 
 router = APIRouter(tags=["memory"])
@@ -54,9 +55,9 @@ async def search(request: Request, project: ProjectName, body: SearchRequest) ->
 
 @router.get(
     "/projects/{project}/memories/{id}",
-    response_model=RecallResponse | EventRecallResponse,
+    response_model=RecallResponse | EventRecallResponse | NoteRecallResponse,
     responses=errors(),
-    summary="recall: a memory and its provenance, or a conversation event with the events around it",
+    summary="recall: a memory and its provenance, a conversation event with the events around it, or a note",
 )
 async def recall(
     request: Request,
@@ -72,7 +73,8 @@ async def recall(
     ] = None,
 ) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).recall(project, id, session_id=session_id).to_dict())
+    recalled = service_of(request).recall(project, id, session_id=session_id, user=access_of(request).user)
+    return JSONBody(recalled.to_dict())
 
 
 @router.delete(

@@ -51,7 +51,7 @@ def save_note(request: Request, project: ProjectName, body: NoteSave) -> Respons
 @router.put(
     "/projects/{project}/notes/{id}",
     response_model=NoteWritten,
-    responses=errors((409, "The note was forgotten (`note_forgotten`).")),
+    responses=errors((409, "The note was forgotten (`note_forgotten`) or superseded (`note_superseded`).")),
     summary="Update a note: a new candidate that supersedes it once promoted",
 )
 def update_note(request: Request, project: ProjectName, id: NoteIdPath, body: NoteUpdate) -> Response:
@@ -84,9 +84,11 @@ async def list_notes(
     request: Request,
     project: ProjectName,
     status: Annotated[Literal["candidate", "trusted", "superseded", "forgotten"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Most notes to list, newest first.")] = 500,
 ) -> Response:
     allowed_project(request, project)
-    return JSONBody(service_of(request).notes(project, status=status, user=access_of(request).user).to_dict())
+    found = service_of(request).notes(project, status=status, limit=limit, user=access_of(request).user)
+    return JSONBody(found.to_dict())
 
 
 @router.get(
@@ -99,9 +101,10 @@ async def list_judgments(
     request: Request,
     project: ProjectName,
     state: Annotated[Literal["open", "escalated", "resolved"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Most judgments to list, newest first.")] = 500,
 ) -> Response:
     allowed_project(request, project)
-    found = service_of(request).judgments(project, state=state, user=access_of(request).user)
+    found = service_of(request).judgments(project, state=state, limit=limit, user=access_of(request).user)
     return JSONBody(found.to_dict())
 
 
