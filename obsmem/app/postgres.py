@@ -122,7 +122,10 @@ class PostgresObsmem(Obsmem):
             raise NotOnPostgres("notes (search trust levels) are not available on PostgreSQL yet", field="trust")
         return self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
 
-    def recall(self, project: str, memory_id: object, *, session_id: str | None = None) -> Recollection | RecalledEvent:
+    def recall(
+        self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = None
+    ) -> Recollection | RecalledEvent:
+        # Notes are not on PostgreSQL yet, so ``user`` (whose notes tier a note id may name) changes nothing.
         neighbours = self.settings.search.recall_neighbours
         with self.store.get(project).read() as conn:
             parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)  # type: ignore[arg-type]
