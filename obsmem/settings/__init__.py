@@ -39,6 +39,7 @@ from obsmem.settings.semantic import (
     IndexSettings,
     RerankerSettings,
     SemanticSettings,
+    SupersessionSettings,
 )
 from obsmem.settings.transcripts import TranscriptSettings
 from obsmem.settings.trust import JudgeSettings, TrustSettings
@@ -68,6 +69,7 @@ __all__ = [
     "SemanticSettings",
     "ServerSettings",
     "Settings",
+    "SupersessionSettings",
     "TrustSettings",
     "TranscriptSettings",
     "Section",
