@@ -41,7 +41,7 @@ from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
-from obsmem.retrieval.supersession import present_supersession
+from obsmem.retrieval.supersession import asks_about_now, present_supersession
 from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
@@ -272,8 +272,8 @@ class HybridSearcher:
         """``fused`` with the latest memory about a thing above the ones it replaced, for a question about
         the present (``[semantic.supersession]``; retrieval/supersession.py)."""
         config = self.supersession
-        if not config.enabled or len(fused) < 2:
-            return fused
+        if not config.enabled or len(fused) < 2 or (config.present_only and not asks_about_now(query)):
+            return fused  # most questions: nothing read, nothing computed
         head = [label for label, _ in fused[: config.depth] if label in valid]
         embeddings = vectors.vectors_of(head)
         missing = [label for label in head if label not in embeddings]

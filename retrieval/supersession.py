@@ -45,9 +45,19 @@ CHANGE_CUES = re.compile(
 )
 
 
+# A named month or year anchors a question in its own time: "the latest project in July 2023" asks about July.
+# ("May" alone is left out: as a modal verb it is commoner in a question; "May 2023" is caught by its year.)
+NAMED_DATE = re.compile(
+    r"\b(january|february|march|april|june|july|august|september|october|november|december|"
+    r"jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|(?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
 def asks_about_now(query: str) -> bool:
-    """Whether ``query`` asks about the present state of something (a cue word, whole-word match)."""
-    return PRESENT_CUES.search(query) is not None
+    """Whether ``query`` asks about the present state of something: a cue word (whole-word match), and no
+    named month or year that would anchor it in another time."""
+    return PRESENT_CUES.search(query) is not None and NAMED_DATE.search(query) is None
 
 
 def states_change(text: str) -> bool:

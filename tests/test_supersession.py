@@ -28,6 +28,8 @@ def test_present_cues_are_whole_words() -> None:
     assert asks_about_now("What is the CURRENT api version?")
     assert not asks_about_now("Where did the build cache live in March?")
     assert not asks_about_now("Who knows the currency of the invoices?")  # 'currency' is not 'current'
+    assert not asks_about_now("What did they paint in their latest project in July 2023?")  # anchored in July
+    assert not asks_about_now("Which version is current as of 2024?")
     assert states_change("Port changed from 8080 to 9090 (supersedes the earlier 8080)")
     assert not states_change("The port is 8080")
 
@@ -89,7 +91,7 @@ def test_a_stated_change_needs_less_closeness() -> None:
 
 
 def test_settings_are_validated() -> None:
-    assert SupersessionSettings().enabled is True
+    assert SupersessionSettings().enabled is False  # opt-in: it costs a few LoCoMo questions
     with pytest.raises(ValidationError):
         SupersessionSettings(depth=1)
     with pytest.raises(ValidationError):

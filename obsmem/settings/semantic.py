@@ -310,10 +310,11 @@ class SupersessionSettings(Section):
     """For a question about the present, the latest memory about a thing ranks above the ones it replaced."""
 
     enabled: bool = Field(
-        default=True,
+        default=False,
         description="Among the first `depth` fused candidates of a question about the present (now, today, "
-        "current, latest, still, ...), a later candidate whose embedding is close to an earlier, higher-ranked "
-        'one\'s moves just above it (docs/semantic.md, "Supersession").',
+        "current, latest, still, ...; no named month or year), a candidate from a later session whose embedding "
+        'is close to an earlier, higher-ranked one\'s moves just above it (docs/semantic.md, "Supersession"). '
+        "Off by default: it costs a few LoCoMo questions (docs/eval.md).",
     )
     depth: int = Field(default=10, ge=2, le=200, description="How many of the first fused candidates it reorders.")
     min_cosine: float = Field(
