@@ -10,10 +10,12 @@ Order of work for one query:
    first; every candidate chunk is checked against the current memory (same memory id, same content
    hash, inside the filter), so deleted or edited memories never come back from stale chunks;
 4. fusion (convex by default: BM25 scaled by what the query could score, blended with the exact cosine
-   of every candidate); with ``min_relevance`` set and no rerank, a search whose best fused score is
-   below it ends here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains
-   a share of its best session neighbour's score; neighbours that were not candidates may enter, after
-   the same checks), cut to ``fused_candidates`` chunks;
+   of every candidate); with ``min_relevance`` set and no rerank, a search whose relevance (the best
+   fused score, plus how far the best cosine stands out with ``relevance_measure``) is below it ends
+   here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains a share of
+   its best session neighbour's score; neighbours that were not candidates may enter, after the same
+   checks), cut to ``fused_candidates`` chunks; with ``[semantic.supersession]`` on, a question about
+   the present sees the latest memory about a thing above the ones it revised (supersession.py);
 5. the optional rerank (after the snapshot is released), then the chunks collapse to their memories in
    order and the limit applies.
 
@@ -110,10 +112,10 @@ class StageRankings:
     """Memory ids, best first, after each stage of one search (a memory ranks where its best chunk does).
 
     ``bm25`` and ``vector`` are the candidate lists at their budget (None when not computed), ``fused``
-    the fused and smoothed candidates at the fused budget (before any rerank), ``final`` the whole final
-    ranking: the
-    hits are its first ``limit`` entries. ``rerank_scores`` (internal, never shown to users) are the raw
-    reranker scores of ``final``'s memories, or None without a rerank. ``evidence`` (internal too) is what
+    the fused and smoothed candidates at the fused budget (after supersession when it is on, before any
+    rerank), ``final`` the whole final ranking: the hits are its first ``limit`` entries.
+    ``rerank_scores`` (internal, never shown to users) are the raw reranker scores of ``final``'s
+    memories, or None without a rerank. ``evidence`` (internal too) is what
     ``min_relevance`` compares: the best fused score before smoothing, plus how far the best cosine stands
     out with ``relevance_measure = "evidence+standout"`` (None for one list alone).
     """
