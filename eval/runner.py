@@ -40,7 +40,7 @@ from obsmem.eval.calibration import (
 )
 from obsmem.eval.datasets.question_sets import DEFAULT_SET, QuestionSet
 from obsmem.eval.datasets.question_sets import question_set as shipped_set
-from obsmem.eval.ingest import CONVERSATION_WAYS, index_project, load_question_set, load_sample_project
+from obsmem.eval.ingest import CONVERSATION_WAYS, index_project, load_question_set
 from obsmem.eval.modes import MODES, check_modes
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult
@@ -325,10 +325,14 @@ def calibrate(
     questions: Sequence[labelled.LabelledQuestion] | None = None,
     project: str | None = None,
     max_recall_loss: float = 0.0,
+    question_set: str | None = None,
     progress: Progress = SILENT,
 ) -> CalibrationReport:
     """Choose a floor on the calibration split and measure it on the held-out split: the reranker's
-    ``min_score`` when one is configured, otherwise ``[semantic] min_relevance`` on the fused evidence."""
+    ``min_score`` when one is configured, otherwise ``[semantic] min_relevance`` on the fused evidence.
+
+    Without ``project``: a shipped set (``question_set``, default the bundled sample) in a temporary data
+    directory; its ``calibration`` and ``held_out`` splits are the ones the floor is chosen and measured on."""
     if settings.semantic is None and project is not None:
         raise ValidationFailed(
             "calibration needs hybrid search (the [semantic] section in the settings)",
@@ -339,7 +343,10 @@ def calibrate(
         raise ValidationFailed("max_recall_loss must be between 0 and 1", field="max_recall_loss")
     if project is not None and questions is None:
         raise ValidationFailed("a project needs its own labelled questions (--questions FILE)", field="questions")
+    if project is not None and question_set is not None:
+        raise ValidationFailed("--set calibrates on a shipped set in a temporary project; drop --project", field="set")
     sample = project is None
+    shipped = shipped_set(question_set or DEFAULT_SET) if sample else None
     with workspace(None) as temporary:
         if sample:
             settings = with_semantic(settings, temporary)
@@ -349,13 +356,11 @@ def calibrate(
             raise ValidationFailed(
                 "min_relevance needs fusion method 'convex' (reciprocal-rank scores have no scale)", field="modes"
             )
-        project = project or "sample"
+        project = project or (shipped.project if shipped is not None else "sample")
         with Obsmem(settings, background_indexing=False) as memory:
-            if sample:
-                from obsmem.sample import questions as sample_questions
-
-                load_sample_project(memory)
-                questions = questions or labelled.parse_labelled(sample_questions())
+            if shipped is not None:
+                load_question_set(memory, shipped)
+                questions = questions or labelled.parse_labelled(shipped.questions())
             else:
                 memory.database(project)  # project_not_found before any work
             assert questions is not None

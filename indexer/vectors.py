@@ -326,6 +326,11 @@ class VectorSet:
             scores = self.matrix[slots] @ query
         return {label: float(score) for (label, _), score in zip(known, scores, strict=True)}
 
+    def vectors_of(self, labels: list[int]) -> dict[int, np.ndarray]:
+        """A copy of the vector of each of ``labels`` held here (others are left out)."""
+        with self.lock:
+            return {label: self.matrix[self.slot_of[label]].copy() for label in labels if label in self.slot_of}
+
     def approximate(self, query: np.ndarray, k: int, where: Filter | None = None) -> list[tuple[int, float]] | None:
         """Top-k from the graph (None if there is no graph or it cannot return k filtered items)."""
         with self.lock:

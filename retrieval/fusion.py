@@ -111,6 +111,37 @@ def evidence(fused: Fused) -> float | None:
     return max((score for _, score in fused), default=None)
 
 
+def standout(lists: Sequence[RankedList], cosines: Mapping[int, float] | None = None) -> float:
+    """How far the best cosine stands above the query's typical one: the best minus the mean over the
+    vector list's candidates (0 without a vector list).
+
+    A question nothing answers still has a nearest memory, often about as near as the fused evidence of
+    an answerable question (a near miss: a plausible question about the topic next door). What differs
+    is the shape of its list: nothing stands out, its best cosine is about its hundredth's. Added to the
+    evidence, it separates the coding set's near misses better than the evidence alone (docs/eval.md)."""
+    for ranked in lists:
+        if ranked.name == "vector" and ranked.items:
+            values = [cosines.get(label, score) if cosines else score for label, score in ranked.items]
+            return max(values) - sum(values) / len(values)
+    return 0.0
+
+
+RELEVANCE_MEASURES: tuple[str, ...] = ("evidence", "evidence+standout")
+
+
+def relevance(
+    fused: Fused, lists: Sequence[RankedList], measure: str, cosines: Mapping[int, float] | None
+) -> float | None:
+    """What ``min_relevance`` compares for ``measure``: the fused evidence, or the evidence plus how far the
+    best cosine stands out (:func:`standout`). None without candidates."""
+    best = evidence(fused)
+    if best is None or measure == "evidence":
+        return best
+    if measure == "evidence+standout":
+        return best + standout(lists, cosines)
+    raise ValueError(f"unknown relevance measure '{measure}' (known: {', '.join(RELEVANCE_MEASURES)})")
+
+
 def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], weight: float) -> Fused:
     """``score + weight * max(0, best neighbour's score)``: a strong match lifts the memories beside it.
 

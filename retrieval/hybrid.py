@@ -10,10 +10,12 @@ Order of work for one query:
    first; every candidate chunk is checked against the current memory (same memory id, same content
    hash, inside the filter), so deleted or edited memories never come back from stale chunks;
 4. fusion (convex by default: BM25 scaled by what the query could score, blended with the exact cosine
-   of every candidate); with ``min_relevance`` set and no rerank, a search whose best fused score is
-   below it ends here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains
-   a share of its best session neighbour's score; neighbours that were not candidates may enter, after
-   the same checks), cut to ``fused_candidates`` chunks;
+   of every candidate); with ``min_relevance`` set and no rerank, a search whose relevance (the best
+   fused score, plus how far the best cosine stands out with ``relevance_measure``) is below it ends
+   here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains a share of
+   its best session neighbour's score; neighbours that were not candidates may enter, after the same
+   checks), cut to ``fused_candidates`` chunks; with ``[semantic.supersession]`` on, a question about
+   the present sees the latest memory about a thing above the ones it revised (supersession.py);
 5. the optional rerank (after the snapshot is released), then the chunks collapse to their memories in
    order and the limit applies.
 
@@ -36,11 +38,12 @@ import numpy as np
 from obsmem.errors import IndexBuilding, ValidationFailed
 from obsmem.indexer import EVENT_SOURCES, MEMORY_SOURCES, Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
 from obsmem.retrieval.bm25 import Bm25List
-from obsmem.retrieval.fusion import Fused, evidence, fuser, neighbour_smoothing
+from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
+from obsmem.retrieval.supersession import asks_about_now, present_supersession
 from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
@@ -109,11 +112,12 @@ class StageRankings:
     """Memory ids, best first, after each stage of one search (a memory ranks where its best chunk does).
 
     ``bm25`` and ``vector`` are the candidate lists at their budget (None when not computed), ``fused``
-    the fused and smoothed candidates at the fused budget (before any rerank), ``final`` the whole final
-    ranking: the
-    hits are its first ``limit`` entries. ``rerank_scores`` (internal, never shown to users) are the raw
-    reranker scores of ``final``'s memories, or None without a rerank. ``evidence`` (internal too) is the
-    best fused score before smoothing, what ``min_relevance`` compares (None for one list alone).
+    the fused and smoothed candidates at the fused budget (after supersession when it is on, before any
+    rerank), ``final`` the whole final ranking: the hits are its first ``limit`` entries.
+    ``rerank_scores`` (internal, never shown to users) are the raw reranker scores of ``final``'s
+    memories, or None without a rerank. ``evidence`` (internal too) is what
+    ``min_relevance`` compares: the best fused score before smoothing, plus how far the best cosine stands
+    out with ``relevance_measure = "evidence+standout"`` (None for one list alone).
     """
 
     bm25: list[str] | None = None
@@ -145,6 +149,7 @@ class HybridSearcher:
         self.weights = settings.fusion.weights
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
+        self.supersession = settings.supersession
 
     def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
         """``index_building`` with the counts of the kind of source the search looks in."""
@@ -227,6 +232,8 @@ class HybridSearcher:
                 ranked.full = ranked.full or len(kept) > k
                 ranked.items = kept[:k]
             fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
+            if len(lists) > 1:
+                fused = self._superseded(request.query, fused, valid, vectors, store)
         reranking = self.reranker is not None and plan.rerank
         nothing_close = False
         if not reranking and plan.floor and self._below_floor(stages.evidence):
@@ -261,6 +268,33 @@ class HybridSearcher:
         result = SearchResult("hybrid", hits, truncated=truncated, partial=partial, nothing_close=nothing_close)
         return result, stages
 
+    def _superseded(
+        self, query: str, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
+    ) -> Fused:
+        """``fused`` with the latest memory about a thing above the ones it replaced, for a question about
+        the present (``[semantic.supersession]``; retrieval/supersession.py)."""
+        config = self.supersession
+        if not config.enabled or len(fused) < 2 or (config.present_only and not asks_about_now(query)):
+            return fused  # most questions: nothing read, nothing computed
+        head = [label for label, _ in fused[: config.depth] if label in valid]
+        embeddings = vectors.vectors_of(head)
+        missing = [label for label in head if label not in embeddings]
+        if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
+            embeddings.update(store.embeddings(missing))
+        return present_supersession(
+            query,
+            fused,
+            {label: valid[label].text for label in head},
+            {label: str(valid[label].row[3] or "") for label in head},
+            {label: str(valid[label].row[2] or "") for label in head},
+            embeddings,
+            depth=config.depth,
+            min_cosine=config.min_cosine,
+            stated_min_cosine=config.stated_min_cosine,
+            max_score_gap=config.max_score_gap,
+            always=not config.present_only,
+        )
+
     def _below_floor(self, best: float | None) -> bool:
         """Whether ``min_relevance`` turns this search away: candidates existed, none close enough."""
         floor = self.settings.min_relevance
@@ -281,8 +315,9 @@ class HybridSearcher:
         query_vector: np.ndarray | None,
         where: Filter,
     ) -> tuple[Fused, float | None]:
-        """The candidates' order (one list alone in its own order, or fused and smoothed) and the fused
-        evidence (:func:`~obsmem.retrieval.fusion.evidence`; None for one list).
+        """The candidates' order (one list alone in its own order, or fused and smoothed) and what
+        ``min_relevance`` compares (:func:`~obsmem.retrieval.fusion.relevance`: the fused evidence, or that
+        plus how far the best cosine stands out, as ``relevance_measure`` says; None for one list).
 
         Runs inside the read snapshot of the lists (stored embeddings and neighbours are read from it).
         Smoothing stops one past the ``fused_candidates`` budget (enough to tell whether it was reached);
@@ -295,7 +330,7 @@ class HybridSearcher:
             wanted = list(dict.fromkeys(label for ranked in lists for label in ranked.labels))
             cosines = self._cosines(store, vectors, query_vector, wanted)
         fused = self.fuse(lists, self.weights, cosines)
-        best = evidence(fused)
+        best = relevance(fused, lists, self.settings.relevance_measure, cosines)
         if self.neighbour_weight <= 0 or not fused:
             return fused, best
         neighbours = self._neighbours(store, [label for label, _ in fused], valid)

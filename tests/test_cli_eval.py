@@ -134,6 +134,22 @@ def test_calibrate_without_a_reranker_chooses_min_relevance(
     assert "[semantic]\nmin_relevance = " in (out / "calibration.md").read_text()
 
 
+def test_calibrate_on_a_shipped_set(tmp_path: Path, model_server: ModelServer) -> None:
+    from obsmem.eval.datasets.question_sets import question_set
+
+    rows = question_set("coding").questions()
+    cfg = config(tmp_path, model_server)
+    result = invoke(tmp_path, cfg, "calibrate", "--set", "coding", "--max-recall-loss", "0.05", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    # The coding set's own splits: chosen on its calibration projects, measured on its held-out ones.
+    assert report["calibration_questions"] == sum(row["split"] == "calibration" for row in rows)
+    assert report["held_out_questions"] == sum(row["split"] == "held_out" for row in rows)
+    assert report["setting"] == "semantic.min_relevance" and report["chosen_min_relevance"] is not None
+    assert report["held_out"]["without_floor"]["negatives_with_hits"] == 1.0  # fused ranking answers them all
+    assert not (tmp_path / "data").exists()  # a temporary data directory, never the user's
+
+
 def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server: ModelServer) -> None:
     cfg = config(tmp_path, model_server)
     data = write_locomo(tmp_path / "locomo.json")
@@ -158,6 +174,8 @@ def test_locomo_and_longmemeval_commands(tmp_path: Path, model_server: ModelServ
         (["questions", "--project", "p"], 2, "--questions FILE"),
         (["questions", "--project", "nope", "--questions", "{questions}"], 1, "project_not_found"),
         (["questions", "--project", "p", "--questions", "{bad}"], 2, "questions.0.label"),
+        (["calibrate", "--set", "nope"], 2, "no question set 'nope'"),
+        (["calibrate", "--set", "coding", "--project", "p", "--questions", "{questions}"], 2, "drop --project"),
         (["locomo", "--data", "{bad}"], 2, "--data is not in the expected format"),
         (["locomo", "--data", "{questions}", "--ways", "e"], 2, "ways must be"),
         (["longmemeval", "--data", "{bad}"], 2, "--data is not in the expected format"),

@@ -40,6 +40,7 @@ from obsmem.settings.semantic import (
     IndexSettings,
     RerankerSettings,
     SemanticSettings,
+    SupersessionSettings,
 )
 from obsmem.settings.storage import StorageSettings
 from obsmem.settings.transcripts import TranscriptSettings
@@ -71,6 +72,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "StorageSettings",
+    "SupersessionSettings",
     "TrustSettings",
     "TranscriptSettings",
     "Section",

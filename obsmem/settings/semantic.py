@@ -306,6 +306,42 @@ class Bm25Settings(Section):
         return value
 
 
+class SupersessionSettings(Section):
+    """For a question about the present, the latest memory about a thing ranks above the ones it replaced."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Among the first `depth` fused candidates of a question about the present (now, today, "
+        "current, latest, still, ...; no named month or year), a candidate from a later session whose embedding "
+        'is close to an earlier, higher-ranked one\'s moves just above it (docs/semantic.md, "Supersession"). '
+        "Off by default: it costs a few LoCoMo questions (docs/eval.md).",
+    )
+    depth: int = Field(default=10, ge=2, le=200, description="How many of the first fused candidates it reorders.")
+    min_cosine: float = Field(
+        default=0.5,
+        ge=-1,
+        le=1,
+        description="How close two candidates' embeddings must be for the later one to replace the earlier.",
+    )
+    stated_min_cosine: float = Field(
+        default=0.4,
+        ge=-1,
+        le=1,
+        description="The same, when the later memory says it changes something (supersedes, instead of, no "
+        "longer, switched, ...).",
+    )
+    max_score_gap: float | None = Field(
+        default=None,
+        ge=0,
+        description="A later candidate replaces an earlier one only if its fused score is at most this much lower "
+        "(it must answer the question nearly as well). Unset: no limit.",
+    )
+    present_only: bool = Field(
+        default=True,
+        description="Apply only to questions with a present-state word; false applies it to every question.",
+    )
+
+
 class IndexSettings(Section):
     """How the background indexer and the vector index behave."""
 
@@ -364,7 +400,15 @@ class SemanticSettings(Section):
         "`convex` fusion; choose it with `obsmem eval calibrate` (without a reranker). With a reranker, "
         "`[semantic.reranker] min_score` is the floor instead.",
     )
+    relevance_measure: Literal["evidence", "evidence+standout"] = Field(
+        default="evidence",
+        description="What `min_relevance` floors: `evidence`, the best fused score before smoothing; "
+        "`evidence+standout`, that plus how far the best cosine stands above the mean cosine of the vector "
+        "list's candidates (separates near misses better, docs/eval.md). Calibrate the floor for the measure "
+        "you use.",
+    )
     fusion: FusionSettings = Field(default_factory=FusionSettings)
+    supersession: SupersessionSettings = Field(default_factory=SupersessionSettings)
     bm25: Bm25Settings = Field(default_factory=Bm25Settings)
     index: IndexSettings = Field(default_factory=IndexSettings)
 

@@ -3,7 +3,7 @@
     obsmem eval questions [--set sample|coding | --project P --questions FILE] [--modes ...] [--output DIR]
     obsmem eval locomo --data locomo10.json [--ways a,b,c,d] [--modes ...] [--output DIR]
     obsmem eval longmemeval --data longmemeval_s.json|SUBSET_DIR [--modes ...] [--output DIR]
-    obsmem eval calibrate [--project P --questions FILE] [--max-recall-loss 0.0] [--output DIR]
+    obsmem eval calibrate [--set sample|coding | --project P --questions FILE] [--max-recall-loss 0.0] [--output DIR]
     obsmem eval never-below out/*/results.json
 
 Every command prints one side-by-side table of the modes (``--json``: the results as JSON) and, with
@@ -365,6 +365,14 @@ def longmemeval_command(
 @eval_group.command("calibrate")
 @project_options
 @click.option(
+    "--set",
+    "question_set",
+    default=None,
+    metavar="NAME",
+    help="A shipped question set to calibrate on, loaded into a temporary directory: sample or coding"
+    " [default: sample].",
+)
+@click.option(
     "--max-recall-loss",
     type=FiniteFloatRange(0.0, 1.0),
     default=0.0,
@@ -380,6 +388,7 @@ def calibrate_command(
     project: str | None,
     questions_file: Path | None,
     project_data_dir: Path | None,
+    question_set: str | None,
     max_recall_loss: float,
     output: Path | None,
     progress: bool | None,
@@ -396,6 +405,7 @@ def calibrate_command(
         questions=_questions(questions_file),
         project=project,
         max_recall_loss=max_recall_loss,
+        question_set=question_set,
         progress=_progress(as_json, progress),
     )
     if output is not None:

@@ -25,6 +25,7 @@ from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing
 from obsmem.retrieval.ranked import RankedList
+from obsmem.retrieval.supersession import present_supersession
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
 from support.model_server import embed
 
@@ -188,6 +189,21 @@ def reference_search(
         fused = fuse(lists, fusion.weights, {x: cosine[x] for x in union})
         allowed = {label: [o for o in near if inside(by_label[o])] for label, near in neighbours.items()}
         fused = neighbour_smoothing(fused, allowed, fusion.neighbour_weight)
+        if settings.supersession.enabled:
+            config, head = settings.supersession, [by_label[label] for label, _ in fused[: settings.supersession.depth]]
+            fused = present_supersession(
+                query,
+                fused,
+                {doc.label: doc.body for doc in head},
+                {doc.label: doc.stored_date for doc in head},
+                {doc.label: doc.session for doc in head},
+                {doc.label: unit(doc.body) for doc in head},
+                depth=config.depth,
+                min_cosine=config.min_cosine,
+                stated_min_cosine=config.stated_min_cosine,
+                max_score_gap=config.max_score_gap,
+                always=not config.present_only,
+            )
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
         if by_label[label].memory_id not in result:

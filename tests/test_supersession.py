@@ -1,0 +1,130 @@
+"""``[semantic.supersession]``: for a question about the present, the latest memory about a thing ranks above
+the earlier one it revised; other questions, notes of the same session and unrelated later memories keep
+the fused order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from obsmem import Obsmem
+from obsmem.retrieval.supersession import asks_about_now, states_change, supersede
+from obsmem.settings import SupersessionSettings, load_settings
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, semantic_settings
+
+FIRST = "Decision: the build cache lives in the repository cache folder"
+REVISED = "Decision (June): the build cache lives in the user cache folder instead, per user, supersedes the first"
+ASIDE = "The release notes mention the new icon set for the docs theme"
+
+
+def test_present_cues_are_whole_words() -> None:
+    assert asks_about_now("Where does the build cache live now?")
+    assert asks_about_now("Which broker does Celery use at the moment?")
+    assert asks_about_now("What is the CURRENT api version?")
+    assert not asks_about_now("Where did the build cache live in March?")
+    assert not asks_about_now("Who knows the currency of the invoices?")  # 'currency' is not 'current'
+    assert not asks_about_now("What did they paint in their latest project in July 2023?")  # anchored in July
+    assert not asks_about_now("Which version is current as of 2024?")
+    assert states_change("Port changed from 8080 to 9090 (supersedes the earlier 8080)")
+    assert not states_change("The port is 8080")
+
+
+def unit(*values: float) -> np.ndarray:
+    vector = np.array(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_latest_of_a_chain_ends_first_and_unrelated_memories_stay() -> None:
+    ranked = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.5)]
+    dates = {1: "2025-01-01", 2: "2025-02-01", 3: "2025-03-01", 4: "2025-04-01", 5: "2025-07-01"}
+    sessions = {label: f"s{label}" for label in dates}
+    same = unit(1, 0, 0)
+    embeddings = {1: same, 2: unit(0, 1, 0), 3: same, 4: unit(1, 0.05, 0), 5: unit(0, 0, 1)}
+    changes = dict.fromkeys(dates, False)
+    reordered = supersede(
+        ranked,
+        dates=dates,
+        sessions=sessions,
+        embeddings=embeddings,
+        changes=changes,
+        depth=5,
+        min_cosine=0.9,
+        stated_min_cosine=0.9,
+    )
+    # 1, 3 and 4 are one thing revised twice: 4 (latest) first, then 3, then 1; 2 and 5 are other things.
+    assert [label for label, _ in reordered] == [4, 3, 1, 2, 5]
+    assert dict(reordered) == dict(ranked)  # scores travel with their candidates
+
+
+def test_same_session_dates_and_depth_limit_what_moves() -> None:
+    ranked = [(1, 0.9), (2, 0.8), (3, 0.7)]
+    embeddings = {label: unit(1, 0, 0) for label in (1, 2, 3)}
+    kwargs: dict[str, Any] = {"embeddings": embeddings, "min_cosine": 0.9, "stated_min_cosine": 0.9}
+    dates = {1: "2025-01-01", 2: "2025-01-01", 3: "2025-05-01"}
+    one_session = dict.fromkeys(dates, "s")
+    changes = dict.fromkeys(dates, False)
+    assert supersede(ranked, dates=dates, sessions=one_session, changes=changes, depth=3, **kwargs) == ranked
+    sessions = {1: "a", 2: "b", 3: "c"}
+    moved = supersede(ranked, dates=dates, sessions=sessions, changes=changes, depth=3, **kwargs)
+    assert [label for label, _ in moved] == [3, 1, 2]  # 1 and 2 share a date: neither revises the other
+    assert supersede(ranked, dates=dates, sessions=sessions, changes=changes, depth=2, **kwargs) == ranked
+
+
+def test_a_stated_change_needs_less_closeness() -> None:
+    ranked = [(1, 0.9), (2, 0.8)]
+    embeddings = {1: unit(1, 0), 2: unit(1, 1)}  # cosine 0.707
+    common: dict[str, Any] = {
+        "dates": {1: "2025-01-01", 2: "2025-06-01"},
+        "sessions": {1: "a", 2: "b"},
+        "embeddings": embeddings,
+        "depth": 2,
+        "min_cosine": 0.8,
+        "stated_min_cosine": 0.7,
+    }
+    assert supersede(ranked, changes={1: False, 2: False}, **common) == ranked
+    assert [label for label, _ in supersede(ranked, changes={1: False, 2: True}, **common)] == [2, 1]
+
+
+def test_settings_are_validated() -> None:
+    assert SupersessionSettings().enabled is False  # opt-in: it costs a few LoCoMo questions
+    with pytest.raises(ValidationError):
+        SupersessionSettings(depth=1)
+    with pytest.raises(ValidationError):
+        SupersessionSettings(min_cosine=1.5)
+    with pytest.raises(ValidationError):
+        SupersessionSettings(max_score_gap=-0.1)
+    with pytest.raises(ValidationError):
+        SupersessionSettings(surprise=True)  # type: ignore[call-arg]
+
+
+def first_hit(memory: Obsmem, query: str) -> str:
+    return memory.search("p", query, mode="hybrid").hits[0].content
+
+
+def build(tmp_path: Path, server: ModelServer, enabled: bool, revised_session: str = "s2") -> Obsmem:
+    section = semantic_settings(server, supersession={"enabled": enabled})
+    memory = Obsmem(load_settings(data_dir=tmp_path / f"data-{enabled}-{revised_session}", semantic=section))
+    add_memories(memory, "p", [("2025-01-10 09:00", FIRST), ("2025-01-10 09:30", ASIDE)], session="s1")
+    add_memories(memory, "p", [("2025-06-20 14:00", REVISED)], session=revised_session)
+    memory.index("p")
+    return memory
+
+
+def test_a_small_project_finds_the_latest_decision(tmp_path: Path, model_server: ModelServer) -> None:
+    now, then = "Where does the build cache live now?", "Where does the build cache live?"
+    with build(tmp_path, model_server, enabled=False) as memory:
+        assert first_hit(memory, now) == FIRST  # the fused order, the premise of the test
+        assert first_hit(memory, then) == FIRST
+    with build(tmp_path, model_server, enabled=True) as memory:
+        assert first_hit(memory, now) == REVISED
+        assert first_hit(memory, then) == FIRST  # not about the present: the fused order stands
+
+
+def test_a_later_note_of_the_same_session_does_not_revise(tmp_path: Path, model_server: ModelServer) -> None:
+    with build(tmp_path, model_server, enabled=True, revised_session="s1") as memory:
+        assert first_hit(memory, "Where does the build cache live now?") == FIRST
