@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -106,9 +107,14 @@ def run_size(registry: ProjectRegistry, store: PostgresStore, count: int, repeat
     window = parse_window()
     sqlite_searcher = ExactSearcher(registry.get(name).connection())
 
+    pg_plans: dict[str, str] = {}
+
     def on_postgres(query: str) -> tuple[list, bool]:
         with pg_db.read() as conn:
-            return PostgresExactSearcher(conn).search(query, window, LIMIT)
+            searcher = PostgresExactSearcher(conn)
+            found = searcher.search(query, window, LIMIT)
+            pg_plans[query] = searcher.last_plan
+            return found
 
     results: dict[str, list[dict[str, object]]] = {}
     for query_class, queries in QUERIES.items():
@@ -124,7 +130,7 @@ def run_size(registry: ProjectRegistry, store: PostgresStore, count: int, repeat
                 "query": query,
                 "hits": len(pg_hits),
                 "sqlite_plan": sqlite_searcher.last_plan.name if sqlite_searcher.last_plan else None,
-                "postgres_plan": postgres_plan(pg_db, query),
+                "postgres_plan": "bounded walk" if pg_plans[query] == "walk" else postgres_plan(pg_db, query),
                 "sqlite": summary(sqlite_samples),
                 "postgres": summary(pg_samples),
                 "postgres_over_sqlite_p50": round(
@@ -138,6 +144,7 @@ def run_size(registry: ProjectRegistry, store: PostgresStore, count: int, repeat
         "sqlite_load_s": round(sqlite_load, 1),
         "postgres_load_s": round(postgres_load, 1),
         "queries": results,
+        "load_average_1m_after": round(os.getloadavg()[0], 1),
     }
 
 
@@ -161,6 +168,7 @@ def main() -> None:
         registry = ProjectRegistry(args.out)
         report = {
             "benchmark": "postgres_exact",
+            "load_average_1m_before": round(os.getloadavg()[0], 1),
             "limit": LIMIT,
             "sizes": [run_size(registry, store, n, args.repeat) for n in args.sizes],
         }

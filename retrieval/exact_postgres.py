@@ -25,6 +25,13 @@ that it scans the whole table for a rare needle: at 50,000 memories a sequential
 the index answers in 7 ms. The searcher's read sets it to :data:`RANDOM_PAGE_COST` (the usual value for
 SSDs and cached tables) for its own statements only; then the planner picks the index for rare needles
 and the date walk for common ones.
+
+Before that query, a **bounded walk** reads the newest :data:`WALK_ROWS` rows of the window by the date
+index and checks ``ILIKE`` on them (SQLite's walk plan with its step budget). A common needle finds
+``fetch`` matches there and is answered at once: those rows are the newest ``fetch`` matches of the whole
+window, since every row newer than the last of them was read. Otherwise the walk's rows are discarded
+and the query above answers. Left to itself, PostgreSQL's planner priced the full walk of a common needle
+above the trigram index's bitmap and sort, and read tens of thousands of postings to sort them.
 """
 
 from __future__ import annotations
@@ -37,14 +44,18 @@ from obsmem.retrieval.exact import date_session_filters, like_pattern
 from obsmem.retrieval.results import Hit
 
 RANDOM_PAGE_COST = 1.1
+# Rows the bounded walk reads before the trigram index is asked (about what SQLite's walk budget reads).
+WALK_ROWS = 2000
 
 
 class PostgresExactSearcher:
     """Exact searches over one corpus of one project, on one PostgreSQL connection in a read snapshot."""
 
-    def __init__(self, conn: Any, *, corpus: Corpus = MEMORIES) -> None:
+    def __init__(self, conn: Any, *, corpus: Corpus = MEMORIES, walk_rows: int = WALK_ROWS) -> None:
         self.conn = conn
         self.corpus = corpus
+        self.walk_rows = walk_rows  # 0: no bounded walk (the tests compare both)
+        self.last_plan = ""  # "walk" or "query": which answered the last search (for benchmarks)
         # SET LOCAL: this read transaction only (it ends with the search's snapshot).
         conn.execute(f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}")
 
@@ -59,9 +70,17 @@ class PostgresExactSearcher:
         """Up to ``fetch`` matching rows (the corpus's hit columns), newest first."""
         where, params = date_session_filters(self.corpus, window, session_id)
         match = " OR ".join(f"{column} ILIKE ? ESCAPE '\\'" for column in self.corpus.match_columns)
-        sql = (
-            f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({match}){where}"
-            f" ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
-        )
-        pattern = like_pattern(needle)
-        return self.conn.execute(sql, (*self.corpus.patterns(pattern), *params, fetch)).fetchall()
+        patterns = self.corpus.patterns(like_pattern(needle))
+        order = f"ORDER BY {self.corpus.date} DESC, m.id DESC"
+        if self.walk_rows > 0:
+            walked = self.conn.execute(
+                f"SELECT {self.corpus.columns} FROM (SELECT * FROM {self.corpus.table} AS m WHERE TRUE{where}"
+                f" {order} LIMIT ?) AS m WHERE ({match}) {order} LIMIT ?",
+                (*params, self.walk_rows, *patterns, fetch),
+            ).fetchall()
+            if len(walked) >= fetch:
+                self.last_plan = "walk"
+                return walked
+        self.last_plan = "query"
+        sql = f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({match}){where} {order} LIMIT ?"
+        return self.conn.execute(sql, (*patterns, *params, fetch)).fetchall()

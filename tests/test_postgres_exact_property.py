@@ -26,6 +26,13 @@ PLANS = (
 )
 
 
+def _plans(data: st.DataObject) -> list[tuple[tuple[str, ...], int]]:
+    """Every planner setting without the bounded walk, and with a walk of a drawn length (often shorter
+    than the corpus, so that both its answer and its hand-over to the query are checked)."""
+    walk_rows = data.draw(st.integers(1, 12))
+    return [(disabled, 0) for disabled in PLANS] + [(disabled, walk_rows) for disabled in PLANS[:3]]
+
+
 def _reference(contents: list[tuple[str, str]], needle: str, session: str | None = None) -> list[int]:
     """Brute force: ASCII-only case folding, newest first (date desc, row desc)."""
 
@@ -92,9 +99,9 @@ def test_every_plan_matches_the_reference(database: PostgresProjectDatabase, con
     _load(database, contents)
     expected = _reference(contents, needle, session)
     window = parse_window()
-    for disabled in PLANS:
+    for disabled, walk_rows in _plans(data):
         with database.read() as conn:
-            searcher = PostgresExactSearcher(conn)
+            searcher = PostgresExactSearcher(conn, walk_rows=walk_rows)
             for setting in disabled:
                 conn.execute(f"SET LOCAL {setting} = off")
             for limit in (1, 3, 50):
@@ -185,9 +192,9 @@ def test_conversation_search_matches_the_reference_under_every_plan(
         return
     _load_events(database, events)
     expected = _event_reference(events, needle)
-    for disabled in PLANS:
+    for disabled, walk_rows in _plans(data):
         with database.read() as conn:
-            searcher = PostgresExactSearcher(conn, corpus=EVENTS)
+            searcher = PostgresExactSearcher(conn, corpus=EVENTS, walk_rows=walk_rows)
             for setting in disabled:
                 conn.execute(f"SET LOCAL {setting} = off")
             for fetch in (1, 3, 50):

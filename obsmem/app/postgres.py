@@ -11,6 +11,7 @@ the service is built.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from obsmem.events import AppendReceipt, append_events, session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.retrieval import RecalledEvent, SearchModes, SearchRequest, SearchResult, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
-from obsmem.storage import PostgresProjectDatabase, PostgresStore
+from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
 from obsmem.trust import LOCAL_USER
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import JobQueue, eventlog
@@ -42,6 +43,7 @@ PORTED = frozenset(
         "index_conversation",
         "conversation_backlog",
         "pipeline_events",
+        "event_push",
         "jobs",
         "start_workers",
         "stop_workers",
@@ -49,6 +51,9 @@ PORTED = frozenset(
         "close",
     }
 )
+
+# How often a follower reads the log while no listening connection works (the SQLite poll's order).
+LISTENER_LOST_POLL_SECONDS = 0.25
 
 # Attributes the SQLite service builds that have no PostgreSQL counterpart yet.
 _PARTS = frozenset({"pipeline", "projects", "trust"})
@@ -203,6 +208,12 @@ class PostgresObsmem(Obsmem):
                 newest=newest,
             )
 
+    def event_push(self, project: str) -> SchemaEventPush:
+        """Followers wait on the store's LISTEN connection: an event recorded through any server on this
+        database wakes them at its commit (``NOTIFY`` with the project's schema)."""
+        db = self.store.get(project)
+        return SchemaEventPush(self.store.event_signal(), db.schema)
+
     def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> JobList:
         queue = JobQueue(self.store.get(project))  # type: ignore[arg-type]
         return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
@@ -230,6 +241,25 @@ class PostgresObsmem(Obsmem):
 
     def __enter__(self) -> PostgresObsmem:
         return self
+
+
+class SchemaEventPush:
+    """The :class:`~obsmem.app.service.EventPush` of one project schema on PostgreSQL."""
+
+    def __init__(self, signal: EventSignal, schema: str) -> None:
+        self._signal = signal
+        self._schema = schema
+
+    def token(self) -> int:
+        return self._signal.version(self._schema)
+
+    async def wait(self, token: int, timeout: float) -> bool:
+        if not self._signal.listening:
+            # The listening connection broke: the follower reads again after a short pause (a poll) until the
+            # next follower's event_push opens a new one.
+            await asyncio.sleep(min(timeout, LISTENER_LOST_POLL_SECONDS))
+            return True
+        return await self._signal.wait_async(self._schema, token, timeout)
 
 
 def refuse_unported_settings(settings: Settings) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from obsmem.app.results import (
     Forgotten,
@@ -75,6 +75,18 @@ if TYPE_CHECKING:
 
 # The keys of an indexing run's totals; the rest of the indexer's report is the index status after it.
 _TOTALS = tuple(IndexTotals.__dataclass_fields__)
+
+
+class EventPush(Protocol):
+    """Wakes a follower of one project's event log when an event is recorded (by any server)."""
+
+    def token(self) -> int:
+        """Take before reading the log: a wait returns at once for any event recorded after this."""
+        ...
+
+    async def wait(self, token: int, timeout: float) -> bool:
+        """Wait until an event was recorded after ``token`` was taken (True) or ``timeout`` passed (False)."""
+        ...
 
 
 class Obsmem:
@@ -478,6 +490,11 @@ class Obsmem:
             return eventlog.list_events(
                 conn, after=start, limit=count, session_id=session_id, types=types, newest=newest
             )
+
+    def event_push(self, project: str) -> EventPush | None:
+        """How a follower of the project's event log learns of a new event without reading the log again and
+        again: None here (a follower polls its SQLite file); PostgreSQL pushes (LISTEN/NOTIFY)."""
+        return None
 
     def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> JobList:
         queue = self.pipeline.queue(self.projects.get(project))

@@ -33,7 +33,7 @@ import apsw
 
 from obsmem.dates import now_iso
 from obsmem.errors import ObsmemError
-from obsmem.storage import ProjectDatabase
+from obsmem.storage import ProjectDatabase, sql_dialect
 from obsmem.work import eventlog
 
 MAX_BACKOFF_SECONDS = 900.0
@@ -145,26 +145,32 @@ class JobQueue:
         delay: float,
     ) -> EnqueueResult:
         now = now_iso()
-        row = conn.execute(
-            "INSERT INTO jobs(kind, order_key, dedupe_key, payload, max_attempts, run_after, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
-            (
-                kind,
-                order_key,
-                dedupe_key,
-                json.dumps(payload, separators=(",", ":"), sort_keys=True),
-                self.max_attempts,
-                self.clock() + max(0.0, delay),
-                now,
-                now,
-            ),
-        ).fetchone()
-        if row is not None:
-            return EnqueueResult(int(row[0]), True)
-        existing = conn.execute(
-            "SELECT id FROM jobs WHERE dedupe_key = ? AND state = 'queued'", (dedupe_key,)
-        ).fetchone()
-        return EnqueueResult(int(existing[0]), False)
+        values = (
+            kind,
+            order_key,
+            dedupe_key,
+            json.dumps(payload, separators=(",", ":"), sort_keys=True),
+            self.max_attempts,
+            self.clock() + max(0.0, delay),
+            now,
+            now,
+        )
+        # Two rounds at most: on PostgreSQL a claim (which does not take the writer lock) may take the queued
+        # duplicate between the conflict and the look-up; the insert then no longer conflicts.
+        for _ in range(2):
+            row = conn.execute(
+                "INSERT INTO jobs(kind, order_key, dedupe_key, payload, max_attempts, run_after, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
+                values,
+            ).fetchone()
+            if row is not None:
+                return EnqueueResult(int(row[0]), True)
+            existing = conn.execute(
+                "SELECT id FROM jobs WHERE dedupe_key = ? AND state = 'queued'", (dedupe_key,)
+            ).fetchone()
+            if existing is not None:
+                return EnqueueResult(int(existing[0]), False)
+        raise RuntimeError("a job with this dedupe key kept changing state while being enqueued")
 
     # -- consuming -----------------------------------------------------------------------------
 
@@ -186,6 +192,8 @@ class JobQueue:
     def claim(self, owner: str, kinds: Iterable[str] | None = None) -> Lease | None:
         """Lease the next ready job, or return None. Expired leases are reaped first."""
         kind_sql, kind_params = _kind_filter(kinds, alias="j")
+        if sql_dialect(self.db) == "postgres":
+            return self._claim_skip_locked(owner, kind_sql, kind_params)
         with self.db.write() as conn:
             now = self.clock()
             self._reap(conn, now)
@@ -199,6 +207,44 @@ class JobQueue:
                 " RETURNING id, kind, payload, order_key, attempts, max_attempts, fence",
                 (owner, expires, now_iso(), row[0]),
             ).fetchone()
+        job_id, kind, payload, order_key, attempts, max_attempts, fence = claimed
+        return Lease(job_id, kind, json.loads(payload), order_key, attempts, max_attempts, fence, owner, expires)
+
+    def _claim_skip_locked(self, owner: str, kind_sql: str, kind_params: list[str]) -> Lease | None:
+        """PostgreSQL's claim: the job row is taken with ``FOR UPDATE SKIP LOCKED`` outside the project's
+        writer lock, so workers claim different jobs at once instead of queueing behind each other (and
+        behind every append). Everything that changes a *running* job (heartbeat, fence check, complete,
+        fail, reaping) still takes the writer lock, so a claim, which only turns a queued row into a running
+        one, is the only change made without it.
+
+        Why the order-key rule still holds without the lock: a job is ready only if no earlier job of its
+        key is queued or running in the statement's snapshot, and a job leaves those states only for done
+        or failed, for good; a competing claimer skips the row another holds, and the row it then sees as
+        queued still blocks the later jobs of that key. Enqueues commit in id order (they hold the writer
+        lock), so no job appears behind a later one of its key.
+        """
+        now = self.clock()
+        expired = (
+            self.db.connection()
+            .execute("SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_expires <= ?)", (now,))
+            .fetchone()
+        )
+        if expired is not None and expired[0]:
+            with self.db.write() as conn:
+                self._reap(conn, self.clock())
+        with self.db.row_locked_write() as conn:  # type: ignore[attr-defined]
+            now = self.clock()
+            expires = now + self.lease_seconds
+            claimed = conn.execute(
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, fence = fence + 1,"
+                " lease_owner = ?, lease_expires = ?, updated_at = ?"
+                f" WHERE state = 'queued' AND id = ({_READY_SQL}{kind_sql} ORDER BY j.id LIMIT 1"
+                " FOR UPDATE OF j SKIP LOCKED)"
+                " RETURNING id, kind, payload, order_key, attempts, max_attempts, fence",
+                (owner, expires, now_iso(), now, *kind_params),
+            ).fetchone()
+        if claimed is None:
+            return None
         job_id, kind, payload, order_key, attempts, max_attempts, fence = claimed
         return Lease(job_id, kind, json.loads(payload), order_key, attempts, max_attempts, fence, owner, expires)
 

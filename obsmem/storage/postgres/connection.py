@@ -79,6 +79,9 @@ class PostgresConnection:
 class PostgresProjectDatabase:
     """One project's schema: ``write()`` and ``read()`` transactions, as :class:`ProjectDatabase` has."""
 
+    # ``storage.sql_dialect`` reads this, so the job queue can claim with row locks here.
+    dialect = "postgres"
+
     def __init__(self, pool: ConnectionPool, project: str) -> None:
         self.project = project
         self.schema = project_schema(project)
@@ -87,10 +90,11 @@ class PostgresProjectDatabase:
         self._local = threading.local()
 
     @contextlib.contextmanager
-    def _transaction(self, begin: str, *, lock: bool) -> Iterator[PostgresConnection]:
+    def _transaction(self, begin: str, *, lock: bool, writing: bool | None = None) -> Iterator[PostgresConnection]:
+        writing = lock if writing is None else writing
         current: PostgresConnection | None = getattr(self._local, "conn", None)
         if current is not None:
-            if lock and not getattr(self._local, "writing", False):
+            if writing and not getattr(self._local, "writing", False):
                 # SQLite would upgrade the read; a read-only snapshot cannot, and must not fail later as if
                 # the server refused writes.
                 raise RuntimeError("a write cannot be opened inside a read snapshot of the same project")
@@ -100,11 +104,12 @@ class PostgresProjectDatabase:
             conn = PostgresConnection(raw)
             raw.execute(begin)
             self._local.conn = conn
-            self._local.writing = lock
+            self._local.writing = writing
             try:
                 raw.execute(f"SET LOCAL search_path TO {self.schema}, public")
-                if lock:
+                if writing:
                     raw.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                if lock:
                     raw.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
                 yield conn
             except BaseException:
@@ -120,6 +125,14 @@ class PostgresProjectDatabase:
         """A transaction holding the project's writer lock: committed on success, rolled back on any
         exception. Faults leave as :class:`~obsmem.errors.StorageError`."""
         with self._transaction("BEGIN", lock=True) as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def row_locked_write(self) -> Iterator[PostgresConnection]:
+        """A write transaction *without* the project's writer lock, for statements that lock the rows they
+        change themselves (``FOR UPDATE SKIP LOCKED`` job claims): several run at once. Inside an open
+        ``write()`` on the same thread it joins that one, lock included."""
+        with self._transaction("BEGIN", lock=False, writing=True) as conn:
             yield conn
 
     @contextlib.contextmanager

@@ -10,6 +10,9 @@ with each notification, so a follower on any server learns of a new event at onc
 2. if there are none, ``signal.wait(schema, token, timeout)`` returns as soon as a notification for the
    schema arrives after the token was taken (or at the timeout), and it reads again.
 
+:meth:`wait_async` is the same wait for a coroutine (the HTTP event stream): it holds no thread while it
+waits, the listening thread wakes it through its event loop.
+
 Taking the token before reading closes the race with an event committed in between. A notification says
 only "something was recorded": the follower reads the event log for what, so a lost or merged
 notification (PostgreSQL folds identical ones of one transaction) costs at most one ``timeout``.
@@ -17,9 +20,11 @@ notification (PostgreSQL folds identical ones of one transaction) costs at most 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 import psycopg
 
@@ -36,6 +41,8 @@ class EventSignal:
         self._conn.execute(f"LISTEN {CHANNEL}")
         self._versions: dict[str, int] = defaultdict(int)
         self._changed = threading.Condition()
+        # Coroutines waiting per schema: each a function the listening thread calls to wake its loop.
+        self._wakers: dict[str, set[Callable[[], None]]] = defaultdict(set)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="obsmem-event-signal", daemon=True)
         self._thread.start()
@@ -47,6 +54,8 @@ class EventSignal:
                     with self._changed:
                         self._versions[notice.payload] += 1
                         self._changed.notify_all()
+                        wakers = list(self._wakers.get(notice.payload, ()))
+                    _wake(wakers)
             except psycopg.Error:
                 if self._stopping.is_set():
                     return
@@ -55,6 +64,8 @@ class EventSignal:
                     for schema in list(self._versions):
                         self._versions[schema] += 1
                     self._changed.notify_all()
+                    wakers = [waker for schema_wakers in self._wakers.values() for waker in schema_wakers]
+                _wake(wakers)
                 self._stopping.wait(LISTEN_TICK_SECONDS)
                 return
 
@@ -71,8 +82,36 @@ class EventSignal:
         with self._changed:
             return self._changed.wait_for(lambda: self._versions[schema] != token, timeout=timeout)
 
+    async def wait_async(self, schema: str, token: int, timeout: float) -> bool:
+        """:meth:`wait` for a coroutine: no thread is held while it waits."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+                loop.call_soon_threadsafe(woken.set)
+
+        with self._changed:
+            if self._versions[schema] != token:
+                return True
+            self._wakers[schema].add(wake)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout)
+        finally:
+            with self._changed:
+                self._wakers[schema].discard(wake)
+                if not self._wakers[schema]:
+                    del self._wakers[schema]
+        return self.version(schema) != token
+
     def close(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=5 * LISTEN_TICK_SECONDS)
         with contextlib.suppress(psycopg.Error):
             self._conn.close()
+
+
+def _wake(wakers: list[Callable[[], None]]) -> None:
+    for waker in wakers:
+        waker()

@@ -17,6 +17,7 @@ from obsmem.errors import ProjectNotFound, StorageError
 from obsmem.storage.postgres.connection import PostgresProjectDatabase, advisory_key
 from obsmem.storage.postgres.faults import postgres_faults
 from obsmem.storage.postgres.migrations import migrate_schema
+from obsmem.storage.postgres.notify import EventSignal
 from obsmem.validation import project_name
 
 CONNECT_SECONDS = 15.0
@@ -57,6 +58,7 @@ class PostgresStore:
             ) from None
         self._open: dict[str, PostgresProjectDatabase] = {}
         self._lock = threading.Lock()
+        self._signal: EventSignal | None = None
         try:
             self._prepare_catalog()
         except BaseException:
@@ -117,7 +119,21 @@ class PostgresStore:
         with self._lock:
             self._open.pop(project, None)
 
+    def event_signal(self) -> EventSignal:
+        """The store's one listening connection for event followers, opened by the first follower (a store
+        that nobody follows holds none); a listener whose connection broke is replaced."""
+        with self._lock:
+            if self._signal is None or not self._signal.listening:
+                if self._signal is not None:
+                    self._signal.close()
+                with postgres_faults():
+                    self._signal = EventSignal(self.dsn)
+            return self._signal
+
     def close(self) -> None:
         with self._lock:
             self._open.clear()
+            signal, self._signal = self._signal, None
+        if signal is not None:
+            signal.close()
         self._pool.close()

@@ -30,6 +30,7 @@ from obsmem.work import MAX_EVENT_ID, PIPELINE_EVENTS
 router = APIRouter(tags=["pipeline"])
 
 STREAM_POLL_SECONDS = 0.25
+STREAM_PUSH_RECHECK_SECONDS = 5.0
 STREAM_PAGE = 200
 
 
@@ -397,10 +398,16 @@ async def _stream(
     request: Request, project: str, cursor: int, session_id: str | None, types: tuple[str, ...]
 ) -> AsyncIterator[dict[str, Any]]:
     service = service_of(request)
+    push = service.event_push(project)  # None: poll the log
     while not await request.is_disconnected():
+        token = push.token() if push is not None else 0  # before the read: an event after it wakes the wait
         found = service.pipeline_events(project, after=cursor, limit=STREAM_PAGE, session_id=session_id, types=types)
         for event in found:
             cursor = event.id
             yield {"id": str(event.id), "event": event.type, "data": json.dumps(event.to_dict(), ensure_ascii=False)}
         if len(found) < STREAM_PAGE:
-            await asyncio.sleep(STREAM_POLL_SECONDS)
+            if push is None:
+                await asyncio.sleep(STREAM_POLL_SECONDS)
+            else:
+                # Woken by the push; the timeout only bounds what a lost notification can cost.
+                await push.wait(token, STREAM_PUSH_RECHECK_SECONDS)
