@@ -80,6 +80,20 @@ def test_int8_encoder_agrees_with_fp32_on_the_sample(cache_dir: Path, fp32: Loca
     assert float(alone @ fp32.embed_query(asked[0])) >= 0.98
 
 
+def test_batches_encoded_side_by_side_give_the_vectors_of_one_worker(cache_dir: Path) -> None:
+    """Indexing on several cores runs single-threaded batches side by side: the vectors, and their order,
+    are those of one worker taking the batches in turn."""
+    fast = OnnxEmbedder(EmbeddingSettings(cache_dir=str(cache_dir), batch_size=4))
+    texts = [item["content"] for item in observations()][:37]  # 10 batches, the last one short
+    fast.document_threads = 1
+    alone = fast.embed_documents(texts)
+    fast.document_threads = 3
+    side_by_side = fast.embed_documents(texts)
+    np.testing.assert_array_equal(side_by_side, alone)
+    assert (side_by_side @ alone.T).argmax(axis=1).tolist() == list(range(len(texts)))
+    assert fast._tokenizers["documents"].qsize() <= 3  # one tokenizer per worker at most, kept for reuse
+
+
 def test_cached_build_is_reused_and_verified(cache_dir: Path) -> None:
     again = ensure_encoder(bundled_model_path(), cache_dir, "onnx-int8")
     assert not again.built
