@@ -12,7 +12,8 @@ the threads of one parallel run meet at a barrier after every operator, so a cor
 and 26-31 against 16-19 with a busy Python thread beside them. A query runs on one thread (the service
 keeps a core for queries); indexing uses all cores but one while the process serves, and every core in a
 one-shot ``obsmem index`` (:meth:`OnnxEmbedder.every_core`), unless ``semantic.embedding.threads`` says
-otherwise. Queries and indexing each have their own session, so neither waits for the other's run.
+otherwise. Queries and indexing share one session (ONNX Runtime runs calls side by side; one copy of
+the weights in memory), each behind its own lock, so neither waits for the other's run.
 
 Batches. Texts are sorted by length and cut into batches of ``batch_size`` so each batch pads only to
 its longest text (as sentence-transformers does); the vectors go back in the caller's order. Workers take
@@ -45,7 +46,7 @@ class OnnxEmbedder(OnThisMachine):
         self._identity = f"onnx:{RECIPES[settings.encoder]}:{self.model_name}"
         self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
         self._built: BuiltEncoder | None = None
-        self._sessions: dict[str, Any] = {}  # purpose -> single-threaded onnxruntime.InferenceSession
+        self._loaded_session: Any = None  # onnxruntime.InferenceSession; every run single-threaded
         self._tokenizers: dict[str, queue.SimpleQueue[Any]] = {}  # purpose -> idle tokenizers
 
     @property
@@ -60,10 +61,10 @@ class OnnxEmbedder(OnThisMachine):
                 self._built = ensure_encoder(self.path, self.cache_dir, self.encoder)
             return self._built
 
-    def _session(self, purpose: str) -> Any:
+    def _session(self) -> Any:
         built = self.built()
         with self._load_lock:
-            session = self._sessions.get(purpose)
+            session = self._loaded_session
             if session is None:
                 import onnxruntime
 
@@ -78,7 +79,7 @@ class OnnxEmbedder(OnThisMachine):
                     )
                 except Exception as exc:
                     raise EmbeddingUnavailable(f"cannot load the fast local encoder ({type(exc).__name__})") from None
-                self._sessions[purpose] = session
+                self._loaded_session = session
             return session
 
     def _new_tokenizer(self) -> Any:
@@ -107,7 +108,7 @@ class OnnxEmbedder(OnThisMachine):
 
     def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
         workers = 1 if purpose == "query" else self.document_threads
-        session = self._session(purpose)
+        session = self._session()
         with self._locks[purpose]:
             return self._encode(session, purpose, texts, workers)
 
@@ -139,7 +140,7 @@ class OnnxEmbedder(OnThisMachine):
 
     def close(self) -> None:
         with self._load_lock:
-            self._sessions.clear()
+            self._loaded_session = None
             self._tokenizers.clear()
 
 
