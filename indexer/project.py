@@ -360,7 +360,7 @@ class ProjectIndex:
             # A few statements per batch rather than per memory: the indexing thread shares the cores with
             # the model, so every statement it saves is time the model gets (docs/benchmarks.md).
             rows = json.dumps([item.memory_row for item in embedded.plan])
-            changes = dict(conn.execute(_PENDING_CHANGES, (rows,)).fetchall())
+            changes = {int(row): change for row, change in conn.execute(_PENDING_CHANGES, (rows,))}
             current = [item for item in embedded.plan if changes.get(item.memory_row, _GONE) == item.change]
             indexed_before = {row for (row,) in conn.execute(_INDEXED_AMONG, (rows,))}
             for item in current:
@@ -372,7 +372,7 @@ class ProjectIndex:
                 [(item.memory_row, memory[0], content_hash(memory[1]), len(item.chunks)) for item, memory in written],
             )
             chunks: dict[int, list[tuple[int, str]]] = {}  # memory row -> its new chunks' (label, text)
-            vectors: list[tuple[int, bytes]] = []
+            embeddings: list[tuple[int, bytes]] = []  # (label, float32 bytes)
             for item, (_, _, date, session_id) in written:
                 chunks[item.memory_row] = labelled = []
                 for chunk in item.chunks:
@@ -392,8 +392,8 @@ class ProjectIndex:
                         text=chunk.text,
                     )
                     labelled.append((label, chunk.text))
-                    vectors.append((label, blob))
-            stores.insert_vectors(conn, vectors)
+                    embeddings.append((label, blob))
+            stores.insert_vectors(conn, embeddings)
             processed = [item.memory_row for item in current]
             conn.executemany("DELETE FROM semantic_pending WHERE memory_row = ?", [(row,) for row in processed])
             report.memories += len(processed)
