@@ -1,6 +1,6 @@
 """The local encoder: the int8 ONNX build against fp32 sentence-transformers, all figures from one run.
 
-    python benchmarks/encoder.py [--shared-data DIR] [--questions 300] [--cli-runs 7] [--http-runs 50]
+    python benchmarks/encoder.py [--shared-data DIR] [--questions 300] [--cli-runs 7] [--http-runs 50] [--runs 1]
 
 Texts are LoCoMo (``locomo-dev5.json``): its questions for query embeddings, its dialogue turns
 (``"<speaker>: <text>"``, as the eval's way (a) stores them) for backfill. Prints JSON:
@@ -21,6 +21,9 @@ Texts are LoCoMo (``locomo-dev5.json``): its questions for query embeddings, its
   the same fp32 encode.
 
 The fast encoder is built first (outside every timing) into ``--cache-dir`` (default: the usual cache).
+With ``--runs N`` the query embeddings and the backfill are measured N times in turn, each run with the
+load average at its start, and ``medians`` gives the median of each run's figures and same-run ratios
+(on a shared machine the ratios hold better than the absolute figures).
 """
 
 from __future__ import annotations
@@ -136,6 +139,20 @@ def backfill(fast: dict[str, OnnxEmbedder], settings: dict[str, Any], turns: lis
     }
 
 
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over runs of every number in the first run's figures (same keys in every run)."""
+
+    def walk(parts: list[Any]) -> Any:
+        first = parts[0]
+        if isinstance(first, dict):
+            return {key: walk([part[key] for part in parts]) for key in first if key not in ("encoder", "n")}
+        if isinstance(first, int | float) and not isinstance(first, bool):
+            return round(statistics.median(parts), 3)
+        return first
+
+    return walk(runs)
+
+
 def one_shot_index(config: Path, turns: list[str], settings: dict[str, Any], work: Path) -> dict[str, Any]:
     data = work / "one-shot"
     with Obsmem(load_settings(data_dir=data, semantic=settings)) as service:
@@ -232,19 +249,25 @@ def main() -> None:
     parser.add_argument("--cli-runs", type=int, default=7)
     parser.add_argument("--http-runs", type=int, default=50)
     parser.add_argument("--cache-dir", default="")
+    parser.add_argument("--encoder", default=DEFAULT_ENCODER, help="the fast encoder Obsmem indexes and searches with")
+    parser.add_argument("--turns", type=int, default=0, help="backfill only the first N turns (0: all 2,760)")
+    parser.add_argument("--runs", type=int, default=1, help="measure query embeddings and backfill this many times")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: backfill, index, cli, http")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     pin_math_threads()
     asked, turns = locomo(args.shared_data)
+    turns = turns[: args.turns] if args.turns else turns
     work = Path(tempfile.mkdtemp(prefix="obsmem-encoder-"))
-    embedding = {"cache_dir": args.cache_dir} if args.cache_dir else {}
+    embedding = ({"cache_dir": args.cache_dir} if args.cache_dir else {}) | {"encoder": args.encoder}
     settings = {"embedding": embedding, "index": {"background": False}}
     config = work / "obsmem.toml"
     config.write_text(
-        "[semantic]\n[semantic.embedding]\n" + (f'cache_dir = "{args.cache_dir}"\n' if args.cache_dir else "")
+        f'[semantic]\n[semantic.embedding]\nencoder = "{args.encoder}"\n'
+        + (f'cache_dir = "{args.cache_dir}"\n' if args.cache_dir else "")
     )
-    fast = {name: OnnxEmbedder(EmbeddingSettings(**embedding, encoder=name)) for name in ("onnx-int8", "onnx-fp32")}
+    cache = {"cache_dir": args.cache_dir} if args.cache_dir else {}
+    fast = {name: OnnxEmbedder(EmbeddingSettings(**cache, encoder=name)) for name in ("onnx-int8", "onnx-fp32")}
     built = {name: embedder.built() for name, embedder in fast.items()}
     fp32 = LocalEmbedder(EmbeddingSettings(encoder="torch-fp32"))
     result: dict[str, Any] = {
@@ -252,11 +275,23 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "load_average_1min_start": round(os.getloadavg()[0], 2),
         "default_encoder": DEFAULT_ENCODER,
+        "encoder": args.encoder,
         "build_seconds": {name: entry.build_seconds for name, entry in built.items() if entry.built},
         "query_embedding": query_embedding({**fast, "torch_fp32_one_thread": fp32}, asked[: args.questions]),
     }
     if "backfill" not in skip:
-        result["backfill"] = backfill(fast, settings, turns, work)
+        result["backfill"] = backfill(fast, settings, turns, work / "run-1")
+    if args.runs > 1:
+        runs = [{"load_average_1min": result["load_average_1min_start"], "query_embedding": result["query_embedding"]}]
+        runs[0] |= {"backfill": result["backfill"]} if "backfill" in result else {}
+        for number in range(2, args.runs + 1):
+            run: dict[str, Any] = {"load_average_1min": round(os.getloadavg()[0], 2)}
+            run["query_embedding"] = query_embedding({**fast, "torch_fp32_one_thread": fp32}, asked[: args.questions])
+            if "backfill" not in skip:
+                run["backfill"] = backfill(fast, settings, turns, work / f"run-{number}")
+            runs.append(run)
+        result["runs"] = runs
+        result["medians"] = medians(runs)
     if "index" not in skip:
         result["one_shot_index"] = one_shot_index(config, turns, settings, work)
     sample_questions = [str(item["question"]) for item in questions()]

@@ -4,18 +4,28 @@ Neither torch nor sentence-transformers is imported here: text is tokenized with
 package from the tokenizer saved beside the model, so a one-shot search loads in a fraction of a second
 and prints nothing. The model is built once, on first use (or by ``obsmem encoder build``).
 
-Threads. ONNX Runtime gives every session its own thread pool, so queries and indexing each get a
-session and never share a process-wide thread count (as torch's is). A query runs on one thread (the
-service keeps a core for queries); indexing uses all cores but one while the process serves, and every
-core in a one-shot ``obsmem index`` (:meth:`OnnxEmbedder.every_core`), unless
-``semantic.embedding.threads`` says otherwise.
+Threads. Every model run is single-threaded, and indexing runs ``document_threads`` of them side by side
+on different batches (data parallel) instead of one run spread over several threads (intra-op parallel):
+the threads of one parallel run meet at a barrier after every operator, so a core taken away for a moment
+(by the indexing thread's writes, or another process) stalls them all. Measured on 2 cores under load
+(LoCoMo turns, int8): 2 single-threaded runs side by side 37-40 texts/s, one run on 2 threads 22-24,
+and 26-31 against 16-19 with a busy Python thread beside them. A query runs on one thread (the service
+keeps a core for queries); indexing uses all cores but one while the process serves, and every core in a
+one-shot ``obsmem index`` (:meth:`OnnxEmbedder.every_core`), unless ``semantic.embedding.threads`` says
+otherwise. Queries and indexing share one session (ONNX Runtime runs calls side by side; one copy of
+the weights in memory), each behind its own lock, so neither waits for the other's run.
 
 Batches. Texts are sorted by length and cut into batches of ``batch_size`` so each batch pads only to
-its longest text (as sentence-transformers does); the vectors go back in the caller's order.
+its longest text (as sentence-transformers does); the vectors go back in the caller's order. Workers take
+the batches in length order, so the batches that run side by side are of about the same length.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +46,8 @@ class OnnxEmbedder(OnThisMachine):
         self._identity = f"onnx:{RECIPES[settings.encoder]}:{self.model_name}"
         self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
         self._built: BuiltEncoder | None = None
-        self._sessions: dict[int, Any] = {}  # thread count -> onnxruntime.InferenceSession
-        self._tokenizers: dict[str, Any] = {}
+        self._loaded_session: Any = None  # onnxruntime.InferenceSession; every run single-threaded
+        self._tokenizers: dict[str, queue.SimpleQueue[Any]] = {}  # purpose -> idle tokenizers
 
     @property
     def identity(self) -> str:
@@ -51,16 +61,17 @@ class OnnxEmbedder(OnThisMachine):
                 self._built = ensure_encoder(self.path, self.cache_dir, self.encoder)
             return self._built
 
-    def _session(self, threads: int) -> Any:
+    def _session(self) -> Any:
         built = self.built()
         with self._load_lock:
-            session = self._sessions.get(threads)
+            session = self._loaded_session
             if session is None:
                 import onnxruntime
 
                 options = onnxruntime.SessionOptions()
-                options.intra_op_num_threads = threads
+                options.intra_op_num_threads = 1  # parallel by batches instead (see the module's docstring)
                 options.inter_op_num_threads = 1
+                options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
                 options.log_severity_level = 3  # warnings about the graph are for the build, not the user
                 try:
                     session = onnxruntime.InferenceSession(
@@ -68,50 +79,68 @@ class OnnxEmbedder(OnThisMachine):
                     )
                 except Exception as exc:
                     raise EmbeddingUnavailable(f"cannot load the fast local encoder ({type(exc).__name__})") from None
-                self._sessions[threads] = session
+                self._loaded_session = session
             return session
 
-    def _tokenizer(self, purpose: str) -> Any:
-        """One tokenizer per purpose: a tokenizer is not to be used by two threads at once."""
-        built = self.built()
-        with self._load_lock:
-            tokenizer = self._tokenizers.get(purpose)
-            if tokenizer is None:
-                from tokenizers import Tokenizer
+    def _new_tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
 
-                tokenizer = Tokenizer.from_file(str(built.tokenizer_file))
-                tokenizer.enable_truncation(built.max_seq_length)
-                tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
-                self._tokenizers[purpose] = tokenizer
-            return tokenizer
+        built = self.built()
+        tokenizer = Tokenizer.from_file(str(built.tokenizer_file))
+        tokenizer.enable_truncation(built.max_seq_length)
+        tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
+        return tokenizer
+
+    @contextlib.contextmanager
+    def _tokenizer(self, purpose: str) -> Iterator[Any]:
+        """An idle tokenizer of this purpose (a tokenizer is not to be used by two threads at once): each
+        worker takes one for a batch and gives it back, so there are at most as many as workers."""
+        with self._load_lock:
+            idle = self._tokenizers.setdefault(purpose, queue.SimpleQueue())
+        try:
+            tokenizer = idle.get_nowait()
+        except queue.Empty:
+            tokenizer = self._new_tokenizer()
+        try:
+            yield tokenizer
+        finally:
+            idle.put(tokenizer)
 
     def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
-        threads = 1 if purpose == "query" else self.document_threads
-        session = self._session(threads)
-        tokenizer = self._tokenizer(purpose)
+        workers = 1 if purpose == "query" else self.document_threads
+        session = self._session()
         with self._locks[purpose]:
-            return self._encode(session, tokenizer, texts)
+            return self._encode(session, purpose, texts, workers)
 
-    def _encode(self, session: Any, tokenizer: Any, texts: list[str]) -> np.ndarray:
-        vectors: np.ndarray | None = None
+    def _encode(self, session: Any, purpose: str, texts: list[str], workers: int) -> np.ndarray:
         order = np.argsort([len(text) for text in texts], kind="stable")
-        try:
-            for start in range(0, len(texts), self.batch_size):
-                rows = order[start : start + self.batch_size]
+        batches = [order[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
+
+        def run(rows: np.ndarray) -> np.ndarray:
+            with self._tokenizer(purpose) as tokenizer:
                 encodings = tokenizer.encode_batch([texts[i] for i in rows])
-                ids = np.array([e.ids for e in encodings], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-                pooled = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-                if vectors is None:
-                    vectors = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
-                vectors[rows] = pooled
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            return session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+
+        try:
+            if workers > 1 and len(batches) > 1:
+                with ThreadPoolExecutor(min(workers, len(batches)), thread_name_prefix="obsmem-model") as pool:
+                    pooled = list(pool.map(run, batches))
+            else:
+                pooled = [run(rows) for rows in batches]
         except Exception as exc:
             raise EmbeddingUnavailable(f"the fast local encoder failed ({type(exc).__name__})") from None
-        return vectors if vectors is not None else np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        if not pooled:
+            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        vectors = np.zeros((len(texts), pooled[0].shape[1]), dtype=np.float32)
+        for rows, part in zip(batches, pooled, strict=True):
+            vectors[rows] = part
+        return vectors
 
     def close(self) -> None:
         with self._load_lock:
-            self._sessions.clear()
+            self._loaded_session = None
             self._tokenizers.clear()
 
 

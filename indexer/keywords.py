@@ -56,6 +56,7 @@ from obsmem.faults import crash_point
 from obsmem.indexer.sources import event_date, event_text, is_event_row
 from obsmem.indexer.state import update_state
 
+_NEIGHBOUR = "id, session_id, date, content FROM memories WHERE session_id = ? AND kind = 'observation'"
 FTS_TABLE = "semantic_fts"
 FTS_VOCAB = "semantic_fts_vocab"  # no longer made; dropped with the old tables on a rebuild
 CONTEXT_TABLE = "semantic_context"
@@ -288,15 +289,16 @@ class KeywordDocuments:
         else:
             same = "date = ? AND id > ? ORDER BY id"
             other = "date > ? ORDER BY date, id"
-        for condition, values in ((same, (session, date, row)), (other, (session, date))):
-            found = conn.execute(
-                "SELECT id, session_id, date, content FROM memories WHERE session_id = ? AND kind = 'observation'"
-                f" AND {condition} LIMIT 1",
-                values,
-            ).fetchone()
-            if found is not None:
-                return (int(found[0]), found[1], found[2], found[3])
-        return None
+        # Both reads in one statement (an index seek each); the same date, when it has one, is nearer.
+        found = min(
+            conn.execute(
+                f"SELECT * FROM (SELECT 0, {_NEIGHBOUR} AND {same} LIMIT 1)"
+                f" UNION ALL SELECT * FROM (SELECT 1, {_NEIGHBOUR} AND {other} LIMIT 1)",
+                (session, date, row, session, date),
+            ).fetchall(),
+            default=None,
+        )
+        return None if found is None else (int(found[1]), found[2], found[3], found[4])
 
     def _chunks(self, conn: apsw.Connection, row: int) -> list[tuple[int, str]]:
         return [
@@ -306,9 +308,20 @@ class KeywordDocuments:
             )
         ]
 
-    def _write(self, conn: apsw.Connection, row: int, context: Context, *, replace: bool = False) -> None:
-        """Write the keyword rows and the context record of memory ``row`` (``replace``: rows exist)."""
-        for label, body, previous, following, date in context.rows(self._chunks(conn, row)):
+    def _write(
+        self,
+        conn: apsw.Connection,
+        row: int,
+        context: Context,
+        *,
+        replace: bool = False,
+        chunks: list[tuple[int, str]] | None = None,
+    ) -> None:
+        """Write the keyword rows and the context record of memory ``row`` (``replace``: rows exist;
+        ``chunks``: its chunks' (label, text) in position order, when the caller has them)."""
+        for label, body, previous, following, date in context.rows(
+            self._chunks(conn, row) if chunks is None else chunks
+        ):
             if replace:
                 conn.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid = ?", (label,))
             conn.execute(
@@ -330,23 +343,26 @@ class KeywordDocuments:
 
     # -- a batch ----------------------------------------------------------------------------------
 
-    def sync(self, conn: apsw.Connection, processed: Iterable[int]) -> int:
+    def sync(
+        self, conn: apsw.Connection, processed: Iterable[int], chunks: dict[int, list[tuple[int, str]]] | None = None
+    ) -> int:
         """Write the processed memories' rows and bring every affected neighbour up to date.
 
-        ``processed`` are memory rows whose chunks this transaction has just replaced (or removed).
+        ``processed`` are memory rows whose chunks this transaction has just replaced (or removed);
+        ``chunks`` may give the ``(label, text)`` of those just written, so they are not read back.
         Returns how many other memories had their keyword rows rewritten.
         """
-        done: set[int] = set()
-        queue: list[int] = []
-        for row in processed:
-            done.add(row)
-            queue.extend(self._referencing(conn, row))
-            if not self._indexed(conn, row):
+        rows = list(processed)
+        done: set[int] = set(rows)
+        queue: list[int] = self._referencing(conn, rows)
+        indexed = self._indexed_among(conn, rows)
+        for row in rows:
+            if row not in indexed:
                 continue  # deleted: its rows went with its chunks
             context = self.context_of(conn, row)
             if context is None:
                 continue
-            self._write(conn, row, context)
+            self._write(conn, row, context, chunks=None if chunks is None else chunks.get(row))
             queue.extend(r for r in (context.previous_row, context.next_row) if r is not None)
         rewritten = 0
         while queue:
@@ -375,15 +391,27 @@ class KeywordDocuments:
         return rewritten
 
     @staticmethod
-    def _referencing(conn: apsw.Connection, row: int) -> list[int]:
+    def _referencing(conn: apsw.Connection, rows: list[int]) -> list[int]:
+        """Memories whose recorded context came from one of ``rows``."""
+        among = json.dumps(rows)
         return [
             int(found[0])
             for found in conn.execute(
-                f"SELECT memory_row FROM {CONTEXT_TABLE} WHERE previous_row = ?1"
-                f" UNION SELECT memory_row FROM {CONTEXT_TABLE} WHERE next_row = ?1",
-                (row,),
+                f"SELECT memory_row FROM {CONTEXT_TABLE} WHERE previous_row IN (SELECT value FROM json_each(?1))"
+                f" UNION SELECT memory_row FROM {CONTEXT_TABLE} WHERE next_row IN (SELECT value FROM json_each(?1))",
+                (among,),
             )
         ]
+
+    @staticmethod
+    def _indexed_among(conn: apsw.Connection, rows: list[int]) -> set[int]:
+        return {
+            int(found[0])
+            for found in conn.execute(
+                "SELECT memory_row FROM semantic_sources WHERE memory_row IN (SELECT value FROM json_each(?))",
+                (json.dumps(rows),),
+            )
+        }
 
     @staticmethod
     def _indexed(conn: apsw.Connection, row: int) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -67,6 +68,11 @@ _PENDING_COLUMNS = (
 )
 _PENDING_MEMORIES = _PENDING_COLUMNS + " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
 _PENDING_EVENTS = _PENDING_COLUMNS + " WHERE p.memory_row < ? ORDER BY p.memory_row DESC LIMIT ?"
+# A batch's rows as one JSON array parameter: no limit on how many, one statement each.
+_AMONG = " WHERE memory_row IN (SELECT value FROM json_each(?))"
+_PENDING_CHANGES = "SELECT memory_row, change FROM semantic_pending" + _AMONG
+_INDEXED_AMONG = "SELECT memory_row FROM semantic_sources" + _AMONG
+_GONE = object()  # no pending entry: the row was done by another indexer
 
 
 def content_hash(content: str) -> str:
@@ -351,42 +357,47 @@ class ProjectIndex:
                     f"{state.dimensions}-dimensional ones"
                 )
             _, version = bump_version(conn)
-            processed: list[int] = []
-            for item in embedded.plan:
-                current = conn.execute(
-                    "SELECT change FROM semantic_pending WHERE memory_row = ?", (item.memory_row,)
-                ).fetchone()
-                if current is None or current[0] != item.change:
-                    continue  # changed again (or done by another indexer): a later batch takes it
-                stores.remove_chunks(conn, item.memory_row, version, self.keywords)
-                if item.memory is not None:
-                    memory_id, content, date, session_id = item.memory
-                    conn.execute(
-                        "INSERT INTO semantic_sources(memory_row, memory_id, content_hash, chunk_count)"
-                        " VALUES (?, ?, ?, ?)",
-                        (item.memory_row, memory_id, content_hash(content), len(item.chunks)),
+            # A few statements per batch rather than per memory: the indexing thread shares the cores with
+            # the model, so every statement it saves is time the model gets (docs/benchmarks.md).
+            rows = json.dumps([item.memory_row for item in embedded.plan])
+            changes = {int(row): change for row, change in conn.execute(_PENDING_CHANGES, (rows,))}
+            current = [item for item in embedded.plan if changes.get(item.memory_row, _GONE) == item.change]
+            indexed_before = {row for (row,) in conn.execute(_INDEXED_AMONG, (rows,))}
+            for item in current:
+                if item.memory_row in indexed_before:
+                    stores.remove_chunks(conn, item.memory_row, version, self.keywords)
+            written = [(item, item.memory) for item in current if item.memory is not None]
+            conn.executemany(
+                "INSERT INTO semantic_sources(memory_row, memory_id, content_hash, chunk_count) VALUES (?, ?, ?, ?)",
+                [(item.memory_row, memory[0], content_hash(memory[1]), len(item.chunks)) for item, memory in written],
+            )
+            chunks: dict[int, list[tuple[int, str]]] = {}  # memory row -> its new chunks' (label, text)
+            embeddings: list[tuple[int, bytes]] = []  # (label, float32 bytes)
+            for item, (_, _, date, session_id) in written:
+                chunks[item.memory_row] = labelled = []
+                for chunk in item.chunks:
+                    if chunk.key in embedded.reused:
+                        blob = embedded.reused[chunk.key]
+                        report.chunks_reused += 1
+                    else:
+                        blob = np.ascontiguousarray(embedded.fresh[chunk.key], dtype=np.float32).tobytes()
+                        report.chunks_embedded += 1
+                    label = stores.insert_chunk_row(
+                        conn,
+                        key=chunk.key,
+                        memory_row=item.memory_row,
+                        position=chunk.position,
+                        date=date,
+                        session_id=session_id,
+                        text=chunk.text,
                     )
-                    for chunk in item.chunks:
-                        if chunk.key in embedded.reused:
-                            vector = np.frombuffer(embedded.reused[chunk.key], dtype=np.float32)
-                            report.chunks_reused += 1
-                        else:
-                            vector = embedded.fresh[chunk.key]
-                            report.chunks_embedded += 1
-                        stores.insert_chunk(
-                            conn,
-                            key=chunk.key,
-                            memory_row=item.memory_row,
-                            position=chunk.position,
-                            date=date,
-                            session_id=session_id,
-                            text=chunk.text,
-                            vector=vector,
-                        )
-                conn.execute("DELETE FROM semantic_pending WHERE memory_row = ?", (item.memory_row,))
-                processed.append(item.memory_row)
-                report.memories += 1
-            report.neighbours_rewritten += self.keywords.sync(conn, processed)
+                    labelled.append((label, chunk.text))
+                    embeddings.append((label, blob))
+            stores.insert_vectors(conn, embeddings)
+            processed = [item.memory_row for item in current]
+            conn.executemany("DELETE FROM semantic_pending WHERE memory_row = ?", [(row,) for row in processed])
+            report.memories += len(processed)
+            report.neighbours_rewritten += self.keywords.sync(conn, processed, chunks)
             crash_point("batch:written")
         crash_point("batch:committed")
         if self._vectors is not None or grow_graph:

@@ -13,7 +13,6 @@ index can always be rebuilt from them without calling the model.
 from __future__ import annotations
 
 import apsw
-import numpy as np
 
 from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN
@@ -64,27 +63,22 @@ def remove_chunks(conn: apsw.Connection, memory_row: int, version: int, keywords
     return labels
 
 
-def insert_chunk(
-    conn: apsw.Connection,
-    *,
-    key: str,
-    memory_row: int,
-    position: int,
-    date: str,
-    session_id: str,
-    text: str,
-    vector: np.ndarray,
+def insert_chunk_row(
+    conn: apsw.Connection, *, key: str, memory_row: int, position: int, date: str, session_id: str, text: str
 ) -> int:
-    label = conn.execute(
-        "INSERT INTO semantic_chunks(chunk_key, memory_row, position, date, session_id, text)"
-        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-        (key, memory_row, position, date, session_id, text),
-    ).fetchone()[0]
-    conn.execute(
-        "INSERT INTO semantic_vectors(chunk, embedding) VALUES (?, vec_f32(?))",
-        (label, np.ascontiguousarray(vector, dtype=np.float32).tobytes()),
+    """Insert a chunk's row (its embedding comes after, with :func:`insert_vectors`); returns its label."""
+    return int(
+        conn.execute(
+            "INSERT INTO semantic_chunks(chunk_key, memory_row, position, date, session_id, text)"
+            " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            (key, memory_row, position, date, session_id, text),
+        ).fetchone()[0]
     )
-    return int(label)
+
+
+def insert_vectors(conn: apsw.Connection, vectors: list[tuple[int, bytes]]) -> None:
+    """Store embeddings (label, float32 bytes) of chunks inserted in this transaction."""
+    conn.executemany("INSERT INTO semantic_vectors(chunk, embedding) VALUES (?, vec_f32(?))", vectors)
 
 
 def stored_embeddings(conn: apsw.Connection, keys: list[str]) -> dict[str, bytes]:

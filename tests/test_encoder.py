@@ -25,6 +25,7 @@ from obsmem.indexer.embed_local import LocalEmbedder, bundled_model_path
 from obsmem.indexer.embed_onnx import OnnxEmbedder
 from obsmem.indexer.embedders import make_embedder
 from obsmem.indexer.encoder_build import MANIFEST_FILE, MODEL_FILE, ensure_encoder
+from obsmem.indexer.encoder_smoothing import smooth
 from obsmem.sample import observations, questions
 from obsmem.settings import EmbeddingSettings, load_settings
 from support.semantic_service import add_memories
@@ -72,12 +73,50 @@ def test_int8_encoder_agrees_with_fp32_on_the_sample(cache_dir: Path, fp32: Loca
     asked = [item["question"] for item in questions()]
     for batch in (texts, asked):
         cosines = (fast.embed_documents(batch) * fp32.embed_documents(batch)).sum(axis=1)
-        assert cosines.mean() >= 0.99, cosines.mean()
-        assert cosines.min() >= 0.97, cosines.min()
+        assert cosines.mean() >= 0.995, cosines.mean()  # smoothed: 0.997 on LoCoMo turns (0.992 without)
+        assert cosines.min() >= 0.98, cosines.min()
     # A query alone (no batch padding) gets the same vector as in a batch, and agrees with fp32 too.
     alone = fast.embed_query(asked[0])
     np.testing.assert_allclose(alone, fast.embed_documents([asked[0]])[0], atol=1e-5)
     assert float(alone @ fp32.embed_query(asked[0])) >= 0.98
+
+
+def test_smoothing_leaves_the_fp32_model_computing_the_same_vectors(cache_dir: Path, tmp_path: Path) -> None:
+    """Smoothing moves range from the activations into the weights: the fp32 graph after it is the same
+    function, so only the int8 quantisation that follows changes anything."""
+    import onnxruntime
+
+    built = ensure_encoder(bundled_model_path(), cache_dir, "onnx-fp32")
+    texts = [item["content"] for item in observations()][:24]
+    smoothed = tmp_path / "smoothed.onnx"
+    assert smooth(built.model_file, built.tokenizer_file, smoothed, texts, max_length=built.max_seq_length) == 24
+    with open(smoothed, "rb") as handle:
+        assert b"_smoothed" in handle.read()  # the Mul nodes are in the graph
+    tokenizer = OnnxEmbedder(EmbeddingSettings(cache_dir=str(cache_dir)))._new_tokenizer()
+    encodings = tokenizer.encode_batch(texts)
+    feed = {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+    }
+    before, after = (
+        onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        for path in (built.model_file, smoothed)
+    )
+    np.testing.assert_allclose(after, before, rtol=1e-3, atol=1e-4)
+
+
+def test_batches_encoded_side_by_side_give_the_vectors_of_one_worker(cache_dir: Path) -> None:
+    """Indexing on several cores runs single-threaded batches side by side: the vectors, and their order,
+    are those of one worker taking the batches in turn."""
+    fast = OnnxEmbedder(EmbeddingSettings(cache_dir=str(cache_dir), batch_size=4))
+    texts = [item["content"] for item in observations()][:37]  # 10 batches, the last one short
+    fast.document_threads = 1
+    alone = fast.embed_documents(texts)
+    fast.document_threads = 3
+    side_by_side = fast.embed_documents(texts)
+    np.testing.assert_array_equal(side_by_side, alone)
+    assert (side_by_side @ alone.T).argmax(axis=1).tolist() == list(range(len(texts)))
+    assert fast._tokenizers["documents"].qsize() <= 3  # one tokenizer per worker at most, kept for reuse
 
 
 def test_cached_build_is_reused_and_verified(cache_dir: Path) -> None:
