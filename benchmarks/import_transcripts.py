@@ -201,23 +201,43 @@ def _event_text_bytes(data_dir: Path) -> int:
     return total
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have ended (the reading process is ended
+    at the end of each import, so its time is counted in the import that used it)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def memory_settings_worker(flag: bool | None) -> str:
+    return "default" if flag is None else ("on" if flag else "off")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megabytes", type=float, default=100.0)
     parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument(
+        "--worker-process",
+        type=lambda text: text == "on",
+        default=None,
+        metavar="on|off",
+        help="[transcripts] worker_process for this run (default: the settings' default)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
         files, size = generate(root, args.megabytes, args.sessions)
-        with Obsmem(load_settings(data_dir=root / "data")) as memory:
-            started, cpu_started = time.perf_counter(), time.process_time()
+        overrides = {} if args.worker_process is None else {"transcripts": {"worker_process": args.worker_process}}
+        with Obsmem(load_settings(data_dir=root / "data", **overrides)) as memory:
+            load_before = os.getloadavg()[0]
+            started, cpu_started, main_started = time.perf_counter(), _cpu(), time.process_time()
             first = memory.import_transcripts("claude-code", files)
             first_seconds = time.perf_counter() - started
-            first_cpu = time.process_time() - cpu_started
-            started, cpu_started = time.perf_counter(), time.process_time()
+            first_cpu, first_main_cpu = _cpu() - cpu_started, time.process_time() - main_started
+            started, cpu_started = time.perf_counter(), _cpu()
             again = memory.import_transcripts("claude-code", files)
             again_seconds = time.perf_counter() - started
-            again_cpu = time.process_time() - cpu_started
+            again_cpu = _cpu() - cpu_started
             load = os.getloadavg()[0]
         stored = first.added
         print(
@@ -231,7 +251,9 @@ def main() -> None:
                     "first_import_seconds": round(first_seconds, 2),
                     "events_per_second": round(stored / first_seconds),
                     "megabytes_per_second": round(size / 1024 / 1024 / first_seconds, 1),
+                    "worker_process": memory_settings_worker(args.worker_process),
                     "first_import_cpu_seconds": round(first_cpu, 2),
+                    "first_import_main_process_cpu_seconds": round(first_main_cpu, 2),
                     "events_per_cpu_second": round(stored / first_cpu),
                     "megabytes_per_cpu_second": round(size / 1024 / 1024 / first_cpu, 1),
                     "event_text_share": round(_event_text_bytes(root / "data") / size, 3),
@@ -240,6 +262,7 @@ def main() -> None:
                     "reimport_share": round(again_seconds / first_seconds, 4),
                     "reimport_cpu_seconds": round(again_cpu, 4),
                     "reimport_cpu_share": round(again_cpu / first_cpu, 4),
+                    "load_average_1min_before": round(load_before, 2),
                     "load_average_1min": round(load, 2),
                 },
                 indent=2,

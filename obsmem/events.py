@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -174,6 +174,42 @@ def redacted(event: EventIn) -> EventIn:
     return event.model_copy(update=update) if update else event
 
 
+class PreparedEvent(NamedTuple):
+    """An event validated and redacted, with what the append stores derived from it: its arguments as
+    canonical JSON, its fingerprint and its time (None: the time it is appended).
+
+    A plain tuple of text, so a transcript reader in another process can prepare events and hand them
+    over cheaply; :func:`append_prepared` stores them without looking at them again.
+    """
+
+    seq: int | None
+    role: str
+    type: str
+    content: str
+    tool_name: str | None
+    tool_args: str | None  # canonical JSON text
+    tool_call_id: str | None
+    created_at: str | None
+    fingerprint: str
+
+
+def prepare_event(event: EventIn) -> PreparedEvent:
+    """The validated event redacted, with its stored arguments, fingerprint and time derived."""
+    clean = redacted(event)
+    args_json = clean.tool_args_json()
+    return PreparedEvent(
+        clean.seq,
+        clean.role,
+        clean.type,
+        clean.content,
+        clean.tool_name,
+        args_json,
+        clean.tool_call_id,
+        clean.created_at_iso() if clean.created_at is not None else None,
+        clean.fingerprint(args_json),
+    )
+
+
 @dataclass(frozen=True)
 class StoredEvent:
     """An event as stored (after redaction), handed to ``after_insert`` hooks."""
@@ -210,7 +246,25 @@ def append_events(
 ) -> AppendReceipt:
     """Append a batch atomically; see the module docstring for the seq rules and the hook."""
     session = check_session_id(session)
-    batch = [redacted(event) for event in parse_events(list(events))]
+    batch = [prepare_event(event) for event in parse_events(list(events))]
+    return append_prepared(db, session, batch, after_insert=after_insert)
+
+
+def append_prepared(
+    db: ProjectDatabase,
+    session: str,
+    batch: Sequence[PreparedEvent],
+    *,
+    seqs: Sequence[int | None] | None = None,
+    after_insert: AfterInsert | None = None,
+) -> AppendReceipt:
+    """Append prepared events atomically (:func:`append_events` without the validation and redaction,
+    which :func:`prepare_event` did). ``seqs`` overrides the events' own seqs (an importer numbering
+    events of a transcript), so numbering them makes no new tuple per event."""
+    session = check_session_id(session)
+    if len(batch) > MAX_BATCH:
+        raise ValidationFailed(f"events holds more than {MAX_BATCH} events; send smaller batches", field="events")
+    wanted = [event.seq for event in batch] if seqs is None else list(seqs)
     now = now_iso()
     with db.write() as conn:
         row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session,)).fetchone()
@@ -221,7 +275,7 @@ def append_events(
             last_seq = 0
         else:
             last_seq = row[0]
-        explicit = [event.seq for event in batch if event.seq is not None]
+        explicit = [seq for seq in wanted if seq is not None]
         stored: dict[int, str] = {}
         if explicit:
             stored = dict(
@@ -233,12 +287,11 @@ def append_events(
         rows: list[tuple[Any, ...]] = []
         duplicates = 0
         next_seq = last_seq
-        for index, event in enumerate(batch):
-            seq = event.seq if event.seq is not None else next_seq + 1
+        for index, (event, given) in enumerate(zip(batch, wanted, strict=True)):
+            seq = given if given is not None else next_seq + 1
             if seq > MAX_SEQ:
                 raise ValidationFailed(f"events.{index}.seq: exceeds {MAX_SEQ}", field=f"events.{index}.seq")
-            args_json = event.tool_args_json()
-            fingerprint = event.fingerprint(args_json)
+            fingerprint = event.fingerprint
             known = stored.get(seq)
             if known is not None:
                 if known != fingerprint:
@@ -259,9 +312,9 @@ def append_events(
                     event.type,
                     event.content,
                     event.tool_name,
-                    args_json,
+                    event.tool_args,
                     event.tool_call_id,
-                    event.created_at_iso() if event.created_at is not None else now,
+                    event.created_at or now,
                     fingerprint,
                 )
             )

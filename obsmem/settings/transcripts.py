@@ -3,6 +3,8 @@
 [transcripts]
 max_tool_output_chars = 20000
 keep_thinking = false
+worker_process = true
+worker_min_megabytes = 8
 
 [transcripts.project_map]
 "/home/ann/src/shop" = "shop"
@@ -19,7 +21,7 @@ from obsmem.validation import project_name
 
 
 class TranscriptSettings(Section):
-    """Transcript imports: project mapping, tool-output cut size, thinking blocks."""
+    """Transcript imports: project mapping, tool-output cut size, thinking blocks, the reading process."""
 
     project_map: dict[str, str] = Field(
         default_factory=dict,
@@ -36,6 +38,22 @@ class TranscriptSettings(Section):
     )
     keep_thinking: bool = Field(
         default=False, description="Store the agents' thinking/reasoning blocks as assistant messages."
+    )
+    worker_process: bool = Field(
+        default=True,
+        description=(
+            "Read, parse, validate and redact large imports in a second process while this one writes, so an "
+            "import uses two cores. What is stored is the same either way."
+        ),
+    )
+    worker_min_megabytes: float = Field(
+        default=8.0,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "The second process is started only when an import has at least this many megabytes of transcript "
+            "left to read (starting it costs a few tenths of a second); smaller imports are read in-process."
+        ),
     )
 
     @field_validator("project_map")

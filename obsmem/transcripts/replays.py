@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from obsmem.storage import ProjectDatabase
-from obsmem.transcripts.records import Turn
+from obsmem.transcripts.reading import ReadTurn
 from obsmem.transcripts.watermarks import known_records, remember_records
 
 
@@ -23,14 +23,14 @@ class ReplayFilter:
         self.db = db
         self.pending: dict[str, str] = {}  # record id -> session, remembered once the chunk is stored
 
-    def fresh(self, turns: list[Turn], skipped: Counter[str]) -> list[Turn]:
+    def fresh(self, turns: list[ReadTurn], skipped: Counter[str]) -> list[ReadTurn]:
         ids = {turn.record_id for turn in turns if turn.record_id is not None}
         if not ids:
             return turns
         known = known_records(self.db, ids)
         first: dict[str, tuple[int, str]] = {}  # record id -> the line (and session) that brought it first
         left_out: set[tuple[str, int]] = set()
-        kept: list[Turn] = []
+        kept: list[ReadTurn] = []
         for turn in turns:
             record = turn.record_id
             if record is None:
