@@ -208,26 +208,22 @@ def _cpu() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def memory_settings_worker(flag: bool | None) -> str:
-    return "default" if flag is None else ("on" if flag else "off")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megabytes", type=float, default=100.0)
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument(
-        "--worker-process",
-        type=lambda text: text == "on",
+        "--reading-processes",
+        type=int,
         default=None,
-        metavar="on|off",
-        help="[transcripts] worker_process for this run (default: the settings' default)",
+        help="[transcripts] reading_processes for this run (0: read in-process; default: the settings')",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
         files, size = generate(root, args.megabytes, args.sessions)
-        overrides = {} if args.worker_process is None else {"transcripts": {"worker_process": args.worker_process}}
+        chosen = args.reading_processes
+        overrides = {} if chosen is None else {"transcripts": {"reading_processes": chosen}}
         with Obsmem(load_settings(data_dir=root / "data", **overrides)) as memory:
             load_before = os.getloadavg()[0]
             started, cpu_started, main_started = time.perf_counter(), _cpu(), time.process_time()
@@ -251,7 +247,7 @@ def main() -> None:
                     "first_import_seconds": round(first_seconds, 2),
                     "events_per_second": round(stored / first_seconds),
                     "megabytes_per_second": round(size / 1024 / 1024 / first_seconds, 1),
-                    "worker_process": memory_settings_worker(args.worker_process),
+                    "reading_processes": memory.settings.transcripts.reading_processes,
                     "first_import_cpu_seconds": round(first_cpu, 2),
                     "first_import_main_process_cpu_seconds": round(first_main_cpu, 2),
                     "events_per_cpu_second": round(stored / first_cpu),

@@ -14,6 +14,7 @@ calls a model).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -105,21 +106,8 @@ class EventIn(BaseModel):
         return None if self.tool_args is None else canonical_json(self.tool_args).decode("utf-8")
 
     def fingerprint(self, tool_args_json: str | None) -> str:
-        """What makes two events at one seq the same event (the receive time does not).
-
-        Fields are length-prefixed into one SHA-256, which is several times cheaper than hashing a
-        canonical JSON document of the event; this runs for every appended event.
-        """
-        pieces: list[bytes] = []
-        for part in (self.role, self.type, self.content, self.tool_name, tool_args_json, self.tool_call_id):
-            if part is None:
-                pieces.append(b"\x00")
-                continue
-            data = part.encode("utf-8")
-            pieces.append(b"\x01" + len(data).to_bytes(8, "big"))
-            pieces.append(data)
-        # One update of the joined bytes hashes the same stream as one update per field, in fewer calls.
-        return hashlib.sha256(b"".join(pieces)).hexdigest()
+        """What makes two events at one seq the same event (the receive time does not)."""
+        return event_fingerprint(self.role, self.type, self.content, self.tool_name, tool_args_json, self.tool_call_id)
 
     def created_at_iso(self) -> str:
         if self.created_at is None:
@@ -131,6 +119,26 @@ class EventIn(BaseModel):
 
 
 _EVENTS = TypeAdapter(list[EventIn])
+
+
+def event_fingerprint(
+    role: str, type: str, content: str, tool_name: str | None, tool_args_json: str | None, tool_call_id: str | None
+) -> str:
+    """What makes two events at one seq the same event (the receive time does not).
+
+    Fields are length-prefixed into one SHA-256, which is several times cheaper than hashing a
+    canonical JSON document of the event; this runs for every appended event.
+    """
+    pieces: list[bytes] = []
+    for part in (role, type, content, tool_name, tool_args_json, tool_call_id):
+        if part is None:
+            pieces.append(b"\x00")
+            continue
+        data = part.encode("utf-8")
+        pieces.append(b"\x01" + len(data).to_bytes(8, "big"))
+        pieces.append(data)
+    # One update of the joined bytes hashes the same stream as one update per field, in fewer calls.
+    return hashlib.sha256(b"".join(pieces)).hexdigest()
 
 
 def _flat_ascii_object(value: Any) -> bool:
@@ -191,6 +199,86 @@ class PreparedEvent(NamedTuple):
     tool_call_id: str | None
     created_at: str | None
     fingerprint: str
+
+
+_ROLES = frozenset(("user", "assistant", "tool", "system"))
+_TYPES = frozenset(("message", "tool_call", "tool_result"))
+_PLAIN_FIELDS = frozenset(("role", "type", "content", "tool_name", "tool_args", "tool_call_id", "created_at"))
+# ISO 8601 stamps that datetime.fromisoformat and the EventIn validator read alike (as agents write them).
+_PLAIN_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{3}|\.\d{6})?(?:Z|[+-]\d{2}:\d{2})?")
+
+
+def _plain_text(value: Any, limit: int) -> bool:
+    """Text EventIn takes as it is: a str within ``limit`` characters that encodes as UTF-8."""
+    if type(value) is not str or len(value) > limit:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_stamp(value: Any) -> str | None | bool:
+    """The stored form of a plain ISO 8601 stamp (None for no stamp), or False for anything else."""
+    if value is None:
+        return None
+    if type(value) is not str or _PLAIN_STAMP.fullmatch(value) is None:
+        return False
+    try:
+        stamp = datetime.fromisoformat(value)
+        if stamp.tzinfo is not None:
+            stamp = stamp.astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):
+        return False
+    return stamp.isoformat(timespec="milliseconds") + "Z"
+
+
+def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
+    """:func:`prepare_event` of ``EventIn.model_validate(fields)`` without building the model, for the
+    plain events transcript readers make (known fields of exact types, a plain ISO 8601 stamp, tool
+    arguments that encode as JSON); None for anything else, which takes the validated way. On the hot
+    path of every imported event; ``tests/test_events_prepared.py`` checks it against the model."""
+    if not _PLAIN_FIELDS.issuperset(fields):
+        return None
+    role = fields.get("role")
+    kind = fields.get("type", "message")
+    content = fields.get("content", "")
+    tool_name = fields.get("tool_name")
+    call_id = fields.get("tool_call_id")
+    if role not in _ROLES or kind not in _TYPES or type(role) is not str or type(kind) is not str:
+        return None
+    if not _plain_text(content, MAX_EVENT_CONTENT):
+        return None
+    if (tool_name is not None and not _plain_text(tool_name, 256)) or (
+        call_id is not None and not _plain_text(call_id, 256)
+    ):
+        return None
+    created_at = _plain_stamp(fields.get("created_at"))
+    if created_at is False:
+        return None
+    args = fields.get("tool_args")
+    if args is not None:
+        if type(args) is dict:
+            if not all(type(key) is str for key in args):
+                return None
+        elif type(args) is not list and type(args) is not str:
+            return None
+        try:
+            if not _flat_ascii_object(args):
+                canonical_json(args)  # as the validator checks them: before redaction
+            args_json: str | None = canonical_json(redact_json(args)).decode("utf-8")
+        except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+            return None
+    else:
+        args_json = None
+    content = redact_text(content) if content else content
+    tool_name = redact_text(tool_name) if tool_name else tool_name
+    call_id = redact_text(call_id) if call_id else call_id
+    fingerprint = event_fingerprint(role, kind, content, tool_name, args_json, call_id)
+    return PreparedEvent(None, role, kind, content, tool_name, args_json, call_id, created_at, fingerprint)
 
 
 def prepare_event(event: EventIn) -> PreparedEvent:

@@ -1,7 +1,7 @@
-"""Line files read in a second process store exactly what an in-process read stores.
+"""Line files read in reading processes store exactly what an in-process read stores.
 
-Each case imports the same transcripts into two data directories, one with ``[transcripts]
-worker_process`` on (and no size floor, so the reading process is used) and one with it off, and compares
+Each case imports the same transcripts into two data directories, one with two ``[transcripts]
+reading_processes`` (and no size floor, so they are used) and one with none, and compares
 everything the import leaves behind: the events table, the sessions, the per-file reports (counts,
 skips by reason, problems with their lines), the watermarks and the record ids imported once.
 """
@@ -29,7 +29,7 @@ RESUMED = "6f2e1d3b-0a1c-4f6e-8b3d-5c9f1e2a7d02"
 
 
 def _service(data_dir: Path, *, worker: bool) -> Obsmem:
-    options = {"worker_process": worker, "worker_min_megabytes": 0}
+    options = {"reading_processes": 2 if worker else 0, "reading_min_megabytes": 0}
     return Obsmem(load_settings(data_dir=data_dir, transcripts=options))
 
 
@@ -205,11 +205,11 @@ def test_a_reading_process_that_dies_leaves_the_rest_to_this_one(tmp_path: Path,
 
 
 def test_a_small_import_is_read_in_process(tmp_path: Path) -> None:
-    """Below ``worker_min_megabytes`` no process is started (starting one costs more than it saves)."""
+    """Below ``reading_min_megabytes`` no process is started (starting one costs more than it saves)."""
     folder = copy_fixture("claude-code", tmp_path) / "projects"
     seen: list[set[int]] = []
     with Obsmem(load_settings(data_dir=tmp_path / "data")) as memory:
-        assert memory.settings.transcripts.worker_process
+        assert memory.settings.transcripts.reading_processes > 0
         run = memory.import_transcripts(
             "claude-code", sorted(folder.rglob("*.jsonl")), progress=lambda *_: seen.append(_children())
         )

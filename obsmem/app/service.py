@@ -188,8 +188,8 @@ class Obsmem:
             reader=ReaderOptions(config.max_tool_output_chars, config.keep_thinking),
             project_map=config.project_map,
             project=project,
-            worker_process=config.worker_process,
-            worker_min_bytes=int(config.worker_min_megabytes * 1024 * 1024),
+            reading_processes=config.reading_processes,
+            reading_min_bytes=int(config.reading_min_megabytes * 1024 * 1024),
         )
         importer = TranscriptImporter(
             source, options, self.append_prepared_events, lambda name: self.database(name, create=True)

@@ -3,8 +3,8 @@
 [transcripts]
 max_tool_output_chars = 20000
 keep_thinking = false
-worker_process = true
-worker_min_megabytes = 8
+reading_processes = 2
+reading_min_megabytes = 8
 
 [transcripts.project_map]
 "/home/ann/src/shop" = "shop"
@@ -21,7 +21,7 @@ from obsmem.validation import project_name
 
 
 class TranscriptSettings(Section):
-    """Transcript imports: project mapping, tool-output cut size, thinking blocks, the reading process."""
+    """Transcript imports: project mapping, tool-output cut size, thinking blocks, the reading processes."""
 
     project_map: dict[str, str] = Field(
         default_factory=dict,
@@ -39,20 +39,22 @@ class TranscriptSettings(Section):
     keep_thinking: bool = Field(
         default=False, description="Store the agents' thinking/reasoning blocks as assistant messages."
     )
-    worker_process: bool = Field(
-        default=True,
+    reading_processes: int = Field(
+        default=2,
+        ge=0,
+        le=16,
         description=(
-            "Read, parse, validate and redact large imports in a second process while this one writes, so an "
-            "import uses two cores. What is stored is the same either way."
+            "Processes that read, parse, validate and redact the transcript files of a large import while this "
+            "one writes, each a file at a time (0: read in-process). What is stored is the same either way."
         ),
     )
-    worker_min_megabytes: float = Field(
+    reading_min_megabytes: float = Field(
         default=8.0,
         ge=0,
         le=1_000_000,
         description=(
-            "The second process is started only when an import has at least this many megabytes of transcript "
-            "left to read (starting it costs a few tenths of a second); smaller imports are read in-process."
+            "Reading processes are started only when an import has at least this many megabytes of transcript "
+            "left to read (starting one costs a few tenths of a second); smaller imports are read in-process."
         ),
     )
 

@@ -85,8 +85,8 @@ class ImportOptions:
     reader: ReaderOptions = ReaderOptions()
     project_map: Mapping[str, str] | None = None
     project: str | None = None
-    worker_process: bool = False  # read line files in a second process (see reading_process)
-    worker_min_bytes: int = 8 * 1024 * 1024  # ... when at least this much is left to read
+    reading_processes: int = 0  # line files read by this many processes beside this one (see reading_process)
+    reading_min_bytes: int = 8 * 1024 * 1024  # ... when at least this much is left to read
 
 
 class _Sessions:
@@ -157,8 +157,8 @@ class TranscriptImporter:
             _guarded(plan.report, self._plan_line_file, plan, keys)
             plans.append(plan)
         left = sum(plan.left for plan in plans if plan.job is not None)
-        use_process = self.options.worker_process and left > 0 and self.options.worker_min_bytes <= left
-        with _Readers(use_process) as readers:
+        use_processes = left > 0 and self.options.reading_min_bytes <= left
+        with _Readers(self.options.reading_processes if use_processes else 0) as readers:
             for index, plan in enumerate(plans):
                 if plan.deferred and not _guarded(plan.report, self._plan_line_file, plan, None):
                     continue  # the same file named twice: looked at once the first is stored
@@ -446,7 +446,7 @@ class _LinePlan:
     report: FileReport
     job: LineJob | None = None  # None: nothing to read (unchanged, no project, gone)
     deferred: bool = False  # named twice in the run: looked at when its turn comes
-    submitted: bool = False  # handed to the reading process
+    reader: int | None = None  # the reading process it was handed to
     project: str = ""
     db: ProjectDatabase = field(init=False)
     key: str = ""
@@ -476,82 +476,92 @@ def _guarded(report: FileReport, action: Callable[..., Any], *args: Any) -> Any:
 
 
 class _Readers:
-    """Where each line file's chunks come from: :func:`read_chunks` in this process, or the reading
-    process, which reads up to :data:`_JOBS_AHEAD` files ahead of the one being stored. If the process
-    fails, the rest of the run reads in-process, a file cut short from the chunk it got to."""
+    """Where each line file's chunks come from: :func:`read_chunks` in this process, or reading
+    processes, handed the files in turn, each up to :data:`_JOBS_AHEAD` files ahead of the one being
+    stored. If one fails, the rest of the run reads in-process, a file cut short from the chunk it got to."""
 
-    def __init__(self, use_process: bool) -> None:
-        self.use_process = use_process
-        self.process: ReadingProcess | None = None
-        self.outstanding = 0
+    def __init__(self, processes: int) -> None:
+        self.wanted = processes
+        self.processes: list[ReadingProcess] = []
+        self.outstanding: list[int] = []
         self.cursor = 0  # the next plan to consider handing over
+        self.handed = 0  # files handed over so far (the next goes to process handed % len)
 
     def __enter__(self) -> _Readers:
-        if self.use_process:
-            try:
-                self.process = ReadingProcess()
-            except OSError:  # no process can be started here: read in-process
-                self.process = None
+        try:
+            for _ in range(self.wanted):
+                self.processes.append(ReadingProcess())
+                self.outstanding.append(0)
+        except OSError:  # no process can be started here: read in-process
+            self.fail()
         return self
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
-        if self.process is not None:
-            self.process.close(abandon=error is not None)
-            self.process = None
+        for process in self.processes:
+            process.close(abandon=error is not None)
+        self.processes = []
 
     def fail(self) -> None:
-        if self.process is not None:
-            self.process.close(abandon=True)
-            self.process = None
+        for process in self.processes:
+            process.close(abandon=True)
+        self.processes = []
 
     def submit_until(self, plans: Sequence[_LinePlan], index: int) -> None:
-        """Hand over the files from ``index`` on, up to :data:`_JOBS_AHEAD` not yet stored."""
+        """Hand over the files from ``index`` on, while their process has fewer than :data:`_JOBS_AHEAD`."""
         self.cursor = max(self.cursor, index)
-        while self.process is not None and self.cursor < len(plans) and self.outstanding < _JOBS_AHEAD:
+        while self.processes and self.cursor < len(plans):
             plan = plans[self.cursor]
-            self.cursor += 1
             if plan.job is None or plan.deferred:
+                self.cursor += 1
                 continue
+            reader = self.handed % len(self.processes)
+            if self.outstanding[reader] >= _JOBS_AHEAD:
+                return
             try:
-                self.process.submit(plan.job)
+                self.processes[reader].submit(plan.job)
             except ReadingFailed:
                 self.fail()
                 return
-            plan.submitted = True
-            self.outstanding += 1
+            plan.reader = reader
+            self.outstanding[reader] += 1
+            self.handed += 1
+            self.cursor += 1
+
+    def process_for(self, plan: _LinePlan) -> ReadingProcess | None:
+        return self.processes[plan.reader] if plan.reader is not None and self.processes else None
 
     def stream(self, plan: _LinePlan) -> _ChunkStream:
         return _ChunkStream(self, plan)
 
     def finish(self, stream: _ChunkStream) -> None:
         """After a file's import: a file cut short by an error leaves chunks in the pipe; read them off."""
-        if not stream.from_process:
+        process = self.process_for(stream.plan)
+        if process is None or stream.plan.reader is None:
             return
-        self.outstanding -= 1
-        if stream.finished or self.process is None:
+        self.outstanding[stream.plan.reader] -= 1
+        if stream.finished:
             return
         try:
-            for _ in self.process.chunks():
+            for _ in process.chunks():
                 pass
         except ReadingFailed:
             self.fail()
 
 
 class _ChunkStream:
-    """A file's chunks, from the reading process if it was handed the file, else read here."""
+    """A file's chunks, from the reading process it was handed to, else read here."""
 
     def __init__(self, readers: _Readers, plan: _LinePlan) -> None:
         self.readers = readers
         self.plan = plan
-        self.from_process = plan.submitted
         self.finished = False
         self.delivered = 0
 
     def __iter__(self) -> Iterator[Chunk]:
         job = self.plan.job
         assert job is not None
-        process = self.readers.process
-        if self.from_process and process is not None:
+        process = self.readers.process_for(self.plan)
+        if process is not None:
             try:
                 for chunk in process.chunks():
                     self.delivered += 1

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from obsmem.events import EventIn, PreparedEvent, prepare_event
+from obsmem.events import EventIn, PreparedEvent, prepare_event, prepare_plain
 from obsmem.transcripts.aider import AiderFormat
 from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
 from obsmem.transcripts.claude_code import ClaudeCodeFormat
@@ -57,6 +57,9 @@ class ReadTurn(NamedTuple):
 def prepare_turn(turn: Turn) -> ReadTurn:
     """The turn validated and redacted. A timestamp obsmem cannot read is dropped, and the event stored
     with the time it is imported, rather than losing the event."""
+    plain = prepare_plain(turn.event)
+    if plain is not None:
+        return ReadTurn(turn.session_id, turn.line, turn.record_id, plain)
     try:
         event = EventIn.model_validate(turn.event)
     except ValidationError as exc:
