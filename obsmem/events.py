@@ -298,9 +298,11 @@ def prepare_event(event: EventIn) -> PreparedEvent:
     )
 
 
-@dataclass(frozen=True)
-class StoredEvent:
-    """An event as stored (after redaction), handed to ``after_insert`` hooks."""
+class StoredEvent(NamedTuple):
+    """An event as stored (after redaction), handed to ``after_insert`` hooks.
+
+    A named tuple rather than a dataclass: one is built for every appended event, and a tuple is built
+    several times faster."""
 
     seq: int
     role: str
