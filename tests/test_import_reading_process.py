@@ -112,9 +112,11 @@ BAD_LINES = [
 
 
 def _transcripts(root: Path) -> list[Path]:
-    """Several session files: a long one, a resumed one replaying it, one with bad lines, one gzipped,
-    one ending in a line still being written, and the same file named twice."""
+    """Several session files: small ones first (read in-process while the reading processes start), a
+    long one, a resumed one replaying it, one with bad lines, one gzipped, one ending in a line still
+    being written, and the same file named twice."""
     folder = root / "projects" / "-w-shop"
+    small = [write_jsonl(folder / f"small-{n}.jsonl", _session_lines(f"{n}sml", 1)) for n in range(3)]
     long = write_jsonl(folder / f"{SESSION}.jsonl", _session_lines(SESSION, 60))
     replay = [dict(line, sessionId=RESUMED) for line in _session_lines(SESSION, 10)]
     resumed = write_jsonl(folder / f"{RESUMED}.jsonl", [*replay, *_session_lines(RESUMED, 12, first=100)])
@@ -124,7 +126,7 @@ def _transcripts(root: Path) -> list[Path]:
         handle.write(json.dumps(_record("bad1", 999, type="user", message={"content": "half"})).encode()[:30])
     packed = folder / "packed.jsonl.gz"
     packed.write_bytes(gzip.compress(write_jsonl(root / "packed.jsonl", _session_lines("packed", 15)).read_bytes()))
-    return [long, resumed, bad, packed, long]
+    return [*small, long, resumed, bad, packed, long]
 
 
 @pytest.fixture
@@ -220,9 +222,9 @@ def test_a_file_that_disappears_before_its_turn_is_reported_as_in_process(tmp_pa
     def vanishing(root: Path) -> list[Path]:
         paths = _transcripts(root)
         gone = root / "gone.jsonl"
-        shutil.copy(paths[0], gone)
+        shutil.copy(paths[3], gone)
         gone.unlink()
-        return [paths[0], gone, paths[1]]
+        return [paths[3], gone, paths[4]]
 
     worker, inline = _import_both(tmp_path, "claude-code", vanishing)
     assert worker == inline

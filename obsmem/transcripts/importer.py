@@ -67,8 +67,11 @@ from obsmem.transcripts.watermarks import (
 CHUNK_EVENTS = 5000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 DOCUMENT_SOURCES = ("gemini-cli", "opencode")
-# Line files read at once by the reading process: the one being stored and the next (bounded memory).
+# Line files handed to each reading process at once: the one being stored and the next (bounded memory).
 _JOBS_AHEAD = 2
+# The first files of a run are read here while the reading processes start (a few tenths of a second):
+# at most this much, and an eighth of the run.
+_HEAD_START_BYTES = 12 * 1024 * 1024
 
 Append = Callable[[str, str, list[PreparedEvent], list[int | None] | None], AppendReceipt]
 """``append(project, session_id, events, seqs)``: the app's append of prepared events (validated and
@@ -157,7 +160,9 @@ class TranscriptImporter:
             _guarded(plan.report, self._plan_line_file, plan, keys)
             plans.append(plan)
         left = sum(plan.left for plan in plans if plan.job is not None)
-        use_processes = left > 0 and self.options.reading_min_bytes <= left
+        use_processes = left > 0 and self.options.reading_min_bytes <= left and self.options.reading_processes > 0
+        if use_processes:
+            _head_start(plans, min(left // 8, _HEAD_START_BYTES))
         with _Readers(self.options.reading_processes if use_processes else 0) as readers:
             for index, plan in enumerate(plans):
                 if plan.deferred and not _guarded(plan.report, self._plan_line_file, plan, None):
@@ -447,12 +452,24 @@ class _LinePlan:
     job: LineJob | None = None  # None: nothing to read (unchanged, no project, gone)
     deferred: bool = False  # named twice in the run: looked at when its turn comes
     reader: int | None = None  # the reading process it was handed to
+    inline: bool = False  # read here while the reading processes start
     project: str = ""
     db: ProjectDatabase = field(init=False)
     key: str = ""
     now: FileStamp = FileStamp(0, 0)
     start: _Resume = field(default_factory=lambda: _Resume())
     left: int = 0  # bytes after the watermark
+
+
+def _head_start(plans: Sequence[_LinePlan], budget: int) -> None:
+    """Mark the first files, up to ``budget`` bytes in all, to be read here rather than handed over."""
+    for plan in plans:
+        if plan.job is None or plan.deferred:
+            continue
+        if plan.left > budget:
+            return
+        budget -= plan.left
+        plan.inline = True
 
 
 def _guarded(report: FileReport, action: Callable[..., Any], *args: Any) -> Any:
@@ -511,7 +528,7 @@ class _Readers:
         self.cursor = max(self.cursor, index)
         while self.processes and self.cursor < len(plans):
             plan = plans[self.cursor]
-            if plan.job is None or plan.deferred:
+            if plan.job is None or plan.deferred or plan.inline:
                 self.cursor += 1
                 continue
             reader = self.handed % len(self.processes)
