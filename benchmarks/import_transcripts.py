@@ -247,7 +247,8 @@ def main() -> None:
                     "first_import_seconds": round(first_seconds, 2),
                     "events_per_second": round(stored / first_seconds),
                     "megabytes_per_second": round(size / 1024 / 1024 / first_seconds, 1),
-                    "reading_processes": memory.settings.transcripts.reading_processes,
+                    # 0 for code before reading processes existed (run against it to compare)
+                    "reading_processes": getattr(memory.settings.transcripts, "reading_processes", 0),
                     "first_import_cpu_seconds": round(first_cpu, 2),
                     "first_import_main_process_cpu_seconds": round(first_main_cpu, 2),
                     "events_per_cpu_second": round(stored / first_cpu),

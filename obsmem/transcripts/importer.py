@@ -1,8 +1,14 @@
 """Import transcript files into projects, incrementally and idempotently.
 
-Every event goes through the app's normal append (``append``: validation, redaction, the Observer's
-trigger), in batches of up to :data:`CHUNK_EVENTS` events per session; the importer only decides which
-records are new and which seq each event gets.
+Every event goes through the app's append (``append``: the Observer's trigger) validated and redacted
+(:func:`~obsmem.transcripts.reading.prepare_turn`), in batches of up to :data:`CHUNK_EVENTS` events per
+session; the importer only decides which records are new and which seq each event gets.
+
+Line files are read in chunks of :data:`CHUNK_EVENTS` events (:func:`~obsmem.transcripts.reading.read_chunks`).
+A large import (``reading_min_bytes`` left to read) hands the files in turn to ``reading_processes``
+reading processes (:mod:`~obsmem.transcripts.reading_process`), which read and prepare the chunks of
+the next files while this process stores the current one; a chunk is stored, and its watermark saved,
+in file order exactly as when it is read here, so the two ways store the same.
 
 Line formats (append-only files). The watermark of a file (``import_files``) records the bytes consumed,
 checksums of the first and last 64 KiB of them, the file's size and time, and the reader's state there,
@@ -54,7 +60,7 @@ from obsmem.transcripts.gemini_cli import GeminiCliFormat
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash
 from obsmem.transcripts.opencode import OpencodeDatabaseFormat, OpencodeTreeFormat
 from obsmem.transcripts.reading import LINE_FORMATS, Chunk, LineJob, ReadTurn, Window, prepare_turn, read_chunks
-from obsmem.transcripts.reading_process import ReadingFailed, ReadingProcess
+from obsmem.transcripts.reading_process import Reader, ReadingFailed, ReadingProcesses
 from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip
 from obsmem.transcripts.replays import ReplayFilter
 from obsmem.transcripts.reports import FileReport, ImportRun
@@ -499,29 +505,32 @@ class _Readers:
 
     def __init__(self, processes: int) -> None:
         self.wanted = processes
-        self.processes: list[ReadingProcess] = []
+        self.group: ReadingProcesses | None = None
+        self.processes: list[Reader] = []
         self.outstanding: list[int] = []
         self.cursor = 0  # the next plan to consider handing over
         self.handed = 0  # files handed over so far (the next goes to process handed % len)
 
     def __enter__(self) -> _Readers:
-        try:
-            for _ in range(self.wanted):
-                self.processes.append(ReadingProcess())
-                self.outstanding.append(0)
-        except OSError:  # no process can be started here: read in-process
-            self.fail()
+        if self.wanted > 0:
+            try:
+                self.group = ReadingProcesses(self.wanted)
+            except OSError:  # no process can be started here: read in-process
+                self.group = None
+            else:
+                self.processes = self.group.readers
+                self.outstanding = [0] * len(self.processes)
         return self
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
-        for process in self.processes:
-            process.close(abandon=error is not None)
-        self.processes = []
+        if self.group is not None:
+            self.group.close(abandon=error is not None)
+        self.group, self.processes = None, []
 
     def fail(self) -> None:
-        for process in self.processes:
-            process.close(abandon=True)
-        self.processes = []
+        if self.group is not None:
+            self.group.close(abandon=True)
+        self.group, self.processes = None, []
 
     def submit_until(self, plans: Sequence[_LinePlan], index: int) -> None:
         """Hand over the files from ``index`` on, while their process has fewer than :data:`_JOBS_AHEAD`."""
@@ -544,7 +553,7 @@ class _Readers:
             self.handed += 1
             self.cursor += 1
 
-    def process_for(self, plan: _LinePlan) -> ReadingProcess | None:
+    def process_for(self, plan: _LinePlan) -> Reader | None:
         return self.processes[plan.reader] if plan.reader is not None and self.processes else None
 
     def stream(self, plan: _LinePlan) -> _ChunkStream:

@@ -138,6 +138,25 @@ class Chunk:
     damaged: bool = False
     error: BaseException | None = field(default=None)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Named tuples pickle several times slower than plain ones (each names its class and is rebuilt
+        # through it), and a chunk holds thousands: they travel as plain tuples and are rebuilt on arrival.
+        turns = [
+            (turn[0], turn[1], turn[2], None if turn[3] is None else tuple(turn[3]), turn[4], turn[5])
+            for turn in self.turns
+        ]
+        fields = (self.skipped, self.problems, self.offset, self.line, self.reader_state, self.checksums)
+        return (_rebuild_chunk, (turns, *fields, self.final, self.damaged, self.error))
+
+
+def _rebuild_chunk(turns: list[tuple[Any, ...]], *fields: Any) -> Chunk:
+    make_turn, make_event = ReadTurn._make, PreparedEvent._make
+    rebuilt = [
+        make_turn((turn[0], turn[1], turn[2], None if turn[3] is None else make_event(turn[3]), turn[4], turn[5]))
+        for turn in turns
+    ]
+    return Chunk(rebuilt, *fields)
+
 
 def read_chunks(job: LineJob) -> Iterator[Chunk]:
     """The file's chunks from the job's cursor on (see the module docstring); never raises for what the

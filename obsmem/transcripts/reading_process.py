@@ -1,27 +1,31 @@
-"""A second process that reads line files into chunks (:func:`~obsmem.transcripts.reading.read_chunks`)
-while the importing process writes the chunks before them.
+"""Reading processes: they read line files into chunks (:func:`~obsmem.transcripts.reading.read_chunks`)
+while the importing process stores the chunks before them.
 
 Reading, parsing, validating and redacting a transcript costs about twice what storing it does, and both
-are CPU-bound Python, so a thread would wait on the GIL: a process uses the second core. It is started
-with ``python -P -c`` calling :func:`main` (a fresh interpreter that imports only the readers,
-never the caller's main module and never a fork of a process whose threads may hold locks), and talks
-over its standard streams in frames (an 8-byte length, then a pickle):
+are CPU-bound Python, so a thread would wait on the GIL: processes use the other cores. One fresh
+interpreter is started with ``python -P -c`` calling :func:`main` (it imports only the readers, never
+the caller's main module, and is never a fork of a process whose threads may hold locks); once the
+readers are imported it forks the other reading processes from itself, before any thread starts, so
+the imports are paid once. Each reading process talks over its own pair of pipes in frames (an 8-byte
+length, then a pickle):
 
 - in: :class:`~obsmem.transcripts.reading.LineJob` frames, read by a thread so that the importer never
   waits to hand over the next file;
 - out: the :class:`~obsmem.transcripts.reading.Chunk` frames of each job in order, the last one ``final``;
   a job that fails in a way an in-process read would not (a bug) ends with a :class:`Crashed` frame.
 
-Memory is bounded: the importer keeps at most two jobs outstanding, the process keeps at most
+Memory is bounded: the importer hands each process at most two files at once, a process keeps at most
 :data:`AHEAD` pickled chunks waiting to be written, and a full pipe stops it until the importer reads.
-Its standard error goes nowhere: a traceback could quote transcript text.
+Their standard error goes nowhere: a traceback could quote transcript text.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -63,31 +67,23 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
     return payload if len(payload) == size else None
 
 
-class ReadingProcess:
-    """The importer's end: start the process, hand it jobs, take their chunks in order, close it."""
+class Reader:
+    """The importer's end of one reading process: hand it jobs, take their chunks in order."""
 
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            # -P: never import from the current directory; -c rather than -m: the package imports this
-            # module before -m would run it.
-            [sys.executable, "-P", "-c", _ENTRY],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+    def __init__(self, jobs: IO[bytes], chunks: IO[bytes]) -> None:
+        self.jobs = jobs
+        self.chunk_stream = chunks
 
     def submit(self, job: LineJob) -> None:
-        assert self.process.stdin is not None
         try:
-            _write_frame(self.process.stdin, pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
-        except (BrokenPipeError, OSError) as exc:
+            _write_frame(self.jobs, pickle.dumps(job, pickle.HIGHEST_PROTOCOL))
+        except OSError as exc:
             raise ReadingFailed("the reading process is gone") from exc
 
     def chunks(self) -> Iterator[Chunk]:
         """The chunks of the oldest job not read yet, up to its final chunk."""
-        assert self.process.stdout is not None
         while True:
-            payload = _read_frame(self.process.stdout)
+            payload = _read_frame(self.chunk_stream)
             if payload is None:
                 raise ReadingFailed("the reading process exited")
             try:
@@ -102,21 +98,64 @@ class ReadingProcess:
             if item.final:
                 return
 
-    def close(self, *, abandon: bool = False) -> None:
-        """End the process: at the end of its input it exits; one that does not, or one whose output is
-        abandoned (it failed, or the import stopped early), is killed."""
-        if abandon:
-            self.process.kill()
-        if self.process.stdin is not None:
+    def close(self) -> None:
+        for stream in (self.jobs, self.chunk_stream):
             with contextlib.suppress(OSError):
-                self.process.stdin.close()
+                stream.close()
+
+
+class ReadingProcesses:
+    """``count`` reading processes: one interpreter is started, imports the readers once, and forks the
+    others from itself before it starts any thread (so no lock can be held across the fork). Each has
+    its own pair of pipes; they form a process group of their own, so they can be ended together."""
+
+    def __init__(self, count: int) -> None:
+        child_fds: list[int] = []
+        ours: list[tuple[int, int]] = []
+        arguments: list[str] = []
+        try:
+            for _ in range(count):
+                jobs_in, jobs_out = os.pipe()
+                chunks_in, chunks_out = os.pipe()
+                child_fds += [jobs_in, chunks_out]
+                ours.append((jobs_out, chunks_in))
+                arguments.append(f"{jobs_in},{chunks_out}")
+            self.process = subprocess.Popen(
+                # -P: never import from the current directory; -c rather than -m: the package imports
+                # this module before -m would run it.
+                [sys.executable, "-P", "-c", _ENTRY, *arguments],
+                pass_fds=child_fds,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError:
+            for jobs_out, chunks_in in ours:
+                os.close(jobs_out)
+                os.close(chunks_in)
+            raise
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        self.readers = [Reader(open(jobs, "wb"), open(chunks, "rb")) for jobs, chunks in ours]  # noqa: SIM115
+
+    def close(self, *, abandon: bool = False) -> None:
+        """End the processes: at the end of their input they exit; ones that do not, or whose output is
+        abandoned (one failed, or the import stopped early), are killed."""
+        if abandon:
+            self._kill()
+        for reader in self.readers:
+            reader.close()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self._kill()
             self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def _take_jobs(stream: IO[bytes], jobs: queue.Queue[LineJob | None]) -> None:
@@ -127,8 +166,11 @@ def _take_jobs(stream: IO[bytes], jobs: queue.Queue[LineJob | None]) -> None:
 
 
 def _send_frames(stream: IO[bytes], frames: queue.Queue[bytes | None]) -> None:
-    while (payload := frames.get()) is not None:
-        _write_frame(stream, payload)
+    try:
+        while (payload := frames.get()) is not None:
+            _write_frame(stream, payload)
+    except OSError:  # the importer is gone: nobody will read what this process prepares
+        os._exit(0)
 
 
 def _serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
@@ -155,9 +197,31 @@ def _dump(chunk: Chunk) -> bytes:
 
 
 def main() -> int:
-    with contextlib.suppress(BrokenPipeError):  # the importer went away: nothing left to do
-        _serve(sys.stdin.buffer, sys.stdout.buffer)
+    """Serve the pipe pairs named on the command line (``jobs,chunks`` file descriptors), the first in
+    this process and each other in a process forked from it (see :class:`ReadingProcesses`)."""
+    pairs = [tuple(int(fd) for fd in argument.split(",")) for argument in sys.argv[1:]]
+    forks: list[int] = []
+    for index in range(1, len(pairs)):
+        pid = os.fork()
+        if pid == 0:
+            _serve_pair(pairs, index)
+            os._exit(0)
+        forks.append(pid)
+    _serve_pair(pairs, 0)
+    for pid in forks:  # so their CPU time is counted with this process's, by whoever waits for it
+        os.waitpid(pid, 0)
     return 0
+
+
+def _serve_pair(pairs: list[tuple[int, ...]], index: int) -> None:
+    for other, fds in enumerate(pairs):
+        if other != index:
+            for fd in fds:
+                os.close(fd)  # or the importer would never see the end of the other process's output
+    jobs, chunks = pairs[index]
+    # An OSError: the importer went away, nothing left to do.
+    with open(jobs, "rb") as job_stream, open(chunks, "wb") as chunk_stream, contextlib.suppress(OSError):
+        _serve(job_stream, chunk_stream)
 
 
 if __name__ == "__main__":
