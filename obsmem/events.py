@@ -203,7 +203,7 @@ class PreparedEvent(NamedTuple):
 
 _ROLES = frozenset(("user", "assistant", "tool", "system"))
 _TYPES = frozenset(("message", "tool_call", "tool_result"))
-_PLAIN_FIELDS = frozenset(("role", "type", "content", "tool_name", "tool_args", "tool_call_id", "created_at"))
+_PLAIN_FIELDS = frozenset(("seq", "role", "type", "content", "tool_name", "tool_args", "tool_call_id", "created_at"))
 # ISO 8601 stamps that datetime.fromisoformat and the EventIn validator read alike (as agents write them).
 _PLAIN_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{3}|\.\d{6})?(?:Z|[+-]\d{2}:\d{2})?")
 
@@ -238,10 +238,13 @@ def _plain_stamp(value: Any) -> str | None | bool:
 
 def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
     """:func:`prepare_event` of ``EventIn.model_validate(fields)`` without building the model, for the
-    plain events transcript readers make (known fields of exact types, a plain ISO 8601 stamp, tool
-    arguments that encode as JSON); None for anything else, which takes the validated way. On the hot
-    path of every imported event; ``tests/test_events_prepared.py`` checks it against the model."""
+    plain events transcript readers and most clients make (known fields of exact types, a plain ISO 8601
+    stamp, tool arguments that encode as JSON); None for anything else, which takes the validated way.
+    On the hot path of every appended event; ``tests/test_events_prepared.py`` checks it against the model."""
     if not _PLAIN_FIELDS.issuperset(fields):
+        return None
+    seq = fields.get("seq")
+    if seq is not None and (type(seq) is not int or not 1 <= seq <= MAX_SEQ):
         return None
     role = fields.get("role")
     kind = fields.get("type", "message")
@@ -278,7 +281,7 @@ def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
     tool_name = redact_text(tool_name) if tool_name else tool_name
     call_id = redact_text(call_id) if call_id else call_id
     fingerprint = event_fingerprint(role, kind, content, tool_name, args_json, call_id)
-    return PreparedEvent(None, role, kind, content, tool_name, args_json, call_id, created_at, fingerprint)
+    return PreparedEvent(seq, role, kind, content, tool_name, args_json, call_id, created_at, fingerprint)
 
 
 def prepare_event(event: EventIn) -> PreparedEvent:
@@ -336,8 +339,25 @@ def append_events(
 ) -> AppendReceipt:
     """Append a batch atomically; see the module docstring for the seq rules and the hook."""
     session = check_session_id(session)
-    batch = [prepare_event(event) for event in parse_events(list(events))]
+    raw = list(events)
+    batch = _prepare_plain_batch(raw)
+    if batch is None:
+        batch = [prepare_event(event) for event in parse_events(raw)]
     return append_prepared(db, session, batch, after_insert=after_insert)
+
+
+def _prepare_plain_batch(raw: list[Any]) -> list[PreparedEvent] | None:
+    """Every event of the batch prepared the plain way, or None if one is not plain (the batch is then
+    validated through the model, which names the first problem as before)."""
+    if len(raw) > MAX_BATCH:
+        return None
+    batch: list[PreparedEvent] = []
+    for event in raw:
+        prepared = prepare_plain(event) if type(event) is dict else None
+        if prepared is None:
+            return None
+        batch.append(prepared)
+    return batch
 
 
 def append_prepared(
