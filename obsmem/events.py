@@ -221,19 +221,19 @@ def _plain_text(value: Any, limit: int) -> bool:
     return True
 
 
-def _plain_stamp(value: Any) -> str | None | bool:
-    """The stored form of a plain ISO 8601 stamp (None for no stamp), or False for anything else."""
+def _plain_stamp(value: Any) -> tuple[bool, str | None]:
+    """``(True, the stored form)`` of no stamp (None) or a plain ISO 8601 stamp; ``(False, None)`` else."""
     if value is None:
-        return None
+        return True, None
     if type(value) is not str or _PLAIN_STAMP.fullmatch(value) is None:
-        return False
+        return False, None
     try:
         stamp = datetime.fromisoformat(value)
         if stamp.tzinfo is not None:
             stamp = stamp.astimezone(UTC).replace(tzinfo=None)
     except (ValueError, OverflowError):
-        return False
-    return stamp.isoformat(timespec="milliseconds") + "Z"
+        return False, None
+    return True, stamp.isoformat(timespec="milliseconds") + "Z"
 
 
 def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
@@ -259,8 +259,8 @@ def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
         call_id is not None and not _plain_text(call_id, 256)
     ):
         return None
-    created_at = _plain_stamp(fields.get("created_at"))
-    if created_at is False:
+    plain_stamp, created_at = _plain_stamp(fields.get("created_at"))
+    if not plain_stamp:
         return None
     args = fields.get("tool_args")
     if args is not None:
