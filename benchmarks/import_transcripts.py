@@ -11,10 +11,13 @@ becomes events (and is redacted) is reported as ``event_text_share`` of the byte
 through ``Obsmem.import_transcripts`` (the normal append path: validation, redaction, the Observer
 trigger), then imports the unchanged set again.
 Prints JSON: events stored, events/s of the first import (target >= 20,000), and the re-import's time
-as a share of the first (target <= 5%). Beside the wall time it reports the process's CPU time
-(``time.process_time``) and events per CPU-second: on a shared machine the wall time measures the load of
-the other processes as much as the import, the CPU time only the import (SQLite runs in the process, so
-its work is counted; waiting for the disk is not).
+as a share of the first (target <= 5%). Beside the wall time it reports the CPU time of the import, the
+reading processes' included (``os.times``, children counted once they have ended, which they do at the
+end of each import), the importing process's own, events per CPU-second and the 1-minute load average
+before and after: on a shared machine the wall time measures the load of the other processes as much as
+the import, the CPU time only the import (SQLite runs in the process, so its work is counted; waiting for
+the disk is not). ``--reading-processes N`` sets ``[transcripts] reading_processes`` for the run (0: the
+import reads in-process).
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ from obsmem.transcripts.watermarks import (
 CHUNK_EVENTS = 5000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 DOCUMENT_SOURCES = ("gemini-cli", "opencode")
-# Line files handed to each reading process at once: the one being stored and the next (bounded memory).
-_JOBS_AHEAD = 2
+# Line files handed to each reading process at once (small jobs: the chunks they become are what is bounded,
+# see reading_process.AHEAD); four rather than two absorb the other processes' scheduling on a loaded machine.
+_JOBS_AHEAD = 4
 # The first files of a run are read here while the reading processes start (a few tenths of a second):
 # at most this much, and an eighth of the run.
 _HEAD_START_BYTES = 12 * 1024 * 1024

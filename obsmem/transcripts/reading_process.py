@@ -14,7 +14,7 @@ length, then a pickle):
 - out: the :class:`~obsmem.transcripts.reading.Chunk` frames of each job in order, the last one ``final``;
   a job that fails in a way an in-process read would not (a bug) ends with a :class:`Crashed` frame.
 
-Memory is bounded: the importer hands each process at most two files at once, a process keeps at most
+Memory is bounded: the importer hands each process at most four files at once, a process keeps at most
 :data:`AHEAD` pickled chunks waiting to be written, and a full pipe stops it until the importer reads.
 Their standard error goes nowhere: a traceback could quote transcript text.
 """
@@ -36,7 +36,7 @@ from typing import IO
 from obsmem.transcripts.reading import Chunk, LineJob, read_chunks
 
 _ENTRY = "from obsmem.transcripts.reading_process import main; raise SystemExit(main())"
-AHEAD = 2  # chunks the process may have prepared beyond the one the importer is storing
+AHEAD = 4  # chunks the process may have prepared beyond the one the importer is storing
 _LENGTH = 8
 
 
