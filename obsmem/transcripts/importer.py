@@ -37,6 +37,7 @@ stored prefix no longer matches is merged as in 3.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -513,10 +514,10 @@ class _Readers:
         self.handed = 0  # files handed over so far (the next goes to process handed % len)
 
     def __enter__(self) -> _Readers:
-        if self.wanted > 0:
+        if self.wanted > 0 and hasattr(os, "fork"):  # the processes are forked from one (POSIX)
             try:
                 self.group = ReadingProcesses(self.wanted)
-            except OSError:  # no process can be started here: read in-process
+            except (OSError, ValueError):  # no process can be started here: read in-process
                 self.group = None
             else:
                 self.processes = self.group.readers
