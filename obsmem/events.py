@@ -14,10 +14,11 @@ calls a model).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import apsw
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -105,21 +106,8 @@ class EventIn(BaseModel):
         return None if self.tool_args is None else canonical_json(self.tool_args).decode("utf-8")
 
     def fingerprint(self, tool_args_json: str | None) -> str:
-        """What makes two events at one seq the same event (the receive time does not).
-
-        Fields are length-prefixed into one SHA-256, which is several times cheaper than hashing a
-        canonical JSON document of the event; this runs for every appended event.
-        """
-        pieces: list[bytes] = []
-        for part in (self.role, self.type, self.content, self.tool_name, tool_args_json, self.tool_call_id):
-            if part is None:
-                pieces.append(b"\x00")
-                continue
-            data = part.encode("utf-8")
-            pieces.append(b"\x01" + len(data).to_bytes(8, "big"))
-            pieces.append(data)
-        # One update of the joined bytes hashes the same stream as one update per field, in fewer calls.
-        return hashlib.sha256(b"".join(pieces)).hexdigest()
+        """What makes two events at one seq the same event (the receive time does not)."""
+        return event_fingerprint(self.role, self.type, self.content, self.tool_name, tool_args_json, self.tool_call_id)
 
     def created_at_iso(self) -> str:
         if self.created_at is None:
@@ -131,6 +119,26 @@ class EventIn(BaseModel):
 
 
 _EVENTS = TypeAdapter(list[EventIn])
+
+
+def event_fingerprint(
+    role: str, type: str, content: str, tool_name: str | None, tool_args_json: str | None, tool_call_id: str | None
+) -> str:
+    """What makes two events at one seq the same event (the receive time does not).
+
+    Fields are length-prefixed into one SHA-256, which is several times cheaper than hashing a
+    canonical JSON document of the event; this runs for every appended event.
+    """
+    pieces: list[bytes] = []
+    for part in (role, type, content, tool_name, tool_args_json, tool_call_id):
+        if part is None:
+            pieces.append(b"\x00")
+            continue
+        data = part.encode("utf-8")
+        pieces.append(b"\x01" + len(data).to_bytes(8, "big"))
+        pieces.append(data)
+    # One update of the joined bytes hashes the same stream as one update per field, in fewer calls.
+    return hashlib.sha256(b"".join(pieces)).hexdigest()
 
 
 def _flat_ascii_object(value: Any) -> bool:
@@ -174,9 +182,130 @@ def redacted(event: EventIn) -> EventIn:
     return event.model_copy(update=update) if update else event
 
 
-@dataclass(frozen=True)
-class StoredEvent:
-    """An event as stored (after redaction), handed to ``after_insert`` hooks."""
+class PreparedEvent(NamedTuple):
+    """An event validated and redacted, with what the append stores derived from it: its arguments as
+    canonical JSON, its fingerprint and its time (None: the time it is appended).
+
+    A plain tuple of text, so a transcript reader in another process can prepare events and hand them
+    over cheaply; :func:`append_prepared` stores them without looking at them again.
+    """
+
+    seq: int | None
+    role: str
+    type: str
+    content: str
+    tool_name: str | None
+    tool_args: str | None  # canonical JSON text
+    tool_call_id: str | None
+    created_at: str | None
+    fingerprint: str
+
+
+_ROLES = frozenset(("user", "assistant", "tool", "system"))
+_TYPES = frozenset(("message", "tool_call", "tool_result"))
+_PLAIN_FIELDS = frozenset(("seq", "role", "type", "content", "tool_name", "tool_args", "tool_call_id", "created_at"))
+# ISO 8601 stamps that datetime.fromisoformat and the EventIn validator read alike (as agents write them).
+_PLAIN_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{3}|\.\d{6})?(?:Z|[+-]\d{2}:\d{2})?")
+
+
+def _plain_text(value: Any, limit: int) -> bool:
+    """Text EventIn takes as it is: a str within ``limit`` characters that encodes as UTF-8."""
+    if type(value) is not str or len(value) > limit:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_stamp(value: Any) -> tuple[bool, str | None]:
+    """``(True, the stored form)`` of no stamp (None) or a plain ISO 8601 stamp; ``(False, None)`` else."""
+    if value is None:
+        return True, None
+    if type(value) is not str or _PLAIN_STAMP.fullmatch(value) is None:
+        return False, None
+    try:
+        stamp = datetime.fromisoformat(value)
+        if stamp.tzinfo is not None:
+            stamp = stamp.astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):
+        return False, None
+    return True, stamp.isoformat(timespec="milliseconds") + "Z"
+
+
+def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
+    """:func:`prepare_event` of ``EventIn.model_validate(fields)`` without building the model, for the
+    plain events transcript readers and most clients make (known fields of exact types, a plain ISO 8601
+    stamp, tool arguments that encode as JSON); None for anything else, which takes the validated way.
+    On the hot path of every appended event; ``tests/test_events_prepared.py`` checks it against the model."""
+    if not _PLAIN_FIELDS.issuperset(fields):
+        return None
+    seq = fields.get("seq")
+    if seq is not None and (type(seq) is not int or not 1 <= seq <= MAX_SEQ):
+        return None
+    role = fields.get("role")
+    kind = fields.get("type", "message")
+    content = fields.get("content", "")
+    tool_name = fields.get("tool_name")
+    call_id = fields.get("tool_call_id")
+    if role not in _ROLES or kind not in _TYPES or type(role) is not str or type(kind) is not str:
+        return None
+    if not _plain_text(content, MAX_EVENT_CONTENT):
+        return None
+    if (tool_name is not None and not _plain_text(tool_name, 256)) or (
+        call_id is not None and not _plain_text(call_id, 256)
+    ):
+        return None
+    plain_stamp, created_at = _plain_stamp(fields.get("created_at"))
+    if not plain_stamp:
+        return None
+    args = fields.get("tool_args")
+    if args is not None:
+        if type(args) is dict:
+            if not all(type(key) is str for key in args):
+                return None
+        elif type(args) is not list and type(args) is not str:
+            return None
+        try:
+            if not _flat_ascii_object(args):
+                canonical_json(args)  # as the validator checks them: before redaction
+            args_json: str | None = canonical_json(redact_json(args)).decode("utf-8")
+        except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+            return None
+    else:
+        args_json = None
+    content = redact_text(content) if content else content
+    tool_name = redact_text(tool_name) if tool_name else tool_name
+    call_id = redact_text(call_id) if call_id else call_id
+    fingerprint = event_fingerprint(role, kind, content, tool_name, args_json, call_id)
+    return PreparedEvent(seq, role, kind, content, tool_name, args_json, call_id, created_at, fingerprint)
+
+
+def prepare_event(event: EventIn) -> PreparedEvent:
+    """The validated event redacted, with its stored arguments, fingerprint and time derived."""
+    clean = redacted(event)
+    args_json = clean.tool_args_json()
+    return PreparedEvent(
+        clean.seq,
+        clean.role,
+        clean.type,
+        clean.content,
+        clean.tool_name,
+        args_json,
+        clean.tool_call_id,
+        clean.created_at_iso() if clean.created_at is not None else None,
+        clean.fingerprint(args_json),
+    )
+
+
+class StoredEvent(NamedTuple):
+    """An event as stored (after redaction), handed to ``after_insert`` hooks.
+
+    A named tuple rather than a dataclass: one is built for every appended event, and a tuple is built
+    several times faster."""
 
     seq: int
     role: str
@@ -210,7 +339,42 @@ def append_events(
 ) -> AppendReceipt:
     """Append a batch atomically; see the module docstring for the seq rules and the hook."""
     session = check_session_id(session)
-    batch = [redacted(event) for event in parse_events(list(events))]
+    raw = list(events)
+    batch = _prepare_plain_batch(raw)
+    if batch is None:
+        batch = [prepare_event(event) for event in parse_events(raw)]
+    return append_prepared(db, session, batch, after_insert=after_insert)
+
+
+def _prepare_plain_batch(raw: list[Any]) -> list[PreparedEvent] | None:
+    """Every event of the batch prepared the plain way, or None if one is not plain (the batch is then
+    validated through the model, which names the first problem as before)."""
+    if len(raw) > MAX_BATCH:
+        return None
+    batch: list[PreparedEvent] = []
+    for event in raw:
+        prepared = prepare_plain(event) if type(event) is dict else None
+        if prepared is None:
+            return None
+        batch.append(prepared)
+    return batch
+
+
+def append_prepared(
+    db: ProjectDatabase,
+    session: str,
+    batch: Sequence[PreparedEvent],
+    *,
+    seqs: Sequence[int | None] | None = None,
+    after_insert: AfterInsert | None = None,
+) -> AppendReceipt:
+    """Append prepared events atomically (:func:`append_events` without the validation and redaction,
+    which :func:`prepare_event` did). ``seqs`` overrides the events' own seqs (an importer numbering
+    events of a transcript), so numbering them makes no new tuple per event."""
+    session = check_session_id(session)
+    if len(batch) > MAX_BATCH:
+        raise ValidationFailed(f"events holds more than {MAX_BATCH} events; send smaller batches", field="events")
+    wanted = [event.seq for event in batch] if seqs is None else list(seqs)
     now = now_iso()
     with db.write() as conn:
         row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session,)).fetchone()
@@ -221,7 +385,7 @@ def append_events(
             last_seq = 0
         else:
             last_seq = row[0]
-        explicit = [event.seq for event in batch if event.seq is not None]
+        explicit = [seq for seq in wanted if seq is not None]
         stored: dict[int, str] = {}
         if explicit:
             stored = dict(
@@ -233,12 +397,11 @@ def append_events(
         rows: list[tuple[Any, ...]] = []
         duplicates = 0
         next_seq = last_seq
-        for index, event in enumerate(batch):
-            seq = event.seq if event.seq is not None else next_seq + 1
+        for index, (event, given) in enumerate(zip(batch, wanted, strict=True)):
+            seq = given if given is not None else next_seq + 1
             if seq > MAX_SEQ:
                 raise ValidationFailed(f"events.{index}.seq: exceeds {MAX_SEQ}", field=f"events.{index}.seq")
-            args_json = event.tool_args_json()
-            fingerprint = event.fingerprint(args_json)
+            fingerprint = event.fingerprint
             known = stored.get(seq)
             if known is not None:
                 if known != fingerprint:
@@ -259,9 +422,9 @@ def append_events(
                     event.type,
                     event.content,
                     event.tool_name,
-                    args_json,
+                    event.tool_args,
                     event.tool_call_id,
-                    event.created_at_iso() if event.created_at is not None else now,
+                    event.created_at or now,
                     fingerprint,
                 )
             )

@@ -21,6 +21,8 @@ MESSAGE_OVERHEAD = 4  # role markers and separators around each message or event
 def estimate_tokens(text: str) -> int:
     if not text:
         return 0
+    if text.isascii():  # one byte a character: no need to encode it (this runs twice per appended event)
+        return math.ceil(0.25 * len(text))
     chars = len(text)
     extra = len(text.encode("utf-8", "surrogatepass")) - chars
     return math.ceil(0.25 * chars + 0.375 * extra)

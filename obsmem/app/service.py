@@ -30,7 +30,9 @@ from obsmem.app.typed import build
 from obsmem.errors import NotFound, ValidationFailed
 from obsmem.events import (
     AppendReceipt,
+    PreparedEvent,
     append_events,
+    append_prepared,
     index_conversation_step,
     index_event_trigrams,
     require_session,
@@ -156,6 +158,19 @@ class Obsmem:
             self._wake_workers()
         return receipt
 
+    def append_prepared_events(
+        self, project: str, session_id: str, events: list[PreparedEvent], seqs: list[int | None] | None = None
+    ) -> AppendReceipt:
+        """:meth:`append_events` for events already validated and redacted (``obsmem.events.prepare_event``),
+        as the transcript importer hands them over; ``seqs`` numbers them. The Observer's trigger applies."""
+        session_id = check_session_id(session_id)
+        db = self.projects.get(project, create=True)
+        hook = self.pipeline.append_hook(db, project)
+        receipt = append_prepared(db, session_id, events, seqs=seqs, after_insert=hook)
+        if hook.queued:
+            self._wake_workers()
+        return receipt
+
     def import_jsonl(
         self,
         project: str,
@@ -199,9 +214,11 @@ class Obsmem:
             reader=ReaderOptions(config.max_tool_output_chars, config.keep_thinking),
             project_map=config.project_map,
             project=project,
+            reading_processes=config.reading_processes,
+            reading_min_bytes=int(config.reading_min_megabytes * 1024 * 1024),
         )
         importer = TranscriptImporter(
-            source, options, self.append_events, lambda name: self.database(name, create=True)
+            source, options, self.append_prepared_events, lambda name: self.database(name, create=True)
         )
         return importer.run([Path(path).expanduser() for path in paths], progress)
 

@@ -3,6 +3,8 @@
 [transcripts]
 max_tool_output_chars = 20000
 keep_thinking = false
+reading_processes = 2
+reading_min_megabytes = 8
 
 [transcripts.project_map]
 "/home/ann/src/shop" = "shop"
@@ -19,7 +21,7 @@ from obsmem.validation import project_name
 
 
 class TranscriptSettings(Section):
-    """Transcript imports: project mapping, tool-output cut size, thinking blocks."""
+    """Transcript imports: project mapping, tool-output cut size, thinking blocks, the reading processes."""
 
     project_map: dict[str, str] = Field(
         default_factory=dict,
@@ -36,6 +38,24 @@ class TranscriptSettings(Section):
     )
     keep_thinking: bool = Field(
         default=False, description="Store the agents' thinking/reasoning blocks as assistant messages."
+    )
+    reading_processes: int = Field(
+        default=2,
+        ge=0,
+        le=16,
+        description=(
+            "Processes that read, parse, validate and redact the transcript files of a large import while this "
+            "one writes, each a file at a time (0: read in-process). What is stored is the same either way."
+        ),
+    )
+    reading_min_megabytes: float = Field(
+        default=8.0,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "Reading processes are started only when an import has at least this many megabytes of transcript "
+            "left to read (starting one costs a few tenths of a second); smaller imports are read in-process."
+        ),
     )
 
     @field_validator("project_map")

@@ -1,8 +1,14 @@
 """Import transcript files into projects, incrementally and idempotently.
 
-Every event goes through the app's normal append (``append``: validation, redaction, the Observer's
-trigger), in batches of up to :data:`CHUNK_EVENTS` events per session; the importer only decides which
-records are new and which seq each event gets.
+Every event goes through the app's append (``append``: the Observer's trigger) validated and redacted
+(:func:`~obsmem.transcripts.reading.prepare_turn`), in batches of up to :data:`CHUNK_EVENTS` events per
+session; the importer only decides which records are new and which seq each event gets.
+
+Line files are read in chunks of :data:`CHUNK_EVENTS` events (:func:`~obsmem.transcripts.reading.read_chunks`).
+A large import (``reading_min_bytes`` left to read) hands the files in turn to ``reading_processes``
+reading processes (:mod:`~obsmem.transcripts.reading_process`), which read and prepare the chunks of
+the next files while this process stores the current one; a chunk is stored, and its watermark saved,
+in file order exactly as when it is read here, so the two ways store the same.
 
 Line formats (append-only files). The watermark of a file (``import_files``) records the bytes consumed,
 checksums of the first and last 64 KiB of them, the file's size and time, and the reader's state there,
@@ -31,37 +37,32 @@ stored prefix no longer matches is merged as in 3.
 
 from __future__ import annotations
 
-import hashlib
+import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import ValidationError
+from typing import Any
 
 from obsmem.errors import ObsmemError, SeqConflict, StorageError, ValidationFailed
-from obsmem.events import AppendReceipt, EventIn, event_fingerprints, last_seq, redacted
+from obsmem.events import AppendReceipt, PreparedEvent, event_fingerprints, last_seq
 from obsmem.storage import ProjectDatabase
-from obsmem.transcripts.aider import AiderFormat
-from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
-from obsmem.transcripts.claude_code import ClaudeCodeFormat
-from obsmem.transcripts.codex import CodexFormat
 from obsmem.transcripts.files import (
     DAMAGED_COMPRESSION,
     WINDOW,
     FileStamp,
-    complete_lines,
     is_compressed,
     open_text_bytes,
     stamp,
 )
-from obsmem.transcripts.formats import DocumentFormat, LineFormat
+from obsmem.transcripts.formats import DocumentFormat
 from obsmem.transcripts.gemini_cli import GeminiCliFormat
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash
 from obsmem.transcripts.opencode import OpencodeDatabaseFormat, OpencodeTreeFormat
-from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
+from obsmem.transcripts.reading import LINE_FORMATS, Chunk, LineJob, ReadTurn, Window, prepare_turn, read_chunks
+from obsmem.transcripts.reading_process import Reader, ReadingFailed, ReadingProcesses
+from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip
 from obsmem.transcripts.replays import ReplayFilter
 from obsmem.transcripts.reports import FileReport, ImportRun
 from obsmem.transcripts.rewinds import in_order_merge
@@ -70,24 +71,20 @@ from obsmem.transcripts.watermarks import (
     load_watermark,
     save_watermark,
 )
-from obsmem.validation import first_problem
-
-_Read = TypeVar("_Read", Turn, SessionDoc)  # what a transcript reader yields besides its skips
 
 CHUNK_EVENTS = 5000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-LINE_FORMATS: dict[str, type[LineFormat]] = {
-    "claude-code": ClaudeCodeFormat,
-    "codex": CodexFormat,
-    "aider": AiderFormat,
-    "openai-chat": OpenAIChatFormat,
-    "obsmem": ObsmemEventsFormat,
-}
 DOCUMENT_SOURCES = ("gemini-cli", "opencode")
+# Line files handed to each reading process at once (small jobs: the chunks they become are what is bounded,
+# see reading_process.AHEAD); four rather than two absorb the other processes' scheduling on a loaded machine.
+_JOBS_AHEAD = 4
+# The first files of a run are read here while the reading processes start (a few tenths of a second):
+# at most this much, and an eighth of the run.
+_HEAD_START_BYTES = 12 * 1024 * 1024
 
-Append = Callable[[str, str, list[Any]], AppendReceipt]
-"""``append(project, session_id, events)``: the app's append (validation, redaction, Observer trigger)."""
+Append = Callable[[str, str, list[PreparedEvent], list[int | None] | None], AppendReceipt]
+"""``append(project, session_id, events, seqs)``: the app's append of prepared events (validated and
+redacted, see :func:`obsmem.transcripts.reading.prepare_turn`), with the Observer's trigger."""
 OpenDatabase = Callable[[str], ProjectDatabase]
 FileProgress = Callable[[str, int, int], None]
 """Called as ``(path, bytes done, bytes total)`` while a file is read."""
@@ -100,20 +97,14 @@ class ImportOptions:
     reader: ReaderOptions = ReaderOptions()
     project_map: Mapping[str, str] | None = None
     project: str | None = None
+    reading_processes: int = 0  # line files read by this many processes beside this one (see reading_process)
+    reading_min_bytes: int = 8 * 1024 * 1024  # ... when at least this much is left to read
 
 
-def _fingerprint(event: EventIn) -> str:
-    clean = redacted(event)
-    return clean.fingerprint(clean.tool_args_json())
-
-
-def _stored_fingerprint(turn: Turn) -> str | None:
-    """The fingerprint the turn's event has (or had) when stored; None for one that is not valid, which is
-    never stored (reported where it is stored, not here)."""
-    try:
-        return _fingerprint(EventIn.model_validate(turn.event))
-    except ValidationError:
-        return None
+def _stored_fingerprint(turn: ReadTurn) -> str | None:
+    """The fingerprint the turn's event has (or had) when stored: the one its prepared event carries; None
+    for one that is not valid, which is never stored (reported where it is stored, not here)."""
+    return turn.event.fingerprint if turn.event is not None else None
 
 
 class _Sessions:
@@ -137,7 +128,7 @@ class _Sessions:
         with self.db.read() as conn:
             self.merging[session] = Counter(event_fingerprints(conn, session))
 
-    def discount(self, stored: list[Turn]) -> None:
+    def discount(self, stored: list[ReadTurn]) -> None:
         """Take the events of records a merging session already holds (known by record id, left out)
         out of its counts, so only events stored without an id to match them by are matched by content."""
         for turn in stored:
@@ -145,19 +136,22 @@ class _Sessions:
             if fingerprint is not None:
                 self.merging[turn.session_id][fingerprint] -= 1
 
-    def assign(self, session: str, event: EventIn) -> EventIn:
+    def assign(self, session: str, events: list[PreparedEvent]) -> list[int | None]:
+        """The seqs of the session's next events (an event's own seq is kept)."""
         # A session this file has not numbered yet starts at 1, not after what is stored: numbering then
         # depends on the file alone, so events stored before a watermark was lost are duplicates again.
         # A session that already holds other events meets them as a seq_conflict and is merged.
-        if session not in self.next:
-            self.next[session] = 1
-        if event.seq is not None:
-            self.next[session] = max(self.next[session], event.seq + 1)
-            return event
-        seq = self.next[session]
-        self.next[session] = seq + 1
-        event.seq = seq  # the importer's own fresh object: cheaper than a copy, on the hot path
-        return event
+        following = self.next.get(session, 1)
+        seqs: list[int | None] = []
+        for event in events:
+            if event.seq is not None:
+                following = max(following, event.seq + 1)
+                seqs.append(event.seq)
+            else:
+                seqs.append(following)
+                following += 1
+        self.next[session] = following
+        return seqs
 
 
 class TranscriptImporter:
@@ -175,37 +169,54 @@ class TranscriptImporter:
 
     def run(self, paths: Sequence[Path], progress: FileProgress | None = None) -> ImportRun:
         result = ImportRun(self.source)
+        if self.source not in LINE_FORMATS:
+            for path in paths:
+                result.files.append(self.import_file(path, progress))
+            return result
+        # Line files are all looked at first (their watermarks say what is left to read), so a large
+        # import can be read in a second process while this one stores (see reading_process).
+        plans: list[_LinePlan] = []
+        keys: set[str] = set()
         for path in paths:
-            result.files.append(self.import_file(path, progress))
+            plan = _LinePlan(path, FileReport(str(path), self.source))
+            result.files.append(plan.report)
+            _guarded(plan.report, self._plan_line_file, plan, keys)
+            plans.append(plan)
+        left = sum(plan.left for plan in plans if plan.job is not None)
+        use_processes = left > 0 and self.options.reading_min_bytes <= left and self.options.reading_processes > 0
+        if use_processes:
+            _head_start(plans, min(left // 8, _HEAD_START_BYTES))
+        with _Readers(self.options.reading_processes if use_processes else 0) as readers:
+            for index, plan in enumerate(plans):
+                if plan.deferred and not _guarded(plan.report, self._plan_line_file, plan, None):
+                    continue  # the same file named twice: looked at once the first is stored
+                if plan.job is None:
+                    continue
+                readers.submit_until(plans, index)
+                stream = readers.stream(plan)
+                _guarded(plan.report, self._store_line_file, plan, stream, progress)
+                readers.finish(stream)
         return result
 
     def import_file(self, path: Path, progress: FileProgress | None = None) -> FileReport:
+        if self.source in LINE_FORMATS:
+            return self.run([path], progress).files[0]
         report = FileReport(str(path), self.source)
-        try:
-            if self.source in LINE_FORMATS:
-                self._line_file(path, report, progress)
-            else:
-                self._document_file(path, report)
-        except FileNotFoundError:
-            report.status = "missing"
-            report.problem("file_missing", 0, "the file disappeared before it could be read")
-        except (IsADirectoryError, PermissionError) as exc:
-            report.status = "failed"
-            report.problem("unreadable", 0, exc.strerror or type(exc).__name__)
-        except OSError as exc:  # an I/O error, a compressed file with a bad header, ...
-            report.status = "failed"
-            report.problem("read_error", 0, exc.strerror or "the file could not be read")
-        except DAMAGED_COMPRESSION:
-            report.status = "failed"
-            report.problem("read_error", 0, "the compressed data is damaged")
-        except StorageError as exc:  # a locked or failing project database: the next import tries again
-            report.status = "failed"
-            report.problem(exc.code, report.line, exc.message)
+        _guarded(report, self._document_file, path, report)
         return report
 
     # -- line formats ----------------------------------------------------------------------------------
 
-    def _line_file(self, path: Path, report: FileReport, progress: FileProgress | None) -> None:
+    def _plan_line_file(self, plan: _LinePlan, keys: set[str] | None) -> bool:
+        """Where the file's import starts (``plan.job``), or False when there is nothing to read. A file
+        named twice (``keys`` holds those planned already) is planned when its turn comes."""
+        path, report = plan.path, plan.report
+        key = str(path.resolve())
+        if keys is not None:
+            if key in keys:
+                plan.deferred = True
+                return True
+            keys.add(key)
         fmt = LINE_FORMATS[self.source]
         project = self.options.project or project_for_cwd(
             fmt(self.options.reader, path, {}).project_cwd(), self.project_map
@@ -213,77 +224,68 @@ class TranscriptImporter:
         if project is None:
             report.status = "failed"
             report.problem("no_project", 0, "the transcript records no working directory; pass --project")
-            return
+            return False
         report.projects.add(project)
         db = self.database(project)
-        key = str(path.resolve())
         mark = load_watermark(db, self.source, key)
         now = stamp(path)
         if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
             report.status = "unchanged"
-            return
+            return False
         start = _Resume.check(path, mark)
         if start.rewritten:
             report.status = "rewritten"
-        cursor = _Cursor(
-            db,
-            key,
-            path,
-            fmt(self.options.reader, path, start.state.get("reader", {}), start.offset),
-            _Sessions(db, start.state.get("seq", {}), merge_all=start.rewritten),
-            _Window(start.head, start.tail),
+        plan.project, plan.db, plan.key, plan.now, plan.start = project, db, key, now, start
+        plan.left = max(now.size - start.offset, 0)
+        plan.job = LineJob(
+            self.source,
+            str(path),
+            self.options.reader,
+            start.state.get("reader", {}),
             start.offset,
             int(start.state.get("line", 0)),
-            start.events,
+            start.head,
+            start.tail,
+            CHUNK_EVENTS,
         )
-        pending: list[Turn] = []
-        replays = ReplayFilter(db)
-        try:
-            for raw, end in complete_lines(path, start.offset, take_last=fmt.take_unterminated):
-                cursor.line += 1
-                cursor.window.add(raw)
-                self._take(cursor.reader.read(raw, cursor.line), pending, report)
-                cursor.offset = end
-                if len(pending) >= CHUNK_EVENTS:
-                    self._store(project, cursor.sessions, pending, report, replays)
-                    self._save(cursor, report, replays)
-                    if progress is not None:
-                        progress(str(path), cursor.offset, now.size)
-        except DAMAGED_COMPRESSION:
-            # Everything before the damage is stored below; the next import stops at the same place.
-            report.status = "failed"
-            report.problem("read_error", cursor.line + 1, "the compressed data is damaged from here on")
-        self._take(cursor.reader.finish(), pending, report)
-        self._store(project, cursor.sessions, pending, report, replays)
-        report.bytes_read = cursor.offset - start.offset
-        self._save(cursor, report, replays)
-        if progress is not None:
-            progress(str(path), now.size, now.size)
+        plan.deferred = False
+        return True
 
-    def _take(self, items: Iterable[_Read | Skip], pending: list[_Read], report: FileReport) -> None:
-        """Keep what a reader read (turns, or whole sessions of a document format); count or report its skips."""
-        for item in items:
-            if isinstance(item, Skip):
-                if item.problem:
-                    report.problem(item.reason, item.line, item.detail)
-                else:
-                    report.skipped[item.reason] += 1
-            else:
-                pending.append(item)
+    def _store_line_file(self, plan: _LinePlan, chunks: Iterable[Chunk], progress: FileProgress | None) -> None:
+        """Store the file's chunks in order, each followed by its watermark (see the module docstring)."""
+        report, start = plan.report, plan.start
+        sessions = _Sessions(plan.db, start.state.get("seq", {}), merge_all=start.rewritten)
+        replays = ReplayFilter(plan.db)
+        for chunk in chunks:
+            report.skipped.update(chunk.skipped)
+            for skip in chunk.problems:
+                report.problem(skip.reason, skip.line, skip.detail)
+            if chunk.error is not None:
+                raise chunk.error  # what was read before it is stored; the rest waits for the next import
+            if chunk.damaged:
+                report.status = "failed"
+            self._store(plan.project, sessions, chunk.turns, report, replays)
+            if chunk.final:
+                report.bytes_read = chunk.offset - start.offset
+            self._save(plan, chunk, sessions, report, replays)
+            if progress is not None:
+                progress(str(plan.path), plan.now.size if chunk.final else chunk.offset, plan.now.size)
 
-    def _save(self, cursor: _Cursor, report: FileReport, replays: ReplayFilter) -> None:
-        """The record ids of the chunk just stored and the watermark at the cursor, in one transaction
+    def _save(
+        self, plan: _LinePlan, chunk: Chunk, sessions: _Sessions, report: FileReport, replays: ReplayFilter
+    ) -> None:
+        """The record ids of the chunk just stored and the watermark after it, in one transaction
         (one commit per chunk rather than two), after the events before it were committed."""
-        with cursor.db.write():
+        with plan.db.write():
             replays.commit()
-            mark = self._watermark(cursor, report)
+            mark = self._watermark(plan, chunk, sessions, report)
             if mark is not None:
-                save_watermark(cursor.db, mark)
+                save_watermark(plan.db, mark)
 
-    def _watermark(self, cursor: _Cursor, report: FileReport) -> Watermark | None:
-        """The watermark at the cursor, or None for a file that is gone."""
+    def _watermark(self, plan: _LinePlan, chunk: Chunk, sessions: _Sessions, report: FileReport) -> Watermark | None:
+        """The watermark after the chunk, or None for a file that is gone."""
         try:
-            now = stamp(cursor.path)
+            now = stamp(plan.path)
         except FileNotFoundError:
             if report.status == "missing":
                 return None
@@ -291,17 +293,17 @@ class TranscriptImporter:
             # and a file that is gone needs no watermark.
             report.status = "missing"
             report.problem(
-                "file_missing", cursor.line, "the file disappeared while it was read; what was read is stored"
+                "file_missing", chunk.line, "the file disappeared while it was read; what was read is stored"
             )
             return None
-        head, tail = cursor.window.checksums()
-        state = {"reader": cursor.reader.state(), "seq": cursor.sessions.next, "line": cursor.line}
+        head, tail = chunk.checksums
+        state = {"reader": chunk.reader_state, "seq": sessions.next, "line": chunk.line}
         # The size and time of the file as consumed; a file that grew meanwhile (or ends in a line being
         # written) gets no time, so the next import looks at it again.
-        consumed_all = cursor.offset >= now.size or is_compressed(cursor.path)
-        size, mtime = (now.size, now.mtime_ns) if consumed_all else (cursor.offset, 0)
-        events = cursor.stored_before + report.added
-        return Watermark(self.source, cursor.key, cursor.offset, size, mtime, head, tail, state, events)
+        consumed_all = chunk.offset >= now.size or is_compressed(plan.path)
+        size, mtime = (now.size, now.mtime_ns) if consumed_all else (chunk.offset, 0)
+        events = plan.start.events + report.added
+        return Watermark(self.source, plan.key, chunk.offset, size, mtime, head, tail, state, events)
 
     # -- storing ---------------------------------------------------------------------------------------
 
@@ -309,62 +311,48 @@ class TranscriptImporter:
         self,
         project: str,
         sessions: _Sessions,
-        turns: list[Turn],
+        turns: list[ReadTurn],
         report: FileReport,
         replays: ReplayFilter | None = None,
     ) -> None:
-        """Validate, number and append the pending events, session by session (in file order); ``turns``
-        is emptied. Records imported before (``replays``) are left out; the caller remembers the chunk's
-        record ids with its watermark (:meth:`_save`)."""
-        candidates = replays.fresh(list(turns), report.skipped) if replays is not None else list(turns)
+        """Append the read events, session by session (in file order). Records imported before
+        (``replays``) are left out; the caller remembers the chunk's record ids with its watermark
+        (:meth:`_save`)."""
+        candidates = replays.fresh(turns, report.skipped) if replays is not None else turns
         if replays is not None:
             sessions.discount(replays.take_stored_here())
-        turns.clear()
-        by_session: dict[str, list[tuple[Turn, EventIn]]] = {}
+        by_session: dict[str, list[PreparedEvent]] = {}
+        first_line: dict[str, int] = {}
         for turn in candidates:
-            event = self._event(turn, report)
+            if turn.problem is not None:
+                report.problem(turn.problem, turn.line, turn.detail)
+            event = turn.event
             if event is None:
                 continue
             report.events += 1
-            by_session.setdefault(turn.session_id, []).append((turn, event))
-        for session, items in by_session.items():
-            report.line = items[0][0].line
+            events = by_session.get(turn.session_id)
+            if events is None:
+                events = by_session[turn.session_id] = []
+                first_line[turn.session_id] = turn.line
+            events.append(event)
+        for session, events in by_session.items():
+            report.line = first_line[session]
             try:
-                self._append_session(project, sessions, session, [event for _, event in items], report)
+                self._append_session(project, sessions, session, events, report)
             except ObsmemError as exc:
                 if exc.code in ("invalid_session", "invalid_request"):
-                    report.problem(exc.code, items[0][0].line, exc.message)
+                    report.problem(exc.code, first_line[session], exc.message)
                     continue
                 raise
 
-    def _event(self, turn: Turn, report: FileReport) -> EventIn | None:
-        """The turn as a valid event, or None (reported). A timestamp obsmem cannot read is dropped, and
-        the event stored with the time it is imported, rather than losing the event."""
-        try:
-            return EventIn.model_validate(turn.event)
-        except ValidationError as exc:
-            problem = first_problem(exc, f"line {turn.line}")
-        if problem.field is not None and problem.field.endswith("created_at"):
-            try:
-                event = EventIn.model_validate({k: v for k, v in turn.event.items() if k != "created_at"})
-            except ValidationError:
-                pass
-            else:
-                report.problem(
-                    "invalid_timestamp", turn.line, "a timestamp obsmem cannot read; stored with the time of the import"
-                )
-                return event
-        report.problem("invalid_event", turn.line, problem.message)
-        return None
-
     def _append_session(
-        self, project: str, sessions: _Sessions, session: str, events: list[EventIn], report: FileReport
+        self, project: str, sessions: _Sessions, session: str, events: list[PreparedEvent], report: FileReport
     ) -> None:
         report.sessions.add(session)
         if not sessions.is_merging(session):
-            numbered = [sessions.assign(session, event) for event in events]
+            seqs = sessions.assign(session, events)
             try:
-                receipt = self.append(project, session, numbered)
+                receipt = self.append(project, session, events, seqs)
             except SeqConflict:
                 sessions.start_merge(session)
             else:
@@ -372,16 +360,15 @@ class TranscriptImporter:
                 report.duplicates += receipt.duplicates
                 return
         seen = sessions.merging[session]
-        fresh: list[EventIn] = []
+        fresh: list[PreparedEvent] = []
         for event in events:
-            fingerprint = _fingerprint(event)
-            if seen[fingerprint] > 0:
-                seen[fingerprint] -= 1
+            if seen[event.fingerprint] > 0:
+                seen[event.fingerprint] -= 1
                 report.duplicates += 1
             else:
-                fresh.append(event.model_copy(update={"seq": None}))
+                fresh.append(event)
         if fresh:
-            receipt = self.append(project, session, fresh)
+            receipt = self.append(project, session, fresh, [None] * len(fresh))
             report.added += receipt.appended
             sessions.next[session] = receipt.last_seq + 1
 
@@ -394,7 +381,13 @@ class TranscriptImporter:
             return
         fmt = self._document_format(path)
         docs: list[SessionDoc] = []
-        self._take(fmt.sessions(), docs, report)
+        for item in fmt.sessions():
+            if not isinstance(item, Skip):
+                docs.append(item)
+            elif item.problem:
+                report.problem(item.reason, item.line, item.detail)
+            else:
+                report.skipped[item.reason] += 1
         by_project: dict[str, list[SessionDoc]] = {}
         for doc in docs:
             project = self._project_of(doc)
@@ -460,11 +453,11 @@ class TranscriptImporter:
         )
         if saved is not None and not resumes:
             report.status = "rewritten"
-        new = doc.turns[stored:] if resumes else doc.turns
+        new = [prepare_turn(turn) for turn in (doc.turns[stored:] if resumes else doc.turns)]
         if not resumes and isinstance(saved, dict) and "seq" in saved and self.source == "gemini-cli":
-            new = self._rewound(db, sessions, doc, int(saved["seq"]) - 1, report)
+            new = self._rewound(db, sessions, doc.session_id, new, int(saved["seq"]) - 1, report)
         report.sessions.add(doc.session_id)
-        self._store(project, sessions, list(new), report)
+        self._store(project, sessions, new, report)
         if not keys:
             return {"n": 0, "last": None, "seq": sessions.next.get(doc.session_id, 1)}
         if doc.session_id not in sessions.next:
@@ -473,30 +466,178 @@ class TranscriptImporter:
         return {"n": len(keys), "last": keys[-1], "seq": sessions.next[doc.session_id]}
 
     def _rewound(
-        self, db: ProjectDatabase, sessions: _Sessions, doc: SessionDoc, held: int, report: FileReport
-    ) -> list[Turn]:
-        """A session rewound since its last import: merged in order (see :mod:`obsmem.transcripts.rewinds`);
-        the turns left to store, their merge counts set in ``sessions``."""
-        same, rest = in_order_merge(db, doc.session_id, [_stored_fingerprint(t) for t in doc.turns], held)
-        sessions.merging[doc.session_id] = rest
+        self,
+        db: ProjectDatabase,
+        sessions: _Sessions,
+        session: str,
+        turns: list[ReadTurn],
+        held: int,
+        report: FileReport,
+    ) -> list[ReadTurn]:
+        """A session rewound since its last import (``turns``: all of it, prepared): merged in order (see
+        :mod:`obsmem.transcripts.rewinds`); the turns left to store, their merge counts set in ``sessions``."""
+        same, rest = in_order_merge(db, session, [_stored_fingerprint(turn) for turn in turns], held)
+        sessions.merging[session] = rest
         report.events += same
         report.duplicates += same
-        return doc.turns[same:]
+        return turns[same:]
 
 
 @dataclass
-class _Cursor:
-    """How far one import of a line file got: what the next watermark records."""
+class _LinePlan:
+    """One line file of a run: its report, and once looked at, where its import starts (``job``)."""
 
-    db: ProjectDatabase
-    key: str
     path: Path
-    reader: LineFormat
-    sessions: _Sessions
-    window: _Window
-    offset: int
-    line: int
-    stored_before: int
+    report: FileReport
+    job: LineJob | None = None  # None: nothing to read (unchanged, no project, gone)
+    deferred: bool = False  # named twice in the run: looked at when its turn comes
+    reader: int | None = None  # the reading process it was handed to
+    inline: bool = False  # read here while the reading processes start
+    project: str = ""
+    db: ProjectDatabase = field(init=False)
+    key: str = ""
+    now: FileStamp = FileStamp(0, 0)
+    start: _Resume = field(default_factory=lambda: _Resume())
+    left: int = 0  # bytes after the watermark
+
+
+def _head_start(plans: Sequence[_LinePlan], budget: int) -> None:
+    """Mark the first files, up to ``budget`` bytes in all, to be read here rather than handed over."""
+    for plan in plans:
+        if plan.job is None or plan.deferred:
+            continue
+        if plan.left > budget:
+            return
+        budget -= plan.left
+        plan.inline = True
+
+
+def _guarded(report: FileReport, action: Callable[..., Any], *args: Any) -> Any:
+    """Run one step of a file's import; a file that cannot be read is reported, and the run goes on to
+    the next file (what was stored before the failure stays stored). Returns False after a failure."""
+    try:
+        return action(*args)
+    except FileNotFoundError:
+        report.status = "missing"
+        report.problem("file_missing", 0, "the file disappeared before it could be read")
+    except (IsADirectoryError, PermissionError) as exc:
+        report.status = "failed"
+        report.problem("unreadable", 0, exc.strerror or type(exc).__name__)
+    except OSError as exc:  # an I/O error, a compressed file with a bad header, ...
+        report.status = "failed"
+        report.problem("read_error", 0, exc.strerror or "the file could not be read")
+    except DAMAGED_COMPRESSION:
+        report.status = "failed"
+        report.problem("read_error", 0, "the compressed data is damaged")
+    except StorageError as exc:  # a locked or failing project database: the next import tries again
+        report.status = "failed"
+        report.problem(exc.code, report.line, exc.message)
+    return False
+
+
+class _Readers:
+    """Where each line file's chunks come from: :func:`read_chunks` in this process, or reading
+    processes, handed the files in turn, each up to :data:`_JOBS_AHEAD` files ahead of the one being
+    stored. If one fails, the rest of the run reads in-process, a file cut short from the chunk it got to."""
+
+    def __init__(self, processes: int) -> None:
+        self.wanted = processes
+        self.group: ReadingProcesses | None = None
+        self.processes: list[Reader] = []
+        self.outstanding: list[int] = []
+        self.cursor = 0  # the next plan to consider handing over
+        self.handed = 0  # files handed over so far (the next goes to process handed % len)
+
+    def __enter__(self) -> _Readers:
+        if self.wanted > 0 and hasattr(os, "fork"):  # the processes are forked from one (POSIX)
+            try:
+                self.group = ReadingProcesses(self.wanted)
+            except (OSError, ValueError):  # no process can be started here: read in-process
+                self.group = None
+            else:
+                self.processes = self.group.readers
+                self.outstanding = [0] * len(self.processes)
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if self.group is not None:
+            self.group.close(abandon=error is not None)
+        self.group, self.processes = None, []
+
+    def fail(self) -> None:
+        if self.group is not None:
+            self.group.close(abandon=True)
+        self.group, self.processes = None, []
+
+    def submit_until(self, plans: Sequence[_LinePlan], index: int) -> None:
+        """Hand over the files from ``index`` on, while their process has fewer than :data:`_JOBS_AHEAD`."""
+        self.cursor = max(self.cursor, index)
+        while self.processes and self.cursor < len(plans):
+            plan = plans[self.cursor]
+            if plan.job is None or plan.deferred or plan.inline:
+                self.cursor += 1
+                continue
+            reader = self.handed % len(self.processes)
+            if self.outstanding[reader] >= _JOBS_AHEAD:
+                return
+            try:
+                self.processes[reader].submit(plan.job)
+            except ReadingFailed:
+                self.fail()
+                return
+            plan.reader = reader
+            self.outstanding[reader] += 1
+            self.handed += 1
+            self.cursor += 1
+
+    def process_for(self, plan: _LinePlan) -> Reader | None:
+        return self.processes[plan.reader] if plan.reader is not None and self.processes else None
+
+    def stream(self, plan: _LinePlan) -> _ChunkStream:
+        return _ChunkStream(self, plan)
+
+    def finish(self, stream: _ChunkStream) -> None:
+        """After a file's import: a file cut short by an error leaves chunks in the pipe; read them off."""
+        process = self.process_for(stream.plan)
+        if process is None or stream.plan.reader is None:
+            return
+        self.outstanding[stream.plan.reader] -= 1
+        if stream.finished:
+            return
+        try:
+            for _ in process.chunks():
+                pass
+        except ReadingFailed:
+            self.fail()
+
+
+class _ChunkStream:
+    """A file's chunks, from the reading process it was handed to, else read here."""
+
+    def __init__(self, readers: _Readers, plan: _LinePlan) -> None:
+        self.readers = readers
+        self.plan = plan
+        self.finished = False
+        self.delivered = 0
+
+    def __iter__(self) -> Iterator[Chunk]:
+        job = self.plan.job
+        assert job is not None
+        process = self.readers.process_for(self.plan)
+        if process is not None:
+            try:
+                for chunk in process.chunks():
+                    self.delivered += 1
+                    self.finished = chunk.final
+                    yield chunk
+                return
+            except ReadingFailed:
+                self.readers.fail()
+        # Read here, from the chunk the process got to (reading is deterministic up to the file's end).
+        for index, chunk in enumerate(read_chunks(job)):
+            if index >= self.delivered:
+                yield chunk
+        self.finished = True
 
 
 @dataclass
@@ -515,30 +656,10 @@ class _Resume:
         if mark is None or mark.offset == 0:
             return cls()
         head, tail = _prefix_windows(path, mark.offset)
-        window = _Window(head, tail)
+        window = Window(head, tail)
         if (mark.head_sha256, mark.tail_sha256) == window.checksums():
             return cls(mark.offset, mark.state, False, head, tail, mark.events)
         return cls(rewritten=True, events=mark.events)
-
-
-class _Window:
-    """The first and the last 64 KiB of the consumed bytes, kept as lines are consumed."""
-
-    def __init__(self, head: bytes, tail: bytes) -> None:
-        self.head = bytearray(head)
-        self.tail = bytearray(tail)
-
-    def add(self, raw: bytes) -> None:
-        if len(self.head) < WINDOW:
-            self.head += raw[: WINDOW - len(self.head)]
-        self.tail += raw
-        if len(self.tail) > 4 * WINDOW:
-            del self.tail[: len(self.tail) - WINDOW]
-
-    def checksums(self) -> tuple[str, str]:
-        if not self.head:
-            return "", ""
-        return hashlib.sha256(self.head).hexdigest(), hashlib.sha256(self.tail[-WINDOW:]).hexdigest()
 
 
 def _prefix_windows(path: Path, offset: int) -> tuple[bytes, bytes]:

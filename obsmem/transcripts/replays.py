@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from obsmem.storage import ProjectDatabase
-from obsmem.transcripts.records import Turn
+from obsmem.transcripts.reading import ReadTurn
 from obsmem.transcripts.watermarks import known_records, remember_records
 
 
@@ -24,16 +24,16 @@ class ReplayFilter:
         self.pending: dict[str, str] = {}  # record id -> session, remembered once the chunk is stored
         # Turns left out because the session they belong to already holds their record (a rewritten file
         # read again): a merge takes their events out of its counts (see :meth:`take_stored_here`).
-        self.stored_here: list[Turn] = []
+        self.stored_here: list[ReadTurn] = []
 
-    def fresh(self, turns: list[Turn], skipped: Counter[str]) -> list[Turn]:
+    def fresh(self, turns: list[ReadTurn], skipped: Counter[str]) -> list[ReadTurn]:
         ids = {turn.record_id for turn in turns if turn.record_id is not None}
         if not ids:
             return turns
         known = known_records(self.db, ids)
         first: dict[str, tuple[int, str]] = {}  # record id -> the line (and session) that brought it first
         left_out: set[tuple[str, int]] = set()
-        kept: list[Turn] = []
+        kept: list[ReadTurn] = []
         for turn in turns:
             record = turn.record_id
             if record is None:
@@ -54,7 +54,7 @@ class ReplayFilter:
         self.pending.update({record: session for record, (_, session) in first.items()})
         return kept
 
-    def take_stored_here(self) -> list[Turn]:
+    def take_stored_here(self) -> list[ReadTurn]:
         """The turns left out since the last call whose records their own session already holds.
 
         A merge (see :mod:`obsmem.transcripts.importer`) counts the session's stored events by content;
