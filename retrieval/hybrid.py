@@ -162,12 +162,16 @@ class HybridSearcher:
         )
 
     def search(self, project: str, request: SearchRequest) -> SearchResult:
-        return self.run(project, request)[0]
+        return self.run(project, request, rankings=False)[0]
 
     def run(
-        self, project: str, request: SearchRequest, plan: SearchPlan | None = None
+        self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
     ) -> tuple[SearchResult, StageRankings]:
-        """The search as ``plan`` says, with each stage's ranking (see :class:`SearchPlan`)."""
+        """The search as ``plan`` says, with each stage's ranking (see :class:`SearchPlan`).
+
+        ``rankings=False`` leaves the candidate lists' and the fused stage's memory rankings empty (a
+        plain search has no use for them, and each is a pass over a few hundred candidates); ``final``,
+        ``rerank_scores`` and ``evidence`` are filled either way."""
         plan = plan or SearchPlan()
         stages = StageRankings()
         index = self.indexer.project(project)
@@ -231,11 +235,13 @@ class HybridSearcher:
         nothing_close = False
         if not reranking and plan.floor and self._below_floor(stages.evidence):
             fused, nothing_close = [], True
-        for ranked in lists:
-            setattr(stages, ranked.name, _memories(ranked.labels, valid))
+        if rankings:
+            for ranked in lists:
+                setattr(stages, ranked.name, _memories(ranked.labels, valid))
         truncated = not nothing_close and (any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates)
         candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
-        stages.fused = _memories([c.label for c in candidates], valid)
+        if rankings:
+            stages.fused = _memories([c.label for c in candidates], valid)
         scores: list[float] | None = None
         if self.reranker is not None and reranking and candidates:
             raw = self.reranker.score(request.query, [c.text for c in candidates])
