@@ -100,12 +100,19 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=1000)
     parser.add_argument("--warm-up", type=int, default=40)
     parser.add_argument("--shared-data", type=Path, default=DEFAULT_SHARED)
+    parser.add_argument(
+        "--encoder",
+        default=None,
+        help="[semantic.embedding] encoder the index was built with (default: the product's default); "
+        "another one than the index's would start a rebuild instead of serving it",
+    )
     args = parser.parse_args()
     pool = all_questions(args.shared_data)
     report: dict[str, object] = {"benchmark": "serve_memory", "project": args.project, "searches": args.searches}
     with tempfile.TemporaryDirectory() as scratch:
         config = Path(scratch) / "obsmem.toml"
-        config.write_text("[semantic]\nenabled = true\n")
+        encoder = f'\n[semantic.embedding]\nencoder = "{args.encoder}"\n' if args.encoder else ""
+        config.write_text(f"[semantic]\nenabled = true\n{encoder}")
         port = free_port()
         server = start(args.data_dir, config, port)
         try:

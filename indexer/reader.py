@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import apsw
 import numpy as np
@@ -38,9 +37,11 @@ from obsmem.indexer.state import IndexState
 from obsmem.indexer.vectors import EVENTS, MEMORIES, Filter
 
 
-@dataclass(frozen=True)
-class ValidChunk:
-    """A candidate chunk that still describes its current memory and passes the search's filter."""
+class ValidChunk(NamedTuple):
+    """A candidate chunk that still describes its current memory and passes the search's filter.
+
+    A named tuple: a search builds one for each of a few hundred candidates, three times faster than a
+    frozen dataclass, and nothing compares or changes them."""
 
     label: int
     text: str

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from obsmem.indexer import Filter, IndexReader
@@ -71,6 +73,8 @@ _SUFFIX = re.compile(r"['\u2019]")
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 POSTINGS_CACHE_SECONDS = 300.0
+# Open searches' keyword lists kept per index snapshot (see Bm25List.search), least recently used first out.
+LISTS_CACHED = 256
 # FTS5's bm25() constants (fixed in SQLite's fts5_aux.c).
 BM25_K1 = 1.2
 MIN_IDF = 1e-6
@@ -107,6 +111,9 @@ class Bm25List:
         self.settings = settings
         self._stopwords = ENGLISH_STOPWORDS if settings.stopwords == "english" else frozenset()
         self._postings: dict[tuple[str, str], tuple[float, int, int, int | None]] = {}
+        # (store, index version, terms, k, recent) -> the list: only for open searches of a real index.
+        self._lists: OrderedDict[tuple[object, ...], list[tuple[int, float]]] = OrderedDict()
+        self._lists_lock = threading.Lock()
 
     def terms(self, store: IndexReader, query: str) -> list[tuple[str, list[str]]]:
         """``(term, the tokens the index holds it as)`` for each query term it can match."""
@@ -184,10 +191,37 @@ class Bm25List:
             return result
         open_search = where is None or where.is_open
         recent = self.settings.max_postings if open_search and over else None
-        items = store.keyword_candidates(terms, k + 1, where, label_range=label_range, recent=recent)
+        if open_search and version is not None:
+            items = self._open_list(store, version, terms, k + 1, recent)
+        else:
+            items = store.keyword_candidates(terms, k + 1, where, label_range=label_range, recent=recent)
         # A bounded search left matches unscored: its budget was reached whatever the count.
         result.full = len(items) > k or (open_search and over)
         result.items = items[:k]
         if chunks is not None and store.counts_postings():
             result.ceiling = bm25_ceiling((self.postings(store, term, version)[0] for term in terms), chunks)
         return result
+
+    def _open_list(
+        self, store: IndexReader, version: int, terms: list[str], k: int, recent: int | None
+    ) -> list[tuple[int, float]]:
+        """An open search's list, kept for later searches of the same index version.
+
+        An open list depends only on the terms kept and the keyword tables, and the index version changes
+        in the transaction that changes those tables, so a list kept for this version is the list this
+        snapshot would compute. What it saves is large on a big project: a term past ``max_postings``
+        makes FTS5's ``bm25()`` read its whole posting list for the IDF before scoring its most recent
+        chunks, and the most common words are the ones that recur across questions. Bounded to the
+        ``LISTS_CACHED`` most recently used lists."""
+        key = (store.source, version, tuple(terms), k, recent)
+        with self._lists_lock:
+            items = self._lists.get(key)
+            if items is not None:
+                self._lists.move_to_end(key)
+                return items
+        items = store.keyword_candidates(terms, k, None, recent=recent)
+        with self._lists_lock:
+            self._lists[key] = items
+            while len(self._lists) > LISTS_CACHED:
+                self._lists.popitem(last=False)
+        return items

@@ -167,12 +167,16 @@ class HybridSearcher:
         )
 
     def search(self, project: str, request: SearchRequest) -> SearchResult:
-        return self.run(project, request)[0]
+        return self.run(project, request, rankings=False)[0]
 
     def run(
-        self, project: str, request: SearchRequest, plan: SearchPlan | None = None
+        self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
     ) -> tuple[SearchResult, StageRankings]:
-        """The search as ``plan`` says, with each stage's ranking (see :class:`SearchPlan`)."""
+        """The search as ``plan`` says, with each stage's ranking (see :class:`SearchPlan`).
+
+        ``rankings=False`` leaves the candidate lists' and the fused stage's memory rankings empty (a
+        plain search has no use for them, and each is a pass over a few hundred candidates); ``final``,
+        ``rerank_scores`` and ``evidence`` are filled either way."""
         plan = plan or SearchPlan()
         stages = StageRankings()
         index = self.indexer.project(project)
@@ -238,11 +242,13 @@ class HybridSearcher:
         nothing_close = False
         if not reranking and plan.floor and self._below_floor(stages.evidence):
             fused, nothing_close = [], True
-        for ranked in lists:
-            setattr(stages, ranked.name, _memories(ranked.labels, valid))
+        if rankings:
+            for ranked in lists:
+                setattr(stages, ranked.name, _memories(ranked.labels, valid))
         truncated = not nothing_close and (any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates)
         candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
-        stages.fused = _memories([c.label for c in candidates], valid)
+        if rankings:
+            stages.fused = _memories([c.label for c in candidates], valid)
         scores: list[float] | None = None
         if self.reranker is not None and reranking and candidates:
             raw = self.reranker.score(request.query, [c.text for c in candidates])
@@ -359,11 +365,15 @@ class HybridSearcher:
         :meth:`_admitted` validates the few that rank high enough (every check is per memory, so a
         memory's chunks pass or fail together and a neighbour that fails simply leaves)."""
         chosen = [valid[label] for label in labels]
-        rows = {c.previous_row for c in chosen} | {c.next_row for c in chosen}
-        rows |= {c.memory_row for c in chosen if c.chunk_count > 1}
-        rows.discard(None)
+        rows: set[int] = set()
         chunks: dict[int, list[tuple[int, int]]] = {}  # memory row -> (position, label) of every chunk
         for c in chosen:
+            if c.previous_row is not None:
+                rows.add(c.previous_row)
+            if c.next_row is not None:
+                rows.add(c.next_row)
+            if c.chunk_count > 1:
+                rows.add(c.memory_row)
             chunks.setdefault(c.memory_row, []).append((c.position, c.label))
         if rows:
             found: dict[int, list[tuple[int, int]]] = {}
@@ -371,26 +381,35 @@ class HybridSearcher:
                 found.setdefault(memory_row, []).append((position, label))
             chunks.update(found)
         for memory_chunks in chunks.values():
-            memory_chunks.sort()
-        beside: dict[int, dict[int, None]] = {}
-
-        def link(one: int, other: int) -> None:
-            beside.setdefault(one, {})[other] = None
-            beside.setdefault(other, {})[one] = None
-
+            if len(memory_chunks) > 1:
+                memory_chunks.sort()
+        # Both ways; a pair linked from both of its ends appears twice, which smoothing (a maximum) ignores.
+        beside: dict[int, list[int]] = {}
+        near = beside.setdefault
         for c in chosen:
             own = chunks.get(c.memory_row, [])
-            position = c.position
-            count = len(own)
+            label, position, count = c.label, c.position, len(own)
+            other = None
             if position > 0 and position - 1 < count:
-                link(c.label, own[position - 1][1])
-            elif position == 0 and c.previous_row is not None and chunks.get(c.previous_row):
-                link(c.label, chunks[c.previous_row][-1][1])
+                other = own[position - 1][1]
+            elif position == 0 and c.previous_row is not None:
+                previous = chunks.get(c.previous_row)
+                if previous:
+                    other = previous[-1][1]
+            if other is not None:
+                near(label, []).append(other)
+                near(other, []).append(label)
+            other = None
             if position + 1 < count:
-                link(c.label, own[position + 1][1])
-            elif position == count - 1 and c.next_row is not None and chunks.get(c.next_row):
-                link(c.label, chunks[c.next_row][0][1])
-        return {label: list(near) for label, near in beside.items()}
+                other = own[position + 1][1]
+            elif position == count - 1 and c.next_row is not None:
+                following = chunks.get(c.next_row)
+                if following:
+                    other = following[0][1]
+            if other is not None:
+                near(label, []).append(other)
+                near(other, []).append(label)
+        return beside
 
     @staticmethod
     def _admitted(store: IndexReader, ranked: Fused, valid: dict[int, Candidate], where: Filter, wanted: int) -> Fused:
