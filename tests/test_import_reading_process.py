@@ -69,12 +69,28 @@ def _reports(run: Any, root: Path) -> list[dict[str, Any]]:
     return reports
 
 
-def _children() -> set[int]:
+def _all_children() -> set[int]:
     """Process ids of this process's children (Linux)."""
     found: set[int] = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         found.update(int(pid) for pid in (task / "children").read_text().split())
     return found
+
+
+# Children the test process had before the test began (the PostgreSQL server of other tests, ...): never the
+# test's to count or to kill.
+_EARLIER_CHILDREN: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _note_earlier_children() -> None:
+    _EARLIER_CHILDREN.clear()
+    _EARLIER_CHILDREN.update(_all_children())
+
+
+def _children() -> set[int]:
+    """Process ids of the children started since the test began: the reading processes."""
+    return _all_children() - _EARLIER_CHILDREN
 
 
 def _record(session: str, index: int, **extra: Any) -> dict[str, Any]:
