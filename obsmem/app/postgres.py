@@ -23,7 +23,7 @@ from obsmem.app.typed import build
 from obsmem.errors import NotOnPostgres
 from obsmem.events import AppendReceipt, append_events, session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.retrieval import RecalledEvent, SearchModes, SearchRequest, SearchResult, find_memory_row, recall_any
+from obsmem.retrieval import RecalledEvent, SearchModes, SearchResult, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
 from obsmem.trust import LOCAL_USER
@@ -112,17 +112,7 @@ class PostgresObsmem(Obsmem):
     ) -> SearchResult:
         """Exact search of the memories. Notes cannot be written on PostgreSQL yet, so none are merged
         (there are none to find); asking for a trust level other than the default is refused."""
-        request = SearchRequest.parse(
-            query=query,
-            after=after,
-            before=before,
-            limit=limit,
-            mode=mode,
-            session_id=session_id,
-            scope=scope,
-            default_mode=self.default_mode,
-            limits=self.settings.search,
-        )
+        request = self._search_request(query, after, before, limit, mode, session_id, scope)
         if trust not in (None, "trusted"):
             raise NotOnPostgres("notes (search trust levels) are not available on PostgreSQL yet", field="trust")
         return self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]

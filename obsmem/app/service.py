@@ -301,7 +301,23 @@ class Obsmem:
         the user tier searched beside the project (:data:`~obsmem.trust.LOCAL_USER` by default; None: no user
         tier). After the hits are fixed, candidates the query found are queued for judging in the background
         (docs/trust.md)."""
-        request = SearchRequest.parse(
+        request = self._search_request(query, after, before, limit, mode, session_id, scope)
+        level = self.trust.trust_level(trust)
+        result = self.search_modes.run(self.projects.get(project), project, request)
+        return self.trust.search(result, project, request, level, user)
+
+    def _search_request(
+        self,
+        query: object,
+        after: object,
+        before: object,
+        limit: object,
+        mode: object,
+        session_id: object,
+        scope: object,
+    ) -> SearchRequest:
+        """The search as asked, checked against this service's default mode and search limits."""
+        return SearchRequest.parse(
             query=query,
             after=after,
             before=before,
@@ -312,9 +328,6 @@ class Obsmem:
             default_mode=self.default_mode,
             limits=self.settings.search,
         )
-        level = self.trust.trust_level(trust)
-        result = self.search_modes.run(self.projects.get(project), project, request)
-        return self.trust.search(result, project, request, level, user)
 
     def search_stages(
         self,
