@@ -174,13 +174,12 @@ class Cluster:
     def start(self) -> None:
         for node in self.nodes:
             node.start()
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + START_SECONDS
         for node in self.nodes:
             node.wait_ready(deadline)
-
-    def restart(self, node: Node) -> None:
-        node.start()
-        node.wait_ready(time.monotonic() + START_SECONDS)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -321,7 +320,7 @@ class Follower(threading.Thread):
             url = f"{self.server.base_url}/v1/projects/{PROJECT}/events"
             try:
                 with (
-                    httpx.Client(timeout=httpx.Timeout(5.0, read=3.0)) as http,
+                    httpx.Client(timeout=httpx.Timeout(5.0, read=30.0)) as http,
                     http.stream("GET", url, headers=headers) as stream,
                 ):
                     if stream.status_code != 200:
@@ -343,7 +342,8 @@ class Follower(threading.Thread):
 
 
 def killer_loop(cluster: Cluster, tally: Tally, rng: random.Random, rounds: int, round_seconds: float) -> None:
-    """Each round: wait a random part of the round, SIGKILL a random server or worker, restart it."""
+    """Each round: wait a random part of the round, SIGKILL a random server or worker, start it again (without
+    waiting for it: a later round may kill it while it starts), and wait out the round."""
     for _ in range(rounds):
         start = time.monotonic()
         time.sleep(rng.uniform(0.2, 0.8) * round_seconds)
@@ -352,8 +352,9 @@ def killer_loop(cluster: Cluster, tally: Tally, rng: random.Random, rounds: int,
         with tally.lock:
             tally.kills[node.kind] += 1
         time.sleep(rng.uniform(0.0, 0.5))
-        cluster.restart(node)
+        node.start()
         time.sleep(max(0.0, round_seconds - (time.monotonic() - start)))
+    cluster.wait_ready()
 
 
 def run_chaos(
@@ -365,6 +366,7 @@ def run_chaos(
     stop = threading.Event()
     started = time.monotonic()
     cluster.start()
+    phases = {"start_seconds": round(time.monotonic() - started, 1)}
     followers = [Follower(server, stop) for server in cluster.servers]
     client_stop = threading.Event()
     threads = [
@@ -379,6 +381,7 @@ def run_chaos(
         for thread in threads:
             thread.join(timeout=150)
             assert not thread.is_alive(), "a client did not finish"
+        phases["chaos_seconds"] = round(time.monotonic() - started - phases["start_seconds"], 1)
         with cluster.service() as service:
             figures = check_cluster(service, tally, followers, settle_seconds)
     finally:
@@ -398,7 +401,7 @@ def run_chaos(
         "searches_found": tally.searches_found,
         "follower_reconnects": sum(f.reconnects for f in followers),
         "seconds": round(time.monotonic() - started, 1),
-    }
+    } | phases
     return figures
 
 
