@@ -202,12 +202,22 @@ class Tally:
     searches: int = 0
     searches_found: int = 0
     kills: Counter[str] = field(default_factory=Counter)
+    client_errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _words(rng: random.Random, n: int) -> str:
     vocabulary = ("deploy", "login", "retry", "cache", "schema", "index", "token", "worker", "lease", "fence")
     return " ".join(rng.choice(vocabulary) for _ in range(n))
+
+
+def client_thread(number: int, cluster: Cluster, tally: Tally, stop: threading.Event, seed: int) -> None:
+    """:func:`client_loop`, its failure recorded for the checks (an exception would end only its thread)."""
+    try:
+        client_loop(number, cluster, tally, stop, seed)
+    except BaseException as exc:  # noqa: BLE001 - reported by check_cluster
+        with tally.lock:
+            tally.client_errors.append(f"client {number}: {exc}")
 
 
 def client_loop(
@@ -342,8 +352,8 @@ class Follower(threading.Thread):
 
 
 def killer_loop(cluster: Cluster, tally: Tally, rng: random.Random, rounds: int, round_seconds: float) -> None:
-    """Each round: wait a random part of the round, SIGKILL a random server or worker, start it again (without
-    waiting for it: a later round may kill it while it starts), and wait out the round."""
+    """Each round: wait a random part of the round, SIGKILL a random server or worker, start it again and wait
+    until it serves, then wait out the round. One node is down at a time, so two servers always answer."""
     for _ in range(rounds):
         start = time.monotonic()
         time.sleep(rng.uniform(0.2, 0.8) * round_seconds)
@@ -353,8 +363,8 @@ def killer_loop(cluster: Cluster, tally: Tally, rng: random.Random, rounds: int,
             tally.kills[node.kind] += 1
         time.sleep(rng.uniform(0.0, 0.5))
         node.start()
+        cluster.wait_ready()
         time.sleep(max(0.0, round_seconds - (time.monotonic() - start)))
-    cluster.wait_ready()
 
 
 def run_chaos(
@@ -370,7 +380,7 @@ def run_chaos(
     followers = [Follower(server, stop) for server in cluster.servers]
     client_stop = threading.Event()
     threads = [
-        threading.Thread(target=client_loop, args=(n, cluster, tally, client_stop, seed * 100 + n), daemon=True)
+        threading.Thread(target=client_thread, args=(n, cluster, tally, client_stop, seed * 100 + n), daemon=True)
         for n in range(clients)
     ]
     try:
@@ -440,6 +450,7 @@ def check_cluster(service: Obsmem, tally: Tally, followers: list[Follower], sett
     from obsmem.pipeline import project, rebuild_active_memory, render_projection
     from obsmem.pipeline.reflect.generations import promoted_chain
 
+    assert not tally.client_errors, tally.client_errors
     settle(service, time.monotonic() + settle_seconds)
     db: Any = service.store.get(PROJECT)  # type: ignore[attr-defined]
     # Every acknowledged write is present, as written.
