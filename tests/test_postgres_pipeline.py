@@ -171,8 +171,11 @@ def test_models_switch_and_requests_queue_on_postgres(postgres: Obsmem, script: 
     assert postgres.jobs("p").to_dict()["counts"]["queued"] == 0
     switched = postgres.switch_models("p", {"observer": {"model_id": "other-observer"}}).to_dict()
     assert switched["changed"] and switched["models"]["observer"]["model_id"] == "other-observer"
+    before = postgres.memory_version("p", "s1")
     assert postgres.observe("p", "s1").created
     drain(postgres)
+    assert postgres.memory_version("p", "s1") != before  # the observation changed the projection
+    assert postgres.memory("p", "s1").to_dict()["untrusted_notes"] == []
     assert ("record_observations", "other-observer") in script.models
     assert postgres.session_status("p", "s1").to_dict()["observed_through_seq"] == 1
     assert postgres.switch_models("p", {"observer": None}).to_dict()["models"]["observer"]["model_id"] == "scripted"
