@@ -36,8 +36,10 @@ def token_cost(text: str) -> float:
 
 
 def sql_estimate(column: str) -> str:
-    """The same estimate as a SQL expression over a text column (summed over rows by the caller)."""
-    return f"(0.25 * length({column}) + 0.375 * (length(CAST({column} AS BLOB)) - length({column})))"
+    """The same estimate as a SQL expression over a text column (summed over rows by the caller). Its UTF-8
+    bytes are ``octet_length``, which SQLite (3.43 on, apsw 3.45 bundles newer) and PostgreSQL share; the
+    cast keeps it a double on PostgreSQL (whose decimal literals are exact numerics), as SQLite's is."""
+    return f"CAST(0.25 * length({column}) + 0.375 * (octet_length({column}) - length({column})) AS DOUBLE PRECISION)"
 
 
 def event_tokens(role: str, type_: str, content: str, tool_name: str | None, tool_args: str | None) -> int:

@@ -1,15 +1,13 @@
 """The HTTP API over the PostgreSQL backend: the ported routes answer as on SQLite, the others 501
-``not_on_postgres``; a server that would start workers refuses to start, naming the setting."""
+``not_on_postgres``; a server with ``[jobs] in_server = true`` runs its workers on the database."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from obsmem.app import Obsmem
-from obsmem.errors import NotOnPostgres
 from obsmem.settings import load_settings
 from obsmem.surfaces.http import create_app
 from support.http_server import LOCAL
@@ -49,7 +47,7 @@ def test_ported_routes_answer_and_the_rest_are_501(tmp_path: Path, postgres_dsn:
             assert client.get(f"/v1/projects/p/memories/{memory_id}").json()["memory"]["content"] == "Said HELLO"
             assert client.get("/v1/projects/p/status").json()["observations"] == 1
             assert client.get("/v1/projects/ghost/status").json()["error"]["code"] == "project_not_found"
-            refused = client.post("/v1/projects/p/sessions/s1/observe")
+            refused = client.get("/v1/projects/p/judgments")
             assert refused.status_code == 501 and refused.json()["error"]["code"] == "not_on_postgres"
             conversation = client.post("/v1/projects/p/search", json={"query": "hi", "scope": "conversation"})
             assert [hit["seq"] for hit in conversation.json()["hits"]] == [1]
@@ -59,10 +57,16 @@ def test_ported_routes_answer_and_the_rest_are_501(tmp_path: Path, postgres_dsn:
         service.close()
 
 
-def test_a_server_that_would_run_workers_refuses_to_start(tmp_path: Path, postgres_dsn: str) -> None:
+def test_a_server_runs_its_workers_on_the_database(tmp_path: Path, postgres_dsn: str) -> None:
     service = _service(tmp_path, postgres_dsn, in_server=True)
     try:
-        with pytest.raises(NotOnPostgres, match="in_server = false"), TestClient(create_app(service), base_url=LOCAL):
-            pass
+        with TestClient(create_app(service), base_url=LOCAL) as client:
+            assert service.workers is not None and service.workers.running
+            client.post("/v1/projects/p/sessions/s1/events", json={"events": [{"role": "user", "content": "hi"}]})
+            status = client.get("/v1/projects/p/sessions/s1/status").json()
+            assert status["observer"] == "not_configured" and status["pending_events"] == 1
+            refused = client.post("/v1/projects/p/sessions/s1/observe").json()["error"]
+            assert refused["code"] != "not_on_postgres" and "no [model] is configured" in refused["message"]
+        assert not service.workers.running  # stopped with the server
     finally:
         service.close()

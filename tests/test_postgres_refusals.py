@@ -24,13 +24,9 @@ def memory(tmp_path: Path, postgres_dsn: str) -> Iterator[Obsmem]:
 def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -> None:
     from obsmem.app.postgres import PORTED, REFUSED
 
-    assert {"observe", "reflect", "index", "save_note", "import_jsonl", "memory"} <= set(REFUSED)
+    assert {"index", "save_note", "import_jsonl"} <= set(REFUSED)
     assert not set(REFUSED) & PORTED
     calls = {
-        "observe": lambda: memory.observe("p", "s1"),
-        "reflect": lambda: memory.reflect("p", "s1"),
-        "memory": lambda: memory.memory("p", "s1"),
-        "session_status": lambda: memory.session_status("p", "s1"),
         "import_jsonl": lambda: memory.import_jsonl("p", tmp_path / "x.jsonl"),
         "save_note": lambda: memory.save_note("p", "a note"),
         "database": lambda: memory.database("p"),
@@ -42,15 +38,9 @@ def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -
         assert caught.value.message.startswith(f"{name} is not available on PostgreSQL yet")
 
 
-def test_workers_are_refused_with_the_setting_that_serves_without_them(memory: Obsmem) -> None:
-    with pytest.raises(NotOnPostgres, match=r"set \[jobs\] in_server = false"):
-        memory.start_workers()
-    memory.stop_workers()  # none run: nothing to stop
-
-
 def test_the_sqlite_services_parts_are_refused_by_name(memory: Obsmem) -> None:
-    with pytest.raises(NotOnPostgres, match="the pipeline part"):
-        memory.pipeline  # noqa: B018
+    with pytest.raises(NotOnPostgres, match="the projects part"):
+        memory.projects  # noqa: B018
 
 
 def test_trust_levels_and_hybrid_mode_are_refused(memory: Obsmem) -> None:
@@ -66,17 +56,12 @@ def test_settings_that_need_unported_work_are_refused_at_start(tmp_path: Path, p
     with pytest.raises(NotOnPostgres, match=r"hybrid search \(\[semantic\]\)"):
         Obsmem(load_settings(data_dir=tmp_path, storage=storage, semantic={"enabled": True}))
     model = {"base_url": "http://127.0.0.1:9/v1", "model_id": "m"}
-    with pytest.raises(NotOnPostgres, match=r"\[observer\] with a model"):
-        Obsmem(load_settings(data_dir=tmp_path, storage=storage, model=model))
-    quiet = Obsmem(
-        load_settings(
-            data_dir=tmp_path, storage=storage, model=model, observer={"enabled": False}, reflector={"enabled": False}
-        )
-    )
+    observed = Obsmem(load_settings(data_dir=tmp_path, storage=storage, model=model))
     try:
-        assert quiet.status  # builds: nothing would run in the background
+        observed.append_events("p", "s1", [{"role": "user", "content": "hello"}])
+        assert observed.status("p").observer == "enabled"  # the pipeline runs on PostgreSQL
     finally:
-        quiet.close()
+        observed.close()
 
 
 def test_text_holding_nul_is_refused_whole_not_altered(memory: Obsmem) -> None:

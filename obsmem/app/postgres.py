@@ -5,8 +5,12 @@ through the same owning modules as the SQLite service (events, memories, recall)
 searcher; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
 raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller learns at once what the backend
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
-would switch on work the backend cannot do yet (hybrid search, background observation) are refused when
-the service is built.
+would switch on work the backend cannot do yet (hybrid search) are refused when the service is built.
+
+The observation pipeline runs here as on SQLite: the same :class:`~obsmem.pipeline.ObservationPipeline`
+(append hook, observe and reflect jobs, housekeeping, the projection and the views) over the store's
+project schemas, and the same :class:`~obsmem.work.WorkerPool`, whose claims take rows ``FOR UPDATE SKIP
+LOCKED``: any number of ``obsmem serve`` and ``obsmem worker`` processes share one database.
 """
 
 from __future__ import annotations
@@ -17,18 +21,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from obsmem.app.results import Forgotten, JobList, ProjectStatus, Recollection
+from obsmem.app.results import (
+    Forgotten,
+    JobList,
+    MemoryDetails,
+    ModelChoices,
+    ModelSwitch,
+    ProjectStatus,
+    Recollection,
+    SessionStatus,
+)
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
 from obsmem.errors import NotOnPostgres
-from obsmem.events import AppendReceipt, append_events, session_totals
+from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
+from obsmem.pipeline import ChatModel, ObservationPipeline, Projection, project_generation_totals
 from obsmem.retrieval import RecalledEvent, SearchModes, SearchResult, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
-from obsmem.trust import LOCAL_USER
+from obsmem.trust import LOCAL_USER, ProjectionWithNotes
+from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
-from obsmem.work import JobQueue, eventlog
+from obsmem.work import EnqueueResult, WorkerPool, eventlog
 
 # What answers on PostgreSQL today; every other public method of Obsmem refuses (see refuse_unported).
 PORTED = frozenset(
@@ -49,6 +64,17 @@ PORTED = frozenset(
         "stop_workers",
         "default_mode",
         "close",
+        # The observation pipeline and its workers.
+        "observe",
+        "reflect",
+        "memory",
+        "memory_version",
+        "session_status",
+        "memory_details",
+        "models",
+        "route_model",
+        "switch_models",
+        "worker_pool",
     }
 )
 
@@ -56,7 +82,7 @@ PORTED = frozenset(
 LISTENER_LOST_POLL_SECONDS = 0.25
 
 # Attributes the SQLite service builds that have no PostgreSQL counterpart yet.
-_PARTS = frozenset({"pipeline", "projects", "trust"})
+_PARTS = frozenset({"projects", "trust"})
 
 
 class PostgresObsmem(Obsmem):
@@ -74,17 +100,105 @@ class PostgresObsmem(Obsmem):
         refuse_unported_settings(settings)
         self.settings = settings
         self.search_modes = SearchModes(None)
-        # No background work, index or reranker on PostgreSQL yet.
-        self.workers = None
+        # No index or reranker on PostgreSQL yet.
+        self.workers: WorkerPool | None = None
         self.indexer = None
         self.hybrid = None
         self.reranker = None
         self.store = PostgresStore(settings.storage.postgres_dsn(), pool_size=settings.storage.pool_size)
+        self.pipeline = ObservationPipeline(settings)
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
-        """Store events (idempotent per ``(session_id, seq)``); nothing is observed on PostgreSQL yet."""
+        """Store events (idempotent per ``(session_id, seq)``); a backlog over the buffer queues an observe
+        job in the same transaction, as on SQLite."""
+        session_id = check_session_id(session_id)  # a refused session id creates no project
         # The owning modules are annotated with the SQLite types; the PostgreSQL ones answer the same calls.
-        return append_events(self.store.get(project, create=True), session_id, events)  # type: ignore[arg-type]
+        db: Any = self.store.get(project, create=True)
+        hook = self.pipeline.append_hook(db, project)
+        receipt = append_events(db, session_id, events, after_insert=hook)
+        if hook.queued:
+            self._wake_workers()
+        return receipt
+
+    def _queue_now(
+        self, project: str, session_id: str, request: Callable[[Any, str, str], EnqueueResult]
+    ) -> EnqueueResult:
+        """Queue a pipeline job for an existing session and wake this process's workers for it."""
+        session_id = check_session_id(session_id)
+        db: Any = self.store.get(project)
+        with db.read() as conn:
+            require_session(conn, session_id)
+        result = request(db, session_id, project)
+        self._wake_workers()
+        return result
+
+    def observe(self, project: str, session_id: str) -> EnqueueResult:
+        return self._queue_now(project, session_id, self.pipeline.request_observation)
+
+    def reflect(self, project: str, session_id: str) -> EnqueueResult:
+        return self._queue_now(project, session_id, self.pipeline.request_reflection)
+
+    def memory(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> ProjectionWithNotes:
+        """The session's active memory, rendered as on SQLite. Notes are not on PostgreSQL yet, so the
+        section of injected candidates is always empty."""
+        session_id = check_session_id(session_id)
+        projection: Projection = self.pipeline.projection(self._db(project), session_id)
+        fields = {name: getattr(projection, name) for name in projection.__dataclass_fields__}
+        return ProjectionWithNotes(**fields, untrusted_notes=())
+
+    def memory_version(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> str:
+        """The memories' token and, where SQLite names the notes tiers' ledgers, a fixed part: there are no
+        notes on PostgreSQL yet, so only the memories change it."""
+        session_id = check_session_id(session_id)
+        return f"{self.pipeline.projection_version(self._db(project), session_id)}/p0"
+
+    def session_status(self, project: str, session_id: str) -> SessionStatus:
+        session_id = check_session_id(session_id)
+        return build(SessionStatus, self.pipeline.status(self._db(project), session_id, project))
+
+    def memory_details(self, project: str, session_id: str) -> MemoryDetails:
+        session_id = check_session_id(session_id)
+        return build(MemoryDetails, self.pipeline.memory_details(self._db(project), session_id))
+
+    def models(self, project: str) -> ModelChoices:
+        return build(ModelChoices, self.pipeline.models(self._db(project)))
+
+    def route_model(self, project: str, role: str, model: ChatModel | None) -> None:
+        self.pipeline.route_model(project_name(project), role, model)
+        self._wake_workers()
+
+    def switch_models(self, project: str, changes: object) -> ModelSwitch:
+        return build(ModelSwitch, self.pipeline.switch_models(self._db(project), changes))
+
+    def _db(self, project: str) -> Any:
+        """The project's schema, typed loosely: the pipeline's modules are annotated with the SQLite types,
+        and the PostgreSQL database answers the same calls."""
+        return self.store.get(project)
+
+    def worker_pool(self) -> WorkerPool:
+        """The pool that runs the pipeline's jobs for every project in the database (not started). Notes
+        are not on PostgreSQL yet, so it has no judging jobs; the events' trigram index needs no catch-up."""
+        if self.workers is None:
+            self.workers = WorkerPool(
+                self.store,  # type: ignore[arg-type]
+                self.pipeline.handlers,
+                self.settings.jobs,
+                housekeeping=self.pipeline.housekeeping_tasks,
+            )
+        return self.workers
+
+    def start_workers(self, *, threads: int | None = None, housekeeping: bool = True) -> WorkerPool:
+        pool = self.worker_pool()
+        pool.start(threads=threads, housekeeping=housekeeping)
+        return pool
+
+    def stop_workers(self, timeout: float = 10.0) -> None:
+        if self.workers is not None:
+            self.workers.stop(timeout)
+
+    def _wake_workers(self) -> None:
+        if self.workers is not None and self.workers.running:
+            self.workers.wake()
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         db = self.store.get(project) if self.store.exists(project) else None
@@ -129,12 +243,13 @@ class PostgresObsmem(Obsmem):
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
 
     def status(self, project: str) -> ProjectStatus:
-        """Counts and sizes. No pipeline or index runs on PostgreSQL yet: generations and dropped observations
-        read 0, and the observer and reflector say ``disabled`` or ``not_configured``, as they are."""
+        """Counts and sizes, the pipeline's generations and its states, as on SQLite (no index runs on
+        PostgreSQL yet)."""
         db: PostgresProjectDatabase = self.store.get(project)
         with db.read() as conn:
             totals = session_totals(conn)  # type: ignore[arg-type]
             kinds = memory_counts(conn)  # type: ignore[arg-type]
+            generations, dropped = project_generation_totals(conn)  # type: ignore[arg-type]
             size_row = conn.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class AS c"
                 " JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = ? AND c.relkind = 'r'",
@@ -153,11 +268,11 @@ class PostgresObsmem(Obsmem):
                 "database_bytes": int(size),
                 "wal_bytes": 0,
                 "mode": self.default_mode,
-                "dropped_observations": 0,
-                "generations": 0,
-                "observer": "disabled" if not self.settings.observer.enabled else "not_configured",
-                "reflector": "disabled" if not self.settings.reflector.enabled else "not_configured",
-                "jobs": JobQueue(db).counts(),  # type: ignore[arg-type]
+                "dropped_observations": dropped,
+                "generations": generations,
+                "observer": self.pipeline.observe.state_for(project),
+                "reflector": self.pipeline.reflect.state_for(project),
+                "jobs": self.pipeline.queue(db).counts(),  # type: ignore[arg-type]
                 "unindexed_events": 0,
             },
         )
@@ -205,7 +320,7 @@ class PostgresObsmem(Obsmem):
         return SchemaEventPush(self.store.event_signal(), db.schema)
 
     def jobs(self, project: str, *, states: tuple[str, ...] = (), limit: int = 100) -> JobList:
-        queue = JobQueue(self.store.get(project))  # type: ignore[arg-type]
+        queue = self.pipeline.queue(self._db(project))
         return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
     def __getattr__(self, name: str) -> NoReturn:
@@ -215,18 +330,9 @@ class PostgresObsmem(Obsmem):
             raise NotOnPostgres(f"the {name} part of obsmem is not available on PostgreSQL yet (see docs/postgres.md)")
         raise AttributeError(name)
 
-    def start_workers(self, *, threads: int | None = None, housekeeping: bool = True) -> NoReturn:
-        """Refused: no background work runs on PostgreSQL yet. ``obsmem serve`` starts workers unless
-        ``[jobs] in_server = false``, so the message says how to serve without them."""
-        raise NotOnPostgres(
-            "background workers are not available on PostgreSQL yet; set [jobs] in_server = false to serve "
-            "without them (see docs/postgres.md)"
-        )
-
-    def stop_workers(self, timeout: float = 10.0) -> None:
-        """No workers run on PostgreSQL (``start_workers`` refuses), so there is nothing to stop."""
-
     def close(self) -> None:
+        self.stop_workers()
+        self.pipeline.close()
         self.store.close()
 
     def __enter__(self) -> PostgresObsmem:
@@ -256,14 +362,6 @@ def refuse_unported_settings(settings: Settings) -> None:
     """Refuse settings that ask for work the PostgreSQL backend cannot do yet, before anything opens."""
     if settings.semantic_enabled:
         raise NotOnPostgres("hybrid search ([semantic]) is not available on PostgreSQL yet; remove [semantic]")
-    for role in ("observer", "reflector"):
-        section = getattr(settings, role)
-        model = settings.model_for(role)
-        if section.enabled and model.base_url and model.model_id:
-            raise NotOnPostgres(
-                f"the background pipeline ([{role}] with a model) is not available on PostgreSQL yet; "
-                f"set {role}.enabled = false or configure no model"
-            )
 
 
 def _refusal(name: str) -> Callable[..., NoReturn]:

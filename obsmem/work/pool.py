@@ -39,7 +39,7 @@ import apsw
 from obsmem.errors import ObsmemError
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import JobSettings
-from obsmem.storage import ProjectDatabase
+from obsmem.storage import ProjectDatabase, sql_dialect
 from obsmem.work.queue import JobQueue, Lease, LeaseLost, sanitise_reason
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,10 @@ HousekeepingTask = Callable[[str, ProjectDatabase], None]
 
 
 def relax_durability(db: ProjectDatabase) -> None:
-    """This thread's connection to ``db`` commits without an fsync (see the module docstring)."""
+    """This thread's connection to ``db`` commits without an fsync (see the module docstring). On PostgreSQL
+    connections are pooled and shared with appends, so every commit keeps the server's durability."""
+    if sql_dialect(db) == "postgres":
+        return
     db.connection().execute("PRAGMA synchronous=NORMAL")
 
 

@@ -81,9 +81,11 @@ def add_to_backlog(conn: apsw.Connection, session_id: str, events: Sequence[Stor
     row = conn.execute(
         "INSERT INTO observer_progress(session_id, pending_tokens, pending_events, scan_from_seq)"
         " VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET"
-        " pending_tokens = pending_tokens + excluded.pending_tokens,"
-        " pending_events = pending_events + excluded.pending_events,"
-        " scan_from_seq = min(scan_from_seq, excluded.scan_from_seq)"
+        " pending_tokens = observer_progress.pending_tokens + excluded.pending_tokens,"
+        " pending_events = observer_progress.pending_events + excluded.pending_events,"
+        # CASE, not SQLite's two-argument min(), which PostgreSQL spells least(): the statement serves both.
+        " scan_from_seq = CASE WHEN excluded.scan_from_seq < observer_progress.scan_from_seq"
+        " THEN excluded.scan_from_seq ELSE observer_progress.scan_from_seq END"
         " RETURNING pending_tokens",
         (session_id, tokens, len(events), lowest),
     ).fetchone()
@@ -195,12 +197,17 @@ def commit_chunk(
         (session_id,),
     )
     conn.execute(
-        "UPDATE observer_progress SET pending_tokens = max(0, pending_tokens - ?),"
-        " pending_events = max(0, pending_events - ?), observed_through_seq = ?, scan_from_seq = ?,"
+        # CASE, not two-argument max() (SQLite's; PostgreSQL's is greatest()): the statement serves both.
+        "UPDATE observer_progress SET"
+        " pending_tokens = CASE WHEN pending_tokens > ? THEN pending_tokens - ? ELSE 0 END,"
+        " pending_events = CASE WHEN pending_events > ? THEN pending_events - ? ELSE 0 END,"
+        " observed_through_seq = ?, scan_from_seq = ?,"
         " observed_tokens = observed_tokens + ?, cycles = cycles + 1, last_observed_at = ?"
         " WHERE session_id = ?",
         (
             cleared,
+            cleared,
+            finished,
             finished,
             watermark,
             scan_from if scan_from is not None else watermark + 1,

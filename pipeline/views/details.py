@@ -32,8 +32,10 @@ def _percent(value: int, limit: int) -> float:
 def pool_pressure(conn: apsw.Connection, settings: Settings, session_id: str) -> dict[str, Any]:
     observations, tokens, not_covered, partly, strongly = one(
         conn,
-        f"SELECT count(*), coalesce(sum({sql_estimate('content')}), 0), coalesce(sum(n = 0), 0),"
-        " coalesce(sum(n = 1), 0), coalesce(sum(n >= 2), 0) FROM (SELECT m.content AS content,"
+        f"SELECT count(*), coalesce(sum({sql_estimate('content')}), 0),"
+        " coalesce(sum(CASE WHEN n = 0 THEN 1 ELSE 0 END), 0), coalesce(sum(CASE WHEN n = 1 THEN 1 ELSE 0 END), 0),"
+        " coalesce(sum(CASE WHEN n >= 2 THEN 1 ELSE 0 END), 0)"
+        " FROM (SELECT m.content AS content,"
         " (SELECT count(*) FROM reflection_supports AS s WHERE s.observation_row = m.id) AS n"
         f" FROM memories AS m WHERE {_ACTIVE})",
         (session_id,),
