@@ -52,8 +52,9 @@ class PostgresConnection:
     # Owning modules whose SQL differs between backends branch on this (an apsw connection has none).
     dialect = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], schema: str = "") -> None:
         self.raw = conn
+        self.schema = schema  # the project's schema, which search_path names (a key for per-project caches)
         self._changes = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
@@ -101,7 +102,7 @@ class PostgresProjectDatabase:
             yield current  # nested use joins the outer transaction
             return
         with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
-            conn = PostgresConnection(raw)
+            conn = PostgresConnection(raw, self.schema)
             raw.execute(begin)
             self._local.conn = conn
             self._local.writing = writing
