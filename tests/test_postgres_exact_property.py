@@ -1,8 +1,7 @@
 """Exact search on PostgreSQL answers exactly what the literal-substring reference answers, whichever plan
-answers: the searcher's walk, its index candidates (trigrams, or the short substrings of one- and
-two-character needles) or PostgreSQL's own query, and within those whichever plan PostgreSQL picks: the
-trigram index (bitmap scan, then a sort), the walk down the date index, or a sequential scan (each forced
-in turn)."""
+answers: the searcher's bounded walk, its index candidates (the rarest trigrams, or the short substrings of
+one- and two-character needles) or its walk down the date index, and within those whichever plan PostgreSQL
+picks (each of its index and scan plans forced in turn)."""
 
 from __future__ import annotations
 
@@ -29,13 +28,13 @@ PLANS = (
 
 
 def _plans(data: st.DataObject) -> list[tuple[tuple[str, ...], int, Plan | None]]:
-    """``(planner settings off, walk rows, searcher plan)``: PostgreSQL's query under every planner setting;
+    """``(planner settings off, walk rows, searcher plan)``: the date walk under every planner setting;
     the walk, of a drawn length (often shorter than the corpus, so that both its answer and its hand-over
     to the query are checked); the index candidates under every planner setting; and the searcher's own
     choice from its estimate."""
     walk_rows = data.draw(st.integers(1, 12))
     return (
-        [(disabled, 0, "query") for disabled in PLANS]
+        [(disabled, 0, "date-walk") for disabled in PLANS]
         + [(disabled, walk_rows, "walk") for disabled in PLANS[:3]]
         + [(disabled, 0, "candidates") for disabled in PLANS]
         + [((), walk_rows, None)]
