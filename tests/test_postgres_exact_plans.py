@@ -65,7 +65,6 @@ def _search(db: PostgresProjectDatabase, needle: str, limit: int = 20) -> tuple[
 
 def _plan_text(db: PostgresProjectDatabase, sql: str, params: tuple[object, ...]) -> str:
     with db.read() as conn:
-        PostgresExactSearcher(conn)  # the search's planner settings
         return "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, params))
 
 
@@ -84,9 +83,9 @@ def test_a_rare_short_needle_is_looked_up_in_the_short_substring_index(
     assert plan == "short-candidates"
     explained = _plan_text(
         database,
-        "WITH candidates AS MATERIALIZED (SELECT m.id FROM memories AS m"
+        "WITH m AS MATERIALIZED (SELECT * FROM memories AS m"
         " WHERE obsmem_short_grams(m.content) @> ?::text[] AND (m.content || '') ILIKE ? ESCAPE '\\')"
-        " SELECT m.id FROM memories AS m JOIN candidates USING (id) ORDER BY m.date DESC, m.id DESC LIMIT 21",
+        " SELECT m.id FROM m ORDER BY m.date DESC, m.id DESC LIMIT 21",
         (short_grams(needle), f"%{needle}%"),
     )
     assert "memory_short_grams" in explained and "Seq Scan" not in explained, explained
