@@ -118,14 +118,14 @@ class PostgresExactSearcher:
         """SQLite's cost rule: rows a walk must read to find ``fetch`` matches against candidates the index
         yields (its rarest trigram's rows, or the needle's own for a short needle), a row read each."""
         sample = NeedleSample.for_connection(self.conn, self.corpus)
-        walk_rows = fetch / sample.frequency_of_needle(needle)
+        frequency = sample.frequency_of_needle(needle)
+        walk_rows = fetch / frequency
         if not walked and walk_rows <= self.walk_rows:
             return "walk"
         trigrams = needle_trigrams(needle)
         if trigrams:
-            candidate_rows = sample.total_rows * sample.frequency_of_trigram(sample.rarest(trigrams, 1)[0])
-        else:
-            candidate_rows = sample.total_rows * sample.frequency_of_needle(needle)
+            frequency = sample.frequency_of_trigram(sample.rarest(trigrams, 1)[0])
+        candidate_rows = sample.total_rows * frequency
         return "candidates" if candidate_rows <= max(walk_rows, CANDIDATE_MIN_ROWS) else "date-walk"
 
     def _match(self, *, indexed: bool = True) -> str:
