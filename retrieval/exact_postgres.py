@@ -201,7 +201,7 @@ class NeedleSample:
     (SQLite's searcher keeps the same sample). Rebuilt when the table grew by a tenth, or after
     ``SAMPLE_MAX_AGE_S``."""
 
-    _cache: OrderedDict[tuple[str, str, str], NeedleSample] = OrderedDict()
+    _cache: OrderedDict[tuple[bytes, bytes, bytes, str, str], NeedleSample] = OrderedDict()
     _lock = threading.Lock()
 
     def __init__(self, texts: list[str], total_rows: int) -> None:
@@ -216,7 +216,9 @@ class NeedleSample:
 
     @classmethod
     def for_connection(cls, conn: Any, corpus: Corpus) -> NeedleSample:
-        key = (str(conn.raw.info.dsn), getattr(conn, "schema", ""), corpus.table)
+        # The server and database from libpq directly (``info.dsn`` parses the connection string each time).
+        pgconn = conn.raw.pgconn
+        key = (pgconn.host, pgconn.port, pgconn.db, getattr(conn, "schema", ""), corpus.table)
         with cls._lock:
             cached = cls._cache.get(key)
             if cached is not None:
