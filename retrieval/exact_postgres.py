@@ -13,23 +13,22 @@ The answer is the one a plain ``LIKE '%q%' ESCAPE '\\'`` scan ordered newest fir
 - **newest first, bounded**: ``ORDER BY date DESC, id DESC LIMIT fetch``, the caller asking for one row
   more than it returns to say ``truncated``.
 
-The plan is chosen as SQLite's searcher chooses it, from an estimate of how often the needle occurs in a
-sample of the newest rows (:class:`NeedleSample`, kept per project and corpus):
+The plan is chosen as SQLite's searcher chooses it, from a sample of the newest rows (:class:`NeedleSample`,
+kept per project and corpus): how often the needle occurs there (rows a walk must read to find ``fetch``
+matches) against how often its rarest trigram occurs (candidates an index yields):
 
 - **walk** — a needle common enough that ``fetch`` matches are expected within :data:`WALK_ROWS` rows:
   the newest ``WALK_ROWS`` rows of the window by the date index, ``ILIKE`` checked on each. When it finds
   ``fetch`` matches they are the newest of the whole window (every newer row was read); otherwise its
   rows are discarded and one of the plans below answers.
-- **candidates** — a needle expected in at most :data:`CANDIDATE_MAX_ROWS` rows of the table: the rows an
-  index holds for it (a ``MATERIALIZED`` CTE, so the planner cannot turn it into a walk of the date
-  index), ``ILIKE`` checked on each, then sorted. The index is pg_trgm's GIN index when the needle has a
-  run of three letters or digits (pg_trgm indexes the trigrams of such words only), otherwise the index
-  of one- and two-character substrings (``p0007_short_needles``): ``qz``, ``#9``, ``()``. Without the
-  estimate a rare needle first paid for a wasted walk and then PostgreSQL's own plan, and a rare short
-  needle was a scan of the whole table.
-- **query** — anything else (a needle common in the table but not in the newest rows, or in the date
-  window or session asked for): PostgreSQL's planner chooses between the trigram index and a walk down
-  the date index for the whole window, costed from its statistics.
+- **candidates** — fewer candidates than walk steps expected: the rows an index holds for the needle (a
+  ``MATERIALIZED`` CTE, so the planner cannot turn it into a walk of the date index), ``ILIKE`` checked
+  on each, then sorted. With a run of three letters or digits (pg_trgm indexes the trigrams of such
+  words only) the index is pg_trgm's GIN index, asked for the needle's :data:`PROBE_TRIGRAMS` rarest
+  trigrams; otherwise it is the index of one- and two-character substrings (``p0007_short_needles``):
+  ``qz``, ``#9``, ``()``.
+- **date-walk** — anything else (a phrase of common words, whose every trigram is common): down the
+  date index (or the session's) until ``fetch`` rows match.
 
 Every index only narrows: ``ILIKE`` is checked on every row, so a misestimate costs time, never a
 different answer. Each plan's statement leaves PostgreSQL's planner no choice that matters: its own choice
