@@ -191,7 +191,11 @@ SAMPLE_ROWS = 2000
 SAMPLE_MAX_AGE_S = 300.0
 # A sample younger than this is used without asking how much the table grew (one statement saved).
 SAMPLE_TRUSTED_S = 10.0
-# Samples kept (each about SAMPLE_ROWS texts): the most recently searched projects' and corpora's.
+# The start of each sampled text only: an event's content can be a tool's whole output, and the sample
+# (and its trigram counts, built in Python) must stay small; frequencies are estimates either way.
+SAMPLE_TEXT_CHARS = 500
+# Samples kept (each at most SAMPLE_ROWS texts of SAMPLE_TEXT_CHARS): the most recently searched projects'
+# and corpora's.
 SAMPLE_CACHE_ENTRIES = 32
 
 
@@ -238,8 +242,8 @@ class NeedleSample:
             [
                 row[0]
                 for row in conn.execute(
-                    f"SELECT concat_ws(chr(10), {texts}) FROM {corpus.table} ORDER BY id DESC LIMIT ?",
-                    (SAMPLE_ROWS,),
+                    f"SELECT left(concat_ws(chr(10), {texts}), ?) FROM {corpus.table} ORDER BY id DESC LIMIT ?",
+                    (SAMPLE_TEXT_CHARS, SAMPLE_ROWS),
                 )
             ],
             total,
