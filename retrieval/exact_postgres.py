@@ -13,51 +13,83 @@ The answer is the one a plain ``LIKE '%q%' ESCAPE '\\'`` scan ordered newest fir
 - **newest first, bounded**: ``ORDER BY date DESC, id DESC LIMIT fetch``, the caller asking for one row
   more than it returns to say ``truncated``.
 
-The plan is PostgreSQL's own choice between the trigram GIN index (``memory_trigrams``: the rows holding
-the needle's trigrams, then a sort) and a walk down ``memories_by_date`` checking each row until enough
-match, costed from its statistics of the table and the needle's trigrams; that is the choice the SQLite
-searcher makes by hand from a sample. The index only narrows (``ILIKE`` is rechecked on every row it
-yields), so a needle without trigrams (one or two characters, or punctuation) is answered by a scan and
-is slower, never different.
+The plan is chosen as SQLite's searcher chooses it, from a sample of the newest rows (:class:`NeedleSample`,
+kept per project and corpus): how often the needle occurs there (rows a walk must read to find ``fetch``
+matches) against how often its rarest trigram occurs (candidates an index yields):
 
-PostgreSQL's default ``random_page_cost`` (4, a spinning disk) prices the GIN index's page reads so high
-that it scans the whole table for a rare needle: at 50,000 memories a sequential scan took 99 ms where
-the index answers in 7 ms. The searcher's read sets it to :data:`RANDOM_PAGE_COST` (the usual value for
-SSDs and cached tables) for its own statements only; then the planner picks the index for rare needles
-and the date walk for common ones.
+- **walk** — a needle common enough that ``fetch`` matches are expected within :data:`WALK_ROWS` rows:
+  the newest ``WALK_ROWS`` rows of the window by the date index, ``ILIKE`` checked on each. When it finds
+  ``fetch`` matches they are the newest of the whole window (every newer row was read); otherwise its
+  rows are discarded and one of the plans below answers.
+- **candidates** — fewer candidates than walk steps expected: the rows an index holds for the needle (a
+  ``MATERIALIZED`` CTE, so the planner cannot turn it into a walk of the date index), ``ILIKE`` checked
+  on each, then sorted. With a run of three letters or digits (pg_trgm indexes the trigrams of such
+  words only) the index is pg_trgm's GIN index, asked for the needle's :data:`PROBE_TRIGRAMS` rarest
+  trigrams; otherwise it is the index of one- and two-character substrings (``p0007_short_needles``):
+  ``qz``, ``#9``, ``()``.
+- **date-walk** — anything else (a phrase of common words, whose every trigram is common): down the
+  date index (or the session's) until ``fetch`` rows match.
 
-Before that query, a **bounded walk** reads the newest :data:`WALK_ROWS` rows of the window by the date
-index and checks ``ILIKE`` on them (SQLite's walk plan with its step budget). A common needle finds
-``fetch`` matches there and is answered at once: those rows are the newest ``fetch`` matches of the whole
-window, since every row newer than the last of them was read. Otherwise the walk's rows are discarded
-and the query above answers. Left to itself, PostgreSQL's planner priced the full walk of a common needle
-above the trigram index's bitmap and sort, and read tens of thousands of postings to sort them.
+Every index only narrows: ``ILIKE`` is checked on every row, so a misestimate costs time, never a
+different answer. Each plan's statement leaves PostgreSQL's planner no choice that matters: its own choice
+between the trigram index and the date index misjudged both ways (the whole trigram index read for a
+phrase of common words, the whole table scanned for a rare needle under the default ``random_page_cost``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+import threading
+import time
+from collections import Counter, OrderedDict
+from typing import Any, Literal
 
 from obsmem.dates import DateWindow
 from obsmem.retrieval.corpus import MEMORIES, Corpus
 from obsmem.retrieval.exact import date_session_filters, like_pattern
 from obsmem.retrieval.results import Hit
 
-RANDOM_PAGE_COST = 1.1
-# Rows the bounded walk reads before the trigram index is asked (about what SQLite's walk budget reads).
+# Rows the walk reads before another plan is asked (about what SQLite's walk budget reads).
 WALK_ROWS = 2000
+# pg_trgm indexes the trigrams of words (runs of letters and digits); a needle without a run of three
+# gives it nothing to look up, and is looked up in the index of short substrings instead.
+_TRIGRAM_WORD = re.compile(r"[A-Za-z0-9]{3}")
+_ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
+# Trigrams a candidate probe looks up: the needle's rarest few (SQLite's probe takes as many).
+PROBE_TRIGRAMS = 3
+# Candidates are always worth it below this many (a walk that finds too few reads far more).
+CANDIDATE_MIN_ROWS = 2000
+Plan = Literal["walk", "candidates", "date-walk"]
+
+
+def needle_trigrams(needle: str) -> list[str]:
+    """The needle's trigrams pg_trgm indexes as they are: each run of three ASCII letters or digits, folded
+    (``ILIKE '%abc%'`` looks up exactly the trigram ``abc``)."""
+    folded = needle.translate(_ASCII_FOLD)
+    return sorted({folded[i : i + 3] for i in range(len(folded) - 2) if _TRIGRAM_WORD.fullmatch(folded[i : i + 3])})
+
+
+def short_grams(needle: str) -> list[str]:
+    """The substrings of ``p0007_short_needles``'s index every row holding ``needle`` holds: its character
+    (one-character needle) or its pairs of adjacent characters, ASCII letters folded."""
+    folded = needle.translate(_ASCII_FOLD)
+    if len(folded) == 1:
+        return [folded]
+    return sorted({folded[i : i + 2] for i in range(len(folded) - 1)})
 
 
 class PostgresExactSearcher:
     """Exact searches over one corpus of one project, on one PostgreSQL connection in a read snapshot."""
 
-    def __init__(self, conn: Any, *, corpus: Corpus = MEMORIES, walk_rows: int = WALK_ROWS) -> None:
+    def __init__(
+        self, conn: Any, *, corpus: Corpus = MEMORIES, walk_rows: int = WALK_ROWS, plan: Plan | None = None
+    ) -> None:
         self.conn = conn
         self.corpus = corpus
-        self.walk_rows = walk_rows  # 0: no bounded walk (the tests compare both)
-        self.last_plan = ""  # "walk" or "query": which answered the last search (for benchmarks)
-        # SET LOCAL: this read transaction only (it ends with the search's snapshot).
-        conn.execute(f"SET LOCAL random_page_cost = {RANDOM_PAGE_COST}")
+        self.walk_rows = walk_rows  # 0: no walk
+        self.plan = plan  # None: chosen from the estimate; a plan's name forces it (tests compare them all)
+        # Which plan answered the last search: "walk", "candidates", "short-candidates" or "date-walk".
+        self.last_plan = ""
 
     def search(
         self, needle: str, window: DateWindow, limit: int, session_id: str | None = None
@@ -69,18 +101,174 @@ class PostgresExactSearcher:
     def rows(self, needle: str, window: DateWindow, fetch: int, session_id: str | None = None) -> list[tuple]:
         """Up to ``fetch`` matching rows (the corpus's hit columns), newest first."""
         where, params = date_session_filters(self.corpus, window, session_id)
-        match = " OR ".join(f"{column} ILIKE ? ESCAPE '\\'" for column in self.corpus.match_columns)
-        patterns = self.corpus.patterns(like_pattern(needle))
-        order = f"ORDER BY {self.corpus.date} DESC, m.id DESC"
-        if self.walk_rows > 0:
-            walked = self.conn.execute(
-                f"SELECT {self.corpus.columns} FROM (SELECT * FROM {self.corpus.table} AS m WHERE TRUE{where}"
-                f" {order} LIMIT ?) AS m WHERE ({match}) {order} LIMIT ?",
-                (*params, self.walk_rows, *patterns, fetch),
-            ).fetchall()
+        pattern = like_pattern(needle)
+        plan = self.plan or self._estimated_plan(needle, fetch)
+        if plan == "walk":
+            walked = self._walk(pattern, where, params, fetch) if self.walk_rows > 0 else []
             if len(walked) >= fetch:
                 self.last_plan = "walk"
                 return walked
-        self.last_plan = "query"
-        sql = f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({match}){where} {order} LIMIT ?"
-        return self.conn.execute(sql, (*patterns, *params, fetch)).fetchall()
+            plan = self._estimated_plan(needle, fetch, walked=True) if self.plan is None else "date-walk"
+        if plan == "candidates":
+            return self._candidates(needle, pattern, where, params, fetch)
+        return self._date_walk(pattern, where, params, fetch)
+
+    def _estimated_plan(self, needle: str, fetch: int, *, walked: bool = False) -> Plan:
+        """SQLite's cost rule: rows a walk must read to find ``fetch`` matches against candidates the index
+        yields (its rarest trigram's rows, or the needle's own for a short needle), a row read each."""
+        sample = NeedleSample.for_connection(self.conn, self.corpus)
+        frequency = sample.frequency_of_needle(needle)
+        walk_rows = fetch / frequency
+        if not walked and walk_rows <= self.walk_rows:
+            return "walk"
+        trigrams = needle_trigrams(needle)
+        if trigrams:
+            frequency = sample.frequency_of_trigram(sample.rarest(trigrams, 1)[0])
+        candidate_rows = sample.total_rows * frequency
+        return "candidates" if candidate_rows <= max(walk_rows, CANDIDATE_MIN_ROWS) else "date-walk"
+
+    def _match(self, *, indexed: bool = True) -> str:
+        """ILIKE on each match column; ``indexed=False`` hides it from the trigram index (``|| ''``), for
+        statements that must read another index: the planner prices the trigram index's reading of a
+        needle's every posting list (or of the whole index, for a needle without trigrams) far too low."""
+        wrap = "{}" if indexed else "({} || '')"
+        return " OR ".join(f"{wrap.format(column)} ILIKE ? ESCAPE '\\'" for column in self.corpus.match_columns)
+
+    def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        order = f"ORDER BY {self.corpus.date} DESC, m.id DESC"
+        return self.conn.execute(
+            f"SELECT {self.corpus.columns} FROM (SELECT * FROM {self.corpus.table} AS m WHERE TRUE{where}"
+            f" {order} LIMIT ?) AS m WHERE ({self._match()}) {order} LIMIT ?",
+            (*params, self.walk_rows, *self.corpus.patterns(pattern), fetch),
+        ).fetchall()
+
+    def _date_walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        """Down the date index (or the session's) until ``fetch`` rows match: a phrase of common words, whose
+        every trigram is common. Left to itself the planner read the trigram index: 466 ms at 1M memories
+        for ``login session`` against 13 ms down the date index."""
+        self.last_plan = "date-walk"
+        sql = (
+            f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({self._match(indexed=False)}){where}"
+            f" ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
+        )
+        return self.conn.execute(sql, (*self.corpus.patterns(pattern), *params, fetch)).fetchall()
+
+    def _candidates(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        """The rows an index holds for the needle, checked and sorted: the rows holding its rarest trigrams
+        (SQLite's probe), or its short substrings."""
+        trigrams = needle_trigrams(needle)
+        if trigrams:
+            self.last_plan = "candidates"
+            # Each probe is ILIKE on one trigram of the needle, which pg_trgm looks up as that trigram alone;
+            # GIN ANDs them in one index scan. The needle's every trigram made it read the posting lists of
+            # common ones whole (36 ms for MapToolArguments at 1M memories, 1.2 ms for its rarest three).
+            rarest = NeedleSample.for_connection(self.conn, self.corpus).rarest(trigrams, PROBE_TRIGRAMS)
+            tests = []
+            values: list[object] = []
+            for column in self.corpus.match_columns:
+                probes = " AND ".join(f"{column} ILIKE ?" for _ in rarest)
+                tests.append(f"({probes} AND ({column} || '') ILIKE ? ESCAPE '\\')")
+                values += [f"%{trigram}%" for trigram in rarest] + [pattern]
+        else:
+            self.last_plan = "short-candidates"
+            # Each column on its own: its index holds its own substrings (PostgreSQL ORs the two bitmaps).
+            tests = [
+                f"(obsmem_short_grams({column}) @> ?::text[] AND ({column} || '') ILIKE ? ESCAPE '\\')"
+                for column in self.corpus.match_columns
+            ]
+            grams = short_grams(needle)
+            values = [value for _ in self.corpus.match_columns for value in (grams, pattern)]
+        # MATERIALIZED: the planner cannot turn the candidates into a walk of the date index. The rows are
+        # taken whole, so the sort needs no second read of each.
+        sql = (
+            f"WITH m AS MATERIALIZED (SELECT * FROM {self.corpus.table} AS m WHERE ({' OR '.join(tests)}){where})"
+            f" SELECT {self.corpus.columns} FROM m ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
+        )
+        return self.conn.execute(sql, (*values, *params, fetch)).fetchall()
+
+
+SAMPLE_ROWS = 2000
+SAMPLE_MAX_AGE_S = 300.0
+# A sample younger than this is used without asking how much the table grew (one statement saved).
+SAMPLE_TRUSTED_S = 10.0
+# The start of each sampled text only: an event's content can be a tool's whole output, and the sample
+# (and its trigram counts, built in Python) must stay small; frequencies are estimates either way.
+SAMPLE_TEXT_CHARS = 500
+# Samples kept (each at most SAMPLE_ROWS texts of SAMPLE_TEXT_CHARS): the most recently searched projects'
+# and corpora's.
+SAMPLE_CACHE_ENTRIES = 32
+
+
+class NeedleSample:
+    """The newest ``SAMPLE_ROWS`` texts of one corpus of one project, ASCII-folded, for plan choice only
+    (SQLite's searcher keeps the same sample). Rebuilt when the table grew by a tenth, or after
+    ``SAMPLE_MAX_AGE_S``."""
+
+    _cache: OrderedDict[tuple[bytes, bytes, bytes, str, str], NeedleSample] = OrderedDict()
+    _lock = threading.Lock()
+
+    def __init__(self, texts: list[str], total_rows: int) -> None:
+        self.total_rows = max(total_rows, 1)
+        self.size = max(len(texts), 1)
+        self.built_at = time.monotonic()
+        self.checked_at = self.built_at
+        # One string, texts joined by a line break (which no needle holds): counting a needle in it is one
+        # C-level scan.
+        self.folded = "\n".join(text.translate(_ASCII_FOLD) for text in texts)
+        self._trigram_rows: Counter[str] | None = None  # built on the first trigram asked for
+
+    @classmethod
+    def for_connection(cls, conn: Any, corpus: Corpus) -> NeedleSample:
+        # The server and database from libpq directly (``info.dsn`` parses the connection string each time).
+        pgconn = conn.raw.pgconn
+        key = (pgconn.host, pgconn.port, pgconn.db, getattr(conn, "schema", ""), corpus.table)
+        with cls._lock:
+            cached = cls._cache.get(key)
+            if cached is not None:
+                cls._cache.move_to_end(key)
+        now = time.monotonic()
+        if cached is not None and now - cached.checked_at < SAMPLE_TRUSTED_S:
+            return cached
+        (total,) = conn.execute(f"SELECT coalesce(max(id), 0) FROM {corpus.table}").fetchone()
+        if (
+            cached is not None
+            and now - cached.built_at < SAMPLE_MAX_AGE_S
+            and abs(total - cached.total_rows) <= cached.total_rows // 10
+        ):
+            cached.checked_at = now
+            return cached
+        texts = ", ".join(column.removeprefix("m.") for column in corpus.match_columns)
+        sample = cls(
+            [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT left(concat_ws(chr(10), {texts}), ?) FROM {corpus.table} ORDER BY id DESC LIMIT ?",
+                    (SAMPLE_TEXT_CHARS, SAMPLE_ROWS),
+                )
+            ],
+            total,
+        )
+        with cls._lock:
+            cls._cache[key] = sample
+            cls._cache.move_to_end(key)
+            while len(cls._cache) > SAMPLE_CACHE_ENTRIES:
+                cls._cache.popitem(last=False)
+        return sample
+
+    def frequency_of_trigram(self, trigram: str) -> float:
+        """Rows of the sample holding the trigram, per row (at least the floor of an unseen needle)."""
+        if self._trigram_rows is None:
+            counts: Counter[str] = Counter()
+            for text in self.folded.split("\n"):
+                counts.update({text[i : i + 3] for i in range(len(text) - 2)})
+            self._trigram_rows = counts
+        return max(self._trigram_rows.get(trigram, 0), 0.5) / self.size
+
+    def rarest(self, trigrams: list[str], count: int) -> list[str]:
+        return sorted(trigrams, key=self.frequency_of_trigram)[:count]
+
+    def frequency_of_needle(self, needle: str) -> float:
+        """Occurrences per row (not rows: close enough for a cost estimate); never zero, an unseen needle
+        counting as just under one occurrence in the sample."""
+        seen = self.folded.count(needle.translate(_ASCII_FOLD))
+        return max(seen, 0.5) / self.size

@@ -1,6 +1,7 @@
-"""Exact search on PostgreSQL answers exactly what the literal-substring reference answers, whichever
-plan PostgreSQL picks: the trigram index (bitmap scan, then a sort), the walk down the date index, or a
-sequential scan (each forced in turn)."""
+"""Exact search on PostgreSQL answers exactly what the literal-substring reference answers, whichever plan
+answers: the searcher's bounded walk, its index candidates (the rarest trigrams, or the short substrings of
+one- and two-character needles) or its walk down the date index, and within those whichever plan PostgreSQL
+picks (each of its index and scan plans forced in turn)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from obsmem.dates import parse_window
 from obsmem.retrieval.corpus import EVENTS
-from obsmem.retrieval.exact_postgres import PostgresExactSearcher
+from obsmem.retrieval.exact_postgres import Plan, PostgresExactSearcher
 from obsmem.storage import PostgresStore
 from obsmem.storage.postgres import PostgresProjectDatabase
 
@@ -26,11 +27,18 @@ PLANS = (
 )
 
 
-def _plans(data: st.DataObject) -> list[tuple[tuple[str, ...], int]]:
-    """Every planner setting without the bounded walk, and with a walk of a drawn length (often shorter
-    than the corpus, so that both its answer and its hand-over to the query are checked)."""
+def _plans(data: st.DataObject) -> list[tuple[tuple[str, ...], int, Plan | None]]:
+    """``(planner settings off, walk rows, searcher plan)``: the date walk under every planner setting;
+    the walk, of a drawn length (often shorter than the corpus, so that both its answer and its hand-over
+    to the query are checked); the index candidates under every planner setting; and the searcher's own
+    choice from its estimate."""
     walk_rows = data.draw(st.integers(1, 12))
-    return [(disabled, 0) for disabled in PLANS] + [(disabled, walk_rows) for disabled in PLANS[:3]]
+    return (
+        [(disabled, 0, "date-walk") for disabled in PLANS]
+        + [(disabled, walk_rows, "walk") for disabled in PLANS[:3]]
+        + [(disabled, 0, "candidates") for disabled in PLANS]
+        + [((), walk_rows, None)]
+    )
 
 
 def _reference(contents: list[tuple[str, str]], needle: str, session: str | None = None) -> list[int]:
@@ -99,36 +107,38 @@ def test_every_plan_matches_the_reference(database: PostgresProjectDatabase, con
     _load(database, contents)
     expected = _reference(contents, needle, session)
     window = parse_window()
-    for disabled, walk_rows in _plans(data):
+    for disabled, walk_rows, plan in _plans(data):
         with database.read() as conn:
-            searcher = PostgresExactSearcher(conn, walk_rows=walk_rows)
+            searcher = PostgresExactSearcher(conn, walk_rows=walk_rows, plan=plan)
             for setting in disabled:
                 conn.execute(f"SET LOCAL {setting} = off")
             for limit in (1, 3, 50):
                 hits, truncated = searcher.search(needle, window, limit, session)
-                assert [int(hit.memory_id, 16) for hit in hits] == expected[:limit], (disabled, limit)
+                assert [int(hit.memory_id, 16) for hit in hits] == expected[:limit], (disabled, plan, limit)
                 assert truncated == (len(expected) > limit)
 
 
 def test_the_trigram_index_serves_a_rare_needle(database: PostgresProjectDatabase) -> None:
-    """At a size where it matters, PostgreSQL's own choice for a rare identifier is the trigram index."""
+    """At a size where it matters, a rare identifier is answered from the trigram index: the searcher's
+    candidates, whose probe statement PostgreSQL runs on that index (not a scan of the table)."""
     contents = [("2026-01-01 10:00:00", f"routine note number {n} about the build") for n in range(50_000)]
     contents[12_345] = ("2026-01-01 10:00:00", "the MapToolArguments fix")
     _load(database, contents)
     with database.write() as conn:
         conn.execute("ANALYZE memories")
     with database.read() as conn:
-        searcher = PostgresExactSearcher(conn)  # sets the read's planner costs
         plan = "\n".join(
             row[0]
             for row in conn.execute(
-                "EXPLAIN SELECT id FROM memories AS m WHERE m.content ILIKE ? ESCAPE '\\'"
-                " ORDER BY m.date DESC, m.id DESC LIMIT 21",
-                ("%maptoolarguments%",),
+                "EXPLAIN SELECT id FROM memories AS m WHERE m.content ILIKE ? AND m.content ILIKE ?"
+                " AND (m.content || '') ILIKE ? ESCAPE '\\'",
+                ("%map%", "%ool%", "%maptoolarguments%"),
             )
         )
-        assert "memory_trigrams" in plan
+        assert "memory_trigrams" in plan and "Seq Scan" not in plan
+        searcher = PostgresExactSearcher(conn)
         hits, truncated = searcher.search("maptoolARGUMENTS", parse_window(), 20)
+        assert searcher.last_plan == "candidates"
     assert [hit.content for hit in hits] == ["the MapToolArguments fix"] and not truncated
 
 
@@ -192,11 +202,11 @@ def test_conversation_search_matches_the_reference_under_every_plan(
         return
     _load_events(database, events)
     expected = _event_reference(events, needle)
-    for disabled, walk_rows in _plans(data):
+    for disabled, walk_rows, plan in _plans(data):
         with database.read() as conn:
-            searcher = PostgresExactSearcher(conn, corpus=EVENTS, walk_rows=walk_rows)
+            searcher = PostgresExactSearcher(conn, corpus=EVENTS, walk_rows=walk_rows, plan=plan)
             for setting in disabled:
                 conn.execute(f"SET LOCAL {setting} = off")
             for fetch in (1, 3, 50):
                 rows = searcher.rows(needle, parse_window(), fetch)
-                assert [row[6] for row in rows] == expected[:fetch], (disabled, fetch)
+                assert [row[6] for row in rows] == expected[:fetch], (disabled, plan, fetch)

@@ -52,8 +52,9 @@ class PostgresConnection:
     # Owning modules whose SQL differs between backends branch on this (an apsw connection has none).
     dialect = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], schema: str = "") -> None:
         self.raw = conn
+        self.schema = schema  # the project's schema, which search_path names (a key for per-project caches)
         self._changes = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
@@ -101,14 +102,16 @@ class PostgresProjectDatabase:
             yield current  # nested use joins the outer transaction
             return
         with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
-            conn = PostgresConnection(raw)
-            raw.execute(begin)
+            conn = PostgresConnection(raw, self.schema)
             self._local.conn = conn
             self._local.writing = writing
             try:
-                raw.execute(f"SET LOCAL search_path TO {self.schema}, public")
+                # One round trip (several statements, no parameters): a search is a few milliseconds, of
+                # which each exchange with the server is a noticeable share.
+                prelude = [begin, f"SET LOCAL search_path TO {self.schema}, public"]
                 if writing:
-                    raw.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                    prelude.append(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+                raw.execute("; ".join(prelude))
                 if lock:
                     raw.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
                 yield conn

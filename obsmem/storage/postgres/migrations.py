@@ -12,13 +12,21 @@ from __future__ import annotations
 from obsmem.errors import StorageError
 from obsmem.storage.migrations import Migration
 from obsmem.storage.postgres.connection import PostgresConnection
-from obsmem.storage.postgres.schema import p0001_core, p0002_work, p0003_conversation, p0005_pipeline
+from obsmem.storage.postgres.schema import (
+    p0001_core,
+    p0002_work,
+    p0003_conversation,
+    p0005_pipeline,
+    p0007_short_needles,
+)
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, p0001_core.NAME, p0001_core.SQL),
     Migration(2, p0002_work.NAME, p0002_work.SQL),
     Migration(3, p0003_conversation.NAME, p0003_conversation.SQL),
+    # Versions need not be contiguous: each one a schema lacks is applied, in order of version.
     Migration(5, p0005_pipeline.NAME, p0005_pipeline.SQL),
+    Migration(7, p0007_short_needles.NAME, p0007_short_needles.SQL),
 )
 
 _LEDGER = """
