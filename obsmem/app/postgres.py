@@ -17,16 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from obsmem.app.results import Forgotten, JobList, ProjectStatus, Recollection
+from obsmem.app.results import Forgotten, JobList, ProjectStatus, Recollection, TrustStatus
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
-from obsmem.errors import NotOnPostgres
-from obsmem.events import AppendReceipt, append_events, session_totals
+from obsmem.errors import NotFound, NotOnPostgres
+from obsmem.events import AppendReceipt, PreparedEvent, append_events, append_prepared, session_totals
+from obsmem.importing import ImportProgress, ImportReceipt, append_transcript, read_transcript
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.retrieval import RecalledEvent, SearchModes, SearchResult, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
-from obsmem.trust import LOCAL_USER
+from obsmem.trust import LOCAL_USER, RecalledNote, TierStores, TrustService
+from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import JobQueue, eventlog
 
@@ -49,6 +51,21 @@ PORTED = frozenset(
         "stop_workers",
         "default_mode",
         "close",
+        # notes and trust (the user tier in a schema of its own), imports, export and restore
+        "save_note",
+        "update_note",
+        "forget_note",
+        "notes",
+        "judgments",
+        "resolve_judgment",
+        "groom",
+        "calibrate_trust",
+        "append_prepared_events",
+        "import_jsonl",
+        "import_transcripts",
+        "import_observations",
+        "database",
+        "release",
     }
 )
 
@@ -56,7 +73,7 @@ PORTED = frozenset(
 LISTENER_LOST_POLL_SECONDS = 0.25
 
 # Attributes the SQLite service builds that have no PostgreSQL counterpart yet.
-_PARTS = frozenset({"pipeline", "projects", "trust"})
+_PARTS = frozenset({"pipeline"})
 
 
 class PostgresObsmem(Obsmem):
@@ -80,11 +97,31 @@ class PostgresObsmem(Obsmem):
         self.hybrid = None
         self.reranker = None
         self.store = PostgresStore(settings.storage.postgres_dsn(), pool_size=settings.storage.pool_size)
+        # The store answers the registry calls the shared code makes of ``projects`` (get, exists, names,
+        # release), so export, restore, the transcript importer and the trust floor run on it unchanged.
+        self.projects = self.store  # type: ignore[assignment]
+        stores = TierStores(self.store, self.store.user_tiers())
+        self.trust = TrustService(settings, self.store, self._wake_workers, stores=stores)  # type: ignore[arg-type]
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         """Store events (idempotent per ``(session_id, seq)``); nothing is observed on PostgreSQL yet."""
         # The owning modules are annotated with the SQLite types; the PostgreSQL ones answer the same calls.
         return append_events(self.store.get(project, create=True), session_id, events)  # type: ignore[arg-type]
+
+    def append_prepared_events(
+        self, project: str, session_id: str, events: list[PreparedEvent], seqs: list[int | None] | None = None
+    ) -> AppendReceipt:
+        """Events already validated and redacted (the transcript importer's); nothing is observed here yet."""
+        session_id = check_session_id(session_id)
+        return append_prepared(self.store.get(project, create=True), session_id, events, seqs=seqs)  # type: ignore[arg-type]
+
+    def import_jsonl(
+        self, project: str, path: Path | str, session_id: str | None = None, *, progress: ImportProgress | None = None
+    ) -> ImportReceipt:
+        """A JSONL transcript, validated whole before the project is opened (as on SQLite)."""
+        project_name(project)
+        parsed = read_transcript(Path(path), session_id, progress)
+        return append_transcript(self.store.get(project, create=True), parsed, progress)  # type: ignore[arg-type]
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         db = self.store.get(project) if self.store.exists(project) else None
@@ -110,20 +147,24 @@ class PostgresObsmem(Obsmem):
         trust: object = None,
         user: str | None = LOCAL_USER,
     ) -> SearchResult:
-        """Exact search of the memories. Notes cannot be written on PostgreSQL yet, so none are merged
-        (there are none to find); asking for a trust level other than the default is refused."""
+        """Exact search of the memories, with the notes the query finds merged in (as on SQLite)."""
         request = self._search_request(query, after, before, limit, mode, session_id, scope)
-        if trust not in (None, "trusted"):
-            raise NotOnPostgres("notes (search trust levels) are not available on PostgreSQL yet", field="trust")
-        return self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
+        level = self.trust.trust_level(trust)
+        result = self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
+        return self.trust.search(result, project, request, level, user)
 
     def recall(
         self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = None
-    ) -> Recollection | RecalledEvent:
-        # Notes are not on PostgreSQL yet, so ``user`` (whose notes tier a note id may name) changes nothing.
+    ) -> Recollection | RecalledEvent | RecalledNote:
         neighbours = self.settings.search.recall_neighbours
-        with self.store.get(project).read() as conn:
-            parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)  # type: ignore[arg-type]
+        try:
+            with self.store.get(project).read() as conn:
+                parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)  # type: ignore[arg-type]
+        except NotFound:
+            note = self.trust.recall_note(project, str(memory_id), user)
+            if note is None:
+                raise
+            return note
         if isinstance(parts, RecalledEvent):
             return parts
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
@@ -159,6 +200,7 @@ class PostgresObsmem(Obsmem):
                 "reflector": "disabled" if not self.settings.reflector.enabled else "not_configured",
                 "jobs": JobQueue(db).counts(),  # type: ignore[arg-type]
                 "unindexed_events": 0,
+                "trust": build(TrustStatus, self.trust.status(project, db)),  # type: ignore[arg-type]
             },
         )
 
@@ -227,6 +269,7 @@ class PostgresObsmem(Obsmem):
         """No workers run on PostgreSQL (``start_workers`` refuses), so there is nothing to stop."""
 
     def close(self) -> None:
+        self.trust.close()
         self.store.close()
 
     def __enter__(self) -> PostgresObsmem:

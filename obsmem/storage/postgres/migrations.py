@@ -4,7 +4,9 @@ As on SQLite (:mod:`obsmem.storage.migrations`): each migration is recorded in t
 ``schema_migrations`` table with the SHA-256 of its SQL; a recorded checksum that differs from the code's,
 or a version this code does not know, refuses to go on. PostgreSQL's DDL is transactional, so a project's
 schema, its migrations and its row in the project list commit together: a project appears migrated and
-complete, or not at all. Versions are PostgreSQL's own (the SQLite set has other tables to migrate).
+complete, or not at all. Versions are PostgreSQL's own (the SQLite set has other tables to migrate). They
+may have gaps: each is reserved for one part of the backend, and what is missing is applied in increasing
+order, so a schema that has 6 still gets a 4 or 5 added later.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 from obsmem.errors import StorageError
 from obsmem.storage.migrations import Migration
 from obsmem.storage.postgres.connection import PostgresConnection
-from obsmem.storage.postgres.schema import p0001_core, p0002_work, p0003_conversation
+from obsmem.storage.postgres.schema import p0001_core, p0002_work, p0003_conversation, p0006_notes_imports
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, p0001_core.NAME, p0001_core.SQL),
     Migration(2, p0002_work.NAME, p0002_work.SQL),
     Migration(3, p0003_conversation.NAME, p0003_conversation.SQL),
+    Migration(6, p0006_notes_imports.NAME, p0006_notes_imports.SQL),
 )
 
 _LEDGER = """
