@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from obsmem.errors import ExportInvalid
+from obsmem.exporting import postgres
 
 if TYPE_CHECKING:
     from obsmem.exporting.kinds import RecordKind
@@ -48,12 +49,16 @@ DERIVED_COLUMNS = {("events", "in_date_order")}
 def table_columns(conn: apsw.Connection, table: str) -> list[str]:
     """The table's stored columns in declaration order (generated and hidden columns cannot be inserted),
     derived columns left out."""
+    if postgres.is_postgres(conn):
+        return [name for name in postgres.columns(conn, table) if (table, name) not in DERIVED_COLUMNS]
     rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
     return [str(name) for _, name, _, _, _, _, hidden in rows if hidden == 0 and (table, name) not in DERIVED_COLUMNS]
 
 
 def order_clause(conn: apsw.Connection, table: str) -> str:
     """Primary-key order (the file is deterministic and parents come first), else rowid order."""
+    if postgres.is_postgres(conn):
+        return ", ".join(quoted(name) for name in postgres.primary_key(conn, table)) or "ctid"
     rows = conn.execute(f"PRAGMA main.table_info({quoted(table)})").fetchall()
     keys = sorted((int(pk or 0), str(name)) for _, name, _, _, _, pk in rows if pk)
     return ", ".join(quoted(name) for _, name in keys) if keys else "rowid"
@@ -124,6 +129,9 @@ def raise_sequence(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -
     name, seq = row.get("name"), row.get("seq")
     if set(row) != {"name", "seq"} or not isinstance(name, str) or not isinstance(seq, int):
         raise ExportInvalid(f"line {state.line}: an id_sequence row is not a table name and an id")
+    if postgres.is_postgres(state.conn):
+        postgres.raise_sequence(state.conn, name, seq, state.line)
+        return
     raised = state.conn.execute(
         f"UPDATE {SEQUENCE_TABLE} SET seq = max(seq, ?) WHERE name = ? RETURNING 1", (seq, name)
     ).fetchall()

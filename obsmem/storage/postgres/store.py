@@ -117,6 +117,18 @@ class PostgresStore:
             self._open[name] = db
             return db
 
+    def drop(self, project: str) -> bool:
+        """Delete a project and everything in it (its schema and its listing) in one transaction, under its
+        writer lock; False when it did not exist. Only ``obsmem migrate --replace`` asks for this."""
+        name = project_name(project)
+        db = PostgresProjectDatabase(self._pool, name)
+        with db.write() as conn:
+            known = conn.execute("SELECT 1 FROM obsmem.projects WHERE name = ?", (name,)).fetchone()
+            conn.execute(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
+            conn.execute("DELETE FROM obsmem.projects WHERE name = ?", (name,))
+        self.release(name)
+        return known is not None
+
     def user_tiers(self) -> PostgresUserTiers:
         """The user tiers' databases in this database (their own schemas, listed apart from projects)."""
         with self._lock:
