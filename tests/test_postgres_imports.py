@@ -4,6 +4,7 @@ real PostgreSQL started by the tests."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -111,3 +112,24 @@ def test_export_and_restore_on_postgres_keep_every_record(tmp_path: Path, on_pos
             "ship with make ship",
             "a second note",
         }
+
+
+def test_a_file_breaking_a_rule_restores_nothing_and_names_the_rule_not_the_text(
+    tmp_path: Path, on_postgres: dict[str, str]
+) -> None:
+    data = tmp_path / "data"
+    assert run(data, on_postgres, "ingest", "app", str(_chat(tmp_path / "chat.jsonl"))).exit_code == 0
+    assert run(data, on_postgres, "export", "app", "--output", str(tmp_path / "app.jsonl")).exit_code == 0
+    lines = (tmp_path / "app.jsonl").read_bytes().splitlines()
+    header, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:-1]]
+    for record in records:
+        if record["kind"] == "event" and record["row"]["seq"] == 3:
+            record["row"]["seq"] = 2  # two events at one seq of a session
+    body = b"".join(json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in [header, *records])
+    trailer = json.loads(lines[-1]) | {"sha256": hashlib.sha256(body).hexdigest()}
+    (tmp_path / "bad.jsonl").write_bytes(body + json.dumps(trailer).encode() + b"\n")
+    refused = run(data, on_postgres, "restore", str(tmp_path / "bad.jsonl"), "--project", "copy")
+    assert refused.exit_code == 2 and "export_invalid" in refused.stderr, refused.output
+    assert "constraint" in refused.stderr and "shipped" not in refused.stderr and "café" not in refused.stderr
+    with _service(tmp_path, on_postgres) as service:
+        assert "copy" not in service.project_names() or service.status("copy").events == 0

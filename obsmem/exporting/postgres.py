@@ -102,16 +102,22 @@ def continue_identities(conn: Any) -> None:
         )
 
 
-def carry_row(conn: Any, kind: str, position: int, row: dict[str, Any]) -> None:
-    """Keep one row of a kind this schema has no table for, as it was exported."""
+# Keeps one row of a kind this schema has no table for, as it was exported (``carried_text``).
+CARRY_ROW = "INSERT INTO carried_rows(kind, position, row) VALUES (?, ?, ?)"
+
+
+def carry_columns(conn: Any, kind: str, position: int, row: dict[str, Any]) -> None:
+    """Record the columns of a carried kind with its first row (the rows then follow in batches)."""
     if position == 0:
         conn.execute(
             "INSERT INTO carried_columns(kind, columns) VALUES (?, ?) ON CONFLICT(kind) DO NOTHING",
             (kind, orjson.dumps(list(row)).decode()),
         )
-    conn.execute(
-        "INSERT INTO carried_rows(kind, position, row) VALUES (?, ?, ?)", (kind, position, orjson.dumps(row).decode())
-    )
+
+
+def carried_text(row: dict[str, Any]) -> str:
+    """An exported row (values encoded as in the file) as ``carried_rows`` keeps it."""
+    return orjson.dumps(row).decode()
 
 
 def carried_kinds(conn: Any) -> dict[str, list[str]]:

@@ -24,7 +24,15 @@ from obsmem.exporting import postgres
 from obsmem.exporting.format import PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, project_tables
 from obsmem.exporting.reader import ExportReader
-from obsmem.exporting.rows import SEQUENCE_TABLE, RestoreState, encode_value, insert_row, quoted
+from obsmem.exporting.rows import (
+    SEQUENCE_TABLE,
+    RestoreState,
+    encode_value,
+    flush_rows,
+    insert_row,
+    quoted,
+    send_insert,
+)
 from obsmem.faults import crash_point
 from obsmem.validation import project_name
 
@@ -116,18 +124,22 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
     positions: dict[str, int] = {}
     try:
         for record in reader.records():
+            if record.kind.restore is not None or finished < KIND_INDEX[record.kind.name]:
+                flush_rows(state)  # rows of earlier kinds are in before a custom step or a kind's end runs
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
             if record.kind.name in carry:
                 position = positions.get(record.kind.name, 0)
                 encoded = {name: encode_value(value) for name, value in record.row.items()}
-                postgres.carry_row(state.conn, record.kind.name, position, encoded)
+                postgres.carry_columns(state.conn, record.kind.name, position, encoded)
+                send_insert(state, postgres.CARRY_ROW, (record.kind.name, position, postgres.carried_text(encoded)))
                 positions[record.kind.name] = position + 1
             else:
                 (record.kind.restore or insert_row)(state, record.kind, record.row)
             done += 1
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress("restore", done, total)
+        flush_rows(state)
         state.line = 0
         _finish_kinds(state, finished, len(KINDS))
     except (apsw.ConstraintError, apsw.MismatchError) as exc:
@@ -138,7 +150,10 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
         rule = postgres.broken_rule(exc)
         if rule is None:
             raise
-        where = f"line {state.line}" if state.line else "the end of the file"
+        lines = state.pending.get("batch_lines")
+        where = (
+            f"lines {lines[0]}-{lines[1]}" if lines else f"line {state.line}" if state.line else "the end of the file"
+        )
         raise ExportInvalid(f"{where}: the export breaks a rule of the database schema ({rule})") from None
     if progress is not None:
         progress("restore", done, total)
