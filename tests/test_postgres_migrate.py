@@ -201,3 +201,14 @@ def test_differences_are_named_by_kind_and_id_never_by_content(tmp_path: Path, s
     shorter = tmp_path / "c.jsonl"
     shorter.write_bytes(b"".join([lines[0], *(line for line in lines[1:] if not line.startswith(b'{"kind":"note"'))]))
     assert compare_exports(original, shorter) == ["note: 3 records in the source, 0 in the target"]
+
+
+def test_text_postgresql_cannot_hold_is_refused_whole_naming_why(tmp_path: Path, postgres_dsn: str) -> None:
+    data = tmp_path / "data"
+    with Obsmem(load_settings(data_dir=data)) as service:
+        service.append_events("nul", "s1", [{"role": "user", "content": "fine"}, {"role": "user", "content": "a\x00b"}])
+    refused = run(data, "migrate", "nul", "--to", "postgres", "--dsn", postgres_dsn)
+    assert refused.exit_code != 0 and "not_on_postgres" in refused.stderr and "U+0000" in refused.stderr
+    assert "a\x00b" not in refused.output
+    with Obsmem(load_settings(data_dir=tmp_path / "x", storage={"backend": "postgres", "dsn": postgres_dsn})) as pg:
+        assert "nul" not in pg.project_names() or pg.status("nul").events == 0

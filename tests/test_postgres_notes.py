@@ -85,7 +85,10 @@ def test_updates_forgets_and_resaves_keep_the_ledger_and_the_notes_in_step(memor
 def test_the_ledger_refuses_every_change(memory: Obsmem) -> None:
     note = memory.save_note("app", "a fact").note
     memory.forget_note("app", note.id)
-    for statement in ("UPDATE trust_ledger SET entry = 'promoted'", "DELETE FROM trust_ledger"):
+    statements = ["UPDATE trust_ledger SET entry = 'promoted'", "DELETE FROM trust_ledger"]
+    if type(memory).__name__ == "PostgresObsmem":
+        statements.append("TRUNCATE trust_ledger")  # SQLite has no TRUNCATE
+    for statement in statements:
         with pytest.raises(Exception, match="append-only"), memory.database("app").write() as conn:
             conn.execute(statement)
     with memory.database("app").read() as conn:

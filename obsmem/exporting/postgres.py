@@ -104,6 +104,7 @@ def continue_identities(conn: Any) -> None:
 
 # Keeps one row of a kind this schema has no table for, as it was exported (``carried_text``).
 CARRY_ROW = "INSERT INTO carried_rows(kind, position, row) VALUES (?, ?, ?)"
+CARRY_COLUMNS = ("kind", "position", "row")
 
 
 def carry_columns(conn: Any, kind: str, position: int, row: dict[str, Any]) -> None:

@@ -132,7 +132,8 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
                 position = positions.get(record.kind.name, 0)
                 encoded = {name: encode_value(value) for name, value in record.row.items()}
                 postgres.carry_columns(state.conn, record.kind.name, position, encoded)
-                send_insert(state, postgres.CARRY_ROW, (record.kind.name, position, postgres.carried_text(encoded)))
+                carried = (record.kind.name, position, postgres.carried_text(encoded))
+                send_insert(state, postgres.CARRY_ROW, carried, table="carried_rows", names=postgres.CARRY_COLUMNS)
                 positions[record.kind.name] = position + 1
             else:
                 (record.kind.restore or insert_row)(state, record.kind, record.row)
