@@ -142,3 +142,26 @@ def test_a_search_that_finds_candidates_queues_one_judge_job(memory: Obsmem) -> 
     memory.trust.dispatcher.flush()
     queue = JobQueue(memory.database("app"))  # type: ignore[arg-type]
     assert [job["kind"] for job in queue.list_jobs()] == [JUDGE_JOB]  # the same search again adds no work
+
+
+def test_the_keyword_match_of_notes_finds_the_same_notes_on_both_backends(memory: Obsmem) -> None:
+    """Hybrid search merges notes through this match (SQLite: FTS5; PostgreSQL: a text-search vector)."""
+    from obsmem.dates import DateWindow
+    from obsmem.trust.notes import search_keywords
+
+    memory.save_note("app", "release with make ship", situation="when releasing on Fridays")
+    memory.save_note("app", "the staging keys rotate monthly")
+    memory.save_note("app", "lint with ruff, not flake8")
+    memory.save_note("app", "C++ builds need 'quotes' & pipes | here")
+    with memory.database("app").read() as conn:
+        found = {
+            query: [match.note.content for match in search_keywords(conn, query, ("candidate",), DateWindow(), 10)]
+            for query in ("How do I RELEASE on fridays?", "staging keys", "flake8 ruff lint", "c++ | 'quotes'", "zzz")
+        }
+    assert found == {
+        "How do I RELEASE on fridays?": ["release with make ship"],
+        "staging keys": ["the staging keys rotate monthly"],
+        "flake8 ruff lint": ["lint with ruff, not flake8"],
+        "c++ | 'quotes'": ["C++ builds need 'quotes' & pipes | here"],
+        "zzz": [],
+    }
