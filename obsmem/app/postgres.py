@@ -1,8 +1,9 @@
 """``Obsmem`` over the PostgreSQL backend: what is ported answers, everything else refuses by name.
 
 ``Obsmem(settings)`` with ``[storage] backend = "postgres"`` builds a :class:`PostgresObsmem`. It answers
-through the same owning modules as the SQLite service (events, memories, recall) and PostgreSQL's exact
-searcher; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
+through the same owning modules as the SQLite service (events, memories, recall, the importers, export and
+restore) and PostgreSQL's exact searcher, with the trust floor's notes over the store's project schemas and
+user-tier schemas; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
 raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller learns at once what the backend
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
 would switch on work the backend cannot do yet (hybrid search, background observation) are refused when
