@@ -53,8 +53,9 @@ def test_ported_routes_answer_and_the_rest_are_501(tmp_path: Path, postgres_dsn:
             assert refused.status_code == 501 and refused.json()["error"]["code"] == "not_on_postgres"
             conversation = client.post("/v1/projects/p/search", json={"query": "hi", "scope": "conversation"})
             assert [hit["seq"] for hit in conversation.json()["hits"]] == [1]
+            client.post("/v1/projects/p/notes", json={"action": "save", "content": "hi there, a note"})
             trust = client.post("/v1/projects/p/search", json={"query": "hi", "trust": "all"})
-            assert trust.status_code == 501 and trust.json()["error"]["field"] == "trust"
+            assert [(hit["kind"], hit["trusted"]) for hit in trust.json()["hits"]] == [("note", False)]
     finally:
         service.close()
 
