@@ -55,6 +55,19 @@ def test_jsonl_ingest_stores_once_and_refuses_a_bad_file_whole(tmp_path: Path, o
     assert json.loads(first.stdout)["events"]["sessions"]["chat-1"]["appended"] == 3
     again = run(data, on_postgres, "ingest", "app", str(tmp_path / "chat.jsonl"), "--json")
     assert json.loads(again.stdout)["events"]["sessions"]["chat-1"] == {"appended": 0, "duplicates": 3, "last_seq": 3}
+    observations = tmp_path / "observations.jsonl"
+    item = {"session_id": "chat-1", "timestamp": "2026-03-01 10:00", "importance": "high", "source_refs": [1, 3]}
+    observations.write_text(
+        json.dumps(item | {"content": "Shipped the café build"})
+        + "\n"
+        + json.dumps(item | {"content": "x", "source_refs": [9]})
+        + "\n",
+        encoding="utf-8",
+    )
+    written = run(data, on_postgres, "ingest", "app", "--observations", str(observations), "--json")
+    assert written.exit_code == 1  # one observation cites an event that does not exist
+    receipt = json.loads(written.stdout)["observations"]
+    assert len(receipt["added"]) == 1 and [item["index"] for item in receipt["rejected"]] == [1]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"role": "user", "content": "fine", "session_id": "s9"}\n{"role": "nobody"}\n', encoding="utf-8")
     refused = run(data, on_postgres, "ingest", "fresh", str(bad))
@@ -63,6 +76,12 @@ def test_jsonl_ingest_stores_once_and_refuses_a_bad_file_whole(tmp_path: Path, o
         assert service.project_names() == ["app"]  # the bad file created nothing
         hits = service.search("app", "MAKE SHIP", scope="conversation").hits
         assert [hit.to_dict()["seq"] for hit in hits] == [2]  # found in the tool call's arguments
+        assert [
+            hit.to_dict()["content"] for hit in service.search("app", "CAFÉ build").hits
+        ] == []  # ASCII folding only
+        assert [hit.to_dict()["content"] for hit in service.search("app", "café BUILD").hits] == [
+            "Shipped the café build"
+        ]
     assert not (data / "projects").exists()  # nothing went to the data directory
 
 
