@@ -210,10 +210,12 @@ def sample_needles(service: Any, project: str, count: int = NEEDLES) -> list[str
             step = max(1, total // max(1, count // 3))
             texts = conn.execute(f"SELECT content FROM {table} WHERE id % ? = 0 ORDER BY id LIMIT ?", (step, count))
             picked = 0
-            for (text,) in texts:
+            for number, (text,) in enumerate(texts):
                 words = _WORD.findall(text)
                 if words:
-                    found.append(words[len(words) // 2])
+                    # A different position in each text: corpora that repeat their phrasing still give
+                    # different needles.
+                    found.append(words[number % len(words)])
                     picked += 1
                 if picked >= count // 3:
                     break
