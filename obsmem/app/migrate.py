@@ -100,7 +100,7 @@ def migrate_project(
     replace: bool = False,
     progress: Progress | None = None,
     scratch_dir: Path | None = None,
-    drop: Callable[[str], None] | None = None,
+    drop: Callable[[str], object] | None = None,
 ) -> MigrationReport:
     """Copy ``project`` from the ``source`` service to ``target`` (as ``target_project``) and compare.
 

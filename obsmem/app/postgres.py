@@ -101,7 +101,7 @@ class PostgresObsmem(Obsmem):
         # The store answers the registry calls the shared code makes of ``projects`` (get, exists, names,
         # release), so export, restore, the transcript importer and the trust floor run on it unchanged.
         self.projects = self.store  # type: ignore[assignment]
-        stores = TierStores(self.store, self.store.user_tiers())
+        stores = TierStores(self.store, self.store.user_tiers())  # type: ignore[arg-type]
         self.trust = TrustService(settings, self.store, self._wake_workers, stores=stores)  # type: ignore[arg-type]
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:

@@ -138,7 +138,8 @@ def flush_rows(state: RestoreState) -> None:
     if batch is None or not batch.rows:
         return
     state.pending["batch_lines"] = (batch.first_line, batch.last_line)
-    with state.conn.raw.cursor().copy(batch.copy) as copy:
+    raw = state.conn.raw  # type: ignore[attr-defined]  # a PostgresConnection's psycopg connection
+    with raw.cursor().copy(batch.copy) as copy:
         for row in batch.rows:
             copy.write_row(row)
     state.pending.pop("batch_lines", None)
