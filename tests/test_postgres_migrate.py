@@ -157,8 +157,11 @@ def test_a_target_holding_data_is_refused_unless_replaced(source: Source, postgr
     again = run(source.data_dir, "migrate", PROJECT, "--to", "postgres", "--dsn", postgres_dsn)
     assert again.exit_code != 0 and "project_not_empty" in again.stderr and "--replace" in again.stderr
     assert postgres_dsn not in again.output
-    replaced = run(source.data_dir, "migrate", PROJECT, "--to", "postgres", "--dsn", postgres_dsn, "--replace")
+    replaced = run(
+        source.data_dir, "migrate", PROJECT, "--to", "postgres", "--dsn", postgres_dsn, "--replace", "--progress"
+    )
     assert replaced.exit_code == 0, replaced.output
+    assert "writing the target" in replaced.stderr and "reading the target back" in replaced.stderr  # progress bars
     assert "Verified: the copy matches the source." in replaced.stdout
 
 
