@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import threading
 from pathlib import Path
 
@@ -169,6 +170,20 @@ class ProjectRegistry:
             db = ProjectDatabase(path)
             self._open[name] = db
             return db
+
+    def drop(self, project: str) -> bool:
+        """Delete a project's directory (its database and index files); False when it did not exist. The
+        directory is first renamed aside, so the project disappears at once, whole. Only ``obsmem migrate
+        --replace`` asks for this; the caller makes sure nothing else has the project open."""
+        name = project_name(project)
+        self.release(name)
+        directory = self.directory(name)
+        if not directory.is_dir():
+            return False
+        aside = directory.with_name(f".{name}.dropped-{os.getpid()}-{secrets.token_hex(4)}")
+        directory.rename(aside)
+        shutil.rmtree(aside)
+        return True
 
     def release(self, project: str) -> None:
         """Close one open project's connections; it opens again on its next use (long batch jobs over many

@@ -19,7 +19,7 @@ def _service(tmp_path: Path, dsn: str, *, in_server: bool) -> Obsmem:
     )
 
 
-def test_ported_routes_answer_and_the_rest_are_501(tmp_path: Path, postgres_dsn: str) -> None:
+def test_ported_routes_answer_as_on_sqlite(tmp_path: Path, postgres_dsn: str) -> None:
     service = _service(tmp_path, postgres_dsn, in_server=False)
     try:
         with TestClient(create_app(service), base_url=LOCAL) as client:
@@ -47,12 +47,15 @@ def test_ported_routes_answer_and_the_rest_are_501(tmp_path: Path, postgres_dsn:
             assert client.get(f"/v1/projects/p/memories/{memory_id}").json()["memory"]["content"] == "Said HELLO"
             assert client.get("/v1/projects/p/status").json()["observations"] == 1
             assert client.get("/v1/projects/ghost/status").json()["error"]["code"] == "project_not_found"
-            refused = client.get("/v1/projects/p/judgments")
-            assert refused.status_code == 501 and refused.json()["error"]["code"] == "not_on_postgres"
+            judgments = client.get("/v1/projects/p/judgments")
+            assert judgments.status_code == 200 and judgments.json()["judgments"] == []
+            refused = client.post("/v1/projects/p/search", json={"query": "hello", "mode": "hybrid"})
+            assert refused.status_code == 422 and refused.json()["error"]["code"] == "mode_unavailable"  # as on SQLite
             conversation = client.post("/v1/projects/p/search", json={"query": "hi", "scope": "conversation"})
             assert [hit["seq"] for hit in conversation.json()["hits"]] == [1]
+            client.post("/v1/projects/p/notes", json={"action": "save", "content": "hi there, a note"})
             trust = client.post("/v1/projects/p/search", json={"query": "hi", "trust": "all"})
-            assert trust.status_code == 501 and trust.json()["error"]["field"] == "trust"
+            assert [(hit["kind"], hit["trusted"]) for hit in trust.json()["hits"]] == [("note", False)]
     finally:
         service.close()
 

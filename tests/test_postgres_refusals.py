@@ -24,12 +24,10 @@ def memory(tmp_path: Path, postgres_dsn: str) -> Iterator[Obsmem]:
 def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -> None:
     from obsmem.app.postgres import PORTED, REFUSED
 
-    assert {"index", "save_note", "import_jsonl"} <= set(REFUSED)
+    assert "index" in REFUSED
     assert not set(REFUSED) & PORTED
     calls = {
-        "import_jsonl": lambda: memory.import_jsonl("p", tmp_path / "x.jsonl"),
-        "save_note": lambda: memory.save_note("p", "a note"),
-        "database": lambda: memory.database("p"),
+        "index": lambda: memory.index("p"),
     }
     for name, call in calls.items():
         with pytest.raises(NotOnPostgres) as caught:
@@ -38,15 +36,8 @@ def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -
         assert caught.value.message.startswith(f"{name} is not available on PostgreSQL yet")
 
 
-def test_the_sqlite_services_parts_are_refused_by_name(memory: Obsmem) -> None:
-    with pytest.raises(NotOnPostgres, match="the projects part"):
-        memory.projects  # noqa: B018
-
-
-def test_trust_levels_and_hybrid_mode_are_refused(memory: Obsmem) -> None:
-    with pytest.raises(NotOnPostgres) as caught:
-        memory.search("p", "hello", trust="all")
-    assert caught.value.field == "trust"
+def test_hybrid_mode_is_refused(memory: Obsmem) -> None:
+    assert memory.search("p", "hello", trust="all").hits == []  # notes are on PostgreSQL (none match here)
     with pytest.raises(Exception, match="hybrid mode needs the"):
         memory.search("p", "hello", mode="hybrid")
 

@@ -5,9 +5,11 @@ It sits above the stages (it builds the pipeline, the indexer and the searchers)
 imports it. The names below are what the layers above may import: ``Obsmem`` and the typed results its
 methods return (each with ``to_dict()``, the JSON document every surface publishes); the parts of a
 recollection are retrieval's types, re-exported here so the layers above need not reach below the app;
-``LOCAL_USER`` names the local account as the owner of a caller's user tier of notes (docs/trust.md).
+``LOCAL_USER`` names the local account as the owner of a caller's user tier of notes (docs/trust.md);
+``migrate_project`` moves a project between two services and verifies the copy (``obsmem migrate``).
 """
 
+from obsmem.app.migrate import MigrationReport, migrate_project
 from obsmem.app.results import (
     CurrentActivity,
     Forgotten,
@@ -50,6 +52,7 @@ __all__ = [
     "JsonResult",
     "LastError",
     "MemoryDetails",
+    "MigrationReport",
     "ModelChoices",
     "ModelSwitch",
     "ObservationDetail",
@@ -65,4 +68,5 @@ __all__ = [
     "SessionStatus",
     "SourceEvent",
     "SourceRef",
+    "migrate_project",
 ]

@@ -1,8 +1,9 @@
 """``Obsmem`` over the PostgreSQL backend: what is ported answers, everything else refuses by name.
 
 ``Obsmem(settings)`` with ``[storage] backend = "postgres"`` builds a :class:`PostgresObsmem`. It answers
-through the same owning modules as the SQLite service (events, memories, recall) and PostgreSQL's exact
-searcher; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
+through the same owning modules as the SQLite service (events, memories, recall, the importers, export and
+restore) and PostgreSQL's exact searcher, with the trust floor's notes over the store's project schemas and
+user-tier schemas; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
 raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller learns at once what the backend
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
 would switch on work the backend cannot do yet (hybrid search) are refused when the service is built.
@@ -30,17 +31,18 @@ from obsmem.app.results import (
     ProjectStatus,
     Recollection,
     SessionStatus,
+    TrustStatus,
 )
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
-from obsmem.errors import NotOnPostgres
+from obsmem.errors import NotFound, NotOnPostgres
 from obsmem.events import AppendReceipt, append_events, require_session, session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.pipeline import ChatModel, ObservationPipeline, Projection, project_generation_totals
+from obsmem.pipeline import ChatModel, ObservationPipeline, project_generation_totals
 from obsmem.retrieval import RecalledEvent, SearchModes, SearchResult, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
-from obsmem.trust import LOCAL_USER, ProjectionWithNotes
+from obsmem.trust import LOCAL_USER, RecalledNote, TierStores, TrustService
 from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import EnqueueResult, WorkerPool, eventlog
@@ -75,14 +77,26 @@ PORTED = frozenset(
         "route_model",
         "switch_models",
         "worker_pool",
+        # notes and trust (the user tier in a schema of its own), imports, export and restore
+        "save_note",
+        "update_note",
+        "forget_note",
+        "notes",
+        "judgments",
+        "resolve_judgment",
+        "groom",
+        "calibrate_trust",
+        "append_prepared_events",
+        "import_jsonl",
+        "import_transcripts",
+        "import_observations",
+        "database",
+        "release",
     }
 )
 
 # How often a follower reads the log while no listening connection works (the SQLite poll's order).
 LISTENER_LOST_POLL_SECONDS = 0.25
-
-# Attributes the SQLite service builds that have no PostgreSQL counterpart yet.
-_PARTS = frozenset({"projects", "trust"})
 
 
 class PostgresObsmem(Obsmem):
@@ -107,6 +121,11 @@ class PostgresObsmem(Obsmem):
         self.reranker = None
         self.store = PostgresStore(settings.storage.postgres_dsn(), pool_size=settings.storage.pool_size)
         self.pipeline = ObservationPipeline(settings)
+        # The store answers the registry calls the shared code makes of ``projects`` (get, exists, names,
+        # release), so export, restore, the transcript importer and the trust floor run on it unchanged.
+        self.projects = self.store  # type: ignore[assignment]
+        stores = TierStores(self.store, self.store.user_tiers())  # type: ignore[arg-type]
+        self.trust = TrustService(settings, self.store, self._wake_workers, stores=stores)  # type: ignore[arg-type]
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         """Store events (idempotent per ``(session_id, seq)``); a backlog over the buffer queues an observe
@@ -138,20 +157,6 @@ class PostgresObsmem(Obsmem):
     def reflect(self, project: str, session_id: str) -> EnqueueResult:
         return self._queue_now(project, session_id, self.pipeline.request_reflection)
 
-    def memory(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> ProjectionWithNotes:
-        """The session's active memory, rendered as on SQLite. Notes are not on PostgreSQL yet, so the
-        section of injected candidates is always empty."""
-        session_id = check_session_id(session_id)
-        projection: Projection = self.pipeline.projection(self._db(project), session_id)
-        fields = {name: getattr(projection, name) for name in projection.__dataclass_fields__}
-        return ProjectionWithNotes(**fields, untrusted_notes=())
-
-    def memory_version(self, project: str, session_id: str, *, user: str | None = LOCAL_USER) -> str:
-        """The memories' token and, where SQLite names the notes tiers' ledgers, a fixed part: there are no
-        notes on PostgreSQL yet, so only the memories change it."""
-        session_id = check_session_id(session_id)
-        return f"{self.pipeline.projection_version(self._db(project), session_id)}/p0"
-
     def session_status(self, project: str, session_id: str) -> SessionStatus:
         session_id = check_session_id(session_id)
         return build(SessionStatus, self.pipeline.status(self._db(project), session_id, project))
@@ -176,14 +181,14 @@ class PostgresObsmem(Obsmem):
         return self.store.get(project)
 
     def worker_pool(self) -> WorkerPool:
-        """The pool that runs the pipeline's jobs for every project in the database (not started). Notes
-        are not on PostgreSQL yet, so it has no judging jobs; the events' trigram index needs no catch-up."""
+        """The pool that runs the pipeline's and the trust floor's jobs for every project in the database (not
+        started); the events' trigram index is kept by the append, so it needs no catch-up task."""
         if self.workers is None:
             self.workers = WorkerPool(
                 self.store,  # type: ignore[arg-type]
-                self.pipeline.handlers,
+                {**self.pipeline.handlers, **self.trust.handlers},
                 self.settings.jobs,
-                housekeeping=self.pipeline.housekeeping_tasks,
+                housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule],
             )
         return self.workers
 
@@ -224,20 +229,24 @@ class PostgresObsmem(Obsmem):
         trust: object = None,
         user: str | None = LOCAL_USER,
     ) -> SearchResult:
-        """Exact search of the memories. Notes cannot be written on PostgreSQL yet, so none are merged
-        (there are none to find); asking for a trust level other than the default is refused."""
+        """Exact search of the memories, with the notes the query finds merged in (as on SQLite)."""
         request = self._search_request(query, after, before, limit, mode, session_id, scope)
-        if trust not in (None, "trusted"):
-            raise NotOnPostgres("notes (search trust levels) are not available on PostgreSQL yet", field="trust")
-        return self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
+        level = self.trust.trust_level(trust)
+        result = self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
+        return self.trust.search(result, project, request, level, user)
 
     def recall(
         self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = None
-    ) -> Recollection | RecalledEvent:
-        # Notes are not on PostgreSQL yet, so ``user`` (whose notes tier a note id may name) changes nothing.
+    ) -> Recollection | RecalledEvent | RecalledNote:
         neighbours = self.settings.search.recall_neighbours
-        with self.store.get(project).read() as conn:
-            parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)  # type: ignore[arg-type]
+        try:
+            with self.store.get(project).read() as conn:
+                parts = recall_any(conn, memory_id, session_id=session_id, project=project, neighbours=neighbours)  # type: ignore[arg-type]
+        except NotFound:
+            note = self.trust.recall_note(project, str(memory_id), user)
+            if note is None:
+                raise
+            return note
         if isinstance(parts, RecalledEvent):
             return parts
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
@@ -274,6 +283,7 @@ class PostgresObsmem(Obsmem):
                 "reflector": self.pipeline.reflect.state_for(project),
                 "jobs": self.pipeline.queue(db).counts(),  # type: ignore[arg-type]
                 "unindexed_events": 0,
+                "trust": build(TrustStatus, self.trust.status(project, db)),  # type: ignore[arg-type]
             },
         )
 
@@ -323,15 +333,9 @@ class PostgresObsmem(Obsmem):
         queue = self.pipeline.queue(self._db(project))
         return build(JobList, {"counts": queue.counts(), "jobs": queue.list_jobs(states=states, limit=limit)})
 
-    def __getattr__(self, name: str) -> NoReturn:
-        # The SQLite service's parts (pipeline, project registry, trust service) do not exist here: a caller
-        # reaching for one learns which, instead of meeting an AttributeError deep inside.
-        if name in _PARTS:
-            raise NotOnPostgres(f"the {name} part of obsmem is not available on PostgreSQL yet (see docs/postgres.md)")
-        raise AttributeError(name)
-
     def close(self) -> None:
         self.stop_workers()
+        self.trust.close()
         self.pipeline.close()
         self.store.close()
 

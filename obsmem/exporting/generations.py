@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from obsmem.errors import ExportInvalid
-from obsmem.exporting.rows import RestoreState, insert_row
+from obsmem.exporting.rows import RestoreState, flush_rows, insert_row
 
 if TYPE_CHECKING:
     from obsmem.exporting.kinds import RecordKind
@@ -52,6 +52,8 @@ def replay_active_generation(state: RestoreState, kind: RecordKind, row: dict[st
     session_id, promoted_at = row.get("session_id"), row.get("promoted_at")
     first = {"session_id": session_id, "generation_row": chain[0], "number": 1, "promoted_at": promoted_at}
     insert_row(state, kind, {**row, **first} if len(chain) == 1 else {**first})
+    # On PostgreSQL the insert waits in a batch: send it before the moves, which must find the pointer.
+    flush_rows(state)
     for number, generation_row in enumerate(chain[1:], start=2):
         state.conn.execute(
             "UPDATE active_generation SET generation_row = ?, number = ?, promoted_at = ? WHERE session_id = ?",

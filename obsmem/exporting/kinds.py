@@ -17,6 +17,7 @@ from typing import Any
 
 import apsw
 
+from obsmem.exporting import postgres
 from obsmem.exporting.generations import finish_generations, insert_generation, replay_active_generation
 from obsmem.exporting.rows import SEQUENCE_TABLE, RestoreState, raise_sequence
 
@@ -105,7 +106,10 @@ DERIVED_TABLES: dict[str, str] = {
 
 
 def project_tables(conn: apsw.Connection) -> set[str]:
-    """The tables and virtual tables of the database (not SQLite's own, not virtual tables' shadows)."""
+    """The tables and virtual tables of the database (not SQLite's own, not virtual tables' shadows); on
+    PostgreSQL the tables of the project's schema."""
+    if postgres.is_postgres(conn):
+        return postgres.tables(conn)
     rows = conn.execute("PRAGMA main.table_list").fetchall()
     return {
         str(name) for _, name, kind, *_ in rows if kind in ("table", "virtual") and not str(name).startswith("sqlite_")
@@ -113,11 +117,14 @@ def project_tables(conn: apsw.Connection) -> set[str]:
 
 
 def exportable_tables(conn: apsw.Connection) -> set[str]:
-    """The project's tables and SQLite's id sequences, where the database has them."""
+    """The project's tables and SQLite's id sequences, where the database has them (PostgreSQL's identity
+    sequences stand for them, always)."""
+    if postgres.is_postgres(conn):
+        return project_tables(conn) | {SEQUENCE_TABLE}
     found = conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (SEQUENCE_TABLE,))
     return project_tables(conn) | ({SEQUENCE_TABLE} if found.fetchone() else set())
 
 
 def unclassified_tables(conn: apsw.Connection) -> list[str]:
     """Tables neither exported nor declared derived: an export would lose them."""
-    return sorted(project_tables(conn) - EXPORTED_TABLES - set(DERIVED_TABLES))
+    return sorted(project_tables(conn) - EXPORTED_TABLES - set(DERIVED_TABLES) - postgres.CARRIER_TABLES)

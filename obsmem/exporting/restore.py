@@ -20,10 +20,19 @@ from typing import Any
 import apsw
 
 from obsmem.errors import ExportInvalid, ProjectNotEmpty
+from obsmem.exporting import postgres
 from obsmem.exporting.format import PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, project_tables
 from obsmem.exporting.reader import ExportReader
-from obsmem.exporting.rows import RestoreState, insert_row, quoted
+from obsmem.exporting.rows import (
+    SEQUENCE_TABLE,
+    RestoreState,
+    encode_value,
+    flush_rows,
+    insert_row,
+    quoted,
+    send_insert,
+)
 from obsmem.faults import crash_point
 from obsmem.validation import project_name
 
@@ -78,6 +87,8 @@ def restore_project(
         _require_empty(conn, project)
         reader = ExportReader(handle)
         _restore_records(RestoreState(conn), reader, progress, total)
+        if postgres.is_postgres(conn):
+            postgres.continue_identities(conn)
         crash_point("restore:written")  # every row written, nothing committed: a kill here restores nothing
     if service.indexer is not None:
         service.indexer.notify(project)
@@ -91,7 +102,8 @@ def restore_project(
 
 def _require_empty(conn: apsw.Connection, project: str) -> None:
     present = project_tables(conn)  # SQLite's id sequences are bookkeeping, not data: not asked
-    for table in dict.fromkeys(kind.table for kind in KINDS if kind.table in present):
+    carried = ["carried_rows"] if "carried_rows" in present else []
+    for table in dict.fromkeys([*(kind.table for kind in KINDS if kind.table in present), *carried]):
         if conn.execute(f"SELECT 1 FROM {quoted(table)} LIMIT 1").fetchone() is not None:
             raise ProjectNotEmpty(
                 f"project '{project}' already holds data; a restore only fills a new or empty project",
@@ -102,27 +114,56 @@ def _require_empty(conn: apsw.Connection, project: str) -> None:
 def _restore_records(state: RestoreState, reader: ExportReader, progress: Progress | None, total: int) -> None:
     finished = 0  # KINDS before this index have had their `after` step
     done = 0
+    # On PostgreSQL, kinds whose tables this backend does not hold yet are carried (obsmem/exporting/postgres.py).
+    carry = (
+        {kind.name for kind in KINDS if kind.table != SEQUENCE_TABLE and kind.table not in project_tables(state.conn)}
+        if postgres.is_postgres(state.conn)
+        else set()
+    )
+    state.pending["carried"] = carry
+    positions: dict[str, int] = {}
     try:
         for record in reader.records():
+            if record.kind.restore is not None or finished < KIND_INDEX[record.kind.name]:
+                flush_rows(state)  # rows of earlier kinds are in before a custom step or a kind's end runs
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
-            (record.kind.restore or insert_row)(state, record.kind, record.row)
+            if record.kind.name in carry:
+                position = positions.get(record.kind.name, 0)
+                encoded = {name: encode_value(value) for name, value in record.row.items()}
+                postgres.carry_columns(state.conn, record.kind.name, position, encoded)
+                carried = (record.kind.name, position, postgres.carried_text(encoded))
+                send_insert(state, postgres.CARRY_ROW, carried, table="carried_rows", names=postgres.CARRY_COLUMNS)
+                positions[record.kind.name] = position + 1
+            else:
+                (record.kind.restore or insert_row)(state, record.kind, record.row)
             done += 1
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress("restore", done, total)
+        flush_rows(state)
         state.line = 0
         _finish_kinds(state, finished, len(KINDS))
     except (apsw.ConstraintError, apsw.MismatchError) as exc:
         where = f"line {state.line}" if state.line else "the end of the file"
         # SQLite names the constraint or trigger that refused the row, never the row's values.
         raise ExportInvalid(f"{where}: the export breaks a rule of the database schema ({exc})") from None
+    except Exception as exc:
+        rule = postgres.broken_rule(exc)
+        if rule is None:
+            raise
+        lines = state.pending.get("batch_lines")
+        where = (
+            f"lines {lines[0]}-{lines[1]}" if lines else f"line {state.line}" if state.line else "the end of the file"
+        )
+        raise ExportInvalid(f"{where}: the export breaks a rule of the database schema ({rule})") from None
     if progress is not None:
         progress("restore", done, total)
 
 
 def _finish_kinds(state: RestoreState, start: int, stop: int) -> int:
     """Run the ``after`` step of every kind from ``start`` up to (not including) ``stop``."""
+    carried = state.pending.get("carried", set())
     for kind in KINDS[start:stop]:
-        if kind.after is not None:
+        if kind.after is not None and kind.name not in carried:
             kind.after(state)
     return max(start, stop)

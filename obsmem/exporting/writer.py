@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -12,9 +13,10 @@ import apsw
 import orjson
 
 from obsmem.errors import ExportIncomplete
+from obsmem.exporting import postgres
 from obsmem.exporting.format import END_KIND, FORMAT, FORMAT_VERSION, PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KINDS, RecordKind, exportable_tables, unclassified_tables
-from obsmem.exporting.rows import encode_value, order_clause, quoted, table_columns
+from obsmem.exporting.rows import SEQUENCE_TABLE, encode_value, order_clause, quoted, table_columns
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import project_name
 from obsmem.version import __version__
@@ -75,21 +77,24 @@ def export_project(
                 "lose them, so nothing was written"
             )
         present = exportable_tables(conn)
+        on_postgres = postgres.is_postgres(conn)
+        carried = postgres.carried_kinds(conn) if on_postgres else {}
         lacking = sorted({kind.table for kind in KINDS if not kind.optional and kind.table not in present})
-        if lacking:
+        if lacking and not on_postgres:
             # A schema change renamed or dropped a table the export rules still name: fix the rules first.
+            # (PostgreSQL lacks the tables of parts not ported yet; their rows, if any, are carried.)
             raise ExportIncomplete(f"the database lacks table(s) {', '.join(lacking)} that the export rules name")
-        kinds = [kind for kind in KINDS if kind.table in present]
-        columns = {kind.name: table_columns(conn, kind.table) for kind in kinds}
-        counts = {kind.name: _count(conn, kind) for kind in kinds}
+        kinds = [kind for kind in KINDS if kind.table in present or kind.name in carried]
+        columns = {
+            kind.name: carried[kind.name] if kind.table not in present else _columns(conn, kind) for kind in kinds
+        }
+        counts = {kind.name: _count(conn, kind, kind.table not in present) for kind in kinds}
         total = sum(counts.values())
         sink = _LineSink(out)
         sink.write(_header(conn, project, kinds, columns))
         written = 0
         for kind in kinds:
-            names = columns[kind.name]
-            for values in conn.execute(_select(conn, kind, names)):
-                row = {name: encode_value(value) for name, value in zip(names, values, strict=True)}
+            for row in _rows(conn, kind, columns[kind.name], carried=kind.table not in present):
                 sink.write({"kind": kind.name, "row": row})
                 written += 1
                 if progress is not None and written % PROGRESS_EVERY == 0:
@@ -120,7 +125,29 @@ def _where(kind: RecordKind) -> str:
     return f" WHERE {kind.where}" if kind.where else ""
 
 
-def _count(conn: apsw.Connection, kind: RecordKind) -> int:
+def _columns(conn: apsw.Connection, kind: RecordKind) -> list[str]:
+    if kind.table == SEQUENCE_TABLE and postgres.is_postgres(conn):
+        return ["name", "seq"]  # sqlite_sequence's columns, which the identity sequences stand for
+    return table_columns(conn, kind.table)
+
+
+def _rows(conn: apsw.Connection, kind: RecordKind, names: list[str], *, carried: bool) -> Iterator[dict[str, Any]]:
+    """The kind's rows as the file holds them, in the file's order."""
+    if carried:
+        yield from postgres.carried_rows(conn, kind.name)
+    elif kind.table == SEQUENCE_TABLE and postgres.is_postgres(conn):
+        for name, seq in postgres.sequence_rows(conn):
+            yield {"name": name, "seq": seq}
+    else:
+        for values in conn.execute(_select(conn, kind, names)):
+            yield {name: encode_value(value) for name, value in zip(names, values, strict=True)}
+
+
+def _count(conn: apsw.Connection, kind: RecordKind, carried: bool = False) -> int:
+    if carried:
+        return postgres.carried_count(conn, kind.name)
+    if kind.table == SEQUENCE_TABLE and postgres.is_postgres(conn):
+        return len(postgres.sequence_rows(conn))
     (count,) = conn.execute(f"SELECT count(*) FROM {quoted(kind.table)}{_where(kind)}").fetchall()[0]
     return int(count or 0)
 

@@ -64,6 +64,7 @@ COMMANDS: dict[str, str] = {
     "forget": "obsmem.surfaces.cli:forget",
     "export": "obsmem.surfaces.cli_export:export",
     "restore": "obsmem.surfaces.cli_export:restore",
+    "migrate": "obsmem.surfaces.cli_migrate:migrate",
     "notes": "obsmem.surfaces.cli_notes:notes",
     "judgments": "obsmem.surfaces.cli_notes:judgments",
     "judge": "obsmem.surfaces.cli_notes:judge",

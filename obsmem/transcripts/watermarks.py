@@ -32,7 +32,7 @@ class Watermark:
 def load_watermark(db: ProjectDatabase, source: str, path: str) -> Watermark | None:
     with db.read() as conn:
         row = conn.execute(
-            "SELECT offset, size, mtime_ns, head_sha256, tail_sha256, state, events FROM import_files"
+            'SELECT "offset", size, mtime_ns, head_sha256, tail_sha256, state, events FROM import_files'
             " WHERE source = ? AND path = ?",
             (source, path),
         ).fetchone()
@@ -51,9 +51,9 @@ def load_watermark(db: ProjectDatabase, source: str, path: str) -> Watermark | N
 def save_watermark(db: ProjectDatabase, mark: Watermark) -> None:
     with db.write() as conn:
         conn.execute(
-            "INSERT INTO import_files(source, path, offset, size, mtime_ns, head_sha256, tail_sha256, state,"
+            'INSERT INTO import_files(source, path, "offset", size, mtime_ns, head_sha256, tail_sha256, state,'
             " events, imported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT(source, path) DO UPDATE SET offset = excluded.offset, size = excluded.size,"
+            ' ON CONFLICT(source, path) DO UPDATE SET "offset" = excluded."offset", size = excluded.size,'
             " mtime_ns = excluded.mtime_ns, head_sha256 = excluded.head_sha256,"
             " tail_sha256 = excluded.tail_sha256, state = excluded.state, events = excluded.events,"
             " imported_at = excluded.imported_at",

@@ -47,7 +47,7 @@ from obsmem.trust.projection import ProjectionWithNotes
 from obsmem.trust.recall import RecalledNote
 from obsmem.trust.search import TRUST_LEVELS, NoteHit
 from obsmem.trust.service import JudgmentList, NoteList, TrustService
-from obsmem.trust.stores import LOCAL_USER
+from obsmem.trust.stores import LOCAL_USER, TierStores
 
 __all__ = [
     "DECISIONS",
@@ -71,6 +71,7 @@ __all__ = [
     "NoteWrite",
     "ProjectionWithNotes",
     "RecalledNote",
+    "TierStores",
     "TrustService",
     "decide_injection",
     "parse_content",

@@ -298,6 +298,8 @@ def search_exact(
     :data:`PROBE_MATCHES` notes in the trigram index, which folds case beyond ASCII so it finds a superset)
     sorts its few candidates, checked with LIKE; any other needle walks the notes newest first along the date
     index, checking LIKE, until ``limit`` match."""
+    if getattr(conn, "dialect", "sqlite") == "postgres":
+        return _search_exact_postgres(conn, needle, statuses, window, limit)
     marks = ", ".join("?" for _ in statuses)
     where, params = _window_sql(window)
     columns = ", ".join("n." + column.strip() for column in _COLUMNS.split(","))
@@ -318,6 +320,22 @@ def search_exact(
         )
         bindings = tuple(statuses)
     rows = conn.execute(sql, (*bindings, _like_pattern(needle), *params, limit)).fetchall()
+    return [Note.from_row(row) for row in rows]
+
+
+def _search_exact_postgres(
+    conn: apsw.Connection, needle: str, statuses: Sequence[str], window: DateWindow, limit: int
+) -> list[Note]:
+    """:func:`search_exact` on PostgreSQL: ``ILIKE`` on content declared ``COLLATE "C"`` folds ASCII letters
+    only, as SQLite's ``LIKE`` does; the planner narrows with the pg_trgm index (``note_trigrams``) or walks
+    the date index, and either way ``ILIKE`` is checked on every row, so the answer is the same."""
+    marks = ", ".join("?" for _ in statuses)
+    where, params = _window_sql(window)
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM notes WHERE status IN ({marks}) AND content ILIKE ? ESCAPE '\\'{where}"
+        " ORDER BY date DESC, id DESC LIMIT ?",
+        (*statuses, _like_pattern(needle), *params, limit),
+    ).fetchall()
     return [Note.from_row(row) for row in rows]
 
 
@@ -380,6 +398,12 @@ def search_keywords(
     query = keyword_query(terms)
     if query is None:
         return []
+    if getattr(conn, "dialect", "sqlite") == "postgres":
+        rows = _keyword_rows_postgres(conn, terms, statuses, window, max(limit, KEYWORD_POOL))
+        matches = [KeywordMatch(note, coverage(note, terms)) for note in map(Note.from_row, rows)]
+        kept = [match for match in matches if match.coverage >= MIN_NOTE_COVERAGE]
+        kept.sort(key=lambda match: -match.coverage)
+        return kept[:limit]
     marks = ", ".join("?" for _ in statuses)
     where, params = _window_sql(window)
     # The match runs in its own subquery and the filters join afterwards (docs: filter after MATCH in a CTE).
@@ -394,6 +418,24 @@ def search_keywords(
     kept = [match for match in matches if match.coverage >= MIN_NOTE_COVERAGE]
     kept.sort(key=lambda match: -match.coverage)  # stable: BM25 order within the same coverage
     return kept[:limit]
+
+
+def _keyword_rows_postgres(
+    conn: apsw.Connection, terms: Sequence[str], statuses: Sequence[str], window: DateWindow, pool: int
+) -> list[tuple[Any, ...]]:
+    """The keyword match on PostgreSQL: the ``simple`` text-search vector of content and situation (the
+    ``note_words`` expression index) against an OR of the terms, each a quoted lexeme so nothing in user
+    text is parsed as tsquery syntax; ``ts_rank`` orders them where SQLite orders by BM25. Case and accents
+    are folded in Python afterwards (:func:`coverage`), as on SQLite, so the floor decides the same way."""
+    marks = ", ".join("?" for _ in statuses)
+    where, params = _window_sql(window)
+    lexemes = " | ".join("'" + term.replace("\\", "\\\\").replace("'", "''") + "'" for term in terms)
+    vector = "to_tsvector('simple', content || ' ' || situation)"
+    return conn.execute(
+        f"SELECT {_COLUMNS} FROM notes, to_tsquery('simple', ?) AS q WHERE {vector} @@ q"
+        f" AND status IN ({marks}){where} ORDER BY ts_rank({vector}, q) DESC, id DESC LIMIT ?",
+        (lexemes, *statuses, *params, pool),
+    ).fetchall()
 
 
 # -- promotion --------------------------------------------------------------------------------------

@@ -103,10 +103,18 @@ class JudgmentList:
 class TrustService:
     """Agent-written notes with earned trust, for every project of one data directory."""
 
-    def __init__(self, settings: Settings, projects: ProjectRegistry, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        projects: ProjectRegistry,
+        wake: Callable[[], None],
+        *,
+        stores: TierStores | None = None,
+    ) -> None:
+        """``stores``: where the tiers live when not in ``projects``' data directory (PostgreSQL)."""
         self.settings = settings.trust
         self.model = settings.model
-        self.stores = TierStores(projects)
+        self.stores = stores if stores is not None else TierStores(projects)
         self.dispatcher = JudgingDispatcher(self.settings, settings.jobs, self.stores, wake)
         self._judge: Judge | None = None
         self._judge_lock = threading.Lock()

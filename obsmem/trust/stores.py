@@ -1,6 +1,6 @@
 """Where each tier's notes live: the project tier in the project's database, the user tier in a database
 of its own under ``<data_dir>/users/<owner>/obsmem.db`` (the same schema), which every project that owner
-reaches can read.
+reaches can read. On PostgreSQL the user tier is a schema of its own in the projects' database.
 
 The owner is the API key's owner (``api_keys[].owner``, else its ``name``) or, without keys, the local
 account. A caller with no owner (a key with neither) has no user tier: its searches read the project alone
@@ -13,6 +13,7 @@ import functools
 import getpass
 import re
 from pathlib import Path
+from typing import Protocol
 
 from obsmem.errors import ValidationFailed
 from obsmem.projects import ProjectRegistry
@@ -42,12 +43,28 @@ class UserRegistry(ProjectRegistry):
         self.projects_dir = self.data_dir / "users"
 
 
-class TierStores:
-    """The databases a caller's notes live in: its project's and, with an owner, its user tier's."""
+class Registry(Protocol):
+    """What the tiers need of a registry of databases: SQLite's ``ProjectRegistry`` and ``UserRegistry``, or
+    on PostgreSQL the store (projects) and its user tiers (``PostgresStore.user_tiers()``)."""
 
-    def __init__(self, projects: ProjectRegistry) -> None:
+    def get(self, name: str, *, create: bool = False) -> ProjectDatabase: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def names(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+class TierStores:
+    """The databases a caller's notes live in: its project's and, with an owner, its user tier's.
+
+    On SQLite the user tiers are files under ``<data_dir>/users``; on PostgreSQL the service passes the
+    store's user tiers (a schema each, see ``obsmem/storage/postgres/users.py``)."""
+
+    def __init__(self, projects: ProjectRegistry | Registry, users: Registry | None = None) -> None:
         self.projects = projects
-        self.users = UserRegistry(projects.data_dir)
+        self.users: Registry = users if users is not None else UserRegistry(projects.data_dir)  # type: ignore[union-attr]
 
     @staticmethod
     def owner(user: str | None) -> str | None:

@@ -4,6 +4,8 @@
 - :mod:`~obsmem.storage.postgres.connection`: :class:`PostgresProjectDatabase`, a project's ``write()`` and
   ``read()`` transactions, and the connection the owning modules' SQL runs on;
 - :mod:`~obsmem.storage.postgres.migrations` and ``schema/``: checksummed migrations of a project's schema;
+- :mod:`~obsmem.storage.postgres.users`: :class:`PostgresUserTiers`, each owner's user tier of notes in a
+  schema of its own;
 - :mod:`~obsmem.storage.postgres.notify`: :class:`EventSignal`, LISTEN/NOTIFY push for event followers;
 - :mod:`~obsmem.storage.postgres.sql`: the placeholder translation, the one dialect hook shared SQL needs;
 - :mod:`~obsmem.storage.postgres.faults`: psycopg failures as ``storage_*`` errors.

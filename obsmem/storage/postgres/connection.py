@@ -83,10 +83,13 @@ class PostgresProjectDatabase:
     # ``storage.sql_dialect`` reads this, so the job queue can claim with row locks here.
     dialect = "postgres"
 
-    def __init__(self, pool: ConnectionPool, project: str) -> None:
+    def __init__(
+        self, pool: ConnectionPool, project: str, *, schema: str | None = None, lock_key: int | None = None
+    ) -> None:
+        """``schema`` and ``lock_key`` default to the project's; a user tier's database gives its own."""
         self.project = project
-        self.schema = project_schema(project)
-        self.lock_key = advisory_key(project)
+        self.schema = project_schema(project) if schema is None else schema
+        self.lock_key = advisory_key(project) if lock_key is None else lock_key
         self._pool = pool
         self._local = threading.local()
 

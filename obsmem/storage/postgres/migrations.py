@@ -4,7 +4,9 @@ As on SQLite (:mod:`obsmem.storage.migrations`): each migration is recorded in t
 ``schema_migrations`` table with the SHA-256 of its SQL; a recorded checksum that differs from the code's,
 or a version this code does not know, refuses to go on. PostgreSQL's DDL is transactional, so a project's
 schema, its migrations and its row in the project list commit together: a project appears migrated and
-complete, or not at all. Versions are PostgreSQL's own (the SQLite set has other tables to migrate).
+complete, or not at all. Versions are PostgreSQL's own (the SQLite set has other tables to migrate). They
+may have gaps: each is reserved for one part of the backend, and what is missing is applied in increasing
+order, so a schema that has 6 still gets a 4 or 5 added later.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from obsmem.storage.postgres.schema import (
     p0002_work,
     p0003_conversation,
     p0005_pipeline,
+    p0006_notes_imports,
     p0007_short_needles,
 )
 
@@ -26,6 +29,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, p0003_conversation.NAME, p0003_conversation.SQL),
     # Versions need not be contiguous: each one a schema lacks is applied, in order of version.
     Migration(5, p0005_pipeline.NAME, p0005_pipeline.SQL),
+    Migration(6, p0006_notes_imports.NAME, p0006_notes_imports.SQL),
     Migration(7, p0007_short_needles.NAME, p0007_short_needles.SQL),
 )
 

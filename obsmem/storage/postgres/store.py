@@ -18,6 +18,7 @@ from obsmem.storage.postgres.connection import PostgresProjectDatabase, advisory
 from obsmem.storage.postgres.faults import postgres_faults
 from obsmem.storage.postgres.migrations import migrate_schema
 from obsmem.storage.postgres.notify import EventSignal
+from obsmem.storage.postgres.users import PostgresUserTiers
 from obsmem.validation import project_name
 
 CONNECT_SECONDS = 15.0
@@ -59,6 +60,7 @@ class PostgresStore:
         self._open: dict[str, PostgresProjectDatabase] = {}
         self._lock = threading.Lock()
         self._signal: EventSignal | None = None
+        self._users: PostgresUserTiers | None = None
         try:
             self._prepare_catalog()
         except BaseException:
@@ -114,6 +116,25 @@ class PostgresStore:
                 migrate_schema(conn)
             self._open[name] = db
             return db
+
+    def drop(self, project: str) -> bool:
+        """Delete a project and everything in it (its schema and its listing) in one transaction, under its
+        writer lock; False when it did not exist. Only ``obsmem migrate --replace`` asks for this."""
+        name = project_name(project)
+        db = PostgresProjectDatabase(self._pool, name)
+        with db.write() as conn:
+            known = conn.execute("SELECT 1 FROM obsmem.projects WHERE name = ?", (name,)).fetchone()
+            conn.execute(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
+            conn.execute("DELETE FROM obsmem.projects WHERE name = ?", (name,))
+        self.release(name)
+        return known is not None
+
+    def user_tiers(self) -> PostgresUserTiers:
+        """The user tiers' databases in this database (their own schemas, listed apart from projects)."""
+        with self._lock:
+            if self._users is None:
+                self._users = PostgresUserTiers(self._pool)
+            return self._users
 
     def release(self, project: str) -> None:
         with self._lock:

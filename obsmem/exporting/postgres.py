@@ -1,0 +1,159 @@
+"""What export and restore do differently on a PostgreSQL project schema.
+
+The format and the rows are the same on both backends (docs/export-format.md); what differs is how the
+database is asked about itself and how ids continue:
+
+- **Catalog**: the project's tables and their columns come from ``information_schema`` for the schema the
+  transaction's ``search_path`` names, in declaration order (SQLite: ``PRAGMA table_xinfo``).
+- **Id sequences**: PostgreSQL has no ``sqlite_sequence``. The ``id_sequence`` records (where the job and
+  event-log ids continue) are read from and written to the identity sequences of ``jobs`` and
+  ``om_events``; after a restore every identity sequence is moved past the largest id restored, so new
+  rows never reuse an id.
+- **Carried rows**: a kind whose table this backend does not hold yet (the pipeline's generations,
+  coverage and progress, until they are ported) is kept verbatim in ``carried_rows`` and exported again as
+  that kind, so a project moved here and back loses nothing. A kind whose table exists is always restored
+  into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from obsmem.errors import ExportInvalid
+
+# The tables whose ids an ``id_sequence`` record carries (what ``KINDS`` selects on SQLite), in name order.
+SEQUENCED_TABLES = ("jobs", "om_events")
+CARRIER_TABLES = frozenset({"carried_rows", "carried_columns"})
+
+
+def is_postgres(conn: Any) -> bool:
+    return getattr(conn, "dialect", "sqlite") == "postgres"
+
+
+def tables(conn: Any) -> set[str]:
+    """The ordinary tables of the schema the transaction works in."""
+    rows = conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        " AND table_type = 'BASE TABLE'"
+    ).fetchall()
+    return {str(name) for (name,) in rows}
+
+
+def columns(conn: Any, table: str) -> list[str]:
+    """The table's columns in declaration order (none: the table does not exist); generated ones left out."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = ? AND is_generated = 'NEVER' ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def primary_key(conn: Any, table: str) -> list[str]:
+    """The table's primary-key columns in key order."""
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index AS i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true"
+        " JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        " WHERE i.indrelid = to_regclass(?) AND i.indisprimary ORDER BY k.n",
+        (table,),
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def sequence_rows(conn: Any) -> list[tuple[str, int]]:
+    """``(table, last id handed out)`` for each sequenced table that has handed one out, as SQLite's
+    ``sqlite_sequence`` holds them."""
+    found = []
+    for table in SEQUENCED_TABLES:
+        (last,) = conn.execute("SELECT pg_sequence_last_value(pg_get_serial_sequence(?, 'id'))", (table,)).fetchone()
+        if last is not None:
+            found.append((table, int(last)))
+    return found
+
+
+def raise_sequence(conn: Any, table: str, seq: int, line: int) -> None:
+    """Make ``table``'s ids continue after ``seq`` (never lowering where they continue)."""
+    if table not in SEQUENCED_TABLES:
+        raise ExportInvalid(f"line {line}: an id_sequence row names a table whose ids are not carried")
+    conn.execute(
+        "SELECT setval(pg_get_serial_sequence(?, 'id'),"
+        " greatest(?, coalesce(pg_sequence_last_value(pg_get_serial_sequence(?, 'id')), 0)))",
+        (table, seq, table),
+    )
+
+
+def continue_identities(conn: Any) -> None:
+    """Move every identity sequence of the schema past the largest id its table holds: restored rows keep
+    their ids, which an insert with explicit ids does not count."""
+    rows = conn.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND is_identity = 'YES'"
+    ).fetchall()
+    for table, column in rows:
+        quoted_table, quoted_column = _quoted(table), _quoted(column)
+        conn.execute(
+            f"SELECT setval(pg_get_serial_sequence(?, ?), greatest(m, coalesce(pg_sequence_last_value("
+            f"pg_get_serial_sequence(?, ?)), 0))) FROM (SELECT max({quoted_column}) AS m FROM {quoted_table}) AS t"
+            " WHERE m IS NOT NULL",
+            (table, column, table, column),
+        )
+
+
+# Keeps one row of a kind this schema has no table for, as it was exported (``carried_text``).
+CARRY_ROW = "INSERT INTO carried_rows(kind, position, row) VALUES (?, ?, ?)"
+CARRY_COLUMNS = ("kind", "position", "row")
+
+
+def carry_columns(conn: Any, kind: str, position: int, row: dict[str, Any]) -> None:
+    """Record the columns of a carried kind with its first row (the rows then follow in batches)."""
+    if position == 0:
+        conn.execute(
+            "INSERT INTO carried_columns(kind, columns) VALUES (?, ?) ON CONFLICT(kind) DO NOTHING",
+            (kind, orjson.dumps(list(row)).decode()),
+        )
+
+
+def carried_text(row: dict[str, Any]) -> str:
+    """An exported row (values encoded as in the file) as ``carried_rows`` keeps it."""
+    return orjson.dumps(row).decode()
+
+
+def carried_kinds(conn: Any) -> dict[str, list[str]]:
+    """The kinds carried here and the columns of their rows."""
+    if "carried_columns" not in tables(conn):
+        return {}
+    rows = conn.execute("SELECT kind, columns FROM carried_columns ORDER BY kind").fetchall()
+    return {str(kind): list(orjson.loads(names)) for kind, names in rows}
+
+
+def carried_count(conn: Any, kind: str) -> int:
+    return int(conn.execute("SELECT count(*) FROM carried_rows WHERE kind = ?", (kind,)).fetchone()[0])
+
+
+def carried_rows(conn: Any, kind: str) -> Iterator[dict[str, Any]]:
+    """The kind's carried rows in the order they were restored (the file's order)."""
+    for (text,) in conn.execute("SELECT row FROM carried_rows WHERE kind = ? ORDER BY position", (kind,)):
+        yield orjson.loads(text)
+
+
+def broken_rule(exc: BaseException) -> str | None:
+    """The schema rule a PostgreSQL error says a row broke (a constraint's name, a type or a value out of
+    range), or None when ``exc`` is no such error. Only names: PostgreSQL's message and detail quote the
+    row's values, which may be memory text."""
+    state = getattr(exc, "sqlstate", None)
+    if not isinstance(state, str) or state[:2] not in ("22", "23") or "NUL" in str(exc):
+        return None  # text holding U+0000 is refused as not_on_postgres by the connection instead
+    diag = getattr(exc, "diag", None)
+    constraint = getattr(diag, "constraint_name", None)
+    if constraint:
+        return f"constraint {constraint}"
+    if state == "23000":  # raised by a trigger function, e.g. the append-only ledger
+        return "a trigger of the schema"
+    return f"a value the column cannot hold (SQLSTATE {state})"
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
