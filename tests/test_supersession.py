@@ -185,3 +185,23 @@ def test_a_small_project_finds_the_latest_decision(tmp_path: Path, model_server:
 def test_a_later_note_of_the_same_session_does_not_revise(tmp_path: Path, model_server: ModelServer) -> None:
     with build(tmp_path, model_server, enabled=True, revised_session="s1") as memory:
         assert first_hit(memory, "Where does the build cache live now?") == FIRST
+
+
+REQUEST = "User asked to move the build cache out of the repository into the user cache folder"
+OUTCOME = "Decision: the build cache moves out of the repository into the user cache folder"
+
+
+def test_a_session_outcome_ranks_above_its_request_through_search(tmp_path: Path, model_server: ModelServer) -> None:
+    def first(settled: bool, query: str) -> str:
+        section = semantic_settings(model_server, supersession={"enabled": True, "settled_first": settled})
+        data_dir = tmp_path / f"data-{settled}-{len(query)}"
+        with Obsmem(load_settings(data_dir=data_dir, semantic=section)) as memory:
+            add_memories(memory, "p", [("2025-06-20 14:00", REQUEST), ("2025-06-20 14:05", OUTCOME)], session="s1")
+            add_memories(memory, "p", [("2025-06-21 10:00", ASIDE)], session="s2")
+            memory.index("p")
+            return first_hit(memory, query)
+
+    now = "Did the user ask to move the build cache to the user cache folder now?"
+    assert first(False, now) == REQUEST  # the words favour the request: the premise of the test
+    assert first(True, now) == OUTCOME
+    assert first(True, now.replace(" now", "")) == REQUEST  # not about the present: the fused order stands
