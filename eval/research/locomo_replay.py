@@ -18,7 +18,8 @@ the five development conversations). Usage, with the package installed::
     python eval/research/locomo_replay.py capture --data locomo-dev5.json --cache lists.pkl
     python eval/research/locomo_replay.py replay --cache lists.pkl
 
-Capturing encodes every turn three times (about 3,000 turns; minutes on a busy two-core machine).
+Capturing encodes every turn three times (2,760 turns) and asks two keyword lists per question: about half an
+hour on a busy two-core machine. Replaying takes a minute.
 """
 
 from __future__ import annotations
