@@ -299,6 +299,7 @@ class HybridSearcher:
             stated_min_cosine=config.stated_min_cosine,
             max_score_gap=config.max_score_gap,
             always=not config.present_only,
+            settled=config.settled_first,
         )
 
     def _below_floor(self, best: float | None) -> bool:

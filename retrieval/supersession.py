@@ -20,6 +20,13 @@ Two cues decide when it applies, both cheap:
 
 A date bonus alone (newest first among the top candidates) was measured first and does not separate
 "the same decision, later" from "a later memory about something else" (docs/eval.md).
+
+Within one session the dates say nothing: the session that settles a thing also holds the request that
+led to it, the steps on the way and details written right after it, all about the same thing and often
+closer to the question's words. With ``settled_first`` the note that states where the thing was left (a
+decision, a completion, or a change: how the Observer is told to write them) moves above its own
+session's higher-ranked notes about the same thing (cosine at least ``stated_min_cosine``) that state
+nothing of the kind (:func:`settled_first`).
 """
 
 from __future__ import annotations
@@ -52,6 +59,10 @@ NAMED_DATE = re.compile(
     r"jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|(?:19|20)\d\d)\b",
     re.IGNORECASE,
 )
+
+
+# Wording by which a memory states where a thing was left: a decision, a completion, a stated supersession.
+SETTLED_CUES = re.compile(r"^\s*(?:decision|decided|completed|done)\b|\bsupersed\w*", re.IGNORECASE)
 
 
 def asks_about_now(query: str) -> bool:
@@ -116,6 +127,45 @@ def supersede(
     return [(label, score[label]) for label in order] + list(ranked[depth:])
 
 
+def states_settled(text: str) -> bool:
+    """Whether a memory's text states where something was left: a decision, a completion, or a change."""
+    return SETTLED_CUES.search(text) is not None or states_change(text)
+
+
+def settled_first(
+    ranked: Fused,
+    *,
+    sessions: Mapping[int, str],
+    settled: Mapping[int, bool],
+    embeddings: Mapping[int, np.ndarray],
+    depth: int,
+    min_cosine: float,
+) -> Fused:
+    """``ranked`` with each of its first ``depth`` candidates that ``settled`` marks placed just above the
+    highest-ranked candidate of its own session that is not marked and is about the same thing (cosine of
+    the two embeddings at least ``min_cosine``), within the same first ``depth``.
+
+    A session's notes are about one piece of work; for a question about the present, the one that states
+    the outcome answers it rather than the request or the details around it. Candidates without a session
+    or an embedding are left where they are; the order among marked candidates is kept."""
+    head = [label for label, _ in ranked[:depth]]
+    order = list(head)
+    for label in head:
+        session = sessions.get(label)
+        if not settled.get(label, False) or not session or label not in embeddings:
+            continue
+        position = order.index(label)
+        for earlier_position in range(position):
+            earlier = order[earlier_position]
+            if sessions.get(earlier) != session or settled.get(earlier, False) or earlier not in embeddings:
+                continue
+            if float(embeddings[label] @ embeddings[earlier]) >= min_cosine:
+                order.insert(earlier_position, order.pop(position))
+                break
+    score = dict(ranked[:depth])
+    return [(label, score[label]) for label in order] + list(ranked[depth:])
+
+
 def present_supersession(
     query: str,
     ranked: Fused,
@@ -129,13 +179,15 @@ def present_supersession(
     stated_min_cosine: float,
     max_score_gap: float | None = None,
     always: bool = False,
+    settled: bool = False,
 ) -> Fused:
-    """:func:`supersede` for a question about the present (or every question with ``always``)."""
+    """:func:`supersede` for a question about the present (or every question with ``always``), then, with
+    ``settled``, :func:`settled_first`."""
     if not always and not asks_about_now(query):
         return list(ranked)
     head: Sequence[int] = [label for label, _ in ranked[:depth]]
     changes = {label: states_change(texts.get(label, "")) for label in head}
-    return supersede(
+    reordered = supersede(
         ranked,
         dates=dates,
         sessions=sessions,
@@ -145,4 +197,10 @@ def present_supersession(
         min_cosine=min_cosine,
         stated_min_cosine=stated_min_cosine,
         max_score_gap=max_score_gap,
+    )
+    if not settled:
+        return reordered
+    marks = {label: states_settled(texts.get(label, "")) for label in head}
+    return settled_first(
+        reordered, sessions=sessions, settled=marks, embeddings=embeddings, depth=depth, min_cosine=stated_min_cosine
     )

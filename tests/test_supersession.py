@@ -12,7 +12,14 @@ import pytest
 from pydantic import ValidationError
 
 from obsmem import Obsmem
-from obsmem.retrieval.supersession import asks_about_now, states_change, supersede
+from obsmem.retrieval.supersession import (
+    asks_about_now,
+    present_supersession,
+    settled_first,
+    states_change,
+    states_settled,
+    supersede,
+)
 from obsmem.settings import SupersessionSettings, load_settings
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, semantic_settings
@@ -90,8 +97,58 @@ def test_a_stated_change_needs_less_closeness() -> None:
     assert [label for label, _ in supersede(ranked, changes={1: False, 2: True}, **common)] == [2, 1]
 
 
+def test_settled_cues() -> None:
+    assert states_settled("Decision (2025-06-18): signature verification is on for all policies")
+    assert states_settled("Completed: Fastify 5 upgrade merged in PR #655")
+    assert states_settled("Done: PR #412 merged")
+    assert states_settled("Cache format switched from bincode to redb")  # a stated change
+    assert not states_settled("User asked to verify signatures for every mirrored image")
+    assert not states_settled("The decision table lists every rule")  # the word alone, not a decision note
+
+
+def test_the_outcome_of_a_session_moves_above_its_request_and_details() -> None:
+    # 1: the request, 2: a detail of the same session, 3: another session's note, 4: the decision.
+    ranked = [(1, 0.9), (2, 0.85), (3, 0.8), (4, 0.7), (5, 0.6)]
+    sessions = {1: "s1", 2: "s1", 3: "s2", 4: "s1", 5: "s1"}
+    topic = unit(1, 0.2, 0)
+    embeddings = {1: topic, 2: topic, 3: topic, 4: unit(1, 0, 0), 5: unit(0, 0, 1)}
+    settled = {1: False, 2: False, 3: False, 4: True, 5: True}
+    moved = settled_first(ranked, sessions=sessions, settled=settled, embeddings=embeddings, depth=5, min_cosine=0.4)
+    # 4 goes above the first unsettled note of its session that is about the same thing; 5 is about
+    # something else (cosine 0 to every note above it) and stays; scores travel with their labels.
+    assert moved == [(4, 0.7), (1, 0.9), (2, 0.85), (3, 0.8), (5, 0.6)]
+    # Outside the depth nothing moves; a settled note above it is not passed.
+    assert (
+        settled_first(ranked, sessions=sessions, settled=settled, embeddings=embeddings, depth=3, min_cosine=0.4)
+        == ranked
+    )
+    both = {**settled, 1: True, 2: True}
+    assert (
+        settled_first(ranked, sessions=sessions, settled=both, embeddings=embeddings, depth=5, min_cosine=0.4) == ranked
+    )
+
+
+def test_settled_first_applies_to_questions_about_the_present_only() -> None:
+    ranked = [(1, 0.9), (2, 0.8)]
+    texts = {1: "User asked to move the build cache", 2: "Decision: the build cache moves to the user cache folder"}
+    common: dict[str, Any] = {
+        "texts": texts,
+        "dates": {1: "2025-06-20 14:00", 2: "2025-06-20 14:05"},
+        "sessions": {1: "s1", 2: "s1"},
+        "embeddings": {1: unit(1, 0.1), 2: unit(1, 0)},
+        "depth": 10,
+        "min_cosine": 0.5,
+        "stated_min_cosine": 0.4,
+    }
+    now = "Where does the build cache live now?"
+    assert present_supersession(now, ranked, **common) == ranked  # same session: supersession alone keeps it
+    assert present_supersession(now, ranked, settled=True, **common) == [(2, 0.8), (1, 0.9)]
+    assert present_supersession("Where does the build cache live?", ranked, settled=True, **common) == ranked
+
+
 def test_settings_are_validated() -> None:
     assert SupersessionSettings().enabled is False  # opt-in: it costs a few LoCoMo questions
+    assert SupersessionSettings().settled_first is True  # part of the rule when it is on
     with pytest.raises(ValidationError):
         SupersessionSettings(depth=1)
     with pytest.raises(ValidationError):
@@ -128,3 +185,23 @@ def test_a_small_project_finds_the_latest_decision(tmp_path: Path, model_server:
 def test_a_later_note_of_the_same_session_does_not_revise(tmp_path: Path, model_server: ModelServer) -> None:
     with build(tmp_path, model_server, enabled=True, revised_session="s1") as memory:
         assert first_hit(memory, "Where does the build cache live now?") == FIRST
+
+
+REQUEST = "User asked to move the build cache out of the repository into the user cache folder"
+OUTCOME = "Decision: the build cache moves out of the repository into the user cache folder"
+
+
+def test_a_session_outcome_ranks_above_its_request_through_search(tmp_path: Path, model_server: ModelServer) -> None:
+    def first(settled: bool, query: str) -> str:
+        section = semantic_settings(model_server, supersession={"enabled": True, "settled_first": settled})
+        data_dir = tmp_path / f"data-{settled}-{len(query)}"
+        with Obsmem(load_settings(data_dir=data_dir, semantic=section)) as memory:
+            add_memories(memory, "p", [("2025-06-20 14:00", REQUEST), ("2025-06-20 14:05", OUTCOME)], session="s1")
+            add_memories(memory, "p", [("2025-06-21 10:00", ASIDE)], session="s2")
+            memory.index("p")
+            return first_hit(memory, query)
+
+    now = "Did the user ask to move the build cache to the user cache folder now?"
+    assert first(False, now) == REQUEST  # the words favour the request: the premise of the test
+    assert first(True, now) == OUTCOME
+    assert first(True, now.replace(" now", "")) == REQUEST  # not about the present: the fused order stands

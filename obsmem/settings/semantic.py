@@ -340,6 +340,12 @@ class SupersessionSettings(Section):
         default=True,
         description="Apply only to questions with a present-state word; false applies it to every question.",
     )
+    settled_first: bool = Field(
+        default=True,
+        description="Then, among the same first candidates, a note that states where a thing was left (a "
+        "decision, a completion, a change) moves above the higher-ranked notes of its own session about the same "
+        "thing (cosine at least `stated_min_cosine`) that do not: the request and the details around it.",
+    )
 
 
 class IndexSettings(Section):

@@ -203,6 +203,7 @@ def reference_search(
                 stated_min_cosine=config.stated_min_cosine,
                 max_score_gap=config.max_score_gap,
                 always=not config.present_only,
+                settled=config.settled_first,
             )
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
