@@ -64,8 +64,8 @@ class EmbeddingSettings(Section):
         "without torch at search time; `onnx-int8`: the same build quantised to int8, about 1.7x faster "
         "again, with slightly different rankings (docs/eval.md); `openvino-bf16`: the ONNX build run by OpenVINO "
         "in bfloat16 (the `openvino` extra; about 2x faster than `onnx-fp32` on CPUs with avx512_bf16), vectors "
-        "within a cosine of 0.99998 of fp32's, rankings that differ at near-ties (docs/eval.md); `torch-fp32`: the model as "
-        "sentence-transformers runs it. Changing it rebuilds the index (the vectors differ).",
+        "within a cosine of 0.99998 of fp32's, rankings that differ at near-ties (docs/eval.md); `torch-fp32`: "
+        "the model as sentence-transformers runs it. Changing it rebuilds the index (the vectors differ).",
     )
     cache_dir: str = Field(
         default="",
