@@ -20,7 +20,7 @@ compiled with one stream per indexing thread (OpenVINO's CPU streams: a single-t
 one infer request per batch in flight, and a query on its own one-stream model, so neither waits for the
 other. CPU pinning is off: on a shared machine a pinned thread cannot move to a free core.
 
-Nothing is downloaded and nothing but the ONNX file is read; ``import openvino`` happens on first use, so
+Nothing is downloaded and nothing but the build's files is read; ``import openvino`` happens on first use, so
 an install without the package can run every other encoder.
 """
 
@@ -84,9 +84,7 @@ class OpenVinoEmbedder(OnThisMachine):
     def built(self) -> BuiltEncoder:
         """The verified ONNX export, built first if needed (``obsmem encoder build``)."""
         with self._load_lock:
-            if self._built is None:
-                self._built = ensure_encoder(self.path, self.cache_dir, EXPORT)
-            return self._built
+            return self._built_unlocked()
 
     def _read(self) -> Any:
         """OpenVINO's core and the read model (under ``_load_lock``)."""
@@ -105,6 +103,7 @@ class OpenVinoEmbedder(OnThisMachine):
         return self._source
 
     def _built_unlocked(self) -> BuiltEncoder:
+        """:meth:`built` for a caller that holds ``_load_lock`` already."""
         if self._built is None:
             self._built = ensure_encoder(self.path, self.cache_dir, EXPORT)
         return self._built
