@@ -1,12 +1,13 @@
-"""The local encoder: the int8 ONNX build against fp32 sentence-transformers, all figures from one run.
+"""The local encoders (ONNX fp32 and int8, OpenVINO bf16) against fp32 sentence-transformers, all from one run.
 
     python benchmarks/encoder.py [--shared-data DIR] [--questions 300] [--cli-runs 7] [--http-runs 50] [--runs 1]
 
 Texts are LoCoMo (``locomo-dev5.json``): its questions for query embeddings, its dialogue turns
 (``"<speaker>: <text>"``, as the eval's way (a) stores them) for backfill. Prints JSON:
 
-- ``query_embedding`` — p50/p95 ms of one question's embedding (``Embedder.embed_query``) for the fast
-  encoder and for fp32 on one torch thread (what the service uses for queries), alternating question by
+- ``query_embedding`` — p50/p95 ms of one question's embedding (``Embedder.embed_query``) for each fast
+  encoder (``onnx-fp32``, ``onnx-int8``, and ``openvino-bf16`` where the ``openvino`` package is installed)
+  and for fp32 on one torch thread (what the service uses for queries), alternating question by
   question so both see the same machine;
 - ``backfill`` — chunks/s of: a plain fp32 ``SentenceTransformer.encode`` with torch's default threads;
   the fast encoder's own encode on every core; ``Obsmem.index(every_core=True)`` (chunk, embed, write,
@@ -29,6 +30,7 @@ load average at its start, and ``medians`` gives the median of each run's figure
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import socket
@@ -48,6 +50,7 @@ from semantic_corpus import DEFAULT_SHARED, ingest  # noqa: E402
 from obsmem import Obsmem  # noqa: E402
 from obsmem.indexer.embed_local import LocalEmbedder  # noqa: E402
 from obsmem.indexer.embed_onnx import OnnxEmbedder  # noqa: E402
+from obsmem.indexer.embedders import make_embedder  # noqa: E402
 from obsmem.indexer.engine import pin_math_threads  # noqa: E402
 from obsmem.sample import SAMPLE_PROJECT, load_sample, questions  # noqa: E402
 from obsmem.settings import EmbeddingSettings, load_settings  # noqa: E402
@@ -98,7 +101,7 @@ def query_embedding(encoders: dict[str, Any], asked: list[str]) -> dict[str, Any
     return result
 
 
-def backfill(fast: dict[str, OnnxEmbedder], settings: dict[str, Any], turns: list[str], work: Path) -> dict[str, Any]:
+def backfill(fast: dict[str, Any], settings: dict[str, Any], turns: list[str], work: Path) -> dict[str, Any]:
     from sentence_transformers import SentenceTransformer
 
     default = fast[settings["embedding"].get("encoder", DEFAULT_ENCODER)]
@@ -162,7 +165,7 @@ def one_shot_index(config: Path, turns: list[str], settings: dict[str, Any], wor
         timed(lambda: subprocess.run([*base, "index", "--help"], check=True, capture_output=True)) for _ in range(3)
     )
     load_started = time.perf_counter()
-    embedder = OnnxEmbedder(EmbeddingSettings(**settings["embedding"]))  # the default encoder
+    embedder = make_embedder(EmbeddingSettings(**settings["embedding"]))  # the encoder the index uses
     with embedder.every_core():
         embedder.embed_batch(["load"], purpose="documents")
     model_load = time.perf_counter() - load_started
@@ -267,7 +270,11 @@ def main() -> None:
         + (f'cache_dir = "{args.cache_dir}"\n' if args.cache_dir else "")
     )
     cache = {"cache_dir": args.cache_dir} if args.cache_dir else {}
-    fast = {name: OnnxEmbedder(EmbeddingSettings(**cache, encoder=name)) for name in ("onnx-int8", "onnx-fp32")}
+    fast: dict[str, Any] = {
+        name: OnnxEmbedder(EmbeddingSettings(**cache, encoder=name)) for name in ("onnx-int8", "onnx-fp32")
+    }
+    if importlib.util.find_spec("openvino") is not None:  # optional: the openvino extra
+        fast["openvino-bf16"] = make_embedder(EmbeddingSettings(**cache, encoder="openvino-bf16"))
     built = {name: embedder.built() for name, embedder in fast.items()}
     fp32 = LocalEmbedder(EmbeddingSettings(encoder="torch-fp32"))
     result: dict[str, Any] = {

@@ -145,5 +145,10 @@ class OnnxEmbedder(OnThisMachine):
 
 
 def local_encoder(settings: EmbeddingSettings) -> BuiltEncoder:
-    """Build (or verify) the fast encoder of the configured local model now (``obsmem encoder build``)."""
+    """Build (or verify) the fast encoder of the configured local model now (``obsmem encoder build``); for
+    ``openvino-bf16``, the ONNX export it compiles."""
+    if settings.encoder == "openvino-bf16":
+        from obsmem.indexer.embed_openvino import OpenVinoEmbedder
+
+        return OpenVinoEmbedder(settings).built()
     return OnnxEmbedder(settings).built()

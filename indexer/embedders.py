@@ -8,7 +8,8 @@ fails any check raises :class:`~obsmem.errors.EmbeddingUnavailable` for the whol
 a bad reply is ever indexed.
 
 Providers: :class:`~obsmem.indexer.embed_onnx.OnnxEmbedder` (the local model's ONNX build, fp32 by
-default or int8), :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in fp32) and
+default or int8), :class:`~obsmem.indexer.embed_openvino.OpenVinoEmbedder` (the same ONNX build run by
+OpenVINO in bf16), :class:`~obsmem.indexer.embed_local.LocalEmbedder` (sentence-transformers in fp32) and
 :class:`~obsmem.indexer.embed_openai.OpenAIEmbedder` (an OpenAI-compatible ``/embeddings`` endpoint).
 :func:`make_embedder` builds the configured one.
 """
@@ -110,6 +111,10 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         from obsmem.indexer.embed_openai import OpenAIEmbedder
 
         return OpenAIEmbedder(settings)
+    if settings.encoder == "openvino-bf16":
+        from obsmem.indexer.embed_openvino import OpenVinoEmbedder
+
+        return OpenVinoEmbedder(settings)
     if settings.encoder.startswith("onnx-"):
         from obsmem.indexer.embed_onnx import OnnxEmbedder
 

@@ -30,8 +30,9 @@ def encoder() -> None:
 def build(app: Any, as_json: bool) -> None:
     """Build the fast local encoder from the installed model, or verify the one already built.
 
-    Needs [semantic] with the local provider and an ONNX encoder ("onnx-int8" or "onnx-fp32"). Nothing is
-    downloaded: the model is exported from the weights on this machine. Safe to run while a server runs.
+    Needs [semantic] with the local provider and an ONNX or OpenVINO encoder ("onnx-fp32", "onnx-int8" or
+    "openvino-bf16"). Nothing is downloaded: the model is exported from the weights on this machine. Safe to
+    run while a server runs.
     """
     from obsmem.indexer import local_encoder
 
@@ -42,9 +43,9 @@ def build(app: Any, as_json: bool) -> None:
             "with provider 'local'",
             code="mode_unavailable",
         )
-    if not settings.semantic.embedding.encoder.startswith("onnx-"):
+    if settings.semantic.embedding.encoder == "torch-fp32":
         raise ValidationFailed(
-            "semantic.embedding.encoder is 'torch-fp32', which needs no build; an ONNX encoder does",
+            "semantic.embedding.encoder is 'torch-fp32', which needs no build; the ONNX and OpenVINO encoders do",
             code="mode_unavailable",
         )
     built = local_encoder(settings.semantic.embedding)
