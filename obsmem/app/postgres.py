@@ -5,8 +5,9 @@ through the same owning modules as the SQLite service (events, memories, recall)
 searcher; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
 raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller learns at once what the backend
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
-would switch on work the backend cannot do yet (hybrid search, background observation) are refused when
-the service is built.
+would switch on work the backend cannot do yet (background observation, indexing conversation events) are
+refused when the service is built. Hybrid search runs on PostgreSQL with its index in the database
+(obsmem/indexer/postgres.py, retrieval/hybrid_postgres.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ PORTED = frozenset(
         "stop_workers",
         "default_mode",
         "close",
+        # Hybrid search and its index (docs/postgres.md): memories only.
+        "index",
+        "search_stages",
     }
 )
 
@@ -73,13 +77,24 @@ class PostgresObsmem(Obsmem):
             settings = load_settings(data_dir=data_dir)
         refuse_unported_settings(settings)
         self.settings = settings
-        self.search_modes = SearchModes(None)
-        # No background work, index or reranker on PostgreSQL yet.
+        # No background workers on PostgreSQL yet.
         self.workers = None
         self.indexer = None
         self.hybrid = None
         self.reranker = None
         self.store = PostgresStore(settings.storage.postgres_dsn(), pool_size=settings.storage.pool_size)
+        if settings.semantic is not None and settings.semantic.enabled:
+            # The index lives in the database (pgvector, postings), so every server on it shares one.
+            from obsmem.indexer import PostgresSemanticIndexer
+            from obsmem.retrieval import PostgresHybridSearcher, make_reranker
+
+            self.indexer = PostgresSemanticIndexer(settings.semantic, self.store)  # type: ignore[arg-type]
+            self.reranker = make_reranker(settings.semantic.reranker)
+            self.hybrid = PostgresHybridSearcher(self.indexer, settings.semantic, self.reranker)
+            background = settings.semantic.index.background if background_indexing is None else background_indexing
+            if background:
+                self.indexer.start_background()
+        self.search_modes = SearchModes(self.hybrid)
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         """Store events (idempotent per ``(session_id, seq)``); nothing is observed on PostgreSQL yet."""
@@ -88,12 +103,16 @@ class PostgresObsmem(Obsmem):
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         db = self.store.get(project) if self.store.exists(project) else None
-        return add_observations(db, observations)  # type: ignore[arg-type]
+        receipt = add_observations(db, observations)  # type: ignore[arg-type]
+        if receipt.added:
+            self._memories_changed(project)
+        return receipt
 
     def forget(self, project: str, memory_id: object, *, session_id: str | None = None) -> Forgotten:
         with self.store.get(project).write() as conn:
             row_id, hit, _ = find_memory_row(conn, memory_id, session_id=session_id, project=project)  # type: ignore[arg-type]
             delete_memory(conn, row_id)  # type: ignore[arg-type]
+        self._memories_changed(project)
         return Forgotten(deleted=hit)
 
     def search(
@@ -110,8 +129,9 @@ class PostgresObsmem(Obsmem):
         trust: object = None,
         user: str | None = LOCAL_USER,
     ) -> SearchResult:
-        """Exact search of the memories. Notes cannot be written on PostgreSQL yet, so none are merged
-        (there are none to find); asking for a trust level other than the default is refused."""
+        """Exact or hybrid search of the memories (exact of the conversation too). Notes cannot be written on
+        PostgreSQL yet, so none are merged (there are none to find); asking for a trust level other than the
+        default is refused."""
         request = self._search_request(query, after, before, limit, mode, session_id, scope)
         if trust not in (None, "trusted"):
             raise NotOnPostgres("notes (search trust levels) are not available on PostgreSQL yet", field="trust")
@@ -159,7 +179,8 @@ class PostgresObsmem(Obsmem):
                 "reflector": "disabled" if not self.settings.reflector.enabled else "not_configured",
                 "jobs": JobQueue(db).counts(),  # type: ignore[arg-type]
                 "unindexed_events": 0,
-            },
+            }
+            | self._index_status(project),
         )
 
     def index_conversation(self, project: str, *, max_events: int | None = None) -> int:
@@ -227,6 +248,10 @@ class PostgresObsmem(Obsmem):
         """No workers run on PostgreSQL (``start_workers`` refuses), so there is nothing to stop."""
 
     def close(self) -> None:
+        if self.indexer is not None:
+            self.indexer.close()
+        if self.reranker is not None:
+            self.reranker.close()
         self.store.close()
 
     def __enter__(self) -> PostgresObsmem:
@@ -254,8 +279,16 @@ class SchemaEventPush:
 
 def refuse_unported_settings(settings: Settings) -> None:
     """Refuse settings that ask for work the PostgreSQL backend cannot do yet, before anything opens."""
-    if settings.semantic_enabled:
-        raise NotOnPostgres("hybrid search ([semantic]) is not available on PostgreSQL yet; remove [semantic]")
+    if settings.semantic_enabled and settings.semantic is not None:
+        if settings.semantic.index.events:
+            raise NotOnPostgres(
+                "hybrid search of conversation events (semantic.index.events) is not available on PostgreSQL yet; "
+                "set it to false (exact conversation search works)"
+            )
+        if settings.semantic.bm25.tokenizer.split()[0] == "trigram":
+            raise NotOnPostgres(
+                "the trigram keyword tokenizer is not available on PostgreSQL; use a word tokenizer ([semantic.bm25])"
+            )
     for role in ("observer", "reflector"):
         section = getattr(settings, role)
         model = settings.model_for(role)

@@ -12,12 +12,13 @@ from __future__ import annotations
 from obsmem.errors import StorageError
 from obsmem.storage.migrations import Migration
 from obsmem.storage.postgres.connection import PostgresConnection
-from obsmem.storage.postgres.schema import p0001_core, p0002_work, p0003_conversation
+from obsmem.storage.postgres.schema import p0001_core, p0002_work, p0003_conversation, p0004_semantic
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, p0001_core.NAME, p0001_core.SQL),
     Migration(2, p0002_work.NAME, p0002_work.SQL),
     Migration(3, p0003_conversation.NAME, p0003_conversation.SQL),
+    Migration(4, p0004_semantic.NAME, p0004_semantic.SQL),
 )
 
 _LEDGER = """
