@@ -25,10 +25,12 @@ neighbours are kept in step are SQLite's: :class:`PostgresKeywordDocuments` reus
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
@@ -36,6 +38,8 @@ import apsw
 from obsmem.indexer.keywords import COLUMNS, LAYOUT, Context, KeywordDocuments
 from obsmem.indexer.state import update_state
 
+# Rows per statement when buffered keyword rows are written.
+FLUSH_ROWS = 50_000
 # The FTS5 tokenizer runs on one in-memory SQLite connection per thread (the text never touches a file).
 _LOCAL = threading.local()
 
@@ -94,6 +98,39 @@ _COUNT_TERMS = (
 _ADD_TOTALS = "UPDATE semantic_keyword_totals SET documents = documents + ?, tokens = tokens + ?"
 
 
+_WRITE_CONTEXTS = (
+    "INSERT INTO semantic_context(memory_row, previous_row, next_row, digest)"
+    " SELECT * FROM unnest(?::bigint[], ?::bigint[], ?::bigint[], ?::bytea[])"
+    " ON CONFLICT(memory_row) DO UPDATE SET previous_row = excluded.previous_row,"
+    " next_row = excluded.next_row, digest = excluded.digest"
+)
+
+
+@dataclass
+class _Rows:
+    """Keyword rows waiting to be written together."""
+
+    tokens: list[str] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    freqs: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    contexts: list[tuple[int, int | None, int | None, bytes]] = field(default_factory=list)
+    documents: int = 0
+    tokens_total: int = 0
+
+    def flush(self, conn: Any) -> None:
+        for start in range(0, len(self.tokens), FLUSH_ROWS):
+            part = slice(start, start + FLUSH_ROWS)
+            conn.execute(_INSERT_POSTINGS, (self.tokens[part], self.labels[part], self.freqs[part], self.lengths[part]))
+            conn.execute(_COUNT_TERMS, (self.tokens[part],))
+        if self.documents or self.tokens_total:
+            conn.execute(_ADD_TOTALS, (self.documents, self.tokens_total))
+        contexts = list({row[0]: row for row in self.contexts}.values())  # one row per memory per statement
+        for start in range(0, len(contexts), FLUSH_ROWS):
+            columns = list(zip(*contexts[start : start + FLUSH_ROWS], strict=True))
+            conn.execute(_WRITE_CONTEXTS, [list(column) for column in columns])
+
+
 class PostgresKeywordDocuments(KeywordDocuments):
     """The keyword rows of one project schema as postings (methods run inside the caller's transaction)."""
 
@@ -101,6 +138,8 @@ class PostgresKeywordDocuments(KeywordDocuments):
         super().__init__(tokenizer, context_characters)
         self.weights = tuple(float(column_weights[column]) for column in COLUMNS)
         self.signature = postings_signature(tokenizer, context_characters, column_weights)
+        self._rows: _Rows | None = None
+        self._known: dict[int, list[tuple[int, str]]] | None = None
 
     def tokens(self, text: str, *, query: bool = False) -> list[str]:
         return fts5_tokens(self.tokenizer, text, query=query)
@@ -124,8 +163,39 @@ class PostgresKeywordDocuments(KeywordDocuments):
         """Empty the keyword rows and fill them again from the stored chunks and current memories."""
         conn.execute("TRUNCATE semantic_postings, semantic_terms, semantic_context")
         conn.execute("UPDATE semantic_keyword_totals SET documents = 0, tokens = 0")
-        self._fill(conn)
+        # Every chunk's text read at once rather than a statement per memory (held only for the rebuild).
+        self._known = {}
+        for row, label, text in conn.execute(
+            "SELECT memory_row, id, text FROM semantic_chunks ORDER BY memory_row, position"
+        ):
+            self._known.setdefault(int(row), []).append((int(label), text))
+        try:
+            with self._buffered(conn):
+                self._fill(conn)
+        finally:
+            self._known = None
         update_state(conn, fts_tokenizer=self.signature)
+
+    def _chunks(self, conn: Any, row: int) -> list[tuple[int, str]]:
+        if self._known is not None:
+            return self._known.get(row, [])
+        return super()._chunks(conn, row)
+
+    def sync(self, conn: Any, processed: Iterable[int], chunks: dict[int, list[tuple[int, str]]] | None = None) -> int:
+        with self._buffered(conn):
+            return super().sync(conn, processed, chunks)
+
+    @contextlib.contextmanager
+    def _buffered(self, conn: Any) -> Iterator[None]:
+        """Collect the rows :meth:`_write` makes and write them in a few statements at the end: a statement
+        per memory costs a round trip to the server each, most of a rebuild's time. Safe because a pass
+        writes each memory once and reads back only the context of memories it has not written."""
+        self._rows = _Rows()
+        try:
+            yield
+            self._rows.flush(conn)
+        finally:
+            self._rows = None
 
     def _write(
         self,
@@ -139,30 +209,19 @@ class PostgresKeywordDocuments(KeywordDocuments):
         documents = context.rows(self._chunks(conn, row) if chunks is None else chunks)
         if replace:
             conn.execute(_REMOVE_POSTINGS, ([label for label, *_ in documents],))
-        tokens: list[str] = []
-        labels: list[int] = []
-        freqs: list[float] = []
-        lengths: list[int] = []
-        total = counted = 0
+        rows = self._rows if self._rows is not None else _Rows()
         for label, body, previous, following, date in documents:
             weighted, length = self.postings((body, previous, following, date))
-            total += length
-            counted += length > 0
+            rows.tokens_total += length
+            rows.documents += length > 0
             for token, freq in weighted.items():
-                tokens.append(token)
-                labels.append(label)
-                freqs.append(freq)
-                lengths.append(length)
-        if tokens:
-            conn.execute(_INSERT_POSTINGS, (tokens, labels, freqs, lengths))
-            conn.execute(_COUNT_TERMS, (tokens,))
-        conn.execute(_ADD_TOTALS, (counted, total))
-        conn.execute(
-            "INSERT INTO semantic_context(memory_row, previous_row, next_row, digest) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT(memory_row) DO UPDATE SET previous_row = excluded.previous_row,"
-            " next_row = excluded.next_row, digest = excluded.digest",
-            (row, context.previous_row, context.next_row, context.digest),
-        )
+                rows.tokens.append(token)
+                rows.labels.append(label)
+                rows.freqs.append(freq)
+                rows.lengths.append(length)
+        rows.contexts.append((row, context.previous_row, context.next_row, context.digest))
+        if self._rows is None:
+            rows.flush(conn)
 
     def remove(self, conn: Any, row: int, labels: Iterable[int]) -> None:
         conn.execute(_REMOVE_POSTINGS, (list(labels),))

@@ -220,6 +220,7 @@ class PostgresIndexReader:
                 (*values, exact_max + 1),
             )[0]
             if counted > exact_max:
+                self._load_pgvector()
                 self.conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                 filtered = f" JOIN semantic_chunks AS c ON c.id = v.chunk WHERE {' AND '.join(clauses)}"
                 return self._graph(literal, k, filtered, values, ef_search), True
@@ -234,6 +235,7 @@ class PostgresIndexReader:
     def _graph(
         self, literal: str, k: int, filtered: str, values: list[object], ef_search: int
     ) -> list[tuple[int, float]]:
+        self._load_pgvector()
         self.conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, k))}")
         rows = self.conn.execute(
             "SELECT chunk, score FROM (SELECT v.chunk, 1 - (v.embedding <=> ?::vector) AS score,"
@@ -242,6 +244,12 @@ class PostgresIndexReader:
             (literal, literal, *values, k),
         )
         return [(int(label), float(score)) for label, score in rows]
+
+    def _load_pgvector(self) -> None:
+        """Make sure this connection's server process has loaded pgvector before an ``hnsw.*`` setting is
+        made: loading it discards settings of its prefix made earlier (PostgreSQL's reserved GUC prefixes),
+        which would leave ``hnsw.ef_search`` at 40 and cut every graph search to 40 results."""
+        self.conn.execute("SELECT '[0]'::vector")
 
     def cosines(self, query: np.ndarray, labels: Collection[int]) -> dict[int, float]:
         """Exact cosines of the query with the stored embeddings of ``labels``."""
