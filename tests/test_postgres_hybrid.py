@@ -9,17 +9,23 @@ a second service on the same database must search the index the first one built.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
-from obsmem.errors import NotOnPostgres, ValidationFailed
+from obsmem.errors import IndexBuilding, IndexBusy, NotOnPostgres, ValidationFailed
 from obsmem.settings import load_settings
+from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
-from support.semantic_service import VOCABULARY, add_memories, semantic_settings
+from support.semantic_service import VOCABULARY, add_memories, corpus, semantic_settings
 
 
 def _service(data_dir: Path, server: ModelServer, dsn: str | None, **overrides: Any) -> Obsmem:
@@ -143,3 +149,125 @@ def test_conversation_hybrid_and_event_indexing_are_refused(
         with pytest.raises(ValidationFailed) as refused:
             postgres.search("p", "login", mode="hybrid", scope="conversation")
         assert refused.value.code == "mode_unavailable"
+
+
+def test_filters_match_the_brute_force_reference(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
+    # The reference re-chunks every memory, builds each keyword document and BM25 table from scratch in
+    # SQLite's FTS5 and ranks every vector exactly: the PostgreSQL index must give the same hits in order.
+    with _service(tmp_path, model_server, postgres_dsn) as service:
+        items = corpus(300)
+        add_memories(service, "p", items[:200], session="s1")
+        add_memories(service, "p", items[200:], session="s2")
+        service.index("p")
+        db = service.store.get("p")  # type: ignore[attr-defined]
+        cases: list[dict[str, str]] = [
+            {},
+            {"after": "2024-03-01", "before": "2024-03-03"},
+            {"after": "2024-02-10 05:00", "before": "2024-02-10 05:59"},
+            {"session_id": "s2"},
+            {"after": "2024-05-01", "session_id": "s1"},
+        ]
+        for case in cases:
+            for query in ("auth clock mock", "docker image layer"):
+                result = service.search("p", query, limit=50, **case)
+                with db.read() as conn:
+                    expected = reference_search(conn, service.settings.semantic, query, limit=50, **case)
+                assert _ids(result) == expected, (case, query)
+
+
+def test_date_windows_never_omit_a_memory(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
+    with _service(tmp_path, model_server, postgres_dsn, index={"exact_scan_max_chunks": 60}) as service:
+        add_memories(service, "p", corpus(250, seed=3))
+        service.index("p")
+        db = service.store.get("p")  # type: ignore[attr-defined]
+        days = st.integers(min_value=0, max_value=360)
+
+        @hyp_settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(
+            start=days,
+            length=st.integers(min_value=0, max_value=120),
+            words=st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=4),
+        )
+        def window_has_no_omissions(start: int, length: int, words: list[str]) -> None:
+            first = date(2024, 1, 1) + timedelta(days=start)
+            after, before = first.isoformat(), (first + timedelta(days=length)).isoformat()
+            query = " ".join(words)
+            result = service.search("p", query, limit=50, after=after, before=before)
+            with db.read() as conn:
+                expected = reference_search(
+                    conn, service.settings.semantic, query, limit=50, after=after, before=before
+                )
+            # Windows over 60 chunks go through the graph with the filter applied during the search (as
+            # SQLite's larger windows do): the order may differ where the graph is approximate, never the set.
+            assert set(_ids(result)) >= set(expected[: len(result.hits)])
+            assert len(result.hits) == min(50, len(expected))
+
+        window_has_no_omissions()
+
+
+def _canonical(service: Obsmem) -> list[Any]:
+    db = service.store.get("p")  # type: ignore[attr-defined]
+    with db.read() as conn:
+        return [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ("sessions", "events", "memories", "observation_sources")
+        ]
+
+
+def test_a_rebuild_never_touches_canonical_rows(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
+    with _service(tmp_path, model_server, postgres_dsn) as service:
+        add_memories(service, "p", corpus(60))
+        service.index("p")
+        before = _canonical(service)
+        first = service.search("p", "auth clock", limit=5)
+    # Other chunk settings: every derived row is dropped and rebuilt, the HNSW index made again.
+    with _service(tmp_path, model_server, postgres_dsn, chunk_bytes=400) as service:
+        with pytest.raises(IndexBuilding):
+            service.search("p", "auth clock")
+        report = service.index("p")
+        assert report.totals.reset and report.status.indexed_count == 60 and report.status.graph
+        assert _canonical(service) == before
+        assert _ids(service.search("p", "auth clock", limit=5)) == _ids(first)
+    # Other keyword settings: only the postings are rebuilt, no embedding work.
+    with _service(tmp_path, model_server, postgres_dsn, chunk_bytes=400, bm25={"context_characters": 50}) as service:
+        report = service.index("p")
+        assert report.totals.chunks_embedded == 0 and not report.totals.reset
+        assert _canonical(service) == before
+        assert service.search("p", "auth clock", limit=5).hits
+
+
+def test_a_second_service_shares_the_index(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
+    with (
+        _service(tmp_path / "a", model_server, postgres_dsn) as first,
+        _service(tmp_path / "b", model_server, postgres_dsn) as second,
+    ):
+        ids = add_memories(first, "p", corpus(40))
+        first.index("p")
+        # The second service never indexed: it searches the index the first one built, in the database.
+        assert _ids(second.search("p", "auth clock mock")) == _ids(first.search("p", "auth clock mock"))
+        assert second.status("p").indexed_count == 40
+        later = add_memories(second, "p", [("2024-12-30 10:00", "zebra quagga okapi")])
+        assert second.search("p", "zebra quagga okapi").partial
+        first.index("p")  # the first service indexes what the second wrote
+        assert _ids(second.search("p", "zebra quagga okapi"))[0] == later[0]
+        second.forget("p", ids[0])
+        assert ids[0] not in _ids(first.search("p", corpus(40)[0][1], limit=50))
+        # One indexer per project across services: a batch holds the project's lock.
+        index = first.indexer.project("p")  # type: ignore[union-attr]
+        with index.db.session_lock("indexing") as held:
+            assert held
+            with pytest.raises(IndexBusy):
+                second.index("p")
+            assert second.indexer.is_indexing("p")  # type: ignore[union-attr]
+        assert second.index("p").status.pending == 0
+
+
+def test_background_indexing_catches_up(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
+    section = {"index": {"background": True, "poll_seconds": 0.2}}
+    with _service(tmp_path, model_server, postgres_dsn, **section) as service:
+        ids = add_memories(service, "p", [("2024-01-01 10:00", "zebra quagga okapi"), ("2024-01-02 10:00", "auth")])
+        deadline = time.monotonic() + 30
+        while service.status("p").indexed_count < 2:
+            assert time.monotonic() < deadline, "the background indexer did not index the project"
+            time.sleep(0.1)
+        assert _ids(service.search("p", "zebra quagga okapi"))[0] == ids[0]
