@@ -24,7 +24,7 @@ def memory(tmp_path: Path, postgres_dsn: str) -> Iterator[Obsmem]:
 def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -> None:
     from obsmem.app.postgres import PORTED, REFUSED
 
-    assert {"observe", "reflect", "index", "save_note", "import_jsonl", "memory"} <= set(REFUSED)
+    assert {"observe", "reflect", "save_note", "import_jsonl", "memory"} <= set(REFUSED)
     assert not set(REFUSED) & PORTED
     calls = {
         "observe": lambda: memory.observe("p", "s1"),
@@ -63,8 +63,8 @@ def test_trust_levels_and_hybrid_mode_are_refused(memory: Obsmem) -> None:
 
 def test_settings_that_need_unported_work_are_refused_at_start(tmp_path: Path, postgres_dsn: str) -> None:
     storage = {"backend": "postgres", "dsn": postgres_dsn}
-    with pytest.raises(NotOnPostgres, match=r"hybrid search \(\[semantic\]\)"):
-        Obsmem(load_settings(data_dir=tmp_path, storage=storage, semantic={"enabled": True}))
+    with pytest.raises(NotOnPostgres, match=r"semantic\.index\.events"):
+        Obsmem(load_settings(data_dir=tmp_path, storage=storage, semantic={"index": {"events": True}}))
     model = {"base_url": "http://127.0.0.1:9/v1", "model_id": "m"}
     with pytest.raises(NotOnPostgres, match=r"\[observer\] with a model"):
         Obsmem(load_settings(data_dir=tmp_path, storage=storage, model=model))
