@@ -33,7 +33,6 @@ def test_every_unported_method_refuses_by_name(memory: Obsmem, tmp_path: Path) -
         "session_status": lambda: memory.session_status("p", "s1"),
         "import_jsonl": lambda: memory.import_jsonl("p", tmp_path / "x.jsonl"),
         "save_note": lambda: memory.save_note("p", "a note"),
-        "database": lambda: memory.database("p"),
     }
     for name, call in calls.items():
         with pytest.raises(NotOnPostgres) as caught:

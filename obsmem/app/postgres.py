@@ -53,6 +53,9 @@ PORTED = frozenset(
         # Hybrid search and its index (docs/postgres.md): memories only.
         "index",
         "search_stages",
+        # The project's PostgreSQL database, which the owning modules' functions accept (the eval harness
+        # loads its datasets through it).
+        "database",
     }
 )
 
@@ -194,6 +197,9 @@ class PostgresObsmem(Obsmem):
 
     def project_names(self) -> list[str]:
         return self.store.names()
+
+    def database(self, project: str, *, create: bool = False) -> PostgresProjectDatabase:  # type: ignore[override]
+        return self.store.get(project, create=create)
 
     def pipeline_events(
         self,

@@ -5,6 +5,7 @@
   ``read()`` transactions, and the connection the owning modules' SQL runs on;
 - :mod:`~obsmem.storage.postgres.migrations` and ``schema/``: checksummed migrations of a project's schema;
 - :mod:`~obsmem.storage.postgres.notify`: :class:`EventSignal`, LISTEN/NOTIFY push for event followers;
+- :mod:`~obsmem.storage.postgres.scratch`: a throwaway database beside the configured one (evaluation);
 - :mod:`~obsmem.storage.postgres.sql`: the placeholder translation, the one dialect hook shared SQL needs;
 - :mod:`~obsmem.storage.postgres.faults`: psycopg failures as ``storage_*`` errors.
 
@@ -14,6 +15,7 @@ Other modules import these names from :mod:`obsmem.storage`, which loads this pa
 from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, project_schema
 from obsmem.storage.postgres.migrations import POSTGRES_MIGRATIONS
 from obsmem.storage.postgres.notify import EventSignal
+from obsmem.storage.postgres.scratch import scratch_database
 from obsmem.storage.postgres.store import PostgresStore
 
 __all__ = [
@@ -23,4 +25,5 @@ __all__ = [
     "PostgresProjectDatabase",
     "PostgresStore",
     "project_schema",
+    "scratch_database",
 ]
