@@ -22,15 +22,12 @@ from obsmem.indexer import MEMORY_SOURCES, Filter, IndexReader, PostgresIndexRea
 from obsmem.retrieval.hybrid import (
     MAX_STALE_MARGIN,
     SCOPE_KINDS,
-    Candidate,
     HybridSearcher,
     SearchPlan,
     StageRankings,
-    _memories,
 )
 from obsmem.retrieval.ranked import RankedList
-from obsmem.retrieval.rerank import rerank_order
-from obsmem.retrieval.results import Hit, SearchResult
+from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest
 
 
@@ -107,41 +104,7 @@ class PostgresHybridSearcher(HybridSearcher):
             fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, where)
             if len(lists) > 1:
                 fused = self._superseded(request.query, fused, valid, vectors, store)
-        reranking = self.reranker is not None and plan.rerank
-        nothing_close = False
-        if not reranking and plan.floor and self._below_floor(stages.evidence):
-            fused, nothing_close = [], True
-        if rankings:
-            for ranked in lists:
-                setattr(stages, ranked.name, _memories(ranked.labels, valid))
-        truncated = not nothing_close and (any(ranked.full for ranked in lists) or len(fused) > fusion.fused_candidates)
-        candidates = [valid[label] for label, _ in fused[: fusion.fused_candidates]]
-        if rankings:
-            stages.fused = _memories([c.label for c in candidates], valid)
-        scores: list[float] | None = None
-        if self.reranker is not None and reranking and candidates:
-            raw = self.reranker.score(request.query, [c.text for c in candidates])
-            floor = self.reranker.settings.min_score if plan.floor else None
-            order = rerank_order(raw, floor)
-            candidates = [candidates[i] for i in order]
-            scores = [raw[i] for i in order]
-        chosen: list[Candidate] = []
-        chosen_scores: list[float] = []
-        seen: set[str] = set()
-        for position, candidate in enumerate(candidates):
-            if candidate.memory_id in seen:
-                continue
-            seen.add(candidate.memory_id)
-            chosen.append(candidate)
-            if scores is not None:
-                chosen_scores.append(scores[position])
-        if len(chosen) > request.limit:
-            truncated = True
-        stages.final = [candidate.memory_id for candidate in chosen]
-        stages.rerank_scores = chosen_scores if scores is not None else None
-        hits = [Hit.from_row(candidate.row) for candidate in chosen[: request.limit]]
-        result = SearchResult("hybrid", hits, truncated=truncated, partial=partial, nothing_close=nothing_close)
-        return result, stages
+        return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
     @staticmethod
     def _cosines(store: IndexReader, vectors: Any, query: np.ndarray, labels: list[int]) -> dict[int, float]:
