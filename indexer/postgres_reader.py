@@ -21,7 +21,7 @@ import numpy as np
 from obsmem.indexer import stores
 from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
 from obsmem.indexer.reader import ValidChunk, _checked
-from obsmem.indexer.state import IndexState
+from obsmem.indexer.state import STATE_COLUMNS, IndexState
 from obsmem.indexer.vectors import MEMORIES, Filter
 
 # FTS5's bm25() constants (SQLite's fts5_aux.c), as retrieval/bm25.py assumes them for the ceiling.
@@ -89,6 +89,7 @@ class PostgresIndexReader:
         self.conn = conn
         self.schema = schema
         self.keywords = keywords
+        self._state: IndexState | None = None
 
     @property
     def source(self) -> str:
@@ -102,7 +103,10 @@ class PostgresIndexReader:
     # -- readiness ------------------------------------------------------------------------------
 
     def state(self) -> IndexState:
-        return IndexState.read(self.conn)
+        # One snapshot (REPEATABLE READ): the row read once is the row for the reader's whole life.
+        if self._state is None:
+            self._state = IndexState.read(self.conn)
+        return self._state
 
     def source_count(self, kind: str | None = None) -> int:
         return 0 if kind not in (None, MEMORIES) else stores.source_count(self.conn, MEMORIES)
@@ -117,6 +121,17 @@ class PostgresIndexReader:
 
     def stale_chunks(self, cap: int) -> int:
         return int(self._one(_STALE, (cap,))[0])
+
+    def readiness(self) -> tuple[IndexState, bool, bool, int]:
+        """In one statement: the state row, whether any vector is stored, whether any memory is pending and
+        how many chunks the keyword list holds (every round trip counts on a busy server)."""
+        row = self._one(
+            f"SELECT {STATE_COLUMNS}, EXISTS (SELECT 1 FROM semantic_vectors),"
+            " EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > 0),"
+            " (SELECT documents FROM semantic_keyword_totals) FROM semantic_state WHERE id = 1"
+        )
+        state = self._state = IndexState(row[0], row[1], row[2], bool(row[3]), *row[4:11])
+        return state, bool(row[11]), bool(row[12]), int(row[13])
 
     def keyword_chunks(self) -> int:
         """How many chunks the keyword list holds (FTS5's row count: the N of every IDF)."""
@@ -220,8 +235,7 @@ class PostgresIndexReader:
                 (*values, exact_max + 1),
             )[0]
             if counted > exact_max:
-                self._load_pgvector()
-                self.conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                self._hnsw_settings("SET LOCAL hnsw.iterative_scan = strict_order")
                 filtered = f" JOIN semantic_chunks AS c ON c.id = v.chunk WHERE {' AND '.join(clauses)}"
                 return self._graph(literal, k, filtered, values, ef_search), True
         rows = self.conn.execute(
@@ -235,8 +249,7 @@ class PostgresIndexReader:
     def _graph(
         self, literal: str, k: int, filtered: str, values: list[object], ef_search: int
     ) -> list[tuple[int, float]]:
-        self._load_pgvector()
-        self.conn.execute(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, k))}")
+        self._hnsw_settings(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, k))}")
         rows = self.conn.execute(
             "SELECT chunk, score FROM (SELECT v.chunk, 1 - (v.embedding <=> ?::vector) AS score,"
             f" v.embedding <=> ?::vector AS distance FROM semantic_vectors AS v{filtered}"
@@ -245,11 +258,12 @@ class PostgresIndexReader:
         )
         return [(int(label), float(score)) for label, score in rows]
 
-    def _load_pgvector(self) -> None:
-        """Make sure this connection's server process has loaded pgvector before an ``hnsw.*`` setting is
-        made: loading it discards settings of its prefix made earlier (PostgreSQL's reserved GUC prefixes),
-        which would leave ``hnsw.ef_search`` at 40 and cut every graph search to 40 results."""
-        self.conn.execute("SELECT '[0]'::vector")
+    def _hnsw_settings(self, settings: str) -> None:
+        """Set ``hnsw.*`` settings for this transaction, in one round trip after making sure this
+        connection's server process has loaded pgvector: loading it discards earlier settings of its prefix
+        (PostgreSQL's reserved GUC prefixes), which would leave ``hnsw.ef_search`` at 40 and cut every
+        graph search to 40 results."""
+        self.conn.raw.execute(f"SELECT '[0]'::vector; {settings}")
 
     def cosines(self, query: np.ndarray, labels: Collection[int]) -> dict[int, float]:
         """Exact cosines of the query with the stored embeddings of ``labels``."""

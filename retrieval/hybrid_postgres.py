@@ -71,16 +71,14 @@ class PostgresHybridSearcher(HybridSearcher):
         k = fusion.candidates_per_list
         vectors: Any = _StoredVectors()
         with index.reader() as store:
-            state = store.state()
+            state, stored, partial, chunks = store.readiness()
             if not state.compatible_with(index.signature, index.keyword_signature):
                 raise self._building(project, store, compatible=False, kind=kind)
-            if not store.has_vectors():
+            if not stored:
                 if store.source_count(kind) == 0:
                     return SearchResult(mode="hybrid"), stages
                 raise self._building(project, store, compatible=True, kind=kind)
-            partial = store.has_pending(kind)
             margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0
-            chunks = store.keyword_chunks()
             lists: list[RankedList] = []
             if use_bm25:
                 lists.append(self.bm25.search(store, request.query, k + margin, where, None, chunks))

@@ -102,11 +102,11 @@ class PostgresProjectDatabase:
             return
         with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
             conn = PostgresConnection(raw)
-            raw.execute(begin)
+            # One round trip for both (no parameters: the simple protocol takes several statements).
+            raw.execute(f"{begin}; SET LOCAL search_path TO {self.schema}, public")
             self._local.conn = conn
             self._local.writing = writing
             try:
-                raw.execute(f"SET LOCAL search_path TO {self.schema}, public")
                 if writing:
                     raw.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
                 if lock:
