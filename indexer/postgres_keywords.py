@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,7 +146,7 @@ class PostgresKeywordDocuments(KeywordDocuments):
 
     def postings(self, columns: tuple[str, str, str, str]) -> tuple[dict[str, float], int]:
         """``({token: column-weighted count}, length in tokens)`` of one keyword document."""
-        weighted: Counter[str] = Counter()
+        weighted: defaultdict[str, float] = defaultdict(float)
         length = 0
         for text, weight in zip(columns, self.weights, strict=True):
             if not text:

@@ -7,7 +7,7 @@ raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller lear
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
 would switch on work the backend cannot do yet (background observation, indexing conversation events) are
 refused when the service is built. Hybrid search runs on PostgreSQL with its index in the database
-(obsmem/indexer/postgres.py, retrieval/hybrid_postgres.py).
+(indexer/postgres.py, retrieval/hybrid_postgres.py).
 """
 
 from __future__ import annotations

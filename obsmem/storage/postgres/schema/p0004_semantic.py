@@ -4,7 +4,7 @@ The same dirty markers, state row, sources and chunks as on SQLite, so the index
 steps: triggers on ``memories`` record every insert, edit and delete in ``semantic_pending`` inside the
 writer's own transaction. Where SQLite keeps the vectors in memory and an HNSW graph file beside the
 database, here the embeddings are a pgvector column and the graph is an HNSW index in the database (made
-by the indexer once the vector size is known, see ``obsmem/indexer/postgres.py``), so every server on the
+by the indexer once the vector size is known, see ``indexer/postgres.py``), so every server on the
 database shares one index and nothing needs publishing.
 
 The keyword list is not an FTS5 table: ``semantic_postings`` holds, per chunk and token (the same FTS5
