@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.errors import IndexBuilding, IndexBusy, NotOnPostgres, ValidationFailed
+from obsmem.indexer import Filter
+from obsmem.indexer.postgres_reader import vector_literal
 from obsmem.settings import load_settings
 from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
@@ -271,3 +273,26 @@ def test_background_indexing_catches_up(tmp_path: Path, model_server: ModelServe
             assert time.monotonic() < deadline, "the background indexer did not index the project"
             time.sleep(0.1)
         assert _ids(service.search("p", "zebra quagga okapi"))[0] == ids[0]
+
+
+def test_the_hnsw_index_answers_with_the_configured_ef_search(
+    tmp_path: Path, model_server: ModelServer, postgres_dsn: str
+) -> None:
+    # A graph search returns up to hnsw.ef_search results (pgvector's default is 40): the configured value
+    # must reach it, or the vector list would stop short of its candidate budget.
+    with _service(tmp_path, model_server, postgres_dsn) as service:
+        add_memories(service, "p", corpus(300, seed=9))
+        service.index("p")
+        index = service.indexer.project("p")  # type: ignore[union-attr]
+        query = index.embedder.embed_query("auth clock mock docker")
+        with index.reader() as store:
+            store.conn.execute("SET LOCAL enable_seqscan = off")  # the graph, as on a large table
+            plan = store.conn.execute(
+                "EXPLAIN SELECT chunk FROM semantic_vectors ORDER BY embedding <=> ?::vector LIMIT 150",
+                (vector_literal(query),),
+            ).fetchall()
+            assert "semantic_vectors_hnsw" in " ".join(row[0] for row in plan)
+            graph, used = store.vector_candidates(query, 150, Filter(), exact_max=None, ef_search=256)
+            exact, _ = store.vector_candidates(query, 150, Filter(lower="0000"), exact_max=None, ef_search=256)
+        assert used and len(graph) == 150 and len(exact) == 150
+        assert len({label for label, _ in graph} & {label for label, _ in exact}) >= 140
