@@ -246,7 +246,8 @@ def main() -> None:
     )
     try:
         with Obsmem(settings) as service:
-            if service.store.exists(PROJECT):  # copied by an earlier run on this --dsn: finish and measure it
+            if service.store.exists(PROJECT) and service.status(PROJECT).observations:
+                # copied by an earlier run on this --dsn: finish and measure it
                 report["reused"] = True
                 report |= build(service)
             else:

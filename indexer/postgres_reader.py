@@ -30,10 +30,16 @@ B = 0.75
 
 # The query's terms with FTS5's IDF over the current totals (a term nobody holds has the largest IDF).
 _TERMS = (
-    "q AS (SELECT u.token, greatest(ln((tot.documents - coalesce(t.documents, 0) + 0.5)"
-    " / (coalesce(t.documents, 0) + 0.5)), 1e-6) AS idf FROM unnest(?::text[]) AS u(token)"
+    "q AS MATERIALIZED (SELECT u.token, greatest(ln(((tot.documents - coalesce(t.documents, 0))::float8 + 0.5)"
+    " / (coalesce(t.documents, 0)::float8 + 0.5)), 1e-6) AS idf FROM unnest(?::text[]) AS u(token)"
     " CROSS JOIN semantic_keyword_totals AS tot LEFT JOIN semantic_terms AS t ON t.token = u.token),"
-    " avg AS (SELECT tokens::float8 / greatest(documents, 1) AS dl FROM semantic_keyword_totals)"
+    " avg AS MATERIALIZED (SELECT tokens::float8 / greatest(documents, 1) AS dl FROM semantic_keyword_totals)"
+)
+# Each query token's postings read through the (token, label) key: a lateral lookup per token, whatever the
+# planner's statistics say (without them it scanned every posting and joined the tokens afterwards).
+_POSTINGS_OF_TERMS = (
+    " FROM q CROSS JOIN avg CROSS JOIN LATERAL (SELECT s.label, s.freq, s.length FROM semantic_postings AS s"
+    " WHERE s.token = q.token) AS p"
 )
 _SCORE = f"sum(q.idf * (p.freq * {K1 + 1.0}) / (p.freq + {K1} * ({1.0 - B} + {B} * p.length / avg.dl)))"
 # Where every chunk of the given memory rows sits.
@@ -205,8 +211,8 @@ class PostgresIndexReader:
             params += [label_range[0], label_range[1]]
         where_sql = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         sql = (
-            f"WITH {_TERMS} SELECT p.label, {_SCORE} AS score FROM q JOIN semantic_postings AS p ON p.token = q.token"
-            f" CROSS JOIN avg{joins}{where_sql} GROUP BY p.label ORDER BY score DESC, p.label LIMIT ?"
+            f"WITH {_TERMS} SELECT p.label, {_SCORE} AS score{_POSTINGS_OF_TERMS}{joins}{where_sql}"
+            " GROUP BY p.label ORDER BY score DESC, p.label LIMIT ?"
         )
         params.append(k)
         return [(int(label), float(score)) for label, score in self.conn.execute(sql, params)]
