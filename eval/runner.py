@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.eval.calibration import (
@@ -92,6 +94,21 @@ def with_event_index(settings: Settings) -> Settings:
     assert settings.semantic is not None
     index = settings.semantic.index.model_copy(update={"events": True})
     return settings.model_copy(update={"semantic": settings.semantic.model_copy(update={"index": index})})
+
+
+@contextmanager
+def isolated(settings: Settings) -> Iterator[Settings]:
+    """``settings`` whose projects are the run's own. On SQLite the data directory (a workspace) already is;
+    on PostgreSQL the projects go to a temporary database on the configured server, dropped afterwards, so
+    the datasets' project names never meet the configured database's projects."""
+    if settings.storage.backend != "postgres":
+        yield settings
+        return
+    from obsmem.storage import scratch_database
+
+    with scratch_database(settings.storage.postgres_dsn()) as dsn:
+        storage = settings.storage.model_copy(update={"dsn": SecretStr(dsn)})
+        yield settings.model_copy(update={"storage": storage})
 
 
 @contextmanager
@@ -180,8 +197,8 @@ def evaluate_questions(
             Obsmem(settings, background_indexing=False), project, modes, questions, progress, shipped=None
         )
     chosen = shipped_set(question_set or DEFAULT_SET)
-    with workspace(None) as data_dir:
-        memory = Obsmem(with_semantic(settings, data_dir), background_indexing=False)
+    with workspace(None) as data_dir, isolated(with_semantic(settings, data_dir)) as own:
+        memory = Obsmem(own, background_indexing=False)
         return _questions_run(memory, chosen.project, modes, questions, progress, shipped=chosen)
 
 
@@ -261,7 +278,7 @@ def evaluate_locomo(
         for group, group_settings in groups:
             if not group:
                 continue
-            with _open(with_semantic(group_settings, data_dir), modes) as memory:
+            with isolated(with_semantic(group_settings, data_dir)) as own, _open(own, modes) as memory:
                 timings["model_load"] += warm_up(memory, modes)
                 for way in group:
                     prepared, ingest_s, index_s = locomo.load_way(
@@ -302,7 +319,11 @@ def evaluate_longmemeval(
     started_all = time.perf_counter()
     data_set = load_longmemeval(data)
     questions, left_out = longmemeval.scored_questions(data_set)
-    with workspace(work_dir) as data_dir, _open(with_semantic(settings, data_dir), modes) as memory:
+    with (
+        workspace(work_dir) as data_dir,
+        isolated(with_semantic(settings, data_dir)) as own,
+        _open(own, modes) as memory,
+    ):
         timings = {"model_load": warm_up(memory, modes)}
         results, spent = longmemeval.run_longmemeval(
             memory, data_set, questions, modes, progress, index=semantic_modes(modes)

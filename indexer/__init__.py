@@ -10,6 +10,8 @@ first used.
 from obsmem.indexer.embed_onnx import local_encoder
 from obsmem.indexer.encoder_build import BuiltEncoder
 from obsmem.indexer.engine import SemanticIndexer
+from obsmem.indexer.postgres import PostgresSemanticIndexer
+from obsmem.indexer.postgres_reader import PostgresIndexReader
 from obsmem.indexer.project import BatchReport
 from obsmem.indexer.reader import IndexReader, ValidChunk
 from obsmem.indexer.vectors import EVENTS as EVENT_SOURCES
@@ -23,6 +25,8 @@ __all__ = [
     "BuiltEncoder",
     "Filter",
     "IndexReader",
+    "PostgresIndexReader",
+    "PostgresSemanticIndexer",
     "SemanticIndexer",
     "ValidChunk",
     "VectorSet",

@@ -24,7 +24,7 @@ import apsw
 from obsmem.dates import now_iso
 from obsmem.indexer.chunker import ChunkSettings
 
-_COLUMNS = (
+STATE_COLUMNS = (
     "signature, dimensions, fts_tokenizer, dirty, version, hnsw_file, hnsw_bytes, hnsw_checksum, "
     "hnsw_version, hnsw_count, removed_floor"
 )
@@ -46,7 +46,7 @@ class IndexState:
 
     @classmethod
     def read(cls, conn: apsw.Connection) -> IndexState:
-        row = conn.execute(f"SELECT {_COLUMNS} FROM semantic_state WHERE id = 1").fetchone()
+        row = conn.execute(f"SELECT {STATE_COLUMNS} FROM semantic_state WHERE id = 1").fetchone()
         return cls(row[0], row[1], row[2], bool(row[3]), *row[4:])
 
     def compatible_with(self, signature: str, keyword_signature: str) -> bool:

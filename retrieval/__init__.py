@@ -29,6 +29,7 @@ from obsmem.retrieval.search import MODES, SCOPES, SearchModes, SearchRequest
 if TYPE_CHECKING:
     from obsmem.retrieval.bm25 import query_terms, query_words
     from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
+    from obsmem.retrieval.hybrid_postgres import PostgresHybridSearcher
     from obsmem.retrieval.rerank import Reranker, make_reranker
 
 # Loaded on first use (lazy_loader): submodule -> the names it defines.
@@ -36,6 +37,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(
     __name__,
     submod_attrs={
         "hybrid": ["HybridSearcher", "SearchPlan", "StageRankings"],
+        "hybrid_postgres": ["PostgresHybridSearcher"],
         "rerank": ["Reranker", "make_reranker"],
         "bm25": ["query_terms", "query_words"],
     },
@@ -45,6 +47,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(
 __all__ = [
     "MAX_QUERY_CHARS",
     "MODES",
+    "PostgresHybridSearcher",
     "SCOPES",
     "Hit",
     "HybridSearcher",

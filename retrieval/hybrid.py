@@ -238,6 +238,23 @@ class HybridSearcher:
             fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
             if len(lists) > 1:
                 fused = self._superseded(request.query, fused, valid, vectors, store)
+        return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
+
+    def _finish(
+        self,
+        request: SearchRequest,
+        plan: SearchPlan,
+        lists: list[RankedList],
+        valid: dict[int, Candidate],
+        fused: Fused,
+        stages: StageRankings,
+        *,
+        partial: bool,
+        rankings: bool,
+    ) -> tuple[SearchResult, StageRankings]:
+        """After the snapshot: the relevance floor, the optional rerank, chunks collapsed to memories in order
+        and the limit (shared by every backend's search)."""
+        fusion = self.settings.fusion
         reranking = self.reranker is not None and plan.rerank
         nothing_close = False
         if not reranking and plan.floor and self._below_floor(stages.evidence):

@@ -6,7 +6,9 @@ restore) and PostgreSQL's exact searcher, with the trust floor's notes over the 
 user-tier schemas; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
 raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller learns at once what the backend
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
-would switch on work the backend cannot do yet (hybrid search) are refused when the service is built.
+would switch on work the backend cannot do yet (indexing conversation events for hybrid search) are refused
+when the service is built. Hybrid search runs on PostgreSQL with its index in the database
+(indexer/postgres.py, retrieval/hybrid_postgres.py), shared by every server on it.
 
 The observation pipeline runs here as on SQLite: the same :class:`~obsmem.pipeline.ObservationPipeline`
 (append hook, observe and reflect jobs, housekeeping, the projection and the views) over the store's
@@ -92,6 +94,9 @@ PORTED = frozenset(
         "import_observations",
         "database",
         "release",
+        # Hybrid search and its index (docs/postgres.md): memories only.
+        "index",
+        "search_stages",
     }
 )
 
@@ -113,8 +118,6 @@ class PostgresObsmem(Obsmem):
             settings = load_settings(data_dir=data_dir)
         refuse_unported_settings(settings)
         self.settings = settings
-        self.search_modes = SearchModes(None)
-        # No index or reranker on PostgreSQL yet.
         self.workers: WorkerPool | None = None
         self.indexer = None
         self.hybrid = None
@@ -126,6 +129,18 @@ class PostgresObsmem(Obsmem):
         self.projects = self.store  # type: ignore[assignment]
         stores = TierStores(self.store, self.store.user_tiers())  # type: ignore[arg-type]
         self.trust = TrustService(settings, self.store, self._wake_workers, stores=stores)  # type: ignore[arg-type]
+        if settings.semantic is not None and settings.semantic.enabled:
+            # The index lives in the database (pgvector, postings), so every server on it shares one.
+            from obsmem.indexer import PostgresSemanticIndexer
+            from obsmem.retrieval import PostgresHybridSearcher, make_reranker
+
+            self.indexer = PostgresSemanticIndexer(settings.semantic, self.store)  # type: ignore[arg-type]
+            self.reranker = make_reranker(settings.semantic.reranker)
+            self.hybrid = PostgresHybridSearcher(self.indexer, settings.semantic, self.reranker)
+            background = settings.semantic.index.background if background_indexing is None else background_indexing
+            if background:
+                self.indexer.start_background()
+        self.search_modes = SearchModes(self.hybrid)
 
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         """Store events (idempotent per ``(session_id, seq)``); a backlog over the buffer queues an observe
@@ -207,12 +222,16 @@ class PostgresObsmem(Obsmem):
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         db = self.store.get(project) if self.store.exists(project) else None
-        return add_observations(db, observations)  # type: ignore[arg-type]
+        receipt = add_observations(db, observations)  # type: ignore[arg-type]
+        if receipt.added:
+            self._memories_changed(project)
+        return receipt
 
     def forget(self, project: str, memory_id: object, *, session_id: str | None = None) -> Forgotten:
         with self.store.get(project).write() as conn:
             row_id, hit, _ = find_memory_row(conn, memory_id, session_id=session_id, project=project)  # type: ignore[arg-type]
             delete_memory(conn, row_id)  # type: ignore[arg-type]
+        self._memories_changed(project)
         return Forgotten(deleted=hit)
 
     def search(
@@ -229,7 +248,8 @@ class PostgresObsmem(Obsmem):
         trust: object = None,
         user: str | None = LOCAL_USER,
     ) -> SearchResult:
-        """Exact search of the memories, with the notes the query finds merged in (as on SQLite)."""
+        """Exact or hybrid search of the memories (exact of the conversation too), with the notes the query
+        finds merged in (as on SQLite)."""
         request = self._search_request(query, after, before, limit, mode, session_id, scope)
         level = self.trust.trust_level(trust)
         result = self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
@@ -284,7 +304,8 @@ class PostgresObsmem(Obsmem):
                 "jobs": self.pipeline.queue(db).counts(),  # type: ignore[arg-type]
                 "unindexed_events": 0,
                 "trust": build(TrustStatus, self.trust.status(project, db)),  # type: ignore[arg-type]
-            },
+            }
+            | self._index_status(project),
         )
 
     def index_conversation(self, project: str, *, max_events: int | None = None) -> int:
@@ -298,6 +319,9 @@ class PostgresObsmem(Obsmem):
 
     def project_names(self) -> list[str]:
         return self.store.names()
+
+    def database(self, project: str, *, create: bool = False) -> PostgresProjectDatabase:  # type: ignore[override]
+        return self.store.get(project, create=create)
 
     def pipeline_events(
         self,
@@ -337,6 +361,10 @@ class PostgresObsmem(Obsmem):
         self.stop_workers()
         self.trust.close()
         self.pipeline.close()
+        if self.indexer is not None:
+            self.indexer.close()
+        if self.reranker is not None:
+            self.reranker.close()
         self.store.close()
 
     def __enter__(self) -> PostgresObsmem:
@@ -364,8 +392,16 @@ class SchemaEventPush:
 
 def refuse_unported_settings(settings: Settings) -> None:
     """Refuse settings that ask for work the PostgreSQL backend cannot do yet, before anything opens."""
-    if settings.semantic_enabled:
-        raise NotOnPostgres("hybrid search ([semantic]) is not available on PostgreSQL yet; remove [semantic]")
+    if settings.semantic_enabled and settings.semantic is not None:
+        if settings.semantic.index.events:
+            raise NotOnPostgres(
+                "hybrid search of conversation events (semantic.index.events) is not available on PostgreSQL yet; "
+                "set it to false (exact conversation search works)"
+            )
+        if settings.semantic.bm25.tokenizer.split()[0] == "trigram":
+            raise NotOnPostgres(
+                "the trigram keyword tokenizer is not available on PostgreSQL; use a word tokenizer ([semantic.bm25])"
+            )
 
 
 def _refusal(name: str) -> Callable[..., NoReturn]:

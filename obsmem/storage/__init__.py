@@ -20,10 +20,22 @@ from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
 
 if TYPE_CHECKING:
-    from obsmem.storage.postgres import EventSignal, PostgresConnection, PostgresProjectDatabase, PostgresStore
+    from obsmem.storage.postgres import (
+        EventSignal,
+        PostgresConnection,
+        PostgresProjectDatabase,
+        PostgresStore,
+        scratch_database,
+    )
 
 # The PostgreSQL backend needs psycopg (the ``postgres`` extra): loaded on first use, never by SQLite users.
-_POSTGRES_NAMES = ("EventSignal", "PostgresConnection", "PostgresProjectDatabase", "PostgresStore")
+_POSTGRES_NAMES = (
+    "EventSignal",
+    "PostgresConnection",
+    "PostgresProjectDatabase",
+    "PostgresStore",
+    "scratch_database",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -43,6 +55,7 @@ __all__ = [
     "check_sqlite_capabilities",
     "migrate",
     "open_connection",
+    "scratch_database",
     "sql_dialect",
     "storage_fault",
     "storage_faults",

@@ -7,6 +7,7 @@
 - :mod:`~obsmem.storage.postgres.users`: :class:`PostgresUserTiers`, each owner's user tier of notes in a
   schema of its own;
 - :mod:`~obsmem.storage.postgres.notify`: :class:`EventSignal`, LISTEN/NOTIFY push for event followers;
+- :mod:`~obsmem.storage.postgres.scratch`: a throwaway database beside the configured one (evaluation);
 - :mod:`~obsmem.storage.postgres.sql`: the placeholder translation, the one dialect hook shared SQL needs;
 - :mod:`~obsmem.storage.postgres.faults`: psycopg failures as ``storage_*`` errors.
 
@@ -16,6 +17,7 @@ Other modules import these names from :mod:`obsmem.storage`, which loads this pa
 from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, project_schema
 from obsmem.storage.postgres.migrations import POSTGRES_MIGRATIONS
 from obsmem.storage.postgres.notify import EventSignal
+from obsmem.storage.postgres.scratch import scratch_database
 from obsmem.storage.postgres.store import PostgresStore
 
 __all__ = [
@@ -25,4 +27,5 @@ __all__ = [
     "PostgresProjectDatabase",
     "PostgresStore",
     "project_schema",
+    "scratch_database",
 ]

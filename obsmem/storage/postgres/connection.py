@@ -147,6 +147,22 @@ class PostgresProjectDatabase:
         with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", lock=False) as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def session_lock(self, purpose: str) -> Iterator[bool]:
+        """Try, without waiting, to hold the project's ``purpose`` lock (a session-level advisory lock on a
+        connection of its own) for the block; yields whether it was taken. Work that spans several
+        transactions (an indexing batch) is serialised by it across processes and servers, as a lock file
+        serialises it on SQLite; the server releases it when the connection ends, even if the process dies."""
+        key = advisory_key(f"{self.project}\x00{purpose}")  # a project name holds no NUL: no clash
+        with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
+            row = raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()  # autocommit connections
+            taken = bool(row and row[0])
+            try:
+                yield taken
+            finally:
+                if taken:
+                    raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.read() as conn:
             return conn.execute(sql, params).fetchall()

@@ -18,6 +18,7 @@ from obsmem.storage.postgres.schema import (
     p0001_core,
     p0002_work,
     p0003_conversation,
+    p0004_semantic,
     p0005_pipeline,
     p0006_notes_imports,
     p0007_short_needles,
@@ -28,6 +29,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, p0002_work.NAME, p0002_work.SQL),
     Migration(3, p0003_conversation.NAME, p0003_conversation.SQL),
     # Versions need not be contiguous: each one a schema lacks is applied, in order of version.
+    Migration(4, p0004_semantic.NAME, p0004_semantic.SQL),
     Migration(5, p0005_pipeline.NAME, p0005_pipeline.SQL),
     Migration(6, p0006_notes_imports.NAME, p0006_notes_imports.SQL),
     Migration(7, p0007_short_needles.NAME, p0007_short_needles.SQL),

@@ -22,8 +22,8 @@ from obsmem.storage.postgres.users import PostgresUserTiers
 from obsmem.validation import project_name
 
 CONNECT_SECONDS = 15.0
-# The extensions the backend needs: pg_trgm for exact search (pgvector joins when hybrid search is ported).
-REQUIRED_EXTENSIONS = ("pg_trgm",)
+# The extensions the backend needs: pg_trgm for exact search, pgvector (``vector``) for hybrid search's embeddings.
+REQUIRED_EXTENSIONS = ("pg_trgm", "vector")
 _CATALOG_LOCK = advisory_key("\x00catalog")
 _CATALOG = """
 CREATE SCHEMA IF NOT EXISTS obsmem;

@@ -1,0 +1,316 @@
+"""The semantic index on PostgreSQL: the same batches as SQLite, with the index in the database.
+
+:class:`PostgresProjectIndex` runs :class:`~obsmem.indexer.project.ProjectIndex`'s batches (plan, embed with
+no transaction open, commit under the project's writer lock, a memory changed meanwhile stays pending;
+``backfill`` encodes the next batch while it commits one) and replaces what SQLite keeps outside its
+database file:
+
+- the embeddings are a pgvector column and the graph is an HNSW index on it (``vector_cosine_ops``, the
+  settings' ``hnsw_m`` and ``hnsw_ef_construction``), made in the commit that learns the vector size. The
+  database keeps it in step with every commit, so there are no in-memory vectors to load or refresh, no
+  graph file to publish, verify or rebuild, and every server and worker on the database searches the same
+  index at once;
+- the indexing lock is a session advisory lock of the project (``PostgresProjectDatabase.session_lock``),
+  not a lock file: one indexer per project across every process on the database;
+- the keyword rows are postings scored with FTS5's BM25 (:mod:`obsmem.indexer.postgres_keywords`).
+
+Only memories are indexed: conversation events (``semantic.index.events``) are not on PostgreSQL yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from obsmem.errors import EmbeddingUnavailable
+from obsmem.faults import crash_point
+from obsmem.indexer.chunker import ChunkSettings, chunk_text
+from obsmem.indexer.embedders import Embedder
+from obsmem.indexer.engine import SemanticIndexer
+from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
+from obsmem.indexer.postgres_reader import PostgresIndexReader, parse_vector, vector_literal
+from obsmem.indexer.project import BatchReport, ProjectIndex, _Embedded, _Planned, content_hash
+from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
+from obsmem.settings import SemanticSettings
+
+log = logging.getLogger("obsmem.indexer")
+
+INDEXING_LOCK = "indexing"
+GRAPH_INDEX = "semantic_vectors_hnsw"
+# Pending memories with what indexing needs (NULLs when the memory is gone), in row order.
+_PENDING = (
+    "SELECT p.memory_row, p.change, m.memory_id, m.content, m.date, m.session_id FROM semantic_pending AS p"
+    " LEFT JOIN memories AS m ON m.id = p.memory_row WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
+)
+_GONE = object()
+
+
+def reset_derived(conn: Any, signature: str, keywords: PostgresKeywordDocuments) -> None:
+    """Drop every derived row (and the HNSW index, whose vector size may change) and queue every memory
+    again, in one transaction; canonical rows untouched."""
+    conn.execute(f"DROP INDEX IF EXISTS {GRAPH_INDEX}")
+    conn.execute("TRUNCATE semantic_vectors, semantic_removed")
+    conn.execute("DELETE FROM semantic_chunks")
+    conn.execute("DELETE FROM semantic_sources")
+    conn.execute("ALTER TABLE semantic_vectors ALTER COLUMN embedding TYPE vector")
+    conn.execute(
+        "INSERT INTO semantic_pending(memory_row) SELECT id FROM memories"
+        " ON CONFLICT(memory_row) DO UPDATE SET change = semantic_pending.change + 1"
+    )
+    keywords.create(conn)
+    _, version = bump_version(conn)
+    update_state(conn, signature=signature, dimensions=None, dirty=0, removed_floor=version)
+
+
+def remove_chunks(conn: Any, memory_rows: list[int], keywords: PostgresKeywordDocuments) -> None:
+    """Delete these memories' chunks with their keyword rows and embeddings."""
+    found: dict[int, list[int]] = {}
+    chunks = conn.execute("SELECT memory_row, id FROM semantic_chunks WHERE memory_row = ANY(?)", (memory_rows,))
+    for row, label in chunks:
+        found.setdefault(int(row), []).append(int(label))
+    for row in memory_rows:
+        keywords.remove(conn, row, found.get(row, []))
+    labels = [label for labels in found.values() for label in labels]
+    conn.execute("DELETE FROM semantic_vectors WHERE chunk = ANY(?)", (labels,))
+    conn.execute("DELETE FROM semantic_chunks WHERE memory_row = ANY(?)", (memory_rows,))
+    conn.execute("DELETE FROM semantic_sources WHERE memory_row = ANY(?)", (memory_rows,))
+
+
+def make_graph_index(conn: Any, dimensions: int, *, m: int, ef_construction: int) -> None:
+    """Give the embedding column its size and build the HNSW index over it (cosine distance)."""
+    conn.execute(f"ALTER TABLE semantic_vectors ALTER COLUMN embedding TYPE vector({int(dimensions)})")
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS {GRAPH_INDEX} ON semantic_vectors USING hnsw (embedding vector_cosine_ops)"
+        f" WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+    )
+
+
+class PostgresProjectIndex(ProjectIndex):
+    """One project's index in its PostgreSQL schema (see the module's text)."""
+
+    def __init__(self, name: str, db: Any, settings: SemanticSettings, embedder: Embedder) -> None:
+        self.name = name
+        self.db = db
+        self.settings = settings
+        self.embedder = embedder
+        self.chunking = ChunkSettings(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)
+        self.signature = index_signature(embedder.identity, self.chunking)
+        self.keywords = PostgresKeywordDocuments(
+            settings.bm25.tokenizer, settings.bm25.context_characters, settings.bm25.column_weights
+        )
+        self.keyword_signature = self.keywords.signature
+        self.indexes_events = False
+        self.first_row = 0
+        self._vectors = None
+        self._load_lock = threading.Lock()
+        self._batch_lock = threading.Lock()
+        self._rebuilding = False
+        self._reported = None
+        self.last_rebuild = None
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def ensure_compatible(self) -> bool:
+        state = self.state()
+        if state.compatible_with(self.signature, self.keyword_signature):
+            return False
+        reset = False
+        with self.db.write() as conn:
+            state = IndexState.read(conn)
+            if state.signature != self.signature:
+                reset_derived(conn, self.signature, self.keywords)
+                reset = True
+            elif state.fts_tokenizer != self.keyword_signature:
+                log.info("project %s: keyword settings changed; rebuilding the postings (no embedding work)", self.name)
+                self.keywords.create(conn)
+        if reset:
+            log.info("project %s: index settings changed; rebuilding derived data", self.name)
+        return reset
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[PostgresIndexReader]:  # type: ignore[override]
+        with self.db.read() as conn:
+            yield PostgresIndexReader(conn, self.db.schema, self.keywords)
+
+    def _pending(self, conn: Any) -> int:
+        return int(conn.execute("SELECT count(*) FROM semantic_pending WHERE memory_row > 0").fetchone()[0])
+
+    def _mark_new_events(self) -> None:
+        """Events are not indexed on PostgreSQL: nothing to mark."""
+
+    def status(self) -> dict[str, Any]:
+        with self.db.read() as conn:
+            state = IndexState.read(conn)
+            compatible = state.compatible_with(self.signature, self.keyword_signature)
+            reader = PostgresIndexReader(conn, self.db.schema, self.keywords)
+            sources = reader.source_count()
+            indexed = reader.indexed_count() if compatible else 0
+            pending = self._pending(conn)
+            chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0] if compatible else 0
+            graph_index = f"{self.db.schema}.{GRAPH_INDEX}"
+            graph = conn.execute("SELECT to_regclass(?) IS NOT NULL", (graph_index,)).fetchone()[0]
+        return {
+            "indexed_count": indexed,
+            "source_count": sources,
+            "pending": pending,
+            "chunks": int(chunks),
+            "compatible": compatible,
+            "dirty": state.dirty,
+            "graph": bool(graph),
+            # The graph is an index in the database, kept by PostgreSQL: there is no file to be missing.
+            "graph_file": "none",
+            "graph_rebuild": None,
+        }
+
+    # -- indexing -------------------------------------------------------------------------------
+
+    def indexing_elsewhere(self) -> bool:
+        if self._batch_lock.locked():
+            return True
+        with self.db.session_lock(INDEXING_LOCK) as free:
+            return not free
+
+    @contextlib.contextmanager
+    def _indexing(self) -> Iterator[bool]:
+        if not self._batch_lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            with self.db.session_lock(INDEXING_LOCK) as free:
+                yield free
+        finally:
+            self._batch_lock.release()
+
+    def _plan(self, budget: int, *, after_row: int | None = None) -> list[_Planned]:
+        with self.db.read() as conn:
+            rows = conn.execute(_PENDING, (after_row or 0, budget)).fetchall()
+        plan: list[_Planned] = []
+        chunk_total = 0
+        for memory_row, change, memory_id, content, date, session_id in rows:
+            item = _Planned(int(memory_row), int(change), None)
+            if memory_id is not None:
+                item.memory = (memory_id, content, date, session_id)
+                item.chunks = chunk_text(memory_id, content, self.chunking)
+            if plan and chunk_total + len(item.chunks) > budget:
+                break
+            plan.append(item)
+            chunk_total += len(item.chunks)
+        return plan
+
+    def _reuse(self, plan: list[_Planned]) -> _Embedded:
+        keys = [chunk.key for item in plan for chunk in item.chunks]
+        reused: dict[str, bytes] = {}
+        if keys:
+            with self.db.read() as conn:
+                for key, text in conn.execute(
+                    "SELECT c.chunk_key, v.embedding::text FROM semantic_chunks AS c"
+                    " JOIN semantic_vectors AS v ON v.chunk = c.id WHERE c.chunk_key = ANY(?)",
+                    (keys,),
+                ):
+                    reused[key] = parse_vector(text).tobytes()
+        return _Embedded(plan, reused)
+
+    def _commit(self, embedded: _Embedded, report: BatchReport, *, grow_graph: bool = False) -> None:
+        """One transaction, as on SQLite: the plan's memories whose pending entry is unchanged get their
+        derived rows replaced (or removed), then their neighbours' keyword rows are brought up to date."""
+        with self.db.write() as conn:
+            state = IndexState.read(conn)
+            if state.signature != self.signature:
+                return  # reset by another process meanwhile; the next batch starts over
+            width = embedded.width if embedded.width is not None else state.dimensions
+            if state.dimensions is None and width is not None:
+                update_state(conn, dimensions=width)
+                index = self.settings.index
+                make_graph_index(conn, width, m=index.hnsw_m, ef_construction=index.hnsw_ef_construction)
+            elif width is not None and width != state.dimensions:
+                raise EmbeddingUnavailable(
+                    f"the embedding model returned {width}-dimensional vectors; the index holds "
+                    f"{state.dimensions}-dimensional ones"
+                )
+            bump_version(conn)
+            rows = [item.memory_row for item in embedded.plan]
+            changes = {
+                int(row): int(change)
+                for row, change in conn.execute(
+                    "SELECT memory_row, change FROM semantic_pending WHERE memory_row = ANY(?)", (rows,)
+                )
+            }
+            current = [item for item in embedded.plan if changes.get(item.memory_row, _GONE) == item.change]
+            indexed_before = {
+                int(row)
+                for (row,) in conn.execute("SELECT memory_row FROM semantic_sources WHERE memory_row = ANY(?)", (rows,))
+            }
+            stale = [item.memory_row for item in current if item.memory_row in indexed_before]
+            if stale:
+                remove_chunks(conn, stale, self.keywords)
+            written = [(item, item.memory) for item in current if item.memory is not None]
+            if written:
+                conn.executemany(
+                    "INSERT INTO semantic_sources(memory_row, memory_id, content_hash, chunk_count)"
+                    " VALUES (?, ?, ?, ?)",
+                    [
+                        (item.memory_row, memory[0], content_hash(memory[1]), len(item.chunks))
+                        for item, memory in written
+                    ],
+                )
+            chunks: dict[int, list[tuple[int, str]]] = {}
+            vectors: list[tuple[int, str]] = []
+            for item, (_, _, date, session_id) in written:
+                chunks[item.memory_row] = labelled = []
+                for chunk in item.chunks:
+                    if chunk.key in embedded.reused:
+                        vector = np.frombuffer(embedded.reused[chunk.key], dtype=np.float32)
+                        report.chunks_reused += 1
+                    else:
+                        vector = np.asarray(embedded.fresh[chunk.key], dtype=np.float32)
+                        report.chunks_embedded += 1
+                    label = int(
+                        conn.execute(
+                            "INSERT INTO semantic_chunks(chunk_key, memory_row, position, date, session_id, text)"
+                            " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                            (chunk.key, item.memory_row, chunk.position, date, session_id, chunk.text),
+                        ).fetchone()[0]
+                    )
+                    labelled.append((label, chunk.text))
+                    vectors.append((label, vector_literal(vector)))
+            if vectors:
+                conn.execute(
+                    "INSERT INTO semantic_vectors(chunk, embedding)"
+                    " SELECT label, embedding::vector FROM unnest(?::bigint[], ?::text[]) AS v(label, embedding)",
+                    ([label for label, _ in vectors], [text for _, text in vectors]),
+                )
+            processed = [item.memory_row for item in current]
+            conn.execute("DELETE FROM semantic_pending WHERE memory_row = ANY(?)", (processed,))
+            report.memories += len(processed)
+            report.neighbours_rewritten += self.keywords.sync(conn, processed, chunks)
+            crash_point("batch:written")
+        crash_point("batch:committed")
+
+    # -- what SQLite keeps in memory and in files --------------------------------------------------
+
+    def vectors(self, *, wait: float = 30.0) -> None:  # type: ignore[override]
+        """No in-memory vectors on PostgreSQL: searches read the database's HNSW index."""
+        return None
+
+    def maintain(self) -> None:
+        """Nothing to publish or repair: PostgreSQL keeps the HNSW index with every commit."""
+
+    def close(self) -> None:
+        """Nothing held: connections belong to the store's pool."""
+
+
+class PostgresSemanticIndexer(SemanticIndexer):
+    """:class:`SemanticIndexer` over a :class:`~obsmem.storage.PostgresStore`: one index per project schema."""
+
+    def project(self, name: str) -> PostgresProjectIndex:  # type: ignore[override]
+        db = self.projects.get(name)
+        with self._lock:
+            index = self._indexes.get(name)
+            if index is None or index.db is not db:
+                index = self._indexes[name] = PostgresProjectIndex(name, db, self.settings, self.embedder)
+            return index  # type: ignore[return-value]
