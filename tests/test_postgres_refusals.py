@@ -27,9 +27,9 @@ def test_every_public_method_is_ported_and_a_new_one_would_refuse_by_name(memory
     public = {name for name, member in vars(Obsmem).items() if not name.startswith("_") and callable(member)}
     assert REFUSED == () and public <= PORTED  # a method added to Obsmem without porting it would be refused
     with pytest.raises(NotOnPostgres) as caught:
-        _refusal("future_method")(memory)
+        _refusal("index")(memory)  # what an unported method is replaced with
     assert caught.value.code == "not_on_postgres" and caught.value.status == 501
-    assert caught.value.message.startswith("future_method is not available on PostgreSQL yet")
+    assert caught.value.message.startswith("index is not available on PostgreSQL yet")
 
 
 def test_hybrid_mode_without_semantic_settings_is_refused_as_on_sqlite(memory: Obsmem) -> None:
