@@ -13,9 +13,10 @@ rows go in, and the indexer is woken once the restore commits.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import apsw
 
@@ -34,6 +35,7 @@ from obsmem.exporting.rows import (
     send_insert,
 )
 from obsmem.faults import crash_point
+from obsmem.projects import ProjectRegistry
 from obsmem.validation import project_name
 
 
@@ -66,30 +68,42 @@ def verify_export(path: Path | str, progress: Progress | None = None) -> ExportR
 
 
 def restore_project(
-    service: ProjectService, path: Path | str, project: str, *, progress: Progress | None = None
+    service: ProjectService,
+    path: Path | str,
+    project: str,
+    *,
+    progress: Progress | None = None,
+    replace: bool = False,
 ) -> RestoreReceipt:
-    """Restore the export file at ``path`` into ``project``, which must be new or empty.
+    """Restore the export file at ``path`` into ``project``, which must be new or empty unless ``replace``.
 
     Refuses a project that holds data (``project_not_empty``), a file that is not an export
     (``export_invalid``), is cut short (``export_truncated``), was altered (``export_checksum_mismatch``)
     or is from a newer format (``export_version_unsupported``). On any failure nothing is restored; a
     project this call created stays, empty, and a later restore may fill it.
+
+    ``replace`` restores over a project that holds data, whole or not at all: the file is checked first,
+    then on PostgreSQL the project's schema is dropped, made again and filled in one transaction; on SQLite
+    the copy is built in a directory beside the project and swapped in by rename once it is committed. Any
+    failure before that leaves the old project as it was.
     """
     project = project_name(project)
     registry = service.projects
-    if registry.exists(project):
+    if registry.exists(project) and not replace:
         with registry.get(project).read() as conn:
             _require_empty(conn, project)
     checked = verify_export(path, progress)
     total = sum(checked.counts.values())
-    db = registry.get(project, create=True)
-    with Path(path).open("rb") as handle, db.write() as conn:
-        _require_empty(conn, project)
-        reader = ExportReader(handle)
-        _restore_records(RestoreState(conn), reader, progress, total)
-        if postgres.is_postgres(conn):
-            postgres.continue_identities(conn)
-        crash_point("restore:written")  # every row written, nothing committed: a kill here restores nothing
+    if replace and isinstance(registry, ProjectRegistry) and registry.exists(project):
+        reader = _restore_beside(registry, path, project, progress, total)
+    else:
+        db = registry.get(project, create=True)
+        with Path(path).open("rb") as handle, db.write() as conn:
+            if replace and postgres.is_postgres(conn):
+                registry.reset_schema(conn)  # type: ignore[attr-defined]  # a PostgresStore
+            else:
+                _require_empty(conn, project)
+            reader = _restore_into(conn, handle, progress, total)
     if service.indexer is not None:
         service.indexer.notify(project)
     return RestoreReceipt(
@@ -100,15 +114,52 @@ def restore_project(
     )
 
 
-def _require_empty(conn: apsw.Connection, project: str) -> None:
-    present = project_tables(conn)  # SQLite's id sequences are bookkeeping, not data: not asked
+def _restore_into(conn: apsw.Connection, handle: BinaryIO, progress: Progress | None, total: int) -> ExportReader:
+    """Every record of the file into the project of ``conn``'s write transaction."""
+    reader = ExportReader(handle)
+    _restore_records(RestoreState(conn), reader, progress, total)
+    if postgres.is_postgres(conn):
+        postgres.continue_identities(conn)
+    crash_point("restore:written")  # every row written, nothing committed: a kill here restores nothing
+    return reader
+
+
+def _restore_beside(
+    registry: ProjectRegistry, path: Path | str, project: str, progress: Progress | None, total: int
+) -> ExportReader:
+    """SQLite's ``replace``: restore into a new project database in a staging directory beside the
+    projects, then swap its directory in (the old one is deleted only after the new one is in place)."""
+    staging = registry.staging_area(project)
+    try:
+        beside = ProjectRegistry(staging)
+        try:
+            with Path(path).open("rb") as handle, beside.get(project, create=True).write() as conn:
+                reader = _restore_into(conn, handle, progress, total)
+        finally:
+            beside.close()
+        registry.replace_with(project, beside.directory(project))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return reader
+
+
+def holds_data(conn: apsw.Connection) -> bool:
+    """Whether the project of ``conn`` holds any exported row (every record kind's table is asked;
+    SQLite's id sequences are bookkeeping, not data)."""
+    present = project_tables(conn)
     carried = ["carried_rows"] if "carried_rows" in present else []
     for table in dict.fromkeys([*(kind.table for kind in KINDS if kind.table in present), *carried]):
         if conn.execute(f"SELECT 1 FROM {quoted(table)} LIMIT 1").fetchone() is not None:
-            raise ProjectNotEmpty(
-                f"project '{project}' already holds data; a restore only fills a new or empty project",
-                field="project",
-            )
+            return True
+    return False
+
+
+def _require_empty(conn: apsw.Connection, project: str) -> None:
+    if holds_data(conn):
+        raise ProjectNotEmpty(
+            f"project '{project}' already holds data; a restore only fills a new or empty project",
+            field="project",
+        )
 
 
 def _restore_records(state: RestoreState, reader: ExportReader, progress: Progress | None, total: int) -> None:
