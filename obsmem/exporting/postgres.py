@@ -52,6 +52,29 @@ def columns(conn: Any, table: str) -> list[str]:
     return [str(name) for (name,) in rows]
 
 
+def bytea_columns(conn: Any, table: str) -> list[str]:
+    """The table's columns of type ``bytea`` (the only ones a restored blob may go into)."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = ? AND data_type = 'bytea' ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def byte_order(conn: Any, table: str, names: list[str]) -> str:
+    """An ORDER BY list of ``names`` in which the table's text columns sort by their bytes (``COLLATE "C"``),
+    as SQLite's do: a database whose default collation is a language's would otherwise order the text keys
+    (session ids, import paths, record ids) its own way, and the same project would export in two orders."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = ? AND data_type IN ('text', 'character varying', 'character')",
+        (table,),
+    ).fetchall()
+    texts = {str(name) for (name,) in rows}
+    return ", ".join(f'{_quoted(name)} COLLATE "C"' if name in texts else _quoted(name) for name in names)
+
+
 def primary_key(conn: Any, table: str) -> list[str]:
     """The table's primary-key columns in key order."""
     rows = conn.execute(
@@ -150,8 +173,11 @@ def broken_rule(exc: BaseException) -> str | None:
     constraint = getattr(diag, "constraint_name", None)
     if constraint:
         return f"constraint {constraint}"
-    if state == "23000":  # raised by a trigger function, e.g. the append-only ledger
-        return "a trigger of the schema"
+    if state in ("23000", "23514"):
+        # Raised by a trigger function of the schema (the append-only ledger, the pipeline's invariants),
+        # whose messages are fixed text of the schema, never a row's values.
+        message = getattr(diag, "message_primary", None)
+        return f"a trigger of the schema: {message}" if message else "a trigger of the schema"
     return f"a value the column cannot hold (SQLSTATE {state})"
 
 

@@ -155,4 +155,6 @@ def _count(conn: apsw.Connection, kind: RecordKind, carried: bool = False) -> in
 def _select(conn: apsw.Connection, kind: RecordKind, names: list[str]) -> str:
     listed = ", ".join(quoted(name) for name in names)
     order = kind.order_by or order_clause(conn, kind.table)
+    if kind.order_by and postgres.is_postgres(conn):
+        order = postgres.byte_order(conn, kind.table, [name.strip() for name in kind.order_by.split(",")])
     return f"SELECT {listed} FROM {quoted(kind.table)}{_where(kind)} ORDER BY {order}"
