@@ -26,13 +26,10 @@ from obsmem.exporting.format import PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, project_tables
 from obsmem.exporting.reader import ExportReader
 from obsmem.exporting.rows import (
-    SEQUENCE_TABLE,
     RestoreState,
-    encode_value,
     flush_rows,
     insert_row,
     quoted,
-    send_insert,
 )
 from obsmem.faults import crash_point
 from obsmem.projects import ProjectRegistry
@@ -147,8 +144,7 @@ def holds_data(conn: apsw.Connection) -> bool:
     """Whether the project of ``conn`` holds any exported row (every record kind's table is asked;
     SQLite's id sequences are bookkeeping, not data)."""
     present = project_tables(conn)
-    carried = ["carried_rows"] if "carried_rows" in present else []
-    for table in dict.fromkeys([*(kind.table for kind in KINDS if kind.table in present), *carried]):
+    for table in dict.fromkeys(kind.table for kind in KINDS if kind.table in present):
         if conn.execute(f"SELECT 1 FROM {quoted(table)} LIMIT 1").fetchone() is not None:
             return True
     return False
@@ -165,29 +161,13 @@ def _require_empty(conn: apsw.Connection, project: str) -> None:
 def _restore_records(state: RestoreState, reader: ExportReader, progress: Progress | None, total: int) -> None:
     finished = 0  # KINDS before this index have had their `after` step
     done = 0
-    # On PostgreSQL, kinds whose tables this backend does not hold yet are carried (obsmem/exporting/postgres.py).
-    carry = (
-        {kind.name for kind in KINDS if kind.table != SEQUENCE_TABLE and kind.table not in project_tables(state.conn)}
-        if postgres.is_postgres(state.conn)
-        else set()
-    )
-    state.pending["carried"] = carry
-    positions: dict[str, int] = {}
     try:
         for record in reader.records():
             if record.kind.restore is not None or finished < KIND_INDEX[record.kind.name]:
                 flush_rows(state)  # rows of earlier kinds are in before a custom step or a kind's end runs
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
-            if record.kind.name in carry:
-                position = positions.get(record.kind.name, 0)
-                encoded = {name: encode_value(value) for name, value in record.row.items()}
-                postgres.carry_columns(state.conn, record.kind.name, position, encoded)
-                carried = (record.kind.name, position, postgres.carried_text(encoded))
-                send_insert(state, postgres.CARRY_ROW, carried, table="carried_rows", names=postgres.CARRY_COLUMNS)
-                positions[record.kind.name] = position + 1
-            else:
-                (record.kind.restore or insert_row)(state, record.kind, record.row)
+            (record.kind.restore or insert_row)(state, record.kind, record.row)
             done += 1
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress("restore", done, total)
@@ -213,8 +193,7 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
 
 def _finish_kinds(state: RestoreState, start: int, stop: int) -> int:
     """Run the ``after`` step of every kind from ``start`` up to (not including) ``stop``."""
-    carried = state.pending.get("carried", set())
     for kind in KINDS[start:stop]:
-        if kind.after is not None and kind.name not in carried:
+        if kind.after is not None:
             kind.after(state)
     return max(start, stop)
