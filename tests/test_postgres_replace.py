@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import orjson
 import pytest
 
 from obsmem.app import Obsmem
 from obsmem.app.migrate import holds_data, migrate_project
-from obsmem.errors import ExportInvalid, NotOnPostgres, ProjectNotEmpty
+from obsmem.errors import ExportInvalid, NotOnPostgres, ProjectNotEmpty, StorageBusy
 from obsmem.exporting import export_project, restore_project
 from obsmem.settings import Settings, load_settings
 from support.exports import rewritten_export
@@ -130,3 +131,25 @@ def test_recall_finds_a_user_note_without_naming_the_user(
         recalled = service.recall(PROJECT, note_id)
         assert type(recalled).__name__ == "RecalledNote"
         assert note_id in orjson.dumps(recalled.to_dict()).decode()
+
+
+def test_replacing_a_sqlite_project_while_it_is_written_is_refused(tmp_path: Path, source: Obsmem) -> None:
+    copy = tmp_path / "copy.jsonl"
+    with copy.open("wb") as out:
+        export_project(source, PROJECT, out)
+    with Obsmem(load_settings(data_dir=tmp_path / "target")) as target:
+        target.append_events(PROJECT, "keep", [{"role": "user", "seq": 1, "content": "the target's own event"}])
+        writer = apsw.Connection(str(target.projects.database_path(PROJECT)))
+        try:
+            writer.execute("BEGIN IMMEDIATE")  # another process's write transaction, in progress
+            with pytest.raises(StorageBusy, match="stop its servers and workers first"):
+                restore_project(target, copy, PROJECT, replace=True)
+            with pytest.raises(StorageBusy):
+                target.projects.drop(PROJECT)
+            writer.execute("ROLLBACK")
+        finally:
+            writer.close()
+        assert _event_count(target, PROJECT) == 1
+        assert sorted(entry.name for entry in target.projects.projects_dir.iterdir()) == [PROJECT]
+        restore_project(target, copy, PROJECT, replace=True)
+        assert _event_count(target, PROJECT) == 2

@@ -61,8 +61,8 @@ def _progress_bars(enabled: bool) -> Iterator[Progress | None]:
 
 def backend_settings(base: Settings, backend: str, dsn: str | None, app: Any) -> Settings:
     """The settings of one end: ``base`` with its storage backend, and with nothing that would write to the
-    project while it is copied or compared (no judging after the comparison's searches, no Observer or
-    Reflector on the PostgreSQL end, no semantic index there, which that backend does not build)."""
+    project while it is copied or compared: no judging after the comparison's searches, and on the
+    PostgreSQL end no Observer, Reflector or semantic index (the copy needs none of them)."""
     overrides: dict[str, Any] = {"storage": {"backend": backend}, "trust": {"judge": {"provider": "none"}}}
     if dsn is not None:
         overrides["storage"]["dsn"] = dsn
