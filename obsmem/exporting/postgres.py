@@ -9,23 +9,20 @@ database is asked about itself and how ids continue:
   event-log ids continue) are read from and written to the identity sequences of ``jobs`` and
   ``om_events``; after a restore every identity sequence is moved past the largest id restored, so new
   rows never reuse an id.
-- **Carried rows**: a kind whose table this backend does not hold yet (the pipeline's generations,
-  coverage and progress, until they are ported) is kept verbatim in ``carried_rows`` and exported again as
-  that kind, so a project moved here and back loses nothing. A kind whose table exists is always restored
-  into it.
+- **Order**: text keys are ordered by their bytes (``COLLATE "C"``), as SQLite orders them, whatever the
+  database's default collation, so both backends export a project in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import orjson
 
 from obsmem.errors import ExportInvalid
 
 # The tables whose ids an ``id_sequence`` record carries (what ``KINDS`` selects on SQLite), in name order.
 SEQUENCED_TABLES = ("jobs", "om_events")
+# Tables p0006 made to keep rows of kinds this backend had no table for; every kind has a table now, so
+# nothing writes them, and they are not exported.
 CARRIER_TABLES = frozenset({"carried_rows", "carried_columns"})
 
 
@@ -50,6 +47,29 @@ def columns(conn: Any, table: str) -> list[str]:
         (table,),
     ).fetchall()
     return [str(name) for (name,) in rows]
+
+
+def bytea_columns(conn: Any, table: str) -> list[str]:
+    """The table's columns of type ``bytea`` (the only ones a restored blob may go into)."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = ? AND data_type = 'bytea' ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def byte_order(conn: Any, table: str, names: list[str]) -> str:
+    """An ORDER BY list of ``names`` in which the table's text columns sort by their bytes (``COLLATE "C"``),
+    as SQLite's do: a database whose default collation is a language's would otherwise order the text keys
+    (session ids, import paths, record ids) its own way, and the same project would export in two orders."""
+    rows = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = ? AND data_type IN ('text', 'character varying', 'character')",
+        (table,),
+    ).fetchall()
+    texts = {str(name) for (name,) in rows}
+    return ", ".join(f'{_quoted(name)} COLLATE "C"' if name in texts else _quoted(name) for name in names)
 
 
 def primary_key(conn: Any, table: str) -> list[str]:
@@ -102,43 +122,6 @@ def continue_identities(conn: Any) -> None:
         )
 
 
-# Keeps one row of a kind this schema has no table for, as it was exported (``carried_text``).
-CARRY_ROW = "INSERT INTO carried_rows(kind, position, row) VALUES (?, ?, ?)"
-CARRY_COLUMNS = ("kind", "position", "row")
-
-
-def carry_columns(conn: Any, kind: str, position: int, row: dict[str, Any]) -> None:
-    """Record the columns of a carried kind with its first row (the rows then follow in batches)."""
-    if position == 0:
-        conn.execute(
-            "INSERT INTO carried_columns(kind, columns) VALUES (?, ?) ON CONFLICT(kind) DO NOTHING",
-            (kind, orjson.dumps(list(row)).decode()),
-        )
-
-
-def carried_text(row: dict[str, Any]) -> str:
-    """An exported row (values encoded as in the file) as ``carried_rows`` keeps it."""
-    return orjson.dumps(row).decode()
-
-
-def carried_kinds(conn: Any) -> dict[str, list[str]]:
-    """The kinds carried here and the columns of their rows."""
-    if "carried_columns" not in tables(conn):
-        return {}
-    rows = conn.execute("SELECT kind, columns FROM carried_columns ORDER BY kind").fetchall()
-    return {str(kind): list(orjson.loads(names)) for kind, names in rows}
-
-
-def carried_count(conn: Any, kind: str) -> int:
-    return int(conn.execute("SELECT count(*) FROM carried_rows WHERE kind = ?", (kind,)).fetchone()[0])
-
-
-def carried_rows(conn: Any, kind: str) -> Iterator[dict[str, Any]]:
-    """The kind's carried rows in the order they were restored (the file's order)."""
-    for (text,) in conn.execute("SELECT row FROM carried_rows WHERE kind = ? ORDER BY position", (kind,)):
-        yield orjson.loads(text)
-
-
 def broken_rule(exc: BaseException) -> str | None:
     """The schema rule a PostgreSQL error says a row broke (a constraint's name, a type or a value out of
     range), or None when ``exc`` is no such error. Only names: PostgreSQL's message and detail quote the
@@ -150,8 +133,11 @@ def broken_rule(exc: BaseException) -> str | None:
     constraint = getattr(diag, "constraint_name", None)
     if constraint:
         return f"constraint {constraint}"
-    if state == "23000":  # raised by a trigger function, e.g. the append-only ledger
-        return "a trigger of the schema"
+    if state in ("23000", "23514"):
+        # Raised by a trigger function of the schema (the append-only ledger, the pipeline's invariants),
+        # whose messages are fixed text of the schema, never a row's values.
+        message = getattr(diag, "message_primary", None)
+        return f"a trigger of the schema: {message}" if message else "a trigger of the schema"
     return f"a value the column cannot hold (SQLSTATE {state})"
 
 

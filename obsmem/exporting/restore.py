@@ -13,9 +13,10 @@ rows go in, and the indexer is woken once the restore commits.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import apsw
 
@@ -25,15 +26,13 @@ from obsmem.exporting.format import PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, project_tables
 from obsmem.exporting.reader import ExportReader
 from obsmem.exporting.rows import (
-    SEQUENCE_TABLE,
     RestoreState,
-    encode_value,
     flush_rows,
     insert_row,
     quoted,
-    send_insert,
 )
 from obsmem.faults import crash_point
+from obsmem.projects import ProjectRegistry
 from obsmem.validation import project_name
 
 
@@ -66,30 +65,42 @@ def verify_export(path: Path | str, progress: Progress | None = None) -> ExportR
 
 
 def restore_project(
-    service: ProjectService, path: Path | str, project: str, *, progress: Progress | None = None
+    service: ProjectService,
+    path: Path | str,
+    project: str,
+    *,
+    progress: Progress | None = None,
+    replace: bool = False,
 ) -> RestoreReceipt:
-    """Restore the export file at ``path`` into ``project``, which must be new or empty.
+    """Restore the export file at ``path`` into ``project``, which must be new or empty unless ``replace``.
 
     Refuses a project that holds data (``project_not_empty``), a file that is not an export
     (``export_invalid``), is cut short (``export_truncated``), was altered (``export_checksum_mismatch``)
     or is from a newer format (``export_version_unsupported``). On any failure nothing is restored; a
     project this call created stays, empty, and a later restore may fill it.
+
+    ``replace`` restores over a project that holds data, whole or not at all: the file is checked first,
+    then on PostgreSQL the project's schema is dropped, made again and filled in one transaction; on SQLite
+    the copy is built in a directory beside the project and swapped in by rename once it is committed. Any
+    failure before that leaves the old project as it was.
     """
     project = project_name(project)
     registry = service.projects
-    if registry.exists(project):
+    if registry.exists(project) and not replace:
         with registry.get(project).read() as conn:
             _require_empty(conn, project)
     checked = verify_export(path, progress)
     total = sum(checked.counts.values())
-    db = registry.get(project, create=True)
-    with Path(path).open("rb") as handle, db.write() as conn:
-        _require_empty(conn, project)
-        reader = ExportReader(handle)
-        _restore_records(RestoreState(conn), reader, progress, total)
-        if postgres.is_postgres(conn):
-            postgres.continue_identities(conn)
-        crash_point("restore:written")  # every row written, nothing committed: a kill here restores nothing
+    if replace and isinstance(registry, ProjectRegistry) and registry.exists(project):
+        reader = _restore_beside(registry, path, project, progress, total)
+    else:
+        db = registry.get(project, create=True)
+        with Path(path).open("rb") as handle, db.write() as conn:
+            if replace and postgres.is_postgres(conn):
+                registry.reset_schema(conn)  # type: ignore[attr-defined]  # a PostgresStore
+            else:
+                _require_empty(conn, project)
+            reader = _restore_into(conn, handle, progress, total)
     if service.indexer is not None:
         service.indexer.notify(project)
     return RestoreReceipt(
@@ -100,43 +111,63 @@ def restore_project(
     )
 
 
-def _require_empty(conn: apsw.Connection, project: str) -> None:
-    present = project_tables(conn)  # SQLite's id sequences are bookkeeping, not data: not asked
-    carried = ["carried_rows"] if "carried_rows" in present else []
-    for table in dict.fromkeys([*(kind.table for kind in KINDS if kind.table in present), *carried]):
+def _restore_into(conn: apsw.Connection, handle: BinaryIO, progress: Progress | None, total: int) -> ExportReader:
+    """Every record of the file into the project of ``conn``'s write transaction."""
+    reader = ExportReader(handle)
+    _restore_records(RestoreState(conn), reader, progress, total)
+    if postgres.is_postgres(conn):
+        postgres.continue_identities(conn)
+    crash_point("restore:written")  # every row written, nothing committed: a kill here restores nothing
+    return reader
+
+
+def _restore_beside(
+    registry: ProjectRegistry, path: Path | str, project: str, progress: Progress | None, total: int
+) -> ExportReader:
+    """SQLite's ``replace``: restore into a new project database in a staging directory beside the
+    projects, then swap its directory in (the old one is deleted only after the new one is in place)."""
+    staging = registry.staging_area(project)
+    try:
+        beside = ProjectRegistry(staging)
+        try:
+            with Path(path).open("rb") as handle, beside.get(project, create=True).write() as conn:
+                reader = _restore_into(conn, handle, progress, total)
+        finally:
+            beside.close()
+        registry.replace_with(project, beside.directory(project))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return reader
+
+
+def holds_data(conn: apsw.Connection) -> bool:
+    """Whether the project of ``conn`` holds any exported row (every record kind's table is asked;
+    SQLite's id sequences are bookkeeping, not data)."""
+    present = project_tables(conn)
+    for table in dict.fromkeys(kind.table for kind in KINDS if kind.table in present):
         if conn.execute(f"SELECT 1 FROM {quoted(table)} LIMIT 1").fetchone() is not None:
-            raise ProjectNotEmpty(
-                f"project '{project}' already holds data; a restore only fills a new or empty project",
-                field="project",
-            )
+            return True
+    return False
+
+
+def _require_empty(conn: apsw.Connection, project: str) -> None:
+    if holds_data(conn):
+        raise ProjectNotEmpty(
+            f"project '{project}' already holds data; a restore only fills a new or empty project",
+            field="project",
+        )
 
 
 def _restore_records(state: RestoreState, reader: ExportReader, progress: Progress | None, total: int) -> None:
     finished = 0  # KINDS before this index have had their `after` step
     done = 0
-    # On PostgreSQL, kinds whose tables this backend does not hold yet are carried (obsmem/exporting/postgres.py).
-    carry = (
-        {kind.name for kind in KINDS if kind.table != SEQUENCE_TABLE and kind.table not in project_tables(state.conn)}
-        if postgres.is_postgres(state.conn)
-        else set()
-    )
-    state.pending["carried"] = carry
-    positions: dict[str, int] = {}
     try:
         for record in reader.records():
             if record.kind.restore is not None or finished < KIND_INDEX[record.kind.name]:
                 flush_rows(state)  # rows of earlier kinds are in before a custom step or a kind's end runs
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
-            if record.kind.name in carry:
-                position = positions.get(record.kind.name, 0)
-                encoded = {name: encode_value(value) for name, value in record.row.items()}
-                postgres.carry_columns(state.conn, record.kind.name, position, encoded)
-                carried = (record.kind.name, position, postgres.carried_text(encoded))
-                send_insert(state, postgres.CARRY_ROW, carried, table="carried_rows", names=postgres.CARRY_COLUMNS)
-                positions[record.kind.name] = position + 1
-            else:
-                (record.kind.restore or insert_row)(state, record.kind, record.row)
+            (record.kind.restore or insert_row)(state, record.kind, record.row)
             done += 1
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress("restore", done, total)
@@ -162,8 +193,7 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
 
 def _finish_kinds(state: RestoreState, start: int, stop: int) -> int:
     """Run the ``after`` step of every kind from ``start`` up to (not including) ``stop``."""
-    carried = state.pending.get("carried", set())
     for kind in KINDS[start:stop]:
-        if kind.after is not None and kind.name not in carried:
+        if kind.after is not None:
             kind.after(state)
     return max(start, stop)

@@ -2,7 +2,8 @@
 
 A row is written as a JSON object of its stored columns. SQLite values map onto JSON one to one (NULL,
 integer, real, text), except blobs, which no canonical table holds today: they travel as
-``{"base64": "..."}``, the only JSON object a value can be.
+``{"base64": "..."}``, the only JSON object a value can be, and a restore puts one only into a column
+declared for bytes (``BLOB`` on SQLite, ``bytea`` on PostgreSQL), so both backends store the same thing.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class RestoreState:
     statements: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict)  # (table, columns) -> INSERT
     pending: dict[str, Any] = field(default_factory=dict)
     batch: RowBatch | None = None  # PostgreSQL: plain inserts sent together (see insert_row)
+    blob_columns: dict[str, frozenset[str]] = field(default_factory=dict)  # table -> columns declared for bytes
 
 
 # Rows of one table sent to PostgreSQL at once, with COPY: one INSERT per row made a 300,000-record restore
@@ -72,7 +74,7 @@ def table_columns(conn: apsw.Connection, table: str) -> list[str]:
 def order_clause(conn: apsw.Connection, table: str) -> str:
     """Primary-key order (the file is deterministic and parents come first), else rowid order."""
     if postgres.is_postgres(conn):
-        return ", ".join(quoted(name) for name in postgres.primary_key(conn, table)) or "ctid"
+        return postgres.byte_order(conn, table, postgres.primary_key(conn, table)) or "ctid"
     rows = conn.execute(f"PRAGMA main.table_info({quoted(table)})").fetchall()
     keys = sorted((int(pk or 0), str(name)) for _, name, _, _, _, pk in rows if pk)
     return ", ".join(quoted(name) for _, name in keys) if keys else "rowid"
@@ -117,6 +119,8 @@ def insert_row(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -> No
 def send_insert(state: RestoreState, sql: str, values: tuple[Any, ...], *, table: str, names: tuple[str, ...]) -> None:
     """Insert one row of the restore: ``sql`` at once on SQLite; on PostgreSQL the row waits in a batch that
     :func:`flush_rows` copies into ``table`` (``names`` are its columns, checked against the schema)."""
+    if any(isinstance(value, bytes) for value in values):
+        _require_blob_columns(state, table, names, values)
     if not postgres.is_postgres(state.conn):
         state.conn.execute(sql, values)
         return
@@ -129,6 +133,30 @@ def send_insert(state: RestoreState, sql: str, values: tuple[Any, ...], *, table
     state.batch.last_line = state.line
     if len(state.batch.rows) >= BATCH_ROWS:
         flush_rows(state)
+
+
+def _require_blob_columns(state: RestoreState, table: str, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    """Refuse a blob (``{"base64": ...}``) bound for a column not declared for bytes: SQLite would store it
+    as a blob in a text column and PostgreSQL as the text of its hex digits, so the two backends would give
+    the row different meanings, and neither is what a writer of this format produces. The column is named,
+    never the value."""
+    blobs = state.blob_columns.get(table)
+    if blobs is None:
+        blobs = state.blob_columns[table] = frozenset(blob_columns(state.conn, table))
+    for name, value in zip(names, values, strict=True):
+        if isinstance(value, bytes) and name not in blobs:
+            raise ExportInvalid(
+                f"line {state.line}: column {name} of {table} holds a blob, but the column is not declared for "
+                "bytes (a writer of this format never puts one there)"
+            )
+
+
+def blob_columns(conn: apsw.Connection, table: str) -> list[str]:
+    """The table's columns declared for bytes (SQLite: a type with BLOB in it; PostgreSQL: bytea)."""
+    if postgres.is_postgres(conn):
+        return postgres.bytea_columns(conn, table)
+    rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
+    return [str(name) for _, name, declared, *_ in rows if "BLOB" in str(declared or "").upper()]
 
 
 def flush_rows(state: RestoreState) -> None:

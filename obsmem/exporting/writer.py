@@ -77,24 +77,19 @@ def export_project(
                 "lose them, so nothing was written"
             )
         present = exportable_tables(conn)
-        on_postgres = postgres.is_postgres(conn)
-        carried = postgres.carried_kinds(conn) if on_postgres else {}
         lacking = sorted({kind.table for kind in KINDS if not kind.optional and kind.table not in present})
-        if lacking and not on_postgres:
+        if lacking:
             # A schema change renamed or dropped a table the export rules still name: fix the rules first.
-            # (PostgreSQL lacks the tables of parts not ported yet; their rows, if any, are carried.)
             raise ExportIncomplete(f"the database lacks table(s) {', '.join(lacking)} that the export rules name")
-        kinds = [kind for kind in KINDS if kind.table in present or kind.name in carried]
-        columns = {
-            kind.name: carried[kind.name] if kind.table not in present else _columns(conn, kind) for kind in kinds
-        }
-        counts = {kind.name: _count(conn, kind, kind.table not in present) for kind in kinds}
+        kinds = [kind for kind in KINDS if kind.table in present]
+        columns = {kind.name: _columns(conn, kind) for kind in kinds}
+        counts = {kind.name: _count(conn, kind) for kind in kinds}
         total = sum(counts.values())
         sink = _LineSink(out)
         sink.write(_header(conn, project, kinds, columns))
         written = 0
         for kind in kinds:
-            for row in _rows(conn, kind, columns[kind.name], carried=kind.table not in present):
+            for row in _rows(conn, kind, columns[kind.name]):
                 sink.write({"kind": kind.name, "row": row})
                 written += 1
                 if progress is not None and written % PROGRESS_EVERY == 0:
@@ -131,11 +126,9 @@ def _columns(conn: apsw.Connection, kind: RecordKind) -> list[str]:
     return table_columns(conn, kind.table)
 
 
-def _rows(conn: apsw.Connection, kind: RecordKind, names: list[str], *, carried: bool) -> Iterator[dict[str, Any]]:
+def _rows(conn: apsw.Connection, kind: RecordKind, names: list[str]) -> Iterator[dict[str, Any]]:
     """The kind's rows as the file holds them, in the file's order."""
-    if carried:
-        yield from postgres.carried_rows(conn, kind.name)
-    elif kind.table == SEQUENCE_TABLE and postgres.is_postgres(conn):
+    if kind.table == SEQUENCE_TABLE and postgres.is_postgres(conn):
         for name, seq in postgres.sequence_rows(conn):
             yield {"name": name, "seq": seq}
     else:
@@ -143,9 +136,7 @@ def _rows(conn: apsw.Connection, kind: RecordKind, names: list[str], *, carried:
             yield {name: encode_value(value) for name, value in zip(names, values, strict=True)}
 
 
-def _count(conn: apsw.Connection, kind: RecordKind, carried: bool = False) -> int:
-    if carried:
-        return postgres.carried_count(conn, kind.name)
+def _count(conn: apsw.Connection, kind: RecordKind) -> int:
     if kind.table == SEQUENCE_TABLE and postgres.is_postgres(conn):
         return len(postgres.sequence_rows(conn))
     (count,) = conn.execute(f"SELECT count(*) FROM {quoted(kind.table)}{_where(kind)}").fetchall()[0]
@@ -155,4 +146,6 @@ def _count(conn: apsw.Connection, kind: RecordKind, carried: bool = False) -> in
 def _select(conn: apsw.Connection, kind: RecordKind, names: list[str]) -> str:
     listed = ", ".join(quoted(name) for name in names)
     order = kind.order_by or order_clause(conn, kind.table)
+    if kind.order_by and postgres.is_postgres(conn):
+        order = postgres.byte_order(conn, kind.table, [name.strip() for name in kind.order_by.split(",")])
     return f"SELECT {listed} FROM {quoted(kind.table)}{_where(kind)} ORDER BY {order}"

@@ -65,6 +65,7 @@ COMMANDS: dict[str, str] = {
     "export": "obsmem.surfaces.cli_export:export",
     "restore": "obsmem.surfaces.cli_export:restore",
     "migrate": "obsmem.surfaces.cli_migrate:migrate",
+    "upgrade": "obsmem.surfaces.cli_upgrade:upgrade",
     "notes": "obsmem.surfaces.cli_notes:notes",
     "judgments": "obsmem.surfaces.cli_notes:judgments",
     "judge": "obsmem.surfaces.cli_notes:judge",

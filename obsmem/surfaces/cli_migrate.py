@@ -61,8 +61,8 @@ def _progress_bars(enabled: bool) -> Iterator[Progress | None]:
 
 def backend_settings(base: Settings, backend: str, dsn: str | None, app: Any) -> Settings:
     """The settings of one end: ``base`` with its storage backend, and with nothing that would write to the
-    project while it is copied or compared (no judging after the comparison's searches); the PostgreSQL end
-    without what that backend refuses to start with (a semantic index, a pipeline with a model)."""
+    project while it is copied or compared: no judging after the comparison's searches, and on the
+    PostgreSQL end no Observer, Reflector or semantic index (the copy needs none of them)."""
     overrides: dict[str, Any] = {"storage": {"backend": backend}, "trust": {"judge": {"provider": "none"}}}
     if dsn is not None:
         overrides["storage"]["dsn"] = dsn
@@ -87,7 +87,12 @@ def backend_settings(base: Settings, backend: str, dsn: str | None, app: Any) ->
     "variable: a command line is visible to other users of the machine.",
 )
 @click.option("--as", "copy_name", default=None, help="The project's name in the target [default: PROJECT].")
-@click.option("--replace", is_flag=True, help="Delete the target project first if it holds data.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace the target project if it holds data, once the copy is written whole (a failed copy leaves it "
+    "as it was). Stop the target's servers and workers first: on SQLite the project's files are swapped.",
+)
 @click.option(
     "--scratch-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -117,7 +122,8 @@ def migrate(
     record, by exact searches of needles from the project, and by each session's projection where both
     backends render one. Differences are listed and the command exits 1. The source is never changed; a
     target project that holds data is refused unless --replace. An interrupted copy leaves the target
-    project absent or empty: run the command again.
+    project absent, empty or (with --replace) as it was: run the command again. Stop the servers and
+    workers using the target project before --replace.
     """
     base = app.settings()
     source_backend = "sqlite" if target == "postgres" else "postgres"
@@ -138,7 +144,6 @@ def migrate(
             replace=replace,
             progress=report_progress,
             scratch_dir=scratch_dir,
-            drop=sink.projects.drop,
         )
         from obsmem.surfaces.cli_catchup import catch_up_after_write
 

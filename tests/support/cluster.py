@@ -125,6 +125,23 @@ class Node:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=STOP_SECONDS)
 
+    def pause(self, seconds: float) -> None:
+        """SIGSTOP for ``seconds``, then SIGCONT: the process keeps its jobs but stops heartbeating, so a
+        lease it holds expires, another worker takes the job, and its own commit on waking must be fenced."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                os.kill(self.process.pid, signal.SIGCONT)
+
+    def fenced_commits(self) -> int:
+        """Jobs whose commit this node's runs refused because their lease was lost (the worker pool logs each)."""
+        return sum(
+            path.read_text(encoding="utf-8", errors="replace").count("lost its lease; its work was not committed")
+            for path in self.logs.glob(f"{self.name}-*.log")
+        )
+
     def stop(self) -> None:
         process = self.process
         if process is None or process.poll() is not None:
@@ -148,6 +165,7 @@ class Cluster:
         self, root: Path, dsn: str, chat_url: str, *, servers: int = 3, workers: int = 2, lease: float = 2.0
     ) -> None:
         self.root = root
+        self.lease = lease
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         data_dir = root / "data"
@@ -202,6 +220,7 @@ class Tally:
     searches: int = 0
     searches_found: int = 0
     kills: Counter[str] = field(default_factory=Counter)
+    pauses: int = 0
     client_errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -351,10 +370,17 @@ class Follower(threading.Thread):
 # -- the run -----------------------------------------------------------------------------------------
 
 
-def killer_loop(cluster: Cluster, tally: Tally, rng: random.Random, rounds: int, round_seconds: float) -> None:
+def killer_loop(
+    cluster: Cluster, tally: Tally, rng: random.Random, rounds: int, round_seconds: float, pause_every: int = 0
+) -> None:
     """Each round: wait a random part of the round, SIGKILL a random server or worker, start it again and wait
-    until it serves, then wait out the round. One node is down at a time, so two servers always answer."""
-    for _ in range(rounds):
+    until it serves, then wait out the round. One node is down at a time, so two servers always answer.
+
+    Every ``pause_every``-th round (0: never) also pauses a random ``obsmem worker`` with SIGSTOP for twice
+    the lease and a second, then lets it go on: SIGKILL never exercises fencing (a killed worker commits
+    nothing), a paused one wakes up holding jobs whose leases others have taken, and its commits must be
+    refused. Only workers are paused: a paused server would leave its clients waiting, not failing over."""
+    for number in range(1, rounds + 1):
         start = time.monotonic()
         time.sleep(rng.uniform(0.2, 0.8) * round_seconds)
         node = rng.choice(cluster.nodes)
@@ -364,13 +390,25 @@ def killer_loop(cluster: Cluster, tally: Tally, rng: random.Random, rounds: int,
         time.sleep(rng.uniform(0.0, 0.5))
         node.start()
         cluster.wait_ready()
+        if pause_every and number % pause_every == 0 and cluster.workers:
+            rng.choice(cluster.workers).pause(2 * cluster.lease + 1.0)
+            with tally.lock:
+                tally.pauses += 1
         time.sleep(max(0.0, round_seconds - (time.monotonic() - start)))
 
 
 def run_chaos(
-    cluster: Cluster, *, rounds: int, round_seconds: float, clients: int, seed: int, settle_seconds: float = 120.0
+    cluster: Cluster,
+    *,
+    rounds: int,
+    round_seconds: float,
+    clients: int,
+    seed: int,
+    settle_seconds: float = 120.0,
+    pause_every: int = 0,
 ) -> dict[str, Any]:
-    """Start everything, run ``rounds`` rounds of kills under load, let it settle, check; the figures."""
+    """Start everything, run ``rounds`` rounds of kills (and pauses, see :func:`killer_loop`) under load, let
+    it settle, check; the figures."""
     rng = random.Random(seed)
     tally = Tally()
     stop = threading.Event()
@@ -386,7 +424,7 @@ def run_chaos(
     try:
         for thread in [*followers, *threads]:
             thread.start()
-        killer_loop(cluster, tally, rng, rounds, round_seconds)
+        killer_loop(cluster, tally, rng, rounds, round_seconds, pause_every)
         client_stop.set()
         for thread in threads:
             thread.join(timeout=150)
@@ -406,6 +444,8 @@ def run_chaos(
         "clients": clients,
         "seed": seed,
         "kills": dict(sorted(tally.kills.items())),
+        "pauses": tally.pauses,
+        "fenced_commits": sum(node.fenced_commits() for node in cluster.nodes),
         "failed_requests_retried": tally.failed_requests,
         "searches": tally.searches,
         "searches_found": tally.searches_found,
@@ -419,8 +459,10 @@ def run_chaos(
 
 
 def settle(service: Obsmem, deadline: float) -> None:
-    """Ask for observation of every session's backlog, then wait until no job is queued or running, every
-    event is covered and no reflection is due (the workers of the cluster do the work)."""
+    """Ask once for observation of every session's backlog (an append queues it only past the buffer
+    threshold, so the tail of each session waits for this), then wait until no job is queued or running
+    and no reflection is due (the workers of the cluster do the work). Nothing is asked again: a job that
+    gave up and left events uncovered must show in the checks, not be redone here."""
     db: Any = service.store.get(PROJECT)  # type: ignore[attr-defined]
     sessions = [row[0] for row in db.query("SELECT session_id FROM sessions ORDER BY session_id")]
     for session in sessions:
@@ -428,22 +470,33 @@ def settle(service: Obsmem, deadline: float) -> None:
     quiet_since: float | None = None
     while time.monotonic() < deadline:
         busy = db.query("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')")[0][0]
-        uncovered = db.query(
-            "SELECT count(*) FROM events AS e WHERE NOT EXISTS (SELECT 1 FROM coverage AS c"
-            " WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
-        )[0][0]
         due = [s for s in sessions if service.pipeline.reflect.due(db, s) is not None]
-        if not busy and not uncovered and not due:
+        if not busy and not due:
             quiet_since = quiet_since or time.monotonic()
             if time.monotonic() - quiet_since > 1.5:  # longer than a housekeeping pass: nothing more comes
                 return
         else:
             quiet_since = None
-            if uncovered and not busy:
-                for session in sessions:  # a job that gave up left events: ask again
-                    service.observe(PROJECT, session)
         time.sleep(0.2)
-    raise AssertionError(f"not settled: {busy} jobs active, {uncovered} events uncovered, reflection due: {due}")
+    raise AssertionError(f"not settled: {busy} jobs active, reflection due: {due}")
+
+
+def unexplained_uncovered(db: Any) -> list[tuple[str, int]]:
+    """Events no final coverage row covers whose session has no failed observe job: lost work.
+
+    What is allowed, and why: an observe job may give up (its attempts spent on workers killed under it, or
+    on model calls that failed), and it then ends ``failed`` with one ``job_failed`` event (checked apart);
+    the events it was to cover stay uncovered until someone asks again, which is the pipeline's documented
+    behaviour. Any other uncovered event was dropped by nobody's account, and fails the run."""
+    return [
+        (session, seq)
+        for session, seq in db.query(
+            "SELECT e.session_id, e.seq FROM events AS e WHERE NOT EXISTS (SELECT 1 FROM coverage AS c"
+            " WHERE c.session_id = e.session_id AND c.seq = e.seq AND c.final = 1)"
+            " AND NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.kind = 'observe' AND j.state = 'failed'"
+            " AND j.order_key = 'session:' || e.session_id)"
+        )
+    ]
 
 
 def check_cluster(service: Obsmem, tally: Tally, followers: list[Follower], settle_seconds: float) -> dict[str, Any]:
@@ -469,12 +522,14 @@ def check_cluster(service: Obsmem, tally: Tally, followers: list[Follower], sett
     assert set(failed_events) == failed and all(n == 1 for n in failed_events.values()), (failed_events, failed)
     # Effects applied once: each event covered once and cited by exactly one observation (the scripted
     # Observer writes one per event, naming its call, so a chunk committed twice would show).
+    lost = unexplained_uncovered(db)
+    assert not lost, f"{len(lost)} events left uncovered with no failed observe job to explain them: {lost[:3]}"
+    coverage = Counter((s, q) for s, q in db.query("SELECT session_id, seq FROM coverage WHERE final = 1"))
+    assert set(coverage.values()) <= {1}, "an event covered twice"
     citations = Counter((s, q) for s, q in db.query("SELECT session_id, seq FROM observation_sources"))
-    assert set(citations) == set(stored), "an event no observation cites"
+    assert set(citations) == set(coverage), "covered events and the events observations cite differ"
     duplicated = {key: n for key, n in citations.items() if n != 1}
     assert not duplicated, f"events observed more than once: {list(duplicated.items())[:5]}"
-    coverage = Counter((s, q) for s, q in db.query("SELECT session_id, seq FROM coverage WHERE final = 1"))
-    assert set(coverage) == set(stored) and set(coverage.values()) == {1}
     # The generations of every session form one chain and the projection is the ledger's.
     assert db.query("SELECT count(*) FROM generations WHERE state = 'running'") == [(0,)]
     promoted = 0
@@ -500,6 +555,7 @@ def check_cluster(service: Obsmem, tally: Tally, followers: list[Follower], sett
         "jobs_by_state": dict(sorted(states.items())),
         "job_attempts_over_one": sum(1 for _, _, _, attempts in jobs if attempts > 1),
         "observations_checked": sum(citations.values()),
+        "events_left_to_failed_jobs": len(stored) - len(coverage),
         "generations_promoted": promoted,
         "events_in_log": len(all_ids),
         "events_seen_per_follower": [len(f.seen & all_ids) for f in followers],

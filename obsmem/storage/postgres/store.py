@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from obsmem.errors import ProjectNotFound, StorageError
-from obsmem.storage.postgres.connection import PostgresProjectDatabase, advisory_key
+from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, advisory_key
 from obsmem.storage.postgres.faults import postgres_faults
 from obsmem.storage.postgres.migrations import migrate_schema
 from obsmem.storage.postgres.notify import EventSignal
@@ -128,6 +128,14 @@ class PostgresStore:
             conn.execute("DELETE FROM obsmem.projects WHERE name = ?", (name,))
         self.release(name)
         return known is not None
+
+    def reset_schema(self, conn: PostgresConnection) -> None:
+        """Empty the project whose write transaction ``conn`` is: its schema is dropped and made again at the
+        current migration, inside that transaction, so a restore that follows replaces the project whole or
+        (rolled back) not at all."""
+        conn.execute(f"DROP SCHEMA {conn.schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {conn.schema}")
+        migrate_schema(conn)
 
     def user_tiers(self) -> PostgresUserTiers:
         """The user tiers' databases in this database (their own schemas, listed apart from projects)."""

@@ -1,5 +1,4 @@
-"""Notes and trust, transcript imports and rows carried for other parts (SQLite's ``m0007_notes``,
-``m0005_imports``).
+"""Notes and trust, transcript imports (SQLite's ``m0007_notes``, ``m0005_imports``).
 
 - ``notes``, ``judgments``, ``trust_ledger``: SQLite's columns in SQLite's order, so the trust floor's SQL
   runs unchanged and an export reads the same from either backend. ``p`` is ``double precision`` (SQLite's
@@ -10,9 +9,9 @@
   SQLite's triggers do. A user tier's schema (``obsmem_u_...``) holds the same tables.
 - ``import_files``, ``import_records``: how far each transcript file was imported, and the agents' record
   ids seen.
-- ``carried_rows``, ``carried_columns``: rows of a project moved here from SQLite whose tables this backend
-  does not hold yet (the pipeline's generations, coverage and progress), kept verbatim as exported, in
-  file order, so moving the project back restores them as they were (docs/postgres.md, moving a project).
+- ``carried_rows``, ``carried_columns``: made to keep, verbatim, rows of kinds whose tables this backend
+  did not hold. Every record kind has its table here (``p0005_pipeline`` came first), so nothing writes
+  them; they stay, empty, because a migration's SQL never changes once applied.
 """
 
 NAME = "notes_imports"
