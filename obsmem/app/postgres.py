@@ -27,27 +27,22 @@ from typing import Any, NoReturn
 from obsmem.app.results import (
     Forgotten,
     JobList,
-    MemoryDetails,
-    ModelChoices,
-    ModelSwitch,
     ProjectStatus,
     Recollection,
-    SessionStatus,
     TrustStatus,
 )
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
 from obsmem.errors import NotFound, NotOnPostgres
-from obsmem.events import AppendReceipt, append_events, require_session, session_totals
+from obsmem.events import session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
-from obsmem.pipeline import ChatModel, ObservationPipeline, project_generation_totals
+from obsmem.pipeline import ObservationPipeline, project_generation_totals
 from obsmem.retrieval import RecalledEvent, SearchModes, SearchResult, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
 from obsmem.trust import LOCAL_USER, RecalledNote, TierStores, TrustService
-from obsmem.validation import project_name
 from obsmem.validation import session_id as check_session_id
-from obsmem.work import EnqueueResult, WorkerPool, eventlog
+from obsmem.work import WorkerPool, eventlog
 
 # What answers on PostgreSQL today; every other public method of Obsmem refuses (see refuse_unported).
 PORTED = frozenset(
@@ -142,54 +137,6 @@ class PostgresObsmem(Obsmem):
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
 
-    def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
-        """Store events (idempotent per ``(session_id, seq)``); a backlog over the buffer queues an observe
-        job in the same transaction, as on SQLite."""
-        session_id = check_session_id(session_id)  # a refused session id creates no project
-        # The owning modules are annotated with the SQLite types; the PostgreSQL ones answer the same calls.
-        db: Any = self.store.get(project, create=True)
-        hook = self.pipeline.append_hook(db, project)
-        receipt = append_events(db, session_id, events, after_insert=hook)
-        if hook.queued:
-            self._wake_workers()
-        return receipt
-
-    def _queue_now(
-        self, project: str, session_id: str, request: Callable[[Any, str, str], EnqueueResult]
-    ) -> EnqueueResult:
-        """Queue a pipeline job for an existing session and wake this process's workers for it."""
-        session_id = check_session_id(session_id)
-        db: Any = self.store.get(project)
-        with db.read() as conn:
-            require_session(conn, session_id)
-        result = request(db, session_id, project)
-        self._wake_workers()
-        return result
-
-    def observe(self, project: str, session_id: str) -> EnqueueResult:
-        return self._queue_now(project, session_id, self.pipeline.request_observation)
-
-    def reflect(self, project: str, session_id: str) -> EnqueueResult:
-        return self._queue_now(project, session_id, self.pipeline.request_reflection)
-
-    def session_status(self, project: str, session_id: str) -> SessionStatus:
-        session_id = check_session_id(session_id)
-        return build(SessionStatus, self.pipeline.status(self._db(project), session_id, project))
-
-    def memory_details(self, project: str, session_id: str) -> MemoryDetails:
-        session_id = check_session_id(session_id)
-        return build(MemoryDetails, self.pipeline.memory_details(self._db(project), session_id))
-
-    def models(self, project: str) -> ModelChoices:
-        return build(ModelChoices, self.pipeline.models(self._db(project)))
-
-    def route_model(self, project: str, role: str, model: ChatModel | None) -> None:
-        self.pipeline.route_model(project_name(project), role, model)
-        self._wake_workers()
-
-    def switch_models(self, project: str, changes: object) -> ModelSwitch:
-        return build(ModelSwitch, self.pipeline.switch_models(self._db(project), changes))
-
     def _db(self, project: str) -> Any:
         """The project's schema, typed loosely: the pipeline's modules are annotated with the SQLite types,
         and the PostgreSQL database answers the same calls."""
@@ -206,19 +153,6 @@ class PostgresObsmem(Obsmem):
                 housekeeping=[*self.pipeline.housekeeping_tasks, self.trust.groom_on_schedule],
             )
         return self.workers
-
-    def start_workers(self, *, threads: int | None = None, housekeeping: bool = True) -> WorkerPool:
-        pool = self.worker_pool()
-        pool.start(threads=threads, housekeeping=housekeeping)
-        return pool
-
-    def stop_workers(self, timeout: float = 10.0) -> None:
-        if self.workers is not None:
-            self.workers.stop(timeout)
-
-    def _wake_workers(self) -> None:
-        if self.workers is not None and self.workers.running:
-            self.workers.wake()
 
     def add_observations(self, project: str, observations: list[Any]) -> WriteReceipt:
         db = self.store.get(project) if self.store.exists(project) else None
