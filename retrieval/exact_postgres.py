@@ -219,8 +219,9 @@ class NeedleSample:
 
     @classmethod
     def for_connection(cls, conn: Any, corpus: Corpus) -> NeedleSample:
-        # The server and database from libpq directly (``info.dsn`` parses the connection string each time).
-        pgconn = conn.raw.pgconn
+        # The server and database from libpq directly (``info.dsn`` parses the connection string each time),
+        # without opening the transaction.
+        pgconn = conn.pgconn
         key = (pgconn.host, pgconn.port, pgconn.db, getattr(conn, "schema", ""), corpus.table)
         with cls._lock:
             cached = cls._cache.get(key)
