@@ -78,6 +78,13 @@ def short_grams(needle: str) -> list[str]:
     return sorted({folded[i : i + 2] for i in range(len(folded) - 1)})
 
 
+def _alone(conn: Any) -> Any:
+    """How the searcher runs a statement: each of its statements answers on its own (a walk's rows are kept
+    only when they are the answer; the sample only estimates), so outside a begun transaction each goes in
+    a transaction of its own, one exchange with the server (``PostgresConnection.execute_alone``)."""
+    return getattr(conn, "execute_alone", conn.execute)
+
+
 class PostgresExactSearcher:
     """Exact searches over one corpus of one project, on one PostgreSQL connection in a read snapshot."""
 
@@ -136,7 +143,7 @@ class PostgresExactSearcher:
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         order = f"ORDER BY {self.corpus.date} DESC, m.id DESC"
-        return self.conn.execute(
+        return _alone(self.conn)(
             f"SELECT {self.corpus.columns} FROM (SELECT * FROM {self.corpus.table} AS m WHERE TRUE{where}"
             f" {order} LIMIT ?) AS m WHERE ({self._match()}) {order} LIMIT ?",
             (*params, self.walk_rows, *self.corpus.patterns(pattern), fetch),
@@ -151,7 +158,7 @@ class PostgresExactSearcher:
             f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({self._match(indexed=False)}){where}"
             f" ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (*self.corpus.patterns(pattern), *params, fetch)).fetchall()
+        return _alone(self.conn)(sql, (*self.corpus.patterns(pattern), *params, fetch)).fetchall()
 
     def _candidates(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         """The rows an index holds for the needle, checked and sorted: the rows holding its rarest trigrams
@@ -184,7 +191,7 @@ class PostgresExactSearcher:
             f"WITH m AS MATERIALIZED (SELECT * FROM {self.corpus.table} AS m WHERE ({' OR '.join(tests)}){where})"
             f" SELECT {self.corpus.columns} FROM m ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return self.conn.execute(sql, (*values, *params, fetch)).fetchall()
+        return _alone(self.conn)(sql, (*values, *params, fetch)).fetchall()
 
 
 SAMPLE_ROWS = 2000
@@ -230,7 +237,7 @@ class NeedleSample:
         now = time.monotonic()
         if cached is not None and now - cached.checked_at < SAMPLE_TRUSTED_S:
             return cached
-        (total,) = conn.execute(f"SELECT coalesce(max(id), 0) FROM {corpus.table}").fetchone()
+        (total,) = _alone(conn)(f"SELECT coalesce(max(id), 0) FROM {corpus.table}").fetchone()
         if (
             cached is not None
             and now - cached.built_at < SAMPLE_MAX_AGE_S
@@ -242,7 +249,7 @@ class NeedleSample:
         sample = cls(
             [
                 row[0]
-                for row in conn.execute(
+                for row in _alone(conn)(
                     f"SELECT left(concat_ws(chr(10), {texts}), ?) FROM {corpus.table} ORDER BY id DESC LIMIT ?",
                     (SAMPLE_TEXT_CHARS, SAMPLE_ROWS),
                 )

@@ -82,14 +82,17 @@ class PostgresConnection:
         *,
         prelude: Sequence[str] = (),
         replace: Callable[[psycopg.Connection[Any]], psycopg.Connection[Any]] | None = None,
+        writing: bool = True,
     ) -> None:
         """``prelude``: the opening statements, sent with the first statement; ``replace``: gives another
-        connection for a closed one (None: a closed connection is a fault at once)."""
+        connection for a closed one (None: a closed connection is a fault at once); ``writing``: False for a
+        read-only snapshot, whose statements may each go alone (``execute_alone``)."""
         self._raw = conn
         self.schema = schema  # the project's schema, which search_path names (a key for per-project caches)
         self._changes = 0
         self._prelude = list(prelude)
         self._replace = replace
+        self._writing = writing
 
     @property
     def raw(self) -> psycopg.Connection[Any]:
@@ -123,6 +126,19 @@ class PostgresConnection:
         self._changes = max(cursor.rowcount, 0)
         return cursor
 
+    def execute_alone(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        """``execute`` for a read whose statement needs no snapshot shared with the others (an exact search's
+        statements: each answers on its own). Before the transaction began, the statement goes in its own
+        transaction, opened and committed in the same query string: one exchange, nothing left to end.
+        Inside a begun transaction (or a write) it is ``execute``."""
+        if not self._prelude or self._writing or not all(_inlinable(value) for value in params):
+            return self.execute(sql, params)
+        prelude = self._prelude
+        cursor = self._first_exchange(lambda raw: self._with_prelude(raw, sql, params, end="COMMIT"), pipelined=False)
+        self._prelude = prelude  # committed: the next statement opens the transaction again
+        self._changes = 0
+        return cursor
+
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
         self._send_prelude()
         cursor = self._raw.cursor()
@@ -134,12 +150,15 @@ class PostgresConnection:
         if self._prelude:
             self._first_exchange(lambda raw: raw.execute("; ".join(self._prelude)), pipelined=False)
 
-    def _with_prelude(self, raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
-        """The prelude and the statement in one query string; the cursor is left on the statement's rows."""
+    def _with_prelude(
+        self, raw: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, end: str = ""
+    ) -> psycopg.Cursor[Any]:
+        """The prelude, the statement (and ``end``) in one query string; the cursor is left on the
+        statement's rows."""
         cursor = psycopg.ClientCursor(raw)
-        cursor.execute("; ".join([*self._prelude, to_psycopg(sql)]), tuple(params))
-        while cursor.nextset():
-            pass
+        cursor.execute("; ".join([*self._prelude, to_psycopg(sql), *([end] if end else [])]), tuple(params))
+        for _ in self._prelude:
+            cursor.nextset()
         return cursor
 
     def _first_exchange(self, statement: Callable[[psycopg.Connection[Any]], _T], *, pipelined: bool = True) -> _T:
@@ -214,7 +233,11 @@ class PostgresProjectDatabase:
             prelude.append(f"SELECT pg_advisory_xact_lock({int(self.lock_key)})")
         with postgres_faults():
             conn = PostgresConnection(
-                self._pool.getconn(timeout=POOL_WAIT_SECONDS), self.schema, prelude=prelude, replace=self._replace
+                self._pool.getconn(timeout=POOL_WAIT_SECONDS),
+                self.schema,
+                prelude=prelude,
+                replace=self._replace,
+                writing=writing,
             )
             self._local.conn = conn
             self._local.writing = writing
