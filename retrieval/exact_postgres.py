@@ -7,7 +7,9 @@ watermark and partial date indexes are SQLite's; PostgreSQL keeps its indexes wh
 The answer is the one a plain ``LIKE '%q%' ESCAPE '\\'`` scan ordered newest first gives on SQLite:
 
 - **ASCII case-insensitive**: ``ILIKE`` on text declared ``COLLATE "C"`` (``p0001_core``), under which
-  PostgreSQL folds ASCII letters only, as SQLite's ``LIKE`` does (``É`` never matches ``é``);
+  PostgreSQL folds ASCII letters only, as SQLite's ``LIKE`` does (``É`` never matches ``é``); the check of
+  each row is the same test as ``lower(text) LIKE`` the ASCII-folded pattern (``lower()`` folds ASCII only
+  under ``"C"`` too), which no trigram index answers and which costs less per row;
 - **literal**: the same escaped pattern (:func:`~obsmem.retrieval.exact.like_pattern`), so ``%``, ``_`` and
   ``\\`` in a needle are themselves;
 - **newest first, bounded**: ``ORDER BY date DESC, id DESC LIMIT fetch``, the caller asking for one row
@@ -134,19 +136,21 @@ class PostgresExactSearcher:
         candidate_rows = sample.total_rows * frequency
         return "candidates" if candidate_rows <= max(walk_rows, CANDIDATE_MIN_ROWS) else "date-walk"
 
-    def _match(self, *, indexed: bool = True) -> str:
-        """ILIKE on each match column; ``indexed=False`` hides it from the trigram index (``|| ''``), for
-        statements that must read another index: the planner prices the trigram index's reading of a
-        needle's every posting list (or of the whole index, for a needle without trigrams) far too low."""
-        wrap = "{}" if indexed else "({} || '')"
-        return " OR ".join(f"{wrap.format(column)} ILIKE ? ESCAPE '\\'" for column in self.corpus.match_columns)
+    def _recheck(self) -> str:
+        """The needle's test on each match column, hidden from the trigram index, for statements that read
+        another index or none (the planner prices the trigram index's reading of a needle's every posting
+        list, or of the whole index for a needle without trigrams, far too low): ``lower()`` of text declared ``COLLATE "C"`` folds ASCII
+        letters only, as ILIKE there does, so ``LIKE`` of the ASCII-folded pattern is the same test. It
+        also costs the server less per row than ILIKE (4.2 ms against 5.0 ms for ``login session``'s walk
+        of 8,231 rows at 1M memories; 8.3 ms for the ``(content || '') ILIKE`` it replaced)."""
+        return " OR ".join(f"lower({column}) LIKE ? ESCAPE '\\'" for column in self.corpus.match_columns)
 
     def _walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         order = f"ORDER BY {self.corpus.date} DESC, m.id DESC"
         return _alone(self.conn)(
             f"SELECT {self.corpus.columns} FROM (SELECT * FROM {self.corpus.table} AS m WHERE TRUE{where}"
-            f" {order} LIMIT ?) AS m WHERE ({self._match()}) {order} LIMIT ?",
-            (*params, self.walk_rows, *self.corpus.patterns(pattern), fetch),
+            f" {order} LIMIT ?) AS m WHERE ({self._recheck()}) {order} LIMIT ?",
+            (*params, self.walk_rows, *self.corpus.patterns(pattern.translate(_ASCII_FOLD)), fetch),
         ).fetchall()
 
     def _date_walk(self, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
@@ -155,15 +159,17 @@ class PostgresExactSearcher:
         for ``login session`` against 13 ms down the date index."""
         self.last_plan = "date-walk"
         sql = (
-            f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({self._match(indexed=False)}){where}"
+            f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({self._recheck()}){where}"
             f" ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return _alone(self.conn)(sql, (*self.corpus.patterns(pattern), *params, fetch)).fetchall()
+        folded = pattern.translate(_ASCII_FOLD)
+        return _alone(self.conn)(sql, (*self.corpus.patterns(folded), *params, fetch)).fetchall()
 
     def _candidates(self, needle: str, pattern: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         """The rows an index holds for the needle, checked and sorted: the rows holding its rarest trigrams
         (SQLite's probe), or its short substrings."""
         trigrams = needle_trigrams(needle)
+        folded = pattern.translate(_ASCII_FOLD)  # the recheck's (see _recheck)
         if trigrams:
             self.last_plan = "candidates"
             # Each probe is ILIKE on one trigram of the needle, which pg_trgm looks up as that trigram alone;
@@ -174,17 +180,17 @@ class PostgresExactSearcher:
             values: list[object] = []
             for column in self.corpus.match_columns:
                 probes = " AND ".join(f"{column} ILIKE ?" for _ in rarest)
-                tests.append(f"({probes} AND ({column} || '') ILIKE ? ESCAPE '\\')")
-                values += [f"%{trigram}%" for trigram in rarest] + [pattern]
+                tests.append(f"({probes} AND lower({column}) LIKE ? ESCAPE '\\')")
+                values += [f"%{trigram}%" for trigram in rarest] + [folded]
         else:
             self.last_plan = "short-candidates"
             # Each column on its own: its index holds its own substrings (PostgreSQL ORs the two bitmaps).
             tests = [
-                f"(obsmem_short_grams({column}) @> ?::text[] AND ({column} || '') ILIKE ? ESCAPE '\\')"
+                f"(obsmem_short_grams({column}) @> ?::text[] AND lower({column}) LIKE ? ESCAPE '\\')"
                 for column in self.corpus.match_columns
             ]
             grams = short_grams(needle)
-            values = [value for _ in self.corpus.match_columns for value in (grams, pattern)]
+            values = [value for _ in self.corpus.match_columns for value in (grams, folded)]
         # MATERIALIZED: the planner cannot turn the candidates into a walk of the date index. The rows are
         # taken whole, so the sort needs no second read of each.
         sql = (
