@@ -56,6 +56,7 @@ WALK_ROWS = 2000
 # pg_trgm indexes the trigrams of words (runs of letters and digits); a needle without a run of three
 # gives it nothing to look up, and is looked up in the index of short substrings instead.
 _TRIGRAM_WORD = re.compile(r"[A-Za-z0-9]{3}")
+_ASCII_LETTER = re.compile(r"[a-z]")
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
 # Trigrams a candidate probe looks up: the needle's rarest few (SQLite's probe takes as many).
 PROBE_TRIGRAMS = 3
@@ -136,7 +137,7 @@ class PostgresExactSearcher:
         candidate_rows = sample.total_rows * frequency
         return "candidates" if candidate_rows <= max(walk_rows, CANDIDATE_MIN_ROWS) else "date-walk"
 
-    def _recheck(self) -> str:
+    def _recheck(self, folded: str) -> str:
         """The needle's test on each match column, hidden from the trigram index, for statements that read
         another index or none (the planner prices the trigram index's reading of a needle's every posting
         list, or of the whole index for a needle without trigrams, far too low). Its value is the needle
@@ -145,13 +146,16 @@ class PostgresExactSearcher:
         escaped pattern, and ``strpos`` searches with a skip table where LIKE compares at every position:
         ``login session``'s date walk of 8,231 rows at 1M memories took 3.5 ms with it, 4.9 ms with
         ``lower(text) LIKE`` and 5.0-9 ms with the ``(text || '') ILIKE`` it replaced."""
-        return " OR ".join(f"strpos(lower({column}), ?) > 0" for column in self.corpus.match_columns)
+        # A needle without ASCII letters needs no folded copy of each text (0.37 ms against 0.53 ms for the
+        # 669 rows ``42`` walks at 1M memories).
+        text = "lower({})" if _ASCII_LETTER.search(folded) else "{}"
+        return " OR ".join(f"strpos({text.format(column)}, ?) > 0" for column in self.corpus.match_columns)
 
     def _walk(self, folded: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         order = f"ORDER BY {self.corpus.date} DESC, m.id DESC"
         return _alone(self.conn)(
             f"SELECT {self.corpus.columns} FROM (SELECT * FROM {self.corpus.table} AS m WHERE TRUE{where}"
-            f" {order} LIMIT ?) AS m WHERE ({self._recheck()}) {order} LIMIT ?",
+            f" {order} LIMIT ?) AS m WHERE ({self._recheck(folded)}) {order} LIMIT ?",
             (*params, self.walk_rows, *self.corpus.patterns(folded), fetch),
         ).fetchall()
 
@@ -161,7 +165,7 @@ class PostgresExactSearcher:
         for ``login session`` against 13 ms down the date index."""
         self.last_plan = "date-walk"
         sql = (
-            f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({self._recheck()}){where}"
+            f"SELECT {self.corpus.columns} FROM {self.corpus.table} AS m WHERE ({self._recheck(folded)}){where}"
             f" ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
         )
         return _alone(self.conn)(sql, (*self.corpus.patterns(folded), *params, fetch)).fetchall()
