@@ -201,7 +201,12 @@ class PostgresExactSearcher:
             f"WITH m AS MATERIALIZED (SELECT * FROM {self.corpus.table} AS m WHERE ({' OR '.join(tests)}){where})"
             f" SELECT {self.corpus.columns} FROM m ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
         )
-        return _alone(self.conn)(sql, (*values, *params, fetch)).fetchall()
+        values = [*values, *params, fetch]
+        if trigrams and hasattr(self.conn, "execute_alone"):
+            # Planning the trigram probes with their patterns written in (pg_trgm estimating each one) cost
+            # 0.4-0.6 ms a search at 1M memories; prepared, the plan is the server's to keep.
+            return self.conn.execute_alone(sql, values, prepare=True).fetchall()
+        return _alone(self.conn)(sql, values).fetchall()
 
 
 SAMPLE_ROWS = 2000

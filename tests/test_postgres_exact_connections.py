@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from obsmem.dates import parse_window
-from obsmem.retrieval.exact_postgres import PostgresExactSearcher
+from obsmem.retrieval.exact_postgres import Plan, PostgresExactSearcher
 from obsmem.storage import PostgresStore
 from obsmem.storage.postgres import PostgresProjectDatabase
 from support.postgres import PostgresTestServer
@@ -40,9 +40,9 @@ def _fill(db: PostgresProjectDatabase) -> None:
             )
 
 
-def _search(db: PostgresProjectDatabase, needle: str) -> list[str]:
+def _search(db: PostgresProjectDatabase, needle: str, plan: Plan | None = None) -> list[str]:
     with db.read() as conn:
-        hits, _ = PostgresExactSearcher(conn).search(needle, parse_window(), 20)
+        hits, _ = PostgresExactSearcher(conn, plan=plan).search(needle, parse_window(), 20)
     return [hit.content for hit in hits]
 
 
@@ -67,10 +67,12 @@ def test_a_search_after_its_pooled_connections_were_terminated_answers(store: Po
     _fill(db)
     _fill_the_pool(store)
     assert _search(db, "parser") == [TEXTS[2], TEXTS[0]]
-    assert _terminate_others(postgres_dsn) >= POOL_SIZE
-    for _ in range(POOL_SIZE + 1):  # every dead connection met once
-        assert _search(db, "parser") == [TEXTS[2], TEXTS[0]]
-        assert _search(db, "qz") == [TEXTS[2]]
+    for plan in ("candidates", "walk", "date-walk"):  # the trigram candidates go prepared, in a pipeline
+        _fill_the_pool(store)
+        assert _terminate_others(postgres_dsn) >= POOL_SIZE
+        for _ in range(POOL_SIZE + 1):  # every dead connection met once
+            assert _search(db, "parser", plan) == [TEXTS[2], TEXTS[0]]
+            assert _search(db, "qz", plan) == [TEXTS[2]]
 
 
 def test_a_write_after_its_pooled_connections_were_terminated_is_stored_once(

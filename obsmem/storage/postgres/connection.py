@@ -60,6 +60,11 @@ def _inlinable(value: object) -> bool:
     return isinstance(value, _INLINE_TYPES)
 
 
+def _then_commit(raw: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> psycopg.Cursor[Any]:
+    raw.execute("COMMIT")
+    return cursor
+
+
 class PostgresConnection:
     """One pooled connection inside a transaction, answering the calls the owning modules make of an
     apsw connection (``execute``, ``executemany``, ``in_transaction``) with their SQL translated.
@@ -126,15 +131,23 @@ class PostgresConnection:
         self._changes = max(cursor.rowcount, 0)
         return cursor
 
-    def execute_alone(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+    def execute_alone(self, sql: str, params: Sequence[Any] = (), *, prepare: bool = False) -> psycopg.Cursor[Any]:
         """``execute`` for a read whose statement needs no snapshot shared with the others (an exact search's
         statements: each answers on its own). Before the transaction began, the statement goes in its own
         transaction, opened and committed in the same query string: one exchange, nothing left to end.
-        Inside a begun transaction (or a write) it is ``execute``."""
+        Inside a begun transaction (or a write) it is ``execute``. ``prepare``: a statement whose planning
+        costs more than a pipeline does (psycopg prepares a statement run often, and the server keeps its
+        plan): the statement goes bound and the transaction's statements in one pipeline, still one exchange;
+        otherwise the values are bound in the client (each such statement is planned anew)."""
         if not self._prelude or self._writing or not all(_inlinable(value) for value in params):
             return self.execute(sql, params)
         prelude = self._prelude
-        cursor = self._first_exchange(lambda raw: self._with_prelude(raw, sql, params, end="COMMIT"), pipelined=False)
+        if prepare:
+            cursor = self._first_exchange(lambda raw: _then_commit(raw, raw.execute(to_psycopg(sql), tuple(params))))
+        else:
+            cursor = self._first_exchange(
+                lambda raw: self._with_prelude(raw, sql, params, end="COMMIT"), pipelined=False
+            )
         self._prelude = prelude  # committed: the next statement opens the transaction again
         self._changes = 0
         return cursor
