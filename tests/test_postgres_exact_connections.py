@@ -129,3 +129,17 @@ def test_searches_answer_across_a_server_restart() -> None:
             store.close()
     finally:
         server.stop()
+
+
+def test_a_pool_of_one_replaces_its_terminated_connection(postgres_dsn: str) -> None:
+    """The closed connection goes back to the pool before another is asked for: a pool at its size never
+    waits for the connection the transaction itself holds."""
+    store = PostgresStore(postgres_dsn, pool_size=1)
+    try:
+        db = store.get("p", create=True)
+        _fill(db)
+        assert _terminate_others(postgres_dsn) == 1
+        assert _search(db, "parser", "candidates") == [TEXTS[2], TEXTS[0]]
+        assert store._pool.get_stats()["pool_size"] == 1
+    finally:
+        store.close()

@@ -93,6 +93,7 @@ class PostgresConnection:
         connection for a closed one (None: a closed connection is a fault at once); ``writing``: False for a
         read-only snapshot, whose statements may each go alone (``execute_alone``)."""
         self._raw = conn
+        self._held: psycopg.Connection[Any] | None = conn
         self.schema = schema  # the project's schema, which search_path names (a key for per-project caches)
         self._changes = 0
         self._prelude = list(prelude)
@@ -112,9 +113,10 @@ class PostgresConnection:
         return self._raw.pgconn
 
     @property
-    def held(self) -> psycopg.Connection[Any]:
-        """The psycopg connection the transaction holds now (the pool's to take back at its end)."""
-        return self._raw
+    def held(self) -> psycopg.Connection[Any] | None:
+        """The psycopg connection the transaction holds now, the pool's to take back at its end (None: a
+        closed one was given back and no other could be had)."""
+        return self._held
 
     @property
     def began(self) -> bool:
@@ -199,7 +201,9 @@ class PostgresConnection:
                     raise
                 if self._replace is None or attempts > MAX_REPLACED_CONNECTIONS:
                     raise
+                self._held = None  # given back to the pool by the replacement, whether or not another comes
                 self._raw = self._replace(self._raw)
+                self._held = self._raw
 
     def changes(self) -> int:
         """Rows the last statement changed (apsw's ``changes()``)."""
@@ -265,7 +269,8 @@ class PostgresProjectDatabase:
                 raise
             finally:
                 self._local.conn = None
-                self._pool.putconn(conn.held)
+                if conn.held is not None:
+                    self._pool.putconn(conn.held)
 
     def _replace(self, closed: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         """Another connection for one found closed: the pool discards the closed one and reconnects."""
