@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -31,6 +31,10 @@ from obsmem.storage.postgres.sql import to_psycopg
 # How long a write waits for another writer of the same project (SQLite's busy timeout is 30 s too).
 LOCK_TIMEOUT_MS = 30_000
 POOL_WAIT_SECONDS = 30.0
+# Closed connections a transaction's first exchange replaces before the fault is the caller's: the pool
+# may hold several after a server restart, and it holds at most this many.
+MAX_REPLACED_CONNECTIONS = 16
+_T = TypeVar("_T")
 
 
 def project_schema(project: str) -> str:
@@ -45,28 +49,161 @@ def advisory_key(project: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+_INLINE_TYPES = (str, int, float, type(None))
+
+
+def _inlinable(value: object) -> bool:
+    """Whether psycopg's client-side binding renders ``value`` as the server-side binding would type it:
+    text, numbers, NULL and lists of text (``?::text[]``); anything else goes as a bound parameter."""
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    return isinstance(value, _INLINE_TYPES)
+
+
+def _then_commit(raw: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> psycopg.Cursor[Any]:
+    raw.execute("COMMIT")
+    return cursor
+
+
 class PostgresConnection:
     """One pooled connection inside a transaction, answering the calls the owning modules make of an
-    apsw connection (``execute``, ``executemany``, ``in_transaction``) with their SQL translated."""
+    apsw connection (``execute``, ``executemany``, ``in_transaction``) with their SQL translated.
+
+    The transaction's opening statements (``BEGIN``, ``SET LOCAL``, the writer lock) wait for its first
+    statement and go with it in one pipeline, one exchange with the server: a search is a few
+    milliseconds, of which each exchange is a noticeable share on a busy machine. That first exchange is
+    also the check that the pooled connection still works (the pool checks none when it hands one out):
+    if the connection turns out closed (the server restarted, its backend was terminated) before
+    anything of the transaction reached the server, the statements go again on another connection.
+    """
 
     # Owning modules whose SQL differs between backends branch on this (an apsw connection has none).
     dialect = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Any], schema: str = "") -> None:
-        self.raw = conn
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        schema: str = "",
+        *,
+        prelude: Sequence[str] = (),
+        replace: Callable[[psycopg.Connection[Any]], psycopg.Connection[Any]] | None = None,
+        writing: bool = True,
+    ) -> None:
+        """``prelude``: the opening statements, sent with the first statement; ``replace``: gives another
+        connection for a closed one (None: a closed connection is a fault at once); ``writing``: False for a
+        read-only snapshot, whose statements may each go alone (``execute_alone``)."""
+        self._raw = conn
+        self._held: psycopg.Connection[Any] | None = conn
         self.schema = schema  # the project's schema, which search_path names (a key for per-project caches)
         self._changes = 0
+        self._prelude = list(prelude)
+        self._replace = replace
+        self._writing = writing
+
+    @property
+    def raw(self) -> psycopg.Connection[Any]:
+        """The psycopg connection, its transaction opened (for COPY and statements the SQL translation
+        must not touch)."""
+        self._send_prelude()
+        return self._raw
+
+    @property
+    def pgconn(self) -> psycopg.pq.abc.PGconn:
+        """libpq's connection (host, port, database), without opening the transaction."""
+        return self._raw.pgconn
+
+    @property
+    def held(self) -> psycopg.Connection[Any] | None:
+        """The psycopg connection the transaction holds now, the pool's to take back at its end (None: a
+        closed one was given back and no other could be had)."""
+        return self._held
+
+    @property
+    def began(self) -> bool:
+        """Whether the transaction reached the server (False: no statement was run, nothing to end)."""
+        return not self._prelude
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        cursor = self.raw.execute(to_psycopg(sql), tuple(params))
+        if self._prelude and all(_inlinable(value) for value in params):
+            # One query string, the values bound by psycopg in the client: the cheapest single exchange
+            # (a pipeline costs the client about as much as the exchange it saves).
+            cursor = self._first_exchange(lambda raw: self._with_prelude(raw, sql, params), pipelined=False)
+        else:
+            cursor = self._first_exchange(lambda raw: raw.execute(to_psycopg(sql), tuple(params)))
         self._changes = max(cursor.rowcount, 0)
+        return cursor
+
+    def execute_alone(self, sql: str, params: Sequence[Any] = (), *, prepare: bool = False) -> psycopg.Cursor[Any]:
+        """``execute`` for a read whose statement needs no snapshot shared with the others (an exact search's
+        statements: each answers on its own). Before the transaction began, the statement goes in its own
+        transaction, opened and committed in the same query string: one exchange, nothing left to end.
+        Inside a begun transaction (or a write) it is ``execute``. ``prepare``: a statement whose planning
+        costs more than a pipeline does (psycopg prepares a statement run often, and the server keeps its
+        plan): the statement goes bound and the transaction's statements in one pipeline, still one exchange;
+        otherwise the values are bound in the client (each such statement is planned anew)."""
+        if not self._prelude or self._writing or not all(_inlinable(value) for value in params):
+            return self.execute(sql, params)
+        prelude = self._prelude
+        if prepare:
+            cursor = self._first_exchange(lambda raw: _then_commit(raw, raw.execute(to_psycopg(sql), tuple(params))))
+        else:
+            cursor = self._first_exchange(
+                lambda raw: self._with_prelude(raw, sql, params, end="COMMIT"), pipelined=False
+            )
+        self._prelude = prelude  # committed: the next statement opens the transaction again
+        self._changes = 0
         return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
-        cursor = self.raw.cursor()
+        self._send_prelude()
+        cursor = self._raw.cursor()
         cursor.executemany(to_psycopg(sql), [tuple(row) for row in rows])
         self._changes = max(cursor.rowcount, 0)
         return cursor
+
+    def _send_prelude(self) -> None:
+        if self._prelude:
+            self._first_exchange(lambda raw: raw.execute("; ".join(self._prelude)), pipelined=False)
+
+    def _with_prelude(
+        self, raw: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, end: str = ""
+    ) -> psycopg.Cursor[Any]:
+        """The prelude, the statement (and ``end``) in one query string; the cursor is left on the
+        statement's rows."""
+        cursor = psycopg.ClientCursor(raw)
+        cursor.execute("; ".join([*self._prelude, to_psycopg(sql), *([end] if end else [])]), tuple(params))
+        for _ in self._prelude:
+            cursor.nextset()
+        return cursor
+
+    def _first_exchange(self, statement: Callable[[psycopg.Connection[Any]], _T], *, pipelined: bool = True) -> _T:
+        """Run ``statement``, after the prelude in the same pipeline when the transaction has not begun.
+        Nothing commits before the transaction's end, so a first exchange lost with its connection is
+        sent again whole, on another connection (as many times as the pool may hold dead ones)."""
+        if not self._prelude:
+            return statement(self._raw)
+        attempts = 0
+        while True:
+            try:
+                if pipelined:
+                    with self._raw.pipeline():
+                        for sql in self._prelude:
+                            self._raw.execute(sql)
+                        result = statement(self._raw)
+                else:
+                    result = statement(self._raw)
+                self._prelude = []
+                return result
+            except psycopg.Error:
+                attempts += 1
+                if not self._raw.closed:
+                    self._prelude = []  # the server may have begun the transaction: its end must roll it back
+                    raise
+                if self._replace is None or attempts > MAX_REPLACED_CONNECTIONS:
+                    raise
+                self._held = None  # given back to the pool by the replacement, whether or not another comes
+                self._raw = self._replace(self._raw)
+                self._held = self._raw
 
     def changes(self) -> int:
         """Rows the last statement changed (apsw's ``changes()``)."""
@@ -74,7 +211,8 @@ class PostgresConnection:
 
     @property
     def in_transaction(self) -> bool:
-        return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        # A transaction whose opening waits for its first statement is open all the same.
+        return bool(self._prelude) or self._raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
 class PostgresProjectDatabase:
@@ -104,27 +242,40 @@ class PostgresProjectDatabase:
                 raise RuntimeError("a write cannot be opened inside a read snapshot of the same project")
             yield current  # nested use joins the outer transaction
             return
-        with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
-            conn = PostgresConnection(raw, self.schema)
+        # Statements without values (the lock's key is an integer of ours), so that they can lead any query string.
+        prelude = [begin, f"SET LOCAL search_path TO {self.schema}, public"]
+        if writing:
+            prelude.append(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+        if lock:
+            prelude.append(f"SELECT pg_advisory_xact_lock({int(self.lock_key)})")
+        with postgres_faults():
+            conn = PostgresConnection(
+                self._pool.getconn(timeout=POOL_WAIT_SECONDS),
+                self.schema,
+                prelude=prelude,
+                replace=self._replace,
+                writing=writing,
+            )
             self._local.conn = conn
             self._local.writing = writing
             try:
-                # One round trip (several statements, no parameters): a search is a few milliseconds, of
-                # which each exchange with the server is a noticeable share.
-                prelude = [begin, f"SET LOCAL search_path TO {self.schema}, public"]
-                if writing:
-                    prelude.append(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
-                raw.execute("; ".join(prelude))
-                if lock:
-                    raw.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
                 yield conn
+                if conn.began:
+                    conn.raw.execute("COMMIT")
             except BaseException:
-                self._local.conn = None
-                with contextlib.suppress(psycopg.Error):
-                    raw.execute("ROLLBACK")
+                if conn.began:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.raw.execute("ROLLBACK")
                 raise
-            self._local.conn = None
-            raw.execute("COMMIT")
+            finally:
+                self._local.conn = None
+                if conn.held is not None:
+                    self._pool.putconn(conn.held)
+
+    def _replace(self, closed: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        """Another connection for one found closed: the pool discards the closed one and reconnects."""
+        self._pool.putconn(closed)
+        return self._pool.getconn(timeout=POOL_WAIT_SECONDS)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[PostgresConnection]:

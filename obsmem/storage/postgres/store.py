@@ -45,7 +45,9 @@ class PostgresStore:
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True},
-            check=ConnectionPool.check_connection,
+            # No check when a connection is handed out (it cost every transaction one more exchange with the
+            # server): a transaction's first exchange finds a closed connection and takes another one
+            # (PostgresConnection).
             open=False,
             name="obsmem",
         )
