@@ -51,6 +51,20 @@ def service_options() -> dict[str, Any]:
     return {}
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend a test runs on: a test (or fixture) that asks for it runs once on each."""
+    return str(request.param)
+
+
+@pytest.fixture
+def backend_storage(request: pytest.FixtureRequest, backend: str) -> dict[str, Any]:
+    """``load_settings`` keywords selecting ``backend``: nothing for SQLite, a fresh database for PostgreSQL."""
+    if backend == "postgres":
+        return {"storage": {"backend": "postgres", "dsn": request.getfixturevalue("postgres_dsn")}}
+    return {}
+
+
 @pytest.fixture
 def service(tmp_path: Path, service_options: dict[str, Any]) -> Iterator[Obsmem]:
     """An ``Obsmem`` over ``tmp_path/data``, closed after the test."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -19,14 +23,34 @@ from mcp.client.streamable_http import streamable_http_client
 from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError
 from obsmem.surfaces.http.server import check_bind, is_loopback_host
-from support.http_server import ALPHA_NOTES, KEY_ALL, KEY_ALPHA, KEYS, bearer, live_server, seed, settings_for, tree
+from support.http_server import (
+    ALPHA_NOTES,
+    KEY_ALL,
+    KEY_ALPHA,
+    KEYS,
+    bearer,
+    live_server,
+    seed,
+    settings_for,
+    storage_toml,
+    tree,
+)
+
+Serve = Callable[..., AbstractContextManager[str]]
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    with Obsmem(settings_for(tmp_path)) as service:
+def data_dir(tmp_path: Path, backend_storage: dict[str, Any]) -> Path:
+    """The seeded project ``alpha``, on the backend under test (each test using it runs on both)."""
+    with Obsmem(settings_for(tmp_path, storage=backend_storage.get("storage"))) as service:
         seed(service, "alpha", ALPHA_NOTES)
     return tmp_path / "data"
+
+
+@pytest.fixture
+def serve(data_dir: Path, backend_storage: dict[str, Any]) -> Serve:
+    """``live_server`` over ``data_dir`` with the settings of the backend under test."""
+    return functools.partial(live_server, data_dir, extra=storage_toml(backend_storage.get("storage", {})))
 
 
 def raw_request(base: str, request: bytes) -> bytes:
@@ -67,9 +91,10 @@ def test_bind_rules() -> None:
     check_bind(settings_for(Path("/nonexistent"), host="127.0.0.1"))
 
 
-def test_without_keys_the_server_says_it_is_loopback_only(data_dir: Path) -> None:
-    # serve() on an ephemeral loopback port, stopped by SIGINT after a moment; its log is read whole.
-    command = [sys.executable, "-c", _SERVE_BRIEFLY, str(data_dir)]
+def test_without_keys_the_server_says_it_is_loopback_only(tmp_path: Path) -> None:
+    # serve() on an ephemeral loopback port, stopped by SIGINT after a moment; its log is read whole. About the
+    # bind alone, so on the default backend only.
+    command = [sys.executable, "-c", _SERVE_BRIEFLY, str(tmp_path / "data")]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert "no API keys configured" in finished.stderr and "loopback only" in finished.stderr
 
@@ -85,9 +110,9 @@ serve(settings)
 """
 
 
-def test_dot_segments_and_encoded_paths_on_the_wire(data_dir: Path) -> None:
+def test_dot_segments_and_encoded_paths_on_the_wire(data_dir: Path, serve: Serve) -> None:
     before = tree(data_dir)
-    with live_server(data_dir, keys=KEYS) as base:
+    with serve(keys=KEYS) as base:
         for target in (
             "/v1/projects/../status",
             "/v1/projects/./status",
@@ -108,11 +133,13 @@ def test_dot_segments_and_encoded_paths_on_the_wire(data_dir: Path) -> None:
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
             )
             assert status_of(raw_request(base, request.encode())) in (400, 404, 422)
+        listed = httpx.get(f"{base}/v1/projects", headers=bearer(KEY_ALL), timeout=10).json()
+    assert listed == {"projects": ["alpha"]}  # on PostgreSQL the projects live in the database, not data_dir
     assert tree(data_dir) == before
 
 
-def test_chunked_body_over_the_limit_is_413(data_dir: Path) -> None:
-    with live_server(data_dir, max_body_bytes=4096) as base:
+def test_chunked_body_over_the_limit_is_413(serve: Serve) -> None:
+    with serve(max_body_bytes=4096) as base:
         head = (
             b"POST /v1/projects/alpha/sessions/s1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
@@ -129,8 +156,8 @@ def test_chunked_body_over_the_limit_is_413(data_dir: Path) -> None:
         assert httpx.get(f"{base}/v1/projects/alpha/status").json()["events"] == len(ALPHA_NOTES)
 
 
-def test_concurrent_searches_all_succeed(data_dir: Path) -> None:
-    with live_server(data_dir, keys=KEYS) as base, httpx.Client(base_url=base, headers=bearer(KEY_ALPHA)) as client:
+def test_concurrent_searches_all_succeed(serve: Serve) -> None:
+    with serve(keys=KEYS) as base, httpx.Client(base_url=base, headers=bearer(KEY_ALPHA)) as client:
 
         def one(index: int) -> int:
             query = ["MapToolArguments", "gpt-4", "a", "%", "#2510"][index % 5]
@@ -140,8 +167,8 @@ def test_concurrent_searches_all_succeed(data_dir: Path) -> None:
             assert set(pool.map(one, range(200))) == {200}
 
 
-def test_mcp_over_streamable_http_with_keys(data_dir: Path) -> None:
-    with live_server(data_dir, keys=KEYS) as base:
+def test_mcp_over_streamable_http_with_keys(serve: Serve) -> None:
+    with serve(keys=KEYS) as base:
 
         async def scenario() -> None:
             with anyio.fail_after(60):
@@ -168,9 +195,9 @@ def test_mcp_over_streamable_http_with_keys(data_dir: Path) -> None:
         assert bad_session.status_code == 422
 
 
-def test_the_access_log_never_prints_a_secret_from_the_request_target(data_dir: Path) -> None:
+def test_the_access_log_never_prints_a_secret_from_the_request_target(data_dir: Path, serve: Serve) -> None:
     secrets_sent = ("ghp_16C7e42F292c6912E7710c838347Ae178B4a", "AKIAIOSFODNN7EXAMPLE", "Zr81kq4wLm")
-    with live_server(data_dir, keys=KEYS) as base:
+    with serve(keys=KEYS) as base:
         headers = bearer(KEY_ALL)
         targets = [
             f"/v1/projects/alpha/sessions/{secrets_sent[0]}/memory",
@@ -190,10 +217,10 @@ def test_the_access_log_never_prints_a_secret_from_the_request_target(data_dir: 
     assert "GET /v1/projects/alpha/sessions/s1/memory HTTP/1.1" in log  # ordinary targets are kept as sent
 
 
-def test_the_access_log_hides_a_query_value_whose_name_says_secret(data_dir: Path) -> None:
+def test_the_access_log_hides_a_query_value_whose_name_says_secret(data_dir: Path, serve: Serve) -> None:
     # Neither "api_key" nor "abcdef123456" looks like a credential alone; together they are one.
     sent = ("abcdef123456", "s3cr3tvalue99", "hunter2hunter2")
-    with live_server(data_dir, keys=KEYS) as base:
+    with serve(keys=KEYS) as base:
         headers = bearer(KEY_ALL)
         targets = [
             f"/v1/health?api_key={sent[0]}",

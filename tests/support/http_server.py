@@ -42,8 +42,11 @@ ALPHA_NOTES = [
 BETA_NOTES = [("2026-03-01 12:00", "high", "Beta secret: the payments key rotates on Fridays")]
 
 
-def settings_for(tmp_path: Path, *, keys: list[dict[str, Any]] | None = None, **server: Any) -> Settings:
-    settings = load_settings(data_dir=tmp_path / "data", api_keys=keys or [])
+def settings_for(
+    tmp_path: Path, *, keys: list[dict[str, Any]] | None = None, storage: dict[str, Any] | None = None, **server: Any
+) -> Settings:
+    options: dict[str, Any] = {"storage": storage} if storage else {}
+    settings = load_settings(data_dir=tmp_path / "data", api_keys=keys or [], **options)
     if server:
         settings = settings.model_copy(update={"server": settings.server.model_copy(update=server)})
     return settings
@@ -77,6 +80,19 @@ def tree(path: Path) -> set[str]:
     if not path.exists():
         return set()
     return {str(entry.relative_to(path)) for entry in path.rglob("*") if not entry.name.endswith(SQLITE_SIDE_FILES)}
+
+
+def footprint(service: Obsmem) -> tuple[set[str], list[str]]:
+    """What a request could have left behind on either backend: the data directory's files (SQLite's
+    projects) and the projects the service lists (PostgreSQL keeps its projects in the database)."""
+    return tree(service.settings.data_dir), service.project_names()
+
+
+def storage_toml(storage: dict[str, Any]) -> str:
+    """A ``[storage]`` section for a settings file from ``load_settings``'s ``storage`` keyword (empty: SQLite)."""
+    if not storage:
+        return ""
+    return "[storage]\n" + "".join(f"{name} = {value!r}\n".replace("'", '"') for name, value in storage.items())
 
 
 def free_port() -> int:
