@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,39 @@ def model_fingerprint(path: Path) -> str:
 def serving_threads() -> int:
     """Indexing threads while the process also serves queries: every core but one."""
     return max(1, (os.cpu_count() or 1) - 1)
+
+
+class TokenizerPool:
+    """Idle tokenizers per purpose, made on demand: a tokenizer is not to be used by two threads at once,
+    so each run takes one for a batch and gives it back, and there are at most as many as runs at once."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._idle: dict[str, queue.SimpleQueue[Any]] = {}  # purpose -> idle tokenizers
+
+    @contextlib.contextmanager
+    def borrow(self, purpose: str) -> Iterator[Any]:
+        with self._lock:
+            idle = self._idle.setdefault(purpose, queue.SimpleQueue())
+        try:
+            tokenizer = idle.get_nowait()
+        except queue.Empty:
+            tokenizer = self._make()
+        try:
+            yield tokenizer
+        finally:
+            idle.put(tokenizer)
+
+    def idle(self, purpose: str) -> int:
+        """How many tokenizers of ``purpose`` wait for a run (as many as ever ran at once)."""
+        with self._lock:
+            idle = self._idle.get(purpose)
+        return 0 if idle is None else idle.qsize()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._idle.clear()
 
 
 class OnThisMachine(Embedder):

@@ -22,9 +22,6 @@ the batches in length order, so the batches that run side by side are of about t
 
 from __future__ import annotations
 
-import contextlib
-import queue
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
-from obsmem.indexer.embed_local import OnThisMachine
+from obsmem.indexer.embed_local import OnThisMachine, TokenizerPool
 from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder, default_cache_dir, ensure_encoder
 from obsmem.settings import EmbeddingSettings
 
@@ -47,7 +44,7 @@ class OnnxEmbedder(OnThisMachine):
         self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
         self._built: BuiltEncoder | None = None
         self._loaded_session: Any = None  # onnxruntime.InferenceSession; every run single-threaded
-        self._tokenizers: dict[str, queue.SimpleQueue[Any]] = {}  # purpose -> idle tokenizers
+        self._tokenizers = TokenizerPool(self._new_tokenizer)
 
     @property
     def identity(self) -> str:
@@ -91,21 +88,6 @@ class OnnxEmbedder(OnThisMachine):
         tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
         return tokenizer
 
-    @contextlib.contextmanager
-    def _tokenizer(self, purpose: str) -> Iterator[Any]:
-        """An idle tokenizer of this purpose (a tokenizer is not to be used by two threads at once): each
-        worker takes one for a batch and gives it back, so there are at most as many as workers."""
-        with self._load_lock:
-            idle = self._tokenizers.setdefault(purpose, queue.SimpleQueue())
-        try:
-            tokenizer = idle.get_nowait()
-        except queue.Empty:
-            tokenizer = self._new_tokenizer()
-        try:
-            yield tokenizer
-        finally:
-            idle.put(tokenizer)
-
     def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
         workers = 1 if purpose == "query" else self.document_threads
         session = self._session()
@@ -117,7 +99,7 @@ class OnnxEmbedder(OnThisMachine):
         batches = [order[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
 
         def run(rows: np.ndarray) -> np.ndarray:
-            with self._tokenizer(purpose) as tokenizer:
+            with self._tokenizers.borrow(purpose) as tokenizer:
                 encodings = tokenizer.encode_batch([texts[i] for i in rows])
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
-from obsmem.indexer.embed_local import OnThisMachine
+from obsmem.indexer.embed_local import OnThisMachine, TokenizerPool
 from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder, default_cache_dir, ensure_encoder
 from obsmem.settings import EmbeddingSettings
 
@@ -74,7 +74,7 @@ class OpenVinoEmbedder(OnThisMachine):
         self._documents: Any = None  # compiled with dynamic shapes, one stream per core
         self._queries: dict[int, Any] = {}  # padded length (0: dynamic) -> infer request
         self._idle_requests: queue.SimpleQueue[Any] = queue.SimpleQueue()  # document infer requests
-        self._tokenizers: dict[str, queue.SimpleQueue[Any]] = {}  # purpose -> idle tokenizers
+        self._tokenizers = TokenizerPool(self._new_tokenizer)
 
     @property
     def identity(self) -> str:
@@ -156,20 +156,6 @@ class OpenVinoEmbedder(OnThisMachine):
         tokenizer.no_padding()  # padded here, to the batch's longest text or the query's bucket
         return tokenizer
 
-    @contextlib.contextmanager
-    def _tokenizer(self, purpose: str) -> Iterator[Any]:
-        """An idle tokenizer of this purpose (a tokenizer is not to be used by two threads at once)."""
-        with self._load_lock:
-            idle = self._tokenizers.setdefault(purpose, queue.SimpleQueue())
-        try:
-            tokenizer = idle.get_nowait()
-        except queue.Empty:
-            tokenizer = self._new_tokenizer()
-        try:
-            yield tokenizer
-        finally:
-            idle.put(tokenizer)
-
     def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
         try:
             with self._locks[purpose]:
@@ -182,7 +168,7 @@ class OpenVinoEmbedder(OnThisMachine):
             raise EmbeddingUnavailable(f"the OpenVINO encoder failed ({type(exc).__name__})") from None
 
     def _embed_query_text(self, text: str) -> np.ndarray:
-        with self._tokenizer("query") as tokenizer:
+        with self._tokenizers.borrow("query") as tokenizer:
             ids = tokenizer.encode(text).ids
         request, padded = self._query_request(len(ids))
         feeds = _padded([ids], padded or len(ids))
@@ -193,7 +179,7 @@ class OpenVinoEmbedder(OnThisMachine):
         batches = [order[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
 
         def run(rows: np.ndarray) -> np.ndarray:
-            with self._tokenizer("documents") as tokenizer:
+            with self._tokenizers.borrow("documents") as tokenizer:
                 encodings = tokenizer.encode_batch([texts[i] for i in rows])
             ids = [encoding.ids for encoding in encodings]
             feeds = _padded(ids, max(len(row) for row in ids))

@@ -89,7 +89,7 @@ def test_a_query_padded_to_its_bucket_gets_the_vector_of_its_own_length(
     lengths = set()
     for words in (1, QUERY_BUCKET - 3, QUERY_BUCKET, QUERY_BUCKET + 5, STATIC_QUERY_TOKENS + 10, 400):
         query = " ".join(["database"] * words)
-        with bf16._tokenizer("query") as tokenizer:
+        with bf16._tokenizers.borrow("query") as tokenizer:
             lengths.add(len(tokenizer.encode(query).ids))
         alone = bf16.embed_query(query)
         assert float(alone @ fp32.embed_query(query)) >= 0.9999
