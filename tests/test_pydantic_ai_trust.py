@@ -197,6 +197,16 @@ def test_a_session_start_grooms_once_in_the_background_and_reports_the_promotion
 def test_a_project_without_an_inbox_is_a_cold_start(service: Obsmem) -> None:
     events: list[OMEvent] = []
     om = ObservationalMemory(service, project="new", session_id="s1", start_workers=False, event_handler=events.append)
+    # The groom pass runs in the background beside the run's first append, which creates the project: hold
+    # the append until the pass is over, so it meets the project as it was at the session's start.
+    append = om.backend.append
+
+    def append_after_the_groom_pass(batch: list[dict[str, Any]]) -> None:
+        assert om._groom is not None
+        om._groom.result(timeout=20)
+        append(batch)
+
+    om.backend.append = append_after_the_groom_pass  # type: ignore[method-assign]
 
     async def scenario() -> OMEvent:
         await answering_agent(om).run("hello")
