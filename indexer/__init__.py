@@ -12,8 +12,9 @@ from obsmem.indexer.encoder_build import BuiltEncoder
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.postgres import PostgresSemanticIndexer
 from obsmem.indexer.postgres_reader import PostgresIndexReader
-from obsmem.indexer.project import BatchReport
+from obsmem.indexer.project import BatchReport, ProjectIndex
 from obsmem.indexer.reader import IndexReader, ValidChunk
+from obsmem.indexer.state import IndexState
 from obsmem.indexer.vectors import EVENTS as EVENT_SOURCES
 from obsmem.indexer.vectors import MEMORIES as MEMORY_SOURCES
 from obsmem.indexer.vectors import Filter, VectorSet
@@ -25,8 +26,10 @@ __all__ = [
     "BuiltEncoder",
     "Filter",
     "IndexReader",
+    "IndexState",
     "PostgresIndexReader",
     "PostgresSemanticIndexer",
+    "ProjectIndex",
     "SemanticIndexer",
     "ValidChunk",
     "VectorSet",

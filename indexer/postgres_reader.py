@@ -13,7 +13,7 @@ check is of memories.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ _POSTINGS_OF_TERMS = (
 )
 _SCORE = f"sum(q.idf * (p.freq * {K1 + 1.0}) / (p.freq + {K1} * ({1.0 - B} + {B} * p.length / avg.dl)))"
 # Where every chunk of the given memory rows sits.
-_POSITIONS = "SELECT memory_row, position, id FROM semantic_chunks WHERE memory_row = ANY(?)"
+_POSITIONS = "SELECT memory_row, position, id FROM semantic_chunks WHERE memory_row = ANY(?::bigint[])"
 # The given chunks with what validation needs (see reader._VALIDATION, memories only): the chunk, its source
 # record, its place among its session's observations, whether its memory is pending, then the hit columns.
 _VALIDATION = (
@@ -57,6 +57,33 @@ _VALIDATION = (
     " LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row"
     " LEFT JOIN semantic_pending AS p ON p.memory_row = c.memory_row"
 )
+# Where every chunk of the given chunks' memories and of the memories beside them sits (neighbour smoothing's
+# reads, made ahead); a memory without chunks comes back once, with NULLs.
+_POSITIONS_BESIDE = (
+    "WITH rows AS (SELECT DISTINCT unnest(ARRAY[c.memory_row, x.previous_row, x.next_row]) AS memory_row"
+    " FROM unnest(?::bigint[]) AS wanted(label) JOIN semantic_chunks AS c ON c.id = wanted.label"
+    " LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row)"
+    " SELECT r.memory_row, k.position, k.id FROM rows AS r"
+    " LEFT JOIN semantic_chunks AS k ON k.memory_row = r.memory_row"
+    " WHERE r.memory_row IS NOT NULL"
+)
+# _VALIDATION of the given chunks and of every chunk of their memories and of the memories beside them.
+_VALIDATION_BESIDE = _VALIDATION.replace(
+    "unnest(?::bigint[]) AS wanted(label)",
+    "(SELECT unnest(?::bigint[]) UNION SELECT k.id FROM (SELECT DISTINCT unnest(ARRAY[c.memory_row,"
+    " x.previous_row, x.next_row]) AS memory_row FROM unnest(?::bigint[]) AS given(label)"
+    " JOIN semantic_chunks AS c ON c.id = given.label LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row)"
+    " AS r JOIN semantic_chunks AS k ON k.memory_row = r.memory_row) AS wanted(label)",
+)
+_COSINES = "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WHERE chunk = ANY(?::bigint[])"
+# Each token's postings counted newest first up to a bound, with the oldest label counted.
+_TERMS_POSTINGS = (
+    "SELECT u.token, count(n.label), min(n.label) FROM unnest(?::text[]) AS u(token) LEFT JOIN LATERAL"
+    " (SELECT label FROM semantic_postings AS s WHERE s.token = u.token ORDER BY label DESC LIMIT ?) AS n ON true"
+    " GROUP BY u.token"
+)
+# What a readiness check counts of stale chunks at most (retrieval's MAX_STALE_MARGIN).
+MAX_STALE_CHUNKS = 1000
 _STALE = (
     "SELECT count(*) FROM (SELECT 1 FROM semantic_pending AS p"
     " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row WHERE p.memory_row > 0 LIMIT ?) AS stale"
@@ -70,6 +97,10 @@ def vector_literal(vector: np.ndarray) -> str:
 
 def parse_vector(text: str) -> np.ndarray:
     return np.array(text[1:-1].split(","), dtype=np.float32)
+
+
+def _scored(cursor: Any) -> list[tuple[int, float]]:
+    return [(int(label), float(score)) for label, score in cursor]
 
 
 def _filter_clauses(where: Filter, alias: str = "c") -> tuple[list[str], list[object]]:
@@ -96,6 +127,14 @@ class PostgresIndexReader:
         self.schema = schema
         self.keywords = keywords
         self._state: IndexState | None = None
+        self._ef_search: int | None = None  # hnsw.ef_search as set in this transaction
+        # Read ahead by validate_scored in the snapshot: cosines by label, chunk positions by memory row.
+        self._cosines: dict[int, float] = {}
+        self._positions: dict[int, list[tuple[int, int]]] = {}
+        # Chunks validate_scored checked against ``_checked_where`` (None: failed), candidates or not.
+        self._checked: dict[int, ValidChunk | None] = {}
+        self._checked_where: Filter | None = None
+        self._ahead: list[tuple[str, list[object], list[list[tuple[Any, ...]]]]] = []
 
     @property
     def source(self) -> str:
@@ -128,16 +167,27 @@ class PostgresIndexReader:
     def stale_chunks(self, cap: int) -> int:
         return int(self._one(_STALE, (cap,))[0])
 
-    def readiness(self) -> tuple[IndexState, bool, bool, int]:
-        """In one statement: the state row, whether any vector is stored, whether any memory is pending and
-        how many chunks the keyword list holds (every round trip counts on a busy server)."""
-        row = self._one(
+    def readiness(self, *, ef_search: int | None = None) -> tuple[IndexState, bool, bool, int, int]:
+        """In one exchange: the state row, whether any vector is stored, whether any memory is pending, how
+        many chunks the keyword list holds and how many indexed chunks are stale (up to
+        ``MAX_STALE_CHUNKS``: 0 when nothing is pending, at no cost); with ``ef_search``, the graph search's
+        ``hnsw.ef_search`` is set for the transaction in the same exchange (every round trip counts on a
+        busy server)."""
+        sql = (
             f"SELECT {STATE_COLUMNS}, EXISTS (SELECT 1 FROM semantic_vectors),"
             " EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > 0),"
-            " (SELECT documents FROM semantic_keyword_totals) FROM semantic_state WHERE id = 1"
+            f" (SELECT documents FROM semantic_keyword_totals), ({_STALE.replace('?', str(MAX_STALE_CHUNKS))})"
+            " FROM semantic_state WHERE id = 1"
         )
+        if ef_search is not None:
+            # After the state row, pgvector loaded first (see _hnsw_settings); the cursor stays on the row.
+            sql += f"; SELECT '[0]'::vector; SET LOCAL hnsw.ef_search = {int(ef_search)}"
+            self._ef_search = int(ef_search)
+        cursor = self.conn.execute(sql)
+        row = cursor.fetchone()
+        assert row is not None
         state = self._state = IndexState(row[0], row[1], row[2], bool(row[3]), *row[4:11])
-        return state, bool(row[11]), bool(row[12]), int(row[13])
+        return state, bool(row[11]), bool(row[12]), int(row[13]), int(row[14])
 
     def keyword_chunks(self) -> int:
         """How many chunks the keyword list holds (FTS5's row count: the N of every IDF)."""
@@ -174,6 +224,13 @@ class PostgresIndexReader:
             (tokens[0], bound + 1),
         )
         return int(count), int(oldest or 0)
+
+    def term_postings_many(self, terms: list[str], bound: int) -> list[tuple[int, int]]:
+        """:meth:`term_postings` of each of ``terms``, in one statement (one exchange for the query's terms)."""
+        firsts = [tokens[0] if tokens else "" for tokens in (self.keywords.tokens(term, query=True) for term in terms)]
+        rows = self._rows(_TERMS_POSTINGS, ([token for token in firsts if token], bound + 1))
+        counted = {token: (int(count), int(oldest or 0)) for token, count, oldest in rows}
+        return [counted.get(token, (0, 0)) if token else (0, 0) for token in firsts]
 
     def keyword_candidates(
         self,
@@ -215,7 +272,7 @@ class PostgresIndexReader:
             " GROUP BY p.label ORDER BY score DESC, p.label LIMIT ?"
         )
         params.append(k)
-        return [(int(label), float(score)) for label, score in self.conn.execute(sql, params)]
+        return [(int(label), float(score)) for label, score in self._rows(sql, params)]
 
     # -- vectors --------------------------------------------------------------------------------
 
@@ -252,17 +309,42 @@ class PostgresIndexReader:
         )
         return [(int(label), float(score)) for label, score in rows], False
 
+    def vector_candidates_later(
+        self, query: np.ndarray, k: int, where: Filter, *, exact_max: int | None, ef_search: int
+    ) -> Callable[[], list[tuple[int, float]]]:
+        """:meth:`vector_candidates`' list, an open search's statement sent with the reader's next one (the
+        keyword list's: one exchange for both) and its rows read when the returned function is called. A
+        filtered search is run at once."""
+        if not where.is_open or (where.kind is not None and where.kind != MEMORIES):
+            found, _ = self.vector_candidates(query, k, where, exact_max=exact_max, ef_search=ef_search)
+            return lambda: found
+        box = self._send_ahead(*self._graph_statement(vector_literal(query), k, "", [], ef_search))
+
+        def rows() -> list[tuple[int, float]]:
+            if not box:
+                self._rows("SELECT 1", ())  # nothing went since: the statement goes alone
+            return _scored(box[0])
+
+        return rows
+
     def _graph(
         self, literal: str, k: int, filtered: str, values: list[object], ef_search: int
     ) -> list[tuple[int, float]]:
-        self._hnsw_settings(f"SET LOCAL hnsw.ef_search = {int(max(ef_search, k))}")
-        rows = self.conn.execute(
+        return _scored(self._rows(*self._graph_statement(literal, k, filtered, values, ef_search)))
+
+    def _graph_statement(
+        self, literal: str, k: int, filtered: str, values: list[object], ef_search: int
+    ) -> tuple[str, list[object]]:
+        wanted = int(max(ef_search, k))
+        if self._ef_search != wanted:  # readiness() usually set it already, in its own exchange
+            self._hnsw_settings(f"SET LOCAL hnsw.ef_search = {wanted}")
+            self._ef_search = wanted
+        sql = (
             "SELECT chunk, score FROM (SELECT v.chunk, 1 - (v.embedding <=> ?::vector) AS score,"
             f" v.embedding <=> ?::vector AS distance FROM semantic_vectors AS v{filtered}"
-            " ORDER BY distance LIMIT ?) AS nearest ORDER BY score DESC, chunk",
-            (literal, literal, *values, k),
+            " ORDER BY distance LIMIT ?) AS nearest ORDER BY score DESC, chunk"
         )
-        return [(int(label), float(score)) for label, score in rows]
+        return sql, [literal, literal, *values, k]
 
     def _hnsw_settings(self, settings: str) -> None:
         """Set ``hnsw.*`` settings for this transaction, in one round trip after making sure this
@@ -271,26 +353,79 @@ class PostgresIndexReader:
         graph search to 40 results."""
         self.conn.raw.execute(f"SELECT '[0]'::vector; {settings}")
 
+    def _send_ahead(self, sql: str, params: list[object]) -> list[list[tuple[Any, ...]]]:
+        """Queue a read to go with the reader's next statement; its rows land in the returned box then."""
+        box: list[list[tuple[Any, ...]]] = []
+        self._ahead.append((sql, params, box))
+        return box
+
+    def _rows(self, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
+        """One read's rows, in one exchange with any reads queued ahead of it (see :meth:`_send_ahead`)."""
+        ahead, self._ahead = self._ahead, []
+        if not ahead:
+            return self.conn.execute(sql, params).fetchall()
+        results = self.conn.execute_batch([*((q, p) for q, p, _ in ahead), (sql, params)])
+        for (_, _, box), rows in zip(ahead, results, strict=False):
+            box.append(rows)
+        return results[-1]
+
     def cosines(self, query: np.ndarray, labels: Collection[int]) -> dict[int, float]:
-        """Exact cosines of the query with the stored embeddings of ``labels``."""
-        if not labels:
-            return {}
-        rows = self.conn.execute(
-            "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WHERE chunk = ANY(?)",
-            (vector_literal(query), list(labels)),
-        )
-        return {int(label): float(score) for label, score in rows}
+        """Exact cosines of the query with the stored embeddings of ``labels`` (those :meth:`validate_scored`
+        read already are not read again)."""
+        known = self._cosines
+        missing = [label for label in labels if label not in known]
+        if missing:
+            rows = self._rows(_COSINES, (vector_literal(query), missing))
+            known.update((int(label), float(score)) for label, score in rows)
+        return {label: known[label] for label in labels if label in known}
 
     # -- validation, neighbours, vectors --------------------------------------------------------
 
     def validate(self, labels: Collection[int], where: Filter) -> dict[int, ValidChunk]:
         if not labels:
             return {}
-        return _checked(self.conn.execute(_VALIDATION, (sorted(labels),)), where)  # type: ignore[arg-type]
+        if where == self._checked_where and all(label in self._checked for label in labels):
+            return {label: chunk for label in labels if (chunk := self._checked[label]) is not None}
+        return _checked(self._rows(_VALIDATION, (sorted(labels),)), where)  # type: ignore[arg-type]
+
+    def validate_scored(
+        self, labels: Collection[int], where: Filter, query: np.ndarray | None
+    ) -> dict[int, ValidChunk]:
+        """:meth:`validate`, and in the same exchange what ranking the candidates asks next: their exact
+        cosines with ``query`` (for :meth:`cosines`), where every chunk of their memories and of the
+        memories beside them sits (for :meth:`chunk_positions`) and whether those chunks pass validation
+        too (for neighbour smoothing's :meth:`validate` of neighbours that enter the ranking). A candidate
+        that fails validation costs a few rows read for nothing."""
+        if not labels:
+            return {}
+        ordered = sorted(labels)
+        statements: list[tuple[str, Sequence[object]]] = [
+            (_VALIDATION_BESIDE, (ordered, ordered)),
+            (_POSITIONS_BESIDE, (ordered,)),
+        ]
+        if query is not None:
+            statements.append((_COSINES, (vector_literal(query), ordered)))
+        checked, placed, *scored = self.conn.execute_batch(statements)
+        everything = _checked(checked, where)  # type: ignore[arg-type]
+        for memory_row, position, label in placed:
+            chunks = self._positions.setdefault(int(memory_row), [])
+            if label is not None:
+                chunks.append((int(position), int(label)))
+                self._checked[int(label)] = everything.get(int(label))
+        self._checked_where = where
+        for rows in scored:
+            self._cosines.update((int(label), float(score)) for label, score in rows)
+        return {label: everything[label] for label in ordered if label in everything}
 
     def chunk_positions(self, memory_rows: Collection[int]) -> Iterator[tuple[int, int, int]]:
-        rows = self.conn.execute(_POSITIONS, (sorted(memory_rows),))
-        return ((int(row), int(position), int(label)) for row, position, label in rows)
+        known = self._positions
+        missing = sorted(row for row in memory_rows if row not in known)
+        if missing:
+            for memory_row in missing:
+                known[memory_row] = []
+            for memory_row, position, label in self._rows(_POSITIONS, (missing,)):
+                known[int(memory_row)].append((int(position), int(label)))
+        return ((row, position, label) for row in memory_rows for position, label in known[row])
 
     def embeddings(self, labels: Collection[int]) -> Iterator[tuple[int, np.ndarray]]:
         rows = self.conn.execute(

@@ -107,6 +107,10 @@ class IndexReader(Protocol):
         """``(chunks holding term counted newest first up to bound + 1, the oldest label counted)``."""
         ...
 
+    def term_postings_many(self, terms: list[str], bound: int) -> list[tuple[int, int]]:
+        """:meth:`term_postings` of each of ``terms``, in order (a backend with round trips makes it one)."""
+        ...
+
     def keyword_candidates(
         self,
         terms: list[str],
@@ -278,6 +282,9 @@ class SqliteIndexReader:
     def term_postings(self, term: str, bound: int) -> tuple[int, int]:
         count, oldest = self._one(_POSTINGS, (fts_string(term), bound + 1))
         return int(count), int(oldest or 0)
+
+    def term_postings_many(self, terms: list[str], bound: int) -> list[tuple[int, int]]:
+        return [self.term_postings(term, bound) for term in terms]  # in-process: no exchange to save
 
     def keyword_candidates(
         self,

@@ -130,14 +130,31 @@ class Bm25List:
         the query's ceiling, which should describe the index being searched."""
         key = (store.source, term)
         now = time.monotonic()
-        cached = self._postings.get(key)
-        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3]):
+        if self._fresh(key, now, version):
+            cached = self._postings[key]
             return cached[1], cached[2]
         count, oldest = store.term_postings(term, self.settings.max_postings)
         if len(self._postings) > 100_000:
             self._postings.clear()
         self._postings[key] = (now, count, oldest, version)
         return count, oldest
+
+    def _fresh(self, key: tuple[str, str], now: float, version: int | None) -> bool:
+        cached = self._postings.get(key)
+        return cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3])
+
+    def _count_missing(self, store: IndexReader, terms: list[str], version: int | None) -> None:
+        """Count every term whose count is not cached, in one request to the store (one exchange with a
+        database server rather than one per term)."""
+        now = time.monotonic()
+        missing = [term for term in terms if not self._fresh((store.source, term), now, version)]
+        if len(missing) < 2:
+            return  # postings() counts a single term as well
+        counts = store.term_postings_many(missing, self.settings.max_postings)
+        if len(self._postings) > 100_000:
+            self._postings.clear()
+        for term, (count, oldest) in zip(missing, counts, strict=True):
+            self._postings[(store.source, term)] = (now, count, oldest, version)
 
     def _bounded(
         self, store: IndexReader, terms: list[tuple[str, list[str]]], version: int | None = None
@@ -146,6 +163,7 @@ class Bm25List:
         if not terms or not store.counts_postings():
             return [term for term, _ in terms], False
         bound = self.settings.max_postings
+        self._count_missing(store, [term for term, _ in terms], version)
         counted = []
         for position, (term, _) in enumerate(terms):
             count, oldest = self.postings(store, term, version)

@@ -36,7 +36,17 @@ from typing import TypeAlias
 import numpy as np
 
 from obsmem.errors import IndexBuilding, ValidationFailed
-from obsmem.indexer import EVENT_SOURCES, MEMORY_SOURCES, Filter, IndexReader, SemanticIndexer, ValidChunk, VectorSet
+from obsmem.indexer import (
+    EVENT_SOURCES,
+    MEMORY_SOURCES,
+    Filter,
+    IndexReader,
+    IndexState,
+    ProjectIndex,
+    SemanticIndexer,
+    ValidChunk,
+    VectorSet,
+)
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance
 from obsmem.retrieval.ranked import RankedList
@@ -137,6 +147,17 @@ def _memories(labels: Sequence[int], valid: dict[int, Candidate]) -> list[str]:
     return list(seen)
 
 
+@dataclass(frozen=True)
+class Opening:
+    """What one search knows before its snapshot opens: the project's index, the kind of source the scope
+    searches, whether the keyword list runs and the query vector (None when the vector list does not run)."""
+
+    index: ProjectIndex
+    kind: str | None
+    use_bm25: bool
+    query_vector: np.ndarray | None
+
+
 class HybridSearcher:
     def __init__(self, indexer: SemanticIndexer, settings: SemanticSettings, reranker: Reranker | None) -> None:
         self.indexer = indexer
@@ -150,6 +171,10 @@ class HybridSearcher:
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
         self.supersession = settings.supersession
+        # Projects whose index the last search found ready: their next search skips the check made before
+        # the query embedding (a snapshot of its own) and reads the index state once, in the search's
+        # snapshot, which checks it again all the same.
+        self._ready: set[str] = set()
 
     def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
         """``index_building`` with the counts of the kind of source the search looks in."""
@@ -166,6 +191,60 @@ class HybridSearcher:
             source_count=store.source_count(kind),
         )
 
+    def _check_scope(self, index: ProjectIndex, kind: str | None) -> None:
+        """Refuse a scope this backend's index does not hold (``mode_unavailable``)."""
+        if kind != MEMORY_SOURCES and not index.indexes_events:
+            raise ValidationFailed(
+                "hybrid search of the conversation needs semantic.index.events = true; use mode 'exact'",
+                code="mode_unavailable",
+                field="scope",
+            )
+
+    def _open(self, project: str, request: SearchRequest, plan: SearchPlan) -> Opening | None:
+        """What every backend does before the search's snapshot: the scope check, the readiness check and
+        the query embedding (a model call, made with no transaction held). None: nothing can match (the
+        scope's sources are none), the empty result.
+
+        Readiness is checked before the embedding only for a project whose index no search of this
+        searcher has found ready yet (an index still building must not cost a model call, nor an empty
+        project load the model); after that, the search's own snapshot is the one check."""
+        index = self.indexer.project(project)
+        kind = SCOPE_KINDS[request.scope]
+        self._check_scope(index, kind)
+        if project not in self._ready:
+            with index.reader() as store:
+                if self._refused(project, index, store, store.state(), kind, live=None):
+                    return None
+        use_bm25, use_vectors = self._lists(plan)
+        query_vector = index.embedder.embed_query(request.query) if use_vectors else None
+        return Opening(index, kind, use_bm25, query_vector)
+
+    def _refused(
+        self,
+        project: str,
+        index: ProjectIndex,
+        store: IndexReader,
+        state: IndexState,
+        kind: str | None,
+        live: bool | None,
+    ) -> bool:
+        """Whether the search ends here with no hits: True when the scope has no sources at all. An index
+        that is incompatible with the settings, uninitialised or (``live`` False) holds nothing of the
+        scope while sources exist raises ``index_building``; ``live`` None: not known yet. A search that
+        passes marks the project ready (see :meth:`_open`)."""
+        if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
+            compatible = False
+        elif live is False:
+            compatible = True
+        else:
+            if live:
+                self._ready.add(project)
+            return False
+        self._ready.discard(project)
+        if store.source_count(kind) == 0:
+            return True
+        raise self._building(project, store, compatible=compatible, kind=kind)
+
     def search(self, project: str, request: SearchRequest) -> SearchResult:
         return self.run(project, request, rankings=False)[0]
 
@@ -179,22 +258,10 @@ class HybridSearcher:
         ``rerank_scores`` and ``evidence`` are filled either way."""
         plan = plan or SearchPlan()
         stages = StageRankings()
-        index = self.indexer.project(project)
-        kind = SCOPE_KINDS[request.scope]
-        if kind != MEMORY_SOURCES and not index.indexes_events:
-            raise ValidationFailed(
-                "hybrid search of the conversation needs semantic.index.events = true; use mode 'exact'",
-                code="mode_unavailable",
-                field="scope",
-            )
-        with index.reader() as store:
-            state = store.state()
-            if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
-                if store.source_count(kind) == 0:
-                    return SearchResult(mode="hybrid"), stages
-                raise self._building(project, store, compatible=False, kind=kind)
-        use_bm25, use_vectors = self._lists(plan)
-        query_vector = index.embedder.embed_query(request.query) if use_vectors else None
+        opening = self._open(project, request, plan)
+        if opening is None:
+            return SearchResult(mode="hybrid"), stages
+        index, kind, use_bm25, query_vector = opening.index, opening.kind, opening.use_bm25, opening.query_vector
         vectors = index.vectors()
         # Candidates are always checked against the scope's kind (``scoped``); the lists may drop a kind
         # filter that keeps everything the in-memory vectors hold (``where``), which keeps them on the
@@ -205,12 +272,10 @@ class HybridSearcher:
         k = fusion.candidates_per_list
         with index.reader() as store:
             state = store.state()
-            if vectors is None or not state.compatible_with(index.signature, index.keyword_signature):
+            if vectors is None:
                 raise self._building(project, store, compatible=False, kind=kind)
-            if vectors.live_of(kind) == 0:
-                if store.source_count(kind) == 0:
-                    return SearchResult(mode="hybrid"), stages
-                raise self._building(project, store, compatible=True, kind=kind)
+            if self._refused(project, index, store, state, kind, live=vectors.live_of(kind) > 0):
+                return SearchResult(mode="hybrid"), stages
             partial = store.has_pending(kind)  # only what the scope searches makes its answer partial
             # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
             margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0

@@ -18,14 +18,8 @@ from typing import Any
 import numpy as np
 
 from obsmem.errors import ValidationFailed
-from obsmem.indexer import MEMORY_SOURCES, Filter, IndexReader, PostgresIndexReader
-from obsmem.retrieval.hybrid import (
-    MAX_STALE_MARGIN,
-    SCOPE_KINDS,
-    HybridSearcher,
-    SearchPlan,
-    StageRankings,
-)
+from obsmem.indexer import MEMORY_SOURCES, Filter, IndexReader, PostgresIndexReader, ProjectIndex
+from obsmem.retrieval.hybrid import MAX_STALE_MARGIN, HybridSearcher, SearchPlan, StageRankings
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.results import SearchResult
 from obsmem.retrieval.search import SearchRequest
@@ -43,58 +37,59 @@ class _StoredVectors:
 
 
 class PostgresHybridSearcher(HybridSearcher):
-    """Hybrid ``memory_search`` over a project schema (memories only: events are not indexed there)."""
+    """Hybrid ``memory_search`` over a project schema (memories only: events are not indexed there).
 
-    def run(
-        self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
-    ) -> tuple[SearchResult, StageRankings]:
-        plan = plan or SearchPlan()
-        stages = StageRankings()
-        index = self.indexer.project(project)
-        kind = SCOPE_KINDS[request.scope]
+    One search is one snapshot and a handful of exchanges with the server (the query embedding made
+    before it, see :meth:`HybridSearcher._open`): the readiness row with the stale count and the graph's
+    ``ef_search``; the vector list's statement with the keyword list's term counts and then its scores
+    (pipelined); the candidates' validation with their cosines and their neighbours' positions
+    (pipelined); rarely a validation of neighbours that entered the ranking; the commit."""
+
+    def _check_scope(self, index: ProjectIndex, kind: str | None) -> None:
         if kind != MEMORY_SOURCES:
             raise ValidationFailed(
                 "hybrid search of the conversation is not available on PostgreSQL yet; use mode 'exact'",
                 code="mode_unavailable",
                 field="scope",
             )
-        with index.reader() as store:
-            state = store.state()
-            if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
-                if store.source_count(kind) == 0:
-                    return SearchResult(mode="hybrid"), stages
-                raise self._building(project, store, compatible=False, kind=kind)
-        use_bm25, use_vectors = self._lists(plan)
-        query_vector = index.embedder.embed_query(request.query) if use_vectors else None
+
+    def run(
+        self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
+    ) -> tuple[SearchResult, StageRankings]:
+        plan = plan or SearchPlan()
+        stages = StageRankings()
+        opening = self._open(project, request, plan)
+        if opening is None:
+            return SearchResult(mode="hybrid"), stages
+        index, kind, query_vector = opening.index, opening.kind, opening.query_vector
         where = Filter(request.window.lower, request.window.upper, request.session_id, None)
-        fusion = self.settings.fusion
-        k = fusion.candidates_per_list
+        k = self.settings.fusion.candidates_per_list
+        ef_search = self.settings.index.hnsw_ef_search
         vectors: Any = _StoredVectors()
         with index.reader() as store:
-            state, stored, partial, chunks = store.readiness()
-            if not state.compatible_with(index.signature, index.keyword_signature):
-                raise self._building(project, store, compatible=False, kind=kind)
-            if not stored:
-                if store.source_count(kind) == 0:
-                    return SearchResult(mode="hybrid"), stages
-                raise self._building(project, store, compatible=True, kind=kind)
-            margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0
+            assert isinstance(store, PostgresIndexReader)
+            state, stored, partial, chunks, stale = store.readiness(ef_search=max(ef_search, k + 1))
+            if self._refused(project, index, store, state, kind, live=stored):
+                return SearchResult(mode="hybrid"), stages
+            # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
+            margin = min(stale, MAX_STALE_MARGIN) if partial else 0
             lists: list[RankedList] = []
-            if use_bm25:
-                lists.append(self.bm25.search(store, request.query, k + margin, where, None, chunks))
+            later = None
             if query_vector is not None:
-                found, _ = store.vector_candidates(
-                    query_vector,
-                    k + margin + 1,
-                    where,
-                    exact_max=self.settings.index.exact_scan_max_chunks,
-                    ef_search=self.settings.index.hnsw_ef_search,
+                exact_max = self.settings.index.exact_scan_max_chunks
+                later = store.vector_candidates_later(
+                    query_vector, k + margin + 1, where, exact_max=exact_max, ef_search=ef_search
                 )
+            if opening.use_bm25:  # its first statement carries the vector list's
+                lists.append(self.bm25.search(store, request.query, k + margin, where, None, chunks))
+            if later is not None:
+                items = later()
                 ranked = RankedList("vector")
-                ranked.full = len(found) > k + margin
-                ranked.items = found[: k + margin]
+                ranked.full = len(items) > k + margin
+                ranked.items = items[: k + margin]
                 lists.append(ranked)
-            valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
+            labels = {label for ranked in lists for label in ranked.labels}
+            valid = store.validate_scored(labels, where, query_vector if len(lists) > 1 else None)
             for ranked in lists:
                 kept = [item for item in ranked.items if item[0] in valid]
                 ranked.full = ranked.full or len(kept) > k
@@ -106,6 +101,7 @@ class PostgresHybridSearcher(HybridSearcher):
 
     @staticmethod
     def _cosines(store: IndexReader, vectors: Any, query: np.ndarray, labels: list[int]) -> dict[int, float]:
-        """Exact cosines of every candidate, computed by the database from the stored embeddings."""
+        """Exact cosines of every candidate, computed by the database from the stored embeddings (read with
+        the candidates' validation)."""
         assert isinstance(store, PostgresIndexReader)
         return store.cosines(query, labels)

@@ -154,6 +154,31 @@ class PostgresConnection:
         self._changes = 0
         return cursor
 
+    def execute_batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Several reads in one query string, their values bound in the client: one exchange with the
+        server (the transaction's opening included, if it has not begun) where a statement each would cost
+        one each; returns each statement's rows. Values are text, numbers, NULL or lists of them (a list of
+        integers is typed by its largest value, so each statement casts its array parameters)."""
+        if not statements:
+            return []
+        parts = [*self._prelude, *(to_psycopg(sql) for sql, _ in statements)]
+        values = tuple(value for _, params in statements for value in params)
+        skipped = len(self._prelude)
+
+        def exchange(raw: psycopg.Connection[Any]) -> list[list[tuple[Any, ...]]]:
+            cursor = psycopg.ClientCursor(raw)
+            cursor.execute("; ".join(parts), values)
+            for _ in range(skipped):
+                cursor.nextset()
+            results = [cursor.fetchall()]
+            while cursor.nextset():
+                results.append(cursor.fetchall())
+            return results
+
+        results = self._first_exchange(exchange, pipelined=False)
+        self._changes = 0
+        return results
+
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
         self._send_prelude()
         cursor = self._raw.cursor()

@@ -1,0 +1,118 @@
+"""How many exchanges with the server one hybrid search costs on PostgreSQL, counted in libpq's own trace.
+
+An exchange is what the client sends until the server answers, so counting the turns from client messages
+to server messages in the protocol trace of the service's one pooled connection counts round trips
+exactly. A search on a busy server pays each one (a wake-up of both processes), so the count is held down
+here. The hybrid search: the readiness row, the vector list's statement sent with the keyword list's term
+counts, the keyword scores, the candidates' validation with their cosines, their neighbours' positions and
+validation, and the commit (five). The notes merged into the result (docs/trust.md): whether the caller's
+user tier exists, the project's notes snapshot with its candidate check, the notes' keyword match and its
+commit (four).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from obsmem.app import Obsmem
+from obsmem.settings import load_settings
+from support.model_server import ModelServer
+from support.semantic_service import VOCABULARY, add_memories, semantic_settings
+
+# The hybrid search's five and the notes' four (see above).
+MAX_EXCHANGES = 9
+
+
+@pytest.fixture
+def service(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> Iterator[Obsmem]:
+    """A project indexed by one service, searched by another whose pool holds one connection (the one
+    traced; indexing needs two)."""
+    options: dict[str, Any] = {"semantic": semantic_settings(model_server)}
+    with Obsmem(
+        load_settings(data_dir=tmp_path, storage={"backend": "postgres", "dsn": postgres_dsn}, **options)
+    ) as writer:
+        rng = random.Random(5)
+        for session in range(3):
+            items = [
+                (f"2025-{1 + i % 12:02d}-{1 + i % 28:02d} 10:{i % 60:02d}", " ".join(rng.choices(VOCABULARY, k=9)))
+                for i in range(session, 150, 3)
+            ]
+            add_memories(writer, "p", items, session=f"s{session}")
+        writer.index("p")
+    storage = {"backend": "postgres", "dsn": postgres_dsn, "pool_size": 1}
+    with Obsmem(load_settings(data_dir=tmp_path, storage=storage, **options)) as service:
+        yield service
+
+
+class Exchanges:
+    """The pool's one connection traced by libpq while the block runs; ``count`` is its exchanges."""
+
+    def __init__(self, service: Obsmem, path: Path) -> None:
+        self.pool: Any = service.store._pool  # type: ignore[attr-defined]
+        self.path = path
+        self.count = 0
+
+    def __enter__(self) -> Exchanges:
+        self.file = open(self.path, "w")  # noqa: SIM115 (closed in __exit__)
+        with self.pool.connection() as conn:
+            conn.pgconn.trace(self.file.fileno())
+            conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.pool.connection() as conn:
+            conn.pgconn.untrace()
+        self.file.close()
+        # An exchange: what the client sends, then what the server answers (a pipeline's flush counts too).
+        senders = [line.split("\t", 1)[0] for line in self.path.read_text().splitlines() if line[:2] in ("F\t", "B\t")]
+        self.count = sum(1 for before, after in itertools.pairwise(senders) if (before, after) == ("F", "B"))
+
+
+def _warm_up(service: Obsmem) -> None:
+    """Searches until psycopg has prepared the statements every search repeats (preparing one costs an
+    exchange of its own, once)."""
+    for query in ("warm up the pool login", "warm", "up", "pool", "login", "the pool"):
+        service.search("p", query, mode="hybrid")
+
+
+def test_an_open_hybrid_search_is_a_few_exchanges(service: Obsmem, tmp_path: Path) -> None:
+    _warm_up(service)
+    for query in ("flaky login test", "mock the clock deploy", "cache rollback"):
+        with Exchanges(service, tmp_path / "trace.txt") as first:
+            result = service.search("p", query, mode="hybrid", limit=10)
+        assert result.hits
+        assert 5 <= first.count <= MAX_EXCHANGES, first.count
+        # Asked again: the keyword list and the term counts are the searcher's (same index version).
+        with Exchanges(service, tmp_path / "trace.txt") as again:
+            repeated = service.search("p", query, mode="hybrid", limit=10)
+        assert [hit.memory_id for hit in repeated.hits] == [hit.memory_id for hit in result.hits]
+        assert again.count <= first.count
+
+
+def test_a_date_filtered_hybrid_search_is_a_few_exchanges(service: Obsmem, tmp_path: Path) -> None:
+    _warm_up(service)
+    with Exchanges(service, tmp_path / "trace.txt") as filtered:
+        result = service.search("p", "login clock", mode="hybrid", after="2025-03-01", before="2025-05-31")
+    assert result.hits and all("2025-03-01" <= hit.date[:10] <= "2025-05-31" for hit in result.hits)
+    assert filtered.count <= MAX_EXCHANGES + 1, filtered.count  # the window's exact scan is its own exchange
+
+
+def test_the_first_search_of_a_project_checks_readiness_before_embedding(service: Obsmem, tmp_path: Path) -> None:
+    """An index nobody found ready yet is checked in a snapshot of its own before the model is asked
+    (an empty project must not load a model), then searched in another."""
+    fresh = Obsmem(service.settings)
+    try:
+        with Exchanges(fresh, tmp_path / "trace.txt") as first:
+            assert fresh.search("p", "login clock", mode="hybrid").hits
+        with Exchanges(fresh, tmp_path / "trace.txt") as second:
+            assert fresh.search("p", "login mock", mode="hybrid").hits
+    finally:
+        fresh.close()
+    assert first.count >= second.count + 2  # the check's snapshot: its statement and its commit
