@@ -40,6 +40,9 @@ from obsmem.indexer.state import update_state
 
 # Rows per statement when buffered keyword rows are written.
 FLUSH_ROWS = 50_000
+# Postings buffered at most before they are written (a rebuild of a million chunks makes about a hundred
+# million: held whole, their Python objects would take more than ten gigabytes).
+BUFFER_ROWS = 2_000_000
 # The FTS5 tokenizer runs on one in-memory SQLite connection per thread (the text never touches a file).
 _LOCAL = threading.local()
 
@@ -222,6 +225,9 @@ class PostgresKeywordDocuments(KeywordDocuments):
         rows.contexts.append((row, context.previous_row, context.next_row, context.digest))
         if self._rows is None:
             rows.flush(conn)
+        elif len(rows.tokens) >= BUFFER_ROWS:  # written early: later writes of the pass touch other memories
+            rows.flush(conn)
+            self._rows = _Rows()
 
     def remove(self, conn: Any, row: int, labels: Iterable[int]) -> None:
         conn.execute(_REMOVE_POSTINGS, (list(labels),))
