@@ -50,7 +50,7 @@ from semantic_query import WARM_UP_QUESTIONS, percentiles, questions  # noqa: E4
 from obsmem import Obsmem  # noqa: E402
 from obsmem.dates import parse_window  # noqa: E402
 from obsmem.indexer.postgres import GRAPH_INDEX  # noqa: E402
-from obsmem.indexer.postgres_reader import parse_vector, vector_literal  # noqa: E402
+from obsmem.indexer.postgres_reader import vector_literal  # noqa: E402
 from obsmem.indexer.state import update_state  # noqa: E402
 from obsmem.indexer.vectors import Filter  # noqa: E402
 from obsmem.retrieval.ranked import RankedList  # noqa: E402
@@ -161,21 +161,38 @@ def copy_rows(conn: Any, target: str, rows: Any) -> None:
 
 
 class AllVectors:
-    """Every stored vector with its chunk's date, read once, for the brute-force reference."""
+    """Every stored vector with its chunk's date, read once, for the brute-force reference.
+
+    Read in pgvector's binary form (a 4-byte header, then big-endian float4s) through a server-side
+    cursor: at a million chunks the text form would be gigabytes of Python strings."""
 
     def __init__(self, service: Any) -> None:
-        with service.indexer.project(PROJECT).reader() as store:
-            rows = store.conn.execute(
-                "SELECT v.chunk, c.date, v.embedding::text FROM semantic_vectors AS v"
+        labels, dates, rows = [], [], []
+        with (
+            service.indexer.project(PROJECT).reader() as store,
+            store.conn.raw.cursor(name="all_vectors", binary=True) as cursor,
+        ):
+            cursor.itersize = 20_000
+            cursor.execute(
+                "SELECT v.chunk, c.date, v.embedding FROM semantic_vectors AS v"
                 " JOIN semantic_chunks AS c ON c.id = v.chunk ORDER BY v.chunk"
-            ).fetchall()
-        self.labels = np.array([int(label) for label, _, _ in rows], dtype=np.int64)
-        self.dates = np.array([date for _, date, _ in rows])
-        self.matrix = np.stack([parse_vector(text) for _, _, text in rows])
+            )
+            for label, date, blob in cursor:
+                labels.append(int(label))
+                dates.append(date)
+                rows.append(np.frombuffer(blob, dtype=">f4", offset=4))
+        self.labels = np.array(labels, dtype=np.int64)
+        self.dates = np.array(dates)
+        self.matrix = np.stack(rows).astype(np.float32)
+        del rows
+        self._scored: tuple[bytes, np.ndarray] | None = None
 
     def exact(self, vector: np.ndarray, where: Filter, k: int) -> tuple[list[tuple[int, float]], int]:
         inside = np.flatnonzero((self.dates >= where.lower) & (self.dates <= where.upper))
-        scores = self.matrix[inside] @ vector
+        key = vector.tobytes()
+        if self._scored is None or self._scored[0] != key:  # one product per query vector, kept
+            self._scored = (key, self.matrix @ vector)
+        scores = self._scored[1][inside]
         order = np.lexsort((self.labels[inside], -scores))[:k]
         return [(int(self.labels[inside][i]), float(scores[i])) for i in order], len(inside)
 
