@@ -246,6 +246,8 @@ class PostgresIndexReader:
             return []
         params: list[object] = [tokens]
         joins = ""
+        newest = ""
+        postings = _POSTINGS_OF_TERMS
         conditions: list[str] = []
         if where is not None and not where.is_open:
             clauses, values = _filter_clauses(where)
@@ -256,19 +258,26 @@ class PostgresIndexReader:
                 conditions += clauses
                 params += values
         elif recent is not None:
-            # The newest ``recent`` chunks holding any of the tokens: each token's newest, merged.
-            joins = (
-                " JOIN (SELECT DISTINCT n.label FROM unnest(?::text[]) AS r(token), LATERAL (SELECT label FROM"
-                " semantic_postings AS s WHERE s.token = r.token ORDER BY label DESC LIMIT ?) AS n"
-                " ORDER BY n.label DESC LIMIT ?) AS newest ON newest.label = p.label"
+            # The newest ``recent`` chunks holding any of the tokens: each token's newest, merged. They are
+            # exactly the chunks holding one from the oldest of them on, so each token's postings are read
+            # from that label up (a range of the (token, label) key), not whole: a common word's list at a
+            # million chunks is a hundred thousand postings or more.
+            newest = (
+                ", newest AS MATERIALIZED (SELECT DISTINCT n.label FROM unnest(?::text[]) AS r(token), LATERAL"
+                " (SELECT label FROM semantic_postings AS s WHERE s.token = r.token ORDER BY label DESC LIMIT ?)"
+                " AS n ORDER BY n.label DESC LIMIT ?)"
             )
+            postings = _POSTINGS_OF_TERMS.replace(
+                "WHERE s.token = q.token", "WHERE s.token = q.token AND s.label >= (SELECT min(label) FROM newest)"
+            )
+            joins = " JOIN newest ON newest.label = p.label"
             params += [tokens, recent, recent]
         if label_range is not None:
             conditions.append("p.label BETWEEN ? AND ?")
             params += [label_range[0], label_range[1]]
         where_sql = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         sql = (
-            f"WITH {_TERMS} SELECT p.label, {_SCORE} AS score{_POSTINGS_OF_TERMS}{joins}{where_sql}"
+            f"WITH {_TERMS}{newest} SELECT p.label, {_SCORE} AS score{postings}{joins}{where_sql}"
             " GROUP BY p.label ORDER BY score DESC, p.label LIMIT ?"
         )
         params.append(k)
