@@ -45,10 +45,11 @@ _SCORE = f"sum(q.idf * (p.freq * {K1 + 1.0}) / (p.freq + {K1} * ({1.0 - B} + {B}
 # Where every chunk of the given memory rows sits.
 _POSITIONS = "SELECT memory_row, position, id FROM semantic_chunks WHERE memory_row = ANY(?::bigint[])"
 # The given chunks with what validation needs (see reader._VALIDATION, memories only): the chunk, its source
-# record, its place among its session's observations, whether its memory is pending, then the hit columns.
+# record, its place among its session's observations, whether its memory is pending, then the hit columns. The
+# memory's content goes a second time (the stale check hashes it) only when it is pending: it is most of a row.
 _VALIDATION = (
     "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
-    " x.previous_row, x.next_row, p.memory_row IS NOT NULL, m.content,"
+    " x.previous_row, x.next_row, p.memory_row IS NOT NULL, CASE WHEN p.memory_row IS NOT NULL THEN m.content END,"
     " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content,"
     " NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text"
     " FROM unnest(?::bigint[]) AS wanted(label) JOIN semantic_chunks AS c ON c.id = wanted.label"
@@ -66,14 +67,6 @@ _POSITIONS_BESIDE = (
     " SELECT r.memory_row, k.position, k.id FROM rows AS r"
     " LEFT JOIN semantic_chunks AS k ON k.memory_row = r.memory_row"
     " WHERE r.memory_row IS NOT NULL"
-)
-# _VALIDATION of the given chunks and of every chunk of their memories and of the memories beside them.
-_VALIDATION_BESIDE = _VALIDATION.replace(
-    "unnest(?::bigint[]) AS wanted(label)",
-    "(SELECT unnest(?::bigint[]) UNION SELECT k.id FROM (SELECT DISTINCT unnest(ARRAY[c.memory_row,"
-    " x.previous_row, x.next_row]) AS memory_row FROM unnest(?::bigint[]) AS given(label)"
-    " JOIN semantic_chunks AS c ON c.id = given.label LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row)"
-    " AS r JOIN semantic_chunks AS k ON k.memory_row = r.memory_row) AS wanted(label)",
 )
 _COSINES = "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WHERE chunk = ANY(?::bigint[])"
 # Each token's postings counted newest first up to a bound, with the oldest label counted.
@@ -131,9 +124,6 @@ class PostgresIndexReader:
         # Read ahead by validate_scored in the snapshot: cosines by label, chunk positions by memory row.
         self._cosines: dict[int, float] = {}
         self._positions: dict[int, list[tuple[int, int]]] = {}
-        # Chunks validate_scored checked against ``_checked_where`` (None: failed), candidates or not.
-        self._checked: dict[int, ValidChunk | None] = {}
-        self._checked_where: Filter | None = None
         self._ahead: list[tuple[str, list[object], list[list[tuple[Any, ...]]]]] = []
 
     @property
@@ -393,38 +383,30 @@ class PostgresIndexReader:
     def validate(self, labels: Collection[int], where: Filter) -> dict[int, ValidChunk]:
         if not labels:
             return {}
-        if where == self._checked_where and all(label in self._checked for label in labels):
-            return {label: chunk for label in labels if (chunk := self._checked[label]) is not None}
         return _checked(self._rows(_VALIDATION, (sorted(labels),)), where)  # type: ignore[arg-type]
 
     def validate_scored(
         self, labels: Collection[int], where: Filter, query: np.ndarray | None
     ) -> dict[int, ValidChunk]:
         """:meth:`validate`, and in the same exchange what ranking the candidates asks next: their exact
-        cosines with ``query`` (for :meth:`cosines`), where every chunk of their memories and of the
-        memories beside them sits (for :meth:`chunk_positions`) and whether those chunks pass validation
-        too (for neighbour smoothing's :meth:`validate` of neighbours that enter the ranking). A candidate
-        that fails validation costs a few rows read for nothing."""
+        cosines with ``query`` (for :meth:`cosines`) and where every chunk of their memories and of the
+        memories beside them sits (for :meth:`chunk_positions`). A candidate that fails validation costs a
+        few rows read for nothing. (The neighbours' own validation is not read ahead: their rows, with their
+        text, cost the server and the client more than the exchange they would save.)"""
         if not labels:
             return {}
         ordered = sorted(labels)
-        statements: list[tuple[str, Sequence[object]]] = [
-            (_VALIDATION_BESIDE, (ordered, ordered)),
-            (_POSITIONS_BESIDE, (ordered,)),
-        ]
+        statements: list[tuple[str, Sequence[object]]] = [(_VALIDATION, (ordered,)), (_POSITIONS_BESIDE, (ordered,))]
         if query is not None:
             statements.append((_COSINES, (vector_literal(query), ordered)))
         checked, placed, *scored = self.conn.execute_batch(statements)
-        everything = _checked(checked, where)  # type: ignore[arg-type]
         for memory_row, position, label in placed:
             chunks = self._positions.setdefault(int(memory_row), [])
             if label is not None:
                 chunks.append((int(position), int(label)))
-                self._checked[int(label)] = everything.get(int(label))
-        self._checked_where = where
         for rows in scored:
             self._cosines.update((int(label), float(score)) for label, score in rows)
-        return {label: everything[label] for label in ordered if label in everything}
+        return _checked(checked, where)  # type: ignore[arg-type]
 
     def chunk_positions(self, memory_rows: Collection[int]) -> Iterator[tuple[int, int, int]]:
         known = self._positions

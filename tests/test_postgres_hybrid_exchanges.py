@@ -4,10 +4,10 @@ An exchange is what the client sends until the server answers, so counting the t
 to server messages in the protocol trace of the service's one pooled connection counts round trips
 exactly. A search on a busy server pays each one (a wake-up of both processes), so the count is held down
 here. The hybrid search: the readiness row, the vector list's statement sent with the keyword list's term
-counts, the keyword scores, the candidates' validation with their cosines, their neighbours' positions and
-validation, and the commit (five). The notes merged into the result (docs/trust.md): whether the caller's
-user tier exists, the project's notes snapshot with its candidate check, the notes' keyword match and its
-commit (four).
+counts, the keyword scores, the candidates' validation with their cosines and their neighbours' positions,
+the validation of neighbours that entered the ranking (when any did) and the commit (five or six). The
+notes merged into the result (docs/trust.md): whether the caller's user tier exists, the project's notes
+snapshot with its candidate check, the notes' keyword match and its commit (four).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from obsmem.settings import load_settings
 from support.model_server import ModelServer
 from support.semantic_service import VOCABULARY, add_memories, semantic_settings
 
-# The hybrid search's five and the notes' four (see above).
-MAX_EXCHANGES = 9
+# The hybrid search's five or six and the notes' four (see above).
+MAX_EXCHANGES = 10
 
 
 @pytest.fixture
