@@ -29,12 +29,13 @@ import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
 from obsmem.faults import crash_point
-from obsmem.indexer.chunker import ChunkSettings, chunk_text
+from obsmem.indexer.batch_plan import EmbeddedBatch, PendingQueries
+from obsmem.indexer.chunker import ChunkSettings
 from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
 from obsmem.indexer.postgres_reader import PostgresIndexReader, parse_vector, vector_literal
-from obsmem.indexer.project import BatchReport, ProjectIndex, _Embedded, _Planned, content_hash
+from obsmem.indexer.project import BatchReport, ProjectIndex, content_hash
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.settings import SemanticSettings
 
@@ -106,6 +107,7 @@ class PostgresProjectIndex(ProjectIndex):
         self.keyword_signature = self.keywords.signature
         self.indexes_events = False
         self.first_row = 0
+        self.pending_queries = PendingQueries(_PENDING)
         self._vectors = None
         self._load_lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -186,36 +188,16 @@ class PostgresProjectIndex(ProjectIndex):
         finally:
             self._batch_lock.release()
 
-    def _plan(self, budget: int, *, after_row: int | None = None) -> list[_Planned]:
+    def _stored_embeddings(self, keys: list[str]) -> dict[str, bytes]:
         with self.db.read() as conn:
-            rows = conn.execute(_PENDING, (after_row or 0, budget)).fetchall()
-        plan: list[_Planned] = []
-        chunk_total = 0
-        for memory_row, change, memory_id, content, date, session_id in rows:
-            item = _Planned(int(memory_row), int(change), None)
-            if memory_id is not None:
-                item.memory = (memory_id, content, date, session_id)
-                item.chunks = chunk_text(memory_id, content, self.chunking)
-            if plan and chunk_total + len(item.chunks) > budget:
-                break
-            plan.append(item)
-            chunk_total += len(item.chunks)
-        return plan
+            found = conn.execute(
+                "SELECT c.chunk_key, v.embedding::text FROM semantic_chunks AS c"
+                " JOIN semantic_vectors AS v ON v.chunk = c.id WHERE c.chunk_key = ANY(?)",
+                (keys,),
+            )
+            return {key: parse_vector(text).tobytes() for key, text in found}
 
-    def _reuse(self, plan: list[_Planned]) -> _Embedded:
-        keys = [chunk.key for item in plan for chunk in item.chunks]
-        reused: dict[str, bytes] = {}
-        if keys:
-            with self.db.read() as conn:
-                for key, text in conn.execute(
-                    "SELECT c.chunk_key, v.embedding::text FROM semantic_chunks AS c"
-                    " JOIN semantic_vectors AS v ON v.chunk = c.id WHERE c.chunk_key = ANY(?)",
-                    (keys,),
-                ):
-                    reused[key] = parse_vector(text).tobytes()
-        return _Embedded(plan, reused)
-
-    def _commit(self, embedded: _Embedded, report: BatchReport, *, grow_graph: bool = False) -> None:
+    def _commit(self, embedded: EmbeddedBatch, report: BatchReport, *, grow_graph: bool = False) -> None:
         """One transaction, as on SQLite: the plan's memories whose pending entry is unchanged get their
         derived rows replaced (or removed), then their neighbours' keyword rows are brought up to date."""
         with self.db.write() as conn:
