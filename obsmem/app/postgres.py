@@ -89,6 +89,8 @@ PORTED = frozenset(
         "import_observations",
         "database",
         "release",
+        "user_tier_names",
+        "upgrade_user_tier",
         # Hybrid search and its index (docs/postgres.md): memories only.
         "index",
         "search_stages",

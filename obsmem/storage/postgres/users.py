@@ -89,6 +89,11 @@ class PostgresUserTiers:
             self._open[name] = db
             return db
 
+    def release(self, owner: str) -> None:
+        """Forget one open tier (as the store forgets a project); its next use opens, and checks, it again."""
+        with self._lock:
+            self._open.pop(owner, None)
+
     def close(self) -> None:
         """Forget the open tiers; their connections belong to the store's pool."""
         with self._lock:
