@@ -67,7 +67,7 @@ class PostgresUserTiers:
     def names(self) -> list[str]:
         self._catalog()
         with postgres_faults(), self._pool.connection() as conn:
-            return [row[0] for row in conn.execute("SELECT owner FROM obsmem.user_tiers ORDER BY owner")]
+            return [row[0] for row in conn.execute('SELECT owner FROM obsmem.user_tiers ORDER BY owner COLLATE "C"')]
 
     def get(self, owner: str, *, create: bool = False) -> PostgresProjectDatabase:
         """The owner's tier; ``create=True`` makes it (schema, migrations and listing in one transaction)."""
