@@ -20,7 +20,6 @@ Only memories are indexed: conversation events (``semantic.index.events``) are n
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -38,8 +37,6 @@ from obsmem.indexer.postgres_reader import PostgresIndexReader, parse_vector, ve
 from obsmem.indexer.project import BatchReport, ProjectIndex, content_hash
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.settings import SemanticSettings
-
-log = logging.getLogger("obsmem.indexer")
 
 INDEXING_LOCK = "indexing"
 GRAPH_INDEX = "semantic_vectors_hnsw"
@@ -117,22 +114,11 @@ class PostgresProjectIndex(ProjectIndex):
 
     # -- state ----------------------------------------------------------------------------------
 
-    def ensure_compatible(self) -> bool:
-        state = self.state()
-        if state.compatible_with(self.signature, self.keyword_signature):
-            return False
-        reset = False
-        with self.db.write() as conn:
-            state = IndexState.read(conn)
-            if state.signature != self.signature:
-                reset_derived(conn, self.signature, self.keywords)
-                reset = True
-            elif state.fts_tokenizer != self.keyword_signature:
-                log.info("project %s: keyword settings changed; rebuilding the postings (no embedding work)", self.name)
-                self.keywords.create(conn)
-        if reset:
-            log.info("project %s: index settings changed; rebuilding derived data", self.name)
-        return reset
+    def _reset_derived(self, conn: Any) -> None:
+        reset_derived(conn, self.signature, self.keywords)
+
+    def _forget_derived(self) -> None:
+        """Nothing derived lives outside the database here."""
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[PostgresIndexReader]:  # type: ignore[override]
@@ -171,22 +157,9 @@ class PostgresProjectIndex(ProjectIndex):
 
     # -- indexing -------------------------------------------------------------------------------
 
-    def indexing_elsewhere(self) -> bool:
-        if self._batch_lock.locked():
-            return True
-        with self.db.session_lock(INDEXING_LOCK) as free:
-            return not free
-
-    @contextlib.contextmanager
-    def _indexing(self) -> Iterator[bool]:
-        if not self._batch_lock.acquire(blocking=False):
-            yield False
-            return
-        try:
-            with self.db.session_lock(INDEXING_LOCK) as free:
-                yield free
-        finally:
-            self._batch_lock.release()
+    def _project_lock(self) -> contextlib.AbstractContextManager[bool]:
+        """A session advisory lock of the project: one indexer per project on the whole database."""
+        return self.db.session_lock(INDEXING_LOCK)
 
     def _stored_embeddings(self, keys: list[str]) -> dict[str, bytes]:
         with self.db.read() as conn:

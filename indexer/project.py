@@ -141,18 +141,28 @@ class ProjectIndex:
         with self.db.write() as conn:
             state = IndexState.read(conn)
             if state.signature != self.signature:
-                stores.reset_derived(conn, self.signature, self.keywords)
+                self._reset_derived(conn)
                 reset = True
             elif state.fts_tokenizer != self.keyword_signature:
-                log.info("project %s: keyword table layout changed; rebuilding it (no embedding work)", self.name)
+                log.info(
+                    "project %s: keyword settings changed; rebuilding the keyword rows (no embedding work)", self.name
+                )
                 self.keywords.create(conn)
         if reset:
             log.info("project %s: index settings changed; rebuilding derived data", self.name)
-            with self.files.locked():
-                self.files.remove_strays(keep=None)
-            with self._load_lock:
-                self._vectors = None
+            self._forget_derived()
         return reset
+
+    def _reset_derived(self, conn: Any) -> None:
+        """Drop every derived row and queue every source again, in the caller's transaction."""
+        stores.reset_derived(conn, self.signature, self.keywords)
+
+    def _forget_derived(self) -> None:
+        """After a reset: drop what is derived outside the database (the graph files, the in-memory vectors)."""
+        with self.files.locked():
+            self.files.remove_strays(keep=None)
+        with self._load_lock:
+            self._vectors = None
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[IndexReader]:
@@ -278,20 +288,25 @@ class ProjectIndex:
         """Does a batch hold this project's indexing lock now (in this process or another)?"""
         if self._batch_lock.locked():
             return True
-        with self.files.locked(INDEXING_LOCK, blocking=False) as free:
+        with self._project_lock() as free:
             return not free
 
     @contextlib.contextmanager
     def _indexing(self) -> Iterator[bool]:
-        """Both indexing locks (this process's and the project's lock file); yields False if busy."""
+        """Both indexing locks (this process's and the project's); yields False if busy."""
         if not self._batch_lock.acquire(blocking=False):
             yield False
             return
         try:
-            with self.files.locked(INDEXING_LOCK, blocking=False) as free:
+            with self._project_lock() as free:
                 yield free
         finally:
             self._batch_lock.release()
+
+    def _project_lock(self) -> contextlib.AbstractContextManager[bool]:
+        """The project's indexing lock across processes, not waited for (yields whether it was free): a
+        lock file beside the database."""
+        return self.files.locked(INDEXING_LOCK, blocking=False)
 
     def _plan(self, budget: int, *, after_row: int | None = None) -> list[PlannedSource]:
         """Up to ``budget`` chunks' worth of pending sources, in indexing order after ``after_row``."""
