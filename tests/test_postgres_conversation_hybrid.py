@@ -10,20 +10,27 @@ on PostgreSQL (it was refused before) and answers through the Python API and HTT
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections.abc import Iterator
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
 from obsmem.app.migrate import migrate_project
 from obsmem.ids import event_id
 from obsmem.retrieval import SCOPES
 from obsmem.settings import load_settings
+from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
 from support.model_server import ModelServer
 from support.semantic_service import VOCABULARY, add_memories, semantic_settings
@@ -124,6 +131,72 @@ def test_conversation_hybrid_answers_as_on_sqlite(both: tuple[Obsmem, Obsmem]) -
     lite_tool = sqlite.search("p", "run " + events[4][1]["tool_args"]["cmd"], scope="conversation").hits[0]
     assert tool.to_dict() == lite_tool.to_dict()
     assert tool.kind == "event" and tool.memory_id == event_id(tool.session_id, tool.seq)  # type: ignore[arg-type]
+
+
+def test_date_windows_of_events_lose_nothing_and_rank_as_on_sqlite(both: tuple[Obsmem, Obsmem]) -> None:
+    # A window is read first and every chunk in it scored exactly (up to exact_scan_max_chunks), so a window
+    # holding no more events than the limit returns every one of them, in SQLite's order.
+    sqlite, postgres = both
+    events = _conversation(200, seed=13)
+    _fill(sqlite, events)
+    _fill(postgres, events)
+    stamps = {f"{session}:{seq}": event["created_at"] for session, seq, event in _numbered(events)}
+    days = st.integers(min_value=0, max_value=60)
+
+    @hyp_settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        start=days,
+        length=st.integers(min_value=0, max_value=10),
+        words=st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=3),
+        scope=st.sampled_from(["conversation", "all"]),
+    )
+    def window_has_no_omissions(start: int, length: int, words: list[str], scope: str) -> None:
+        first = date(2025, 1, 1) + timedelta(days=start)
+        after, before = first.isoformat(), (first + timedelta(days=length)).isoformat()
+        query = " ".join(words)
+        pg = postgres.search("p", query, scope=scope, limit=50, after=after, before=before)
+        lite = sqlite.search("p", query, scope=scope, limit=50, after=after, before=before)
+        assert _ids(pg) == _ids(lite)
+        inside = {key for key, stamp in stamps.items() if after <= stamp[:10] <= before}
+        if len(inside) <= 50:
+            found = {f"{hit.session_id}:{hit.seq}" for hit in pg.hits if hit.kind == "event"}
+            assert found == inside
+
+    window_has_no_omissions()
+
+
+def _numbered(events: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """Each event with the seq its session's append gave it."""
+    seqs: dict[str, int] = {}
+    for session, event in events:
+        seqs[session] = seqs.get(session, 0) + 1
+        yield session, seqs[session], event
+
+
+def test_obsmem_index_and_search_from_the_command_line(
+    tmp_path: Path, model_server: ModelServer, postgres_dsn: str
+) -> None:
+    config = tmp_path / "pg.toml"
+    config.write_text(
+        f'[storage]\nbackend = "postgres"\ndsn = "{postgres_dsn}"\n'
+        "[jobs]\nin_server = false\n"
+        "[semantic]\n[semantic.embedding]\n"
+        f'provider = "openai"\nbase_url = "{model_server.base_url}"\nmodel_id = "hashed-words"\n'
+        "[semantic.index]\nbackground = false\nevents = true\n"
+    )
+    with Obsmem(load_settings(config)) as service:
+        service.append_events("app", "s1", [event for _, event in _conversation(12)])
+    runner = CliRunner()
+    base = ["--config", str(config)]
+    indexed = runner.invoke(cli, [*base, "index", "app", "--json", "--no-progress"])
+    assert indexed.exit_code == 0, indexed.output
+    summary = json.loads(indexed.output)
+    assert (summary["indexed_count"], summary["source_count"], summary["pending"]) == (12, 12, 0)
+    query = _conversation(12)[7][1]["content"]
+    found = runner.invoke(cli, [*base, "search", "app", query, "--scope", "conversation", "--json"])
+    assert found.exit_code == 0, found.output
+    result = json.loads(found.output)
+    assert result["mode"] == "hybrid" and result["hits"][0]["seq"] == 8
 
 
 def test_events_are_marked_from_a_durable_watermark(
