@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
@@ -344,3 +345,17 @@ def test_a_rebuild_and_a_move_treat_the_index_as_derived(
         assert db.query("SELECT * FROM events ORDER BY id") == canonical
         for query, ids in expected.items():
             assert _ids(postgres.search("p", query, scope="conversation")) == ids, query
+
+
+def test_the_background_indexer_finds_new_events(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
+    # Appends notify nobody: the background indexer finds a project with events above its watermark.
+    section = {"index": {"events": True, "background": True, "poll_seconds": 0.2}}
+    with _service(tmp_path, model_server, postgres_dsn, **section) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": "zebra quagga okapi"}])
+        service.append_events("p", "s1", [{"role": "user", "content": "auth login clock"}])
+        deadline = time.monotonic() + 30
+        while service.status("p").indexed_count < 2:
+            assert time.monotonic() < deadline, "the background indexer did not index the events"
+            time.sleep(0.1)
+        found = service.search("p", "zebra quagga okapi", scope="conversation")
+        assert found.hits[0].seq == 1 and not found.partial
