@@ -43,7 +43,8 @@ class _StoredVectors:
 
 
 class PostgresHybridSearcher(HybridSearcher):
-    """Hybrid ``memory_search`` over a project schema (memories only: events are not indexed there)."""
+    """Hybrid ``memory_search`` over a project schema: memories, and conversation events when they are
+    indexed (scopes ``conversation`` and ``all``, as on SQLite)."""
 
     def run(
         self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
@@ -52,9 +53,9 @@ class PostgresHybridSearcher(HybridSearcher):
         stages = StageRankings()
         index = self.indexer.project(project)
         kind = SCOPE_KINDS[request.scope]
-        if kind != MEMORY_SOURCES:
+        if kind != MEMORY_SOURCES and not index.indexes_events:
             raise ValidationFailed(
-                "hybrid search of the conversation is not available on PostgreSQL yet; use mode 'exact'",
+                "hybrid search of the conversation needs semantic.index.events = true; use mode 'exact'",
                 code="mode_unavailable",
                 field="scope",
             )
@@ -66,12 +67,15 @@ class PostgresHybridSearcher(HybridSearcher):
                 raise self._building(project, store, compatible=False, kind=kind)
         use_bm25, use_vectors = self._lists(plan)
         query_vector = index.embedder.embed_query(request.query) if use_vectors else None
-        where = Filter(request.window.lower, request.window.upper, request.session_id, None)
+        # Candidates are checked against the scope's kind (``scoped``); the lists drop a kind filter that
+        # keeps every indexed chunk (``where``), as SQLite's do.
+        scoped = Filter(request.window.lower, request.window.upper, request.session_id, kind)
         fusion = self.settings.fusion
         k = fusion.candidates_per_list
         vectors: Any = _StoredVectors()
         with index.reader() as store:
-            state, stored, partial, chunks = store.readiness()
+            state, stored, partial, chunks = store.readiness(kind)
+            where = store.narrowed(scoped)
             if not state.compatible_with(index.signature, index.keyword_signature):
                 raise self._building(project, store, compatible=False, kind=kind)
             if not stored:
@@ -94,12 +98,12 @@ class PostgresHybridSearcher(HybridSearcher):
                 ranked.full = len(found) > k + margin
                 ranked.items = found[: k + margin]
                 lists.append(ranked)
-            valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
+            valid = store.validate({label for ranked in lists for label in ranked.labels}, scoped)
             for ranked in lists:
                 kept = [item for item in ranked.items if item[0] in valid]
                 ranked.full = ranked.full or len(kept) > k
                 ranked.items = kept[:k]
-            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, where)
+            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
             if len(lists) > 1:
                 fused = self._superseded(request.query, fused, valid, vectors, store)
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
