@@ -145,6 +145,24 @@ def test_events_stay_unmarked_while_events_are_not_indexed(
         assert (report.status.indexed_count, report.status.pending) == (2, 0)
 
 
+def test_background_discovery_ignores_event_markers_while_events_are_not_indexed(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    # Indexed once with events on, then run with them off: an event deleted by hand leaves a marker that no
+    # batch consumes while events are off, so it must not make the project look like work at every poll.
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
+        service.append_events("p", "s1", TALK[:3])
+        service.index("p")
+    with _service(tmp_path, model_server, backend_storage) as service:
+        db = service.database("p")
+        with db.write() as conn:
+            conn.execute("DELETE FROM events WHERE id = (SELECT max(id) FROM events)")
+        assert db.query("SELECT count(*) FROM semantic_pending WHERE memory_row < 0")[0][0] == 1
+        assert service.indexer._discover() == []
+        add_memories(service, "p", [("2025-03-01 10:00", "a memory waiting to be indexed")])
+        assert service.indexer._discover() == ["p"]
+
+
 def test_index_follows_appends_deletes_and_rebuilds(
     tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
 ) -> None:

@@ -285,6 +285,48 @@ def test_concurrent_appends_and_indexers_lose_no_event(
         ) == [(0,)]
 
 
+def test_an_explicit_id_written_while_events_are_marked_is_indexed(
+    tmp_path: Path, model_server: ModelServer, postgres_dsn: str
+) -> None:
+    # The race the marking lock exists for: an event with an explicit id (as a restore writes) lands above the
+    # watermark but below events already committed, in a transaction still open while a batch marks. Without
+    # the writer lock around the marking, the watermark would pass the open event and it would never be indexed.
+    with _service(tmp_path / "pg", model_server, postgres_dsn) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": f"early {i}"} for i in range(10)])
+        service.index("p")
+        service.append_events("p", "s1", [{"role": "user", "content": f"later {i}"} for i in range(10)])
+        db = service.database("p")
+        gap = db.query("SELECT min(id) + 4 FROM events WHERE content LIKE 'later%'")[0][0]
+        with db.write() as conn:
+            conn.execute("DELETE FROM events WHERE id = ?", (gap,))
+        inserted, release = threading.Event(), threading.Event()
+
+        def restore_like() -> None:
+            with db.write() as conn:
+                conn.execute(
+                    "INSERT INTO events(id, session_id, seq, role, type, content, created_at, fingerprint)"
+                    " VALUES (?, 's1', 99, 'user', 'message', 'zebra okapi', '2025-01-01T00:00:00.000Z', 'f')",
+                    (gap,),
+                )
+                inserted.set()
+                release.wait(10)
+
+        writer = threading.Thread(target=restore_like)
+        writer.start()
+        assert inserted.wait(10)
+        marker = threading.Thread(target=lambda: service.indexer.run_batch("p"))  # type: ignore[union-attr]
+        marker.start()
+        time.sleep(1.0)  # the batch is now waiting for the writer's lock (or, unlocked, would have marked)
+        release.set()
+        writer.join(timeout=30)
+        marker.join(timeout=60)
+        assert not writer.is_alive() and not marker.is_alive()
+        status = service.index("p").status
+        assert (status.indexed_count, status.source_count, status.pending) == (20, 20, 0)
+        assert db.query("SELECT count(*) FROM semantic_sources WHERE memory_row = ?", (-gap,)) == [(1,)]
+        assert service.search("p", "zebra okapi", scope="conversation").hits[0].content == "zebra okapi"
+
+
 def test_the_service_starts_and_answers_over_python_and_http(
     tmp_path: Path, model_server: ModelServer, postgres_dsn: str
 ) -> None:
