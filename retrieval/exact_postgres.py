@@ -130,12 +130,17 @@ class PostgresExactSearcher:
 
         Counting a needle in the whole sample took 0.06-0.18 ms at 1M memories, a third of a common word's
         search: the count stops once it has seen enough for the walk (a common needle's are near the start),
-        and a one- or two-character needle is looked up in counts made once per sample."""
+        a needle with a rare trigram is counted in that trigram's few rows, and a one- or two-character
+        needle is looked up in counts made once per sample."""
         sample = NeedleSample.for_connection(self.conn, self.corpus)
         # The walk is expected to find ``fetch`` matches within its rows when the sample holds this many.
         enough = fetch * sample.size / self.walk_rows if self.walk_rows > 0 and not walked else None
+        trigrams = needle_trigrams(needle)
+        rarest = sample.rarest(trigrams, 1)[0] if trigrams else None
         if len(needle) <= 2:
             seen = sample.short_occurrences(needle)
+        elif rarest is not None and (within := sample.occurrences_in_rows_of(rarest, needle)) is not None:
+            seen = within  # a rare trigram's few rows hold every occurrence
         else:
             seen = sample.occurrences(needle, None if enough is None else max(math.ceil(enough), 1))
         seen = max(seen, 0.5)  # an unseen needle: just under one occurrence in the sample
@@ -143,9 +148,8 @@ class PostgresExactSearcher:
             return "walk"
         frequency = seen / sample.size
         walk_rows = fetch / frequency
-        trigrams = needle_trigrams(needle)
-        if trigrams:
-            frequency = sample.frequency_of_trigram(sample.rarest(trigrams, 1)[0])
+        if rarest is not None:
+            frequency = sample.frequency_of_trigram(rarest)
         candidate_rows = sample.total_rows * frequency
         return "candidates" if candidate_rows <= max(walk_rows, CANDIDATE_MIN_ROWS) else "date-walk"
 
@@ -231,6 +235,9 @@ SAMPLE_TRUSTED_S = 10.0
 # The start of each sampled text only: an event's content can be a tool's whole output, and the sample
 # (and its trigram counts, built in Python) must stay small; frequencies are estimates either way.
 SAMPLE_TEXT_CHARS = 500
+# The sample rows of each trigram kept (their indexes), so that a needle whose rarest trigram is in no more
+# rows is counted in those rows alone.
+TRIGRAM_ROWS_KEPT = 32
 # Samples kept (each at most SAMPLE_ROWS texts of SAMPLE_TEXT_CHARS): the most recently searched projects'
 # and corpora's.
 SAMPLE_CACHE_ENTRIES = 32
@@ -252,7 +259,9 @@ class NeedleSample:
         # One string, texts joined by a line break (which no needle holds): counting a needle in it is one
         # C-level scan.
         self.folded = "\n".join(text.translate(_ASCII_FOLD) for text in texts)
+        self._texts = self.folded.split("\n")
         self._trigram_rows: Counter[str] | None = None  # built on the first trigram asked for
+        self._rows_of_trigram: dict[str, list[int]] = {}
         self._short_counts: Counter[str] | None = None  # built on the first short needle asked for
 
     @classmethod
@@ -296,12 +305,33 @@ class NeedleSample:
 
     def frequency_of_trigram(self, trigram: str) -> float:
         """Rows of the sample holding the trigram, per row (at least the floor of an unseen needle)."""
+        return max(self._trigram_counts().get(trigram, 0), 0.5) / self.size
+
+    def _trigram_counts(self) -> Counter[str]:
+        """Rows holding each trigram, and the first :data:`TRIGRAM_ROWS_KEPT` of those rows, made once."""
         if self._trigram_rows is None:
             counts: Counter[str] = Counter()
-            for text in self.folded.split("\n"):
-                counts.update({text[i : i + 3] for i in range(len(text) - 2)})
+            kept: dict[str, list[int]] = {}
+            for row, text in enumerate(self._texts):
+                trigrams = {text[i : i + 3] for i in range(len(text) - 2)}
+                counts.update(trigrams)
+                for trigram in trigrams:
+                    rows = kept.setdefault(trigram, [])
+                    if len(rows) < TRIGRAM_ROWS_KEPT:
+                        rows.append(row)
+            self._rows_of_trigram = kept
             self._trigram_rows = counts
-        return max(self._trigram_rows.get(trigram, 0), 0.5) / self.size
+        return self._trigram_rows
+
+    def occurrences_in_rows_of(self, trigram: str, needle: str) -> int | None:
+        """``occurrences(needle)`` counted in the rows holding ``trigram`` alone, when it is one of the
+        needle's and rare enough that its rows were kept (None otherwise): every occurrence of the needle is
+        in such a row, and a rare identifier's count reads a few rows instead of the whole sample (0.12 ms
+        at 1M memories)."""
+        if self._trigram_counts().get(trigram, 0) > TRIGRAM_ROWS_KEPT:
+            return None
+        folded = needle.translate(_ASCII_FOLD)
+        return sum(self._texts[row].count(folded) for row in self._rows_of_trigram.get(trigram, ()))
 
     def rarest(self, trigrams: list[str], count: int) -> list[str]:
         return sorted(trigrams, key=self.frequency_of_trigram)[:count]
