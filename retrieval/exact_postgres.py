@@ -248,9 +248,9 @@ class PostgresExactSearcher:
         if trigrams and hasattr(self.conn, "execute_alone"):
             # Planning the trigram probes with their patterns written in (pg_trgm estimating each one) cost
             # 0.4-0.6 ms a search at 1M memories; prepared, the plan is the server's to keep. Written as
-            # scalar subqueries instead (the planner prices them without the column's statistics) and sent in
-            # one plain exchange, they still cost 0.07-0.2 ms of planning, and the server 0.3 ms more CPU time
-            # per search for MapToolArguments than the prepared plan in a pipeline.
+            # scalar subqueries instead (the planner prices them without the column's statistics), they still
+            # cost 0.07-0.2 ms of planning, and the server 0.1-0.3 ms more CPU time per search for
+            # MapToolArguments than the prepared plan.
             return _alone(self.conn)(sql, values, prepare=True).fetchall()
         return _alone(self.conn)(sql, values).fetchall()
 
