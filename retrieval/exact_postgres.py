@@ -170,10 +170,10 @@ class PostgresExactSearcher:
             seen = within  # a rare trigram's few rows hold every occurrence
         else:
             seen = sample.occurrences(needle, None if enough is None else max(math.ceil(enough), 1))
-        seen = max(seen, 0.5)  # an unseen needle: just under one occurrence in the sample
-        if enough is not None and seen >= enough:
+        occurring = max(seen, 0.5)  # an unseen needle: just under one occurrence in the sample
+        if enough is not None and occurring >= enough:
             return "walk"
-        frequency = seen / sample.size
+        frequency = occurring / sample.size
         walk_rows = fetch / frequency
         if rarest is not None:
             frequency = sample.frequency_of_trigram(rarest)
