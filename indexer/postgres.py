@@ -14,13 +14,13 @@ database file:
   not a lock file: one indexer per project across every process on the database;
 - the keyword rows are postings scored with FTS5's BM25 (:mod:`obsmem.indexer.postgres_keywords`).
 
-Only memories are indexed: conversation events (``semantic.index.events``) are not on PostgreSQL yet.
+Conversation events are indexed too when ``semantic.index.events`` is on, from the same durable watermark
+as on SQLite (:mod:`obsmem.indexer.postgres_events`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -29,30 +29,26 @@ import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
 from obsmem.faults import crash_point
-from obsmem.indexer.chunker import ChunkSettings, chunk_text
+from obsmem.indexer import postgres_events
+from obsmem.indexer.batch_plan import EmbeddedBatch, PendingQueries
+from obsmem.indexer.chunker import ChunkSettings
 from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
 from obsmem.indexer.postgres_reader import PostgresIndexReader, parse_vector, vector_literal
-from obsmem.indexer.project import BatchReport, ProjectIndex, _Embedded, _Planned, content_hash
+from obsmem.indexer.project import BatchReport, ProjectIndex, content_hash
+from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.settings import SemanticSettings
 
-log = logging.getLogger("obsmem.indexer")
-
 INDEXING_LOCK = "indexing"
 GRAPH_INDEX = "semantic_vectors_hnsw"
-# Pending memories with what indexing needs (NULLs when the memory is gone), in row order.
-_PENDING = (
-    "SELECT p.memory_row, p.change, m.memory_id, m.content, m.date, m.session_id FROM semantic_pending AS p"
-    " LEFT JOIN memories AS m ON m.id = p.memory_row WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
-)
 _GONE = object()
 
 
 def reset_derived(conn: Any, signature: str, keywords: PostgresKeywordDocuments) -> None:
-    """Drop every derived row (and the HNSW index, whose vector size may change) and queue every memory
-    again, in one transaction; canonical rows untouched."""
+    """Drop every derived row (and the HNSW index, whose vector size may change) and queue every memory and
+    event again (events by moving their watermark back), in one transaction; canonical rows untouched."""
     conn.execute(f"DROP INDEX IF EXISTS {GRAPH_INDEX}")
     conn.execute("TRUNCATE semantic_vectors, semantic_removed")
     conn.execute("DELETE FROM semantic_chunks")
@@ -62,6 +58,7 @@ def reset_derived(conn: Any, signature: str, keywords: PostgresKeywordDocuments)
         "INSERT INTO semantic_pending(memory_row) SELECT id FROM memories"
         " ON CONFLICT(memory_row) DO UPDATE SET change = semantic_pending.change + 1"
     )
+    conn.execute(MARK_ALL_EVENTS_AGAIN)
     keywords.create(conn)
     _, version = bump_version(conn)
     update_state(conn, signature=signature, dimensions=None, dirty=0, removed_floor=version)
@@ -104,8 +101,11 @@ class PostgresProjectIndex(ProjectIndex):
             settings.bm25.tokenizer, settings.bm25.context_characters, settings.bm25.column_weights
         )
         self.keyword_signature = self.keywords.signature
-        self.indexes_events = False
-        self.first_row = 0
+        self.indexes_events = settings.index.events
+        self.first_row = -(2**63) if self.indexes_events else 0
+        self.pending_queries = PendingQueries(
+            postgres_events.PENDING_MEMORIES, postgres_events.PENDING_EVENTS if self.indexes_events else None
+        )
         self._vectors = None
         self._load_lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -115,39 +115,35 @@ class PostgresProjectIndex(ProjectIndex):
 
     # -- state ----------------------------------------------------------------------------------
 
-    def ensure_compatible(self) -> bool:
-        state = self.state()
-        if state.compatible_with(self.signature, self.keyword_signature):
-            return False
-        reset = False
-        with self.db.write() as conn:
-            state = IndexState.read(conn)
-            if state.signature != self.signature:
-                reset_derived(conn, self.signature, self.keywords)
-                reset = True
-            elif state.fts_tokenizer != self.keyword_signature:
-                log.info("project %s: keyword settings changed; rebuilding the postings (no embedding work)", self.name)
-                self.keywords.create(conn)
-        if reset:
-            log.info("project %s: index settings changed; rebuilding derived data", self.name)
-        return reset
+    def _reset_derived(self, conn: Any) -> None:
+        reset_derived(conn, self.signature, self.keywords)
+
+    def _forget_derived(self) -> None:
+        """Nothing derived lives outside the database here."""
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[PostgresIndexReader]:  # type: ignore[override]
         with self.db.read() as conn:
-            yield PostgresIndexReader(conn, self.db.schema, self.keywords)
+            yield PostgresIndexReader(conn, self.db.schema, self.keywords, events=self.indexes_events)
 
     def _pending(self, conn: Any) -> int:
-        return int(conn.execute("SELECT count(*) FROM semantic_pending WHERE memory_row > 0").fetchone()[0])
+        return postgres_events.pending_count(conn, events=self.indexes_events)
 
     def _mark_new_events(self) -> None:
-        """Events are not indexed on PostgreSQL: nothing to mark."""
+        """Mark the events appended since the last batch (when events are indexed; see ``postgres_events``)."""
+        if not self.indexes_events:
+            return
+        with self.db.read() as conn:
+            if not postgres_events.has_unmarked_events(conn):
+                return
+        with self.db.write() as conn:
+            postgres_events.mark_new_events(conn)
 
     def status(self) -> dict[str, Any]:
         with self.db.read() as conn:
             state = IndexState.read(conn)
             compatible = state.compatible_with(self.signature, self.keyword_signature)
-            reader = PostgresIndexReader(conn, self.db.schema, self.keywords)
+            reader = PostgresIndexReader(conn, self.db.schema, self.keywords, events=self.indexes_events)
             sources = reader.source_count()
             indexed = reader.indexed_count() if compatible else 0
             pending = self._pending(conn)
@@ -169,53 +165,20 @@ class PostgresProjectIndex(ProjectIndex):
 
     # -- indexing -------------------------------------------------------------------------------
 
-    def indexing_elsewhere(self) -> bool:
-        if self._batch_lock.locked():
-            return True
-        with self.db.session_lock(INDEXING_LOCK) as free:
-            return not free
+    def _project_lock(self) -> contextlib.AbstractContextManager[bool]:
+        """A session advisory lock of the project: one indexer per project on the whole database."""
+        return self.db.session_lock(INDEXING_LOCK)
 
-    @contextlib.contextmanager
-    def _indexing(self) -> Iterator[bool]:
-        if not self._batch_lock.acquire(blocking=False):
-            yield False
-            return
-        try:
-            with self.db.session_lock(INDEXING_LOCK) as free:
-                yield free
-        finally:
-            self._batch_lock.release()
-
-    def _plan(self, budget: int, *, after_row: int | None = None) -> list[_Planned]:
+    def _stored_embeddings(self, keys: list[str]) -> dict[str, bytes]:
         with self.db.read() as conn:
-            rows = conn.execute(_PENDING, (after_row or 0, budget)).fetchall()
-        plan: list[_Planned] = []
-        chunk_total = 0
-        for memory_row, change, memory_id, content, date, session_id in rows:
-            item = _Planned(int(memory_row), int(change), None)
-            if memory_id is not None:
-                item.memory = (memory_id, content, date, session_id)
-                item.chunks = chunk_text(memory_id, content, self.chunking)
-            if plan and chunk_total + len(item.chunks) > budget:
-                break
-            plan.append(item)
-            chunk_total += len(item.chunks)
-        return plan
+            found = conn.execute(
+                "SELECT c.chunk_key, v.embedding::text FROM semantic_chunks AS c"
+                " JOIN semantic_vectors AS v ON v.chunk = c.id WHERE c.chunk_key = ANY(?)",
+                (keys,),
+            )
+            return {key: parse_vector(text).tobytes() for key, text in found}
 
-    def _reuse(self, plan: list[_Planned]) -> _Embedded:
-        keys = [chunk.key for item in plan for chunk in item.chunks]
-        reused: dict[str, bytes] = {}
-        if keys:
-            with self.db.read() as conn:
-                for key, text in conn.execute(
-                    "SELECT c.chunk_key, v.embedding::text FROM semantic_chunks AS c"
-                    " JOIN semantic_vectors AS v ON v.chunk = c.id WHERE c.chunk_key = ANY(?)",
-                    (keys,),
-                ):
-                    reused[key] = parse_vector(text).tobytes()
-        return _Embedded(plan, reused)
-
-    def _commit(self, embedded: _Embedded, report: BatchReport, *, grow_graph: bool = False) -> None:
+    def _commit(self, embedded: EmbeddedBatch, report: BatchReport, *, grow_graph: bool = False) -> None:
         """One transaction, as on SQLite: the plan's memories whose pending entry is unchanged get their
         derived rows replaced (or removed), then their neighbours' keyword rows are brought up to date."""
         with self.db.write() as conn:

@@ -7,22 +7,26 @@ search, an exact scan of the window's vectors for a filtered one up to ``exact_s
 window never loses a chunk to the graph), the HNSW index with pgvector's iterative filtered scan above it.
 Scores are cosines (``1 - distance``), higher is better, ties by label, as the in-memory vectors give them.
 
-Only memories are indexed on PostgreSQL (``semantic.index.events`` is refused there), so every count and
-check is of memories.
+Conversation events are indexed beside memories when ``semantic.index.events`` is on, under their negated
+row as on SQLite (:mod:`obsmem.indexer.postgres_events`): a search's filter may keep one kind of source
+(``c.memory_row > 0`` or ``< 0``), and the counts, pending checks and validation cover the kinds indexed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from obsmem.indexer import stores
+from obsmem.indexer.postgres_events import EVENTS_UNMARKED, indexed_count, kind_condition
 from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
 from obsmem.indexer.reader import ValidChunk, _checked
+from obsmem.indexer.sources import event_date, event_text
 from obsmem.indexer.state import STATE_COLUMNS, IndexState
-from obsmem.indexer.vectors import MEMORIES, Filter
+from obsmem.indexer.vectors import EVENTS, MEMORIES, Filter
 
 # FTS5's bm25() constants (SQLite's fts5_aux.c), as retrieval/bm25.py assumes them for the ceiling.
 K1 = 1.2
@@ -37,29 +41,38 @@ _TERMS = (
 )
 # Each query token's postings read through the (token, label) key: a lateral lookup per token, whatever the
 # planner's statistics say (without them it scanned every posting and joined the tokens afterwards).
+# ``OFFSET 0`` keeps the lookup lateral: a plain subquery is pulled up into a join, and with the one-row
+# totals table not analysed yet (a new project, before autovacuum) the join read the whole postings index
+# (125 ms at 3,000 chunks, against 8 ms with the fence).
 _POSTINGS_OF_TERMS = (
     " FROM q CROSS JOIN avg CROSS JOIN LATERAL (SELECT s.label, s.freq, s.length FROM semantic_postings AS s"
-    " WHERE s.token = q.token) AS p"
+    " WHERE s.token = q.token OFFSET 0) AS p"
 )
 _SCORE = f"sum(q.idf * (p.freq * {K1 + 1.0}) / (p.freq + {K1} * ({1.0 - B} + {B} * p.length / avg.dl)))"
 # Where every chunk of the given memory rows sits.
 _POSITIONS = "SELECT memory_row, position, id FROM semantic_chunks WHERE memory_row = ANY(?::bigint[])"
-# The given chunks with what validation needs (see reader._VALIDATION, memories only): the chunk, its source
-# record, its place among its session's observations, whether its memory is pending, then the hit columns. The
-# memory's content goes a second time (the stale check hashes it) only when it is pending: it is most of a row.
+# The given chunks with what validation needs (see reader._VALIDATION): the chunk, its source record, its
+# place among its session's observations (or events), whether its source is pending and the text it is
+# indexed from, then the hit columns of its memory (positive row) or event (negative row). The indexed text
+# goes only when the source is pending (the stale check hashes it, nothing else reads it): a memory's content
+# is most of a row, and it goes once more among the hit columns.
 _VALIDATION = (
     "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
-    " x.previous_row, x.next_row, p.memory_row IS NOT NULL, CASE WHEN p.memory_row IS NOT NULL THEN m.content END,"
-    " m.memory_id, m.kind, m.session_id, m.date, m.importance, m.content,"
-    " NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text"
+    " x.previous_row, x.next_row, p.memory_row IS NOT NULL,"
+    f" CASE WHEN p.memory_row IS NULL THEN NULL WHEN c.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
+    " coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)), coalesce(m.kind, 'event'),"
+    " coalesce(m.session_id, e.session_id),"
+    f" coalesce(m.date, {event_date('e')}), m.importance, coalesce(m.content, e.content),"
+    " e.seq, e.role, e.type, e.tool_name, e.tool_args"
     " FROM unnest(?::bigint[]) AS wanted(label) JOIN semantic_chunks AS c ON c.id = wanted.label"
     " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
-    " LEFT JOIN memories AS m ON m.id = c.memory_row"
+    " LEFT JOIN memories AS m ON c.memory_row > 0 AND m.id = c.memory_row"
+    " LEFT JOIN events AS e ON c.memory_row < 0 AND e.id = -c.memory_row"
     " LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row"
     " LEFT JOIN semantic_pending AS p ON p.memory_row = c.memory_row"
 )
-# Where every chunk of the given chunks' memories and of the memories beside them sits (neighbour smoothing's
-# reads, made ahead); a memory without chunks comes back once, with NULLs.
+# Where every chunk of the given chunks' sources and of the sources beside them sits (neighbour smoothing's
+# reads, made ahead); a source without chunks comes back once, with NULLs.
 _POSITIONS_BESIDE = (
     "WITH rows AS (SELECT DISTINCT unnest(ARRAY[c.memory_row, x.previous_row, x.next_row]) AS memory_row"
     " FROM unnest(?::bigint[]) AS wanted(label) JOIN semantic_chunks AS c ON c.id = wanted.label"
@@ -77,9 +90,16 @@ _TERMS_POSTINGS = (
 )
 # What a readiness check counts of stale chunks at most (retrieval's MAX_STALE_MARGIN).
 MAX_STALE_CHUNKS = 1000
+# Indexed chunks whose source is pending, among the kinds indexed (markers at or below the first row wait).
 _STALE = (
     "SELECT count(*) FROM (SELECT 1 FROM semantic_pending AS p"
-    " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row WHERE p.memory_row > 0 LIMIT ?) AS stale"
+    " JOIN semantic_chunks AS c ON c.memory_row = p.memory_row WHERE p.memory_row > ? LIMIT ?) AS stale"
+)
+# Whether the index holds chunks of each kind (an index seek each): a kind filter that keeps everything is
+# dropped, as SQLite's in-memory vectors drop it (VectorSet.narrowed).
+_KINDS_HELD = (
+    "EXISTS (SELECT 1 FROM semantic_chunks WHERE memory_row > 0),"
+    " EXISTS (SELECT 1 FROM semantic_chunks WHERE memory_row < 0)"
 )
 
 
@@ -109,19 +129,29 @@ def _filter_clauses(where: Filter, alias: str = "c") -> tuple[list[str], list[ob
     if where.session_id is not None:
         clauses.append(f"{alias}.session_id = ?")
         params.append(where.session_id)
+    kind = kind_condition(where.kind, alias)
+    if kind is not None:
+        clauses.append(kind)
     return clauses, params
 
 
 class PostgresIndexReader:
     """The reads of one hybrid search on one PostgreSQL read transaction (the caller's snapshot)."""
 
-    def __init__(self, conn: Any, schema: str, keywords: PostgresKeywordDocuments) -> None:
+    def __init__(self, conn: Any, schema: str, keywords: PostgresKeywordDocuments, *, events: bool = False) -> None:
+        """``events``: conversation events are indexed (``semantic.index.events``); otherwise their markers
+        wait unread and every count is of memories."""
         self.conn = conn
         self.schema = schema
         self.keywords = keywords
+        self.events = events
+        # The sources counted when no kind is asked for, and the lowest marker row read (as SqliteIndexReader).
+        self.default_kind = None if events else MEMORIES
+        self.first_row = -(2**63) if events else 0
         self._state: IndexState | None = None
+        self._kinds_held: tuple[bool, bool] | None = None  # (memory chunks, event chunks), read with readiness
         self._ef_search: int | None = None  # hnsw.ef_search as set in this transaction
-        # Read ahead by validate_scored in the snapshot: cosines by label, chunk positions by memory row.
+        # Read ahead by validate_scored in the snapshot: cosines by label, chunk positions by source row.
         self._cosines: dict[int, float] = {}
         self._positions: dict[int, list[tuple[int, int]]] = {}
         self._ahead: list[tuple[str, list[object], list[list[tuple[Any, ...]]]]] = []
@@ -144,30 +174,42 @@ class PostgresIndexReader:
         return self._state
 
     def source_count(self, kind: str | None = None) -> int:
-        return 0 if kind not in (None, MEMORIES) else stores.source_count(self.conn, MEMORIES)
+        return stores.source_count(self.conn, kind or self.default_kind)
 
     def indexed_count(self, kind: str | None = None) -> int:
-        return 0 if kind not in (None, MEMORIES) else stores.indexed_count(self.conn, MEMORIES)
+        return indexed_count(self.conn, kind or self.default_kind)
 
     def has_pending(self, kind: str | None = None) -> bool:
-        if kind not in (None, MEMORIES):
-            return False
-        return bool(self._one("SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > 0)")[0])
+        return bool(self._one(f"SELECT {self._pending_sql(kind)}")[0])
+
+    def _pending_sql(self, kind: str | None) -> str:
+        """SQL for whether a source of ``kind`` (None: the kinds indexed) waits for the indexer: a marker,
+        or with events indexed an event above the watermark, not marked yet."""
+        kind = kind or self.default_kind
+        if kind == EVENTS and not self.events:
+            return "false"  # event markers wait unread while events are not indexed
+        condition = kind_condition(kind, "p")
+        sql = f"EXISTS (SELECT 1 FROM semantic_pending AS p{f' WHERE {condition}' if condition else ''})"
+        return f"({sql} OR {EVENTS_UNMARKED})" if self.events and kind != MEMORIES else sql
 
     def stale_chunks(self, cap: int) -> int:
-        return int(self._one(_STALE, (cap,))[0])
+        return int(self._one(_STALE, (self.first_row, cap))[0])
 
-    def readiness(self, *, ef_search: int | None = None) -> tuple[IndexState, bool, bool, int, int]:
-        """In one exchange: the state row, whether any vector is stored, whether any memory is pending, how
-        many chunks the keyword list holds and how many indexed chunks are stale (up to
-        ``MAX_STALE_CHUNKS``: 0 when nothing is pending, at no cost); with ``ef_search``, the graph search's
-        ``hnsw.ef_search`` is set for the transaction in the same exchange (every round trip counts on a
-        busy server)."""
+    def readiness(
+        self, kind: str | None = MEMORIES, *, ef_search: int | None = None
+    ) -> tuple[IndexState, bool, bool, int, int]:
+        """In one exchange: the state row, whether any chunk of ``kind`` is stored (None: of any kind),
+        whether any source of that kind is pending, how many chunks the keyword list holds and how many
+        indexed chunks of the kinds indexed are stale (up to ``MAX_STALE_CHUNKS``: 0 when nothing is pending,
+        at no cost); which kinds the index holds comes with it (:meth:`narrowed`). With ``ef_search``, the
+        graph search's ``hnsw.ef_search`` is set for the transaction in the same exchange (every round trip
+        counts on a busy server)."""
+        # Values written in, not bound: the query string holds several statements. The first row is a
+        # quoted literal (the smallest bigint, negated, would be read as a numeric).
+        stale = _STALE.replace("?", f"'{int(self.first_row)}'::bigint", 1).replace("?", str(MAX_STALE_CHUNKS), 1)
         sql = (
-            f"SELECT {STATE_COLUMNS}, EXISTS (SELECT 1 FROM semantic_vectors),"
-            " EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > 0),"
-            f" (SELECT documents FROM semantic_keyword_totals), ({_STALE.replace('?', str(MAX_STALE_CHUNKS))})"
-            " FROM semantic_state WHERE id = 1"
+            f"SELECT {STATE_COLUMNS}, {_KINDS_HELD}, {self._pending_sql(kind)},"
+            f" (SELECT documents FROM semantic_keyword_totals), ({stale}) FROM semantic_state WHERE id = 1"
         )
         if ef_search is not None:
             # After the state row, pgvector loaded first (see _hnsw_settings); the cursor stays on the row.
@@ -177,7 +219,20 @@ class PostgresIndexReader:
         row = cursor.fetchone()
         assert row is not None
         state = self._state = IndexState(row[0], row[1], row[2], bool(row[3]), *row[4:11])
-        return state, bool(row[11]), bool(row[12]), int(row[13]), int(row[14])
+        memories, events = self._kinds_held = (bool(row[11]), bool(row[12]))
+        stored = {MEMORIES: memories, EVENTS: events}.get(kind or "", memories or events)
+        return state, stored, bool(row[13]), int(row[14]), int(row[15])
+
+    def narrowed(self, where: Filter) -> Filter:
+        """``where`` without a kind that keeps every indexed chunk (the index holds only that kind): an open
+        search then stays open, on the HNSW index, as on SQLite (after :meth:`readiness`)."""
+        if where.kind is None:
+            return where
+        if self._kinds_held is None:
+            self._kinds_held = tuple(bool(held) for held in self._one(f"SELECT {_KINDS_HELD}"))  # type: ignore[assignment]
+        memories, events = self._kinds_held  # type: ignore[misc]
+        everything = not memories if where.kind == EVENTS else not events
+        return replace(where, kind=None) if everything else where
 
     def keyword_chunks(self) -> int:
         """How many chunks the keyword list holds (FTS5's row count: the N of every IDF)."""
@@ -241,8 +296,6 @@ class PostgresIndexReader:
         conditions: list[str] = []
         if where is not None and not where.is_open:
             clauses, values = _filter_clauses(where)
-            if where.kind is not None and where.kind != MEMORIES:
-                return []
             if clauses:
                 joins = " JOIN semantic_chunks AS c ON c.id = p.label"
                 conditions += clauses
@@ -285,8 +338,6 @@ class PostgresIndexReader:
         ``exact_max`` is set and the window holds more chunks, which then use the HNSW index with
         pgvector's iterative scan in strict order, the filter applied during the graph search."""
         literal = vector_literal(query)
-        if where.kind is not None and where.kind != MEMORIES:
-            return [], False
         clauses, values = _filter_clauses(where)
         if not clauses:
             return self._graph(literal, k, "", [], ef_search), True
@@ -314,7 +365,7 @@ class PostgresIndexReader:
         """:meth:`vector_candidates`' list, an open search's statement sent with the reader's next one (the
         keyword list's: one exchange for both) and its rows read when the returned function is called. A
         filtered search is run at once."""
-        if not where.is_open or (where.kind is not None and where.kind != MEMORIES):
+        if not where.is_open:  # a window, a session or a kind of source: a filtered search
             found, _ = self.vector_candidates(query, k, where, exact_max=exact_max, ef_search=ef_search)
             return lambda: found
         box = self._send_ahead(*self._graph_statement(vector_literal(query), k, "", [], ef_search))

@@ -23,7 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,15 @@ from obsmem.dates import now_iso
 from obsmem.errors import EmbeddingUnavailable, IndexBusy
 from obsmem.faults import crash_point
 from obsmem.indexer import stores
-from obsmem.indexer.chunker import Chunk, ChunkSettings, chunk_text
+from obsmem.indexer.batch_plan import (
+    EmbeddedBatch,
+    PendingQueries,
+    PlannedSource,
+    keep_stored_embeddings,
+    plan_batch,
+    read_pending,
+)
+from obsmem.indexer.chunker import ChunkSettings
 from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
@@ -93,22 +101,6 @@ class BatchReport:
         return self.__dict__.copy()
 
 
-@dataclass
-class _Planned:
-    memory_row: int
-    change: int
-    memory: tuple[str, str, str, str] | None  # memory_id, content, date, session_id; None if deleted
-    chunks: list[Chunk] = field(default_factory=list)
-
-
-@dataclass
-class _Embedded:
-    plan: list[_Planned]
-    reused: dict[str, bytes]  # chunk key -> stored embedding
-    fresh: dict[str, np.ndarray] = field(default_factory=dict)  # chunk key -> new embedding
-    width: int | None = None  # dimensions of the new embeddings
-
-
 class ProjectIndex:
     def __init__(self, name: str, db: ProjectDatabase, settings: SemanticSettings, embedder: Embedder) -> None:
         self.name = name
@@ -125,6 +117,7 @@ class ProjectIndex:
         # read) until then.
         self.indexes_events = settings.index.events
         self.first_row = -(2**63) if self.indexes_events else 0
+        self.pending_queries = PendingQueries(_PENDING_MEMORIES, _PENDING_EVENTS if self.indexes_events else None)
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
@@ -148,18 +141,28 @@ class ProjectIndex:
         with self.db.write() as conn:
             state = IndexState.read(conn)
             if state.signature != self.signature:
-                stores.reset_derived(conn, self.signature, self.keywords)
+                self._reset_derived(conn)
                 reset = True
             elif state.fts_tokenizer != self.keyword_signature:
-                log.info("project %s: keyword table layout changed; rebuilding it (no embedding work)", self.name)
+                log.info(
+                    "project %s: keyword settings changed; rebuilding the keyword rows (no embedding work)", self.name
+                )
                 self.keywords.create(conn)
         if reset:
             log.info("project %s: index settings changed; rebuilding derived data", self.name)
-            with self.files.locked():
-                self.files.remove_strays(keep=None)
-            with self._load_lock:
-                self._vectors = None
+            self._forget_derived()
         return reset
+
+    def _reset_derived(self, conn: Any) -> None:
+        """Drop every derived row and queue every source again, in the caller's transaction."""
+        stores.reset_derived(conn, self.signature, self.keywords)
+
+    def _forget_derived(self) -> None:
+        """After a reset: drop what is derived outside the database (the graph files, the in-memory vectors)."""
+        with self.files.locked():
+            self.files.remove_strays(keep=None)
+        with self._load_lock:
+            self._vectors = None
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[IndexReader]:
@@ -285,53 +288,44 @@ class ProjectIndex:
         """Does a batch hold this project's indexing lock now (in this process or another)?"""
         if self._batch_lock.locked():
             return True
-        with self.files.locked(INDEXING_LOCK, blocking=False) as free:
+        with self._project_lock() as free:
             return not free
 
     @contextlib.contextmanager
     def _indexing(self) -> Iterator[bool]:
-        """Both indexing locks (this process's and the project's lock file); yields False if busy."""
+        """Both indexing locks (this process's and the project's); yields False if busy."""
         if not self._batch_lock.acquire(blocking=False):
             yield False
             return
         try:
-            with self.files.locked(INDEXING_LOCK, blocking=False) as free:
+            with self._project_lock() as free:
                 yield free
         finally:
             self._batch_lock.release()
 
-    def _plan(self, budget: int, *, after_row: int | None = None) -> list[_Planned]:
+    def _project_lock(self) -> contextlib.AbstractContextManager[bool]:
+        """The project's indexing lock across processes, not waited for (yields whether it was free): a
+        lock file beside the database."""
+        return self.files.locked(INDEXING_LOCK, blocking=False)
+
+    def _plan(self, budget: int, *, after_row: int | None = None) -> list[PlannedSource]:
         """Up to ``budget`` chunks' worth of pending sources, in indexing order after ``after_row``."""
         with self.db.read() as conn:
-            rows = []
-            if after_row is None or after_row > 0:
-                rows = conn.execute(_PENDING_MEMORIES, (after_row or 0, budget)).fetchall()
-            if self.indexes_events and len(rows) < budget:
-                below = 0 if after_row is None or after_row > 0 else after_row
-                rows += conn.execute(_PENDING_EVENTS, (below, budget - len(rows))).fetchall()
-        plan: list[_Planned] = []
-        chunk_total = 0
-        for memory_row, change, memory_id, content, date, session_id in rows:
-            item = _Planned(memory_row, change, None)
-            if memory_id is not None:
-                item.memory = (memory_id, content, date, session_id)
-                item.chunks = chunk_text(memory_id, content, self.chunking)
-            if plan and chunk_total + len(item.chunks) > budget:
-                break
-            plan.append(item)
-            chunk_total += len(item.chunks)
-        return plan
+            rows = read_pending(conn, self.pending_queries, budget, after_row)
+        return plan_batch(rows, budget, self.chunking)
 
-    def _embed(self, plan: list[_Planned]) -> _Embedded:
+    def _embed(self, plan: list[PlannedSource]) -> EmbeddedBatch:
         return self._encode(self._reuse(plan))
 
-    def _reuse(self, plan: list[_Planned]) -> _Embedded:
+    def _reuse(self, plan: list[PlannedSource]) -> EmbeddedBatch:
         """The plan with the embeddings already stored for its chunks (re-chunked unchanged text)."""
-        with self.db.read() as conn:
-            reused = stores.stored_embeddings(conn, [chunk.key for item in plan for chunk in item.chunks])
-        return _Embedded(plan, reused)
+        return keep_stored_embeddings(plan, self._stored_embeddings)
 
-    def _encode(self, embedded: _Embedded) -> _Embedded:
+    def _stored_embeddings(self, keys: list[str]) -> dict[str, bytes]:
+        with self.db.read() as conn:
+            return stores.stored_embeddings(conn, keys)
+
+    def _encode(self, embedded: EmbeddedBatch) -> EmbeddedBatch:
         """Embed the chunks not reused. A model call: no lock or transaction is held, no database used."""
         chunks = [chunk for item in embedded.plan for chunk in item.chunks if chunk.key not in embedded.reused]
         if chunks:
@@ -341,7 +335,7 @@ class ProjectIndex:
         crash_point("batch:embedded")
         return embedded
 
-    def _commit(self, embedded: _Embedded, report: BatchReport, *, grow_graph: bool = False) -> None:
+    def _commit(self, embedded: EmbeddedBatch, report: BatchReport, *, grow_graph: bool = False) -> None:
         """One transaction: the plan's memories whose pending entry is unchanged get their derived rows
         replaced (or removed), then the keyword rows of their neighbours are brought up to date."""
         with self.db.write() as conn:

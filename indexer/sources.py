@@ -49,10 +49,9 @@ def is_event_row(row: int) -> bool:
 
 
 def event_text(alias: str) -> str:
-    """SQL for the text event ``alias`` is indexed as."""
-    return (
-        f"{alias}.content || coalesce(char(10) || {alias}.tool_name, '') || coalesce(char(10) || {alias}.tool_args, '')"
-    )
+    """SQL for the text event ``alias`` is indexed as. The line break is a quoted newline, which SQLite and
+    PostgreSQL both read (they share no function that makes one: ``char(10)`` against ``chr(10)``)."""
+    return f"{alias}.content || coalesce('\n' || {alias}.tool_name, '') || coalesce('\n' || {alias}.tool_args, '')"
 
 
 def event_date(alias: str) -> str:

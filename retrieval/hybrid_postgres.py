@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from obsmem.errors import ValidationFailed
-from obsmem.indexer import MEMORY_SOURCES, Filter, IndexReader, PostgresIndexReader, ProjectIndex
+from obsmem.indexer import Filter, IndexReader, PostgresIndexReader
 from obsmem.retrieval.hybrid import MAX_STALE_MARGIN, HybridSearcher, SearchPlan, StageRankings
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.results import SearchResult
@@ -37,21 +36,15 @@ class _StoredVectors:
 
 
 class PostgresHybridSearcher(HybridSearcher):
-    """Hybrid ``memory_search`` over a project schema (memories only: events are not indexed there).
+    """Hybrid ``memory_search`` over a project schema: memories, and conversation events when they are
+    indexed (scopes ``conversation`` and ``all``, as on SQLite; the scope check is the shared
+    :meth:`HybridSearcher._check_scope`).
 
     One search is one snapshot and a handful of exchanges with the server (the query embedding made
-    before it, see :meth:`HybridSearcher._open`): the readiness row with the stale count and the graph's
-    ``ef_search``; the vector list's statement with the keyword list's term counts and then its scores
-    (pipelined); the candidates' validation with their cosines and their neighbours' positions
+    before it, see :meth:`HybridSearcher._open`): the readiness row with the kinds held, the stale count and
+    the graph's ``ef_search``; the vector list's statement with the keyword list's term counts and then its
+    scores (pipelined); the candidates' validation with their cosines and their neighbours' positions
     (pipelined); rarely a validation of neighbours that entered the ranking; the commit."""
-
-    def _check_scope(self, index: ProjectIndex, kind: str | None) -> None:
-        if kind != MEMORY_SOURCES:
-            raise ValidationFailed(
-                "hybrid search of the conversation is not available on PostgreSQL yet; use mode 'exact'",
-                code="mode_unavailable",
-                field="scope",
-            )
 
     def run(
         self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
@@ -62,16 +55,19 @@ class PostgresHybridSearcher(HybridSearcher):
         if opening is None:
             return SearchResult(mode="hybrid"), stages
         index, kind, query_vector = opening.index, opening.kind, opening.query_vector
-        where = Filter(request.window.lower, request.window.upper, request.session_id, None)
+        # Candidates are checked against the scope's kind (``scoped``); the lists drop a kind filter that
+        # keeps every indexed chunk (``where``), as SQLite's do.
+        scoped = Filter(request.window.lower, request.window.upper, request.session_id, kind)
         k = self.settings.fusion.candidates_per_list
         ef_search = self.settings.index.hnsw_ef_search
         vectors: Any = _StoredVectors()
         with index.reader() as store:
             assert isinstance(store, PostgresIndexReader)
-            state, stored, partial, chunks, stale = store.readiness(ef_search=max(ef_search, k + 1))
+            state, stored, partial, chunks, stale = store.readiness(kind, ef_search=max(ef_search, k + 1))
             if self._refused(project, index, store, state, kind, live=stored):
                 return SearchResult(mode="hybrid"), stages
-            # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
+            where = store.narrowed(scoped)
+            # Indexed chunks whose source has changed since (capped): what the lists may lose to validation.
             margin = min(stale, MAX_STALE_MARGIN) if partial else 0
             lists: list[RankedList] = []
             later = None
@@ -89,12 +85,12 @@ class PostgresHybridSearcher(HybridSearcher):
                 ranked.items = items[: k + margin]
                 lists.append(ranked)
             labels = {label for ranked in lists for label in ranked.labels}
-            valid = store.validate_scored(labels, where, query_vector if len(lists) > 1 else None)
+            valid = store.validate_scored(labels, scoped, query_vector if len(lists) > 1 else None)
             for ranked in lists:
                 kept = [item for item in ranked.items if item[0] in valid]
                 ranked.full = ranked.full or len(kept) > k
                 ranked.items = kept[:k]
-            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, where)
+            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
             if len(lists) > 1:
                 fused = self._superseded(request.query, fused, valid, vectors, store)
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)

@@ -2,13 +2,15 @@
 
 Event markers are written by the append itself (durable with it), the indexer takes them when
 ``semantic.index.events`` is on, and hybrid hits of kind ``event`` come back with their place in the
-conversation. One test runs the real bundled model; the others the loopback embedding server.
+conversation. One test runs the real bundled model; the others the loopback embedding server. The tests
+that ask for ``backend_storage`` run on SQLite and on PostgreSQL (the others read SQLite's file itself).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -20,7 +22,7 @@ from obsmem.retrieval import SCOPES
 from obsmem.settings import load_settings
 from support.hybrid_reference import IN_STEP, index_matches_memories
 from support.model_server import ModelServer
-from support.semantic_service import add_memories, make_service
+from support.semantic_service import add_memories, make_service, semantic_settings
 
 TALK = [
     {"role": "user", "content": "the login test is flaky again on CI", "created_at": "2024-03-01T09:00:00Z"},
@@ -52,8 +54,15 @@ def _events_on(**more: object) -> dict:  # type: ignore[type-arg]
     return {"index": {"events": True, **more}}
 
 
-def test_event_hits_with_the_bundled_model(tmp_path: Path) -> None:
-    settings = load_settings(data_dir=tmp_path, semantic={"index": {"background": False, "events": True}})
+def _service(tmp_path: Path, server: ModelServer, storage: dict[str, Any], **overrides: Any) -> Obsmem:
+    """``make_service`` on the backend ``storage`` selects (``backend_storage``)."""
+    return Obsmem(load_settings(data_dir=tmp_path, semantic=semantic_settings(server, **overrides), **storage))
+
+
+def test_event_hits_with_the_bundled_model(tmp_path: Path, backend_storage: dict[str, Any]) -> None:
+    settings = load_settings(
+        data_dir=tmp_path, semantic={"index": {"background": False, "events": True}}, **backend_storage
+    )
     with Obsmem(settings) as service:
         service.append_events("app", "s1", TALK)
         service.add_observations(
@@ -120,8 +129,10 @@ def test_events_are_marked_by_the_indexer_up_to_a_durable_watermark(tmp_path: Pa
         assert [row[0] for row in db.query("SELECT memory_row FROM semantic_pending")] == [-reused]
 
 
-def test_events_stay_unmarked_while_events_are_not_indexed(tmp_path: Path, model_server: ModelServer) -> None:
-    with make_service(tmp_path, model_server) as service:
+def test_events_stay_unmarked_while_events_are_not_indexed(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    with _service(tmp_path, model_server, backend_storage) as service:
         service.append_events("p", "s1", TALK[:2])
         service.index("p")
         db = service.database("p")
@@ -129,13 +140,33 @@ def test_events_stay_unmarked_while_events_are_not_indexed(tmp_path: Path, model
         assert db.query("SELECT marked_through FROM event_marker_progress")[0][0] == 0
         assert service.indexer.project("p").pending_count() == 0
     # Turned on later, the indexer marks and indexes the events stored before.
-    with make_service(tmp_path, model_server, **_events_on()) as service:
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
         report = service.index("p")
         assert (report.status.indexed_count, report.status.pending) == (2, 0)
 
 
-def test_index_follows_appends_deletes_and_rebuilds(tmp_path: Path, model_server: ModelServer) -> None:
-    with make_service(tmp_path, model_server, **_events_on()) as service:
+def test_background_discovery_ignores_event_markers_while_events_are_not_indexed(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    # Indexed once with events on, then run with them off: an event deleted by hand leaves a marker that no
+    # batch consumes while events are off, so it must not make the project look like work at every poll.
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
+        service.append_events("p", "s1", TALK[:3])
+        service.index("p")
+    with _service(tmp_path, model_server, backend_storage) as service:
+        db = service.database("p")
+        with db.write() as conn:
+            conn.execute("DELETE FROM events WHERE id = (SELECT max(id) FROM events)")
+        assert db.query("SELECT count(*) FROM semantic_pending WHERE memory_row < 0")[0][0] == 1
+        assert service.indexer._discover() == []
+        add_memories(service, "p", [("2025-03-01 10:00", "a memory waiting to be indexed")])
+        assert service.indexer._discover() == ["p"]
+
+
+def test_index_follows_appends_deletes_and_rebuilds(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
         service.append_events("p", "s1", TALK)
         add_memories(service, "p", [("2024-03-04 08:00", "release candidate 2.3 cut on friday")], session="s2")
         first = service.index("p")
@@ -153,17 +184,20 @@ def test_index_follows_appends_deletes_and_rebuilds(tmp_path: Path, model_server
         assert 5 not in [hit.seq for hit in result.hits if hit.session_id == "s1"] and result.partial
         service.index("p")
         assert db.query("SELECT count(*) FROM semantic_chunks WHERE memory_row < 0")[0][0] == 6
-        with db.read() as conn:
-            assert index_matches_memories(conn, service.settings.semantic)["pending"] == IN_STEP["pending"]
+        if not backend_storage:  # the reference rebuilds SQLite's own tables
+            with db.read() as conn:
+                assert index_matches_memories(conn, service.settings.semantic)["pending"] == IN_STEP["pending"]
     # Other chunk settings: everything, events included, is rebuilt from the canonical rows.
-    with make_service(tmp_path, model_server, chunk_bytes=600, **_events_on()) as service:
+    with _service(tmp_path, model_server, backend_storage, chunk_bytes=600, **_events_on()) as service:
         rebuilt = service.index("p")
         assert rebuilt.totals.reset and rebuilt.status.indexed_count == 7
         assert service.search("p", "tabs over spaces", scope="conversation").hits[0].seq == 6
 
 
-def test_keyword_documents_of_events_carry_their_neighbours(tmp_path: Path, model_server: ModelServer) -> None:
-    with make_service(tmp_path, model_server, **_events_on()) as service:
+def test_keyword_documents_of_events_carry_their_neighbours(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
         service.append_events("p", "s1", TALK[:4])
         service.index("p")
         db = service.database("p")
@@ -185,8 +219,10 @@ def test_keyword_documents_of_events_carry_their_neighbours(tmp_path: Path, mode
         assert after == -db.query("SELECT id FROM events WHERE seq = 5")[0][0]
 
 
-def test_events_wait_until_the_setting_is_on(tmp_path: Path, model_server: ModelServer) -> None:
-    with make_service(tmp_path, model_server) as service:
+def test_events_wait_until_the_setting_is_on(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    with _service(tmp_path, model_server, backend_storage) as service:
         add_memories(service, "p", [("2024-03-01 09:00", "mocked the clock in auth e2e")])
         service.append_events("p", "s1", TALK)
         report = service.index("p")
@@ -197,7 +233,7 @@ def test_events_wait_until_the_setting_is_on(tmp_path: Path, model_server: Model
         assert caught.value.code == "mode_unavailable" and "semantic.index.events" in caught.value.message
         # Exact conversation search needs no index.
         assert service.search("p", "clock", scope="conversation", mode="exact").hits
-    with make_service(tmp_path, model_server, **_events_on()) as service:
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
         status = service.status("p").to_dict()
         assert json.dumps(status)  # plain JSON
         report = service.index("p")
@@ -205,8 +241,10 @@ def test_events_wait_until_the_setting_is_on(tmp_path: Path, model_server: Model
         assert service.search("p", "postgres version", scope="conversation").hits[0].seq == 6
 
 
-def test_partial_answers_for_the_kind_the_scope_searches(tmp_path: Path, model_server: ModelServer) -> None:
-    with make_service(tmp_path, model_server, **_events_on()) as service:
+def test_partial_answers_for_the_kind_the_scope_searches(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
+) -> None:
+    with _service(tmp_path, model_server, backend_storage, **_events_on()) as service:
         add_memories(service, "p", [("2024-03-01 09:00", "mocked the clock in auth e2e")])
         service.append_events("p", "s1", TALK[:3])
         service.index("p")

@@ -21,7 +21,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
-from obsmem.errors import IndexBuilding, IndexBusy, NotOnPostgres, ValidationFailed
+from obsmem.errors import IndexBuilding, IndexBusy, ValidationFailed
 from obsmem.indexer import Filter
 from obsmem.indexer.postgres_reader import vector_literal
 from obsmem.settings import load_settings
@@ -141,16 +141,16 @@ def test_forget_leaves_hybrid_search_at_once_and_the_batch_removes_its_rows(both
     assert report.status.chunks == 1 and report.status.pending == 0
 
 
-def test_conversation_hybrid_and_event_indexing_are_refused(
+def test_conversation_hybrid_needs_event_indexing_as_on_sqlite(
     tmp_path: Path, model_server: ModelServer, postgres_dsn: str
 ) -> None:
-    with pytest.raises(NotOnPostgres):
-        _service(tmp_path, model_server, postgres_dsn, index={"events": True})
+    # Without semantic.index.events a conversation scope is mode_unavailable, as on SQLite (events indexed:
+    # tests/test_postgres_conversation_hybrid.py).
     with _service(tmp_path, model_server, postgres_dsn) as postgres:
         add_memories(postgres, "p", [("2025-01-01 10:00", "auth login")])
         with pytest.raises(ValidationFailed) as refused:
             postgres.search("p", "login", mode="hybrid", scope="conversation")
-        assert refused.value.code == "mode_unavailable"
+        assert refused.value.code == "mode_unavailable" and "semantic.index.events" in refused.value.message
 
 
 def test_filters_match_the_brute_force_reference(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:

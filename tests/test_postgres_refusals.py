@@ -40,8 +40,8 @@ def test_hybrid_mode_without_semantic_settings_is_refused_as_on_sqlite(memory: O
 
 def test_settings_that_need_unported_work_are_refused_at_start(tmp_path: Path, postgres_dsn: str) -> None:
     storage = {"backend": "postgres", "dsn": postgres_dsn}
-    with pytest.raises(NotOnPostgres, match=r"semantic\.index\.events"):
-        Obsmem(load_settings(data_dir=tmp_path, storage=storage, semantic={"index": {"events": True}}))
+    with pytest.raises(NotOnPostgres, match="trigram keyword tokenizer"):
+        Obsmem(load_settings(data_dir=tmp_path, storage=storage, semantic={"bm25": {"tokenizer": "trigram"}}))
     model = {"base_url": "http://127.0.0.1:9/v1", "model_id": "m"}
     observed = Obsmem(load_settings(data_dir=tmp_path, storage=storage, model=model))
     try:

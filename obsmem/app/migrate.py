@@ -220,7 +220,7 @@ def compare_searches(source: Any, target: Any, project: str, copy: str, needles:
     problems = []
     for number, needle in enumerate(needles, start=1):
         for scope in ("memories", "all"):
-            ask = {"scope": scope, "limit": 50, "trust": "all", "user": None}
+            ask = {"mode": "exact", "scope": scope, "limit": 50, "trust": "all", "user": None}
             ours = [hit.to_dict()["id"] for hit in source.search(project, needle, **ask).hits]
             theirs = [hit.to_dict()["id"] for hit in target.search(copy, needle, **ask).hits]
             if ours != theirs:

@@ -6,9 +6,10 @@ restore) and PostgreSQL's exact searcher, with the trust floor's notes over the 
 user-tier schemas; every public method of :class:`~obsmem.app.service.Obsmem` it does not list in :data:`PORTED`
 raises :class:`~obsmem.errors.NotOnPostgres` naming the method, so a caller learns at once what the backend
 lacks (docs/postgres.md), never getting a silent fallback or an answer from somewhere else. Settings that
-would switch on work the backend cannot do yet (indexing conversation events for hybrid search) are refused
-when the service is built. Hybrid search runs on PostgreSQL with its index in the database
-(indexer/postgres.py, retrieval/hybrid_postgres.py), shared by every server on it.
+would switch on work the backend cannot do (the trigram keyword tokenizer) are refused when the service is
+built. Hybrid search runs on PostgreSQL with its index in the database (indexer/postgres.py,
+retrieval/hybrid_postgres.py), shared by every server on it, over memories and, with
+``semantic.index.events``, conversation events (indexer/postgres_events.py).
 
 The observation pipeline runs here as on SQLite: the same :class:`~obsmem.pipeline.ObservationPipeline`
 (append hook, observe and reflect jobs, housekeeping, the projection and the views) over the store's
@@ -89,7 +90,9 @@ PORTED = frozenset(
         "import_observations",
         "database",
         "release",
-        # Hybrid search and its index (docs/postgres.md): memories only.
+        "user_tier_names",
+        "upgrade_user_tier",
+        # Hybrid search and its index (docs/postgres.md): memories, and events with semantic.index.events.
         "index",
         "search_stages",
     }
@@ -206,8 +209,10 @@ class PostgresObsmem(Obsmem):
         return Recollection(memory=parts.memory, sources=parts.sources, supporting=parts.supporting)
 
     def status(self, project: str) -> ProjectStatus:
-        """Counts and sizes, the pipeline's generations and its states, as on SQLite (no index runs on
-        PostgreSQL yet)."""
+        """Counts and sizes, the pipeline's generations and its states, and the semantic index's figures, as
+        on SQLite. ``unindexed_events`` (the exact search's catch-up backlog on SQLite) is always 0: the
+        events' trigram index is kept by the append; events waiting for the semantic index count in
+        ``index.pending``."""
         db: PostgresProjectDatabase = self.store.get(project)
         with db.read() as conn:
             totals = session_totals(conn)  # type: ignore[arg-type]
@@ -325,17 +330,12 @@ class SchemaEventPush:
 
 
 def refuse_unported_settings(settings: Settings) -> None:
-    """Refuse settings that ask for work the PostgreSQL backend cannot do yet, before anything opens."""
-    if settings.semantic_enabled and settings.semantic is not None:
-        if settings.semantic.index.events:
-            raise NotOnPostgres(
-                "hybrid search of conversation events (semantic.index.events) is not available on PostgreSQL yet; "
-                "set it to false (exact conversation search works)"
-            )
-        if settings.semantic.bm25.tokenizer.split()[0] == "trigram":
-            raise NotOnPostgres(
-                "the trigram keyword tokenizer is not available on PostgreSQL; use a word tokenizer ([semantic.bm25])"
-            )
+    """Refuse settings that ask for work the PostgreSQL backend cannot do, before anything opens."""
+    semantic = settings.semantic if settings.semantic_enabled else None
+    if semantic is not None and semantic.bm25.tokenizer.split()[0] == "trigram":
+        raise NotOnPostgres(
+            "the trigram keyword tokenizer is not available on PostgreSQL; use a word tokenizer ([semantic.bm25])"
+        )
 
 
 def _refusal(name: str) -> Callable[..., NoReturn]:

@@ -612,6 +612,14 @@ class Obsmem:
     def database(self, project: str, *, create: bool = False) -> ProjectDatabase:
         return self.projects.get(project, create=create)
 
+    def user_tier_names(self) -> list[str]:
+        """The owners who have a user tier of notes."""
+        return self.trust.user_tier_names()
+
+    def upgrade_user_tier(self, owner: str) -> None:
+        """Apply the schema migrations an owner's user tier lacks, as opening a project does for a project."""
+        self.trust.upgrade_user_tier(owner)
+
     def release(self, project: str) -> None:
         """Free what an open project holds (connections, in-memory index); its next use opens it again."""
         if self.indexer is not None:

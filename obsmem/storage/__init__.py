@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from obsmem.storage.connection import (
     ProjectDatabase,
+    byte_order,
     check_sqlite_capabilities,
     open_connection,
     sql_dialect,
@@ -52,6 +53,7 @@ __all__ = [
     "PostgresProjectDatabase",
     "PostgresStore",
     "ProjectDatabase",
+    "byte_order",
     "check_sqlite_capabilities",
     "migrate",
     "open_connection",

@@ -198,6 +198,13 @@ def sql_dialect(conn: object) -> str:
     return str(getattr(conn, "dialect", "sqlite"))
 
 
+def byte_order(conn: object) -> str:
+    """What follows a text column in an ORDER BY so that it sorts by its bytes, as SQLite sorts text:
+    ``COLLATE "C"`` on PostgreSQL, where a database's default collation may be a language's (which, for
+    one, puts ``a0`` before ``a.b`` and ``a`` before ``B``), and nothing on SQLite."""
+    return ' COLLATE "C"' if sql_dialect(conn) == "postgres" else ""
+
+
 def _sql_event_id(session_id: str | None, seq: int | None) -> str | None:
     # NULL for a missing event (an outer join's empty side), as a stored column would read.
     if session_id is None or seq is None:

@@ -25,6 +25,7 @@ import apsw
 from obsmem.dates import now_iso
 from obsmem.errors import NotFound, ObsmemError, ValidationFailed
 from obsmem.ids import display_id
+from obsmem.storage import byte_order
 
 STATES: tuple[str, ...] = ("open", "escalated", "resolved")
 _JUDGMENT_ID = re.compile(r"j[0-9a-f]{16}")
@@ -222,17 +223,20 @@ def resolve_judgment(conn: apsw.Connection, judgment_id: str, outcome: bool) -> 
 
 def list_judgments(conn: apsw.Connection, state: str | None, limit: int = 500) -> list[Judgment]:
     where, params = ("WHERE state = ?", [state]) if state else ("", [])
+    c = byte_order(conn)
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM judgments {where} ORDER BY created_at DESC, judgment_id LIMIT ?", (*params, limit)
+        f"SELECT {_COLUMNS} FROM judgments {where} ORDER BY created_at{c} DESC, judgment_id{c} LIMIT ?",
+        (*params, limit),
     ).fetchall()
     return [Judgment.from_row(row) for row in rows]
 
 
 def note_judgments(conn: apsw.Connection, note_id: str, limit: int = 100) -> list[Judgment]:
     """The judgments made about one note, oldest first (at most ``limit``, the newest of them)."""
+    c = byte_order(conn)
     rows = conn.execute(
-        f"SELECT * FROM (SELECT {_COLUMNS} FROM judgments WHERE note_id = ? ORDER BY created_at DESC, judgment_id"
-        " LIMIT ?) ORDER BY created_at, judgment_id",
+        f"SELECT * FROM (SELECT {_COLUMNS} FROM judgments WHERE note_id = ?"
+        f" ORDER BY created_at{c} DESC, judgment_id{c} LIMIT ?) ORDER BY created_at{c}, judgment_id{c}",
         (note_id, limit),
     ).fetchall()
     return [Judgment.from_row(row) for row in rows]
@@ -252,7 +256,7 @@ def injected_candidates(conn: apsw.Connection, limit: int) -> list[tuple[str, fl
         f" AND {current_life()}"
         " AND NOT EXISTS (SELECT 1 FROM judgments AS r WHERE r.note_id = j.note_id AND r.outcome = 0"
         f" AND {current_life('r')})"
-        " GROUP BY j.note_id ORDER BY max(j.p) DESC, j.note_id LIMIT ?",
+        f" GROUP BY j.note_id ORDER BY max(j.p) DESC, j.note_id{byte_order(conn)} LIMIT ?",
         (limit,),
     ).fetchall()
     return [(str(note_id), float(p)) for note_id, p in rows]
@@ -261,7 +265,8 @@ def injected_candidates(conn: apsw.Connection, limit: int) -> list[tuple[str, fl
 def calibration_rows(conn: apsw.Connection) -> list[tuple[float, bool]]:
     """``(p, outcome)`` of every resolved judgment that had a ``p``: the corpus calibration reads."""
     rows = conn.execute(
-        "SELECT p, outcome FROM judgments WHERE state = 'resolved' AND p IS NOT NULL ORDER BY judgment_id"
+        "SELECT p, outcome FROM judgments WHERE state = 'resolved' AND p IS NOT NULL"
+        f" ORDER BY judgment_id{byte_order(conn)}"
     ).fetchall()
     return [(float(p), bool(outcome)) for p, outcome in rows]
 

@@ -25,6 +25,7 @@ from obsmem.errors import AmbiguousId, NotFound, ObsmemError, ValidationFailed
 from obsmem.ids import DISPLAY_LENGTH, canonical_json, display_id
 from obsmem.redaction import redact_text
 from obsmem.retrieval import query_terms, query_words
+from obsmem.storage import byte_order
 from obsmem.trust.ledger import append_entry, current_life
 from obsmem.validation import CONTROL_CHARACTERS
 
@@ -445,9 +446,10 @@ def promotable(conn: apsw.Connection, limit: int) -> list[tuple[str, str]]:
     """``(note_id, judgment_id)`` of candidates a judgment of their current life resolved true, oldest first
     (a judgment made before the note was last forgotten does not promote it again)."""
     resolved_true = f"j.note_id = n.note_id AND j.state = 'resolved' AND j.outcome = 1 AND {current_life()}"
+    c = byte_order(conn)
     rows = conn.execute(
         f"SELECT n.note_id, (SELECT j.judgment_id FROM judgments AS j WHERE {resolved_true}"
-        "  ORDER BY j.resolved_at, j.judgment_id LIMIT 1)"
+        f"  ORDER BY j.resolved_at{c}, j.judgment_id{c} LIMIT 1)"
         f" FROM notes AS n WHERE n.status = 'candidate' AND EXISTS (SELECT 1 FROM judgments AS j WHERE {resolved_true})"
         " ORDER BY n.date, n.id LIMIT ?",
         (limit,),

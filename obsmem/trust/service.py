@@ -340,6 +340,14 @@ class TrustService:
                 ),
             }
 
+    def user_tier_names(self) -> list[str]:
+        """The owners who have a user tier (a database each on SQLite, a schema each on PostgreSQL)."""
+        return self.stores.user_names()
+
+    def upgrade_user_tier(self, owner: str) -> None:
+        """Bring an owner's user tier's schema up to date now (``obsmem upgrade``)."""
+        self.stores.upgrade_user(owner)
+
     def close(self) -> None:
         self.dispatcher.close()
         with self._judge_lock:

@@ -53,6 +53,8 @@ class Registry(Protocol):
 
     def names(self) -> list[str]: ...
 
+    def release(self, name: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -103,6 +105,12 @@ class TierStores:
 
     def user_names(self) -> list[str]:
         return self.users.names()
+
+    def upgrade_user(self, owner: str) -> None:
+        """Open an owner's user tier, which applies the migrations it lacks as opening a project does, and
+        close it again (a pass over every tier holds one open at a time)."""
+        self.users.get(owner)
+        self.users.release(owner)
 
     def close(self) -> None:
         self.users.close()

@@ -58,8 +58,10 @@ def postgres_binaries() -> Path:
 class PostgresTestServer:
     """One PostgreSQL server in a temporary directory, reached through a Unix socket in that directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, locales: Path | None = None) -> None:
+        """``locales``: a directory of compiled locales the server may use besides the system's (``LOCPATH``)."""
         self.bin = postgres_binaries()
+        self.locales = locales
         # A short path: a Unix socket's path is limited to about 100 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="obsmem-pg-"))
         self.data = self.root / "data"
@@ -102,6 +104,7 @@ class PostgresTestServer:
         options: list[str] = []
         for name, value in SERVER_OPTIONS.items():
             options += ["-c", f"{name}={value}"]
+        environment = None if self.locales is None else {**os.environ, "LOCPATH": str(self.locales)}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [str(self.bin / "postgres"), "-D", str(self.data), "-k", str(self.socket_dir), "-h", "", *options],
@@ -110,6 +113,7 @@ class PostgresTestServer:
                 start_new_session=True,
                 user=self.run_as,
                 cwd=self.root,
+                env=environment,
             )
         self._wait_until_ready()
 

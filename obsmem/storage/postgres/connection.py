@@ -133,15 +133,26 @@ class PostgresConnection:
         self._changes = max(cursor.rowcount, 0)
         return cursor
 
-    def execute_alone(self, sql: str, params: Sequence[Any] = (), *, prepare: bool = False) -> psycopg.Cursor[Any]:
+    def execute_alone(
+        self, sql: str, params: Sequence[Any] = (), *, prepare: bool = False, qualified: bool = False
+    ) -> psycopg.Cursor[Any]:
         """``execute`` for a read whose statement needs no snapshot shared with the others (an exact search's
         statements: each answers on its own). Before the transaction began, the statement goes in its own
         transaction, opened and committed in the same query string: one exchange, nothing left to end.
         Inside a begun transaction (or a write) it is ``execute``. ``prepare``: a statement whose planning
         costs more than a pipeline does (psycopg prepares a statement run often, and the server keeps its
         plan): the statement goes bound and the transaction's statements in one pipeline, still one exchange;
-        otherwise the values are bound in the client (each such statement is planned anew)."""
-        if not self._prelude or self._writing or not all(_inlinable(value) for value in params):
+        otherwise the values are bound in the client (each such statement is planned anew).
+
+        ``qualified``: the statement names the project's schema itself (``schema.table``), so it needs
+        neither the transaction's ``search_path`` nor its ``BEGIN``: it goes alone, a single statement on the
+        pool's autocommit connection being a transaction and a snapshot of its own. Prepared, that is one
+        bound statement without a pipeline (0.1 ms of the client's CPU time less per search)."""
+        if not self._prelude or self._writing:
+            return self.execute(sql, params)
+        if qualified and (prepare or all(_inlinable(value) for value in params)):
+            return self._alone(sql, params, prepare=prepare)
+        if not all(_inlinable(value) for value in params):
             return self.execute(sql, params)
         prelude = self._prelude
         if prepare:
@@ -178,6 +189,25 @@ class PostgresConnection:
         results = self._first_exchange(exchange, pipelined=False)
         self._changes = 0
         return results
+
+    def _alone(self, sql: str, params: Sequence[Any], *, prepare: bool) -> psycopg.Cursor[Any]:
+        """One statement by itself, outside the transaction, which is left unopened (nothing to end)."""
+        prelude = self._prelude
+        try:
+            if prepare:
+                cursor = self._first_exchange(
+                    lambda raw: raw.execute(to_psycopg(sql), tuple(params), prepare=True), pipelined=False
+                )
+            else:
+                cursor = self._first_exchange(
+                    lambda raw: psycopg.ClientCursor(raw).execute(to_psycopg(sql), tuple(params)), pipelined=False
+                )
+        finally:
+            # Nothing was opened, whatever the statement did: the next statement opens the transaction, and
+            # a failed one leaves no transaction to roll back.
+            self._prelude = prelude
+        self._changes = 0
+        return cursor
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> psycopg.Cursor[Any]:
         self._send_prelude()

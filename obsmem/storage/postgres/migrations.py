@@ -22,6 +22,7 @@ from obsmem.storage.postgres.schema import (
     p0005_pipeline,
     p0006_notes_imports,
     p0007_short_needles,
+    p0010_event_markers,
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -33,6 +34,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, p0005_pipeline.NAME, p0005_pipeline.SQL),
     Migration(6, p0006_notes_imports.NAME, p0006_notes_imports.SQL),
     Migration(7, p0007_short_needles.NAME, p0007_short_needles.SQL),
+    Migration(10, p0010_event_markers.NAME, p0010_event_markers.SQL),
 )
 
 _LEDGER = """

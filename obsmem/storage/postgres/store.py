@@ -97,7 +97,7 @@ class PostgresStore:
 
     def names(self) -> list[str]:
         with postgres_faults(), self._pool.connection() as conn:
-            return [row[0] for row in conn.execute("SELECT name FROM obsmem.projects ORDER BY name")]
+            return [row[0] for row in conn.execute('SELECT name FROM obsmem.projects ORDER BY name COLLATE "C"')]
 
     def get(self, project: str, *, create: bool = False) -> PostgresProjectDatabase:
         """The project's database; ``create=True`` makes it on first use (writes only). Opening applies

@@ -67,7 +67,7 @@ class PostgresUserTiers:
     def names(self) -> list[str]:
         self._catalog()
         with postgres_faults(), self._pool.connection() as conn:
-            return [row[0] for row in conn.execute("SELECT owner FROM obsmem.user_tiers ORDER BY owner")]
+            return [row[0] for row in conn.execute('SELECT owner FROM obsmem.user_tiers ORDER BY owner COLLATE "C"')]
 
     def get(self, owner: str, *, create: bool = False) -> PostgresProjectDatabase:
         """The owner's tier; ``create=True`` makes it (schema, migrations and listing in one transaction)."""
@@ -88,6 +88,11 @@ class PostgresUserTiers:
                 migrate_schema(conn)
             self._open[name] = db
             return db
+
+    def release(self, owner: str) -> None:
+        """Forget one open tier (as the store forgets a project); its next use opens, and checks, it again."""
+        with self._lock:
+            self._open.pop(owner, None)
 
     def close(self) -> None:
         """Forget the open tiers; their connections belong to the store's pool."""

@@ -1,0 +1,58 @@
+"""The plan-choice sample of PostgreSQL exact search answers what a full count of the sample answers: a
+needle's occurrences, read only as far as the caller needs, and a short needle's from the counts made once
+per sample."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from obsmem.retrieval.exact_postgres import TRIGRAM_ROWS_KEPT, NeedleSample, needle_trigrams
+
+LETTERS = "abAB _%-é"
+TEXT = st.text(alphabet=LETTERS, max_size=40)
+_FOLD = str.maketrans("AB", "ab")
+
+
+@given(
+    texts=st.lists(TEXT, max_size=12),
+    needle=st.text(alphabet=LETTERS, min_size=1, max_size=4),
+    at_most=st.none() | st.integers(1, 8),
+)
+def test_occurrences_are_the_full_count_up_to_the_bound(texts: list[str], needle: str, at_most: int | None) -> None:
+    sample = NeedleSample(texts, total_rows=1000)
+    count = "\n".join(texts).translate(_FOLD).count(needle.translate(_FOLD))
+    assert sample.occurrences(needle, at_most) == (count if at_most is None else min(count, at_most))
+
+
+@given(texts=st.lists(TEXT, max_size=12), needle=st.text(alphabet=LETTERS, min_size=1, max_size=2))
+def test_a_short_needles_occurrences_count_each_position_it_starts_at(texts: list[str], needle: str) -> None:
+    sample = NeedleSample(texts, total_rows=1000)
+    folded = needle.translate(_FOLD)
+    starts = sum(1 for text in texts for i in range(len(text)) if text.translate(_FOLD).startswith(folded, i))
+    assert sample.short_occurrences(needle) == starts
+
+
+def test_a_needle_absent_from_the_sample_is_counted_zero_by_both_counts() -> None:
+    sample = NeedleSample(["login", "session"], total_rows=10)
+    assert sample.occurrences("qz", 5) == sample.short_occurrences("qz") == 0
+    assert sample.frequency_of_needle("qz") == 0.25  # just under one occurrence, per row
+
+
+@given(
+    texts=st.lists(st.text(alphabet="ab1AB \n", max_size=30), max_size=40),
+    needle=st.text(alphabet="ab1AB ", min_size=3, max_size=6),
+)
+def test_a_needle_counted_in_its_rare_trigrams_rows_is_counted_whole(texts: list[str], needle: str) -> None:
+    sample = NeedleSample(texts, total_rows=1000)
+    count = "\n".join(texts).translate(_FOLD).count(needle.translate(_FOLD))
+    for trigram in needle_trigrams(needle):
+        within = sample.occurrences_in_rows_of(trigram, needle)
+        assert within is None or within == count
+
+
+def test_a_trigram_in_more_rows_than_are_kept_leaves_the_count_to_the_whole_sample() -> None:
+    common = NeedleSample(["abc"] * (TRIGRAM_ROWS_KEPT + 1), total_rows=100)
+    assert common.occurrences_in_rows_of("abc", "abcd") is None
+    rare = NeedleSample(["abcd abcd", "xyz", "ABCD"], total_rows=100)
+    assert rare.occurrences_in_rows_of("bcd", "abcd") == 3
