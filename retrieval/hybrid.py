@@ -171,10 +171,11 @@ class HybridSearcher:
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
         self.supersession = settings.supersession
-        # Projects whose index the last search found ready: their next search skips the check made before
-        # the query embedding (a snapshot of its own) and reads the index state once, in the search's
-        # snapshot, which checks it again all the same.
-        self._ready: set[str] = set()
+        # (Project, kind of source) whose index the last search of that kind found ready: their next search
+        # skips the check made before the query embedding (a snapshot of its own) and reads the index state
+        # once, in the search's snapshot, which checks it again all the same. By kind: a scope whose kind the
+        # index holds nothing of (memories of a project of events alone) does not cost the other scopes it.
+        self._ready: set[tuple[str, str | None]] = set()
 
     def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
         """``index_building`` with the counts of the kind of source the search looks in."""
@@ -206,12 +207,12 @@ class HybridSearcher:
         scope's sources are none), the empty result.
 
         Readiness is checked before the embedding only for a project whose index no search of this
-        searcher has found ready yet (an index still building must not cost a model call, nor an empty
-        project load the model); after that, the search's own snapshot is the one check."""
+        searcher has found ready yet for the scope's kind (an index still building must not cost a model
+        call, nor an empty project load the model); after that, the search's own snapshot is the one check."""
         index = self.indexer.project(project)
         kind = SCOPE_KINDS[request.scope]
         self._check_scope(index, kind)
-        if project not in self._ready:
+        if (project, kind) not in self._ready:
             with index.reader() as store:
                 if self._refused(project, index, store, store.state(), kind, live=None):
                     return None
@@ -231,16 +232,20 @@ class HybridSearcher:
         """Whether the search ends here with no hits: True when the scope has no sources at all. An index
         that is incompatible with the settings, uninitialised or (``live`` False) holds nothing of the
         scope while sources exist raises ``index_building``; ``live`` None: not known yet. A search that
-        passes marks the project ready (see :meth:`_open`)."""
+        passes marks the project ready for its kind (see :meth:`_open`); an index that does not fit the
+        settings is no longer ready for any kind."""
         if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
             compatible = False
         elif live is False:
             compatible = True
         else:
             if live:
-                self._ready.add(project)
+                self._ready.add((project, kind))
             return False
-        self._ready.discard(project)
+        if compatible:
+            self._ready.discard((project, kind))
+        else:
+            self._ready.difference_update({(project, scoped) for scoped in SCOPE_KINDS.values()})
         if store.source_count(kind) == 0:
             return True
         raise self._building(project, store, compatible=compatible, kind=kind)

@@ -1,5 +1,9 @@
 """How many exchanges with the server one hybrid search costs on PostgreSQL, counted in libpq's own trace.
 
+Conversation events cost no more: the same exchanges serve every scope. An index of events alone drops the
+scope's kind (the open search); an index of events and memories makes the kind a filter, whose exact scan of
+the kind's vectors is an exchange of its own, as a date window's is.
+
 An exchange is what the client sends until the server answers, so counting the turns from client messages
 to server messages in the protocol trace of the service's one pooled connection counts round trips
 exactly. A search on a busy server pays each one (a wake-up of both processes), so the count is held down
@@ -28,6 +32,8 @@ from support.semantic_service import VOCABULARY, add_memories, semantic_settings
 
 # The hybrid search's five or six and the notes' four (see above).
 MAX_EXCHANGES = 10
+# The hybrid search's alone: a conversation scope merges no notes.
+MAX_SEARCH_EXCHANGES = 6
 
 
 @pytest.fixture
@@ -116,3 +122,44 @@ def test_the_first_search_of_a_project_checks_readiness_before_embedding(service
     finally:
         fresh.close()
     assert first.count >= second.count + 2  # the check's snapshot: its statement and its commit
+
+
+@pytest.fixture
+def events_service(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> Iterator[Obsmem]:
+    """As :func:`service` with conversation events indexed: project ``c`` holds events alone, project ``b``
+    events and memories."""
+    options: dict[str, Any] = {"semantic": semantic_settings(model_server, index={"events": True})}
+    with Obsmem(
+        load_settings(data_dir=tmp_path, storage={"backend": "postgres", "dsn": postgres_dsn}, **options)
+    ) as writer:
+        rng = random.Random(7)
+        for project in ("c", "b"):
+            for session in range(3):
+                writer.append_events(
+                    project,
+                    f"s{session}",
+                    [{"role": "user", "content": " ".join(rng.choices(VOCABULARY, k=9))} for _ in range(50)],
+                )
+        add_memories(writer, "b", [("2025-01-03 10:00", "flaky login test fixed by mocking the clock")], session="m")
+        writer.index("c")
+        writer.index("b")
+    storage = {"backend": "postgres", "dsn": postgres_dsn, "pool_size": 1}
+    with Obsmem(load_settings(data_dir=tmp_path, storage=storage, **options)) as service:
+        yield service
+
+
+def test_a_hybrid_search_of_events_is_as_few_exchanges(events_service: Obsmem, tmp_path: Path) -> None:
+    # Every scope of both projects, the memories last: a scope that finds nothing of its kind (memories in a
+    # project of events alone) leaves the other scopes ready, their next search with no check of its own.
+    for query in ("warm up the pool login", "warm", "up", "pool", "login", "the pool"):
+        for project in ("c", "b"):
+            for scope in ("conversation", "all", "memories"):
+                events_service.search(project, query, mode="hybrid", scope=scope)
+    for project, scope in (("c", "conversation"), ("c", "all"), ("b", "conversation"), ("b", "all"), ("b", "memories")):
+        with Exchanges(events_service, tmp_path / "trace.txt") as traced:
+            result = events_service.search(project, "flaky login test", mode="hybrid", scope=scope, limit=10)
+        assert result.hits, (project, scope)
+        bound = MAX_SEARCH_EXCHANGES if scope == "conversation" else MAX_EXCHANGES
+        if project == "b" and scope != "all":
+            bound += 1  # the kind is a filter: the window's exact scan is its own exchange, as a date window's
+        assert 5 <= traced.count <= bound, (project, scope, traced.count)
