@@ -34,27 +34,20 @@ from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
 from support.model_server import ModelServer
-from support.semantic_service import VOCABULARY, add_memories, semantic_settings
+from support.semantic_service import VOCABULARY, add_memories, service_on, sqlite_and_postgres
 
 LOCAL = "http://127.0.0.1"
 EVENTS_ON = {"index": {"events": True}}
 
 
 def _service(data_dir: Path, server: ModelServer, dsn: str | None, **overrides: Any) -> Obsmem:
-    options: dict[str, Any] = {"semantic": semantic_settings(server, **{**EVENTS_ON, **overrides})}
-    if dsn is not None:
-        options["storage"] = {"backend": "postgres", "dsn": dsn}
-    return Obsmem(load_settings(data_dir=data_dir, **options))
+    return service_on(data_dir, server, dsn, **{**EVENTS_ON, **overrides})
 
 
 @pytest.fixture
 def both(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> Iterator[tuple[Obsmem, Obsmem]]:
-    with (
-        _service(tmp_path / "sqlite", model_server, None) as sqlite,
-        _service(tmp_path / "pg", model_server, postgres_dsn) as postgres,
-    ):
-        assert type(postgres).__name__ == "PostgresObsmem"
-        yield sqlite, postgres
+    with sqlite_and_postgres(tmp_path, model_server, postgres_dsn, **EVENTS_ON) as pair:
+        yield pair
 
 
 def _conversation(count: int, seed: int = 5) -> list[tuple[str, dict[str, Any]]]:

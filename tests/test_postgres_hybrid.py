@@ -24,27 +24,21 @@ from obsmem.app import Obsmem
 from obsmem.errors import IndexBuilding, IndexBusy, ValidationFailed
 from obsmem.indexer import Filter
 from obsmem.indexer.postgres_reader import vector_literal
-from obsmem.settings import load_settings
 from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
-from support.semantic_service import VOCABULARY, add_memories, corpus, semantic_settings
-
-
-def _service(data_dir: Path, server: ModelServer, dsn: str | None, **overrides: Any) -> Obsmem:
-    options: dict[str, Any] = {"semantic": semantic_settings(server, **overrides)}
-    if dsn is not None:
-        options["storage"] = {"backend": "postgres", "dsn": dsn}
-    return Obsmem(load_settings(data_dir=data_dir, **options))
+from support.semantic_service import (
+    VOCABULARY,
+    add_memories,
+    corpus,
+    service_on,
+    sqlite_and_postgres,
+)
 
 
 @pytest.fixture
 def both(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> Iterator[tuple[Obsmem, Obsmem]]:
-    with (
-        _service(tmp_path / "sqlite", model_server, None) as sqlite,
-        _service(tmp_path / "pg", model_server, postgres_dsn) as postgres,
-    ):
-        assert type(postgres).__name__ == "PostgresObsmem"
-        yield sqlite, postgres
+    with sqlite_and_postgres(tmp_path, model_server, postgres_dsn) as pair:
+        yield pair
 
 
 def _memories(count: int, seed: int = 7) -> list[tuple[str, str]]:
@@ -146,7 +140,7 @@ def test_conversation_hybrid_needs_event_indexing_as_on_sqlite(
 ) -> None:
     # Without semantic.index.events a conversation scope is mode_unavailable, as on SQLite (events indexed:
     # tests/test_postgres_conversation_hybrid.py).
-    with _service(tmp_path, model_server, postgres_dsn) as postgres:
+    with service_on(tmp_path, model_server, postgres_dsn) as postgres:
         add_memories(postgres, "p", [("2025-01-01 10:00", "auth login")])
         with pytest.raises(ValidationFailed) as refused:
             postgres.search("p", "login", mode="hybrid", scope="conversation")
@@ -156,7 +150,7 @@ def test_conversation_hybrid_needs_event_indexing_as_on_sqlite(
 def test_filters_match_the_brute_force_reference(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
     # The reference re-chunks every memory, builds each keyword document and BM25 table from scratch in
     # SQLite's FTS5 and ranks every vector exactly: the PostgreSQL index must give the same hits in order.
-    with _service(tmp_path, model_server, postgres_dsn) as service:
+    with service_on(tmp_path, model_server, postgres_dsn) as service:
         items = corpus(300)
         add_memories(service, "p", items[:200], session="s1")
         add_memories(service, "p", items[200:], session="s2")
@@ -178,7 +172,7 @@ def test_filters_match_the_brute_force_reference(tmp_path: Path, model_server: M
 
 
 def test_date_windows_never_omit_a_memory(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
-    with _service(tmp_path, model_server, postgres_dsn, index={"exact_scan_max_chunks": 60}) as service:
+    with service_on(tmp_path, model_server, postgres_dsn, index={"exact_scan_max_chunks": 60}) as service:
         add_memories(service, "p", corpus(250, seed=3))
         service.index("p")
         db = service.store.get("p")  # type: ignore[attr-defined]
@@ -217,13 +211,13 @@ def _canonical(service: Obsmem) -> list[Any]:
 
 
 def test_a_rebuild_never_touches_canonical_rows(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
-    with _service(tmp_path, model_server, postgres_dsn) as service:
+    with service_on(tmp_path, model_server, postgres_dsn) as service:
         add_memories(service, "p", corpus(60))
         service.index("p")
         before = _canonical(service)
         first = service.search("p", "auth clock", limit=5)
     # Other chunk settings: every derived row is dropped and rebuilt, the HNSW index made again.
-    with _service(tmp_path, model_server, postgres_dsn, chunk_bytes=400) as service:
+    with service_on(tmp_path, model_server, postgres_dsn, chunk_bytes=400) as service:
         with pytest.raises(IndexBuilding):
             service.search("p", "auth clock")
         report = service.index("p")
@@ -231,7 +225,7 @@ def test_a_rebuild_never_touches_canonical_rows(tmp_path: Path, model_server: Mo
         assert _canonical(service) == before
         assert _ids(service.search("p", "auth clock", limit=5)) == _ids(first)
     # Other keyword settings: only the postings are rebuilt, no embedding work.
-    with _service(tmp_path, model_server, postgres_dsn, chunk_bytes=400, bm25={"context_characters": 50}) as service:
+    with service_on(tmp_path, model_server, postgres_dsn, chunk_bytes=400, bm25={"context_characters": 50}) as service:
         report = service.index("p")
         assert report.totals.chunks_embedded == 0 and not report.totals.reset
         assert _canonical(service) == before
@@ -240,8 +234,8 @@ def test_a_rebuild_never_touches_canonical_rows(tmp_path: Path, model_server: Mo
 
 def test_a_second_service_shares_the_index(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
     with (
-        _service(tmp_path / "a", model_server, postgres_dsn) as first,
-        _service(tmp_path / "b", model_server, postgres_dsn) as second,
+        service_on(tmp_path / "a", model_server, postgres_dsn) as first,
+        service_on(tmp_path / "b", model_server, postgres_dsn) as second,
     ):
         ids = add_memories(first, "p", corpus(40))
         first.index("p")
@@ -266,7 +260,7 @@ def test_a_second_service_shares_the_index(tmp_path: Path, model_server: ModelSe
 
 def test_background_indexing_catches_up(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> None:
     section = {"index": {"background": True, "poll_seconds": 0.2}}
-    with _service(tmp_path, model_server, postgres_dsn, **section) as service:
+    with service_on(tmp_path, model_server, postgres_dsn, **section) as service:
         ids = add_memories(service, "p", [("2024-01-01 10:00", "zebra quagga okapi"), ("2024-01-02 10:00", "auth")])
         deadline = time.monotonic() + 30
         while service.status("p").indexed_count < 2:
@@ -280,7 +274,7 @@ def test_the_hnsw_index_answers_with_the_configured_ef_search(
 ) -> None:
     # A graph search returns up to hnsw.ef_search results (pgvector's default is 40): the configured value
     # must reach it, or the vector list would stop short of its candidate budget.
-    with _service(tmp_path, model_server, postgres_dsn) as service:
+    with service_on(tmp_path, model_server, postgres_dsn) as service:
         add_memories(service, "p", corpus(300, seed=9))
         service.index("p")
         index = service.indexer.project("p")  # type: ignore[union-attr]

@@ -8,31 +8,19 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from obsmem.app import Obsmem
-from obsmem.settings import load_settings
 from support.model_server import ModelServer
-from support.semantic_service import VOCABULARY, add_memories, semantic_settings
+from support.semantic_service import VOCABULARY, add_memories, sqlite_and_postgres
 
 BOUND = 12
 
 
-def _service(data_dir: Path, server: ModelServer, dsn: str | None) -> Obsmem:
-    options: dict[str, Any] = {"semantic": semantic_settings(server, bm25={"max_postings": BOUND})}
-    if dsn is not None:
-        options["storage"] = {"backend": "postgres", "dsn": dsn}
-    return Obsmem(load_settings(data_dir=data_dir, **options))
-
-
 @pytest.fixture
 def both(tmp_path: Path, model_server: ModelServer, postgres_dsn: str) -> Iterator[tuple[Obsmem, Obsmem]]:
-    with (
-        _service(tmp_path / "sqlite", model_server, None) as sqlite,
-        _service(tmp_path / "pg", model_server, postgres_dsn) as postgres,
-    ):
+    with sqlite_and_postgres(tmp_path, model_server, postgres_dsn, bm25={"max_postings": BOUND}) as (sqlite, postgres):
         rng = random.Random(13)
         for session in range(2):
             items = [

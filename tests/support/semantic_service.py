@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,27 @@ def semantic_settings(server: ModelServer, **overrides: Any) -> dict[str, Any]:
 
 def make_service(data_dir: Path, server: ModelServer, **overrides: Any) -> Obsmem:
     return Obsmem(load_settings(data_dir=data_dir, semantic=semantic_settings(server, **overrides)))
+
+
+def service_on(data_dir: Path, server: ModelServer, dsn: str | None, **overrides: Any) -> Obsmem:
+    """``make_service`` on PostgreSQL at ``dsn``, or on SQLite when ``dsn`` is None."""
+    options: dict[str, Any] = {"semantic": semantic_settings(server, **overrides)}
+    if dsn is not None:
+        options["storage"] = {"backend": "postgres", "dsn": dsn}
+    return Obsmem(load_settings(data_dir=data_dir, **options))
+
+
+@contextlib.contextmanager
+def sqlite_and_postgres(
+    data_dir: Path, server: ModelServer, dsn: str, **overrides: Any
+) -> Iterator[tuple[Obsmem, Obsmem]]:
+    """The same semantic settings on both backends, to hold PostgreSQL's answers to SQLite's."""
+    with (
+        service_on(data_dir / "sqlite", server, None, **overrides) as sqlite,
+        service_on(data_dir / "pg", server, dsn, **overrides) as postgres,
+    ):
+        assert type(postgres).__name__ == "PostgresObsmem"
+        yield sqlite, postgres
 
 
 def add_memories(service: Obsmem, project: str, items: list[tuple[str, str]], session: str = "s1") -> list[str]:
