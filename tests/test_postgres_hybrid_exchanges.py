@@ -16,7 +16,6 @@ snapshot with its candidate check, the notes' keyword match and its commit (four
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,9 +75,11 @@ class Exchanges:
         with self.pool.connection() as conn:
             conn.pgconn.untrace()
         self.file.close()
-        # An exchange: what the client sends, then what the server answers (a pipeline's flush counts too).
-        senders = [line.split("\t", 1)[0] for line in self.path.read_text().splitlines() if line[:2] in ("F\t", "B\t")]
-        self.count = sum(1 for before, after in itertools.pairwise(senders) if (before, after) == ("F", "B"))
+        # An exchange ends where the client waits for the server to be ready again: a simple query ("Query")
+        # or the Sync that closes an extended query or a whole pipeline. Turns between client and server
+        # messages would count a pipeline's early answers, read while it is still sending, as exchanges.
+        messages = [line.split("\t") for line in self.path.read_text().splitlines() if line.startswith("F\t")]
+        self.count = sum(1 for fields in messages if len(fields) > 2 and fields[2] in ("Query", "Sync"))
 
 
 def _warm_up(service: Obsmem) -> None:
