@@ -15,8 +15,8 @@ from obsmem.indexer.sources import UNMARKED_EVENTS
 from obsmem.projects import ProjectRegistry
 from obsmem.settings import SemanticSettings
 
-PENDING_ANY = "SELECT EXISTS (SELECT 1 FROM semantic_pending)"
-PENDING_MEMORIES = "SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > 0)"
+ANY_SOURCE_PENDING = "SELECT EXISTS (SELECT 1 FROM semantic_pending)"
+ANY_MEMORY_PENDING = "SELECT EXISTS (SELECT 1 FROM semantic_pending WHERE memory_row > 0)"
 
 log = logging.getLogger("obsmem.indexer")
 
@@ -103,7 +103,7 @@ class SemanticIndexer:
                 # With events not indexed, an edited or deleted event's marker (negative row) is never
                 # consumed: only the memories' markers are work, or the project would get an empty batch
                 # every poll.
-                pending = PENDING_ANY if self.settings.index.events else PENDING_MEMORIES
+                pending = ANY_SOURCE_PENDING if self.settings.index.events else ANY_MEMORY_PENDING
                 if db.query(pending)[0][0] or (self.settings.index.events and db.query(UNMARKED_EVENTS)[0][0]):
                     found.append(name)
             except Exception:  # an unreadable project is reported when used, not here

@@ -37,7 +37,7 @@ from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
 from obsmem.indexer.postgres_reader import PostgresIndexReader, parse_vector, vector_literal
 from obsmem.indexer.project import BatchReport, ProjectIndex, content_hash
-from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN
+from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN, PENDING_EVENTS, PENDING_MEMORIES
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.settings import SemanticSettings
 
@@ -103,9 +103,7 @@ class PostgresProjectIndex(ProjectIndex):
         self.keyword_signature = self.keywords.signature
         self.indexes_events = settings.index.events
         self.first_row = -(2**63) if self.indexes_events else 0
-        self.pending_queries = PendingQueries(
-            postgres_events.PENDING_MEMORIES, postgres_events.PENDING_EVENTS if self.indexes_events else None
-        )
+        self.pending_queries = PendingQueries(PENDING_MEMORIES, PENDING_EVENTS if self.indexes_events else None)
         self._vectors = None
         self._load_lock = threading.Lock()
         self._batch_lock = threading.Lock()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from obsmem.indexer import stores
-from obsmem.indexer.sources import UNMARKED_EVENT_COUNT, UNMARKED_EVENTS, event_date, event_text
+from obsmem.indexer.sources import UNMARKED_EVENT_COUNT, UNMARKED_EVENTS
 from obsmem.indexer.vectors import EVENTS, MEMORIES
 
 # Whether an event waits above the watermark, not marked yet (an expression to combine with others).
@@ -43,18 +43,6 @@ moved AS (
 SELECT count(*) FROM marked
 """
 
-# Pending sources with what indexing needs (SQLite's ``_PENDING_COLUMNS`` in indexer/project.py): the id,
-# the text, the date and the session of the memory (positive row) or event (negative row) as it is now;
-# NULLs when it is gone. Memories in row order, then events in row order (negated rows descending).
-_PENDING_COLUMNS = (
-    "SELECT p.memory_row, p.change, coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)),"
-    f" CASE WHEN p.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
-    f" coalesce(m.date, {event_date('e')}), coalesce(m.session_id, e.session_id)"
-    " FROM semantic_pending AS p LEFT JOIN memories AS m ON p.memory_row > 0 AND m.id = p.memory_row"
-    " LEFT JOIN events AS e ON p.memory_row < 0 AND e.id = -p.memory_row"
-)
-PENDING_MEMORIES = _PENDING_COLUMNS + " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
-PENDING_EVENTS = _PENDING_COLUMNS + " WHERE p.memory_row < ? ORDER BY p.memory_row DESC LIMIT ?"
 
 # Indexed events that still exist as indexed (SQLite's ``stores._INDEXED_COUNTS['events']``): an event up to
 # the watermark that is not pending is the one indexed; any other has its derived id compared.

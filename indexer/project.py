@@ -47,7 +47,13 @@ from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.keywords import KeywordDocuments
 from obsmem.indexer.reader import Fts5Keywords, IndexReader, SqliteIndexReader
-from obsmem.indexer.sources import UNMARKED_EVENT_COUNT, UNMARKED_EVENTS, event_date, event_text, mark_new_events
+from obsmem.indexer.sources import (
+    PENDING_EVENTS,
+    PENDING_MEMORIES,
+    UNMARKED_EVENT_COUNT,
+    UNMARKED_EVENTS,
+    mark_new_events,
+)
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
 from obsmem.indexer.vectors import MEMORIES, VectorSet, read_vector_set
 from obsmem.settings import SemanticSettings
@@ -63,19 +69,6 @@ GRAPH_PROBLEMS = {
     "unfinished": "the vector index graph file was left unfinished (a publish was interrupted)",
 }
 INDEXING_LOCK = ".indexing.lock"
-# Pending sources with what indexing needs: the id, the text, the date and the session of the memory
-# (positive row) or event (negative row) as it is now; NULLs when it is gone. Memories come in row order,
-# then events in row order (their negated rows descending), so both are indexed oldest first and their
-# labels follow the order they were written in.
-_PENDING_COLUMNS = (
-    "SELECT p.memory_row, p.change, coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)),"
-    f" CASE WHEN p.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
-    f" coalesce(m.date, {event_date('e')}), coalesce(m.session_id, e.session_id)"
-    " FROM semantic_pending AS p LEFT JOIN memories AS m ON p.memory_row > 0 AND m.id = p.memory_row"
-    " LEFT JOIN events AS e ON p.memory_row < 0 AND e.id = -p.memory_row"
-)
-_PENDING_MEMORIES = _PENDING_COLUMNS + " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
-_PENDING_EVENTS = _PENDING_COLUMNS + " WHERE p.memory_row < ? ORDER BY p.memory_row DESC LIMIT ?"
 # A batch's rows as one JSON array parameter: no limit on how many, one statement each.
 _AMONG = " WHERE memory_row IN (SELECT value FROM json_each(?))"
 _PENDING_CHANGES = "SELECT memory_row, change FROM semantic_pending" + _AMONG
@@ -117,7 +110,7 @@ class ProjectIndex:
         # read) until then.
         self.indexes_events = settings.index.events
         self.first_row = -(2**63) if self.indexes_events else 0
-        self.pending_queries = PendingQueries(_PENDING_MEMORIES, _PENDING_EVENTS if self.indexes_events else None)
+        self.pending_queries = PendingQueries(PENDING_MEMORIES, PENDING_EVENTS if self.indexes_events else None)
         self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()

@@ -57,3 +57,19 @@ def event_text(alias: str) -> str:
 def event_date(alias: str) -> str:
     """SQL for event ``alias``'s time in the stored format: ``2024-05-01T09:30:12.345Z`` -> ``2024-05-01 09:30:12``."""
     return f"replace(substr({alias}.created_at, 1, 19), 'T', ' ')"
+
+
+# Pending sources with what indexing needs: the id, the text, the date and the session of the memory
+# (positive row) or event (negative row) as it is now; NULLs when it is gone. Memories come in row order,
+# then events in row order (their negated rows descending), so both are indexed oldest first and their
+# labels follow the order they were written in. The same SQL on both backends (PostgreSQL's schema
+# defines obsmem_event_id as SQLite's connection does).
+_PENDING_COLUMNS = (
+    "SELECT p.memory_row, p.change, coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)),"
+    f" CASE WHEN p.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
+    f" coalesce(m.date, {event_date('e')}), coalesce(m.session_id, e.session_id)"
+    " FROM semantic_pending AS p LEFT JOIN memories AS m ON p.memory_row > 0 AND m.id = p.memory_row"
+    " LEFT JOIN events AS e ON p.memory_row < 0 AND e.id = -p.memory_row"
+)
+PENDING_MEMORIES = _PENDING_COLUMNS + " WHERE p.memory_row > ? ORDER BY p.memory_row LIMIT ?"
+PENDING_EVENTS = _PENDING_COLUMNS + " WHERE p.memory_row < ? ORDER BY p.memory_row DESC LIMIT ?"
