@@ -301,13 +301,9 @@ class HybridSearcher:
                 exact_max = self.settings.index.exact_scan_max_chunks
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
             valid = store.validate({label for ranked in lists for label in ranked.labels}, scoped)
-            for ranked in lists:
-                kept = [item for item in ranked.items if item[0] in valid]
-                ranked.full = ranked.full or len(kept) > k
-                ranked.items = kept[:k]
-            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
-            if len(lists) > 1:
-                fused = self._superseded(request.query, fused, valid, vectors, store)
+            fused, stages.evidence = self._rank_valid(
+                store, request.query, lists, valid, vectors, query_vector, scoped, k
+            )
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
     def _finish(
@@ -399,6 +395,28 @@ class HybridSearcher:
         if plan.lists != LISTS:
             return "bm25" in plan.lists, "vector" in plan.lists
         return self.weights.get("bm25", 1.0) > 0, self.weights.get("vector", 1.0) > 0
+
+    def _rank_valid(
+        self,
+        store: IndexReader,
+        query: str,
+        lists: list[RankedList],
+        valid: dict[int, Candidate],
+        vectors: VectorSet,
+        query_vector: np.ndarray | None,
+        where: Filter,
+        k: int,
+    ) -> tuple[Fused, float | None]:
+        """Each list cut to its first ``k`` valid candidates, then fused, smoothed and (for a hybrid of
+        both lists) supersession applied: what every backend does once its candidates are validated."""
+        for ranked in lists:
+            kept = [item for item in ranked.items if item[0] in valid]
+            ranked.full = ranked.full or len(kept) > k
+            ranked.items = kept[:k]
+        fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where)
+        if len(lists) > 1:
+            fused = self._superseded(query, fused, valid, vectors, store)
+        return fused, evidence
 
     def rank(
         self,

@@ -86,13 +86,9 @@ class PostgresHybridSearcher(HybridSearcher):
                 lists.append(ranked)
             labels = {label for ranked in lists for label in ranked.labels}
             valid = store.validate_scored(labels, scoped, query_vector if len(lists) > 1 else None)
-            for ranked in lists:
-                kept = [item for item in ranked.items if item[0] in valid]
-                ranked.full = ranked.full or len(kept) > k
-                ranked.items = kept[:k]
-            fused, stages.evidence = self.rank(store, lists, valid, vectors, query_vector, scoped)
-            if len(lists) > 1:
-                fused = self._superseded(request.query, fused, valid, vectors, store)
+            fused, stages.evidence = self._rank_valid(
+                store, request.query, lists, valid, vectors, query_vector, scoped, k
+            )
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
     @staticmethod
