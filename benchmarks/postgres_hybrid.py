@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import sys
 import time
 from datetime import datetime, timedelta
@@ -45,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from semantic_corpus import DEFAULT_SHARED  # noqa: E402
-from semantic_query import WARM_UP_QUESTIONS, percentiles, questions  # noqa: E402
+from semantic_query import WARM_UP_QUESTIONS, date_filtered_report, percentiles, questions  # noqa: E402
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.dates import parse_window  # noqa: E402
@@ -329,16 +328,7 @@ def run_queries(service: Any, index: Any, args: argparse.Namespace, report: dict
             sizes.setdefault(f"{days}d", []).append(size)
             omissions += len(set(expected) - {hit.memory_id for hit in result.hits})
             compared += 1
-    every = [t for samples in filtered.values() for t in samples]
-    report["date_filtered"] = {
-        "overall": percentiles(every),
-        "by_window": {
-            name: percentiles(samples) | {"median_window_chunks": int(statistics.median(sizes[name]))}
-            for name, samples in filtered.items()
-        },
-        "omissions_vs_brute_force": omissions,
-        "searches_compared": compared,
-    }
+    report["date_filtered"] = date_filtered_report(filtered, sizes, omissions, compared)
     embedder.embed_query = original
 
     found = 0
