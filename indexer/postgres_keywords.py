@@ -99,6 +99,15 @@ _COUNT_TERMS = (
     " GROUP BY token ON CONFLICT (token) DO UPDATE SET documents = semantic_terms.documents + excluded.documents"
 )
 _ADD_TOTALS = "UPDATE semantic_keyword_totals SET documents = documents + ?, tokens = tokens + ?"
+# The postings' indexes as p0004_semantic creates them (same names: a later migration may refer to them).
+_DROP_POSTINGS_INDEXES = (
+    "ALTER TABLE semantic_postings DROP CONSTRAINT semantic_postings_pkey",
+    "DROP INDEX semantic_postings_by_label",
+)
+_CREATE_POSTINGS_INDEXES = (
+    "ALTER TABLE semantic_postings ADD CONSTRAINT semantic_postings_pkey PRIMARY KEY (token, label)",
+    "CREATE INDEX semantic_postings_by_label ON semantic_postings(label)",
+)
 
 
 _WRITE_CONTEXTS = (
@@ -166,6 +175,12 @@ class PostgresKeywordDocuments(KeywordDocuments):
         """Empty the keyword rows and fill them again from the stored chunks and current memories."""
         conn.execute("TRUNCATE semantic_postings, semantic_terms, semantic_context")
         conn.execute("UPDATE semantic_keyword_totals SET documents = 0, tokens = 0")
+        # The postings' two indexes are dropped while the table fills and built again at the end: kept, each
+        # of a million chunks' hundred postings is a random insert into both (the rebuild spent most of its
+        # time there), where building them afresh is one sort each. The table is already locked by the
+        # TRUNCATE until the commit, so no reader sees it without them.
+        for statement in _DROP_POSTINGS_INDEXES:
+            conn.execute(statement)
         # Every chunk's text read at once rather than a statement per memory (held only for the rebuild).
         self._known = {}
         for row, label, text in conn.execute(
@@ -177,6 +192,8 @@ class PostgresKeywordDocuments(KeywordDocuments):
                 self._fill(conn)
         finally:
             self._known = None
+        for statement in _CREATE_POSTINGS_INDEXES:
+            conn.execute(statement)
         update_state(conn, fts_tokenizer=self.signature)
 
     def _chunks(self, conn: Any, row: int) -> list[tuple[int, str]]:

@@ -1,6 +1,7 @@
 """A keyword rebuild on PostgreSQL writes its postings as it goes (bounded memory) and ends with the same
 rows as one written whole: a million chunks make about a hundred million postings, which held at once as
-Python objects would need more memory than a server has to spare."""
+Python objects would need more memory than a server has to spare. It drops the postings' indexes while it
+writes and builds them again at the end, so it must leave them as the migration made them."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def _keyword_rows(service: Obsmem) -> list[list[tuple[Any, ...]]]:
         return [conn.execute(sql).fetchall() for sql in TABLES]
 
 
+def _postings_indexes(service: Obsmem) -> list[tuple[str, str]]:
+    index = service.indexer.project("p")  # type: ignore[union-attr]
+    with index.db.read() as conn:
+        return conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'semantic_postings'"
+            " AND schemaname = current_schema() ORDER BY indexname"
+        ).fetchall()
+
+
 def _rebuild(service: Obsmem) -> None:
     index = service.indexer.project("p")  # type: ignore[union-attr]
     with index.db.write() as conn:
@@ -52,7 +62,10 @@ def test_a_rebuild_written_in_parts_matches_one_written_whole(
             ]
             add_memories(service, "p", items, session=f"s{session}")
         service.index("p")
+        migrated = _postings_indexes(service)
+        assert [name for name, _ in migrated] == ["semantic_postings_by_label", "semantic_postings_pkey"]
         _rebuild(service)
+        assert _postings_indexes(service) == migrated
         whole = _keyword_rows(service)
         assert len(whole[0]) > 500 and whole[2][0][0] == 80
 
@@ -69,3 +82,4 @@ def test_a_rebuild_written_in_parts_matches_one_written_whole(
         _rebuild(service)
         assert flushes >= len(whole[0]) // 100  # written as it went, every 50 postings or a little more
         assert _keyword_rows(service) == whole
+        assert _postings_indexes(service) == migrated
