@@ -4,8 +4,8 @@
 
 Prints one JSON document. For each corpus size and query it reports the median and p95 latency of exact
 search (limit 20) on each backend (one search on each in turn, so both meet the same load), the plan that
-answered on PostgreSQL (the searcher's bounded walk, its trigram or short-substring candidates, or its walk
-down the date index), the ratio of the PostgreSQL p50 to the SQLite p50, the CPU time per search, whether
+answered on PostgreSQL (the searcher's bounded walk, its trigram, short-substring or word-join candidates,
+or its walk down the date index), the ratio of the PostgreSQL p50 to the SQLite p50, the CPU time per search, whether
 both returned the same memories in the same order (and the same ``truncated``), and the load average when
 the query was measured. ``worst_ratio_by_class``
 sums it up per query class of the acceptance target: rare identifiers, common words, a phrase of common
@@ -46,6 +46,7 @@ PLAN_NAMES = {
     "walk": "bounded walk",
     "candidates": "trigram candidates",
     "short-candidates": "short-substring candidates",
+    "word-joins": "word-join candidates",
     "date-walk": "date walk",
 }
 

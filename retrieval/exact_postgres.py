@@ -29,8 +29,12 @@ matches) against how often its rarest trigram occurs (candidates an index yields
   words only) the index is pg_trgm's GIN index, asked for the needle's :data:`PROBE_TRIGRAMS` rarest
   trigrams; otherwise it is the index of one- and two-character substrings (``p0007_short_needles``):
   ``qz``, ``#9``, ``()``.
-- **date-walk** — anything else (a phrase of common words, whose every trigram is common): down the
-  date index (or the session's) until ``fetch`` rows match.
+- **word-joins** — a phrase of common words (every trigram common, the phrase not): the rows the index of
+  joins between adjacent words (``p0011_word_joins``) holds for the needle's rarest joins, checked and
+  sorted as candidates are. ``login session`` looks up the join ``gin ses``, which spans the space no
+  trigram of pg_trgm spans.
+- **date-walk** — anything else (a needle rarer than the walk found, with only common trigrams and no rare
+  join): down the date index (or the session's) until ``fetch`` rows match.
 
 Every index only narrows: ``ILIKE`` is checked on every row, so a misestimate costs time, never a
 different answer. Each plan's statement leaves PostgreSQL's planner no choice that matters: its own choice
@@ -46,6 +50,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -53,6 +58,7 @@ from obsmem.dates import DateWindow
 from obsmem.retrieval.corpus import MEMORIES, Corpus
 from obsmem.retrieval.exact import date_session_filters
 from obsmem.retrieval.results import Hit
+from obsmem.storage.postgres.schema.p0011_word_joins import JOIN_MAX_GAP
 
 # Rows the walk reads before another plan is asked (about what SQLite's walk budget reads).
 WALK_ROWS = 2000
@@ -65,7 +71,18 @@ _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z
 PROBE_TRIGRAMS = 3
 # Candidates are always worth it below this many (a walk that finds too few reads far more).
 CANDIDATE_MIN_ROWS = 2000
-Plan = Literal["walk", "candidates", "date-walk"]
+# Joins a word-joins probe looks up: the rarest two (each one alone already narrows to the phrase's rows
+# and their like, so a third reads more postings than it saves checks).
+PROBE_JOINS = 2
+# A word-joins probe expected to yield more candidates than this first looks among the newest rows only:
+# the rows a few times as many as should hold ``fetch`` matches (JOIN_WINDOW_MARGIN), whose date index
+# ANDed with the joins' leaves a few dozen rows to read (the phrase's 2,033 rows at 1M memories, each a
+# heap page, cost more than the window's 30,000 date entries).
+JOIN_WINDOW_MIN_CANDIDATES = 400
+JOIN_WINDOW_MARGIN = 3
+# Runs of ASCII letters and digits (words, as obsmem_word_joins reads them) and the runs between them.
+_RUNS = re.compile(r"(?P<word>[0-9a-z]+)|[^0-9a-z]+")
+Plan = Literal["walk", "candidates", "word-joins", "date-walk"]
 
 
 def needle_trigrams(needle: str) -> list[str]:
@@ -73,6 +90,25 @@ def needle_trigrams(needle: str) -> list[str]:
     (``ILIKE '%abc%'`` looks up exactly the trigram ``abc``)."""
     folded = needle.translate(_ASCII_FOLD)
     return sorted({folded[i : i + 3] for i in range(len(folded) - 2) if _TRIGRAM_WORD.fullmatch(folded[i : i + 3])})
+
+
+def needle_word_joins(needle: str) -> list[str]:
+    """The joins of ``obsmem_word_joins`` every row holding ``needle`` holds: for each gap between two of the
+    needle's words (a run of other characters, at most ``JOIN_MAX_GAP`` long, inside the needle so that it is
+    the whole gap in the row too), the first word's last three characters, the gap and the second word's
+    first three. A word at an end of the needle may be the end of a longer word in the row (or its start):
+    only its three characters next to the gap are known, so a shorter one gives no join; a word between two
+    gaps is whole, and its own characters are the join's."""
+    runs = [run.group() for run in _RUNS.finditer(needle.translate(_ASCII_FOLD))]
+    joins = set()
+    for at in range(1, len(runs) - 1):
+        gap, before, after = runs[at], runs[at - 1], runs[at + 1]
+        if _RUNS.match(gap).lastgroup == "word" or len(gap) > JOIN_MAX_GAP:  # type: ignore[union-attr]
+            continue  # a word, or a gap too long to be indexed
+        if (at == 1 and len(before) < 3) or (at + 1 == len(runs) - 1 and len(after) < 3):
+            continue  # an end word too short to know the row's characters beside the gap
+        joins.add(before[-3:] + gap + after[:3])
+    return sorted(joins)
 
 
 def short_grams(needle: str) -> list[str]:
@@ -103,9 +139,9 @@ def _alone(conn: Any) -> Any:
 
 
 # The objects of a project's schema the searcher's statements name: its corpora's tables (after FROM) and
-# the functions of p0001_core and p0007_short_needles.
+# the functions of p0001_core, p0007_short_needles and p0011_word_joins.
 _SCHEMA_TABLES = re.compile(r"\bFROM (memories|events)\b")
-_SCHEMA_FUNCTIONS = re.compile(r"\b(obsmem_short_grams|obsmem_event_id)\(")
+_SCHEMA_FUNCTIONS = re.compile(r"\b(obsmem_short_grams|obsmem_word_joins|obsmem_event_id)\(")
 
 
 @lru_cache(maxsize=256)
@@ -120,13 +156,22 @@ class PostgresExactSearcher:
     """Exact searches over one corpus of one project, on one PostgreSQL connection in a read snapshot."""
 
     def __init__(
-        self, conn: Any, *, corpus: Corpus = MEMORIES, walk_rows: int = WALK_ROWS, plan: Plan | None = None
+        self,
+        conn: Any,
+        *,
+        corpus: Corpus = MEMORIES,
+        walk_rows: int = WALK_ROWS,
+        plan: Plan | None = None,
+        join_window_rows: int | None = None,
     ) -> None:
         self.conn = conn
         self.corpus = corpus
         self.walk_rows = walk_rows  # 0: no walk
         self.plan = plan  # None: chosen from the estimate; a plan's name forces it (tests compare them all)
-        # Which plan answered the last search: "walk", "candidates", "short-candidates" or "date-walk".
+        # Rows the word-joins plan's first probe covers; None: estimated (tests set a few to exercise it).
+        self.join_window_rows = join_window_rows
+        # Which plan answered the last search: "walk", "candidates", "short-candidates", "word-joins" or
+        # "date-walk".
         self.last_plan = ""
 
     def search(
@@ -149,6 +194,8 @@ class PostgresExactSearcher:
             plan = self._estimated_plan(needle, fetch, walked=True) if self.plan is None else "date-walk"
         if plan == "candidates":
             return self._candidates(needle, folded, where, params, fetch)
+        if plan == "word-joins" and (joins := needle_word_joins(needle)):
+            return self._word_joins(joins, folded, where, params, fetch)
         return self._date_walk(folded, where, params, fetch)
 
     def _estimated_plan(self, needle: str, fetch: int, *, walked: bool = False) -> Plan:
@@ -177,8 +224,16 @@ class PostgresExactSearcher:
         walk_rows = fetch / frequency
         if rarest is not None:
             frequency = sample.frequency_of_trigram(rarest)
-        candidate_rows = sample.total_rows * frequency
-        return "candidates" if candidate_rows <= max(walk_rows, CANDIDATE_MIN_ROWS) else "date-walk"
+        affordable = max(walk_rows, CANDIDATE_MIN_ROWS)
+        if sample.total_rows * frequency <= affordable:
+            return "candidates"
+        # Every trigram common: a join between two of its words may still be rare (a phrase of common words).
+        # A join's occurrences as a substring of the sample bound its rows (a short whole word's join also
+        # ends longer words there): enough for the estimate.
+        joins = needle_word_joins(needle)
+        if joins and sample.total_rows * sample.frequency_of_join(sample.rarest_joins(joins, 1)[0]) <= affordable:
+            return "word-joins"
+        return "date-walk"
 
     def _recheck(self, folded: str) -> str:
         """The needle's test on each match column, hidden from the trigram index, for statements that read
@@ -213,6 +268,37 @@ class PostgresExactSearcher:
         )
         return _alone(self.conn)(sql, (*self.corpus.patterns(folded), *params, fetch)).fetchall()
 
+    def _word_joins(self, joins: list[str], folded: str, where: str, params: list[object], fetch: int) -> list[tuple]:
+        """The rows holding the needle's rarest joins between words (``p0011_word_joins``), checked and sorted
+        as :meth:`_candidates` does."""
+        self.last_plan = "word-joins"
+        sample = NeedleSample.for_connection(self.conn, self.corpus)
+        rarest = sample.rarest_joins(joins, PROBE_JOINS)
+        tests = [
+            f"(obsmem_word_joins({column}) @> ?::text[] AND strpos(lower({column}), ?) > 0)"
+            for column in self.corpus.match_columns
+        ]
+        values: list[object] = [value for _ in self.corpus.match_columns for value in (rarest, folded)]
+        boundary = self._join_window(sample, rarest[0], folded, fetch)
+        if boundary is not None:
+            # Every row left out is older than the boundary, so ``fetch`` matches inside are the newest.
+            found = self._checked(tests, values, f" AND {self.corpus.date} >= ?{where}", [boundary, *params], fetch)
+            if len(found) >= fetch:
+                return found
+        return self._checked(tests, values, where, params, fetch)
+
+    def _join_window(self, sample: NeedleSample, rarest: str, folded: str, fetch: int) -> str | None:
+        """The date the newest rows worth probing first reach back to, or None to probe them all."""
+        if self.join_window_rows is not None:
+            rows = self.join_window_rows
+        else:
+            if sample.total_rows * sample.frequency_of_join(rarest) <= JOIN_WINDOW_MIN_CANDIDATES:
+                return None
+            rows = math.ceil(JOIN_WINDOW_MARGIN * fetch / sample.frequency_of_needle(folded))
+            if rows * 2 >= sample.total_rows:
+                return None  # most of the table: its date index would cost more than the candidates
+        return sample.window_boundary(rows, self.corpus)
+
     def _candidates(self, needle: str, folded: str, where: str, params: list[object], fetch: int) -> list[tuple]:
         """The rows an index holds for the needle, checked and sorted: the rows holding its rarest trigrams
         (SQLite's probe), or its short substrings."""
@@ -238,6 +324,19 @@ class PostgresExactSearcher:
             ]
             grams = short_grams(needle)
             values = [value for _ in self.corpus.match_columns for value in (grams, folded)]
+        return self._checked(tests, values, where, params, fetch, prepare=bool(trigrams))
+
+    def _checked(
+        self,
+        tests: list[str],
+        values: list[object],
+        where: str,
+        params: list[object],
+        fetch: int,
+        *,
+        prepare: bool = False,
+    ) -> list[tuple]:
+        """The rows passing any of ``tests`` (an index's probe and the needle's check each), newest first."""
         # MATERIALIZED: the planner cannot turn the candidates into a walk of the date index. The rows are
         # taken whole, so the sort needs no second read of each.
         sql = (
@@ -245,7 +344,7 @@ class PostgresExactSearcher:
             f" SELECT {self.corpus.columns} FROM m ORDER BY {self.corpus.date} DESC, m.id DESC LIMIT ?"
         )
         values = [*values, *params, fetch]
-        if trigrams and hasattr(self.conn, "execute_alone"):
+        if prepare and hasattr(self.conn, "execute_alone"):
             # Planning the trigram probes with their patterns written in (pg_trgm estimating each one) cost
             # 0.4-0.6 ms a search at 1M memories; prepared, the plan is the server's to keep. Written as
             # scalar subqueries instead (the planner prices them without the column's statistics), they still
@@ -268,6 +367,10 @@ TRIGRAM_ROWS_KEPT = 32
 # Samples kept (each at most SAMPLE_ROWS texts of SAMPLE_TEXT_CHARS): the most recently searched projects'
 # and corpora's.
 SAMPLE_CACHE_ENTRIES = 32
+# Joins between words whose frequency a sample keeps at most (then it forgets them all and counts anew).
+JOINS_COUNTED = 4096
+# Sample rows out of date order (by id) past which the sample's span of dates is not extrapolated.
+WINDOW_OUT_OF_ORDER = 0.05
 
 
 class NeedleSample:
@@ -278,8 +381,9 @@ class NeedleSample:
     _cache: OrderedDict[tuple[bytes, bytes, bytes, str, str], NeedleSample] = OrderedDict()
     _lock = threading.Lock()
 
-    def __init__(self, texts: list[str], total_rows: int) -> None:
+    def __init__(self, texts: list[str], total_rows: int, dates: list[str] | None = None) -> None:
         self.total_rows = max(total_rows, 1)
+        self.dates = dates or []  # the texts' dates, newest row (highest id) first, for window boundaries
         self.size = max(len(texts), 1)
         self.built_at = time.monotonic()
         self.checked_at = self.built_at
@@ -290,6 +394,7 @@ class NeedleSample:
         self._trigram_rows: Counter[str] | None = None  # built on the first trigram asked for
         self._rows_of_trigram: dict[str, list[int]] = {}
         self._short_counts: Counter[str] | None = None  # built on the first short needle asked for
+        self._join_frequencies: dict[str, float] = {}
 
     @classmethod
     def for_connection(cls, conn: Any, corpus: Corpus) -> NeedleSample:
@@ -313,16 +418,12 @@ class NeedleSample:
             cached.checked_at = now
             return cached
         texts = ", ".join(column.removeprefix("m.") for column in corpus.match_columns)
-        sample = cls(
-            [
-                row[0]
-                for row in _alone(conn)(
-                    f"SELECT left(concat_ws(chr(10), {texts}), ?) FROM {corpus.table} ORDER BY id DESC LIMIT ?",
-                    (SAMPLE_TEXT_CHARS, SAMPLE_ROWS),
-                )
-            ],
-            total,
-        )
+        rows = _alone(conn)(
+            f"SELECT left(concat_ws(chr(10), {texts}), ?), {corpus.date.removeprefix('m.')} FROM {corpus.table}"
+            " ORDER BY id DESC LIMIT ?",
+            (SAMPLE_TEXT_CHARS, SAMPLE_ROWS),
+        ).fetchall()
+        sample = cls([row[0] for row in rows], total, [row[1] for row in rows])
         with cls._lock:
             cls._cache[key] = sample
             cls._cache.move_to_end(key)
@@ -362,6 +463,40 @@ class NeedleSample:
 
     def rarest(self, trigrams: list[str], count: int) -> list[str]:
         return sorted(trigrams, key=self.frequency_of_trigram)[:count]
+
+    def window_boundary(self, rows: int, corpus: Corpus) -> str | None:
+        """A date about ``rows`` rows back from the newest (None: no estimate worth trying). Within the sample
+        it is the date of its ``rows``-th newest row; further back it is extrapolated from the sample's span
+        of dates, only when the sample's rows were written in date order (else its span says nothing of the
+        table's). Any date is a correct boundary (a search on ``date >= boundary`` that finds enough rows
+        found the newest); a wrong estimate costs time only."""
+        newest_first = sorted(self.dates, reverse=True)
+        if not newest_first:
+            return None
+        if rows <= len(newest_first):
+            return newest_first[rows - 1]
+        out_of_order = sum(later < earlier for later, earlier in zip(self.dates, self.dates[1:], strict=False))
+        if out_of_order > len(self.dates) * WINDOW_OUT_OF_ORDER:
+            return None
+        try:
+            newest, oldest = (datetime.fromisoformat(newest_first[i]) for i in (0, -1))
+        except ValueError:
+            return None
+        boundary = newest - (newest - oldest) * (rows / len(newest_first))
+        return corpus.lower_bound(boundary.strftime("%Y-%m-%d %H:%M:%S"))
+
+    def frequency_of_join(self, join: str) -> float:
+        """A join's occurrences as a substring per row, counted once per sample (a count scans the sample:
+        about 0.1 ms at 1M memories, and the estimate and the probe both ask)."""
+        frequency = self._join_frequencies.get(join)
+        if frequency is None:
+            if len(self._join_frequencies) >= JOINS_COUNTED:
+                self._join_frequencies.clear()
+            frequency = self._join_frequencies[join] = self.frequency_of_needle(join)
+        return frequency
+
+    def rarest_joins(self, joins: list[str], count: int) -> list[str]:
+        return sorted(joins, key=self.frequency_of_join)[:count]
 
     def frequency_of_needle(self, needle: str) -> float:
         """Occurrences per row (not rows: close enough for a cost estimate); never zero, an unseen needle

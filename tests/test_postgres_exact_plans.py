@@ -1,7 +1,8 @@
 """The PostgreSQL exact searcher picks its plan from the needle: a rare identifier goes straight to the trigram
 index (no walk first), a rare one- or two-character needle (or one without a run of three letters or digits)
-to the index of short substrings instead of a scan of the table, a common needle is walked, and a phrase
-of common words (every trigram common, the phrase not) goes down the date index. The answers
+to the index of short substrings instead of a scan of the table, a common needle is walked, a phrase of
+common words (every trigram common, the phrase not) is looked up by the joins between its words, and a
+needle whose trigrams and joins are all common, itself not, goes down the date index. The answers
 of every plan are the literal-substring reference's (tests/test_postgres_exact_property.py checks that on
 random corpora); here each choice is checked on a table large enough for it to matter."""
 
@@ -13,7 +14,7 @@ import pytest
 
 from obsmem.dates import parse_window
 from obsmem.retrieval.corpus import EVENTS
-from obsmem.retrieval.exact_postgres import NeedleSample, PostgresExactSearcher, short_grams
+from obsmem.retrieval.exact_postgres import NeedleSample, PostgresExactSearcher, needle_word_joins, short_grams
 from obsmem.storage import PostgresStore
 from obsmem.storage.postgres import PostgresProjectDatabase
 
@@ -102,8 +103,29 @@ def test_a_common_needle_is_walked(database: PostgresProjectDatabase) -> None:
     assert found == [BASE.format(n) + suffix for n, suffix in newest]
 
 
-def test_a_phrase_of_common_words_goes_down_the_date_index(database: PostgresProjectDatabase) -> None:
+def test_a_phrase_of_common_words_is_looked_up_by_the_join_between_its_words(
+    database: PostgresProjectDatabase,
+) -> None:
+    """Every trigram of ``login session`` is in every row, the phrase in one row of 200: the join ``gin ses``
+    between its words is as rare as the phrase, and the index of joins yields just those rows."""
     found, plan = _search(database, "LOGIN session")
+    assert plan == "word-joins"
+    holding = [n for n in range(ROWS, 0, -200) if n not in PLANTED]
+    assert found == [BASE.format(n) + " (login session)" for n in holding[:20]]
+    explained = _plan_text(
+        database,
+        "WITH m AS MATERIALIZED (SELECT * FROM memories AS m"
+        " WHERE obsmem_word_joins(m.content) @> ?::text[] AND strpos(lower(m.content), ?) > 0)"
+        " SELECT m.id FROM m ORDER BY m.date DESC, m.id DESC LIMIT 21",
+        (needle_word_joins("LOGIN session"), "login session"),
+    )
+    assert "memory_word_joins" in explained and "Seq Scan" not in explained, explained
+
+
+def test_a_rare_phrase_whose_joins_are_common_goes_down_the_date_index(database: PostgresProjectDatabase) -> None:
+    """``n for the session (`` is in one row of 200, but its joins (``for the``, ``the ses``) are in every
+    row and its trigrams too: only the walk down the date index reads fewer rows."""
+    found, plan = _search(database, "n for the session (")
     assert plan == "date-walk"
     holding = [n for n in range(ROWS, 0, -200) if n not in PLANTED]
     assert found == [BASE.format(n) + " (login session)" for n in holding[:20]]

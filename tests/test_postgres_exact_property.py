@@ -1,6 +1,7 @@
 """Exact search on PostgreSQL answers exactly what the literal-substring reference answers, whichever plan
 answers: the searcher's bounded walk, its index candidates (the rarest trigrams, or the short substrings of
-one- and two-character needles) or its walk down the date index, and within those whichever plan PostgreSQL
+one- and two-character needles), the rows holding the needle's joins between words, or its walk down the
+date index, and within those whichever plan PostgreSQL
 picks (each of its index and scan plans forced in turn)."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def _plans(data: st.DataObject) -> list[tuple[tuple[str, ...], int, Plan | None]
         [(disabled, 0, "date-walk") for disabled in PLANS]
         + [(disabled, walk_rows, "walk") for disabled in PLANS[:3]]
         + [(disabled, 0, "candidates") for disabled in PLANS]
+        + [(disabled, 0, "word-joins") for disabled in PLANS]
         + [((), walk_rows, None)]
     )
 

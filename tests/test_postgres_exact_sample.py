@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from obsmem.retrieval.corpus import EVENTS, MEMORIES
 from obsmem.retrieval.exact_postgres import TRIGRAM_ROWS_KEPT, NeedleSample, needle_trigrams
 
 LETTERS = "abAB _%-é"
@@ -56,3 +57,22 @@ def test_a_trigram_in_more_rows_than_are_kept_leaves_the_count_to_the_whole_samp
     assert common.occurrences_in_rows_of("abc", "abcd") is None
     rare = NeedleSample(["abcd abcd", "xyz", "ABCD"], total_rows=100)
     assert rare.occurrences_in_rows_of("bcd", "abcd") == 3
+
+
+def test_a_window_boundary_within_the_sample_is_the_date_of_that_row() -> None:
+    dates = ["2026-01-03 10:00:00", "2026-01-05 10:00:00", "2026-01-04 10:00:00", "2026-01-01 10:00:00"]
+    sample = NeedleSample(["x"] * 4, total_rows=1000, dates=dates)
+    assert sample.window_boundary(1, MEMORIES) == "2026-01-05 10:00:00"
+    assert sample.window_boundary(3, MEMORIES) == "2026-01-03 10:00:00"
+
+
+def test_a_window_boundary_beyond_the_sample_is_extrapolated_from_its_span_when_it_is_in_date_order() -> None:
+    # 100 rows a minute apart (10:00 to 11:39), newest first: 400 rows reach back four times their 99 minutes.
+    dates = [f"2026-01-01 {(99 - i) // 60 + 10:02d}:{(99 - i) % 60:02d}:00" for i in range(100)]
+    sample = NeedleSample(["x"] * 100, total_rows=10_000, dates=dates)
+    assert sample.window_boundary(400, MEMORIES) == "2026-01-01 05:03:00"
+    assert sample.window_boundary(400, EVENTS) == "2026-01-01T05:03:00"
+    shuffled = NeedleSample(["x"] * 100, total_rows=10_000, dates=sorted(dates, key=lambda d: d[-5:-3]))
+    assert shuffled.window_boundary(400, MEMORIES) is None  # written out of date order: no extrapolation
+    odd = NeedleSample(["x"] * 2, total_rows=100, dates=["tomorrow", "today"])
+    assert odd.window_boundary(5, MEMORIES) is None and odd.window_boundary(1, MEMORIES) == "tomorrow"

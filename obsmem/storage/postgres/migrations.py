@@ -23,6 +23,7 @@ from obsmem.storage.postgres.schema import (
     p0006_notes_imports,
     p0007_short_needles,
     p0010_event_markers,
+    p0011_word_joins,
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -35,6 +36,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, p0006_notes_imports.NAME, p0006_notes_imports.SQL),
     Migration(7, p0007_short_needles.NAME, p0007_short_needles.SQL),
     Migration(10, p0010_event_markers.NAME, p0010_event_markers.SQL),
+    Migration(11, p0011_word_joins.NAME, p0011_word_joins.SQL),
 )
 
 _LEDGER = """
