@@ -58,7 +58,7 @@ from obsmem.dates import DateWindow
 from obsmem.retrieval.corpus import MEMORIES, Corpus
 from obsmem.retrieval.exact import date_session_filters
 from obsmem.retrieval.results import Hit
-from obsmem.storage.postgres.schema.p0011_word_joins import JOIN_MAX_GAP
+from obsmem.storage import WORD_JOIN_MAX_GAP
 
 # Rows the walk reads before another plan is asked (about what SQLite's walk budget reads).
 WALK_ROWS = 2000
@@ -94,7 +94,7 @@ def needle_trigrams(needle: str) -> list[str]:
 
 def needle_word_joins(needle: str) -> list[str]:
     """The joins of ``obsmem_word_joins`` every row holding ``needle`` holds: for each gap between two of the
-    needle's words (a run of other characters, at most ``JOIN_MAX_GAP`` long, inside the needle so that it is
+    needle's words (a run of other characters, at most ``WORD_JOIN_MAX_GAP`` long, inside the needle so that it is
     the whole gap in the row too), the first word's last three characters, the gap and the second word's
     first three. A word at an end of the needle may be the end of a longer word in the row (or its start):
     only its three characters next to the gap are known, so a shorter one gives no join; a word between two
@@ -103,7 +103,7 @@ def needle_word_joins(needle: str) -> list[str]:
     joins = set()
     for at in range(1, len(runs) - 1):
         gap, before, after = runs[at], runs[at - 1], runs[at + 1]
-        if _RUNS.match(gap).lastgroup == "word" or len(gap) > JOIN_MAX_GAP:  # type: ignore[union-attr]
+        if _RUNS.match(gap).lastgroup == "word" or len(gap) > WORD_JOIN_MAX_GAP:  # type: ignore[union-attr]
             continue  # a word, or a gap too long to be indexed
         if (at == 1 and len(before) < 3) or (at + 1 == len(runs) - 1 and len(after) < 3):
             continue  # an end word too short to know the row's characters beside the gap

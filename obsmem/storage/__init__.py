@@ -3,7 +3,8 @@
 The names below are what the rest of the code may import: :class:`ProjectDatabase` (one writer and one
 reader per thread over a project's SQLite file), the start-up capability check, the migration runner, and
 the mapping of SQLite and OS faults to the ``storage_*`` errors of :mod:`obsmem.errors`; and the
-PostgreSQL backend (:class:`PostgresStore`, :class:`PostgresProjectDatabase`), loaded only when one of its
+PostgreSQL backend (:class:`PostgresStore`, :class:`PostgresProjectDatabase`, and the longest gap between
+words its index of word joins keys, which the exact searcher must agree with), loaded only when one of its
 names is used. The modules inside are internal and may move.
 """
 
@@ -22,6 +23,7 @@ from obsmem.storage.migrations import migrate
 
 if TYPE_CHECKING:
     from obsmem.storage.postgres import (
+        WORD_JOIN_MAX_GAP,
         EventSignal,
         PostgresConnection,
         PostgresProjectDatabase,
@@ -36,6 +38,7 @@ _POSTGRES_NAMES = (
     "PostgresProjectDatabase",
     "PostgresStore",
     "scratch_database",
+    "WORD_JOIN_MAX_GAP",
 )
 
 
@@ -61,4 +64,5 @@ __all__ = [
     "sql_dialect",
     "storage_fault",
     "storage_faults",
+    "WORD_JOIN_MAX_GAP",
 ]
