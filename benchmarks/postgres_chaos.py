@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.cluster import Cluster, run_chaos  # noqa: E402
-from support.postgres import PostgresTestServer  # noqa: E402
+from support.postgres import given_or_throwaway  # noqa: E402
 from support.scripted_chat import (  # noqa: E402
     DropperScript,
     ObserverScript,
@@ -51,32 +51,22 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the settings and the processes' logs here")
     args = parser.parse_args()
 
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        server = PostgresTestServer()
-        server.start()
-        dsn = server.fresh_database()
     root = args.keep or Path(tempfile.mkdtemp(prefix="obsmem-chaos-"))
     script = PipelineScript(ObserverScript(delay=0.05), ReflectorScript(), DropperScript())
-    try:
-        with ScriptedChatServer(script) as chat:
-            cluster = Cluster(root, dsn, chat.base_url)
-            try:
-                figures = run_chaos(
-                    cluster,
-                    rounds=args.rounds,
-                    round_seconds=args.round_seconds,
-                    clients=args.clients,
-                    seed=args.seed,
-                    pause_every=args.pause_every,
-                )
-            except AssertionError as failed:
-                print(json.dumps({"passed": False, "failed_check": str(failed)[:2000]}, indent=2))
-                return 1
-    finally:
-        if server is not None:
-            server.stop()
+    with given_or_throwaway(args.dsn) as dsn, ScriptedChatServer(script) as chat:
+        cluster = Cluster(root, dsn, chat.base_url)
+        try:
+            figures = run_chaos(
+                cluster,
+                rounds=args.rounds,
+                round_seconds=args.round_seconds,
+                clients=args.clients,
+                seed=args.seed,
+                pause_every=args.pause_every,
+            )
+        except AssertionError as failed:
+            print(json.dumps({"passed": False, "failed_check": str(failed)[:2000]}, indent=2))
+            return 1
     print(json.dumps({"passed": True, **figures}, indent=2, sort_keys=True))
     return 0
 

@@ -203,27 +203,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--dsn", default=None, help="a PostgreSQL database to use (default: start a throwaway one)")
     args = parser.parse_args()
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from support.postgres import PostgresTestServer
+    from support.postgres import given_or_throwaway
 
-        server = PostgresTestServer()
-        server.start()
-        dsn = server.fresh_database()
-    store = PostgresStore(dsn, pool_size=2)
-    try:
-        registry = ProjectRegistry(args.out)
-        report = {
-            "benchmark": "postgres_exact",
-            "load_average_1m_before": round(os.getloadavg()[0], 1),
-            "limit": LIMIT,
-            "sizes": [run_size(registry, store, n, args.repeat) for n in args.sizes],
-        }
-    finally:
-        store.close()
-        if server is not None:
-            server.stop()
+    with given_or_throwaway(args.dsn) as dsn:
+        store = PostgresStore(dsn, pool_size=2)
+        try:
+            registry = ProjectRegistry(args.out)
+            report = {
+                "benchmark": "postgres_exact",
+                "load_average_1m_before": round(os.getloadavg()[0], 1),
+                "limit": LIMIT,
+                "sizes": [run_size(registry, store, n, args.repeat) for n in args.sizes],
+            }
+        finally:
+            store.close()
     print(json.dumps(report, indent=2))
 
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from corpus import rows  # noqa: E402
 
 from obsmem.storage import PostgresStore  # noqa: E402
+from support.postgres import given_or_throwaway  # noqa: E402
 
 
 def insert_seconds(store: PostgresStore, name: str, texts: list[tuple[str, str]], without: str | None) -> float:
@@ -54,28 +55,20 @@ def main() -> None:
     parser.add_argument("--without", default="memory_word_joins", help="the index left out of the comparison")
     parser.add_argument("--dsn", default=None, help="a PostgreSQL database to use (default: start a throwaway one)")
     args = parser.parse_args()
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from support.postgres import PostgresTestServer
-
-        server = PostgresTestServer()
-        server.start()
-        dsn = server.fresh_database()
     texts = [(date, content) for _, date, content in rows(args.rows)]
-    store = PostgresStore(dsn, pool_size=2)
     seconds: dict[str, list[float]] = {"every_index": [], "without": []}
-    try:
-        stamp = time.strftime("%H%M%S")
-        for round_ in range(args.rounds):
-            order = ["every_index", "without"] if round_ % 2 == 0 else ["without", "every_index"]
-            for side in order:
-                name = f"index-writes-{stamp}-{round_}-{side}"
-                seconds[side].append(insert_seconds(store, name, texts, args.without if side == "without" else None))
-    finally:
-        store.close()
-        if server is not None:
-            server.stop()
+    with given_or_throwaway(args.dsn) as dsn:
+        store = PostgresStore(dsn, pool_size=2)
+        try:
+            stamp = time.strftime("%H%M%S")
+            for round_ in range(args.rounds):
+                order = ["every_index", "without"] if round_ % 2 == 0 else ["without", "every_index"]
+                for side in order:
+                    name = f"index-writes-{stamp}-{round_}-{side}"
+                    without = args.without if side == "without" else None
+                    seconds[side].append(insert_seconds(store, name, texts, without))
+        finally:
+            store.close()
     medians = {side: statistics.median(values) for side, values in seconds.items()}
     report = {
         "benchmark": "postgres_index_writes",

@@ -98,23 +98,17 @@ def main() -> None:
         directory.mkdir(parents=True)
     if not source_dir.exists():
         shutil.copytree(args.source_dir, source_dir)
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from support.postgres import PostgresTestServer
+    from support.postgres import given_or_throwaway
 
-        server = PostgresTestServer()
-        server.start()
-        dsn = server.fresh_database()
-    try:
-        with _service(source_dir, None) as sqlite, _service(work, dsn) as postgres:
-            to_postgres = _direction(sqlite, postgres, args.project, scratch)
-            with _service(back_dir, None) as sqlite_back:
-                to_sqlite = _direction(postgres, sqlite_back, args.project, scratch)
-            counts = sqlite.status(args.project)
-    finally:
-        if server is not None:
-            server.stop()
+    with (
+        given_or_throwaway(args.dsn) as dsn,
+        _service(source_dir, None) as sqlite,
+        _service(work, dsn) as postgres,
+    ):
+        to_postgres = _direction(sqlite, postgres, args.project, scratch)
+        with _service(back_dir, None) as sqlite_back:
+            to_sqlite = _direction(postgres, sqlite_back, args.project, scratch)
+        counts = sqlite.status(args.project)
     print(
         json.dumps(
             {

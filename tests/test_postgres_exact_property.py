@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from obsmem.dates import parse_window
 from obsmem.retrieval.corpus import EVENTS
 from obsmem.retrieval.exact_postgres import Plan, PostgresExactSearcher
-from obsmem.storage import PostgresStore
 from obsmem.storage.postgres import PostgresProjectDatabase
+from support.postgres import fresh_project
 
 ALPHABET = "abcXYZ _%\\\"'*:-()éÉßİ0129"
 # Planner settings that force each plan (the others off); the first is PostgreSQL's own choice.
@@ -63,13 +63,8 @@ def _session(row: int) -> str:
 
 @pytest.fixture(scope="module")
 def database(postgres_server) -> Iterator[PostgresProjectDatabase]:  # type: ignore[no-untyped-def]
-    dsn = postgres_server.fresh_database()
-    store = PostgresStore(dsn, pool_size=2)
-    try:
-        yield store.get("p", create=True)
-    finally:
-        store.close()
-        postgres_server.drop_database(dsn)
+    with fresh_project(postgres_server) as db:
+        yield db
 
 
 def _load(db: PostgresProjectDatabase, contents: list[tuple[str, str]]) -> None:

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from obsmem.dates import parse_window
 from obsmem.retrieval.exact_postgres import PostgresExactSearcher, needle_word_joins
-from obsmem.storage import PostgresStore
 from obsmem.storage.postgres import PostgresProjectDatabase
+from support.postgres import fresh_project
 
 WORD_CHARACTERS = "abcXYZ019éß"
 GAP_CHARACTERS = " -,:\"'\n_%é()"
@@ -24,13 +24,8 @@ texts = st.lists(st.tuples(words, gaps), min_size=1, max_size=8).map(lambda part
 
 @pytest.fixture(scope="module")
 def database(postgres_server) -> Iterator[PostgresProjectDatabase]:  # type: ignore[no-untyped-def]
-    dsn = postgres_server.fresh_database()
-    store = PostgresStore(dsn, pool_size=2)
-    try:
-        yield store.get("p", create=True)
-    finally:
-        store.close()
-        postgres_server.drop_database(dsn)
+    with fresh_project(postgres_server) as db:
+        yield db
 
 
 def _listed(db: PostgresProjectDatabase, text: str) -> list[str]:

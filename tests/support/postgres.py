@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,6 +171,35 @@ class PostgresTestServer:
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=SHUTDOWN_SECONDS)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fresh_project(server: PostgresTestServer, name: str = "p") -> Iterator[Any]:
+    """A new project (``PostgresProjectDatabase``) in a fresh database of ``server``, dropped on leaving."""
+    from obsmem.storage import PostgresStore
+
+    dsn = server.fresh_database()
+    store = PostgresStore(dsn, pool_size=2)
+    try:
+        yield store.get(name, create=True)
+    finally:
+        store.close()
+        server.drop_database(dsn)
+
+
+@contextlib.contextmanager
+def given_or_throwaway(dsn: str | None) -> Iterator[str]:
+    """``dsn`` itself, or a fresh database on a throwaway server started here and stopped on leaving: what a
+    benchmark's ``--dsn`` option means when it is left out."""
+    if dsn is not None:
+        yield dsn
+        return
+    server = PostgresTestServer()
+    try:
+        server.start()
+        yield server.fresh_database()
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
