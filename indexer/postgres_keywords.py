@@ -99,6 +99,9 @@ _COUNT_TERMS = (
     " GROUP BY token ON CONFLICT (token) DO UPDATE SET documents = semantic_terms.documents + excluded.documents"
 )
 _ADD_TOTALS = "UPDATE semantic_keyword_totals SET documents = documents + ?, tokens = tokens + ?"
+_TERMS_FROM_POSTINGS = (
+    "INSERT INTO semantic_terms(token, documents) SELECT token, count(*) FROM semantic_postings GROUP BY token"
+)
 # The postings' indexes as p0004_semantic creates them (same names: a later migration may refer to them).
 _DROP_POSTINGS_INDEXES = (
     "ALTER TABLE semantic_postings DROP CONSTRAINT semantic_postings_pkey",
@@ -129,12 +132,15 @@ class _Rows:
     contexts: list[tuple[int, int | None, int | None, bytes]] = field(default_factory=list)
     documents: int = 0
     tokens_total: int = 0
+    # False in a rebuild, which counts every term once at the end (see PostgresKeywordDocuments.create).
+    count_terms: bool = True
 
     def flush(self, conn: Any) -> None:
         for start in range(0, len(self.tokens), FLUSH_ROWS):
             part = slice(start, start + FLUSH_ROWS)
             conn.execute(_INSERT_POSTINGS, (self.tokens[part], self.labels[part], self.freqs[part], self.lengths[part]))
-            conn.execute(_COUNT_TERMS, (self.tokens[part],))
+            if self.count_terms:
+                conn.execute(_COUNT_TERMS, (self.tokens[part],))
         if self.documents or self.tokens_total:
             conn.execute(_ADD_TOTALS, (self.documents, self.tokens_total))
         contexts = list({row[0]: row for row in self.contexts}.values())  # one row per memory per statement
@@ -188,12 +194,16 @@ class PostgresKeywordDocuments(KeywordDocuments):
         ):
             self._known.setdefault(int(row), []).append((int(label), text))
         try:
-            with self._buffered(conn):
+            with self._buffered(conn, count_terms=False):
                 self._fill(conn)
         finally:
             self._known = None
         for statement in _CREATE_POSTINGS_INDEXES:
             conn.execute(statement)
+        # The term counts once, from the postings: counted as each part was written, every part updated
+        # most terms' rows again, and in one transaction none of those row versions can be vacuumed, so each
+        # part's upsert walked longer chains (a million chunks' rebuild slowed to a crawl).
+        conn.execute(_TERMS_FROM_POSTINGS)
         update_state(conn, fts_tokenizer=self.signature)
 
     def _chunks(self, conn: Any, row: int) -> list[tuple[int, str]]:
@@ -206,11 +216,11 @@ class PostgresKeywordDocuments(KeywordDocuments):
             return super().sync(conn, processed, chunks)
 
     @contextlib.contextmanager
-    def _buffered(self, conn: Any) -> Iterator[None]:
+    def _buffered(self, conn: Any, *, count_terms: bool = True) -> Iterator[None]:
         """Collect the rows :meth:`_write` makes and write them in a few statements at the end: a statement
         per memory costs a round trip to the server each, most of a rebuild's time. Safe because a pass
         writes each memory once and reads back only the context of memories it has not written."""
-        self._rows = _Rows()
+        self._rows = _Rows(count_terms=count_terms)
         try:
             yield
             self._rows.flush(conn)
@@ -244,7 +254,7 @@ class PostgresKeywordDocuments(KeywordDocuments):
             rows.flush(conn)
         elif len(rows.tokens) >= BUFFER_ROWS:  # written early: later writes of the pass touch other memories
             rows.flush(conn)
-            self._rows = _Rows()
+            self._rows = _Rows(count_terms=rows.count_terms)
 
     def remove(self, conn: Any, row: int, labels: Iterable[int]) -> None:
         conn.execute(_REMOVE_POSTINGS, (list(labels),))
