@@ -204,6 +204,9 @@ class PostgresKeywordDocuments(KeywordDocuments):
         # most terms' rows again, and in one transaction none of those row versions can be vacuumed, so each
         # part's upsert walked longer chains (a million chunks' rebuild slowed to a crawl).
         conn.execute(_TERMS_FROM_POSTINGS)
+        # Statistics of the new rows now, not when autovacuum gets to them: the keyword list's plans depend on
+        # them (ANALYZE samples a few thousand rows, and unlike VACUUM runs inside the transaction).
+        conn.execute("ANALYZE semantic_postings, semantic_terms")
         update_state(conn, fts_tokenizer=self.signature)
 
     def _chunks(self, conn: Any, row: int) -> list[tuple[int, str]]:
