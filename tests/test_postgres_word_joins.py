@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obsmem.dates import parse_window
+from obsmem.retrieval.corpus import EVENTS, MEMORIES
 from obsmem.retrieval.exact_postgres import PostgresExactSearcher, needle_word_joins
 from obsmem.storage.postgres import PostgresProjectDatabase
 from support.postgres import fresh_project
@@ -104,3 +105,61 @@ def test_a_search_through_the_joins_matches_the_reference(
                 assert [int(hit.memory_id, 16) for hit in hits] == expected[:limit], (window_rows, limit)
                 assert truncated == (len(expected) > limit)
             assert searcher.last_plan == ("word-joins" if needle_word_joins(needle) else "date-walk")
+
+
+WINDOWS = (parse_window(), parse_window("2026-01-02", None), parse_window(None, "2026-01-02 10:30"))
+STAMPS = ("2026-01-01T00:00:00.000Z", "2026-01-02T10:30:00.000Z", "2026-01-03T23:59:00.000Z")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.tuples(texts, st.none() | texts, st.sampled_from(STAMPS), st.sampled_from(["s1", "s2"])),
+        min_size=1,
+        max_size=30,
+    ),
+    data=st.data(),
+)
+def test_the_window_on_the_newest_rows_agrees_with_the_date_walk_under_every_filter(
+    database: PostgresProjectDatabase,
+    rows: list[tuple[str, str | None, str, str]],
+    data,  # type: ignore[no-untyped-def]
+) -> None:
+    """Memories and events (content and tool arguments each), with date and session filters: the word-joins
+    plan with its window of the newest rows (estimated, or a few rows, so that it often finds too few and
+    hands over) answers what the walk down the date index answers (itself checked against the
+    literal-substring reference in tests/test_postgres_exact_property.py)."""
+    source = data.draw(st.sampled_from(rows))
+    text = data.draw(st.sampled_from([source[0], source[1] or source[0]]))
+    start = data.draw(st.integers(0, len(text) - 1))
+    needle = text[start : start + data.draw(st.integers(3, 20))]
+    with database.write() as conn:
+        conn.execute("TRUNCATE memories, events, sessions CASCADE")
+        conn.execute("INSERT INTO sessions VALUES ('s1', 'x', 'x', 0, 0), ('s2', 'x', 'x', 0, 0)")
+        conn.executemany(
+            "INSERT INTO events(id, session_id, seq, role, type, content, tool_args, created_at, fingerprint)"
+            " VALUES (?, ?, ?, 'user', 'message', ?, ?, ?, 'x')",
+            [(row, session, row, content, args, stamp) for row, (content, args, stamp, session) in enumerate(rows, 1)],
+        )
+        conn.executemany(
+            "INSERT INTO memories(id, memory_id, kind, session_id, content, date, importance, created_at)"
+            " VALUES (?, ?, 'observation', ?, ?, ?, 'low', 'x')",
+            [
+                (row, f"{row:064x}", session, content, stamp[:19].replace("T", " "))
+                for row, (content, _, stamp, session) in enumerate(rows, 1)
+            ],
+        )
+    for corpus in (MEMORIES, EVENTS):
+        for window in WINDOWS:
+            for session in (None, "s1"):
+                with database.read() as conn:
+                    walked = PostgresExactSearcher(conn, corpus=corpus, plan="date-walk").rows(
+                        needle, window, 51, session
+                    )
+                    for window_rows in (None, 1, 3):
+                        searcher = PostgresExactSearcher(
+                            conn, corpus=corpus, plan="word-joins", join_window_rows=window_rows
+                        )
+                        for fetch in (1, 4, 51):
+                            found = searcher.rows(needle, window, fetch, session)
+                            assert found == walked[:fetch], (corpus.table, window, session, window_rows, fetch)

@@ -3,9 +3,9 @@
 The names below are what the rest of the code may import: :class:`ProjectDatabase` (one writer and one
 reader per thread over a project's SQLite file), the start-up capability check, the migration runner, and
 the mapping of SQLite and OS faults to the ``storage_*`` errors of :mod:`obsmem.errors`; and the
-PostgreSQL backend (:class:`PostgresStore`, :class:`PostgresProjectDatabase`, and the longest gap between
-words its index of word joins keys, which the exact searcher must agree with), loaded only when one of its
-names is used. The modules inside are internal and may move.
+PostgreSQL backend (:class:`PostgresStore`, :class:`PostgresProjectDatabase`), loaded only when one of its
+names is used; and how its exact-search indexes key text (``WORD_JOIN_MAX_GAP``), which the searcher must
+agree with. The modules inside are internal and may move.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -20,10 +20,10 @@ from obsmem.storage.connection import (
 )
 from obsmem.storage.faults import storage_fault
 from obsmem.storage.migrations import migrate
+from obsmem.storage.text_keys import WORD_JOIN_MAX_GAP
 
 if TYPE_CHECKING:
     from obsmem.storage.postgres import (
-        WORD_JOIN_MAX_GAP,
         EventSignal,
         PostgresConnection,
         PostgresProjectDatabase,
@@ -38,7 +38,6 @@ _POSTGRES_NAMES = (
     "PostgresProjectDatabase",
     "PostgresStore",
     "scratch_database",
-    "WORD_JOIN_MAX_GAP",
 )
 
 

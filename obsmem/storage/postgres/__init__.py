@@ -17,12 +17,10 @@ Other modules import these names from :mod:`obsmem.storage`, which loads this pa
 from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, project_schema
 from obsmem.storage.postgres.migrations import POSTGRES_MIGRATIONS
 from obsmem.storage.postgres.notify import EventSignal
-from obsmem.storage.postgres.schema.p0011_word_joins import JOIN_MAX_GAP as WORD_JOIN_MAX_GAP
 from obsmem.storage.postgres.scratch import scratch_database
 from obsmem.storage.postgres.store import PostgresStore
 
 __all__ = [
-    "WORD_JOIN_MAX_GAP",
     "EventSignal",
     "POSTGRES_MIGRATIONS",
     "PostgresConnection",

@@ -7,10 +7,11 @@ until enough rows matched: 8,231 rows at 1M memories, where SQLite's window plan
 ASCII letters and digits, ASCII letters folded as ``ILIKE`` under ``"C"`` folds them), the last three
 characters of the first word, the characters between the two, and the first three of the second:
 ``gin ses`` for ``login session``. A needle that holds such a join between two of its words, with the
-words long enough (or whole, between two joins of the needle), holds the same key in every row that
+words long enough (or whole, between two gaps of the needle), holds the same key in every row that
 matches it, so a GIN index on the list finds the rows to check (``retrieval/exact_postgres.py``:
-``needle_word_joins``). Joins across more than :data:`JOIN_MAX_GAP` characters are not listed (a needle's
-longer gap is not looked up): the keys stay short whatever the text.
+``needle_word_joins``). Joins across more than ``WORD_JOIN_MAX_GAP`` characters
+(:mod:`obsmem.storage.text_keys`) are not listed (a needle's longer gap is not looked up): the keys stay
+short whatever the text.
 
 The index only narrows: each row it yields is checked as every other plan checks it. PostgreSQL keeps it in
 the write's own transaction, as the trigram indexes; each adjacent pair of words is one more index entry of
@@ -18,10 +19,9 @@ a write. PL/pgSQL over ``regexp_matches``, in-place array assignment; its declar
 from computing it row by row in a scan instead of reading the index.
 """
 
-NAME = "word_joins"
+from obsmem.storage.text_keys import WORD_JOIN_MAX_GAP
 
-# The longest run of other characters between two words that still makes a join (``": "`` in JSON is 4).
-JOIN_MAX_GAP = 4
+NAME = "word_joins"
 
 SQL = rf"""
 CREATE FUNCTION obsmem_word_joins(t TEXT) RETURNS TEXT[]
@@ -37,7 +37,7 @@ BEGIN
             n := n + 1;
             joins[n] := previous || left(part[1], 3);
         END IF;
-        IF length(part[2]) BETWEEN 1 AND {JOIN_MAX_GAP} THEN
+        IF length(part[2]) BETWEEN 1 AND {WORD_JOIN_MAX_GAP} THEN
             previous := right(part[1], 3) || part[2];
         ELSE
             previous := NULL;
