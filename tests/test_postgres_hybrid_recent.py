@@ -52,3 +52,30 @@ def test_a_bounded_open_keyword_list_is_fts5s(both: tuple[Obsmem, Obsmem]) -> No
         assert pg_full == lite_full
         bounded += lite_full and 0 < len(lite) <= BOUND
     assert bounded >= 10  # the common words of this corpus are past the bound: the newest chunks were scored
+
+
+def test_a_terms_postings_are_read_from_the_key_alone(both: tuple[Obsmem, Obsmem]) -> None:
+    """``p0012_covering_postings``: the key carries each posting's count and chunk length, so once vacuumed
+    (autovacuum's work) a term's postings are an index-only scan, not a heap page per posting."""
+    _, postgres = both
+    index = postgres.indexer.project("p")  # type: ignore[union-attr]
+    with postgres.store._pool.connection() as raw:  # type: ignore[attr-defined]  # autocommit: VACUUM
+        raw.execute(f"SET search_path TO {index.db.schema}, public")
+        raw.execute("VACUUM semantic_postings")
+        (common,) = raw.execute(
+            "SELECT token FROM semantic_postings GROUP BY token ORDER BY count(*) DESC, token LIMIT 1"
+        ).fetchone()
+        raw.execute("SET enable_seqscan = off")
+        raw.execute("SET enable_bitmapscan = off")
+        plan = "\n".join(
+            row[0]
+            for row in raw.execute(
+                "EXPLAIN (ANALYZE, COSTS OFF) SELECT s.label, s.freq, s.length FROM semantic_postings AS s"
+                " WHERE s.token = %s AND s.label >= 0",
+                (common,),
+            )
+        )
+        raw.execute("RESET enable_seqscan")
+        raw.execute("RESET enable_bitmapscan")
+    assert "Index Only Scan using semantic_postings_pkey" in plan and "Heap Fetches: 0" in plan, plan
+    assert "rows=0.00" not in plan, plan  # postings were read (the word is in most chunks)

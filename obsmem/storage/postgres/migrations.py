@@ -24,6 +24,7 @@ from obsmem.storage.postgres.schema import (
     p0007_short_needles,
     p0010_event_markers,
     p0011_word_joins,
+    p0012_covering_postings,
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -37,6 +38,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, p0007_short_needles.NAME, p0007_short_needles.SQL),
     Migration(10, p0010_event_markers.NAME, p0010_event_markers.SQL),
     Migration(11, p0011_word_joins.NAME, p0011_word_joins.SQL),
+    Migration(12, p0012_covering_postings.NAME, p0012_covering_postings.SQL),
 )
 
 _LEDGER = """
