@@ -21,7 +21,6 @@ as on SQLite (:mod:`obsmem.indexer.postgres_events`).
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,15 +29,13 @@ import numpy as np
 from obsmem.errors import EmbeddingUnavailable
 from obsmem.faults import crash_point
 from obsmem.indexer import postgres_events
-from obsmem.indexer.batch_plan import EmbeddedBatch, PendingQueries
-from obsmem.indexer.chunker import ChunkSettings
-from obsmem.indexer.embedders import Embedder
+from obsmem.indexer.batch_plan import EmbeddedBatch
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.postgres_keywords import PostgresKeywordDocuments
 from obsmem.indexer.postgres_reader import PostgresIndexReader, parse_vector, vector_literal
 from obsmem.indexer.project import BatchReport, ProjectIndex, content_hash
-from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN, PENDING_EVENTS, PENDING_MEMORIES
-from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
+from obsmem.indexer.sources import MARK_ALL_EVENTS_AGAIN
+from obsmem.indexer.state import IndexState, bump_version, update_state
 from obsmem.settings import SemanticSettings
 
 INDEXING_LOCK = "indexing"
@@ -90,26 +87,13 @@ def make_graph_index(conn: Any, dimensions: int, *, m: int, ef_construction: int
 class PostgresProjectIndex(ProjectIndex):
     """One project's index in its PostgreSQL schema (see the module's text)."""
 
-    def __init__(self, name: str, db: Any, settings: SemanticSettings, embedder: Embedder) -> None:
-        self.name = name
-        self.db = db
-        self.settings = settings
-        self.embedder = embedder
-        self.chunking = ChunkSettings(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)
-        self.signature = index_signature(embedder.identity, self.chunking)
-        self.keywords = PostgresKeywordDocuments(
+    def _keyword_documents(self, settings: SemanticSettings) -> PostgresKeywordDocuments:
+        return PostgresKeywordDocuments(
             settings.bm25.tokenizer, settings.bm25.context_characters, settings.bm25.column_weights
         )
-        self.keyword_signature = self.keywords.signature
-        self.indexes_events = settings.index.events
-        self.first_row = -(2**63) if self.indexes_events else 0
-        self.pending_queries = PendingQueries(PENDING_MEMORIES, PENDING_EVENTS if self.indexes_events else None)
-        self._vectors = None
-        self._load_lock = threading.Lock()
-        self._batch_lock = threading.Lock()
-        self._rebuilding = False
-        self._reported = None
-        self.last_rebuild = None
+
+    def _attach_storage(self, db: Any, settings: SemanticSettings) -> None:
+        """Everything lives in the project's schema: no FTS5 queries, no graph files."""
 
     # -- state ----------------------------------------------------------------------------------
 

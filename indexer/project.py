@@ -102,22 +102,30 @@ class ProjectIndex:
         self.embedder = embedder
         self.chunking = ChunkSettings(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)
         self.signature = index_signature(embedder.identity, self.chunking)
-        self.keywords = KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
+        self.keywords = self._keyword_documents(settings)
         self.keyword_signature = self.keywords.signature
-        self.keyword_queries = Fts5Keywords(settings.bm25.tokenizer, settings.bm25.column_weights)
         # Events are indexed only when the setting says so: new ones are marked by the indexer itself
         # (mark_new_events), and the markers of edits and deletes wait (ignored: no row below this one is
         # read) until then.
         self.indexes_events = settings.index.events
         self.first_row = -(2**63) if self.indexes_events else 0
         self.pending_queries = PendingQueries(PENDING_MEMORIES, PENDING_EVENTS if self.indexes_events else None)
-        self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
+        self._attach_storage(db, settings)
         self._vectors: VectorSet | None = None
         self._load_lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._rebuilding = False
         self._reported: tuple[str | None, str] | None = None  # the graph file problem logged last
         self.last_rebuild: dict[str, str] | None = None  # why and when the graph was last rebuilt
+
+    def _keyword_documents(self, settings: SemanticSettings) -> KeywordDocuments:
+        """The keyword rows' writer: FTS5's table on SQLite (PostgreSQL's postings override it)."""
+        return KeywordDocuments(settings.bm25.tokenizer, settings.bm25.context_characters)
+
+    def _attach_storage(self, db: ProjectDatabase, settings: SemanticSettings) -> None:
+        """What SQLite keeps beside the database: FTS5's queries and the graph's files (none on PostgreSQL)."""
+        self.keyword_queries = Fts5Keywords(settings.bm25.tokenizer, settings.bm25.column_weights)
+        self.files = IndexFiles(Path(db.path).parent / INDEX_DIRECTORY)
 
     # -- state ----------------------------------------------------------------------------------
 
