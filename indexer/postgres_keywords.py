@@ -102,13 +102,16 @@ _ADD_TOTALS = "UPDATE semantic_keyword_totals SET documents = documents + ?, tok
 _TERMS_FROM_POSTINGS = (
     "INSERT INTO semantic_terms(token, documents) SELECT token, count(*) FROM semantic_postings GROUP BY token"
 )
-# The postings' indexes as the schema holds them (whatever the migrations made): the constraints that own an
-# index with their definitions, then the other indexes with theirs.
+# The postings' indexes as the schema holds them (whatever the migrations made), each as the statements that
+# drop it and make it again: a constraint that owns an index (the key) through ALTER TABLE, any other index
+# by its own definition.
 _POSTINGS_INDEXES = """
-SELECT 'constraint', c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint AS c
-    WHERE c.conrelid = 'semantic_postings'::regclass AND c.contype IN ('p', 'u', 'x')
+SELECT format('ALTER TABLE semantic_postings DROP CONSTRAINT %I', c.conname),
+       format('ALTER TABLE semantic_postings ADD CONSTRAINT %I %s', c.conname, pg_get_constraintdef(c.oid))
+    FROM pg_constraint AS c WHERE c.conrelid = 'semantic_postings'::regclass AND c.contype IN ('p', 'u', 'x')
 UNION ALL
-SELECT 'index', i.relname, pg_get_indexdef(i.oid) FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
+SELECT format('DROP INDEX %I', i.relname), pg_get_indexdef(i.oid)
+    FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
     WHERE x.indrelid = 'semantic_postings'::regclass
       AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = x.indexrelid AND c.contype IN ('p', 'u', 'x'))
 """
@@ -187,9 +190,8 @@ class PostgresKeywordDocuments(KeywordDocuments):
         # most of its time there), where building one afresh is one sort. The table is already locked by the
         # TRUNCATE until the commit, so no reader sees it without them.
         indexes = [tuple(row) for row in conn.execute(_POSTINGS_INDEXES)]
-        for kind, name, _ in indexes:
-            owned = kind == "constraint"
-            conn.execute(f'ALTER TABLE semantic_postings DROP CONSTRAINT "{name}"' if owned else f'DROP INDEX "{name}"')
+        for drop, _ in indexes:
+            conn.execute(drop)
         # Every chunk's text read at once rather than a statement per memory (held only for the rebuild).
         self._known = {}
         for row, label, text in conn.execute(
@@ -201,9 +203,8 @@ class PostgresKeywordDocuments(KeywordDocuments):
                 self._fill(conn)
         finally:
             self._known = None
-        for kind, name, definition in indexes:
-            owned = kind == "constraint"
-            conn.execute(f'ALTER TABLE semantic_postings ADD CONSTRAINT "{name}" {definition}' if owned else definition)
+        for _, make in indexes:
+            conn.execute(make)
         # The term counts once, from the postings: counted as each part was written, every part updated
         # most terms' rows again, and in one transaction none of those row versions can be vacuumed, so each
         # part's upsert walked longer chains (a million chunks' rebuild slowed to a crawl).

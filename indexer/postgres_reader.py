@@ -39,15 +39,22 @@ _TERMS = (
     " CROSS JOIN semantic_keyword_totals AS tot LEFT JOIN semantic_terms AS t ON t.token = u.token),"
     " avg AS MATERIALIZED (SELECT tokens::float8 / greatest(documents, 1) AS dl FROM semantic_keyword_totals)"
 )
+
+
 # Each query token's postings read through the (token, label) key: a lateral lookup per token, whatever the
 # planner's statistics say (without them it scanned every posting and joined the tokens afterwards).
 # ``OFFSET 0`` keeps the lookup lateral: a plain subquery is pulled up into a join, and with the one-row
 # totals table not analysed yet (a new project, before autovacuum) the join read the whole postings index
 # (125 ms at 3,000 chunks, against 8 ms with the fence).
-_POSTINGS_OF_TERMS = (
-    " FROM q CROSS JOIN avg CROSS JOIN LATERAL (SELECT s.label, s.freq, s.length FROM semantic_postings AS s"
-    " WHERE s.token = q.token OFFSET 0) AS p"
-)
+def _postings_of_terms(labels: str = "") -> str:
+    """The lateral lookup, each token's postings narrowed by ``labels`` (a condition on ``s.label``) if given."""
+    narrowed = f" AND {labels}" if labels else ""
+    return (
+        " FROM q CROSS JOIN avg CROSS JOIN LATERAL (SELECT s.label, s.freq, s.length FROM semantic_postings AS s"
+        f" WHERE s.token = q.token{narrowed} OFFSET 0) AS p"
+    )
+
+
 _SCORE = f"sum(q.idf * (p.freq * {K1 + 1.0}) / (p.freq + {K1} * ({1.0 - B} + {B} * p.length / avg.dl)))"
 # Where every chunk of the given memory rows sits.
 _POSITIONS = "SELECT memory_row, position, id FROM semantic_chunks WHERE memory_row = ANY(?::bigint[])"
@@ -292,7 +299,7 @@ class PostgresIndexReader:
         params: list[object] = [tokens]
         joins = ""
         newest = ""
-        postings = _POSTINGS_OF_TERMS
+        postings = _postings_of_terms()
         conditions: list[str] = []
         bounds = ""
         if where is not None and not where.is_open:
@@ -311,11 +318,7 @@ class PostgresIndexReader:
                         ", bounds AS MATERIALIZED (SELECT min(w.id) AS lo, max(w.id) AS hi FROM semantic_chunks AS w"
                         f" WHERE {' AND '.join(window_clauses)})"
                     )
-                    postings = _POSTINGS_OF_TERMS.replace(
-                        "WHERE s.token = q.token",
-                        "WHERE s.token = q.token"
-                        " AND s.label BETWEEN (SELECT lo FROM bounds) AND (SELECT hi FROM bounds)",
-                    )
+                    postings = _postings_of_terms("s.label BETWEEN (SELECT lo FROM bounds) AND (SELECT hi FROM bounds)")
                     params += window_values
                 params += values
         elif recent is not None:
@@ -328,9 +331,7 @@ class PostgresIndexReader:
                 " (SELECT label FROM semantic_postings AS s WHERE s.token = r.token ORDER BY label DESC LIMIT ?)"
                 " AS n ORDER BY n.label DESC LIMIT ?)"
             )
-            postings = _POSTINGS_OF_TERMS.replace(
-                "WHERE s.token = q.token", "WHERE s.token = q.token AND s.label >= (SELECT min(label) FROM newest)"
-            )
+            postings = _postings_of_terms("s.label >= (SELECT min(label) FROM newest)")
             joins = " JOIN newest ON newest.label = p.label"
             params += [tokens, recent, recent]
         if label_range is not None:
