@@ -51,7 +51,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from obsmem.dates import DateWindow
@@ -99,11 +99,11 @@ def needle_word_joins(needle: str) -> list[str]:
     first three. A word at an end of the needle may be the end of a longer word in the row (or its start):
     only its three characters next to the gap are known, so a shorter one gives no join; a word between two
     gaps is whole, and its own characters are the join's."""
-    runs = [run.group() for run in _RUNS.finditer(needle.translate(_ASCII_FOLD))]
+    runs = list(_RUNS.finditer(needle.translate(_ASCII_FOLD)))
     joins = set()
     for at in range(1, len(runs) - 1):
-        gap, before, after = runs[at], runs[at - 1], runs[at + 1]
-        if _RUNS.match(gap).lastgroup == "word" or len(gap) > WORD_JOIN_MAX_GAP:  # type: ignore[union-attr]
+        gap, before, after = runs[at].group(), runs[at - 1].group(), runs[at + 1].group()
+        if runs[at].lastgroup == "word" or len(gap) > WORD_JOIN_MAX_GAP:
             continue  # a word, or a gap too long to be indexed
         if (at == 1 and len(before) < 3) or (at + 1 == len(runs) - 1 and len(after) < 3):
             continue  # an end word too short to know the row's characters beside the gap
@@ -398,8 +398,6 @@ class NeedleSample:
         self._rows_of_trigram: dict[str, list[int]] = {}
         self._short_counts: Counter[str] | None = None  # built on the first short needle asked for
         self._join_frequencies: dict[str, float] = {}
-        self._dates_newest_first: list[str] | None = None
-        self._rate: float | None | Literal[False] = False  # False: not computed yet
 
     @classmethod
     def for_connection(cls, conn: Any, corpus: Corpus) -> NeedleSample:
@@ -476,12 +474,12 @@ class NeedleSample:
         nothing of the table's) and not past :data:`WINDOW_MAX_STRETCH` times the sample. Any date is a
         correct boundary (a search on ``date >= boundary`` that finds enough rows found the newest); a wrong
         estimate costs time only."""
-        newest_first = self._newest_first()
+        newest_first = self._newest_first
         if not newest_first:
             return None
         if rows <= len(newest_first):
             return newest_first[rows - 1]
-        rate = self._seconds_per_row()
+        rate = self._seconds_per_row
         if rate is None or rows > len(newest_first) * WINDOW_MAX_STRETCH:
             return None
         try:
@@ -490,29 +488,26 @@ class NeedleSample:
             return None
         return corpus.lower_bound(boundary.strftime("%Y-%m-%d %H:%M:%S"))
 
+    @cached_property
     def _newest_first(self) -> list[str]:
-        if self._dates_newest_first is None:
-            self._dates_newest_first = sorted(self.dates, reverse=True)
-        return self._dates_newest_first
+        return sorted(self.dates, reverse=True)
 
+    @cached_property
     def _seconds_per_row(self) -> float | None:
         """Seconds between rows, over the middle nine tenths of the sample's dates (so that one row dated
         decades off, as an imported or misdated one may be, does not stretch it); None when the sample's
-        rows are out of date order, its dates unreadable or all one instant. Computed once per sample."""
-        if self._rate is False:
-            dates, newest_first = self.dates, self._newest_first()
-            out_of_order = sum(later < earlier for later, earlier in zip(dates, dates[1:], strict=False))
-            trim = len(newest_first) // 20
-            inner = newest_first[trim : len(newest_first) - trim]
-            self._rate = None
-            if out_of_order <= len(dates) * WINDOW_OUT_OF_ORDER and len(inner) > 1:
-                try:
-                    span = datetime.fromisoformat(inner[0]) - datetime.fromisoformat(inner[-1])
-                    if span.total_seconds() > 0:
-                        self._rate = span.total_seconds() / (len(inner) - 1)
-                except (ValueError, TypeError):  # unreadable, or naive and aware stamps mixed
-                    pass
-        return self._rate
+        rows are out of date order, its dates unreadable or all one instant."""
+        dates, newest_first = self.dates, self._newest_first
+        out_of_order = sum(later < earlier for later, earlier in zip(dates, dates[1:], strict=False))
+        trim = len(newest_first) // 20
+        inner = newest_first[trim : len(newest_first) - trim]
+        if out_of_order > len(dates) * WINDOW_OUT_OF_ORDER or len(inner) < 2:
+            return None
+        try:
+            span = (datetime.fromisoformat(inner[0]) - datetime.fromisoformat(inner[-1])).total_seconds()
+        except (ValueError, TypeError):  # unreadable, or naive and aware stamps mixed
+            return None
+        return span / (len(inner) - 1) if span > 0 else None
 
     def frequency_of_join(self, join: str) -> float:
         """A join's (or a phrase's) occurrences as a substring per row, counted once per sample (a count scans
