@@ -89,11 +89,17 @@ _POSITIONS_BESIDE = (
     " WHERE r.memory_row IS NOT NULL"
 )
 _COSINES = "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WHERE chunk = ANY(?::bigint[])"
-# Each token's postings counted newest first up to a bound, with the oldest label counted.
+# Each token's postings as a count newest first up to a bound would find them, with the oldest label counted.
+# The count is the token's term row, kept in step with its postings in the same transactions, capped; only a
+# token past the bound has its newest postings walked, for the oldest of them (which of several such tokens
+# reaches furthest back decides the rarest). A walk reads a bound's worth of the key per token, where the term
+# row is one probe: most of a question's words are under the bound even at a million chunks.
 _TERMS_POSTINGS = (
-    "SELECT u.token, count(n.label), min(n.label) FROM unnest(?::text[]) AS u(token) LEFT JOIN LATERAL"
-    " (SELECT label FROM semantic_postings AS s WHERE s.token = u.token ORDER BY label DESC LIMIT ?) AS n ON true"
-    " GROUP BY u.token"
+    "SELECT u.token, least(coalesce(t.documents, 0), ?::bigint), CASE WHEN t.documents >= ?::bigint THEN"
+    " (SELECT min(n.label) FROM (SELECT label FROM semantic_postings AS s WHERE s.token = u.token"
+    " ORDER BY label DESC LIMIT ?) AS n)"
+    " ELSE (SELECT min(s.label) FROM semantic_postings AS s WHERE s.token = u.token) END"
+    " FROM unnest(?::text[]) AS u(token) LEFT JOIN semantic_terms AS t ON t.token = u.token"
 )
 # What a readiness check counts of stale chunks at most (retrieval's MAX_STALE_MARGIN).
 MAX_STALE_CHUNKS = 1000
@@ -267,20 +273,15 @@ class PostgresIndexReader:
         return True
 
     def term_postings(self, term: str, bound: int) -> tuple[int, int]:
-        tokens = self.keywords.tokens(term, query=True)
-        if not tokens:
-            return 0, 0
-        count, oldest = self._one(
-            "SELECT count(*), min(label) FROM (SELECT label FROM semantic_postings WHERE token = ?"
-            " ORDER BY label DESC LIMIT ?) AS newest",
-            (tokens[0], bound + 1),
-        )
-        return int(count), int(oldest or 0)
+        return self.term_postings_many([term], bound)[0]
 
     def term_postings_many(self, terms: list[str], bound: int) -> list[tuple[int, int]]:
         """:meth:`term_postings` of each of ``terms``, in one statement (one exchange for the query's terms)."""
         firsts = [tokens[0] if tokens else "" for tokens in (self.keywords.tokens(term, query=True) for term in terms)]
-        rows = self._rows(_TERMS_POSTINGS, ([token for token in firsts if token], bound + 1))
+        wanted = [token for token in firsts if token]
+        if not wanted:
+            return [(0, 0)] * len(terms)
+        rows = self._rows(_TERMS_POSTINGS, (bound + 1, bound + 1, bound + 1, wanted))
         counted = {token: (int(count), int(oldest or 0)) for token, count, oldest in rows}
         return [counted.get(token, (0, 0)) if token else (0, 0) for token in firsts]
 

@@ -79,3 +79,32 @@ def test_a_terms_postings_are_read_from_the_key_alone(both: tuple[Obsmem, Obsmem
         raw.execute("RESET enable_bitmapscan")
     assert "Index Only Scan using semantic_postings_pkey" in plan and "Heap Fetches: 0" in plan, plan
     assert "rows=0.00" not in plan, plan  # postings were read (the word is in most chunks)
+
+
+def _term_counts(service: Obsmem, words: list[str], bound: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    index = service.indexer.project("p")  # type: ignore[union-attr]
+    with index.reader() as store:
+        return [store.term_postings(word, bound) for word in words], store.term_postings_many(words, bound)
+
+
+def test_term_counts_are_fts5s_counted_newest_first(both: tuple[Obsmem, Obsmem]) -> None:
+    """PostgreSQL counts a term from its term row and walks only a term past the bound: each answer must be
+    the count newest first up to the bound + 1 and the oldest label counted, as FTS5's walk gives, before
+    and after memories change (the term rows follow the postings)."""
+    sqlite, postgres = both
+    words = VOCABULARY[:14] + ["absent", "the"]
+    past = under = 0
+    for bound in (1, BOUND, 40, 1000):
+        lite = _term_counts(sqlite, words, bound)
+        assert _term_counts(postgres, words, bound) == lite, bound
+        assert lite[0] == lite[1]
+        past += sum(count == bound + 1 for count, _ in lite[0])
+        under += sum(0 < count <= bound for count, _ in lite[0])
+    assert past >= 12 and under >= 12  # both ways of counting were asked for
+    for service in (sqlite, postgres):
+        with service.database("p").write() as conn:
+            conn.execute(f"UPDATE memories SET content = '{VOCABULARY[13]} moved' WHERE id IN (3, 17, 44)")
+            conn.execute("DELETE FROM memories WHERE id IN (5, 60, 61)")
+        service.index("p")
+    for bound in (1, BOUND, 1000):
+        assert _term_counts(postgres, words, bound) == _term_counts(sqlite, words, bound), bound
