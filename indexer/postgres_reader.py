@@ -322,6 +322,14 @@ class PostgresIndexReader:
                     postings = _postings_of_terms("s.label BETWEEN (SELECT lo FROM bounds) AND (SELECT hi FROM bounds)")
                     params += window_values
                 params += values
+        elif recent is not None and len(tokens) == 1:
+            # One token (the usual bounded search: its rarest term alone is past the bound, so it is the only
+            # one kept): its newest ``recent`` postings are the chunks scored, read once from the key's end.
+            postings = (
+                " FROM q CROSS JOIN avg CROSS JOIN LATERAL (SELECT s.label, s.freq, s.length FROM semantic_postings"
+                " AS s WHERE s.token = q.token ORDER BY s.label DESC LIMIT ?) AS p"
+            )
+            params.append(recent)
         elif recent is not None:
             # The newest ``recent`` chunks holding any of the tokens: each token's newest, merged. They are
             # exactly the chunks holding one from the oldest of them on, so each token's postings are read
