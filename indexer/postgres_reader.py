@@ -63,14 +63,16 @@ _POSITIONS = "SELECT memory_row, position, id FROM semantic_chunks WHERE memory_
 # indexed from, then the hit columns of its memory (positive row) or event (negative row). The indexed text
 # goes only when the source is pending (the stale check hashes it, nothing else reads it): a memory's content
 # is most of a row, and it goes once more among the hit columns.
-_VALIDATION = (
-    "SELECT c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
+_VALIDATION_COLUMNS = (
+    "c.id, c.text, s.memory_id, s.content_hash, c.memory_row, c.position, s.chunk_count,"
     " x.previous_row, x.next_row, p.memory_row IS NOT NULL,"
     f" CASE WHEN p.memory_row IS NULL THEN NULL WHEN c.memory_row > 0 THEN m.content ELSE {event_text('e')} END,"
     " coalesce(m.memory_id, obsmem_event_id(e.session_id, e.seq)), coalesce(m.kind, 'event'),"
     " coalesce(m.session_id, e.session_id),"
     f" coalesce(m.date, {event_date('e')}), m.importance, coalesce(m.content, e.content),"
     " e.seq, e.role, e.type, e.tool_name, e.tool_args"
+)
+_VALIDATION_FROM = (
     " FROM unnest(?::bigint[]) AS wanted(label) JOIN semantic_chunks AS c ON c.id = wanted.label"
     " JOIN semantic_sources AS s ON s.memory_row = c.memory_row"
     " LEFT JOIN memories AS m ON c.memory_row > 0 AND m.id = c.memory_row"
@@ -78,15 +80,16 @@ _VALIDATION = (
     " LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row"
     " LEFT JOIN semantic_pending AS p ON p.memory_row = c.memory_row"
 )
-# Where every chunk of the given chunks' sources and of the sources beside them sits (neighbour smoothing's
-# reads, made ahead); a source without chunks comes back once, with NULLs.
-_POSITIONS_BESIDE = (
-    "WITH rows AS (SELECT DISTINCT unnest(ARRAY[c.memory_row, x.previous_row, x.next_row]) AS memory_row"
-    " FROM unnest(?::bigint[]) AS wanted(label) JOIN semantic_chunks AS c ON c.id = wanted.label"
-    " LEFT JOIN semantic_context AS x ON x.memory_row = c.memory_row)"
-    " SELECT r.memory_row, k.position, k.id FROM rows AS r"
-    " LEFT JOIN semantic_chunks AS k ON k.memory_row = r.memory_row"
-    " WHERE r.memory_row IS NOT NULL"
+_VALIDATION = f"SELECT {_VALIDATION_COLUMNS}{_VALIDATION_FROM}"
+# The validation with one more column: where every chunk of the memories beside the chunk sits, and of its own
+# memory when that has more than one chunk (neighbour smoothing's reads, made ahead), as (memory row, position,
+# label) triples in a two-dimensional array. They come through the validation's own joins: read in a statement
+# of their own, each candidate's chunk and context were looked up a second time, and the candidate's own
+# one-chunk memory a third (which its validation row already places).
+_VALIDATION_PLACED = (
+    f"SELECT {_VALIDATION_COLUMNS}, ARRAY(SELECT ARRAY[k.memory_row, k.position, k.id]"
+    " FROM unnest(ARRAY[x.previous_row, x.next_row, CASE WHEN s.chunk_count > 1 THEN c.memory_row END])"
+    f" AS beside(memory_row) JOIN semantic_chunks AS k ON k.memory_row = beside.memory_row){_VALIDATION_FROM}"
 )
 _COSINES = "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WHERE chunk = ANY(?::bigint[])"
 # Each token's postings as a count newest first up to a bound would find them, with the oldest label counted.
@@ -468,24 +471,31 @@ class PostgresIndexReader:
         self, labels: Collection[int], where: Filter, query: np.ndarray | None
     ) -> dict[int, ValidChunk]:
         """:meth:`validate`, and in the same exchange what ranking the candidates asks next: their exact
-        cosines with ``query`` (for :meth:`cosines`) and where every chunk of their memories and of the
-        memories beside them sits (for :meth:`chunk_positions`). A candidate that fails validation costs a
+        cosines with ``query`` (for :meth:`cosines`) and where every chunk of the memories beside them (and
+        of their own memories of several chunks) sits (for :meth:`chunk_positions`, through the validation's
+        own joins: :data:`_VALIDATION_PLACED`). A candidate that fails validation costs a
         few rows read for nothing. (The neighbours' own validation is not read ahead: their rows, with their
         text, cost the server and the client more than the exchange they would save.)"""
         if not labels:
             return {}
         ordered = sorted(labels)
-        statements: list[tuple[str, Sequence[object]]] = [(_VALIDATION, (ordered,)), (_POSITIONS_BESIDE, (ordered,))]
+        statements: list[tuple[str, Sequence[object]]] = [(_VALIDATION_PLACED, (ordered,))]
         if query is not None:
             statements.append((_COSINES, (vector_literal(query), ordered)))
-        checked, placed, *scored = self.conn.execute_batch(statements)
-        for memory_row, position, label in placed:
-            chunks = self._positions.setdefault(int(memory_row), [])
-            if label is not None:
-                chunks.append((int(position), int(label)))
+        checked, *scored = self.conn.execute_batch(statements)
+        placed: dict[int, set[tuple[int, int]]] = {}  # a memory beside two candidates comes twice
+        for row in checked:
+            count, previous, following = row[6:9]
+            for memory_row in (previous, following, row[4] if count > 1 else None):
+                if memory_row is not None:
+                    placed.setdefault(int(memory_row), set())
+            for memory_row, position, label in row[-1]:
+                placed[int(memory_row)].add((int(position), int(label)))
+        for memory_row, chunks in placed.items():
+            self._positions.setdefault(memory_row, sorted(chunks))
         for rows in scored:
             self._cosines.update((int(label), float(score)) for label, score in rows)
-        return _checked(checked, where)  # type: ignore[arg-type]
+        return _checked((row[:-1] for row in checked), where)  # type: ignore[arg-type]
 
     def chunk_positions(self, memory_rows: Collection[int]) -> Iterator[tuple[int, int, int]]:
         known = self._positions
