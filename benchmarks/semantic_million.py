@@ -49,7 +49,9 @@ def main() -> None:
     parser.add_argument("--project", default="million")
     parser.add_argument("--chunks", type=int, default=1_000_000)
     parser.add_argument("--ef-construction", type=int, default=None)
-    parser.add_argument("--tables-only", action="store_true", help="no keyword rows, no graph (a copy source)")
+    parser.add_argument(
+        "--tables-only", action="store_true", help="no keyword rows, no graph: a copy source, not searchable"
+    )
     args = parser.parse_args()
     source = apsw.Connection(
         f"file:{args.source / 'projects' / args.source_project / 'obsmem.db'}?mode=ro",

@@ -92,11 +92,11 @@ _VALIDATION_PLACED = (
     f" AS beside(memory_row) JOIN semantic_chunks AS k ON k.memory_row = beside.memory_row){_VALIDATION_FROM}"
 )
 _COSINES = "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WHERE chunk = ANY(?::bigint[])"
-# Each token's postings as a count newest first up to a bound would find them, with the oldest label counted.
-# The count is the token's term row, kept in step with its postings in the same transactions, capped; only a
-# token past the bound has its newest postings walked, for the oldest of them (which of several such tokens
-# reaches furthest back decides the rarest). A walk reads a bound's worth of the key per token, where the term
-# row is one probe: most of a question's words are under the bound even at a million chunks.
+# Each token's count as FTS5's walk newest first gives it, min(documents, bound + 1), from its term row (kept in
+# step with its postings in the same transactions): one probe. Only a token at or past the bound still walks
+# its newest bound + 1 postings, for the oldest label among them (which of several such tokens reaches
+# furthest back decides the rarest); a token under it gets its oldest label from the key's first entry. A
+# walk reads a bound's worth of the key, and most of a question's words are under the bound even at 1M chunks.
 _TERMS_POSTINGS = (
     "SELECT u.token, least(coalesce(t.documents, 0), ?::bigint), CASE WHEN t.documents >= ?::bigint THEN"
     " (SELECT min(n.label) FROM (SELECT label FROM semantic_postings AS s WHERE s.token = u.token"
@@ -490,7 +490,7 @@ class PostgresIndexReader:
                 if memory_row is not None:
                     placed.setdefault(int(memory_row), set())
             for memory_row, position, label in row[-1]:
-                placed[int(memory_row)].add((int(position), int(label)))
+                placed.setdefault(int(memory_row), set()).add((int(position), int(label)))
         for memory_row, chunks in placed.items():
             self._positions.setdefault(memory_row, sorted(chunks))
         for rows in scored:

@@ -92,12 +92,11 @@ def test_term_counts_are_fts5s_counted_newest_first(both: tuple[Obsmem, Obsmem])
     the count newest first up to the bound + 1 and the oldest label counted, as FTS5's walk gives, before
     and after memories change (the term rows follow the postings)."""
     sqlite, postgres = both
-    words = VOCABULARY[:14] + ["absent", "the"]
+    words = VOCABULARY[:14] + ["absent", "the", VOCABULARY[2], VOCABULARY[2].upper()]  # one token, asked thrice
     past = under = 0
     for bound in (1, BOUND, 40, 1000):
         lite = _term_counts(sqlite, words, bound)
         assert _term_counts(postgres, words, bound) == lite, bound
-        assert lite[0] == lite[1]
         past += sum(count == bound + 1 for count, _ in lite[0])
         under += sum(0 < count <= bound for count, _ in lite[0])
     assert past >= 12 and under >= 12  # both ways of counting were asked for
