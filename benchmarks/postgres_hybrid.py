@@ -313,38 +313,62 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
+# What an open hybrid search of memories reads: these tables (with their TOAST) and their keys; these other
+# indexes. The keyword postings are read through their key alone; the memories' own indexes serve exact
+# search, the chunks' date and session indexes filtered searches, the postings' label index removals.
+_SEARCH_TABLES = [
+    "semantic_state",
+    "semantic_keyword_totals",
+    "semantic_terms",
+    "semantic_pending",
+    "semantic_chunks",
+    "semantic_sources",
+    "semantic_context",
+    "semantic_vectors",
+    "memories",
+]
+_SEARCH_INDEXES = ["semantic_chunks_by_memory", GRAPH_INDEX, "semantic_postings_pkey"]
+_SEARCH_RELATIONS = """
+SELECT c.relname, pg_relation_filepath(c.oid), pg_relation_size(c.oid) FROM pg_class AS c
+    WHERE c.relnamespace = %(schema)s::regnamespace
+      AND (c.relname = ANY(%(tables)s) OR c.relname = ANY(%(indexes)s)
+           OR c.oid IN (SELECT x.indexrelid FROM pg_index AS x JOIN pg_class AS t ON t.oid = x.indrelid
+                        WHERE t.relnamespace = %(schema)s::regnamespace AND t.relname = ANY(%(tables)s)
+                          AND x.indisprimary))
+UNION ALL
+SELECT c.relname || ' TOAST', pg_relation_filepath(c.reltoastrelid), pg_relation_size(c.reltoastrelid)
+    FROM pg_class AS c
+    WHERE c.relnamespace = %(schema)s::regnamespace AND c.relname = ANY(%(tables)s) AND c.reltoastrelid <> 0
+ORDER BY 3 DESC
+"""
+
+
 def read_working_set(service: Any) -> dict[str, Any]:
     """Read the files of every relation an open hybrid search reads into the operating system's page cache,
     as a server that has been answering questions for a while holds them (``pg_prewarm`` would load them
-    into shared buffers; the wheel's server lacks it). The keyword postings are read through their key
-    alone, and the memories' own indexes serve exact search, so neither is read. Same machine only: the
-    files are read by path."""
+    into shared buffers; the wheel's server lacks it). Only a server on this machine can be read this way:
+    ``read_bytes`` says how much was."""
     schema = service.indexer.project(PROJECT).db.schema
     with service.store._pool.connection() as raw:
         (data_directory,) = raw.execute("SHOW data_directory").fetchone()
         rows = raw.execute(
-            "SELECT c.relname, pg_relation_filepath(c.oid), pg_relation_size(c.oid) FROM pg_class AS c"
-            " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
-            " LEFT JOIN pg_index AS x ON x.indexrelid = c.oid LEFT JOIN pg_class AS t ON t.oid = x.indrelid"
-            " WHERE n.nspname = %s AND c.relkind IN ('r', 'i')"
-            " AND NOT (c.relkind = 'r' AND c.relname = 'semantic_postings')"
-            " AND NOT (c.relkind = 'i' AND t.relname = 'memories' AND NOT x.indisprimary)"
-            " ORDER BY pg_relation_size(c.oid) DESC",
-            (schema,),
+            _SEARCH_RELATIONS, {"schema": schema, "tables": _SEARCH_TABLES, "indexes": _SEARCH_INDEXES}
         ).fetchall()
     started = time.perf_counter()
+    read = 0
     for _, path, _ in rows:
         first = Path(data_directory) / path
         segment, number = first, 0
         while segment.exists():  # a relation's file, then its 1 GB segments path.1, path.2, ...
             with open(segment, "rb") as handle:
-                while handle.read(1 << 24):
-                    pass
+                while chunk := handle.read(1 << 24):
+                    read += len(chunk)
             number += 1
             segment = first.with_name(f"{first.name}.{number}")
     return {
         "bytes": sum(size for _, _, size in rows),
-        "largest": {name: size for name, _, size in rows[:6]},
+        "read_bytes": read,
+        "relations": {name: size for name, _, size in rows},
         "read_seconds": round(time.perf_counter() - started, 1),
     }
 
