@@ -58,18 +58,10 @@ from obsmem.indexer.state import update_state  # noqa: E402
 from obsmem.indexer.vectors import Filter  # noqa: E402
 from obsmem.retrieval.ranked import RankedList  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
+from obsmem.storage import index_statements  # noqa: E402
 
 PROJECT = "bench"
 RECALL_QUERIES = 50
-
-
-# The memories' indexes that no constraint owns, each as the statements that drop it and make it again.
-_MEMORIES_INDEXES = """
-SELECT format('DROP INDEX %I', i.relname), pg_get_indexdef(i.oid)
-    FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
-    WHERE x.indrelid = 'memories'::regclass
-      AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = x.indexrelid)
-"""
 
 
 def open_source(path: Path) -> apsw.Connection:
@@ -98,7 +90,7 @@ def load(service: Any, source: apsw.Connection, memories: int) -> dict[str, floa
         # Exact search's indexes of the memories (trigrams, short substrings, word joins; dates, sessions)
         # are made once after the copy: kept during it, each row went into each of them one by one (about
         # 650 rows/s at 1M), where making one afresh is one sort.
-        deferred = [tuple(row) for row in conn.execute(_MEMORIES_INDEXES)]
+        deferred = index_statements(conn, "memories", keys=False)  # its keys stay
         for drop, _ in deferred:
             conn.execute(drop)
         copy_rows(

@@ -102,19 +102,6 @@ _ADD_TOTALS = "UPDATE semantic_keyword_totals SET documents = documents + ?, tok
 _TERMS_FROM_POSTINGS = (
     "INSERT INTO semantic_terms(token, documents) SELECT token, count(*) FROM semantic_postings GROUP BY token"
 )
-# The postings' indexes as the schema holds them (whatever the migrations made), each as the statements that
-# drop it and make it again: a constraint that owns an index (the key) through ALTER TABLE, any other index
-# by its own definition.
-_POSTINGS_INDEXES = """
-SELECT format('ALTER TABLE semantic_postings DROP CONSTRAINT %I', c.conname),
-       format('ALTER TABLE semantic_postings ADD CONSTRAINT %I %s', c.conname, pg_get_constraintdef(c.oid))
-    FROM pg_constraint AS c WHERE c.conrelid = 'semantic_postings'::regclass AND c.contype IN ('p', 'u', 'x')
-UNION ALL
-SELECT format('DROP INDEX %I', i.relname), pg_get_indexdef(i.oid)
-    FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid
-    WHERE x.indrelid = 'semantic_postings'::regclass
-      AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = x.indexrelid AND c.contype IN ('p', 'u', 'x'))
-"""
 
 
 _WRITE_CONTEXTS = (
@@ -189,7 +176,9 @@ class PostgresKeywordDocuments(KeywordDocuments):
         # kept, each of a million chunks' hundred postings is a random insert into each (the rebuild spent
         # most of its time there), where building one afresh is one sort. The table is already locked by the
         # TRUNCATE until the commit, so no reader sees it without them.
-        indexes = [tuple(row) for row in conn.execute(_POSTINGS_INDEXES)]
+        from obsmem.storage import index_statements  # the PostgreSQL backend's: loaded where it runs
+
+        indexes = index_statements(conn, "semantic_postings", keys=True)
         for drop, _ in indexes:
             conn.execute(drop)
         # Every chunk's text read at once rather than a statement per memory (held only for the rebuild).

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         PostgresConnection,
         PostgresProjectDatabase,
         PostgresStore,
+        index_statements,
         scratch_database,
     )
 
@@ -37,6 +38,7 @@ _POSTGRES_NAMES = (
     "PostgresConnection",
     "PostgresProjectDatabase",
     "PostgresStore",
+    "index_statements",
     "scratch_database",
 )
 
@@ -57,6 +59,7 @@ __all__ = [
     "ProjectDatabase",
     "byte_order",
     "check_sqlite_capabilities",
+    "index_statements",
     "migrate",
     "open_connection",
     "scratch_database",

@@ -9,12 +9,14 @@
 - :mod:`~obsmem.storage.postgres.notify`: :class:`EventSignal`, LISTEN/NOTIFY push for event followers;
 - :mod:`~obsmem.storage.postgres.scratch`: a throwaway database beside the configured one (evaluation);
 - :mod:`~obsmem.storage.postgres.sql`: the placeholder translation, the one dialect hook shared SQL needs;
+- :mod:`~obsmem.storage.postgres.indexes`: a table's indexes as statements to drop and make them (bulk loads);
 - :mod:`~obsmem.storage.postgres.faults`: psycopg failures as ``storage_*`` errors.
 
 Other modules import these names from :mod:`obsmem.storage`, which loads this package only when asked.
 """
 
 from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, project_schema
+from obsmem.storage.postgres.indexes import index_statements
 from obsmem.storage.postgres.migrations import POSTGRES_MIGRATIONS
 from obsmem.storage.postgres.notify import EventSignal
 from obsmem.storage.postgres.scratch import scratch_database
@@ -26,6 +28,7 @@ __all__ = [
     "PostgresConnection",
     "PostgresProjectDatabase",
     "PostgresStore",
+    "index_statements",
     "project_schema",
     "scratch_database",
 ]
