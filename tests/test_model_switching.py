@@ -150,12 +150,16 @@ def test_reflect_and_memory_details_routes(client: TestClient, service: Obsmem) 
     assert {item["coverage"] for item in body["observations"]} <= {"not covered", "partly covered", "strongly covered"}
     assert all(item["source_seqs"] for item in body["observations"])
     assert client.get("/v1/projects/p/sessions/nope/memory/details").status_code == 404
+    # Read before the reflection is queued: the worker pool may run it at once and start generation 2.
+    status = client.get("/v1/projects/p/sessions/s1/status").json()
+    assert status["generation"]["number"] == 1 and status["pool"]["observations_max_tokens"] == 60
+    ended = {"type": "om_reflection_end"}
+    reflections_before = len(client.get("/v1/projects/p/events", params=ended).json()["events"])
     queued = client.post("/v1/projects/p/sessions/s1/reflect")
     assert queued.status_code == 202 and set(queued.json()) == {"job_id", "queued"}
     assert client.post("/v1/projects/p/sessions/nope/reflect").json()["error"]["code"] == "session_not_found"
-    status = client.get("/v1/projects/p/sessions/s1/status").json()
-    assert status["generation"]["number"] == 1 and status["pool"]["observations_max_tokens"] == 60
-    assert client.get("/v1/projects/p/events", params={"type": "om_reflection_end"}).json()["events"]
+    assert service.worker_pool().drain(60)
+    assert len(client.get("/v1/projects/p/events", params=ended).json()["events"]) == reflections_before + 1
 
 
 def test_reflect_without_a_model_is_409(tmp_path: Path) -> None:
