@@ -12,9 +12,10 @@ On the calibration split, for each candidate floor (each score seen), three effe
 the first ten hits: **precision** (targets shown / hits shown, pooled over positive questions),
 **recall** (positives whose target is shown) and **negatives with hits** (negatives that still get any
 hit). The rule: the highest floor whose recall is at least the unfloored recall minus
-``max_recall_loss`` (default 0: lose no target), placed halfway down to the next lower score seen, so it
-does not sit on a calibration score. The held-out split is then searched twice through the product —
-without a floor and with ``min_score`` set to the choice — and both are reported.
+``max_recall_loss`` (default 0: lose no target), placed halfway down to the next lower score seen above 0
+(a relevance of 0 is a question with no evidence at all), so it does not sit on a calibration score. The
+held-out split is then searched twice through the product — without a floor and with the floor set to the
+choice — and both are reported.
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def choose_floor(scored: Sequence[Scored], max_recall_loss: float = 0.0) -> tupl
         return None, [*sweep, baseline]
     for position, found in enumerate(sweep):
         if found.recall_at_10 >= baseline.recall_at_10 - max_recall_loss - 1e-12:
-            below = candidates[position + 1] if position + 1 < len(candidates) else None
+            # Scores of 0 are questions with no evidence at all (a name no memory holds, with a measure
+            # that says so): no score to keep a margin from, so the floor stays beside the real ones.
+            below = next((score for score in candidates[position + 1 :] if score > 0), None)
             assert found.floor is not None
             floor = found.floor if below is None else (found.floor + below) / 2.0
             return floor, [*sweep, baseline]

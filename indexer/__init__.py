@@ -8,6 +8,7 @@ first used.
 """
 
 from obsmem.indexer.embed_onnx import local_encoder
+from obsmem.indexer.embedders import Embedder
 from obsmem.indexer.encoder_build import BuiltEncoder
 from obsmem.indexer.engine import SemanticIndexer
 from obsmem.indexer.postgres import PostgresSemanticIndexer
@@ -24,6 +25,7 @@ __all__ = [
     "MEMORY_SOURCES",
     "BatchReport",
     "BuiltEncoder",
+    "Embedder",
     "Filter",
     "IndexReader",
     "IndexState",

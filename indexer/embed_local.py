@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,21 @@ def model_fingerprint(path: Path) -> str:
         else:
             digest.update(str(entry.stat().st_size).encode())
     return digest.hexdigest()[:16]
+
+
+def model_vocabulary(path: Path) -> frozenset[str]:
+    """The whole words of the model's tokenizer in ``path``, lowercased: ``vocab.txt`` (WordPiece, one token a
+    line) or the ``model.vocab`` of ``tokenizer.json``, less word pieces (``##ing``) and special tokens
+    (``[CLS]``, ``<s>``). Empty when the directory has neither."""
+    tokens: Iterable[str]
+    if (path / "vocab.txt").is_file():
+        tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    elif (path / "tokenizer.json").is_file():
+        vocab = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("model", {}).get("vocab")
+        tokens = vocab.keys() if isinstance(vocab, dict) else ()
+    else:
+        return frozenset()
+    return frozenset(token.lower() for token in tokens if token and token.isalnum() and not token.startswith("##"))
 
 
 def serving_threads() -> int:
@@ -126,6 +142,12 @@ class OnThisMachine(Embedder):
             self.model_name = BUNDLED
         self._locks = {"documents": threading.Lock(), "query": threading.Lock()}
         self._load_lock = threading.Lock()
+        self._known_words: frozenset[str] | None = None
+
+    def known_words(self) -> frozenset[str] | None:
+        if self._known_words is None:
+            self._known_words = model_vocabulary(self.path)
+        return self._known_words or None
 
     @contextlib.contextmanager
     def every_core(self) -> Iterator[None]:

@@ -66,6 +66,12 @@ class Embedder(ABC):
             return np.zeros((0, self._dimensions or 0), dtype=np.float32)
         return np.concatenate(parts)
 
+    def known_words(self) -> frozenset[str] | None:
+        """The model's whole words, lowercased (its tokenizer's vocabulary less word pieces and special
+        tokens), or None when the model's vocabulary is not at hand (a remote service). Hybrid search asks it
+        which capitalised words of a question the model can relate to others (retrieval/names.py)."""
+        return None
+
     def embed_query(self, query: str) -> np.ndarray:
         text = f"{self.query_prefix} {query}" if self.query_prefix else query
         return self._validated(self.embed_batch([text], purpose="query"), 1)[0]

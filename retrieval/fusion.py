@@ -126,20 +126,26 @@ def standout(lists: Sequence[RankedList], cosines: Mapping[int, float] | None = 
     return 0.0
 
 
-RELEVANCE_MEASURES: tuple[str, ...] = ("evidence", "evidence+standout")
+RELEVANCE_MEASURES: tuple[str, ...] = (
+    "evidence",
+    "evidence+standout",
+    "evidence+names",
+    "evidence+standout+names",
+)
 
 
 def relevance(
     fused: Fused, lists: Sequence[RankedList], measure: str, cosines: Mapping[int, float] | None
 ) -> float | None:
-    """What ``min_relevance`` compares for ``measure``: the fused evidence, or the evidence plus how far the
-    best cosine stands out (:func:`standout`). None without candidates."""
+    """What ``min_relevance`` compares for ``measure``: the fused evidence, plus how far the best cosine
+    stands out (:func:`standout`) when the measure names ``standout``. None without candidates. (The
+    measure's ``names`` part needs the index and is applied by the searcher: retrieval/names.py.)"""
+    if measure not in RELEVANCE_MEASURES:
+        raise ValueError(f"unknown relevance measure '{measure}' (known: {', '.join(RELEVANCE_MEASURES)})")
     best = evidence(fused)
-    if best is None or measure == "evidence":
+    if best is None or "standout" not in measure.split("+"):
         return best
-    if measure == "evidence+standout":
-        return best + standout(lists, cosines)
-    raise ValueError(f"unknown relevance measure '{measure}' (known: {', '.join(RELEVANCE_MEASURES)})")
+    return best + standout(lists, cosines)
 
 
 def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], weight: float) -> Fused:

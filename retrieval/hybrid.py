@@ -39,6 +39,7 @@ from obsmem.errors import IndexBuilding, ValidationFailed
 from obsmem.indexer import (
     EVENT_SOURCES,
     MEMORY_SOURCES,
+    Embedder,
     Filter,
     IndexReader,
     IndexState,
@@ -49,6 +50,7 @@ from obsmem.indexer import (
 )
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance
+from obsmem.retrieval.names import unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -127,7 +129,8 @@ class StageRankings:
     ``rerank_scores`` (internal, never shown to users) are the raw reranker scores of ``final``'s
     memories, or None without a rerank. ``evidence`` (internal too) is what
     ``min_relevance`` compares: the best fused score before smoothing, plus how far the best cosine stands
-    out with ``relevance_measure = "evidence+standout"`` (None for one list alone).
+    out with ``relevance_measure = "evidence+standout"``, and 0 with ``...+names`` when the question names
+    something no indexed chunk holds (None for one list alone); ``unknown_names`` are those names.
     """
 
     bm25: list[str] | None = None
@@ -136,6 +139,7 @@ class StageRankings:
     final: list[str] = field(default_factory=list)
     rerank_scores: list[float] | None = None
     evidence: float | None = None
+    unknown_names: list[str] = field(default_factory=list)
 
 
 def _memories(labels: Sequence[int], valid: dict[int, Candidate]) -> list[str]:
@@ -301,8 +305,8 @@ class HybridSearcher:
                 exact_max = self.settings.index.exact_scan_max_chunks
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
             valid = store.validate({label for ranked in lists for label in ranked.labels}, scoped)
-            fused, stages.evidence = self._rank_valid(
-                store, request.query, lists, valid, vectors, query_vector, scoped, k
+            fused, stages.evidence, stages.unknown_names = self._rank_valid(
+                store, request.query, lists, valid, vectors, query_vector, scoped, k, index.embedder
             )
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
@@ -355,6 +359,8 @@ class HybridSearcher:
         stages.rerank_scores = chosen_scores if scores is not None else None
         hits = [Hit.from_row(candidate.row) for candidate in chosen[: request.limit]]
         result = SearchResult("hybrid", hits, truncated=truncated, partial=partial, nothing_close=nothing_close)
+        if nothing_close:
+            result.unknown_names = stages.unknown_names
         return result, stages
 
     def _superseded(
@@ -406,17 +412,33 @@ class HybridSearcher:
         query_vector: np.ndarray | None,
         where: Filter,
         k: int,
-    ) -> tuple[Fused, float | None]:
+        embedder: Embedder | None = None,
+    ) -> tuple[Fused, float | None, list[str]]:
         """Each list cut to its first ``k`` valid candidates, then fused, smoothed and (for a hybrid of
-        both lists) supersession applied: what every backend does once its candidates are validated."""
+        both lists) supersession applied: what every backend does once its candidates are validated.
+        Returns the order, the relevance ``min_relevance`` compares, and the question's names no chunk holds
+        when the relevance counts them (then 0). ``embedder``: the query's, whose whole words that asks for."""
         for ranked in lists:
             kept = [item for item in ranked.items if item[0] in valid]
             ranked.full = ranked.full or len(kept) > k
             ranked.items = kept[:k]
         fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where)
+        unknown = self._unknown_names(store, query, embedder) if evidence is not None and evidence > 0 else []
+        if unknown:
+            evidence = 0.0
         if len(lists) > 1:
             fused = self._superseded(query, fused, valid, vectors, store)
-        return fused, evidence
+        return fused, evidence, unknown
+
+    def _unknown_names(self, store: IndexReader, query: str, embedder: Embedder | None) -> list[str]:
+        """With ``relevance_measure`` ``...+names``: the names of the question no indexed chunk holds
+        (retrieval/names.py). The counts are the keyword list's own (cached, bounded); an index whose
+        tokenizer counts nothing (trigram) cannot tell, so nothing is unknown there."""
+        if "names" not in self.settings.relevance_measure.split("+") or not store.counts_postings():
+            return []
+        version = store.state().version
+        known_words = embedder.known_words() if embedder is not None else None
+        return unknown_names(query, lambda word: self.bm25.postings(store, word, version)[0], known_words)
 
     def rank(
         self,

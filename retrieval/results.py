@@ -23,6 +23,7 @@ EVENT_COLUMNS = (
 EVENT_KIND = "event"
 
 
+NOTHING_HOLDS_NAMES = "No indexed memory mentions {names}."
 NOTHING_CLOSE = (
     "No memory was close enough to the query to return (the best match is below the configured "
     "min_relevance). This does not prove nothing relevant is stored: a memory may say it in other words, "
@@ -119,6 +120,9 @@ class SearchResult:
     partial: bool = False
     # Hybrid search with ``min_relevance`` found candidates but none close enough, so it returned none.
     nothing_close: bool = False
+    # With ``nothing_close``: the names of the query no indexed memory holds, when that was the reason
+    # (``relevance_measure`` with ``names``); words of the query, never of a memory.
+    unknown_names: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -130,6 +134,9 @@ class SearchResult:
         if self.nothing_close:  # only then: every other answer keeps its four keys
             body["nothing_close"] = True
             body["note"] = NOTHING_CLOSE
+            if self.unknown_names:
+                body["unknown_names"] = list(self.unknown_names)
+                body["note"] = NOTHING_HOLDS_NAMES.format(names=", ".join(self.unknown_names)) + " " + NOTHING_CLOSE
         return body
 
 

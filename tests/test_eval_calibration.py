@@ -126,3 +126,19 @@ def test_calibrate_needs_semantic_search_and_both_splits(tmp_path: Path, model_s
         calibrate(settings, questions=only_held_out, project="p")
     with pytest.raises(ValidationFailed, match="between 0 and 1"):
         calibrate(settings, questions=labelled(ids), project="p", max_recall_loss=2.0)
+
+
+def test_a_floor_keeps_its_margin_from_real_scores_not_from_no_evidence() -> None:
+    """A relevance of 0 (a question naming what no memory holds, with the ``+names`` measure) is no score to
+    place the floor halfway to: the floor stays beside the lowest real score below the chosen one."""
+    positive = LabelledQuestion("a", "positive", "q", "aa" * 6)
+    named = LabelledQuestion("b", "negative", "q", None)
+    near = LabelledQuestion("c", "negative", "q", None)
+    scored = [
+        Scored(positive, ["aa" * 32], [0.6]),
+        Scored(named, ["ff" * 32], [0.0]),
+        Scored(near, ["ee" * 32], [0.4]),
+    ]
+    assert choose_floor(scored)[0] == pytest.approx(0.5)
+    without_near = scored[:2]
+    assert choose_floor(without_near)[0] == pytest.approx(0.6)  # nothing real below: the score itself

@@ -408,12 +408,13 @@ class SemanticSettings(Section):
         "`convex` fusion; choose it with `obsmem eval calibrate` (without a reranker). With a reranker, "
         "`[semantic.reranker] min_score` is the floor instead.",
     )
-    relevance_measure: Literal["evidence", "evidence+standout"] = Field(
+    relevance_measure: Literal["evidence", "evidence+standout", "evidence+names", "evidence+standout+names"] = Field(
         default="evidence",
         description="What `min_relevance` floors: `evidence`, the best fused score before smoothing; "
-        "`evidence+standout`, that plus how far the best cosine stands above the mean cosine of the vector "
-        "list's candidates (separates near misses better, docs/eval.md). Calibrate the floor for the measure "
-        "you use.",
+        "`+standout` adds how far the best cosine stands above the mean cosine of the vector list's "
+        "candidates (separates near misses better); `+names` makes it 0 when the question names something "
+        "(an identifier, or a capitalised word the embedding model does not know whole) that no indexed "
+        "chunk holds (docs/eval.md). Calibrate the floor for the measure you use.",
     )
     fusion: FusionSettings = Field(default_factory=FusionSettings)
     supersession: SupersessionSettings = Field(default_factory=SupersessionSettings)

@@ -1,0 +1,110 @@
+"""Names a question asks about that no memory holds: a reason to say that nothing is close.
+
+A question that names a thing (``Auth0``, ``ORBIT_STRICT_SCOPES``, ``Quay.io``, ``#2599``, ``Svelte``)
+asks about that thing. When no indexed chunk holds the name, the nearest memories are at best about
+something next door, however close their vectors are: the fused evidence of such a near miss is often as
+high as an answer's (docs/eval.md, "Abstention"), but the keyword index can say plainly that the name was
+never written down.
+
+What counts as a name, from the question's own spelling:
+
+- **identifier-shaped** words: letters with a digit, an underscore or a dot inside, a ``#``, or a path
+  (``nRF52840``, ``wait_for_orders_export``, ``Quay.io``, ``#2599``, ``loaders/http.py``); numbers, dates,
+  ordinals and versions alone are not names (quantities and days are not what a question is about);
+- **capitalised** words that do not start a sentence, camelCase and all-capitals words (``Dagster``,
+  ``useInspectionTimer``, ``SAML``), unless the embedding model knows the word whole (``Germany``,
+  ``Google``, ``PDF``): a word the encoder has in its vocabulary is language it can relate to other words,
+  so a memory may answer it in other words (a question about "Germany" for a memory about a Frankfurt
+  region) and the vector list decides; a word the encoder can only spell out in pieces is a name it cannot
+  relate to anything, so the literal name is the evidence. Without a vocabulary (an embedding service),
+  only identifier-shaped words count.
+
+Months and weekdays are never names (dates are filters and date columns, not words of a memory). A name is
+*unknown* when one of its words (the keyword list's own query words, stop words aside) is in no indexed
+chunk; :func:`unknown_names` asks the index through a counting function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, query_words
+
+CALENDAR_WORDS = frozenset(
+    """
+    january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+    monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri sat sun
+    """.split()  # noqa: SIM905 (a word list reads better as text)
+)
+# Characters that wrap a word in a sentence rather than belong to it, and those that close one.
+_WRAPPING = "\"'`\u2018\u2019\u201c\u201d()[]{}<>,;:!?*"
+_CLOSING = "\"'`\u2019\u201d)]}>*"
+_DOTTED = re.compile(r"\w\w\.\w\w")
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)", re.IGNORECASE)
+_CAMEL = re.compile(r"[a-z][A-Z]")
+
+
+@dataclass(frozen=True)
+class Name:
+    """A name in a question: as written, its query words, and whether its shape alone makes it a name."""
+
+    text: str
+    words: tuple[str, ...]
+    shaped: bool
+
+
+def identifier_shaped(token: str) -> bool:
+    """A ``#``; or a letter with a digit (not an ordinal: ``8th``), an underscore, or a dot between word
+    parts of two characters or more (``Quay.io``, not ``U.S``); or a path (two slashes, or one with a dot:
+    ``loaders/http.py``, not ``artists/bands``). Numbers, dates and versions alone (``2023``, ``1,2023``,
+    ``4.2``) are not names."""
+    if "#" in token:
+        return True
+    if not any(c.isalpha() for c in token) or _ORDINAL.fullmatch(token):
+        return False
+    if any(c.isdigit() for c in token) or "_" in token or _DOTTED.search(token):
+        return True
+    return token.count("/") >= 2 or ("/" in token and "." in token)
+
+
+def question_names(question: str) -> list[Name]:
+    """The names ``question`` asks about, in order (see the module's text for what counts)."""
+    names: list[Name] = []
+    starts_sentence = True
+    for raw in question.split():
+        token = raw.strip(_WRAPPING)
+        first = starts_sentence
+        starts_sentence = raw.rstrip(_CLOSING).endswith((".", "!", "?", ":"))
+        token = token.rstrip(".").strip(_WRAPPING)  # a full stop is not part of the name
+        if not token or token.lower() in CALENDAR_WORDS:
+            continue
+        shaped = identifier_shaped(token)
+        lettered = token.replace("-", "").isalpha()
+        capitalised = lettered and (
+            (token[0].isupper() and not first) or bool(_CAMEL.search(token)) or (len(token) > 1 and token.isupper())
+        )
+        if not (shaped or capitalised):
+            continue
+        words = tuple(word for word in query_words(token) if word not in ENGLISH_STOPWORDS)
+        if words:
+            names.append(Name(token, words, shaped))
+    return names
+
+
+def unknown_names(
+    question: str, chunks_holding: Callable[[str], int], known_words: Collection[str] | None
+) -> list[str]:
+    """The names of ``question`` that have a word no indexed chunk holds (``chunks_holding(word) == 0``).
+
+    ``known_words``: the embedding model's whole words (lowercase); a lettered name made only of such words
+    is left to the vector list. None: only identifier-shaped names are checked."""
+    unknown = []
+    for name in question_names(question):
+        if not name.shaped and (known_words is None or all(word in known_words for word in name.words)):
+            continue
+        if any(chunks_holding(word) == 0 for word in name.words):
+            unknown.append(name.text)
+    return unknown
