@@ -66,8 +66,10 @@ _SEARCH_HYBRID = (
     "most relevant first, at most `limit`, with no scores; truncated: true means more candidates existed; "
     "partial: true means the index is still catching up and recent memories may be missing; "
     "nothing_close: true (with a note) means no memory was close enough to return, which does not prove "
-    "nothing relevant is stored. By default only memory content is searched (scope 'memories'), across all "
-    "sessions unless session_id is given. Call recall with a hit's id and session_id for its provenance. " + _CAVEATS
+    "nothing relevant is stored; unknown_names, when present, lists the names in your query that no memory "
+    "mentions (check the spelling or search for what they are). By default only memory content is "
+    "searched (scope 'memories'), across all sessions unless session_id is given. Call recall with a hit's "
+    "id and session_id for its provenance. " + _CAVEATS
 )
 _QUERY = {
     "exact": "One literal substring to find (1-1000 characters), e.g. `MapToolArguments`, `ECONNRESET`, "
