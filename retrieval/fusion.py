@@ -25,8 +25,9 @@ any list, then by list order (as given), so the result is deterministic.
   away how much better the first BM25 match is than the tenth, which is why it loses to BM25 alone at
   small k on conversational memories (docs/semantic.md, "Why convex fusion").
 
-:func:`neighbour_smoothing` then lifts each candidate by a share of its best-scoring session neighbour,
-so an answer that shares no word with the question still follows the turn that asked it.
+:func:`session_pull` then moves each candidate part of the way up to its session's best match, and
+:func:`neighbour_smoothing` lifts each candidate by a share of its best-scoring session neighbour, so an
+answer that shares no word with the question still follows the turn that asked it.
 """
 
 from __future__ import annotations
@@ -146,6 +147,30 @@ def relevance(
     if best is None or "standout" not in measure.split("+"):
         return best
     return best + standout(lists, cosines)
+
+
+def session_pull(fused: Fused, session_of: Mapping[int, str | None], weight: float) -> Fused:
+    """``score + weight * (the best fused score in the candidate's session - score)``: each candidate moves
+    ``weight`` of the way up to its session's best match, in the new order (ties keep the fused order). A
+    candidate without a session does not move, nor does each session's best, so the order of the sessions'
+    best matches is kept.
+
+    A question is usually about one stretch of work or talk: the session that holds its strongest match is
+    likely the one asked about, and its weaker matches (the second half of a multi-hop answer, a detail
+    said in passing) deserve more than their own words give them. Neighbour smoothing reaches only the
+    memories beside a match; this reaches the whole session, through the candidates alone (nothing read)."""
+    if weight <= 0 or len(fused) < 2:
+        return list(fused)
+    best: dict[str, float] = {}
+    for label, score in fused:  # best first: a session's first candidate is its best
+        session = session_of.get(label)
+        if session is not None:
+            best.setdefault(session, score)
+    pulled = []
+    for label, score in fused:
+        session = session_of.get(label)
+        pulled.append((label, score if session is None else score + weight * (best[session] - score)))
+    return sorted(pulled, key=lambda item: -item[1])
 
 
 def neighbour_smoothing(fused: Fused, neighbours: Mapping[int, Sequence[int]], weight: float) -> Fused:

@@ -49,7 +49,7 @@ from obsmem.indexer import (
     VectorSet,
 )
 from obsmem.retrieval.bm25 import Bm25List
-from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance
+from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance, session_pull
 from obsmem.retrieval.names import unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
@@ -174,6 +174,7 @@ class HybridSearcher:
         self.weights = settings.fusion.weights
         self.exact_cosines = settings.fusion.method == "convex"
         self.neighbour_weight = settings.fusion.neighbour_weight
+        self.session_weight = settings.fusion.session_weight
         self.supersession = settings.supersession
         # (Project, kind of source) whose index the last search of that kind found ready: their next search
         # skips the check made before the query embedding (a snapshot of its own) and reads the index state
@@ -465,6 +466,8 @@ class HybridSearcher:
             cosines = self._cosines(store, vectors, query_vector, wanted)
         fused = self.fuse(lists, self.weights, cosines)
         best = relevance(fused, lists, self.settings.relevance_measure, cosines)
+        if self.session_weight > 0:
+            fused = session_pull(fused, {label: valid[label].row[2] for label, _ in fused}, self.session_weight)
         if self.neighbour_weight <= 0 or not fused:
             return fused, best
         neighbours = self._neighbours(store, [label for label, _ in fused], valid)

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from obsmem.retrieval.bm25 import bm25_ceiling
-from obsmem.retrieval.fusion import convex_fusion, evidence, fuser, neighbour_smoothing, reciprocal_rank_fusion
+from obsmem.retrieval.fusion import (
+    convex_fusion,
+    evidence,
+    fuser,
+    neighbour_smoothing,
+    reciprocal_rank_fusion,
+    session_pull,
+)
 from obsmem.retrieval.ranked import RankedList
 
 
@@ -144,3 +151,20 @@ def test_a_keyword_list_whose_best_match_covers_little_of_the_query_weighs_less(
     assert fuser("convex", full_coverage=0.2)([keyword, vector], weights) == convex_fusion(
         [keyword, vector], weights, full_coverage=0.2
     )
+
+
+def test_session_pull_hand_computed() -> None:
+    """Each candidate moves the share of the way up to its session's best; the session with the strongest
+    match lifts its weaker memories past a lone match of another session, and no session's best moves."""
+    fused = [(1, 0.9), (2, 0.5), (3, 0.45), (6, 0.44), (4, 0.3), (5, 0.2)]  # best first, as fusion gives it
+    sessions = {1: "a", 2: "b", 3: "a", 4: "a", 5: None, 6: "c"}
+    pulled = dict(session_pull(fused, sessions, 0.3))
+    assert pulled[1] == 0.9 and pulled[2] == 0.5 and pulled[6] == 0.44  # each session's best stays
+    assert pulled[3] == pytest.approx(0.45 + 0.3 * (0.9 - 0.45))
+    assert pulled[4] == pytest.approx(0.3 + 0.3 * (0.9 - 0.3))
+    assert pulled[5] == 0.2  # no session: nothing to pull toward
+    assert [label for label, _ in session_pull(fused, sessions, 0.3)] == [1, 3, 2, 4, 6, 5]
+    assert session_pull(fused, sessions, 0.0) == fused
+    # One session: every score moves toward the same best, so the order cannot change.
+    alone = {label: "a" for label, _ in fused}
+    assert [label for label, _ in session_pull(fused, alone, 0.5)] == [label for label, _ in fused]

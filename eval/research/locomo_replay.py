@@ -12,8 +12,9 @@ the question lacks). ``replay`` then ranks every question with the product's
 (the neighbours are the turns before and after in the session, as the index links them) and prints
 recall@5/10/50 on the calibration conversations (conv-26, conv-30), the held-out ones and all, as JSON.
 
-The baseline variant reproduces the product's ``obsmem eval locomo`` figures (0.709 / 0.803 / 0.917 on
-the five development conversations). Usage, with the package installed::
+The baseline variant reproduces the product's ``obsmem eval locomo`` figures with ``[semantic.fusion]
+session_weight = 0`` (0.709 / 0.803 / 0.917 on the five development conversations); "session pull (0.3 of
+the way to its best)" is the product's default recipe (0.723 / 0.815 / 0.919). Usage, with the package installed::
 
     python eval/research/locomo_replay.py capture --data locomo-dev5.json --cache lists.pkl
     python eval/research/locomo_replay.py replay --cache lists.pkl
@@ -92,10 +93,12 @@ def fused_order(
     full_coverage: float = 0.2,
     neighbour_weight: float = 0.2,
     bonus: np.ndarray | None = None,
+    adjust: Callable[[list[tuple[int, float]]], list[tuple[int, float]]] | None = None,
 ) -> list[int]:
     """Turn positions in the product's fused and smoothed order (the hybrid recipe with these settings).
 
-    ``bonus`` (per turn) is added to the fused score before smoothing (the speaker prior)."""
+    ``bonus`` (per turn) is added to the fused score before smoothing (the speaker prior); ``adjust``
+    rescores the fused list before smoothing (the session variants)."""
     from obsmem.retrieval.fusion import convex_fusion, neighbour_smoothing
     from obsmem.retrieval.ranked import RankedList
 
@@ -107,6 +110,8 @@ def fused_order(
     fused = convex_fusion([bm25, vector], weights or {"bm25": 1.25, "vector": 0.6}, exact, full_coverage)
     if bonus is not None:
         fused = sorted(((label, score + float(bonus[label])) for label, score in fused), key=lambda item: -item[1])
+    if adjust is not None:
+        fused = sorted(adjust(fused), key=lambda item: -item[1])
     smoothed = neighbour_smoothing(fused, neighbours, neighbour_weight)
     return [label for label, _ in smoothed[:fused_budget]]
 
@@ -219,6 +224,7 @@ def capture(data: Path, cache: Path) -> None:
 
 # -- replay ----------------------------------------------------------------------------------------------
 Variant = Callable[[CapturedConversation, CapturedQuestion], list[int]]
+Adjust = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
 
 
 def _with_cosines(make: Callable[[CapturedConversation, np.ndarray], np.ndarray], **settings: Any) -> Variant:
@@ -294,8 +300,89 @@ def _keyword_feedback(share: float) -> Variant:
     return run
 
 
+def _session_lift(sessions: list[int], share: float, best: int) -> Adjust:
+    """Each candidate gains ``share`` x the mean of the ``best`` highest fused scores among the other
+    candidates of its session."""
+
+    def adjust(fused: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        by_session: dict[int, list[float]] = {}
+        for label, score in fused:
+            by_session.setdefault(sessions[label], []).append(score)
+        tops = {session: sorted(scores, reverse=True)[: best + 1] for session, scores in by_session.items()}
+        adjusted = []
+        for label, score in fused:
+            others = list(tops[sessions[label]])
+            if score in others:
+                others.remove(score)
+            lift = share * (sum(others[:best]) / best) if others else 0.0
+            adjusted.append((label, score + lift))
+        return adjusted
+
+    return adjust
+
+
+def _session_pull(sessions: list[int], share: float) -> Adjust:
+    """Each candidate moves ``share`` of the way up to the best fused score of its session (the session's
+    best itself does not move, so the order of the sessions' best matches is kept)."""
+
+    def adjust(fused: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        best: dict[int, float] = {}
+        for label, score in fused:
+            best.setdefault(sessions[label], score)
+        return [(label, score + share * max(0.0, best[sessions[label]] - score)) for label, score in fused]
+
+    return adjust
+
+
+def _two_away(sessions: list[int], second: float) -> Adjust:
+    """Each candidate gains ``second`` x the better fused score of the turns two away in its session."""
+
+    def adjust(fused: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        scores = dict(fused)
+        adjusted = []
+        for label, score in fused:
+            lift = 0.0
+            for other in (label - 2, label + 2):
+                if 0 <= other < len(sessions) and sessions[other] == sessions[label]:
+                    lift = max(lift, second * max(0.0, scores.get(other, 0.0)))
+            adjusted.append((label, score + lift))
+        return adjusted
+
+    return adjust
+
+
+def _adjusted(*makers: Callable[[list[int]], Adjust], **settings: Any) -> Variant:
+    """The baseline with each adjustment applied to the fused list in turn, before smoothing."""
+
+    def run(conversation: CapturedConversation, question: CapturedQuestion) -> list[int]:
+        steps = [make(conversation.sessions) for make in makers]
+
+        def adjust(fused: list[tuple[int, float]]) -> list[tuple[int, float]]:
+            for step in steps:
+                fused = step(fused)
+            return fused
+
+        cosines = conversation.own @ question.query
+        neighbours = conversation.neighbours()
+        return fused_order(question.keyword, question.ceiling, cosines, neighbours, adjust=adjust, **settings)
+
+    return run
+
+
+def _session(share: float, best: int = 1) -> Callable[[list[int]], Adjust]:
+    return lambda sessions: _session_lift(sessions, share, best)
+
+
+def _pull(share: float) -> Callable[[list[int]], Adjust]:
+    return lambda sessions: _session_pull(sessions, share)
+
+
+def _wider(second: float) -> Callable[[list[int]], Adjust]:
+    return lambda sessions: _two_away(sessions, second)
+
+
 VARIANTS: dict[str, Variant] = {
-    "baseline (the product)": _with_cosines(lambda c, q: c.own @ q),
+    "baseline (the product with session_weight 0)": _with_cosines(lambda c, q: c.own @ q),
     "wider pool (400 per list, 400 fused)": _with_cosines(lambda c, q: c.own @ q, per_list=400, fused_budget=400),
     "context vector: turn before + turn": _with_cosines(lambda c, q: c.with_previous @ q),
     "context vector: turn + turn after": _with_cosines(lambda c, q: c.with_next @ q),
@@ -318,14 +405,37 @@ VARIANTS: dict[str, Variant] = {
     "keyword feedback (share 0.1)": _keyword_feedback(0.1),
     "keyword feedback (share 0.2)": _keyword_feedback(0.2),
     "keyword feedback (share 0.3)": _keyword_feedback(0.3),
+    "session evidence (0.1 x its best other match)": _adjusted(_session(0.1)),
+    "session evidence (0.2 x its best other match)": _adjusted(_session(0.2)),
+    "session evidence (0.3 x its best other match)": _adjusted(_session(0.3)),
+    "session evidence (0.4 x its best other match)": _adjusted(_session(0.4)),
+    "session evidence (0.5 x its best other match)": _adjusted(_session(0.5)),
+    "session evidence (0.2 x mean of its 3 best other matches)": _adjusted(_session(0.2, 3)),
+    "session evidence (0.3 x mean of its 2 best other matches)": _adjusted(_session(0.3, 2)),
+    "wider smoothing (0.1 two turns away)": _adjusted(_wider(0.1)),
+    "session pull (0.1 of the way to its best)": _adjusted(_pull(0.1)),
+    "session pull (0.2 of the way to its best)": _adjusted(_pull(0.2)),
+    "session pull (0.3 of the way to its best)": _adjusted(_pull(0.3)),
+    "session pull (0.4 of the way to its best)": _adjusted(_pull(0.4)),
+    "session pull (0.5 of the way to its best)": _adjusted(_pull(0.5)),
+    "session pull 0.3 + wider smoothing 0.1": _adjusted(_pull(0.3), _wider(0.1)),
+    "session pull 0.3 + wider smoothing 0.05": _adjusted(_pull(0.3), _wider(0.05)),
+    "session pull 0.3, neighbour share 0.3": _adjusted(_pull(0.3), neighbour_weight=0.3),
+    "session pull 0.3, neighbour share 0.15": _adjusted(_pull(0.3), neighbour_weight=0.15),
+    "session evidence 0.2 + wider smoothing 0.1": _adjusted(_session(0.2), _wider(0.1)),
+    "session evidence 0.2, neighbour share 0.1": _adjusted(_session(0.2), neighbour_weight=0.1),
+    "session evidence 0.2, neighbour share 0.3": _adjusted(_session(0.2), neighbour_weight=0.3),
 }
 
 
-def replay(cache: Path) -> dict[str, dict[str, dict[str, float]]]:
+def replay(cache: Path, only: str = "") -> dict[str, dict[str, dict[str, float]]]:
+    """Every variant (or those whose name holds ``only``, and the baseline) on the captured lists."""
     with cache.open("rb") as handle:
         captured: list[CapturedConversation] = pickle.load(handle)  # noqa: S301 - our own file
     figures: dict[str, dict[str, dict[str, float]]] = {}
     for name, variant in VARIANTS.items():
+        if only and only not in name and not name.startswith("baseline"):
+            continue
         by_split: dict[str, list[list[float]]] = {"calibration": [], "held_out": [], "all": []}
         for conversation in captured:
             split = "calibration" if conversation.sample_id in CALIBRATION else "held_out"
@@ -379,11 +489,13 @@ def main() -> None:
     capture_parser.add_argument("--cache", type=Path, required=True, help="where to write the captured lists")
     replay_parser = commands.add_parser("replay", help="rank the captured lists with every variant (JSON)")
     replay_parser.add_argument("--cache", type=Path, required=True)
+    replay_parser.add_argument("--only", default="", help="only the variants whose name holds this text")
     arguments = parser.parse_args()
     if arguments.command == "capture":
         capture(arguments.data, arguments.cache)
     else:
-        print(json.dumps({"variants": replay(arguments.cache), "missed at 50": misses_at(arguments.cache)}, indent=2))
+        figures = replay(arguments.cache, arguments.only)
+        print(json.dumps({"variants": figures, "missed at 50": misses_at(arguments.cache)}, indent=2))
 
 
 if __name__ == "__main__":

@@ -211,6 +211,14 @@ class FusionSettings(Section):
         "its neighbours in the same session (a neighbour that is not a candidate enters with that share "
         "alone). 0 turns it off.",
     )
+    session_weight: float = Field(
+        default=0.3,
+        ge=0,
+        le=10,
+        description="Session evidence, before neighbour smoothing: each fused candidate moves this share of the "
+        "way up to the best fused score in its session, so the session that holds the strongest match lifts "
+        "its weaker ones (docs/eval.md). 0 turns it off.",
+    )
     candidates_per_list: int = Field(default=100, gt=0, le=1000, description="Chunks taken from each list.")
     fused_candidates: int = Field(
         default=200, gt=0, le=2000, description="Chunks kept after fusion (and sent to the reranker)."

@@ -23,7 +23,7 @@ from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head,
 from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
-from obsmem.retrieval.fusion import fuser, neighbour_smoothing
+from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.supersession import present_supersession
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
@@ -187,6 +187,7 @@ def reference_search(
         union = {label for ranked in lists for label in ranked.labels}
         fuse = fuser(fusion.method, rrf_k=fusion.rrf_k, full_coverage=fusion.bm25_full_coverage)
         fused = fuse(lists, fusion.weights, {x: cosine[x] for x in union})
+        fused = session_pull(fused, {label: by_label[label].session for label, _ in fused}, fusion.session_weight)
         allowed = {label: [o for o in near if inside(by_label[o])] for label, near in neighbours.items()}
         fused = neighbour_smoothing(fused, allowed, fusion.neighbour_weight)
         if settings.supersession.enabled:
