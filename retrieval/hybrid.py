@@ -364,6 +364,13 @@ class HybridSearcher:
             result.unknown_names = stages.unknown_names
         return result, stages
 
+    def _supersedes(self, query: str) -> bool:
+        """Whether supersession runs for ``query``. Session evidence then stays off: a question about the
+        present asks for the latest of several decisions, usually in another session than the longest
+        discussion of the thing, which session evidence would favour (docs/eval.md, "Session evidence")."""
+        config = self.supersession
+        return config.enabled and (not config.present_only or asks_about_now(query))
+
     def _superseded(
         self, query: str, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
     ) -> Fused:
@@ -423,7 +430,8 @@ class HybridSearcher:
             kept = [item for item in ranked.items if item[0] in valid]
             ranked.full = ranked.full or len(kept) > k
             ranked.items = kept[:k]
-        fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where)
+        by_session = not self._supersedes(query)  # a question about the present asks across sessions
+        fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where, by_session=by_session)
         unknown = self._unknown_names(store, query, embedder) if evidence is not None and evidence > 0 else []
         if unknown:
             evidence = 0.0
@@ -449,10 +457,13 @@ class HybridSearcher:
         vectors: VectorSet,
         query_vector: np.ndarray | None,
         where: Filter,
+        *,
+        by_session: bool = True,
     ) -> tuple[Fused, float | None]:
         """The candidates' order (one list alone in its own order, or fused and smoothed) and what
         ``min_relevance`` compares (:func:`~obsmem.retrieval.fusion.relevance`: the fused evidence, or that
         plus how far the best cosine stands out, as ``relevance_measure`` says; None for one list).
+        Session evidence (``session_weight``) applies unless ``by_session`` is False.
 
         Runs inside the read snapshot of the lists (stored embeddings and neighbours are read from it).
         Smoothing stops one past the ``fused_candidates`` budget (enough to tell whether it was reached);
@@ -466,7 +477,7 @@ class HybridSearcher:
             cosines = self._cosines(store, vectors, query_vector, wanted)
         fused = self.fuse(lists, self.weights, cosines)
         best = relevance(fused, lists, self.settings.relevance_measure, cosines)
-        if self.session_weight > 0:
+        if self.session_weight > 0 and by_session:
             fused = session_pull(fused, {label: valid[label].row[2] for label, _ in fused}, self.session_weight)
         if self.neighbour_weight <= 0 or not fused:
             return fused, best

@@ -25,7 +25,7 @@ from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
 from obsmem.retrieval.ranked import RankedList
-from obsmem.retrieval.supersession import present_supersession
+from obsmem.retrieval.supersession import asks_about_now, present_supersession
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
 from support.model_server import embed
 
@@ -187,7 +187,10 @@ def reference_search(
         union = {label for ranked in lists for label in ranked.labels}
         fuse = fuser(fusion.method, rrf_k=fusion.rrf_k, full_coverage=fusion.bm25_full_coverage)
         fused = fuse(lists, fusion.weights, {x: cosine[x] for x in union})
-        fused = session_pull(fused, {label: by_label[label].session for label, _ in fused}, fusion.session_weight)
+        supersedes = settings.supersession.enabled and (not settings.supersession.present_only or asks_about_now(query))
+        if not supersedes:  # a question about the present asks across sessions: no session evidence
+            sessions = {label: by_label[label].session for label, _ in fused}
+            fused = session_pull(fused, sessions, fusion.session_weight)
         allowed = {label: [o for o in near if inside(by_label[o])] for label, near in neighbours.items()}
         fused = neighbour_smoothing(fused, allowed, fusion.neighbour_weight)
         if settings.supersession.enabled:
