@@ -10,10 +10,11 @@ exactly those products in float32 with numpy's BLAS on one thread (as a query ru
 and, for the core's best rate, at 512 rows, and prints one JSON document:
 
 - ``per_shape`` — microseconds and GFLOP/s for each product at the question's size;
-- ``products_per_query_ms`` — the six layers' products at the question's size: the floor under an fp32
-  query embedding on this core, whatever runtime runs it;
+- ``products_per_query_ms`` — the six layers' products at the question's size, at the rate numpy's BLAS
+  reaches on such small matrices;
 - ``best_rate_gflops`` and ``at_best_rate_ms`` — the same work at the rate the core reaches on large
-  products (what a perfect kernel could approach).
+  products: what a perfect kernel could approach, and so a floor under an fp32 query embedding on this
+  core whatever runtime runs it (attention, layer norms, GELU, pooling and tokenising come on top).
 
 Compare ``products_per_query_ms`` with the encoders' query p50 from ``benchmarks/encoder.py`` in the same
 sitting: if the floor is near or above a target, only fewer operations (int8) or more cores can meet it.

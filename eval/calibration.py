@@ -12,8 +12,9 @@ On the calibration split, for each candidate floor (each score seen), three effe
 the first ten hits: **precision** (targets shown / hits shown, pooled over positive questions),
 **recall** (positives whose target is shown) and **negatives with hits** (negatives that still get any
 hit). The rule: the highest floor whose recall is at least the unfloored recall minus
-``max_recall_loss`` (default 0: lose no target), placed halfway down to the next lower score seen above 0
-(a relevance of 0 is a question with no evidence at all), so it does not sit on a calibration score. The
+``max_recall_loss`` (default 0: lose no target), placed halfway down to the next lower score seen (for the fused
+floor, not to a relevance of 0: a question with no evidence at all), so it does not sit on a calibration
+score. The
 held-out split is then searched twice through the product — without a floor and with the floor set to the
 choice — and both are reported.
 """
@@ -38,6 +39,8 @@ UNFLOORED_FUSED = SearchPlan(rerank=False, floor=False)
 # The setting each kind of floor is (the TOML section and key it is written to).
 RERANKER_FLOOR = "min_score"
 FUSED_FLOOR = "min_relevance"
+# The fused floor's relevance of a question with no evidence at all (``relevance_measure`` with ``names``).
+NO_EVIDENCE = 0.0
 SECTIONS = {RERANKER_FLOOR: "semantic.reranker", FUSED_FLOOR: "semantic"}
 MODES = {RERANKER_FLOOR: "hybrid+rerank", FUSED_FLOOR: "hybrid"}
 
@@ -116,9 +119,15 @@ def score_questions(
     return scored
 
 
-def choose_floor(scored: Sequence[Scored], max_recall_loss: float = 0.0) -> tuple[float | None, list[FloorEffect]]:
+def choose_floor(
+    scored: Sequence[Scored], max_recall_loss: float = 0.0, no_evidence: float | None = None
+) -> tuple[float | None, list[FloorEffect]]:
     """The rule of the module docstring; returns the floor (None when none keeps enough recall) and the
-    sweep (one effect per candidate floor, highest floor first, the unfloored effect last)."""
+    sweep (one effect per candidate floor, highest floor first, the unfloored effect last).
+
+    ``no_evidence``: a score that means "nothing at all" rather than a measure (the fused floor's 0, which
+    a question naming what no memory holds gets); the floor keeps no margin from it. A reranker's raw
+    scores have no such value (they are often negative)."""
     baseline = effect(None, [(s.question, s.shown(None)) for s in scored])
     candidates = sorted({score for s in scored for score in s.scores[:FIRST]}, reverse=True)
     sweep = [effect(f, [(s.question, s.shown(f)) for s in scored]) for f in candidates]
@@ -126,9 +135,7 @@ def choose_floor(scored: Sequence[Scored], max_recall_loss: float = 0.0) -> tupl
         return None, [*sweep, baseline]
     for position, found in enumerate(sweep):
         if found.recall_at_10 >= baseline.recall_at_10 - max_recall_loss - 1e-12:
-            # Scores of 0 are questions with no evidence at all (a name no memory holds, with a measure
-            # that says so): no score to keep a margin from, so the floor stays beside the real ones.
-            below = next((score for score in candidates[position + 1 :] if score > 0), None)
+            below = next((score for score in candidates[position + 1 :] if score != no_evidence), None)
             assert found.floor is not None
             floor = found.floor if below is None else (found.floor + below) / 2.0
             return floor, [*sweep, baseline]

@@ -30,6 +30,7 @@ from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.eval.calibration import (
     FUSED_FLOOR,
+    NO_EVIDENCE,
     RERANKER_FLOOR,
     UNFLOORED,
     UNFLOORED_FUSED,
@@ -388,7 +389,8 @@ def calibrate(
             calibration, held_out = split_questions(questions)
             index_project(memory, project)
             scored = score_questions(memory, project, calibration, progress, setting)
-            chosen, sweep = choose_floor(scored, max_recall_loss)
+            no_evidence = NO_EVIDENCE if setting == FUSED_FLOOR else None
+            chosen, sweep = choose_floor(scored, max_recall_loss, no_evidence)
             unfloored = UNFLOORED if setting == RERANKER_FLOOR else UNFLOORED_FUSED
             before = measure_held_out(memory, project, held_out, unfloored, None, setting)
         report = CalibrationReport(

@@ -65,16 +65,21 @@ def model_fingerprint(path: Path) -> str:
 
 
 def model_vocabulary(path: Path) -> frozenset[str]:
-    """The whole words of the model's tokenizer in ``path``, lowercased: ``vocab.txt`` (WordPiece, one token a
-    line) or the ``model.vocab`` of ``tokenizer.json``, less word pieces (``##ing``) and special tokens
-    (``[CLS]``, ``<s>``). Empty when the directory has neither."""
-    tokens: Iterable[str]
-    if (path / "vocab.txt").is_file():
-        tokens = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    elif (path / "tokenizer.json").is_file():
-        vocab = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("model", {}).get("vocab")
-        tokens = vocab.keys() if isinstance(vocab, dict) else ()
-    else:
+    """The whole words of the model's WordPiece tokenizer in ``path``, lowercased: ``vocab.txt`` (one token a
+    line) or the ``model.vocab`` of a ``tokenizer.json`` whose model is WordPiece, less word pieces
+    (``##ing``) and special tokens (``[CLS]``). Empty when the directory has neither, the file cannot be
+    read, or the tokenizer is of another kind (byte-level BPE and SentencePiece mark word starts, not
+    pieces, so their entries are not whole words)."""
+    try:
+        if (path / "vocab.txt").is_file():
+            tokens: Iterable[str] = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        elif (path / "tokenizer.json").is_file():
+            model = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("model")
+            vocab = model.get("vocab") if isinstance(model, dict) and model.get("type") == "WordPiece" else None
+            tokens = vocab.keys() if isinstance(vocab, dict) else ()
+        else:
+            return frozenset()
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return frozenset()
     return frozenset(token.lower() for token in tokens if token and token.isalnum() and not token.startswith("##"))
 

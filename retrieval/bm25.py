@@ -130,14 +130,20 @@ class Bm25List:
         the query's ceiling, which should describe the index being searched."""
         key = (store.source, term)
         now = time.monotonic()
-        if self._fresh(key, now, version):
-            cached = self._postings[key]
+        cached = self._postings.get(key)  # read once: another search may clear the cache meanwhile
+        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3]):
             return cached[1], cached[2]
         count, oldest = store.term_postings(term, self.settings.max_postings)
         if len(self._postings) > 100_000:
             self._postings.clear()
         self._postings[key] = (now, count, oldest, version)
         return count, oldest
+
+    def counts(self, store: IndexReader, words: list[str], version: int | None = None) -> dict[str, int]:
+        """Each word's chunk count as :meth:`postings` counts it (bounded, cached), asked in one request for
+        the words not cached (one exchange with a database server)."""
+        self._count_missing(store, list(dict.fromkeys(words)), version)
+        return {word: self.postings(store, word, version)[0] for word in words}
 
     def _fresh(self, key: tuple[str, str], now: float, version: int | None) -> bool:
         cached = self._postings.get(key)

@@ -50,7 +50,7 @@ from obsmem.indexer import (
 )
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance, session_pull
-from obsmem.retrieval.names import unknown_names
+from obsmem.retrieval.names import question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -445,9 +445,13 @@ class HybridSearcher:
         tokenizer counts nothing (trigram) cannot tell, so nothing is unknown there."""
         if "names" not in self.settings.relevance_measure.split("+") or not store.counts_postings():
             return []
+        names = question_names(query)
+        if not names:
+            return []
         version = store.state().version
+        counts = self.bm25.counts(store, [word for name in names for word in name.words], version)
         known_words = embedder.known_words() if embedder is not None else None
-        return unknown_names(query, lambda word: self.bm25.postings(store, word, version)[0], known_words)
+        return unknown_names(names, counts.__getitem__, known_words)
 
     def rank(
         self,

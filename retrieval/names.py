@@ -27,7 +27,8 @@ chunk; :func:`unknown_names` asks the index through a counting function.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
+import unicodedata
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, query_words
@@ -43,7 +44,13 @@ CALENDAR_WORDS = frozenset(
 _WRAPPING = "\"'`\u2018\u2019\u201c\u201d()[]{}<>,;:!?*"
 _CLOSING = "\"'`\u2019\u201d)]}>*"
 _DOTTED = re.compile(r"\w\w\.\w\w")
-_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)", re.IGNORECASE)
+# A number with a short unit or suffix (``8th``, ``3pm``, ``10ms``, ``5GB``, ``100k``, ``1990s``), and a date
+# or time in ISO form: quantities and times, not names.
+_QUANTITY = re.compile(r"\d+(?:[.,:]\d+)*[a-z]{1,3}", re.IGNORECASE)
+_ISO_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?", re.IGNORECASE
+)
+_POSSESSIVE = re.compile(r"['\u2019]s$", re.IGNORECASE)
 _CAMEL = re.compile(r"[a-z][A-Z]")
 
 
@@ -57,13 +64,13 @@ class Name:
 
 
 def identifier_shaped(token: str) -> bool:
-    """A ``#``; or a letter with a digit (not an ordinal: ``8th``), an underscore, or a dot between word
-    parts of two characters or more (``Quay.io``, not ``U.S``); or a path (two slashes, or one with a dot:
-    ``loaders/http.py``, not ``artists/bands``). Numbers, dates and versions alone (``2023``, ``1,2023``,
-    ``4.2``) are not names."""
+    """A ``#``; or a letter with a digit, an underscore, or a dot between word parts of two characters or
+    more (``Quay.io``, not ``U.S``); or a path (two slashes, or one with a dot: ``loaders/http.py``, not
+    ``artists/bands``). Numbers, dates, times and versions alone (``2023``, ``1,2023``, ``4.2``,
+    ``2024-01-05T10:00``) and quantities (``8th``, ``3pm``, ``10ms``, ``5GB``, ``1990s``) are not names."""
     if "#" in token:
         return True
-    if not any(c.isalpha() for c in token) or _ORDINAL.fullmatch(token):
+    if not any(c.isalpha() for c in token) or _QUANTITY.fullmatch(token) or _ISO_DATE.fullmatch(token):
         return False
     if any(c.isdigit() for c in token) or "_" in token or _DOTTED.search(token):
         return True
@@ -79,6 +86,7 @@ def question_names(question: str) -> list[Name]:
         first = starts_sentence
         starts_sentence = raw.rstrip(_CLOSING).endswith((".", "!", "?", ":"))
         token = token.rstrip(".").strip(_WRAPPING)  # a full stop is not part of the name
+        token = _POSSESSIVE.sub("", token)  # Dagster's -> Dagster
         if not token or token.lower() in CALENDAR_WORDS:
             continue
         shaped = identifier_shaped(token)
@@ -94,16 +102,22 @@ def question_names(question: str) -> list[Name]:
     return names
 
 
+def _plain(word: str) -> str:
+    """``word`` without accents (``zürich`` -> ``zurich``), as an uncased vocabulary holds it."""
+    return "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
+
+
 def unknown_names(
-    question: str, chunks_holding: Callable[[str], int], known_words: Collection[str] | None
+    names: Sequence[Name], chunks_holding: Callable[[str], int], known_words: Collection[str] | None
 ) -> list[str]:
-    """The names of ``question`` that have a word no indexed chunk holds (``chunks_holding(word) == 0``).
+    """The ``names`` (of a question, :func:`question_names`) that have a word no indexed chunk holds
+    (``chunks_holding(word) == 0``).
 
     ``known_words``: the embedding model's whole words (lowercase); a lettered name made only of such words
-    is left to the vector list. None: only identifier-shaped names are checked."""
+    is left to the vector list (accents aside). None: only identifier-shaped names are checked."""
     unknown = []
-    for name in question_names(question):
-        if not name.shaped and (known_words is None or all(word in known_words for word in name.words)):
+    for name in names:
+        if not name.shaped and (known_words is None or all(_plain(word) in known_words for word in name.words)):
             continue
         if any(chunks_holding(word) == 0 for word in name.words):
             unknown.append(name.text)

@@ -130,7 +130,7 @@ def test_calibrate_needs_semantic_search_and_both_splits(tmp_path: Path, model_s
 
 def test_a_floor_keeps_its_margin_from_real_scores_not_from_no_evidence() -> None:
     """A relevance of 0 (a question naming what no memory holds, with the ``+names`` measure) is no score to
-    place the floor halfway to: the floor stays beside the lowest real score below the chosen one."""
+    place the fused floor halfway to: the floor stays beside the lowest real score below the chosen one."""
     positive = LabelledQuestion("a", "positive", "q", "aa" * 6)
     named = LabelledQuestion("b", "negative", "q", None)
     near = LabelledQuestion("c", "negative", "q", None)
@@ -139,6 +139,15 @@ def test_a_floor_keeps_its_margin_from_real_scores_not_from_no_evidence() -> Non
         Scored(named, ["ff" * 32], [0.0]),
         Scored(near, ["ee" * 32], [0.4]),
     ]
-    assert choose_floor(scored)[0] == pytest.approx(0.5)
+    assert choose_floor(scored, no_evidence=0.0)[0] == pytest.approx(0.5)
     without_near = scored[:2]
-    assert choose_floor(without_near)[0] == pytest.approx(0.6)  # nothing real below: the score itself
+    assert choose_floor(without_near, no_evidence=0.0)[0] == pytest.approx(0.6)  # nothing real below
+    assert choose_floor(without_near)[0] == pytest.approx(0.3)  # without the marker, 0 is a score like others
+
+
+def test_a_reranker_floor_keeps_its_margin_from_negative_scores() -> None:
+    """Raw reranker scores are often negative: each is a score to keep a margin from."""
+    positive = LabelledQuestion("a", "positive", "q", "aa" * 6)
+    negative = LabelledQuestion("c", "negative", "q", None)
+    scored = [Scored(positive, ["aa" * 32], [-1.0]), Scored(negative, ["ff" * 32], [-4.0])]
+    assert choose_floor(scored)[0] == pytest.approx(-2.5)

@@ -107,6 +107,8 @@ def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
         ({"fusion": {"weights": {"title": 1}}}, "semantic.fusion.weights"),
         ({"fusion": {"method": "borda"}}, "semantic.fusion.method"),
         ({"fusion": {"neighbour_weight": -0.1}}, "semantic.fusion.neighbour_weight"),
+        ({"fusion": {"session_weight": 1.5}}, "semantic.fusion.session_weight"),
+        ({"fusion": {"session_weight": -0.1}}, "semantic.fusion.session_weight"),
         ({"fusion": {"bm25_full_coverage": 1.5}}, "semantic.fusion.bm25_full_coverage"),
         ({"min_relevance": float("nan")}, "min_relevance must be a finite number"),
         ({"min_relevance": 0.4, "fusion": {"method": "rrf"}}, "min_relevance needs fusion method 'convex'"),

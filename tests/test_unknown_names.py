@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,14 @@ VOCABULARY = frozenset({"germany", "google", "pdf", "ios", "airflow", "export"})
         ("U.S", False),  # an abbreviation, not a host
         ("artists/bands", False),  # two words, not a path
         ("Dagster", False),  # a name by its capital, not by its shape
+        ("3pm", False),  # quantities and times
+        ("10ms", False),
+        ("5GB", False),
+        ("1990s", False),
+        ("2024-01-05T10:00", False),
+        ("2024-01-05", False),
+        ("v2", True),
+        ("x86_64", True),
     ],
 )
 def test_identifier_shape(token: str, shaped: bool) -> None:
@@ -65,19 +74,26 @@ def test_the_names_of_a_question() -> None:
     assert question_names("ORBIT_STRICT_SCOPES: what does it do?")[0].words == ("orbit", "strict", "scopes")
 
 
+def unknown(question: str, count: Callable[[str], int], known_words: frozenset[str] | None) -> list[str]:
+    return unknown_names(question_names(question), count, known_words)
+
+
 def test_unknown_names_need_a_word_no_chunk_holds() -> None:
     held = Counter(word for text in MEMORIES for word in set(query_words(text)))
     count = held.__getitem__
-    assert unknown_names("How did we migrate users from Auth0?", count, None) == ["Auth0"]
-    assert unknown_names("What does wait_for_orders_export wait for?", count, None) == []
-    assert unknown_names("Which charts reach registry.example.io?", count, None) == []
-    assert unknown_names("Which charts reach registry.example.com?", count, None) == ["registry.example.com"]
+    assert unknown("How did we migrate users from Auth0?", count, None) == ["Auth0"]
+    assert unknown("What does wait_for_orders_export wait for?", count, None) == []
+    assert unknown("Which charts reach registry.example.io?", count, None) == []
+    assert unknown("Which charts reach registry.example.com?", count, None) == ["registry.example.com"]
     # A capitalised word counts only with a vocabulary, and only when the model does not know it whole:
     # a word it knows may be answered in other words, which the vector list judges.
-    assert unknown_names("Why did we move to Dagster?", count, None) == []
-    assert unknown_names("Why did we move to Dagster?", count, VOCABULARY) == ["Dagster"]
-    assert unknown_names("How long did mirroring to Germany take?", count, VOCABULARY) == []
-    assert unknown_names("Did Airflow run the export?", count, VOCABULARY) == []  # held, and known
+    assert unknown("Why did we move to Dagster?", count, None) == []
+    assert unknown("Why did we move to Dagster?", count, VOCABULARY) == ["Dagster"]
+    assert unknown("How long did mirroring to Germany take?", count, VOCABULARY) == []
+    assert unknown("Did Airflow run the export?", count, VOCABULARY) == []  # held, and known
+    assert unknown("What is Dagster's role?", count, VOCABULARY) == ["Dagster"]  # a possessive is the name
+    assert unknown("How long did mirroring to Zürich take?", count, VOCABULARY | {"zurich"}) == []  # accents
+    assert unknown("Did the 3pm export take 10ms on 2024-01-05?", count, None) == []  # times and quantities
 
 
 def test_the_bundled_models_whole_words() -> None:
@@ -88,11 +104,16 @@ def test_the_bundled_models_whole_words() -> None:
 
 
 def test_a_vocabulary_from_tokenizer_json_or_none(tmp_path: Path) -> None:
-    (tmp_path / "tokenizer.json").write_text(
-        json.dumps({"model": {"vocab": {"[CLS]": 0, "Hello": 1, "##lo": 2, "world": 3, "<s>": 4}}})
-    )
+    vocab = {"[CLS]": 0, "Hello": 1, "##lo": 2, "world": 3, "<s>": 4}
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": vocab}}))
     assert model_vocabulary(tmp_path) == {"hello", "world"}
     assert model_vocabulary(tmp_path / "nothing") == frozenset()
+    # Byte-level BPE marks word starts ("Ġgoogle"), not pieces: its entries are not whole words.
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"\u0120google": 0}}}))
+    assert model_vocabulary(tmp_path) == frozenset()
+    for broken in ('{"model": null}', "not json", '{"model": {"type": "WordPiece", "vocab": []}}'):
+        (tmp_path / "tokenizer.json").write_text(broken)
+        assert model_vocabulary(tmp_path) == frozenset()
 
 
 def test_the_measure_is_a_setting() -> None:

@@ -214,7 +214,7 @@ class FusionSettings(Section):
     session_weight: float = Field(
         default=0.3,
         ge=0,
-        le=10,
+        le=1,  # above 1 a candidate would pass its session's best, which is to stay where it was
         description="Session evidence, before neighbour smoothing: each fused candidate moves this share of the "
         "way up to the best fused score in its session, so the session that holds the strongest match lifts "
         "its weaker ones (docs/eval.md). 0 turns it off.",
