@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from obsmem import Obsmem
 from obsmem.indexer.embed_local import bundled_model_path, model_vocabulary
@@ -17,6 +18,8 @@ from obsmem.retrieval import SearchPlan
 from obsmem.retrieval.bm25 import query_words
 from obsmem.retrieval.names import identifier_shaped, question_names, unknown_names
 from obsmem.settings import SemanticSettings, load_settings
+from obsmem.surfaces.http import create_app
+from support.http_server import LOCAL
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, semantic_settings
 
@@ -151,6 +154,10 @@ def test_a_question_naming_what_no_memory_holds_has_no_evidence(
     with Obsmem(floored, background_indexing=False) as memory:
         refused = memory.search("p", absent, mode="hybrid")
         kept = memory.search("p", present, mode="hybrid")
+        with TestClient(create_app(memory), base_url=LOCAL) as client:
+            answer = client.post("/v1/projects/p/search", json={"query": absent, "mode": "hybrid"})
+        assert answer.status_code == 200
+        assert answer.json()["unknown_names"] == ["Auth0"] and answer.json()["nothing_close"] is True
     assert refused.nothing_close and not refused.hits and refused.unknown_names == ["Auth0"]
     body = refused.to_dict()
     assert body["unknown_names"] == ["Auth0"] and body["note"].startswith("No indexed memory mentions Auth0.")
