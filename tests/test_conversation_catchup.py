@@ -8,8 +8,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from mcp import Client
@@ -37,6 +39,13 @@ def _backlog(data_dir: Path, project: str) -> int:
 
 def _run(data_dir: Path, *args: str, stdin: str | None = None):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(cli, ["--data-dir", str(data_dir), *args], input=stdin, catch_exceptions=False)
+
+
+@pytest.fixture
+def service_options() -> dict[str, Any]:
+    """No workers in the test server: their housekeeping indexes the conversation too, at moments of its own,
+    and the counts below are of what the test itself indexed."""
+    return {"jobs": {"in_server": False}}
 
 
 def test_status_reports_the_backlog_in_python_and_http(service: Obsmem, client: TestClient) -> None:

@@ -150,13 +150,17 @@ def test_http_appends_return_promptly_while_the_model_is_slow(live: tuple[str, O
     with httpx.Client(base_url=base, timeout=10) as http:
         append(http, "s1", words(300))
         wait_for(lambda: http.get("/v1/projects/p/sessions/s1/status").json()["status"] == "observing")
+        observing_since = time.perf_counter()
         timings = []
         for n in range(30):
             started = time.perf_counter()
             response = append(http, f"s{n % 2 + 1}", f"turn {n}: " + words(150))
             timings.append(time.perf_counter() - started)
             assert response.status_code == 200
-        assert http.get("/v1/projects/p/sessions/s1/status").json()["status"] == "observing"
+        status = http.get("/v1/projects/p/sessions/s1/status").json()["status"]
+        # The model's call takes 2 s: well within it s1 must still be observing; past it (appends slowed by a
+        # loaded machine) the call may have ended and s1 moved on, which says nothing about the appends.
+        assert status == "observing" or time.perf_counter() - observing_since > 1.5, status
     assert max(timings) < 0.5, f"slowest append over HTTP took {max(timings):.3f} s (the model takes 2 s)"
 
 
