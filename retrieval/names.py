@@ -8,9 +8,11 @@ never written down.
 
 What counts as a name, from the question's own spelling:
 
-- **identifier-shaped** words: letters with a digit, an underscore or a dot inside, a ``#``, or a path
-  (``nRF52840``, ``wait_for_orders_export``, ``Quay.io``, ``#2599``, ``loaders/http.py``); numbers, dates,
-  ordinals and versions alone are not names (quantities and days are not what a question is about);
+- **identifier-shaped** words: letters with a digit, an underscore or a dot inside, a ``#``, a path or a
+  command-line option (``nRF52840``, ``wait_for_orders_export``, ``Quay.io``, ``#2599``,
+  ``loaders/http.py``, ``--dry-run``), and whatever the question marks as code (`` `qm deploy` ``);
+  numbers, dates, times, quantities and versions alone are not names (they are not what a question is
+  about);
 - **capitalised** words that do not start a sentence, camelCase and all-capitals words (``Dagster``,
   ``useInspectionTimer``, ``SAML``), unless the embedding model knows the word whole (``Germany``,
   ``Google``, ``PDF``): a word the encoder has in its vocabulary is language it can relate to other words,
@@ -50,6 +52,8 @@ _QUANTITY = re.compile(r"\d+(?:[.,:]\d+)*[a-z]{1,3}", re.IGNORECASE)
 _ISO_DATE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?", re.IGNORECASE
 )
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+_FLAG = re.compile(r"--?[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*", re.IGNORECASE)  # a command-line option: --dry-run
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.IGNORECASE)
 _CAMEL = re.compile(r"[a-z][A-Z]")
 
@@ -64,11 +68,12 @@ class Name:
 
 
 def identifier_shaped(token: str) -> bool:
-    """A ``#``; or a letter with a digit, an underscore, or a dot between word parts of two characters or
-    more (``Quay.io``, not ``U.S``); or a path (two slashes, or one with a dot: ``loaders/http.py``, not
-    ``artists/bands``). Numbers, dates, times and versions alone (``2023``, ``1,2023``, ``4.2``,
-    ``2024-01-05T10:00``) and quantities (``8th``, ``3pm``, ``10ms``, ``5GB``, ``1990s``) are not names."""
-    if "#" in token:
+    """A ``#`` or a command-line option (``--dry-run``); or a letter with a digit, an underscore, or a dot
+    between word parts of two characters or more (``Quay.io``, not ``U.S``); or a path (two slashes, or
+    one with a dot: ``loaders/http.py``, not ``artists/bands``). Numbers, dates, times and versions alone
+    (``2023``, ``1,2023``, ``4.2``, ``2024-01-05T10:00``) and quantities (``8th``, ``3pm``, ``10ms``,
+    ``5GB``, ``1990s``) are not names."""
+    if "#" in token or _FLAG.fullmatch(token):
         return True
     if not any(c.isalpha() for c in token) or _QUANTITY.fullmatch(token) or _ISO_DATE.fullmatch(token):
         return False
@@ -79,9 +84,16 @@ def identifier_shaped(token: str) -> bool:
 
 def question_names(question: str) -> list[Name]:
     """The names ``question`` asks about, in order (see the module's text for what counts)."""
-    names: list[Name] = []
+    found: list[tuple[int, Name]] = []
+    for span in _CODE_SPAN.finditer(question):  # the writer marked it as code: a name, words and all
+        words = tuple(word for word in query_words(span.group(1)) if word not in ENGLISH_STOPWORDS)
+        if words:
+            found.append((span.start(), Name(span.group(1), words, shaped=True)))
+    # The rest word by word, code spans blanked out (same length, so positions keep the question's order).
+    rest = _CODE_SPAN.sub(lambda span: " " * len(span.group(0)), question)
     starts_sentence = True
-    for raw in question.split():
+    for match in re.finditer(r"\S+", rest):
+        raw = match.group(0)
         token = raw.strip(_WRAPPING)
         first = starts_sentence
         starts_sentence = raw.rstrip(_CLOSING).endswith((".", "!", "?", ":"))
@@ -98,8 +110,8 @@ def question_names(question: str) -> list[Name]:
             continue
         words = tuple(word for word in query_words(token) if word not in ENGLISH_STOPWORDS)
         if words:
-            names.append(Name(token, words, shaped))
-    return names
+            found.append((match.start(), Name(token, words, shaped)))
+    return [name for _, name in sorted(found, key=lambda item: item[0])]
 
 
 def _plain(word: str) -> str:

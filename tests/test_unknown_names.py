@@ -55,6 +55,9 @@ VOCABULARY = frozenset({"germany", "google", "pdf", "ios", "airflow", "export"})
         ("2024-01-05T10:00", False),
         ("2024-01-05", False),
         ("v2", True),
+        ("--insecure-skip-tls", True),  # a command-line option
+        ("-v", True),
+        ("-", False),
         ("x86_64", True),
     ],
 )
@@ -72,6 +75,8 @@ def test_the_names_of_a_question() -> None:
         ("Quay.io", True),
     ]
     assert names[-1].words == ("quay", "io")
+    coded = question_names("Why was the `qm deploy` command removed?")
+    assert [(name.text, name.words, name.shaped) for name in coded] == [("qm deploy", ("qm", "deploy"), True)]
     # Months and weekdays are dates, a plain number is a quantity or a day: none is a name.
     assert question_names("What did we ship on Monday, March 21?") == []
     assert question_names("ORBIT_STRICT_SCOPES: what does it do?")[0].words == ("orbit", "strict", "scopes")
