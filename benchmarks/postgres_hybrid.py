@@ -226,7 +226,7 @@ def reference(
         valid = store.validate({label for ranked in lists for label in ranked.labels}, where)
         for ranked in lists:
             ranked.items = [item for item in ranked.items if item[0] in valid][:k]
-        fused, _ = searcher.rank(store, lists, valid, None, vector, where)
+        fused, _ = searcher.rank(store, lists, valid, None, vector, where, by_session=not searcher.supersedes(query))
     hits: list[str] = []
     for label, _ in fused[: searcher.settings.fusion.fused_candidates]:
         memory_id = valid[label].memory_id

@@ -364,7 +364,7 @@ class HybridSearcher:
             result.unknown_names = stages.unknown_names
         return result, stages
 
-    def _supersedes(self, query: str) -> bool:
+    def supersedes(self, query: str) -> bool:
         """Whether supersession runs for ``query``. Session evidence then stays off: a question about the
         present asks for the latest of several decisions, usually in another session than the longest
         discussion of the thing, which session evidence would favour (docs/eval.md, "Session evidence")."""
@@ -430,7 +430,7 @@ class HybridSearcher:
             kept = [item for item in ranked.items if item[0] in valid]
             ranked.full = ranked.full or len(kept) > k
             ranked.items = kept[:k]
-        by_session = not self._supersedes(query)  # a question about the present asks across sessions
+        by_session = not self.supersedes(query)  # a question about the present asks across sessions
         fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where, by_session=by_session)
         unknown = self._unknown_names(store, query, embedder) if evidence is not None and evidence > 0 else []
         if unknown:

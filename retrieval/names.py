@@ -10,7 +10,7 @@ What counts as a name, from the question's own spelling:
 
 - **identifier-shaped** words: letters with a digit, an underscore or a dot inside, a ``#``, a path or a
   command-line option (``nRF52840``, ``wait_for_orders_export``, ``Quay.io``, ``#2599``,
-  ``loaders/http.py``, ``--dry-run``), and whatever the question marks as code (`` `qm deploy` ``);
+  ``loaders/http.py``, ``--dry-run``), and a short code span in backticks (`` `qm deploy` ``);
   numbers, dates, times, quantities and versions alone are not names (they are not what a question is
   about);
 - **capitalised** words that do not start a sentence, camelCase and all-capitals words (``Dagster``,
@@ -48,12 +48,15 @@ _CLOSING = "\"'`\u2019\u201d)]}>*"
 _DOTTED = re.compile(r"\w\w\.\w\w")
 # A number with a short unit or suffix (``8th``, ``3pm``, ``10ms``, ``5GB``, ``100k``, ``1990s``), and a date
 # or time in ISO form: quantities and times, not names.
-_QUANTITY = re.compile(r"\d+(?:[.,:]\d+)*[a-z]{1,3}", re.IGNORECASE)
+_NUMBER = r"[+\-~]?\d+(?:[.,:]\d+)*(?:[a-z]{1,3})?"
+_QUANTITY = re.compile(rf"{_NUMBER}(?:[-\u2013]{_NUMBER})?", re.IGNORECASE)  # also -5C, ~10ms, 3-4pm
 _ISO_DATE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?", re.IGNORECASE
 )
 _CODE_SPAN = re.compile(r"`([^`]+)`")
-_FLAG = re.compile(r"--?[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*", re.IGNORECASE)  # a command-line option: --dry-run
+CODE_SPAN_WORDS = 3
+# A command-line option: --dry-run, --max-retries; -v, -rf, -j8 (one dash: a few letters, not "-ish").
+_FLAG = re.compile(r"--[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*|-[a-z]{1,2}\d*", re.IGNORECASE)
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.IGNORECASE)
 _CAMEL = re.compile(r"[a-z][A-Z]")
 
@@ -85,12 +88,19 @@ def identifier_shaped(token: str) -> bool:
 def question_names(question: str) -> list[Name]:
     """The names ``question`` asks about, in order (see the module's text for what counts)."""
     found: list[tuple[int, Name]] = []
-    for span in _CODE_SPAN.finditer(question):  # the writer marked it as code: a name, words and all
-        words = tuple(word for word in query_words(span.group(1)) if word not in ENGLISH_STOPWORDS)
+    spans = [span for span in _CODE_SPAN.finditer(question) if _short_code(span.group(1))]
+    for span in spans:  # the writer marked it as code: a name, its words together
+        words = tuple(
+            word
+            for word in query_words(span.group(1))
+            if word not in ENGLISH_STOPWORDS and not _QUANTITY.fullmatch(word)
+        )
         if words:
-            found.append((span.start(), Name(span.group(1), words, shaped=True)))
-    # The rest word by word, code spans blanked out (same length, so positions keep the question's order).
-    rest = _CODE_SPAN.sub(lambda span: " " * len(span.group(0)), question)
+            found.append((span.start(), Name(span.group(1).strip(), words, shaped=True)))
+    # The rest word by word, short code spans blanked out (same length: positions keep the question's order).
+    rest = question
+    for span in spans:
+        rest = rest[: span.start()] + " " * len(span.group(0)) + rest[span.end() :]
     starts_sentence = True
     for match in re.finditer(r"\S+", rest):
         raw = match.group(0)
@@ -112,6 +122,12 @@ def question_names(question: str) -> list[Name]:
         if words:
             found.append((match.start(), Name(token, words, shaped)))
     return [name for _, name in sorted(found, key=lambda item: item[0])]
+
+
+def _short_code(text: str) -> bool:
+    """A code span that is one name (``qm deploy``), not a pasted line or block whose words are better
+    judged one by one: at most three words, on one line."""
+    return "\n" not in text and 0 < len(text.split()) <= CODE_SPAN_WORDS
 
 
 def _plain(word: str) -> str:

@@ -57,7 +57,13 @@ VOCABULARY = frozenset({"germany", "google", "pdf", "ios", "airflow", "export"})
         ("v2", True),
         ("--insecure-skip-tls", True),  # a command-line option
         ("-v", True),
+        ("-rf", True),
+        ("-j8", True),
         ("-", False),
+        ("-ish", False),  # a suffix, not an option
+        ("-5C", False),  # signed, approximate and ranged quantities
+        ("~10ms", False),
+        ("3-4pm", False),
         ("x86_64", True),
     ],
 )
@@ -77,6 +83,10 @@ def test_the_names_of_a_question() -> None:
     assert names[-1].words == ("quay", "io")
     coded = question_names("Why was the `qm deploy` command removed?")
     assert [(name.text, name.words, name.shaped) for name in coded] == [("qm deploy", ("qm", "deploy"), True)]
+    # Numbers inside a span are not part of the name; a long span (a pasted line) is judged word by word.
+    assert [name.words for name in question_names("Why does `load_profile(42)` fail?")] == [("load", "profile")]
+    pasted = question_names("Why did `the job failed with exit code 3 in the loader` appear?")
+    assert pasted == []  # lowercase words, none of them a name on its own
     # Months and weekdays are dates, a plain number is a quantity or a day: none is a name.
     assert question_names("What did we ship on Monday, March 21?") == []
     assert question_names("ORBIT_STRICT_SCOPES: what does it do?")[0].words == ("orbit", "strict", "scopes")
