@@ -12,11 +12,10 @@ On the calibration split, for each candidate floor (each score seen), three effe
 the first ten hits: **precision** (targets shown / hits shown, pooled over positive questions),
 **recall** (positives whose target is shown) and **negatives with hits** (negatives that still get any
 hit). The rule: the highest floor whose recall is at least the unfloored recall minus
-``max_recall_loss`` (default 0: lose no target), placed halfway down to the next lower score seen (for the fused
-floor, not to a relevance of 0: a question with no evidence at all), so it does not sit on a calibration
-score. The
-held-out split is then searched twice through the product — without a floor and with the floor set to the
-choice — and both are reported.
+``max_recall_loss`` (default 0: lose no target), placed halfway down to the next lower score seen (for the
+fused floor, not to a relevance of 0: a question with no evidence at all), so it does not sit on a
+calibration score. The held-out split is then searched twice through the product — without a floor and
+with the floor set to the choice — and both are reported.
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ UNFLOORED_FUSED = SearchPlan(rerank=False, floor=False)
 # The setting each kind of floor is (the TOML section and key it is written to).
 RERANKER_FLOOR = "min_score"
 FUSED_FLOOR = "min_relevance"
-# The fused floor's relevance of a question with no evidence at all (``relevance_measure`` with ``names``).
-NO_EVIDENCE = 0.0
 SECTIONS = {RERANKER_FLOOR: "semantic.reranker", FUSED_FLOOR: "semantic"}
 MODES = {RERANKER_FLOOR: "hybrid+rerank", FUSED_FLOOR: "hybrid"}
 

@@ -30,7 +30,6 @@ from obsmem.app import Obsmem
 from obsmem.errors import ValidationFailed
 from obsmem.eval.calibration import (
     FUSED_FLOOR,
-    NO_EVIDENCE,
     RERANKER_FLOOR,
     UNFLOORED,
     UNFLOORED_FUSED,
@@ -48,6 +47,7 @@ from obsmem.eval.modes import MODES, check_modes
 from obsmem.eval.progress import SILENT, Progress
 from obsmem.eval.results import ModeResult
 from obsmem.eval.suites import labelled, locomo, longmemeval
+from obsmem.retrieval import NO_EVIDENCE
 from obsmem.settings import SemanticSettings, Settings
 
 DEFAULT_MODES: tuple[str, ...] = ("exact", "bm25", "vector", "hybrid")

@@ -28,6 +28,7 @@ from obsmem.retrieval.search import MODES, SCOPES, SearchModes, SearchRequest
 
 if TYPE_CHECKING:
     from obsmem.retrieval.bm25 import query_terms, query_words
+    from obsmem.retrieval.fusion import NO_EVIDENCE
     from obsmem.retrieval.hybrid import HybridSearcher, SearchPlan, StageRankings
     from obsmem.retrieval.hybrid_postgres import PostgresHybridSearcher
     from obsmem.retrieval.rerank import Reranker, make_reranker
@@ -40,6 +41,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(
         "hybrid_postgres": ["PostgresHybridSearcher"],
         "rerank": ["Reranker", "make_reranker"],
         "bm25": ["query_terms", "query_words"],
+        "fusion": ["NO_EVIDENCE"],
     },
 )
 
@@ -47,6 +49,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(
 __all__ = [
     "MAX_QUERY_CHARS",
     "MODES",
+    "NO_EVIDENCE",
     "PostgresHybridSearcher",
     "SCOPES",
     "Hit",

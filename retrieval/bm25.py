@@ -130,8 +130,8 @@ class Bm25List:
         the query's ceiling, which should describe the index being searched."""
         key = (store.source, term)
         now = time.monotonic()
-        cached = self._postings.get(key)  # read once: another search may clear the cache meanwhile
-        if cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3]):
+        cached = self._cached(key, now, version)
+        if cached is not None:
             return cached[1], cached[2]
         count, oldest = store.term_postings(term, self.settings.max_postings)
         if len(self._postings) > 100_000:
@@ -145,15 +145,20 @@ class Bm25List:
         self._count_missing(store, list(dict.fromkeys(words)), version)
         return {word: self.postings(store, word, version)[0] for word in words}
 
-    def _fresh(self, key: tuple[str, str], now: float, version: int | None) -> bool:
+    def _cached(
+        self, key: tuple[str, str], now: float, version: int | None
+    ) -> tuple[float, int, int, int | None] | None:
+        """The cached count of ``key`` if still fresh for ``version``, else None. One lookup: another search
+        may clear the cache at any moment."""
         cached = self._postings.get(key)
-        return cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3])
+        fresh = cached is not None and now - cached[0] < POSTINGS_CACHE_SECONDS and version in (None, cached[3])
+        return cached if fresh else None
 
     def _count_missing(self, store: IndexReader, terms: list[str], version: int | None) -> None:
         """Count every term whose count is not cached, in one request to the store (one exchange with a
         database server rather than one per term)."""
         now = time.monotonic()
-        missing = [term for term in terms if not self._fresh((store.source, term), now, version)]
+        missing = [term for term in terms if self._cached((store.source, term), now, version) is None]
         if len(missing) < 2:
             return  # postings() counts a single term as well
         counts = store.term_postings_many(missing, self.settings.max_postings)

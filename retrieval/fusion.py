@@ -127,6 +127,9 @@ def standout(lists: Sequence[RankedList], cosines: Mapping[int, float] | None = 
     return 0.0
 
 
+# The relevance of a question with no evidence at all: one that names what no indexed chunk holds, with a
+# ``names`` measure (set by the searcher). Calibration keeps no margin from it.
+NO_EVIDENCE = 0.0
 RELEVANCE_MEASURES: tuple[str, ...] = (
     "evidence",
     "evidence+standout",

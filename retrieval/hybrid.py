@@ -49,7 +49,7 @@ from obsmem.indexer import (
     VectorSet,
 )
 from obsmem.retrieval.bm25 import Bm25List
-from obsmem.retrieval.fusion import Fused, fuser, neighbour_smoothing, relevance, session_pull
+from obsmem.retrieval.fusion import NO_EVIDENCE, Fused, fuser, neighbour_smoothing, relevance, session_pull
 from obsmem.retrieval.names import question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
@@ -307,7 +307,7 @@ class HybridSearcher:
                 lists.append(vector_list(vectors, query_vector, k + margin, where, exact_max, slots))
             valid = store.validate({label for ranked in lists for label in ranked.labels}, scoped)
             fused, stages.evidence, stages.unknown_names = self._rank_valid(
-                store, request.query, lists, valid, vectors, query_vector, scoped, k, index.embedder
+                store, request.query, lists, valid, vectors, query_vector, scoped, k, index.embedder, state.version
             )
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
@@ -374,11 +374,11 @@ class HybridSearcher:
     def _superseded(
         self, query: str, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
     ) -> Fused:
-        """``fused`` with the latest memory about a thing above the ones it replaced, for a question about
-        the present (``[semantic.supersession]``; retrieval/supersession.py)."""
+        """``fused`` with the latest memory about a thing above the ones it replaced, for a question
+        :meth:`supersedes` applies to (``[semantic.supersession]``; retrieval/supersession.py)."""
         config = self.supersession
-        if not config.enabled or len(fused) < 2 or (config.present_only and not asks_about_now(query)):
-            return fused  # most questions: nothing read, nothing computed
+        if len(fused) < 2:
+            return fused
         head = [label for label, _ in fused[: config.depth] if label in valid]
         embeddings = vectors.vectors_of(head)
         missing = [label for label in head if label not in embeddings]
@@ -421,25 +421,31 @@ class HybridSearcher:
         where: Filter,
         k: int,
         embedder: Embedder | None = None,
+        version: int | None = None,
     ) -> tuple[Fused, float | None, list[str]]:
         """Each list cut to its first ``k`` valid candidates, then fused, smoothed and (for a hybrid of
         both lists) supersession applied: what every backend does once its candidates are validated.
         Returns the order, the relevance ``min_relevance`` compares, and the question's names no chunk holds
-        when the relevance counts them (then 0). ``embedder``: the query's, whose whole words that asks for."""
+        when the relevance counts them (then 0). ``embedder``: the query's, whose whole words that asks for;
+        ``version``: the snapshot's index version, which the words' cached counts must describe."""
         for ranked in lists:
             kept = [item for item in ranked.items if item[0] in valid]
             ranked.full = ranked.full or len(kept) > k
             ranked.items = kept[:k]
-        by_session = not self.supersedes(query)  # a question about the present asks across sessions
-        fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where, by_session=by_session)
-        unknown = self._unknown_names(store, query, embedder) if evidence is not None and evidence > 0 else []
+        supersedes = self.supersedes(query)  # then no session evidence: a question about the present asks
+        fused, evidence = self.rank(store, lists, valid, vectors, query_vector, where, by_session=not supersedes)
+        unknown = []
+        if evidence is not None and evidence > NO_EVIDENCE:
+            unknown = self._unknown_names(store, query, embedder, version)
         if unknown:
-            evidence = 0.0
-        if len(lists) > 1:
+            evidence = NO_EVIDENCE
+        if len(lists) > 1 and supersedes:
             fused = self._superseded(query, fused, valid, vectors, store)
         return fused, evidence, unknown
 
-    def _unknown_names(self, store: IndexReader, query: str, embedder: Embedder | None) -> list[str]:
+    def _unknown_names(
+        self, store: IndexReader, query: str, embedder: Embedder | None, version: int | None
+    ) -> list[str]:
         """With ``relevance_measure`` ``...+names``: the names of the question no indexed chunk holds
         (retrieval/names.py). The counts are the keyword list's own (cached, bounded); an index whose
         tokenizer counts nothing (trigram) cannot tell, so nothing is unknown there."""
@@ -448,7 +454,6 @@ class HybridSearcher:
         names = question_names(query)
         if not names:
             return []
-        version = store.state().version
         counts = self.bm25.counts(store, [word for name in names for word in name.words], version)
         known_words = embedder.known_words() if embedder is not None else None
         return unknown_names(names, counts.__getitem__, known_words)

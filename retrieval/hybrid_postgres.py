@@ -87,7 +87,7 @@ class PostgresHybridSearcher(HybridSearcher):
             labels = {label for ranked in lists for label in ranked.labels}
             valid = store.validate_scored(labels, scoped, query_vector if len(lists) > 1 else None)
             fused, stages.evidence, stages.unknown_names = self._rank_valid(
-                store, request.query, lists, valid, vectors, query_vector, scoped, k, index.embedder
+                store, request.query, lists, valid, vectors, query_vector, scoped, k, index.embedder, state.version
             )
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
