@@ -322,14 +322,11 @@ def _session_lift(sessions: list[int], share: float, best: int) -> Adjust:
 
 
 def _session_pull(sessions: list[int], share: float) -> Adjust:
-    """Each candidate moves ``share`` of the way up to the best fused score of its session (the session's
-    best itself does not move, so the order of the sessions' best matches is kept)."""
+    """The product's session evidence (:func:`~obsmem.retrieval.fusion.session_pull`) with weight ``share``."""
+    from obsmem.retrieval.fusion import session_pull
 
     def adjust(fused: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        best: dict[int, float] = {}
-        for label, score in fused:
-            best.setdefault(sessions[label], score)
-        return [(label, score + share * max(0.0, best[sessions[label]] - score)) for label, score in fused]
+        return session_pull(fused, {label: str(sessions[label]) for label, _ in fused}, share)
 
     return adjust
 
