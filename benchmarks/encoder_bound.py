@@ -1,6 +1,6 @@
-"""What one core can do for a query embedding: the bundled model's matrix products timed alone.
+"""What this CPU can do for the bundled model in fp32: its matrix products timed alone, for a query and a backfill.
 
-    python benchmarks/encoder_bound.py [--tokens 12] [--repeats 7]
+    python benchmarks/encoder_bound.py [--tokens 12] [--repeats 7] [--shared-data DIR --turns 800]
 
 all-MiniLM-L6-v2 has 6 layers of hidden size 384 and feed-forward size 1536. For a question of ``T``
 tokens each layer multiplies a ``T x 384`` activation by four ``384 x 384`` matrices (query, key, value,
@@ -18,6 +18,14 @@ and, for the core's best rate, at 512 rows, and prints one JSON document:
 
 Compare ``products_per_query_ms`` with the encoders' query p50 from ``benchmarks/encoder.py`` in the same
 sitting: if the floor is near or above a target, only fewer operations (int8) or more cores can meet it.
+
+With ``--shared-data`` it also bounds a backfill: the LoCoMo turns ``benchmarks/encoder.py`` backfills
+(``"<speaker>: <text>"``), each tokenised by the model's own tokenizer (special tokens included, cut at the
+model's 256 tokens, no padding), cost their layers' products plus attention's two products per layer.
+That work at the best rate of every core at once (one core's best rate times the cores: perfect scaling,
+so a ceiling) is the most chunks per second any fp32 encoder could reach here, ``ceiling_chunks_per_s``.
+A plain fp32 ``SentenceTransformer.encode`` of the same turns with torch's default threads is timed in the
+same run, and ``ceiling_over_plain`` says how many times faster than it an fp32 backfill could possibly be.
 """
 
 from __future__ import annotations
@@ -26,7 +34,10 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -35,6 +46,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 HIDDEN, FEED_FORWARD, LAYERS = 384, 1536, 6
+MAX_TOKENS = 256  # the model's max_seq_length: longer texts are cut
 # (rows of the weight, columns, how many of that product one layer makes)
 SHAPES = ((HIDDEN, HIDDEN, 4), (HIDDEN, FEED_FORWARD, 1), (FEED_FORWARD, HIDDEN, 1))
 
@@ -56,10 +68,60 @@ def timed(rows: int, inner: int, outer: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def text_flops(tokens: int, flops_per_token: int) -> int:
+    """One text's products: the layers' weights for each token, and attention's scores and mix (T x T x H each)."""
+    return tokens * flops_per_token + LAYERS * 2 * 2 * tokens * tokens * HIDDEN
+
+
+def backfill_bound(shared: Path, turns_wanted: int, best_rate: float, flops_per_token: int) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from encoder import locomo
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
+
+    from obsmem.indexer.embed_local import bundled_model_path
+
+    _, turns = locomo(shared)
+    turns = turns[:turns_wanted] if turns_wanted else turns
+    path = bundled_model_path()
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    lengths = [min(len(encoding.ids), MAX_TOKENS) for encoding in tokenizer.encode_batch(turns)]
+    work = sum(text_flops(length, flops_per_token) for length in lengths)
+    cores = os.cpu_count() or 1
+    ceiling = len(turns) / (work / (best_rate * 1e9 * cores))
+
+    import torch
+
+    torch.set_num_threads(cores)  # torch's default: one thread per core
+    model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    model.encode(turns[:64], batch_size=32, show_progress_bar=False)
+    seconds = []
+    for _ in range(3):
+        started = time.perf_counter()
+        model.encode(turns, batch_size=32, show_progress_bar=False)
+        seconds.append(time.perf_counter() - started)
+    plain = len(turns) / statistics.median(seconds)
+    return {
+        "turns": len(turns),
+        "tokens_p50": statistics.median(lengths),
+        "tokens_mean": round(statistics.fmean(lengths), 1),
+        "gflop_total": round(work / 1e9, 1),
+        "cores": cores,
+        "ceiling_chunks_per_s": round(ceiling, 1),
+        "fp32_plain_encode_chunks_per_s": round(plain, 1),
+        "plain_share_of_ceiling": round(plain / ceiling, 3),
+        "ceiling_over_plain": round(ceiling / plain, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=12, help="a question's length in tokens (LoCoMo p50: 12)")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--shared-data", type=Path, help="also bound a backfill of LoCoMo's turns (locomo/ under it)")
+    parser.add_argument("--turns", type=int, default=800, help="the first N turns, as encoder.py --turns (0: all)")
     args = parser.parse_args()
     per_shape = []
     per_layer = 0.0
@@ -90,6 +152,9 @@ def main() -> None:
         "best_rate_gflops": round(best_rate, 1),
         "at_best_rate_ms": round(LAYERS * flops_per_layer / best_rate / 1e6, 2),
     }
+    if args.shared_data:
+        per_token = LAYERS * flops_per_layer // args.tokens
+        report["backfill"] = backfill_bound(args.shared_data, args.turns, best_rate, per_token)
     print(json.dumps(report, indent=2))
 
 
