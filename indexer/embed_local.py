@@ -133,7 +133,9 @@ class OnThisMachine(Embedder):
     """
 
     def __init__(self, settings: EmbeddingSettings) -> None:
-        super().__init__(query_prefix=settings.query_prefix, dimensions=settings.dimensions)
+        super().__init__(
+            query_prefix=settings.query_prefix, dimensions=settings.dimensions, sentences=settings.sentences
+        )
         self.batch_size = settings.batch_size
         self.configured_threads = settings.threads
         self.document_threads = settings.threads or serving_threads()

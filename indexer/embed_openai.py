@@ -48,7 +48,9 @@ def parse_embeddings_reply(reply: Any, count: int) -> list[list[float]]:
 
 class OpenAIEmbedder(Embedder):
     def __init__(self, settings: EmbeddingSettings) -> None:
-        super().__init__(query_prefix=settings.query_prefix, dimensions=settings.dimensions)
+        super().__init__(
+            query_prefix=settings.query_prefix, dimensions=settings.dimensions, sentences=settings.sentences
+        )
         assert settings.base_url and settings.model_id  # checked by the settings
         self.request_size = settings.batch_size
         self.model_id = settings.model_id

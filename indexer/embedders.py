@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from obsmem.errors import EmbeddingUnavailable
+from obsmem.indexer.sentences import mean_of_pieces, split_for_embedding
 from obsmem.settings import EmbeddingSettings
 
 Vectors = np.ndarray  # (n, dimensions) float32, rows of unit length
@@ -35,10 +36,12 @@ class Embedder(ABC):
     #: Texts per :meth:`embed_batch` call.
     request_size: int = 32
 
-    def __init__(self, *, query_prefix: str = "", dimensions: int | None = None) -> None:
+    def __init__(self, *, query_prefix: str = "", dimensions: int | None = None, sentences: str = "mean") -> None:
         self.query_prefix = query_prefix
         self.expected_dimensions = dimensions
         self._dimensions: int | None = dimensions
+        #: "whole": a chunk is embedded as one text; "mean": sentence by sentence, averaged (indexer/sentences.py).
+        self.sentences = sentences
 
     @property
     @abstractmethod
@@ -55,6 +58,13 @@ class Embedder(ABC):
         return self._dimensions
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        if self.sentences == "mean" and texts:
+            pieces, owners = split_for_embedding(texts)
+            if len(pieces) > len(texts):
+                return mean_of_pieces(self._embed_texts(pieces), owners, len(texts))
+        return self._embed_texts(texts)
+
+    def _embed_texts(self, texts: Sequence[str]) -> Vectors:
         parts = [
             self._validated(
                 self.embed_batch(list(texts[i : i + self.request_size]), purpose="documents"),

@@ -101,7 +101,7 @@ class ProjectIndex:
         self.settings = settings
         self.embedder = embedder
         self.chunking = ChunkSettings(settings.chunk_bytes, settings.overlap_bytes, settings.max_lines)
-        self.signature = index_signature(embedder.identity, self.chunking)
+        self.signature = index_signature(embedder.identity, self.chunking, embedder.sentences)
         self.keywords = self._keyword_documents(settings)
         self.keyword_signature = self.keywords.signature
         # Events are indexed only when the setting says so: new ones are marked by the indexer itself

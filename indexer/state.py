@@ -53,17 +53,16 @@ class IndexState:
         return self.signature == signature and self.fts_tokenizer == keyword_signature
 
 
-def index_signature(embedder_identity: str, chunking: ChunkSettings) -> str:
-    return json.dumps(
-        {
-            "embedder": embedder_identity,
-            "chunk_bytes": chunking.chunk_bytes,
-            "overlap_bytes": chunking.overlap_bytes,
-            "max_lines": chunking.max_lines,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: str = "whole") -> str:
+    parts: dict[str, object] = {
+        "embedder": embedder_identity,
+        "chunk_bytes": chunking.chunk_bytes,
+        "overlap_bytes": chunking.overlap_bytes,
+        "max_lines": chunking.max_lines,
+    }
+    if sentences != "whole":  # only when set, so the indexes built before the setting existed keep theirs
+        parts["sentences"] = sentences
+    return json.dumps(parts, sort_keys=True, separators=(",", ":"))
 
 
 def update_state(conn: apsw.Connection, **values: object) -> None:

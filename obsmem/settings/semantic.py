@@ -77,6 +77,14 @@ class EmbeddingSettings(Section):
         description="Prefix for query embeddings only, joined to the query with one space (documents never "
         "get it). Some models need one, e.g. `'Represent this query for searching relevant code:'`.",
     )
+    sentences: Literal["whole", "mean"] = Field(
+        default="mean",
+        description="How a chunk becomes its one vector. `whole`: the chunk's text embedded as one; `mean`: a "
+        "chunk of two or more sentences embedded sentence by sentence (each with the text's leading label, "
+        "such as a speaker's `Caroline:`), its vector the normalised mean of theirs, so a sentence is not "
+        'drowned by the others in the model\'s pooling (docs/eval.md, "Sentence vectors"). Changing it '
+        "rebuilds the index (the vectors differ).",
+    )
     batch_size: int = Field(default=32, gt=0, le=2048, description="Texts per model call or request.")
     timeout_seconds: float = Field(
         default=30.0,
