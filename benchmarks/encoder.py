@@ -10,7 +10,8 @@ Texts are LoCoMo (``locomo-dev5.json``): its questions for query embeddings, its
   and for fp32 on one torch thread (what the service uses for queries), alternating question by
   question so both see the same machine;
 - ``backfill`` — chunks/s of: a plain fp32 ``SentenceTransformer.encode`` with torch's default threads;
-  the fast encoder's own encode on every core; ``Obsmem.index(every_core=True)`` (chunk, embed, write,
+  the fast encoder's own encode on every core (``embed_documents``, as the indexer calls it, so with
+  ``sentences = "mean"``, the default, the turns' sentences); ``Obsmem.index(every_core=True)`` (chunk, embed, write,
   build and publish the graph) of the same turns with the fast encoder; and ``over_own_encode``, the
   backfill time over the fast encoder's own encode time;
 - ``one_shot_index`` — ``obsmem index PROJECT`` in a new process over the same turns: wall time, process
@@ -114,8 +115,10 @@ def backfill(fast: dict[str, Any], settings: dict[str, Any], turns: list[str], w
     own: dict[str, float] = {}
     for name, embedder in fast.items():
         with embedder.every_core():
-            embedder.embed_batch(turns[:64], purpose="documents")
-            own[name] = timed(lambda embedder=embedder: embedder.embed_batch(turns, purpose="documents"))
+            embedder.embed_documents(turns[:64])
+            # embed_documents, as the indexer calls it: with sentence vectors (the default) a turn of several
+            # sentences is embedded sentence by sentence, so the backfill and this encode do the same work
+            own[name] = timed(lambda embedder=embedder: embedder.embed_documents(turns))
     data = work / "backfill"
     with Obsmem(load_settings(data_dir=data, semantic=settings)) as service:
         ingest(service, "bench", turns)
