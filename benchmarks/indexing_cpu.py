@@ -44,7 +44,7 @@ class Precomputed(Embedder):
     request_size = 1024
 
     def __init__(self, table: dict[str, np.ndarray]) -> None:
-        super().__init__()
+        super().__init__(sentences="whole")  # the table holds whole texts' vectors
         self.table = table
 
     @property

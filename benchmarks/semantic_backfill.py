@@ -3,8 +3,8 @@
     python benchmarks/semantic_backfill.py --memories 10000 [--data-dir DIR] [--add 100]
 
 Ingests N one-line memories from real text, then times ``Obsmem.index`` (chunk, embed, write the
-stores, build and publish the graph) and the configured encoder's own encode (``embed_batch``: the int8
-ONNX build by default, ``SentenceTransformer.encode`` for ``torch-fp32``) on the very same chunk texts
+stores, build and publish the graph) and the configured encoder's own encode (``embed_documents``, as the
+indexer calls it, sentence vectors included) on the very same chunk texts
 with the same loaded model, batch size and threads. Then adds ``--add`` memories to the finished index and times one
 incremental pass against encoding those texts alone. Prints JSON. ``--data-dir`` keeps the database for
 the query benchmark (semantic_query.py).
@@ -55,7 +55,7 @@ def main() -> None:
             row[0] for row in service.database(args.project).query("SELECT text FROM semantic_chunks ORDER BY id")
         ]
         started = time.perf_counter()
-        embedder.embed_batch(chunk_texts, purpose="documents")  # the configured encoder's own encode
+        embedder.embed_documents(chunk_texts)  # the configured encoder's own encode, as the indexer calls it
         encode_seconds = time.perf_counter() - started
 
         extra = texts[args.memories :]
@@ -65,7 +65,7 @@ def main() -> None:
             pass
         add_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        embedder.embed_batch(extra, purpose="documents")
+        embedder.embed_documents(extra)
         add_encode_seconds = time.perf_counter() - started
         status = service.status(args.project)
     print(

@@ -134,6 +134,7 @@ def setup_summary(memory: Obsmem) -> dict[str, Any]:
     return {
         "semantic": True,
         "embedding": memory.indexer.embedder.identity if memory.indexer is not None else None,
+        "sentences": semantic.embedding.sentences,
         "bm25_tokenizer": semantic.bm25.tokenizer,
         "index_events": semantic.index.events,
         "fusion": semantic.fusion.model_dump(),

@@ -23,28 +23,48 @@ MIN_WORDS = 3  # a shorter piece ("Wow!", "Thanks.") says too little to stand as
 # something out mid-sentence ("SELECT ... FROM invoices").
 SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\.\.)\s+(?=[A-Z0-9\"'])")
 # Words whose dot is no sentence end, though a capital may follow ("e.g. CET", "Dr. Ruiz"); so is an initial.
-ABBREVIATIONS = frozenset({"cf.", "vs.", "approx.", "fig.", "no.", "mr.", "mrs.", "ms.", "dr.", "st."})
+ABBREVIATIONS = frozenset(
+    {"cf.", "vs.", "approx.", "fig.", "no.", "mr.", "mrs.", "ms.", "dr.", "st."}
+    | {f"{month}." for month in ("jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec")}
+)
 INITIALS = re.compile(r"(?:[^\W\d_]\.)+")  # "J.", "J.K.", "U.S.", "e.g."
-# A leading label of a few words before a colon ("Caroline: ", "user: "), carried to every sentence.
-LEADING_LABEL = re.compile(r"^([^:\n]{1,40}):\s+")
+# A label: one to three words of letters, digits and - _ . ' before a colon and a space, at the start of the
+# text or of a line ("Caroline: ", "user: ", "Decision for INC-0419: "). Not "The fix is simple: ", "def
+# main():", "Traceback (most recent call last):" or "https://". Each line that starts with one starts a
+# part of its own (a transcript of several speakers), whose sentences carry that label.
+LABEL = re.compile(r"^[ \t]*([^\W_][\w.'-]*(?: [\w.'-]+){0,2}):[ \t]+", re.MULTILINE)
+MAX_LABEL_CHARACTERS = 40
+LAST_WORD_WINDOW = 64  # characters before a candidate end searched for its last word (keeps the cut linear)
 
 
 def sentence_pieces(text: str) -> list[str]:
-    """What to embed for ``text``: its sentences, each with the text's leading label, or the text whole."""
-    label_match = LEADING_LABEL.match(text)
-    label = label_match.group(1) if label_match else ""
-    body = text[label_match.end() :] if label_match else text
-    sentences = [part for part in _sentences(body.strip()) if len(part.split()) >= MIN_WORDS]
-    if len(sentences) < 2:
-        return [text]
-    return [f"{label}: {sentence}" if label else sentence for sentence in sentences]
+    """What to embed for ``text``: its sentences, each with its part's label, or the text whole."""
+    sentences = [
+        f"{label}: {sentence}" if label else sentence
+        for label, body in _labelled_parts(text)
+        for sentence in _sentences(body.strip())
+        if len(sentence.split()) >= MIN_WORDS
+    ]
+    return sentences if len(sentences) >= 2 else [text]
+
+
+def _labelled_parts(text: str) -> list[tuple[str, str]]:
+    """The text cut where a line begins with a label, each part with its label ("" for text before the first)."""
+    labels = [match for match in LABEL.finditer(text) if len(match.group(1)) <= MAX_LABEL_CHARACTERS]
+    if not labels:
+        return [("", text)]
+    parts = [("", text[: labels[0].start()])] if text[: labels[0].start()].strip() else []
+    for number, match in enumerate(labels):
+        end = labels[number + 1].start() if number + 1 < len(labels) else len(text)
+        parts.append((match.group(1), text[match.end() : end]))
+    return parts
 
 
 def _sentences(body: str) -> list[str]:
     parts: list[str] = []
     start = 0
     for end in SENTENCE_END.finditer(body):
-        words = body[start : end.start()].split()
+        words = body[max(start, end.start() - LAST_WORD_WINDOW) : end.start()].split()
         last = words[-1].lstrip("([\"'").lower() if words else ""
         if last in ABBREVIATIONS or INITIALS.fullmatch(last):
             continue

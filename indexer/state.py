@@ -60,7 +60,9 @@ def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: 
         "overlap_bytes": chunking.overlap_bytes,
         "max_lines": chunking.max_lines,
     }
-    if sentences != "whole":  # only when set, so the indexes built before the setting existed keep theirs
+    # Only when not "whole", so an index built whole (as every index was before the setting existed) keeps
+    # the signature it had; with the default ("mean") such an index is rebuilt once.
+    if sentences != "whole":
         parts["sentences"] = sentences
     return json.dumps(parts, sort_keys=True, separators=(",", ":"))
 

@@ -53,6 +53,44 @@ def test_unlabelled_sentences_are_cut_without_a_label() -> None:
     ]
 
 
+def test_each_speaker_of_a_transcript_labels_only_their_own_sentences() -> None:
+    text = "user: please run the tests. Then tell me what failed.\nassistant: I ran the suite. Two tests failed."
+    assert sentence_pieces(text) == [
+        "user: please run the tests.",
+        "user: Then tell me what failed.",
+        "assistant: I ran the suite.",
+        "assistant: Two tests failed.",
+    ]
+    before = "Notes from the call today.\nBob: First thing he said. Second thing he said."
+    assert sentence_pieces(before) == [
+        "Notes from the call today.",
+        "Bob: First thing he said.",
+        "Bob: Second thing he said.",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        # a clause before a colon is no label: it stays in its sentence and goes on no other
+        ("The fix is simple: change the config file. Then restart the server.", 2),
+        ("Traceback (most recent call last): KeyError in the parser. It broke the import.", 2),
+        ("def main(): returns early on an empty list. Callers never check it.", 2),
+        ("See you on Jan. 5 at the office. It will be fun for everyone.", 2),  # a month's abbreviation
+    ],
+)
+def test_only_a_short_name_before_a_colon_is_a_label(text: str, pieces: int) -> None:
+    got = sentence_pieces(text)
+    assert len(got) == pieces and " ".join(got) == text
+
+
+def test_a_long_text_of_false_ends_is_left_whole() -> None:
+    # Every candidate end is an initial, so none is cut. Each end looks back a bounded window for its last
+    # word: the scan is linear (looking back to the last cut, as it first did, took minutes on this text).
+    text = "A. " * 30_000
+    assert sentence_pieces(text) == [text]
+
+
 def test_pieces_know_their_text_and_average_to_unit_vectors() -> None:
     pieces, owners = split_for_embedding(["one whole text here", TURN, "Bob: Fine. Really fine today. Thanks a lot."])
     assert owners.tolist() == [0, 1, 1, 2, 2]
