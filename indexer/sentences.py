@@ -2,7 +2,7 @@
 
 all-MiniLM-L6-v2 pools every token of a text into one vector, so in a conversation turn of three sentences
 the one a question is about has a third of the say, and the speaker's name, written once at the start, less
-still. Embedding each sentence on its own (with the text's leading label, such as ``Caroline:``, on every
+still. Embedding each sentence on its own (with its line's label, such as ``Caroline:``, on every
 sentence, so each still says who speaks) and averaging the unit vectors gives every sentence an equal,
 sharp share of the chunk's one vector. The index keeps one vector per chunk, so nothing else changes: the
 graph, its size, search. Measured on LoCoMo in docs/eval.md ("Sentence vectors").

@@ -80,7 +80,7 @@ class EmbeddingSettings(Section):
     sentences: Literal["whole", "mean"] = Field(
         default="mean",
         description="How a chunk becomes its one vector. `whole`: the chunk's text embedded as one; `mean`: a "
-        "chunk of two or more sentences embedded sentence by sentence (each with the text's leading label, "
+        "chunk of two or more sentences embedded sentence by sentence (each with its line's label, "
         "such as a speaker's `Caroline:`), its vector the normalised mean of theirs, so a sentence is not "
         'drowned by the others in the model\'s pooling (docs/eval.md, "Sentence vectors"). Changing it '
         "rebuilds the index (the vectors differ).",
