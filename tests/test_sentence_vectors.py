@@ -1,5 +1,5 @@
 """Sentence vectors (``[semantic.embedding] sentences = "mean"``): a chunk of several sentences is embedded
-sentence by sentence, each with the text's leading label, and its one vector is the normalised mean of
+sentence by sentence, each with its line's label, and its one vector is the normalised mean of
 theirs; the setting is part of the index signature, so changing it rebuilds the index."""
 
 from __future__ import annotations
