@@ -36,7 +36,13 @@ class Embedder(ABC):
     #: Texts per :meth:`embed_batch` call.
     request_size: int = 32
 
-    def __init__(self, *, query_prefix: str = "", dimensions: int | None = None, sentences: str = "mean") -> None:
+    def __init__(
+        self,
+        *,
+        query_prefix: str = "",
+        dimensions: int | None = None,
+        sentences: str = EmbeddingSettings.model_fields["sentences"].default,  # one default, the settings'
+    ) -> None:
         self.query_prefix = query_prefix
         self.expected_dimensions = dimensions
         self._dimensions: int | None = dimensions

@@ -53,7 +53,7 @@ class IndexState:
         return self.signature == signature and self.fts_tokenizer == keyword_signature
 
 
-def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: str = "whole") -> str:
+def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: str) -> str:
     parts: dict[str, object] = {
         "embedder": embedder_identity,
         "chunk_bytes": chunking.chunk_bytes,

@@ -60,6 +60,7 @@ def test_environment_turns_it_on(tmp_path: Path, monkeypatch) -> None:
         ({"overlap_bytes": -1}, "semantic.overlap_bytes"),
         ({"max_lines": 0}, "semantic.max_lines"),
         ({"embedding": {"batch_size": 0}}, "semantic.embedding.batch_size"),
+        ({"embedding": {"sentences": "max"}}, "semantic.embedding.sentences"),
         ({"embedding": {"provider": "openai"}}, "provider 'openai' needs both base_url and model_id"),
         (
             {"embedding": {"provider": "openai", "base_url": "ftp://x", "model_id": "m"}},
