@@ -57,7 +57,7 @@ from obsmem.indexer.postgres_reader import vector_literal  # noqa: E402
 from obsmem.indexer.state import update_state  # noqa: E402
 from obsmem.indexer.vectors import Filter  # noqa: E402
 from obsmem.retrieval.ranked import RankedList  # noqa: E402
-from obsmem.settings import load_settings  # noqa: E402
+from obsmem.settings import EmbeddingSettings, load_settings  # noqa: E402
 from obsmem.storage import index_statements  # noqa: E402
 
 PROJECT = "bench"
@@ -74,7 +74,13 @@ def load(service: Any, source: apsw.Connection, memories: int) -> dict[str, floa
     index = service.indexer.project(PROJECT)
     db = index.db
     (last_row,) = source.execute("SELECT id FROM memories ORDER BY id LIMIT 1 OFFSET ?", (memories - 1,)).fetchone()
-    (dimensions,) = source.execute("SELECT dimensions FROM semantic_state").fetchone()
+    (dimensions, signature) = source.execute("SELECT dimensions, signature FROM semantic_state").fetchone()
+    if signature != index.signature:
+        # Vectors made with other embedding settings would be labelled as this run's and measured as such.
+        raise SystemExit(
+            f"the source index was built with other embedding settings ({signature}) than this run's"
+            f" ({index.signature}): pass the --encoder and --sentences it was built with"
+        )
     timings: dict[str, float] = {}
     started = time.perf_counter()
     with db.write() as conn:
@@ -242,6 +248,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--encoder", default="torch-fp32", help="the source index's encoder (its signature)")
+    parser.add_argument(
+        "--sentences",
+        choices=("mean", "whole"),
+        default=EmbeddingSettings.model_fields["sentences"].default,
+        help="how the source index embedded its chunks ([semantic.embedding] sentences; part of its signature)",
+    )
     parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--maintenance-work-mem", default="2GB")
     parser.add_argument("--shared-data", type=Path, default=DEFAULT_SHARED)
@@ -277,7 +289,7 @@ def main() -> None:
     settings = load_settings(
         data_dir=Path(os.environ.get("TMPDIR", "/tmp")) / "obsmem-pg-hybrid-unused",
         storage={"backend": "postgres", "dsn": dsn, "pool_size": 4},
-        semantic={"embedding": {"encoder": args.encoder}, "index": {"background": False}},
+        semantic={"embedding": {"encoder": args.encoder, "sentences": args.sentences}, "index": {"background": False}},
     )
     try:
         with Obsmem(settings) as service:
