@@ -75,12 +75,7 @@ def load(service: Any, source: apsw.Connection, memories: int) -> dict[str, floa
     db = index.db
     (last_row,) = source.execute("SELECT id FROM memories ORDER BY id LIMIT 1 OFFSET ?", (memories - 1,)).fetchone()
     (dimensions, signature) = source.execute("SELECT dimensions, signature FROM semantic_state").fetchone()
-    if signature != index.signature:
-        # Vectors made with other embedding settings would be labelled as this run's and measured as such.
-        raise SystemExit(
-            f"the source index was built with other embedding settings ({signature}) than this run's"
-            f" ({index.signature}): pass the --encoder and --sentences it was built with"
-        )
+    refuse_other_signature("the source index", signature, index.signature)
     timings: dict[str, float] = {}
     started = time.perf_counter()
     with db.write() as conn:
@@ -144,6 +139,16 @@ def load(service: Any, source: apsw.Connection, memories: int) -> dict[str, floa
         update_state(conn, signature=index.signature, dimensions=int(dimensions), fts_tokenizer=None, version=1)
     timings["copy_seconds"] = round(time.perf_counter() - started, 1)
     return timings | build(service)
+
+
+def refuse_other_signature(what: str, signature: str | None, expected: str) -> None:
+    """Stop when ``what`` was made with other embedding or chunk settings than this run's: its vectors would
+    be measured under a signature that is not their own (or, for a reused project, never be searched)."""
+    if signature != expected:
+        raise SystemExit(
+            f"{what} was built with other embedding or chunk settings ({signature}) than this run's ({expected}):"
+            " pass the --encoder and --sentences it was built with (chunk settings are the defaults')"
+        )
 
 
 def build(service: Any) -> dict[str, float]:
@@ -296,6 +301,8 @@ def main() -> None:
             if service.store.exists(PROJECT) and service.status(PROJECT).observations:
                 # copied by an earlier run on this --dsn: finish and measure it
                 report["reused"] = True
+                index = service.indexer.project(PROJECT)
+                refuse_other_signature("the project copied by an earlier run", index.state().signature, index.signature)
                 report |= build(service)
             else:
                 service.store.get(PROJECT, create=True)
