@@ -15,7 +15,9 @@ Order of work for one query:
    here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains a share of
    its best session neighbour's score; neighbours that were not candidates may enter, after the same
    checks), cut to ``fused_candidates`` chunks; with ``[semantic.supersession]`` on, a question about
-   the present sees the latest memory about a thing above the ones it revised (supersession.py);
+   the present sees the latest memory about a thing above the ones it revised (supersession.py); and
+   among the first ten, the chunks that write the question's identifiers (``#2510``, ``build_filters()``)
+   go above those that do not (``named_first``, names.py);
 5. the optional rerank (after the snapshot is released), then the chunks collapse to their memories in
    order and the limit applies.
 
@@ -50,7 +52,7 @@ from obsmem.indexer import (
 )
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import NO_EVIDENCE, Fused, fuser, neighbour_smoothing, relevance, session_pull
-from obsmem.retrieval.names import question_names, unknown_names
+from obsmem.retrieval.names import NAMED_FIRST_DEPTH, named_first, question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -424,7 +426,8 @@ class HybridSearcher:
         version: int | None = None,
     ) -> tuple[Fused, float | None, list[str]]:
         """Each list cut to its first ``k`` valid candidates, then fused, smoothed and (for a hybrid of
-        both lists) supersession applied: what every backend does once its candidates are validated.
+        both lists) supersession and the question's identifiers applied (``named_first``): what every
+        backend does once its candidates are validated.
         Returns the order, the relevance ``min_relevance`` compares, and the question's names no chunk holds
         when the relevance counts them (then 0). ``embedder``: the query's, whose whole words that asks for;
         ``version``: the snapshot's index version, which the words' cached counts must describe."""
@@ -441,6 +444,9 @@ class HybridSearcher:
             evidence = NO_EVIDENCE
         if len(lists) > 1 and supersedes:
             fused = self._superseded(query, fused, valid, vectors, store)
+        if len(lists) > 1 and self.settings.fusion.named_first:  # after supersession: a holder's order kept
+            head = fused[:NAMED_FIRST_DEPTH]
+            fused = named_first(query, fused, {label: valid[label].text for label, _ in head if label in valid})
         return fused, evidence, unknown
 
     def _unknown_names(

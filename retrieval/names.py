@@ -1,4 +1,5 @@
-"""Names a question asks about that no memory holds: a reason to say that nothing is close.
+"""Names a question asks about: those no memory holds (a reason to say that nothing is close), and the
+identifiers a question writes, which put the memories that write them first (:func:`named_first`).
 
 A question that names a thing (``Auth0``, ``ORBIT_STRICT_SCOPES``, ``Quay.io``, ``#2599``, ``Svelte``)
 asks about that thing. When no indexed chunk holds the name, the nearest memories are at best about
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, query_words
@@ -150,3 +151,33 @@ def unknown_names(
         if any(chunks_holding(word) == 0 for word in name.words):
             unknown.append(name.text)
     return unknown
+
+
+# How far down the fused order a memory holding the question's identifiers is looked for (as supersession's
+# depth: the first page of hits an agent reads).
+NAMED_FIRST_DEPTH = 10
+
+
+def _holds(text: str, name: str) -> bool:
+    """Whether ``text`` writes ``name`` as a whole (case aside): ``#2510`` is not in ``#25100``."""
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def named_first(
+    query: str, ranked: Sequence[tuple[int, float]], texts: Mapping[int, str], depth: int = NAMED_FIRST_DEPTH
+) -> list[tuple[int, float]]:
+    """``ranked`` with, among its first ``depth``, the candidates whose text writes more of the question's
+    identifier-shaped names (``build_filters()``, ``#2510``, ``RetryPolicy.backoff_ms``, ``--dry-run``, a
+    short code span) above those that write fewer; otherwise in their order, scores kept.
+
+    The keyword documents give a memory its neighbours' words (docs/eval.md, "Why the recipe works"), so the
+    memory next to the one that names an identifier scores about as high on it and the cosine may put it
+    first. A question that writes an identifier asks about what names it; the literal name decides between
+    them. ``texts``: the candidates' texts (a candidate without one holds nothing)."""
+    names = [name.text for name in question_names(query) if name.shaped]
+    if not names or len(ranked) < 2:
+        return list(ranked)
+    head = list(ranked[:depth])
+    held = {label: sum(_holds(texts.get(label, ""), name) for name in names) for label, _ in head}
+    head.sort(key=lambda item: -held[item[0]])  # stable: equal counts keep the fused order
+    return head + list(ranked[depth:])

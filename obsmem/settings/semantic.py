@@ -227,6 +227,13 @@ class FusionSettings(Section):
         "way up to the best fused score in its session, so the session that holds the strongest match lifts "
         "its weaker ones (docs/eval.md). 0 turns it off.",
     )
+    named_first: bool = Field(
+        default=True,
+        description="Among the first 10 fused candidates, those whose text writes the identifier-shaped names "
+        "the question writes (`build_filters()`, `#2510`, `--dry-run`, a short code span) go above those that "
+        "do not, so the memory that names an identifier comes before its neighbours (docs/eval.md). false: "
+        "the fused order.",
+    )
     candidates_per_list: int = Field(default=100, gt=0, le=1000, description="Chunks taken from each list.")
     fused_candidates: int = Field(
         default=200, gt=0, le=2000, description="Chunks kept after fusion (and sent to the reranker)."

@@ -24,6 +24,7 @@ from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, ra
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
+from obsmem.retrieval.names import NAMED_FIRST_DEPTH, named_first
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.supersession import asks_about_now, present_supersession
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
@@ -209,6 +210,8 @@ def reference_search(
                 always=not config.present_only,
                 settled=config.settled_first,
             )
+        if fusion.named_first:
+            fused = named_first(query, fused, {label: by_label[label].body for label, _ in fused[:NAMED_FIRST_DEPTH]})
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
         if by_label[label].memory_id not in result:
