@@ -15,9 +15,9 @@ Order of work for one query:
    here with no hits and ``nothing_close``; then neighbour smoothing (each candidate gains a share of
    its best session neighbour's score; neighbours that were not candidates may enter, after the same
    checks), cut to ``fused_candidates`` chunks; with ``[semantic.supersession]`` on, a question about
-   the present sees the latest memory about a thing above the ones it revised (supersession.py); and
-   among the first ten, the chunks that write the question's identifiers (``#2510``, ``build_filters()``)
-   go above those that do not (``named_first``, names.py);
+   the present sees the latest memory about a thing above the ones it revised (supersession.py), after
+   the chunks among the first ten that write more of the question's identifiers (``#2510``,
+   ``build_filters()``) went above those that write fewer (``named_first``, names.py);
 5. the optional rerank (after the snapshot is released), then the chunks collapse to their memories in
    order and the limit applies.
 
@@ -426,7 +426,7 @@ class HybridSearcher:
         version: int | None = None,
     ) -> tuple[Fused, float | None, list[str]]:
         """Each list cut to its first ``k`` valid candidates, then fused, smoothed and (for a hybrid of
-        both lists) supersession and the question's identifiers applied (``named_first``): what every
+        both lists) the question's identifiers (``named_first``) and supersession applied: what every
         backend does once its candidates are validated.
         Returns the order, the relevance ``min_relevance`` compares, and the question's names no chunk holds
         when the relevance counts them (then 0). ``embedder``: the query's, whose whole words that asks for;
@@ -442,11 +442,11 @@ class HybridSearcher:
             unknown = self._unknown_names(store, query, embedder, version)
         if unknown:
             evidence = NO_EVIDENCE
-        if len(lists) > 1 and supersedes:
-            fused = self._superseded(query, fused, valid, vectors, store)
-        if len(lists) > 1 and self.settings.fusion.named_first:  # after supersession: a holder's order kept
+        if len(lists) > 1 and self.settings.fusion.named_first:
             head = fused[:NAMED_FIRST_DEPTH]
-            fused = named_first(query, fused, {label: valid[label].text for label, _ in head if label in valid})
+            fused = named_first(query, fused, {label: valid[label].text for label, _ in head})
+        if len(lists) > 1 and supersedes:  # after: a later memory may revise one that names the thing
+            fused = self._superseded(query, fused, valid, vectors, store)
         return fused, evidence, unknown
 
     def _unknown_names(

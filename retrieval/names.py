@@ -158,9 +158,22 @@ def unknown_names(
 NAMED_FIRST_DEPTH = 10
 
 
-def _holds(text: str, name: str) -> bool:
-    """Whether ``text`` writes ``name`` as a whole (case aside): ``#2510`` is not in ``#25100``."""
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+def name_pattern(name: str) -> re.Pattern[str]:
+    """``name`` as written in a memory, case aside: a call's ``()`` dropped (``build_filters()`` is also
+    ``build_filters(project)``), a path's closing ``/`` too, any run of spaces as one; whole, so ``#2510`` is
+    not in ``#25100`` and ``--dry-run`` not in ``--dry-run-all`` (a boundary only where the name has a word
+    character or an option's dash at its edge: ``PR#2510`` writes ``#2510``)."""
+    core = name.strip()
+    core = core[:-2] if core.endswith("()") else core
+    core = core.rstrip("/") or core
+    body = r"\s+".join(re.escape(part) for part in core.split())
+    starts_word, ends_word = re.match(r"\w", core) is not None, re.search(r"\w$", core) is not None
+    # An option ends where no word goes on with another dash either (``--dry-run`` is not ``--dry-run-all``);
+    # another name may go on with one (``INC-0419`` in ``2025-04-02-INC-0419-duplicate-emails.md``).
+    option = core.startswith("-")
+    before = r"(?<![\w-])" if option else (r"(?<!\w)" if starts_word else "")
+    after = (r"(?![\w-])" if option else r"(?!\w)") if ends_word else ""
+    return re.compile(before + body + after, re.IGNORECASE)
 
 
 def named_first(
@@ -174,10 +187,12 @@ def named_first(
     memory next to the one that names an identifier scores about as high on it and the cosine may put it
     first. A question that writes an identifier asks about what names it; the literal name decides between
     them. ``texts``: the candidates' texts (a candidate without one holds nothing)."""
-    names = [name.text for name in question_names(query) if name.shaped]
-    if not names or len(ranked) < 2:
+    patterns = [
+        name_pattern(text) for text in dict.fromkeys(name.text for name in question_names(query) if name.shaped)
+    ]
+    if not patterns or len(ranked) < 2:
         return list(ranked)
     head = list(ranked[:depth])
-    held = {label: sum(_holds(texts.get(label, ""), name) for name in names) for label, _ in head}
+    held = {label: sum(bool(p.search(texts.get(label, ""))) for p in patterns) for label, _ in head}
     head.sort(key=lambda item: -held[item[0]])  # stable: equal counts keep the fused order
     return head + list(ranked[depth:])

@@ -229,10 +229,10 @@ class FusionSettings(Section):
     )
     named_first: bool = Field(
         default=True,
-        description="Among the first 10 fused candidates, those whose text writes the identifier-shaped names "
-        "the question writes (`build_filters()`, `#2510`, `--dry-run`, a short code span) go above those that "
-        "do not, so the memory that names an identifier comes before its neighbours (docs/eval.md). false: "
-        "the fused order.",
+        description="Among the first 10 fused candidates, those whose text writes more of the identifier-shaped "
+        "names the question writes (`#2510`, `RetryPolicy.backoff_ms`, `--dry-run`, a short code span) go above "
+        "those that write fewer, before supersession: the memory that names an identifier comes before its "
+        "neighbours (docs/eval.md). false: the fused order.",
     )
     candidates_per_list: int = Field(default=100, gt=0, le=1000, description="Chunks taken from each list.")
     fused_candidates: int = Field(

@@ -194,6 +194,8 @@ def reference_search(
             fused = session_pull(fused, sessions, fusion.session_weight)
         allowed = {label: [o for o in near if inside(by_label[o])] for label, near in neighbours.items()}
         fused = neighbour_smoothing(fused, allowed, fusion.neighbour_weight)
+        if fusion.named_first:
+            fused = named_first(query, fused, {label: by_label[label].body for label, _ in fused[:NAMED_FIRST_DEPTH]})
         if settings.supersession.enabled:
             config, head = settings.supersession, [by_label[label] for label, _ in fused[: settings.supersession.depth]]
             fused = present_supersession(
@@ -210,8 +212,6 @@ def reference_search(
                 always=not config.present_only,
                 settled=config.settled_first,
             )
-        if fusion.named_first:
-            fused = named_first(query, fused, {label: by_label[label].body for label, _ in fused[:NAMED_FIRST_DEPTH]})
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
         if by_label[label].memory_id not in result:
