@@ -52,7 +52,7 @@ from obsmem.indexer import (
 )
 from obsmem.retrieval.bm25 import Bm25List
 from obsmem.retrieval.fusion import NO_EVIDENCE, Fused, fuser, neighbour_smoothing, relevance, session_pull
-from obsmem.retrieval.names import NAMED_FIRST_DEPTH, named_first, question_names, unknown_names
+from obsmem.retrieval.names import named_first, question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -443,8 +443,7 @@ class HybridSearcher:
         if unknown:
             evidence = NO_EVIDENCE
         if len(lists) > 1 and self.settings.fusion.named_first:
-            head = fused[:NAMED_FIRST_DEPTH]
-            fused = named_first(query, fused, {label: valid[label].text for label, _ in head})
+            fused = named_first(query, fused, lambda label: valid[label].text)
         if len(lists) > 1 and supersedes:  # after: a later memory may revise one that names the thing
             fused = self._superseded(query, fused, valid, vectors, store)
         return fused, evidence, unknown

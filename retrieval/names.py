@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, query_words
@@ -177,7 +177,7 @@ def name_pattern(name: str) -> re.Pattern[str]:
 
 
 def named_first(
-    query: str, ranked: Sequence[tuple[int, float]], texts: Mapping[int, str], depth: int = NAMED_FIRST_DEPTH
+    query: str, ranked: Sequence[tuple[int, float]], text_of: Callable[[int], str], depth: int = NAMED_FIRST_DEPTH
 ) -> list[tuple[int, float]]:
     """``ranked`` with, among its first ``depth``, the candidates whose text writes more of the question's
     identifier-shaped names (``build_filters()``, ``#2510``, ``RetryPolicy.backoff_ms``, ``--dry-run``, a
@@ -186,13 +186,14 @@ def named_first(
     The keyword documents give a memory its neighbours' words (docs/eval.md, "Why the recipe works"), so the
     memory next to the one that names an identifier scores about as high on it and the cosine may put it
     first. A question that writes an identifier asks about what names it; the literal name decides between
-    them. ``texts``: the candidates' texts (a candidate without one holds nothing)."""
+    them. ``text_of``: a candidate's text, asked only for the first ``depth`` and only when the question writes
+    such a name."""
     patterns = [
         name_pattern(text) for text in dict.fromkeys(name.text for name in question_names(query) if name.shaped)
     ]
     if not patterns or len(ranked) < 2:
         return list(ranked)
     head = list(ranked[:depth])
-    held = {label: sum(bool(p.search(texts.get(label, ""))) for p in patterns) for label, _ in head}
+    held = {label: sum(bool(p.search(text_of(label))) for p in patterns) for label, _ in head}
     head.sort(key=lambda item: -held[item[0]])  # stable: equal counts keep the fused order
     return head + list(ranked[depth:])

@@ -31,17 +31,17 @@ def ranked(*labels: int) -> list[tuple[int, float]]:
 
 def test_the_memory_that_writes_the_identifier_goes_first_scores_kept() -> None:
     order = ranked(1, 3, 2, 4)
-    moved = named_first("What is RetryPolicy.backoff_ms set to?", order, TEXTS)
+    moved = named_first("What is RetryPolicy.backoff_ms set to?", order, TEXTS.__getitem__)
     assert [label for label, _ in moved] == [2, 1, 3, 4]
     assert dict(moved) == dict(order)  # each keeps its own score
 
 
 def test_a_whole_name_case_aside() -> None:
     order = ranked(3, 1, 4)
-    assert [label for label, _ in named_first("What was ticket #2510 about?", order, TEXTS)] == [4, 3, 1]
-    upper = named_first("Where is RETRYPOLICY.BACKOFF_MS read?", ranked(1, 2), TEXTS)
+    assert [label for label, _ in named_first("What was ticket #2510 about?", order, TEXTS.__getitem__)] == [4, 3, 1]
+    upper = named_first("Where is RETRYPOLICY.BACKOFF_MS read?", ranked(1, 2), TEXTS.__getitem__)
     assert [label for label, _ in upper] == [2, 1]
-    assert [label for label, _ in named_first("What did `qm deploy` do?", ranked(1, 5), TEXTS)] == [5, 1]
+    assert [label for label, _ in named_first("What did `qm deploy` do?", ranked(1, 5), TEXTS.__getitem__)] == [5, 1]
 
 
 @pytest.mark.parametrize(
@@ -70,22 +70,22 @@ def test_how_a_memory_writes_a_name(name: str, text: str, writes: bool) -> None:
 def test_a_capitalised_name_is_not_an_identifier() -> None:
     texts = {1: "Moved the pipeline to a new scheduler.", 2: "Dagster runs the pipeline."}
     order = ranked(1, 2)
-    assert named_first("Why did Dagster replace the scheduler?", order, texts) == order
+    assert named_first("Why did Dagster replace the scheduler?", order, texts.__getitem__) == order
 
 
 def test_more_of_the_names_first_then_the_fused_order() -> None:
     texts = {1: "nothing here", 2: "#2510 only", 3: "#2510 and --dry-run", 4: "--dry-run only"}
-    moved = named_first("Did #2510 change --dry-run?", ranked(1, 2, 4, 3), texts)
+    moved = named_first("Did #2510 change --dry-run?", ranked(1, 2, 4, 3), texts.__getitem__)
     assert [label for label, _ in moved] == [3, 2, 4, 1]
 
 
 def test_nothing_moves_without_an_identifier_or_beyond_the_depth() -> None:
     order = ranked(1, 3, 2)
-    assert named_first("What are the retry settings of the client?", order, TEXTS) == order
+    assert named_first("What are the retry settings of the client?", order, TEXTS.__getitem__) == order
     deep = ranked(*range(10, 10 + NAMED_FIRST_DEPTH), 2)
     texts = {**{label: "unrelated" for label in range(10, 10 + NAMED_FIRST_DEPTH)}, 2: TEXTS[2]}
-    assert named_first("What is RetryPolicy.backoff_ms set to?", deep, texts) == deep
-    assert named_first("What is RetryPolicy.backoff_ms set to?", [], TEXTS) == []
+    assert named_first("What is RetryPolicy.backoff_ms set to?", deep, texts.__getitem__) == deep
+    assert named_first("What is RetryPolicy.backoff_ms set to?", [], TEXTS.__getitem__) == []
 
 
 def test_on_by_default() -> None:

@@ -9,12 +9,14 @@ holds, the best cosine between that word embedded alone and the question's ten n
 question's own embedding). A paraphrase's new word should have a close counterpart there ("pictures" and
 a memory about images); a near miss's should not.
 
-Which words no memory holds is decided as the keyword index decides it: the product's query words
-(``query_terms``, stop words out) matched against an FTS5 table of the memories with the product's
-default tokenizer (Porter stemming). The embeddings are the product's default encoder's. Questions the
-names check already turns away (a name no memory holds) are left out. It prints, as JSON, for one split
-(the calibration split unless told otherwise) how many negatives and positives have such a word, how many
-fall below a few thresholds, and each question with its words and their best cosines, lowest first::
+Which words no memory holds is decided with the keyword index's tokenizer: the product's query words
+(``query_terms``, stop words out) matched against an FTS5 table of the memories' own text with the
+product's default tokenizer (Porter stemming). The index itself also holds each memory's date as words,
+which this table leaves out, so a month name counts as held there and not here. The embeddings are the
+product's default encoder's. Questions the names check already turns away (a name no memory holds) are
+left out. It prints, as JSON, for one split (the calibration split unless told otherwise) how many
+negatives and positives have such a word, how many fall below a few thresholds, and each question with
+its words and their best cosines, lowest first::
 
     python eval/research/unknown_words.py --set coding --split calibration
 
@@ -43,7 +45,7 @@ THRESHOLDS = (0.15, 0.2, 0.25)
 
 
 class MemoryWords:
-    """Which words some memory holds, counted as the keyword index counts them."""
+    """How many memories' texts hold a word, tokenized as the keyword index tokenizes."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self._db = apsw.Connection(":memory:")
@@ -58,9 +60,6 @@ class MemoryWords:
         row = self._db.execute("SELECT count(*) FROM words WHERE words MATCH ?", (phrase,)).fetchone()
         return int(row[0]) if row else 0
 
-    def held(self, word: str) -> bool:
-        return self.count(word) > 0
-
 
 def probe(set_name: str, split: str) -> dict[str, Any]:
     chosen = question_set(set_name)
@@ -73,7 +72,7 @@ def probe(set_name: str, split: str) -> dict[str, Any]:
     # What the names check already turns away is not this probe's question (it sets no positive's relevance
     # to 0 on the shipped sets, docs/eval.md), so such questions are left out.
     questions = [q for q in questions if not unknown_names(question_names(q["question"]), words.count, known_words)]
-    unknown = {q["question"]: [w for w in query_terms(q["question"]) if not words.held(w)] for q in questions}
+    unknown = {q["question"]: [w for w in query_terms(q["question"]) if words.count(w) == 0] for q in questions}
     every_word = sorted({word for found in unknown.values() for word in found})
     word_vectors = dict(zip(every_word, np.asarray(embedder.embed_documents(every_word)), strict=True))
     rows = []

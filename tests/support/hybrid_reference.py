@@ -24,7 +24,7 @@ from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, ra
 from obsmem.indexer.vectors import Filter
 from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
-from obsmem.retrieval.names import NAMED_FIRST_DEPTH, named_first
+from obsmem.retrieval.names import named_first
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.supersession import asks_about_now, present_supersession
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
@@ -195,7 +195,7 @@ def reference_search(
         allowed = {label: [o for o in near if inside(by_label[o])] for label, near in neighbours.items()}
         fused = neighbour_smoothing(fused, allowed, fusion.neighbour_weight)
         if fusion.named_first:
-            fused = named_first(query, fused, {label: by_label[label].body for label, _ in fused[:NAMED_FIRST_DEPTH]})
+            fused = named_first(query, fused, lambda label: by_label[label].body)
         if settings.supersession.enabled:
             config, head = settings.supersession, [by_label[label] for label, _ in fused[: settings.supersession.depth]]
             fused = present_supersession(
