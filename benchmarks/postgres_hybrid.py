@@ -48,7 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from semantic_corpus import DEFAULT_SHARED  # noqa: E402
-from semantic_query import WARM_UP_QUESTIONS, date_filtered_report, percentiles, questions  # noqa: E402
+from semantic_query import (  # noqa: E402
+    WARM_UP_QUESTIONS,
+    date_filtered_report,
+    embed_ahead,
+    percentiles,
+    questions,
+    served_from,
+)
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.dates import parse_window  # noqa: E402
@@ -393,50 +400,44 @@ def run_queries(service: Any, index: Any, args: argparse.Namespace, report: dict
     report["warm_up_questions"] = len(warm_up)
     for text in warm_up:
         service.search(PROJECT, text)
-    cache, embed_times = {}, []
-    for text in texts:
-        started = time.perf_counter()
-        cache[text] = embedder.embed_query(text)
-        embed_times.append(time.perf_counter() - started)
-    original = embedder.embed_query
-    embedder.embed_query = lambda query: cache[query] if query in cache else original(query)
-    bare = []
-    for text in texts:
-        started = time.perf_counter()
-        service.search(PROJECT, text)
-        bare.append(time.perf_counter() - started)
-    report["embedding_only"] = percentiles(embed_times)
-    report["hybrid_excluding_embedding"] = percentiles(bare)
-    # The open searches' figures as soon as they are known: the date-filtered ones take longer.
-    print(
-        json.dumps({"embedding_only": report["embedding_only"], "open": report["hybrid_excluding_embedding"]}),
-        file=sys.stderr,
-        flush=True,
-    )
-
-    dates = index.db.query("SELECT min(date), max(date) FROM memories")[0]
-    first = datetime.strptime(dates[0][:10], "%Y-%m-%d")
-    span_days = max(1, (datetime.strptime(dates[1][:10], "%Y-%m-%d") - first).days)
-    everything = AllVectors(service)
-    rng = random.Random(7)
-    filtered: dict[str, list[float]] = {}
-    sizes: dict[str, list[int]] = {}
-    omissions = compared = 0
-    for text in texts:
-        for days in (1, 7, 30, 180):
-            start = first + timedelta(days=rng.randrange(max(1, span_days - days)))
-            after, before = start.strftime("%Y-%m-%d"), (start + timedelta(days=days - 1)).strftime("%Y-%m-%d")
+    embedded, query_vectors, embed_times = embed_ahead(service, PROJECT, texts)
+    with served_from(embedder, embedded):
+        bare = []
+        for text in texts:
             started = time.perf_counter()
-            result = service.search(PROJECT, text, after=after, before=before, limit=20)
-            filtered.setdefault(f"{days}d", []).append(time.perf_counter() - started)
-            window = parse_window(after, before)
-            where = Filter(window.lower, window.upper)
-            expected, size = reference(service, everything, text, cache[text], where, 20)
-            sizes.setdefault(f"{days}d", []).append(size)
-            omissions += len(set(expected) - {hit.memory_id for hit in result.hits})
-            compared += 1
-    report["date_filtered"] = date_filtered_report(filtered, sizes, omissions, compared)
-    embedder.embed_query = original
+            service.search(PROJECT, text)
+            bare.append(time.perf_counter() - started)
+        report["embedding_only"] = percentiles(embed_times)
+        report["hybrid_excluding_embedding"] = percentiles(bare)
+        # The open searches' figures as soon as they are known: the date-filtered ones take longer.
+        print(
+            json.dumps({"embedding_only": report["embedding_only"], "open": report["hybrid_excluding_embedding"]}),
+            file=sys.stderr,
+            flush=True,
+        )
+
+        dates = index.db.query("SELECT min(date), max(date) FROM memories")[0]
+        first = datetime.strptime(dates[0][:10], "%Y-%m-%d")
+        span_days = max(1, (datetime.strptime(dates[1][:10], "%Y-%m-%d") - first).days)
+        everything = AllVectors(service)
+        rng = random.Random(7)
+        filtered: dict[str, list[float]] = {}
+        sizes: dict[str, list[int]] = {}
+        omissions = compared = 0
+        for text in texts:
+            for days in (1, 7, 30, 180):
+                start = first + timedelta(days=rng.randrange(max(1, span_days - days)))
+                after, before = start.strftime("%Y-%m-%d"), (start + timedelta(days=days - 1)).strftime("%Y-%m-%d")
+                started = time.perf_counter()
+                result = service.search(PROJECT, text, after=after, before=before, limit=20)
+                filtered.setdefault(f"{days}d", []).append(time.perf_counter() - started)
+                window = parse_window(after, before)
+                where = Filter(window.lower, window.upper)
+                expected, size = reference(service, everything, text, query_vectors[text], where, 20)
+                sizes.setdefault(f"{days}d", []).append(size)
+                omissions += len(set(expected) - {hit.memory_id for hit in result.hits})
+                compared += 1
+        report["date_filtered"] = date_filtered_report(filtered, sizes, omissions, compared)
 
     found = 0
     settings = service.settings.semantic.index
@@ -444,9 +445,9 @@ def run_queries(service: Any, index: Any, args: argparse.Namespace, report: dict
     for text in texts[:RECALL_QUERIES]:
         with index.reader() as store:
             graph, _ = store.vector_candidates(
-                cache[text], 100, Filter(), exact_max=None, ef_search=settings.hnsw_ef_search
+                query_vectors[text], 100, Filter(), exact_max=None, ef_search=settings.hnsw_ef_search
             )
-        exact, _ = everything.exact(cache[text], everywhere, 100)
+        exact, _ = everything.exact(query_vectors[text], everywhere, 100)
         found += len({label for label, _ in graph} & {label for label, _ in exact})
     report["recall_at_100"] = round(found / (100 * RECALL_QUERIES), 4)
 

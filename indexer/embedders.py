@@ -89,8 +89,12 @@ class Embedder(ABC):
         return None
 
     def embed_query(self, query: str) -> np.ndarray:
-        text = f"{self.query_prefix} {query}" if self.query_prefix else query
-        return self._validated(self.embed_batch([text], purpose="query"), 1)[0]
+        return self.embed_queries([query])[0]
+
+    def embed_queries(self, queries: Sequence[str]) -> Vectors:
+        """Several queries' embeddings as one batch (hybrid search's two forms of one question)."""
+        texts = [f"{self.query_prefix} {query}" if self.query_prefix else query for query in queries]
+        return self._validated(self.embed_batch(texts, purpose="query"), len(texts))
 
     def _validated(self, raw: Any, count: int) -> Vectors:
         try:

@@ -104,6 +104,8 @@ _TERMS_POSTINGS = (
     " ELSE (SELECT min(s.label) FROM semantic_postings AS s WHERE s.token = u.token) END"
     " FROM unnest(?::text[]) AS u(token) LEFT JOIN semantic_terms AS t ON t.token = u.token"
 )
+# The state row's columns and the keyword list's chunk total.
+_STATE_AND_TOTAL = f"{STATE_COLUMNS}, (SELECT documents FROM semantic_keyword_totals) AS chunk_total"
 # What a readiness check counts of stale chunks at most (retrieval's MAX_STALE_MARGIN).
 MAX_STALE_CHUNKS = 1000
 # Indexed chunks whose source is pending, among the kinds indexed (markers at or below the first row wait).
@@ -253,6 +255,22 @@ class PostgresIndexReader:
     def keyword_chunks(self) -> int:
         """How many chunks the keyword list holds (FTS5's row count: the N of every IDF)."""
         return int(self._one("SELECT documents FROM semantic_keyword_totals")[0])
+
+    def state_chunks_and_postings(self, terms: list[str], bound: int) -> tuple[IndexState, int, list[tuple[int, int]]]:
+        """:meth:`state`, :meth:`keyword_chunks` and :meth:`term_postings_many` of ``terms`` in one statement.
+        As the reader's first read it goes alone, in a transaction of its own opened and committed in the same
+        exchange (``execute_alone``): a reader used for nothing else costs one exchange and no commit."""
+        firsts = [tokens[0] if tokens else "" for tokens in (self.keywords.tokens(term, query=True) for term in terms)]
+        wanted = [token for token in firsts if token]
+        rows = self.conn.execute_alone(
+            f"SELECT {_STATE_AND_TOTAL}, c.* FROM semantic_state"
+            f" LEFT JOIN ({_TERMS_POSTINGS}) AS c(token, documents, oldest) ON true WHERE id = 1",
+            (bound + 1, bound + 1, bound + 1, wanted),
+        ).fetchall()
+        row = rows[0]
+        state = IndexState(row[0], row[1], row[2], bool(row[3]), *row[4:11])
+        counted = {token: (int(count), int(oldest or 0)) for *_, token, count, oldest in rows if token is not None}
+        return state, int(row[11]), [counted.get(token, (0, 0)) if token else (0, 0) for token in firsts]
 
     def has_vectors(self) -> bool:
         return bool(self._one("SELECT EXISTS (SELECT 1 FROM semantic_vectors)")[0])

@@ -91,11 +91,16 @@ def bm25_ceiling(postings: Iterable[int], chunks: int) -> float:
 
 def query_words(text: str) -> list[str]:
     """Lowercased word tokens without possessive or contraction suffixes, ordinals as numbers."""
+    return [word for _, _, word in query_word_spans(text)]
+
+
+def query_word_spans(text: str) -> list[tuple[int, int, str]]:
+    """Each word token of ``text``: where it starts and ends (its suffix included) and its query word."""
     found = []
-    for token in _WORD.findall(text.lower()):
-        stem = _SUFFIX.split(token, maxsplit=1)[0]
+    for match in _WORD.finditer(text):
+        stem = _SUFFIX.split(match.group().lower(), maxsplit=1)[0]
         ordinal = _ORDINAL.fullmatch(stem)
-        found.append(ordinal.group(1) if ordinal else stem)
+        found.append((match.start(), match.end(), ordinal.group(1) if ordinal else stem))
     return found
 
 
@@ -161,10 +166,17 @@ class Bm25List:
         missing = [term for term in terms if self._cached((store.source, term), now, version) is None]
         if len(missing) < 2:
             return  # postings() counts a single term as well
-        counts = store.term_postings_many(missing, self.settings.max_postings)
+        self.remember(store, missing, store.term_postings_many(missing, self.settings.max_postings), version)
+
+    def remember(
+        self, store: IndexReader, terms: list[str], postings: list[tuple[int, int]], version: int | None
+    ) -> None:
+        """Cache ``postings`` (each term's ``(count, oldest label)`` as :meth:`postings` counts it), read at
+        the index ``version`` by a caller that asked for them together with other reads."""
+        now = time.monotonic()
         if len(self._postings) > 100_000:
             self._postings.clear()
-        for term, (count, oldest) in zip(missing, counts, strict=True):
+        for term, (count, oldest) in zip(terms, postings, strict=True):
             self._postings[(store.source, term)] = (now, count, oldest, version)
 
     def _bounded(

@@ -4,7 +4,9 @@ Order of work for one query:
 
 1. readiness — an uninitialised, incompatible (settings changed) or still-empty index is
    ``index_building`` with ``indexed_count`` and ``source_count``; never a silent fallback to exact;
-2. the query embedding — a model call, made with no lock or transaction held;
+2. the query embedding — a model call, made with no lock or transaction held; a question that writes
+   words most indexed chunks hold (``common_word_share``) is embedded without them too, in the same batch,
+   and searched with the mean of the two (common_words.py);
 3. in one read snapshot: the keyword list (BM25 over the contextual keyword documents) and the vector
    list (each up to ``candidates_per_list`` valid chunks), with any date or session filter applied
    first; every candidate chunk is checked against the current memory (same memory id, same content
@@ -50,9 +52,11 @@ from obsmem.indexer import (
     ValidChunk,
     VectorSet,
 )
-from obsmem.retrieval.bm25 import Bm25List
+from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, Bm25List
+from obsmem.retrieval.common_words import MIN_CHUNKS as COMMON_MIN_CHUNKS
+from obsmem.retrieval.common_words import common_words, half_weighted, without_words
 from obsmem.retrieval.fusion import NO_EVIDENCE, Fused, fuser, neighbour_smoothing, relevance, session_pull
-from obsmem.retrieval.names import named_first, question_names, unknown_names
+from obsmem.retrieval.names import CALENDAR_WORDS, named_first, question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
@@ -183,6 +187,9 @@ class HybridSearcher:
         # once, in the search's snapshot, which checks it again all the same. By kind: a scope whose kind the
         # index holds nothing of (memories of a project of events alone) does not cost the other scopes it.
         self._ready: set[tuple[str, str | None]] = set()
+        # Chunks per project at its last count (common words), and the stopwords' index tokens.
+        self._chunks_seen: dict[str, int] = {}
+        self._stop_token_set: frozenset[str] | None = None
 
     def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
         """``index_building`` with the counts of the kind of source the search looks in."""
@@ -224,8 +231,66 @@ class HybridSearcher:
                 if self._refused(project, index, store, store.state(), kind, live=None):
                     return None
         use_bm25, use_vectors = self._lists(plan)
-        query_vector = index.embedder.embed_query(request.query) if use_vectors else None
+        query_vector = self._query_vector(index, request.query) if use_vectors else None
         return Opening(index, kind, use_bm25, query_vector)
+
+    def _query_vector(self, index: ProjectIndex, query: str) -> np.ndarray:
+        """The query's embedding; with ``common_word_share``, the mean of it and the embedding of the query
+        without the index's common words (common_words.py), both embedded in one batch."""
+        without = self.without_common_words(index, query)
+        if without is None:
+            return index.embedder.embed_query(query)
+        whole, reduced = index.embedder.embed_queries([query, without])
+        return half_weighted(whole, reduced)
+
+    def without_common_words(self, index: ProjectIndex, query: str) -> str | None:
+        """The query less the words held by ``common_word_share`` of the indexed chunks, or None (none is,
+        the setting is 0, or the keyword index counts nothing). A short read of the term counts, which the
+        keyword list then finds cached. Counts stop at ``max_postings`` + 1, so in an index so large that
+        no word could be proven common within that bound, or smaller than ``MIN_CHUNKS``, nothing is read
+        (as the project's last search found it: a project that grows past the bound is skipped from its
+        next search on)."""
+        share = self.settings.fusion.common_word_share
+        if share <= 0 or not self._may_hold_common_words(self._chunks_seen.get(index.name, COMMON_MIN_CHUNKS)):
+            return None
+        with index.reader() as store:
+            if not store.counts_postings():
+                return None
+            terms = self.bm25.terms(store, query)
+            if not terms:
+                return None
+            chunks, counts = self._chunks_and_counts(index, store, [word for word, _ in terms])
+            never = self._stop_tokens(store)
+        self._chunks_seen[index.name] = chunks
+        if not self._may_hold_common_words(chunks):
+            return None
+        merged = {word for word, tokens in terms if never.intersection(tokens)}
+        return without_words(query, common_words(counts, chunks, share, merged))
+
+    def _may_hold_common_words(self, chunks: int) -> bool:
+        """Whether an index of ``chunks`` chunks can show a word common (see :meth:`without_common_words`)."""
+        share = self.settings.fusion.common_word_share
+        return chunks >= COMMON_MIN_CHUNKS and share * chunks <= self.settings.bm25.max_postings + 1
+
+    def _stop_tokens(self, store: IndexReader) -> frozenset[str]:
+        """The keyword index's tokens of the stopwords and calendar words (the same for every index of one
+        tokenizer, so made once): a question word held as one of them is counted with them."""
+        if self._stop_token_set is None:
+            words = sorted(ENGLISH_STOPWORDS | CALENDAR_WORDS)
+            self._stop_token_set = frozenset(token for _, tokens in store.keyword_terms(words) for token in tokens)
+        return self._stop_token_set
+
+    def _chunks_and_counts(
+        self, index: ProjectIndex, store: IndexReader, words: list[str]
+    ) -> tuple[int, dict[str, int]]:
+        """How many chunks the index holds (the in-memory vectors' count; 0 while they cannot load) and, when
+        a word can be common among so many, each of ``words``' chunk counts as the keyword list counts them
+        (cached for it, at the snapshot's index version)."""
+        vectors = index.vectors()
+        chunks = vectors.live if vectors is not None else 0
+        if not self._may_hold_common_words(chunks):
+            return chunks, {}
+        return chunks, self.bm25.counts(store, words, store.state().version)
 
     def _refused(
         self,
@@ -286,6 +351,7 @@ class HybridSearcher:
             state = store.state()
             if vectors is None:
                 raise self._building(project, store, compatible=False, kind=kind)
+            self._chunks_seen[project] = vectors.live
             if self._refused(project, index, store, state, kind, live=vectors.live_of(kind) > 0):
                 return SearchResult(mode="hybrid"), stages
             partial = store.has_pending(kind)  # only what the scope searches makes its answer partial

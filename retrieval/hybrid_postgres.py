@@ -41,10 +41,13 @@ class PostgresHybridSearcher(HybridSearcher):
     :meth:`HybridSearcher._check_scope`).
 
     One search is one snapshot and a handful of exchanges with the server (the query embedding made
-    before it, see :meth:`HybridSearcher._open`): the readiness row with the kinds held, the stale count and
-    the graph's ``ef_search``; the vector list's statement with the keyword list's term counts and then its
-    scores (pipelined); the candidates' validation with their cosines and their neighbours' positions
-    (pipelined); rarely a validation of neighbours that entered the ranking; the commit."""
+    before it, see :meth:`HybridSearcher._open`, after a short read of its words' counts when the project
+    is small enough for a word to be common, :meth:`HybridSearcher.without_common_words`: the state with
+    the chunk total and the counts, one exchange, and its commit): the readiness row with the kinds
+    held, the stale count and the graph's ``ef_search``; the vector list's statement with the keyword
+    list's term counts and then its scores (pipelined); the candidates' validation with their cosines and
+    their neighbours' positions (pipelined); rarely a validation of neighbours that entered the ranking;
+    the commit."""
 
     def run(
         self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
@@ -64,6 +67,7 @@ class PostgresHybridSearcher(HybridSearcher):
         with index.reader() as store:
             assert isinstance(store, PostgresIndexReader)
             state, stored, partial, chunks, stale = store.readiness(kind, ef_search=max(ef_search, k + 1))
+            self._chunks_seen[project] = chunks
             if self._refused(project, index, store, state, kind, live=stored):
                 return SearchResult(mode="hybrid"), stages
             where = store.narrowed(scoped)
@@ -90,6 +94,14 @@ class PostgresHybridSearcher(HybridSearcher):
                 store, request.query, lists, valid, vectors, query_vector, scoped, k, index.embedder, state.version
             )
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
+
+    def _chunks_and_counts(self, index: Any, store: IndexReader, words: list[str]) -> tuple[int, dict[str, int]]:
+        """How many chunks the keyword list holds and each of ``words``' chunk counts, in one exchange (cached
+        for the keyword list at the snapshot's index version)."""
+        assert isinstance(store, PostgresIndexReader)
+        state, chunks, postings = store.state_chunks_and_postings(words, self.settings.bm25.max_postings)
+        self.bm25.remember(store, words, postings, state.version)
+        return chunks, {word: count for word, (count, _) in zip(words, postings, strict=True)}
 
     @staticmethod
     def _cosines(store: IndexReader, vectors: Any, query: np.ndarray, labels: list[int]) -> dict[int, float]:

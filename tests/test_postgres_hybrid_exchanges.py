@@ -7,9 +7,11 @@ the kind's vectors is an exchange of its own, as a date window's is.
 An exchange is what the client sends until the server answers, so counting the turns from client messages
 to server messages in the protocol trace of the service's one pooled connection counts round trips
 exactly. A search on a busy server pays each one (a wake-up of both processes), so the count is held down
-here. The hybrid search: the readiness row, the vector list's statement sent with the keyword list's term
-counts, the keyword scores, the candidates' validation with their cosines and their neighbours' positions,
-the validation of neighbours that entered the ranking (when any did) and the commit (five or six). The
+here. The hybrid search: in a project small enough for a word to be common (``common_word_share``), the
+read of the question's words' counts with the chunk total, one statement in a transaction of its own; then
+the readiness row, the vector list's statement sent with the keyword list's term counts, the keyword
+scores, the candidates' validation with their cosines and their neighbours' positions, the validation of
+neighbours that entered the ranking (when any did) and the commit (six or seven). The
 notes merged into the result (docs/trust.md): whether the caller's user tier exists, the project's notes
 snapshot with its candidate check, the notes' keyword match and its commit (four).
 """
@@ -29,10 +31,10 @@ from obsmem.settings import load_settings
 from support.model_server import ModelServer
 from support.semantic_service import VOCABULARY, add_memories, semantic_settings
 
-# The hybrid search's five or six and the notes' four (see above).
-MAX_EXCHANGES = 10
+# The hybrid search's six or seven and the notes' four (see above).
+MAX_EXCHANGES = 11
 # The hybrid search's alone: a conversation scope merges no notes.
-MAX_SEARCH_EXCHANGES = 6
+MAX_SEARCH_EXCHANGES = 7
 
 
 @pytest.fixture
@@ -101,6 +103,29 @@ def test_an_open_hybrid_search_is_a_few_exchanges(service: Obsmem, tmp_path: Pat
             repeated = service.search("p", query, mode="hybrid", limit=10)
         assert [hit.memory_id for hit in repeated.hits] == [hit.memory_id for hit in result.hits]
         assert again.count <= first.count
+
+
+def test_finding_the_common_words_is_at_most_one_exchange(service: Obsmem, tmp_path: Path) -> None:
+    """The same searches with ``common_word_share = 0`` (nothing read before the search's snapshot) cost at
+    most one exchange less: the state, the chunk total and the counts go in one statement with no commit,
+    and counts it reads (a question's new words) the search's keyword list no longer asks for itself."""
+    semantic = service.settings.semantic
+    fusion = semantic.fusion.model_copy(update={"common_word_share": 0.0})
+    off_settings = service.settings.model_copy(update={"semantic": semantic.model_copy(update={"fusion": fusion})})
+    with Obsmem(off_settings) as off:
+        _warm_up(service)
+        _warm_up(off)
+        extra = []
+        for query in ("flaky login test", "mock the clock deploy", "flaky login test"):
+            with Exchanges(service, tmp_path / "trace.txt") as default:
+                found = service.search("p", query, mode="hybrid", limit=10)
+            with Exchanges(off, tmp_path / "trace.txt") as without:
+                kept = off.search("p", query, mode="hybrid", limit=10)
+            assert found.hits and kept.hits
+            extra.append(default.count - without.count)
+    # New words: the read takes the place of the keyword list's count; asked again, it is the one more.
+    assert extra[0] == 0 and extra[-1] == 1, extra
+    assert all(count in (0, 1) for count in extra), extra
 
 
 def test_a_date_filtered_hybrid_search_is_a_few_exchanges(service: Obsmem, tmp_path: Path) -> None:

@@ -234,6 +234,16 @@ class FusionSettings(Section):
         "those that write fewer, before supersession: the memory that names an identifier comes before its "
         "neighbours (docs/eval.md). false: the fused order.",
     )
+    common_word_share: float = Field(
+        default=0.75,
+        ge=0,
+        le=1,
+        description="A question word that stands alone and is held by at least this share of the indexed chunks' "
+        "keyword documents (a speaker's name in a conversation; never a number, a calendar word or a stopword's "
+        "stem) counts half in the query vector: the vector list searches with the mean of the question's "
+        "embedding and that of the question without such words, as the keyword list discounts a common word "
+        "(docs/eval.md). 0 turns it off.",
+    )
     candidates_per_list: int = Field(default=100, gt=0, le=1000, description="Chunks taken from each list.")
     fused_candidates: int = Field(
         default=200, gt=0, le=2000, description="Chunks kept after fusion (and sent to the reranker)."

@@ -22,9 +22,10 @@ from obsmem.indexer.chunker import ChunkSettings, chunk_text
 from obsmem.indexer.keywords import Context, KeywordDocuments, date_words, head, tail
 from obsmem.indexer.reader import Fts5Keywords, SqliteIndexReader, fts_match, rank_function
 from obsmem.indexer.vectors import Filter
-from obsmem.retrieval.bm25 import Bm25List, bm25_ceiling
+from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, Bm25List, bm25_ceiling, query_terms
+from obsmem.retrieval.common_words import common_words, half_weighted, without_words
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
-from obsmem.retrieval.names import named_first
+from obsmem.retrieval.names import CALENDAR_WORDS, named_first
 from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.supersession import asks_about_now, present_supersession
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
@@ -149,21 +150,25 @@ def reference_search(
     k = settings.fusion.candidates_per_list
     fusion = settings.fusion
     window_docs = [doc for doc in docs if inside(doc)]
-    # Vector list: exact cosine over the chunks inside the filter; ties by label.
-    q = unit(query)
-    cosine = {}
-    if window_docs:
-        matrix = np.stack([unit(doc.body) for doc in window_docs])
-        cosine = {doc.label: float(score) for doc, score in zip(window_docs, matrix @ q, strict=True)}
-    ordered = sorted(cosine.items(), key=lambda item: (-item[1], item[0]))
-    vector = RankedList("vector", ordered[:k])
-    # BM25 list over a fresh table holding exactly the current keyword documents.
     memory_db = scratch_keyword_table(settings.bm25.tokenizer, settings.bm25.context_characters)
     for doc in docs:
         memory_db.execute(
             "INSERT INTO semantic_fts(rowid, body, previous, next, date) VALUES (?, ?, ?, ?, ?)",
             (doc.label, doc.body, doc.previous, doc.next, doc.date),
         )
+    # Vector list: exact cosine over the chunks inside the filter; ties by label. The query vector is
+    # half the query without the words a common_word_share of all chunks hold, counted in the fresh table.
+    q = unit(query)
+    without = reference_without_common_words(memory_db, settings, query, len(docs))
+    if without is not None:
+        q = half_weighted(q, unit(without))
+    cosine = {}
+    if window_docs:
+        matrix = np.stack([unit(doc.body) for doc in window_docs])
+        cosine = {doc.label: float(score) for doc, score in zip(window_docs, matrix @ q, strict=True)}
+    ordered = sorted(cosine.items(), key=lambda item: (-item[1], item[0]))
+    vector = RankedList("vector", ordered[:k])
+    # BM25 list over the fresh table holding exactly the current keyword documents.
     terms, _ = Bm25List(settings.bm25).match(keyword_reader(memory_db, settings.bm25), query)
     keyword = RankedList("bm25")
     by_label = {doc.label: doc for doc in docs}
@@ -174,12 +179,7 @@ def reference_search(
         ).fetchall()
         keyword.items = [(label, -rank) for label, rank in rows if inside(by_label[label])][:k]
         # The query's ceiling from FTS5's own statistics: every chunk of the table, each term's matches.
-        postings = [
-            memory_db.execute(
-                "SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH ?", (fts_match([t]),)
-            ).fetchone()[0]
-            for t in terms
-        ]
+        postings = [postings_of(memory_db, term) for term in terms]
         keyword.ceiling = bm25_ceiling(postings, len(docs))
     lists = [ranked for ranked, weight in ((keyword, "bm25"), (vector, "vector")) if fusion.weights[weight] > 0]
     if len(lists) == 1:
@@ -217,6 +217,32 @@ def reference_search(
         if by_label[label].memory_id not in result:
             result.append(by_label[label].memory_id)
     return result[:limit]
+
+
+def reference_without_common_words(
+    memory_db: apsw.Connection, settings: SemanticSettings, query: str, chunks: int
+) -> str | None:
+    """The query less the words a ``common_word_share`` of all ``chunks`` keyword documents hold, counted
+    exactly in the fresh table: none with the trigram tokenizer (it keeps no word counts) or in an index too
+    large for the product's bounded counts to show one; never a word held as a stopword or calendar word."""
+    share = settings.fusion.common_word_share
+    if settings.bm25.tokenizer.split()[0] == "trigram" or share * chunks > settings.bm25.max_postings + 1:
+        return None
+    reader = keyword_reader(memory_db, settings.bm25)
+    stopwords = frozenset() if settings.bm25.stopwords == "none" else ENGLISH_STOPWORDS
+    terms = reader.keyword_terms(query_terms(query, stopwords))
+    stop_tokens = {
+        token for _, tokens in reader.keyword_terms(sorted(ENGLISH_STOPWORDS | CALENDAR_WORDS)) for token in tokens
+    }
+    merged = {word for word, tokens in terms if stop_tokens.intersection(tokens)}
+    counts = {word: postings_of(memory_db, word) for word, _ in terms}
+    return without_words(query, common_words(counts, chunks, share, merged))
+
+
+def postings_of(memory_db: apsw.Connection, term: str) -> int:
+    """How many keyword documents of the fresh table match ``term``."""
+    row = memory_db.execute("SELECT count(*) FROM semantic_fts WHERE semantic_fts MATCH ?", (fts_match([term]),))
+    return int(row.fetchone()[0])
 
 
 # What index_matches_memories says of an index in step with its memories.
