@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import pickle
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -265,6 +266,47 @@ def _speaker_prior(bonus: float) -> Variant:
     return run
 
 
+_QUERY_EMBEDDINGS: dict[str, np.ndarray] = {}  # question text as rewritten -> its embedding (replay only)
+_EMBEDDER: list[Any] = []  # the product's default embedder, made on first use
+
+
+def _embedded(text: str) -> np.ndarray:
+    """The product's query embedding of ``text`` (the default encoder, made once; kept per text)."""
+    if text not in _QUERY_EMBEDDINGS:
+        if not _EMBEDDER:
+            from obsmem.indexer.embedders import make_embedder
+            from obsmem.settings import SemanticSettings
+
+            _EMBEDDER.append(make_embedder(SemanticSettings().embedding))
+        _QUERY_EMBEDDINGS[text] = np.asarray(_EMBEDDER[0].embed_query(text))
+    return _QUERY_EMBEDDINGS[text]
+
+
+def _names_rewritten(question: CapturedQuestion, names: list[str], how: str) -> str:
+    """The question with the conversation's speaker names replaced by "they" / "their" or dropped."""
+    pattern = re.compile(r"\b(" + "|".join(re.escape(name) for name in names) + r")('s)?\b")
+    if how == "they":
+        return pattern.sub(lambda match: "their" if match.group(2) else "they", question.text)
+    return " ".join(pattern.sub("", question.text).split())
+
+
+def _names_weighted(how: str, share: float) -> Variant:
+    """The default recipe (session pull 0.3) with the query vector ``(1 - share) x`` the question's plus
+    ``share x`` that of the question with its speaker names rewritten (``how``), renormalised: the names at
+    part weight (what ``[semantic.fusion] common_word_share`` does with the words most chunks hold)."""
+    recipe = _adjusted(_pull(0.3))
+
+    def run(conversation: CapturedConversation, question: CapturedQuestion) -> list[int]:
+        rewritten = _embedded(_names_rewritten(question, conversation.names, how))
+        mixed = (1 - share) * question.query + share * rewritten
+        query = CapturedQuestion(
+            question.text, question.evidence, question.keyword, question.ceiling, mixed / np.linalg.norm(mixed)
+        )
+        return recipe(conversation, query)
+
+    return run
+
+
 def _vector_feedback(documents: int, share: float) -> Variant:
     """Rocchio on the query vector: add ``share`` of the mean vector of the first fused turns, rank again."""
 
@@ -443,6 +485,11 @@ VARIANTS: dict[str, Variant] = {
     "session diversity 2 below the first 10": _diverse(2.0, 10),
     "session diversity 4 below the first 10": _diverse(4.0, 10),
     "session diversity 2 from the first": _diverse(2.0, 0),
+    "speaker names at half weight (replaced by they)": _names_weighted("they", 0.5),
+    "speaker names at three-quarter weight (replaced by they, 0.25)": _names_weighted("they", 0.25),
+    "speaker names left out (replaced by they, 1.0)": _names_weighted("they", 1.0),
+    "speaker names at half weight (dropped)": _names_weighted("drop", 0.5),
+    "speaker names left out (dropped, 1.0)": _names_weighted("drop", 1.0),
     "session pull 0.3 + wider smoothing 0.1": _adjusted(_pull(0.3), _wider(0.1)),
     "session pull 0.3 + wider smoothing 0.05": _adjusted(_pull(0.3), _wider(0.05)),
     "session pull 0.3, neighbour share 0.3": _adjusted(_pull(0.3), neighbour_weight=0.3),
