@@ -25,10 +25,14 @@ from obsmem.retrieval.names import CALENDAR_WORDS
 
 _OPENING = "\"'`\u2018\u201c([{"
 _ENDING = "\"'`\u2019\u201d)]},;:!?"
-_EMPTY_PAIR = re.compile(r"[\"'`\u2018\u2019\u201c\u201d]\s*[\"'`\u2018\u2019\u201c\u201d]|\(\s*\)|\[\s*\]|\{\s*\}")
-_SPACE_BEFORE_MARK = re.compile(r"\s+([,;:.!?])")
-_LEADING_MARKS = re.compile(r"^[\s,;:.!?]+")
-_REPEATED_MARKS = re.compile(r"([,;:])(?:\s*[,;:])+")
+# A quote or bracket pair that encloses a cut word alone goes with it: opening -> closing.
+_PAIRS = {'"': '"', "'": "'", "`": "`", "\u2018": "\u2019", "\u201c": "\u201d", "(": ")", "[": "]", "{": "}"}
+# What stands between a cut word and the text either side of it: spaces and at most one mark before it; after
+# it, a comma, semicolon or colon, or marks that end a sentence (followed by a space or the end).
+# A mark doubled (``std::``) is part of what it stands in, never the cut's.
+_BEFORE_CUT = re.compile(r"(?:(?<![,;:])\s*[,;:])?\s*$")
+_AFTER_CUT = re.compile(r"\s*(?:[,;:](?![,;:])|[.!?]+(?=\s|$))?\s*")
+_SENTENCE_END = ".!?"
 # Below this many indexed chunks a share says little (one chunk holds every word of its own), so nothing
 # is common there.
 MIN_CHUNKS = 20
@@ -60,21 +64,36 @@ def without_words(query: str, dropped: Collection[str]) -> str | None:
     it: lowercased, possessive and contraction suffixes aside) cut out where it stands alone, or None when
     no word is cut or no word but stopwords would be left (nothing to search for). A word inside an
     identifier or a path (``LK`` of ``LK_RATE_LIMIT``, ``src`` of ``src/app.py``, ``py``) stays: cutting it
-    would garble the rest. Quotes or brackets left empty go too, and so does punctuation left at the start
-    or before another mark."""
+    would garble the rest. Each cut is tidied where it stood (:func:`_cut`), nowhere else."""
     spans = query_word_spans(query)
     cut = [(start, end) for start, end, word in spans if word in dropped and _stands_alone(query, start, end)]
     cut_words = {word for start, end, word in spans if (start, end) in cut}
     if not cut or not any(word not in cut_words and word not in ENGLISH_STOPWORDS for _, _, word in spans):
         return None
-    kept, position = [], 0
-    for start, end in cut:
-        kept.append(query[position:start])
-        position = end
-    kept.append(query[position:])
-    text = _EMPTY_PAIR.sub("", "".join(kept))
-    text = _SPACE_BEFORE_MARK.sub(r"\1", " ".join(text.split()))
-    return _LEADING_MARKS.sub("", _REPEATED_MARKS.sub(r"\1", text))
+    text = query
+    for start, end in reversed(cut):  # from the right: the spans left of a cut keep their places
+        text = _cut(text, start, end)
+    return text
+
+
+def _cut(text: str, start: int, end: int) -> str:
+    """``text`` without ``text[start:end]``, tidied only where it stood: a quote or bracket pair around it
+    alone goes with it, and the marks and spaces either side of it become one (a sentence's end kept,
+    nothing left at the start). The rest of the text (a path's ``.env``, ``std::vector``) is untouched."""
+    if start > 0 and end < len(text) and _PAIRS.get(text[start - 1]) == text[end]:
+        start, end = start - 1, end + 1
+    left, right = text[:start], text[end:]
+    before = _BEFORE_CUT.search(left)
+    after = _AFTER_CUT.match(right)
+    assert before is not None and after is not None  # both may match nothing
+    left_core, right_core = left[: before.start()], right[after.end() :]
+    marks_before, marks_after = before.group().strip(), after.group().strip()
+    if not left_core:
+        return right_core
+    sentence_end = marks_after if marks_after and marks_after[0] in _SENTENCE_END else ""
+    if not right_core:
+        return left_core + sentence_end
+    return f"{left_core}{sentence_end or marks_before or marks_after} {right_core}"
 
 
 def _stands_alone(text: str, start: int, end: int) -> bool:

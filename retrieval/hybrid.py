@@ -247,11 +247,12 @@ class HybridSearcher:
         """The query less the words held by ``common_word_share`` of the indexed chunks, or None (none is,
         the setting is 0, or the keyword index counts nothing). A short read of the term counts, which the
         keyword list then finds cached. Counts stop at ``max_postings`` + 1, so in an index so large that
-        no word could be proven common within that bound, or smaller than ``MIN_CHUNKS``, nothing is read
-        (as the project's last search found it: a project that grows past the bound is skipped from its
-        next search on)."""
+        no word could be proven common within that bound nothing is read (as the project's last search
+        found it: a project that grows past the bound is skipped from its next search on, one that shrinks
+        back within it is read again from the search after next); below ``MIN_CHUNKS`` nothing is common."""
         share = self.settings.fusion.common_word_share
-        if share <= 0 or not self._may_hold_common_words(self._chunks_seen.get(index.name, COMMON_MIN_CHUNKS)):
+        seen = self._chunks_seen.get(index.name)
+        if share <= 0 or (seen is not None and not self._within_count_bound(seen)):
             return None
         with index.reader() as store:
             if not store.counts_postings():
@@ -269,8 +270,11 @@ class HybridSearcher:
 
     def _may_hold_common_words(self, chunks: int) -> bool:
         """Whether an index of ``chunks`` chunks can show a word common (see :meth:`without_common_words`)."""
-        share = self.settings.fusion.common_word_share
-        return chunks >= COMMON_MIN_CHUNKS and share * chunks <= self.settings.bm25.max_postings + 1
+        return chunks >= COMMON_MIN_CHUNKS and self._within_count_bound(chunks)
+
+    def _within_count_bound(self, chunks: int) -> bool:
+        """Whether ``common_word_share`` of ``chunks`` chunks is within the keyword counts' bound."""
+        return self.settings.fusion.common_word_share * chunks <= self.settings.bm25.max_postings + 1
 
     def _stop_tokens(self, store: IndexReader) -> frozenset[str]:
         """The keyword index's tokens of the stopwords and calendar words (the same for every index of one

@@ -96,8 +96,9 @@ class PostgresHybridSearcher(HybridSearcher):
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
     def _chunks_and_counts(self, index: Any, store: IndexReader, words: list[str]) -> tuple[int, dict[str, int]]:
-        """How many chunks the keyword list holds and each of ``words``' chunk counts, in one exchange (cached
-        for the keyword list at the snapshot's index version)."""
+        """How many chunks the keyword list holds and each of ``words``' chunk counts, in one statement of its
+        own (cached for the keyword list at the index version that statement read, which a search whose
+        snapshot holds another version does not use)."""
         assert isinstance(store, PostgresIndexReader)
         state, chunks, postings = store.state_chunks_and_postings(words, self.settings.bm25.max_postings)
         self.bm25.remember(store, words, postings, state.version)
