@@ -19,7 +19,7 @@ from obsmem.app import Obsmem
 from obsmem.surfaces.http import create_app
 from support.http_server import LOCAL
 from support.pipeline_service import pipeline_options, pipeline_service, user, words
-from support.scripted_chat import ObserverScript, ScriptedChatServer
+from support.scripted_chat import HeldReplies, ObserverScript, ScriptedChatServer
 
 
 @pytest.fixture
@@ -143,21 +143,6 @@ def live(tmp_path: Path) -> Iterator[tuple[str, Obsmem, ScriptedChatServer]]:
     thread.join(timeout=20)
     service.close()
     model.stop()
-
-
-class HeldReplies:
-    """``inner``'s replies, each held until ``released`` is set (at most a minute): while it is not, the
-    observer's model call has not answered, however slow the machine."""
-
-    def __init__(self, inner: ObserverScript) -> None:
-        self.inner = inner
-        self.released = threading.Event()
-        self.answered = 0
-
-    def __call__(self, request: Any) -> Any:
-        self.released.wait(60)
-        self.answered += 1
-        return self.inner(request)
 
 
 def test_http_appends_are_stored_while_the_model_has_not_answered(

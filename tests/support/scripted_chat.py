@@ -284,6 +284,21 @@ class Rounds:
         return self.rounds[min(index, len(self.rounds) - 1)](request)
 
 
+class HeldReplies:
+    """``inner``'s replies, each held until ``released`` is set (at most a minute): while it is not, no model
+    call has been answered, however slow the machine. ``answered`` counts the replies given."""
+
+    def __init__(self, inner: Responder) -> None:
+        self.inner = inner
+        self.released = threading.Event()
+        self.answered = 0
+
+    def __call__(self, request: Request) -> Reply:
+        self.released.wait(60)
+        self.answered += 1
+        return self.inner(request)
+
+
 def tool_results(request: Request) -> list[dict[str, Any]]:
     """What the service answered to the model's earlier tool calls in this conversation."""
     return [json.loads(m["content"]) for m in request.messages if m["role"] == "tool"]
