@@ -260,7 +260,7 @@ class PostgresIndexReader:
         """:meth:`state`, :meth:`keyword_chunks` and :meth:`term_postings_many` of ``terms`` in one statement.
         As the reader's first read it goes alone, in a transaction of its own opened and committed in the same
         exchange (``execute_alone``): a reader used for nothing else costs one exchange and no commit."""
-        firsts = [tokens[0] if tokens else "" for tokens in (self.keywords.tokens(term, query=True) for term in terms)]
+        firsts = self._first_tokens(terms)
         wanted = [token for token in firsts if token]
         rows = self.conn.execute_alone(
             f"SELECT {_STATE_AND_TOTAL}, c.* FROM semantic_state"
@@ -296,9 +296,13 @@ class PostgresIndexReader:
     def term_postings(self, term: str, bound: int) -> tuple[int, int]:
         return self.term_postings_many([term], bound)[0]
 
+    def _first_tokens(self, terms: list[str]) -> list[str]:
+        """Each term's first index token, whose postings stand for the term's ("" for a term with none)."""
+        return [tokens[0] if tokens else "" for tokens in (self.keywords.tokens(term, query=True) for term in terms)]
+
     def term_postings_many(self, terms: list[str], bound: int) -> list[tuple[int, int]]:
         """:meth:`term_postings` of each of ``terms``, in one statement (one exchange for the query's terms)."""
-        firsts = [tokens[0] if tokens else "" for tokens in (self.keywords.tokens(term, query=True) for term in terms)]
+        firsts = self._first_tokens(terms)
         wanted = [token for token in firsts if token]
         if not wanted:
             return [(0, 0)] * len(terms)

@@ -43,11 +43,11 @@ class PostgresHybridSearcher(HybridSearcher):
     One search is one snapshot and a handful of exchanges with the server (the query embedding made
     before it, see :meth:`HybridSearcher._open`, after a short read of its words' counts when the project
     is small enough for a word to be common, :meth:`HybridSearcher.without_common_words`: the state with
-    the chunk total and the counts, one exchange, and its commit): the readiness row with the kinds
-    held, the stale count and the graph's ``ef_search``; the vector list's statement with the keyword
-    list's term counts and then its scores (pipelined); the candidates' validation with their cosines and
-    their neighbours' positions (pipelined); rarely a validation of neighbours that entered the ranking;
-    the commit."""
+    the chunk total and the counts, one statement in a transaction of its own, with no commit to wait
+    for): the readiness row with the kinds held, the stale count and the graph's ``ef_search``; the vector
+    list's statement with the keyword list's term counts and then its scores (pipelined); the candidates'
+    validation with their cosines and their neighbours' positions (pipelined); rarely a validation of
+    neighbours that entered the ranking; the commit."""
 
     def run(
         self, project: str, request: SearchRequest, plan: SearchPlan | None = None, *, rankings: bool = True
