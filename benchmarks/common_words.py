@@ -1,6 +1,6 @@
 """What common words at half weight (``[semantic.fusion] common_word_share``) cost a search.
 
-    python benchmarks/common_words.py [--shared-data ../shared/data] [--rounds 5]
+    python benchmarks/common_words.py [--shared-data ../shared/data] [--rounds 5] [--max-postings N]
 
 Indexes the first LoCoMo development conversation as ``obsmem eval locomo`` does (way a: each turn an
 observation, default ``[semantic]`` settings, the bundled model) and asks its questions. Almost every one
@@ -14,7 +14,12 @@ alternating rounds so both sides see the same machine:
   counts cached as a running service has them after the first search of a word, and the share of
   questions that have any;
 - ``search_excluding_embedding``: ``Obsmem.search`` in hybrid mode with the query embeddings made ahead,
-  with the setting at 0 (off) and at its default, and their ratio.
+  with the setting at 0 (off) and at its default, and their ratio;
+- ``stretch_count_p50_ms``: what a count that stopped at its bound adds on SQLite, the count of the newest
+  chunks it was counted in (``VectorSet.live_from``), in sets of 100,000 and 1,000,000 chunks.
+
+With ``--max-postings`` below the conversation's counts (``[semantic.bm25] max_postings``; 50 puts every
+speaker's name past it), the counts stop at the bound and are scaled as in a large project.
 
 BLAS and torch run on one thread (the service does the same for a query).
 """
@@ -35,12 +40,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import numpy as np  # noqa: E402
 from semantic_corpus import DEFAULT_SHARED  # noqa: E402
 from semantic_query import embed_ahead, served_from  # noqa: E402
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.eval.datasets.locomo import load_locomo  # noqa: E402
 from obsmem.eval.ingest import index_project, load_locomo_conversation  # noqa: E402
+from obsmem.indexer.vectors import VectorSet  # noqa: E402
 from obsmem.settings import load_settings  # noqa: E402
 
 
@@ -58,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shared-data", type=Path, default=DEFAULT_SHARED)
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds over every question")
+    parser.add_argument("--max-postings", type=int, default=None, help="[semantic.bm25] max_postings")
     args = parser.parse_args()
     import torch
 
@@ -65,11 +73,26 @@ def main() -> None:
     conversation = load_locomo(args.shared_data / "locomo" / "locomo-dev5.json")[0]
     questions = list(dict.fromkeys(question.text for question in conversation.questions))
     with tempfile.TemporaryDirectory(prefix="obsmem-common-words-") as directory:
-        settings = load_settings(data_dir=Path(directory), semantic={"index": {"background": False}})
+        semantic: dict[str, Any] = {"index": {"background": False}}
+        if args.max_postings is not None:
+            semantic["bm25"] = {"max_postings": args.max_postings}
+        settings = load_settings(data_dir=Path(directory), semantic=semantic)
         with Obsmem(settings, background_indexing=False) as service:
             project, _ = load_locomo_conversation(service, conversation, "a")
             index_project(service, project)
-            print(json.dumps(measure(service, project, questions, args.rounds), indent=2))
+            figures = measure(service, project, questions, args.rounds)
+            figures["max_postings"] = settings.semantic.bm25.max_postings
+            figures["stretch_count_p50_ms"] = {f"{size:,}": stretch_count(size) for size in (100_000, 1_000_000)}
+            print(json.dumps(figures, indent=2))
+
+
+def stretch_count(size: int, repeats: int = 50) -> float:
+    """Median time of counting the newest stretch of a set of ``size`` chunks (a tenth of it)."""
+    vectors = VectorSet(1, ef_search=10, capacity=size)
+    vectors.add(
+        list(range(1, size + 1)), np.zeros((size, 1), dtype=np.float32), ["2024-01-01 00:00:00"] * size, ["s"] * size
+    )
+    return milliseconds([timed(vectors.live_from, size - size // 10) for _ in range(repeats)])
 
 
 def measure(service: Obsmem, project: str, questions: list[str], rounds: int) -> dict[str, Any]:

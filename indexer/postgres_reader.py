@@ -101,7 +101,7 @@ _TERMS_POSTINGS = (
     "SELECT u.token, least(coalesce(t.documents, 0), ?::bigint), CASE WHEN t.documents >= ?::bigint THEN"
     " (SELECT min(n.label) FROM (SELECT label FROM semantic_postings AS s WHERE s.token = u.token"
     " ORDER BY label DESC LIMIT ?) AS n)"
-    " ELSE (SELECT min(s.label) FROM semantic_postings AS s WHERE s.token = u.token) END"
+    " ELSE (SELECT min(s.label) FROM semantic_postings AS s WHERE s.token = u.token) END, coalesce(t.documents, 0)"
     " FROM unnest(?::text[]) AS u(token) LEFT JOIN semantic_terms AS t ON t.token = u.token"
 )
 # The state row's columns and the keyword list's chunk total.
@@ -256,21 +256,29 @@ class PostgresIndexReader:
         """How many chunks the keyword list holds (FTS5's row count: the N of every IDF)."""
         return int(self._one("SELECT documents FROM semantic_keyword_totals")[0])
 
-    def state_chunks_and_postings(self, terms: list[str], bound: int) -> tuple[IndexState, int, list[tuple[int, int]]]:
-        """:meth:`state`, :meth:`keyword_chunks` and :meth:`term_postings_many` of ``terms`` in one statement.
-        As the reader's first read it goes alone, in a transaction of its own opened and committed in the same
-        exchange (``execute_alone``): a reader used for nothing else costs one exchange and no commit."""
+    def state_chunks_and_postings(
+        self, terms: list[str], bound: int
+    ) -> tuple[IndexState, int, list[tuple[int, int]], list[int]]:
+        """:meth:`state`, :meth:`keyword_chunks`, :meth:`term_postings_many` of ``terms`` and each term's exact
+        chunk count (the terms table keeps it) in one statement. As the reader's first read it goes alone, in
+        a transaction of its own opened and committed in the same exchange (``execute_alone``): a reader used
+        for nothing else costs one exchange and no commit."""
         firsts = self._first_tokens(terms)
         wanted = [token for token in firsts if token]
         rows = self.conn.execute_alone(
             f"SELECT {_STATE_AND_TOTAL}, c.* FROM semantic_state"
-            f" LEFT JOIN ({_TERMS_POSTINGS}) AS c(token, documents, oldest) ON true WHERE id = 1",
+            f" LEFT JOIN ({_TERMS_POSTINGS}) AS c(token, documents, oldest, exact) ON true WHERE id = 1",
             (bound + 1, bound + 1, bound + 1, wanted),
         ).fetchall()
         row = rows[0]
         state = IndexState(row[0], row[1], row[2], bool(row[3]), *row[4:11])
-        counted = {token: (int(count), int(oldest or 0)) for *_, token, count, oldest in rows if token is not None}
-        return state, int(row[11]), [counted.get(token, (0, 0)) if token else (0, 0) for token in firsts]
+        counted = {
+            token: (int(count), int(oldest or 0), int(exact))
+            for *_, token, count, oldest, exact in rows
+            if token is not None
+        }
+        found = [counted.get(token, (0, 0, 0)) if token else (0, 0, 0) for token in firsts]
+        return state, int(row[11]), [(count, oldest) for count, oldest, _ in found], [exact for *_, exact in found]
 
     def has_vectors(self) -> bool:
         return bool(self._one("SELECT EXISTS (SELECT 1 FROM semantic_vectors)")[0])
@@ -307,7 +315,7 @@ class PostgresIndexReader:
         if not wanted:
             return [(0, 0)] * len(terms)
         rows = self._rows(_TERMS_POSTINGS, (bound + 1, bound + 1, bound + 1, wanted))
-        counted = {token: (int(count), int(oldest or 0)) for token, count, oldest in rows}
+        counted = {token: (int(count), int(oldest or 0)) for token, count, oldest, _ in rows}
         return [counted.get(token, (0, 0)) if token else (0, 0) for token in firsts]
 
     def keyword_candidates(

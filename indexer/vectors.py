@@ -259,6 +259,12 @@ class VectorSet:
             return self.live
         return self.live_events if kind == EVENTS else self.live - self.live_events
 
+    def live_from(self, label: int) -> int:
+        """Live vectors whose label is at least ``label``: the stretch of the newest chunks from it on
+        (labels grow as chunks are written). One pass over the labels, without the lock, as a scan reads."""
+        count = self.count
+        return int(np.count_nonzero(self.alive[:count] & (self.labels[:count] >= label)))
+
     def narrowed(self, where: Filter) -> Filter:
         """``where`` without a kind that keeps every live vector (only one kind is indexed): an open
         search then stays open, on the graph, at no cost."""

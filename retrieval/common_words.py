@@ -9,8 +9,9 @@ question that names the other speaker than the one who did the thing is drawn aw
 
 Hybrid search therefore embeds the question twice, as written and without those words, and searches with
 the normalised mean of the two vectors: such a word still counts, half as much. The counts are the keyword
-list's own (cached, bounded at ``max_postings`` + 1), so a word counts as common only when it is proven so
-within that bound. Measured in docs/eval.md ("Common words at half weight").
+list's own (cached). They stop at ``max_postings`` + 1, counted newest first; a count that stops there is
+scaled to the whole index by the share it holds of the stretch it was counted in (:func:`estimated_count`),
+so a project of any size has common words. Measured in docs/eval.md ("Common words at half weight").
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def common_words(
         and word not in CALENDAR_WORDS
         and not any(character.isdigit() for character in word)
     }
+
+
+def estimated_count(counted: int, stretch: int, chunks: int) -> int:
+    """The chunks of an index of ``chunks`` that hold a word found in ``counted`` of its ``stretch`` newest
+    chunks (a count that stopped at its bound), assuming the word is as frequent in the rest: a speaker's
+    name is in every stretch of a conversation. Never fewer than were counted."""
+    return max(counted, counted * chunks // max(stretch, counted, 1))
 
 
 def without_words(query: str, dropped: Collection[str]) -> str | None:

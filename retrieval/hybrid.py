@@ -54,7 +54,7 @@ from obsmem.indexer import (
 )
 from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, Bm25List
 from obsmem.retrieval.common_words import MIN_CHUNKS as COMMON_MIN_CHUNKS
-from obsmem.retrieval.common_words import common_words, half_weighted, without_words
+from obsmem.retrieval.common_words import common_words, estimated_count, half_weighted, without_words
 from obsmem.retrieval.fusion import NO_EVIDENCE, Fused, fuser, neighbour_smoothing, relevance, session_pull
 from obsmem.retrieval.names import CALENDAR_WORDS, named_first, question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
@@ -187,8 +187,7 @@ class HybridSearcher:
         # once, in the search's snapshot, which checks it again all the same. By kind: a scope whose kind the
         # index holds nothing of (memories of a project of events alone) does not cost the other scopes it.
         self._ready: set[tuple[str, str | None]] = set()
-        # Chunks per project at its last count (common words), and the stopwords' index tokens.
-        self._chunks_seen: dict[str, int] = {}
+        # The stopwords' index tokens (common words).
         self._stop_token_set: frozenset[str] | None = None
 
     def _building(self, project: str, store: IndexReader, compatible: bool, kind: str | None) -> IndexBuilding:
@@ -246,13 +245,9 @@ class HybridSearcher:
     def without_common_words(self, index: ProjectIndex, query: str) -> str | None:
         """The query less the words held by ``common_word_share`` of the indexed chunks, or None (none is,
         the setting is 0, or the keyword index counts nothing). A short read of the term counts, which the
-        keyword list then finds cached. Counts stop at ``max_postings`` + 1, so in an index so large that
-        no word could be proven common within that bound nothing is read (as the project's last search
-        found it: a project that grows past the bound is skipped from its next search on, one that shrinks
-        back within it is read again from the search after next); below ``MIN_CHUNKS`` nothing is common."""
+        keyword list then finds cached; below ``MIN_CHUNKS`` nothing is common."""
         share = self.settings.fusion.common_word_share
-        seen = self._chunks_seen.get(index.name)
-        if share <= 0 or (seen is not None and not self._within_count_bound(seen)):
+        if share <= 0:
             return None
         with index.reader() as store:
             if not store.counts_postings():
@@ -262,19 +257,8 @@ class HybridSearcher:
                 return None
             chunks, counts = self._chunks_and_counts(index, store, [word for word, _ in terms])
             never = self._stop_tokens(store)
-        self._chunks_seen[index.name] = chunks
-        if not self._may_hold_common_words(chunks):
-            return None
         merged = {word for word, tokens in terms if never.intersection(tokens)}
         return without_words(query, common_words(counts, chunks, share, merged))
-
-    def _may_hold_common_words(self, chunks: int) -> bool:
-        """Whether an index of ``chunks`` chunks can show a word common (see :meth:`without_common_words`)."""
-        return chunks >= COMMON_MIN_CHUNKS and self._within_count_bound(chunks)
-
-    def _within_count_bound(self, chunks: int) -> bool:
-        """Whether ``common_word_share`` of ``chunks`` chunks is within the keyword counts' bound."""
-        return self.settings.fusion.common_word_share * chunks <= self.settings.bm25.max_postings + 1
 
     def _stop_tokens(self, store: IndexReader) -> frozenset[str]:
         """The keyword index's tokens of the stopwords and calendar words (the same for every index of one
@@ -288,13 +272,22 @@ class HybridSearcher:
         self, index: ProjectIndex, store: IndexReader, words: list[str]
     ) -> tuple[int, dict[str, int]]:
         """How many chunks the index holds (the in-memory vectors' count; 0 while they cannot load) and, when
-        a word can be common among so many, each of ``words``' chunk counts as the keyword list counts them
-        (cached for it, at the snapshot's index version)."""
+        a word can be common among so many, each of ``words``' chunk counts: the keyword list's (cached for
+        it, at the snapshot's index version), a count that stopped at its bound scaled to the whole index
+        by the share it holds of the newest chunks it was counted in (common_words.estimated_count)."""
         vectors = index.vectors()
         chunks = vectors.live if vectors is not None else 0
-        if not self._may_hold_common_words(chunks):
+        if vectors is None or chunks < COMMON_MIN_CHUNKS:
             return chunks, {}
-        return chunks, self.bm25.counts(store, words, store.state().version)
+        version = store.state().version
+        bounded = self.bm25.counts(store, words, version)
+        counts = {}
+        for word, count in bounded.items():
+            if count > self.settings.bm25.max_postings:
+                _, oldest = self.bm25.postings(store, word, version)
+                count = estimated_count(count, vectors.live_from(oldest), chunks)
+            counts[word] = count
+        return chunks, counts
 
     def _refused(
         self,
@@ -355,7 +348,6 @@ class HybridSearcher:
             state = store.state()
             if vectors is None:
                 raise self._building(project, store, compatible=False, kind=kind)
-            self._chunks_seen[project] = vectors.live
             if self._refused(project, index, store, state, kind, live=vectors.live_of(kind) > 0):
                 return SearchResult(mode="hybrid"), stages
             partial = store.has_pending(kind)  # only what the scope searches makes its answer partial

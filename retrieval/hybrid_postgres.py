@@ -67,7 +67,6 @@ class PostgresHybridSearcher(HybridSearcher):
         with index.reader() as store:
             assert isinstance(store, PostgresIndexReader)
             state, stored, partial, chunks, stale = store.readiness(kind, ef_search=max(ef_search, k + 1))
-            self._chunks_seen[project] = chunks
             if self._refused(project, index, store, state, kind, live=stored):
                 return SearchResult(mode="hybrid"), stages
             where = store.narrowed(scoped)
@@ -96,13 +95,14 @@ class PostgresHybridSearcher(HybridSearcher):
         return self._finish(request, plan, lists, valid, fused, stages, partial=partial, rankings=rankings)
 
     def _chunks_and_counts(self, index: Any, store: IndexReader, words: list[str]) -> tuple[int, dict[str, int]]:
-        """How many chunks the keyword list holds and each of ``words``' chunk counts, in one statement of its
-        own (cached for the keyword list at the index version that statement read, which a search whose
-        snapshot holds another version does not use)."""
+        """How many chunks the keyword list holds and each of ``words``' exact chunk count (PostgreSQL's
+        terms table keeps them, so no count is bounded here), in one statement of its own; its bounded
+        counts are cached for the keyword list at the index version that statement read (which a search
+        whose snapshot holds another version does not use)."""
         assert isinstance(store, PostgresIndexReader)
-        state, chunks, postings = store.state_chunks_and_postings(words, self.settings.bm25.max_postings)
+        state, chunks, postings, exact = store.state_chunks_and_postings(words, self.settings.bm25.max_postings)
         self.bm25.remember(store, words, postings, state.version)
-        return chunks, {word: count for word, (count, _) in zip(words, postings, strict=True)}
+        return chunks, dict(zip(words, exact, strict=True))
 
     @staticmethod
     def _cosines(store: IndexReader, vectors: Any, query: np.ndarray, labels: list[int]) -> dict[int, float]:

@@ -12,7 +12,7 @@ import pytest
 from obsmem import Obsmem
 from obsmem.retrieval import SearchPlan
 from obsmem.retrieval.bm25 import query_word_spans, query_words
-from obsmem.retrieval.common_words import MIN_CHUNKS, common_words, half_weighted, without_words
+from obsmem.retrieval.common_words import MIN_CHUNKS, common_words, estimated_count, half_weighted, without_words
 from obsmem.settings import load_settings
 from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
@@ -31,6 +31,14 @@ def test_a_word_is_common_from_its_share_of_the_chunks_on() -> None:
 def test_nothing_is_common_in_a_small_index() -> None:
     assert common_words({"caroline": MIN_CHUNKS - 1}, MIN_CHUNKS - 1, 0.5) == set()
     assert common_words({"caroline": MIN_CHUNKS}, MIN_CHUNKS, 0.5) == {"caroline"}
+
+
+def test_a_count_that_stopped_at_its_bound_is_scaled_by_its_share_of_the_newest_chunks() -> None:
+    assert estimated_count(6, 7, 23) == 19  # 6 of the 7 newest chunks: 6/7 of 23
+    assert estimated_count(6, 6, 1000) == 1000  # every chunk counted holds it
+    assert estimated_count(6, 100, 10) == 6  # never fewer than were counted
+    assert estimated_count(6, 3, 10) == 10  # a stretch shorter than the count (vectors behind): all of it
+    assert estimated_count(0, 0, 0) == 0
 
 
 def test_dates_and_numbers_are_never_common() -> None:
@@ -231,10 +239,11 @@ def searched_for(memory: Obsmem, model_server: ModelServer, query: str = QUESTIO
     return model_server.texts_embedded()[asked:]
 
 
-def test_an_index_too_large_for_the_bounded_counts_embeds_the_question_once(
+def test_a_name_every_line_carries_is_common_past_the_counts_bound(
     tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
 ) -> None:
-    # Counts stop at max_postings + 1: with 23 chunks and a bound of 5, a half share (11.5) cannot be shown.
+    # Counts stop at max_postings + 1 = 6 (SQLite; PostgreSQL keeps exact counts): the 6 newest lines with
+    # "Anna" span the 7 newest chunks, so she holds 6/7 of them, scaled to 19 of the 23.
     settings = load_settings(
         data_dir=tmp_path / "data",
         semantic=semantic_settings(model_server, bm25={"max_postings": 5}),
@@ -243,7 +252,27 @@ def test_an_index_too_large_for_the_bounded_counts_embeds_the_question_once(
     with Obsmem(settings, background_indexing=False) as memory:
         add_memories(memory, "p", conversation())
         memory.index("p")
-    assert asked_for(settings, model_server) == [QUESTION]
+    assert set(asked_for(settings, model_server)) == {QUESTION, WITHOUT}
+    assert vector_order(settings)[0] == TARGET
+
+
+def test_past_the_bound_a_word_is_judged_by_the_newest_chunks(
+    tmp_path: Path, model_server: ModelServer, backend: str, backend_storage: dict[str, Any]
+) -> None:
+    # "Anna" is in the 12 oldest of 23 lines (over half) and in none of the 11 newest. SQLite counts her 6
+    # newest postings, which span 17 chunks: scaled, 8 of 23, not half. PostgreSQL counts all 12.
+    lines = [f"Anna: {line}" for line in OTHER_LINES[:12]] + [f"Tim: {line}" for line in OTHER_LINES[12:]]
+    dated = [(f"2024-05-{1 + i // 10:02d} 12:{i % 10:02d}", line) for i, line in enumerate([*lines, TARGET])]
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server, bm25={"max_postings": 5}, fusion={"common_word_share": 0.5}),
+        **backend_storage,
+    )
+    with Obsmem(settings, background_indexing=False) as memory:
+        add_memories(memory, "p", dated)
+        memory.index("p")
+    expected = {QUESTION, WITHOUT} if backend == "postgres" else {QUESTION}
+    assert set(asked_for(settings, model_server)) == expected
 
 
 def test_a_word_stemmed_like_a_stopword_is_not_cut(
