@@ -16,7 +16,7 @@ alternating rounds so both sides see the same machine:
 - ``search_excluding_embedding``: ``Obsmem.search`` in hybrid mode with the query embeddings made ahead,
   with the setting at 0 (off) and at its default, and their ratio;
 - ``stretch_count_p50_ms``: what a count that stopped at its bound adds on SQLite, the count of the newest
-  chunks it was counted in (``VectorSet.live_from``), in sets of 100,000 and 1,000,000 chunks.
+  chunks it was counted in (``VectorSet.live_within``), in sets of 100,000 and 1,000,000 chunks.
 
 With ``--max-postings`` below the conversation's counts (``[semantic.bm25] max_postings``; 50 puts every
 speaker's name past it), the counts stop at the bound and are scaled as in a large project.
@@ -92,7 +92,7 @@ def stretch_count(size: int, repeats: int = 50) -> float:
     vectors.add(
         list(range(1, size + 1)), np.zeros((size, 1), dtype=np.float32), ["2024-01-01 00:00:00"] * size, ["s"] * size
     )
-    return milliseconds([timed(vectors.live_from, size - size // 10) for _ in range(repeats)])
+    return milliseconds([timed(vectors.live_within, size - size // 10) for _ in range(repeats)])
 
 
 def measure(service: Obsmem, project: str, questions: list[str], rounds: int) -> dict[str, Any]:

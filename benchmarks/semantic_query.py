@@ -9,9 +9,8 @@ questions (real natural language). Reports, as medians (p50) and p95 in millisec
 - ``hybrid_including_embedding`` — ``Obsmem.search`` end to end, the local query embedding included, on
   another set of questions (of the same size);
 - ``embedding_only`` — the query embedding alone, with the read of its words' counts that decides whether
-  the question is also embedded without its common words (``common_word_share``; never in an index of
-  more than 6,668 chunks, where no word can be shown common), and that second embedding in the same batch
-  when it is;
+  the question is also embedded without its common words (``common_word_share``), and that second
+  embedding in the same batch when it is;
 - ``date_filtered`` — windows of 1, 7, 30 and 180 days (excluding embedding), each result compared with
   a brute-force reference (exact vector scan of the window, BM25 over the window, the same fusion):
   ``omissions`` counts reference hits missing from the real result;

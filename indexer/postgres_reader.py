@@ -97,12 +97,17 @@ _COSINES = "SELECT chunk, 1 - (embedding <=> ?::vector) FROM semantic_vectors WH
 # its newest bound + 1 postings, for the oldest label among them (which of several such tokens reaches
 # furthest back decides the rarest); a token under it gets its oldest label from the key's first entry. A
 # walk reads a bound's worth of the key, and most of a question's words are under the bound even at 1M chunks.
+# The last column is the exact count (common words read it; the keyword list's work bound does not).
 _TERMS_POSTINGS = (
     "SELECT u.token, least(coalesce(t.documents, 0), ?::bigint), CASE WHEN t.documents >= ?::bigint THEN"
     " (SELECT min(n.label) FROM (SELECT label FROM semantic_postings AS s WHERE s.token = u.token"
     " ORDER BY label DESC LIMIT ?) AS n)"
     " ELSE (SELECT min(s.label) FROM semantic_postings AS s WHERE s.token = u.token) END, coalesce(t.documents, 0)"
     " FROM unnest(?::text[]) AS u(token) LEFT JOIN semantic_terms AS t ON t.token = u.token"
+)
+# A token's chunks counted oldest first up to a bound, and the newest label counted.
+_POSTINGS_OLDEST = (
+    "SELECT count(*), max(label) FROM (SELECT label FROM semantic_postings WHERE token = ? ORDER BY label LIMIT ?) AS n"
 )
 # The state row's columns and the keyword list's chunk total.
 _STATE_AND_TOTAL = f"{STATE_COLUMNS}, (SELECT documents FROM semantic_keyword_totals) AS chunk_total"
@@ -303,6 +308,13 @@ class PostgresIndexReader:
 
     def term_postings(self, term: str, bound: int) -> tuple[int, int]:
         return self.term_postings_many([term], bound)[0]
+
+    def term_postings_oldest(self, term: str, bound: int) -> tuple[int, int]:
+        (token,) = self._first_tokens([term])
+        if not token:
+            return 0, 0
+        count, newest = self._one(_POSTINGS_OLDEST, (token, bound + 1))
+        return int(count), int(newest or 0)
 
     def _first_tokens(self, terms: list[str]) -> list[str]:
         """Each term's first index token, whose postings stand for the term's ("" for a term with none)."""

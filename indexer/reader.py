@@ -111,6 +111,11 @@ class IndexReader(Protocol):
         """:meth:`term_postings` of each of ``terms``, in order (a backend with round trips makes it one)."""
         ...
 
+    def term_postings_oldest(self, term: str, bound: int) -> tuple[int, int]:
+        """``(chunks holding term counted oldest first up to bound + 1, the newest label counted)``: the
+        other end of the index from :meth:`term_postings`."""
+        ...
+
     def keyword_candidates(
         self,
         terms: list[str],
@@ -205,6 +210,10 @@ _POSTINGS = (
     f"SELECT count(*), min(id) FROM (SELECT rowid AS id FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?"
     " ORDER BY rowid DESC LIMIT ?)"
 )
+_POSTINGS_OLDEST = (
+    f"SELECT count(*), max(id) FROM (SELECT rowid AS id FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?"
+    " ORDER BY rowid LIMIT ?)"
+)
 # FTS5's rank is bm25() under the weights of ``rank MATCH``: negative, lower is better.
 _RECENT_MATCHES = (
     f"SELECT id, score FROM (SELECT rowid AS id, rank AS score FROM {FTS_TABLE}"
@@ -285,6 +294,10 @@ class SqliteIndexReader:
 
     def term_postings_many(self, terms: list[str], bound: int) -> list[tuple[int, int]]:
         return [self.term_postings(term, bound) for term in terms]  # in-process: no exchange to save
+
+    def term_postings_oldest(self, term: str, bound: int) -> tuple[int, int]:
+        count, newest = self._one(_POSTINGS_OLDEST, (fts_string(term), bound + 1))
+        return int(count), int(newest or 0)
 
     def keyword_candidates(
         self,

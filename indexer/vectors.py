@@ -259,11 +259,17 @@ class VectorSet:
             return self.live
         return self.live_events if kind == EVENTS else self.live - self.live_events
 
-    def live_from(self, label: int) -> int:
-        """Live vectors whose label is at least ``label``: the stretch of the newest chunks from it on
-        (labels grow as chunks are written). One pass over the labels, without the lock, as a scan reads."""
+    def live_within(self, low: int | None = None, high: int | None = None) -> int:
+        """Live vectors whose label is within ``low``..``high`` (inclusive; None: unbounded): a stretch of
+        the index in the order its chunks were indexed (labels grow as chunks are written). One pass over
+        the labels, without the lock, as a scan reads."""
         count = self.count
-        return int(np.count_nonzero(self.alive[:count] & (self.labels[:count] >= label)))
+        mask = self.alive[:count].copy()
+        if low is not None:
+            mask &= self.labels[:count] >= low
+        if high is not None:
+            mask &= self.labels[:count] <= high
+        return int(np.count_nonzero(mask))
 
     def narrowed(self, where: Filter) -> Filter:
         """``where`` without a kind that keeps every live vector (only one kind is indexed): an open

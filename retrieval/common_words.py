@@ -9,9 +9,12 @@ question that names the other speaker than the one who did the thing is drawn aw
 
 Hybrid search therefore embeds the question twice, as written and without those words, and searches with
 the normalised mean of the two vectors: such a word still counts, half as much. The counts are the keyword
-list's own (cached). They stop at ``max_postings`` + 1, counted newest first; a count that stops there is
-scaled to the whole index by the share it holds of the stretch it was counted in (:func:`estimated_count`),
-so a project of any size has common words. Measured in docs/eval.md ("Common words at half weight").
+list's own (cached). On SQLite they stop at ``max_postings`` + 1, counted from the most recently indexed
+chunk back; a word whose count stops there is common when it is at both ends of the index: it holds the
+share in the stretch that count covered and, counted again from the first indexed chunk on, in that
+stretch too (:func:`estimated_count` scales each to the whole index; the smaller counts). A burst of
+recent chunks, or the events a rebuild indexes after the memories, does not make a word common by
+itself. PostgreSQL keeps exact counts. Measured in docs/eval.md ("Common words at half weight").
 """
 
 from __future__ import annotations
@@ -51,20 +54,25 @@ def common_words(
     if share <= 0 or chunks < MIN_CHUNKS:
         return set()
     return {
-        word
-        for word, count in counts.items()
-        if count >= share * chunks
-        and word not in never
-        and word not in CALENDAR_WORDS
-        and not any(character.isdigit() for character in word)
+        word for word, count in counts.items() if count >= share * chunks and word not in never and may_be_common(word)
     }
 
 
 def estimated_count(counted: int, stretch: int, chunks: int) -> int:
-    """The chunks of an index of ``chunks`` that hold a word found in ``counted`` of its ``stretch`` newest
-    chunks (a count that stopped at its bound), assuming the word is as frequent in the rest: a speaker's
-    name is in every stretch of a conversation. Never fewer than were counted."""
-    return max(counted, counted * chunks // max(stretch, counted, 1))
+    """The chunks of an index of ``chunks`` that hold a word found in ``counted`` of a stretch of ``stretch``
+    chunks at one end of it (a count that stopped at its bound), as if the word were as frequent in the
+    rest. A stretch shorter than the count (the in-memory vectors behind the keyword index) proves nothing
+    more than the count."""
+    if stretch < counted or stretch <= 0:
+        return counted
+    return max(counted, counted * chunks // stretch)
+
+
+def may_be_common(word: str) -> bool:
+    """Whether ``word`` can be a common word at all: never a number or a calendar word (every keyword
+    document writes its date as words, ``8 May 2023``, so their counts say nothing of the texts the vectors
+    embed)."""
+    return word not in CALENDAR_WORDS and not any(character.isdigit() for character in word)
 
 
 def without_words(query: str, dropped: Collection[str]) -> str | None:

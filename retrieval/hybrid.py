@@ -54,7 +54,7 @@ from obsmem.indexer import (
 )
 from obsmem.retrieval.bm25 import ENGLISH_STOPWORDS, Bm25List
 from obsmem.retrieval.common_words import MIN_CHUNKS as COMMON_MIN_CHUNKS
-from obsmem.retrieval.common_words import common_words, estimated_count, half_weighted, without_words
+from obsmem.retrieval.common_words import common_words, estimated_count, half_weighted, may_be_common, without_words
 from obsmem.retrieval.fusion import NO_EVIDENCE, Fused, fuser, neighbour_smoothing, relevance, session_pull
 from obsmem.retrieval.names import CALENDAR_WORDS, named_first, question_names, unknown_names
 from obsmem.retrieval.ranked import RankedList
@@ -273,20 +273,26 @@ class HybridSearcher:
     ) -> tuple[int, dict[str, int]]:
         """How many chunks the index holds (the in-memory vectors' count; 0 while they cannot load) and, when
         a word can be common among so many, each of ``words``' chunk counts: the keyword list's (cached for
-        it, at the snapshot's index version), a count that stopped at its bound scaled to the whole index
-        by the share it holds of the newest chunks it was counted in (common_words.estimated_count)."""
+        it, at the snapshot's index version). A count that stopped at its bound is scaled to the whole index
+        from the stretch it covered (the most recently indexed chunks); when that makes the word common, it
+        is counted again from the first indexed chunk on and the smaller of the two estimates stands
+        (common_words.py)."""
         vectors = index.vectors()
         chunks = vectors.live if vectors is not None else 0
         if vectors is None or chunks < COMMON_MIN_CHUNKS:
             return chunks, {}
         version = store.state().version
-        bounded = self.bm25.counts(store, words, version)
-        counts = {}
-        for word, count in bounded.items():
-            if count > self.settings.bm25.max_postings:
-                _, oldest = self.bm25.postings(store, word, version)
-                count = estimated_count(count, vectors.live_from(oldest), chunks)
-            counts[word] = count
+        bound = self.settings.bm25.max_postings
+        needed = self.settings.fusion.common_word_share * chunks
+        counts = self.bm25.counts(store, words, version)
+        for word, count in counts.items():
+            if count <= bound or not may_be_common(word):
+                continue
+            _, oldest = self.bm25.postings(store, word, version)
+            counts[word] = estimated_count(count, vectors.live_within(low=oldest), chunks)
+            if counts[word] >= needed:
+                early, newest = store.term_postings_oldest(word, bound)
+                counts[word] = min(counts[word], estimated_count(early, vectors.live_within(high=newest), chunks))
         return chunks, counts
 
     def _refused(

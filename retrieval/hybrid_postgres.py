@@ -8,7 +8,8 @@ supersession, the relevance floor, the rerank and the collapse to memories. What
 vectors are: in the database, so the vector list is a query (the HNSW index for an open search, an exact
 scan of the window for a filtered one up to ``exact_scan_max_chunks``) and exact cosines and supersession's
 embeddings are read from the same snapshot as the lists. The query embedding is made before the snapshot
-opens, holding no connection.
+opens, holding no connection. One count differs: the common words' (retrieval/common_words.py) are exact
+here, where SQLite estimates them past ``max_postings``.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ class PostgresHybridSearcher(HybridSearcher):
     :meth:`HybridSearcher._check_scope`).
 
     One search is one snapshot and a handful of exchanges with the server (the query embedding made
-    before it, see :meth:`HybridSearcher._open`, after a short read of its words' counts when the project
-    is small enough for a word to be common, :meth:`HybridSearcher.without_common_words`: the state with
-    the chunk total and the counts, one statement in a transaction of its own, with no commit to wait
+    before it, see :meth:`HybridSearcher._open`, after a short read of its words' counts, which finds its
+    common words, :meth:`HybridSearcher.without_common_words`: the state with the chunk total and the
+    counts, one statement in a transaction of its own, with no commit to wait
     for): the readiness row with the kinds held, the stale count and the graph's ``ef_search``; the vector
     list's statement with the keyword list's term counts and then its scores (pipelined); the candidates'
     validation with their cosines and their neighbours' positions (pipelined); rarely a validation of

@@ -10,9 +10,17 @@ import numpy as np
 import pytest
 
 from obsmem import Obsmem
+from obsmem.indexer.vectors import VectorSet
 from obsmem.retrieval import SearchPlan
 from obsmem.retrieval.bm25 import query_word_spans, query_words
-from obsmem.retrieval.common_words import MIN_CHUNKS, common_words, estimated_count, half_weighted, without_words
+from obsmem.retrieval.common_words import (
+    MIN_CHUNKS,
+    common_words,
+    estimated_count,
+    half_weighted,
+    may_be_common,
+    without_words,
+)
 from obsmem.settings import load_settings
 from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
@@ -33,12 +41,28 @@ def test_nothing_is_common_in_a_small_index() -> None:
     assert common_words({"caroline": MIN_CHUNKS}, MIN_CHUNKS, 0.5) == {"caroline"}
 
 
-def test_a_count_that_stopped_at_its_bound_is_scaled_by_its_share_of_the_newest_chunks() -> None:
-    assert estimated_count(6, 7, 23) == 19  # 6 of the 7 newest chunks: 6/7 of 23
+def test_a_count_that_stopped_at_its_bound_is_scaled_by_its_share_of_the_stretch_it_covered() -> None:
+    assert estimated_count(6, 7, 23) == 19  # 6 of a stretch of 7 chunks: 6/7 of 23
     assert estimated_count(6, 6, 1000) == 1000  # every chunk counted holds it
     assert estimated_count(6, 100, 10) == 6  # never fewer than were counted
-    assert estimated_count(6, 3, 10) == 10  # a stretch shorter than the count (vectors behind): all of it
+    assert estimated_count(6, 3, 10) == 6  # a stretch shorter than the count (vectors behind) proves no more
     assert estimated_count(0, 0, 0) == 0
+
+
+def test_the_stretch_counts_live_chunks_between_two_labels() -> None:
+    vectors = VectorSet(2, ef_search=10)
+    labels = [1, 2, 5, 9, 12, 13]  # gaps, as deleted and rewritten chunks leave them
+    vectors.add(labels, np.ones((6, 2), dtype=np.float32), ["2024-05-01 12:00:00"] * 6, ["s"] * 6)
+    vectors.remove([12])
+    assert vectors.live_within() == 5
+    assert vectors.live_within(low=5) == 3  # 5, 9, 13 (12 removed)
+    assert vectors.live_within(high=5) == 3
+    assert vectors.live_within(low=3, high=12) == 2
+
+
+def test_numbers_and_calendar_words_can_never_be_common() -> None:
+    assert may_be_common("anna") and may_be_common("user")
+    assert not may_be_common("may") and not may_be_common("2023") and not may_be_common("v2")
 
 
 def test_dates_and_numbers_are_never_common() -> None:
@@ -242,8 +266,9 @@ def searched_for(memory: Obsmem, model_server: ModelServer, query: str = QUESTIO
 def test_a_name_every_line_carries_is_common_past_the_counts_bound(
     tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
 ) -> None:
-    # Counts stop at max_postings + 1 = 6 (SQLite; PostgreSQL keeps exact counts): the 6 newest lines with
-    # "Anna" span the 7 newest chunks, so she holds 6/7 of them, scaled to 19 of the 23.
+    # SQLite's counts stop at max_postings + 1 = 6. Every keyword document holds "Anna" (the lines beside
+    # Tim's carry her name into it): her 6 most recently indexed chunks are the 6 newest, and her 6 first
+    # the 6 oldest, so both ends scale to all 23. PostgreSQL counts 23 exactly.
     settings = load_settings(
         data_dir=tmp_path / "data",
         semantic=semantic_settings(model_server, bm25={"max_postings": 5}),
@@ -256,20 +281,45 @@ def test_a_name_every_line_carries_is_common_past_the_counts_bound(
     assert vector_order(settings)[0] == TARGET
 
 
-def test_past_the_bound_a_word_is_judged_by_the_newest_chunks(
-    tmp_path: Path, model_server: ModelServer, backend: str, backend_storage: dict[str, Any]
+def speakers(*turns: tuple[str, list[str]]) -> list[tuple[str, str]]:
+    """Dated lines, in order: each speaker's name before each of their lines."""
+    lines = [f"{name}: {line}" for name, said in turns for line in said]
+    return [(f"2024-05-{1 + i // 10:02d} 12:{i % 10:02d}", line) for i, line in enumerate(lines)]
+
+
+def test_a_name_only_the_newest_chunks_hold_is_not_common(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
 ) -> None:
-    # "Anna" is in the 12 oldest of 23 lines (over half) and in none of the 11 newest. SQLite counts her 6
-    # newest postings, which span 17 chunks: scaled, 8 of 23, not half. PostgreSQL counts all 12.
-    lines = [f"Anna: {line}" for line in OTHER_LINES[:12]] + [f"Tim: {line}" for line in OTHER_LINES[12:]]
-    dated = [(f"2024-05-{1 + i // 10:02d} 12:{i % 10:02d}", line) for i, line in enumerate([*lines, TARGET])]
+    # Anna speaks only the 7 newest of 22 lines (8 keyword documents hold her name, under half). On SQLite
+    # her 6 most recently indexed chunks are the 6 newest (a share of 1), but counted from the first indexed
+    # chunk on, her first 6 reach back over 20 chunks (6 of 22 scaled): the smaller decides, as PostgreSQL's
+    # exact count does.
+    lines = speakers(("Tim", OTHER_LINES[:15]), ("Anna", [*OTHER_LINES[15:], "kiln"]))
     settings = load_settings(
         data_dir=tmp_path / "data",
         semantic=semantic_settings(model_server, bm25={"max_postings": 5}, fusion={"common_word_share": 0.5}),
         **backend_storage,
     )
     with Obsmem(settings, background_indexing=False) as memory:
-        add_memories(memory, "p", dated)
+        add_memories(memory, "p", lines)
+        memory.index("p")
+    assert asked_for(settings, model_server) == [QUESTION]
+
+
+def test_past_the_bound_a_word_only_the_oldest_chunks_hold_is_not_common_on_sqlite(
+    tmp_path: Path, model_server: ModelServer, backend: str, backend_storage: dict[str, Any]
+) -> None:
+    # Anna speaks the 12 oldest of 22 lines (13 keyword documents hold her name, over half) and none of the
+    # 10 newest. SQLite counts her 6 most recently indexed chunks, which reach back over 15 (6 of 22
+    # scaled: 8), and stops there: it cannot tell this from a word that fades. PostgreSQL counts all 13.
+    lines = speakers(("Anna", OTHER_LINES[:12]), ("Tim", [*OTHER_LINES[12:], "pottery kiln"]))
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server, bm25={"max_postings": 5}, fusion={"common_word_share": 0.5}),
+        **backend_storage,
+    )
+    with Obsmem(settings, background_indexing=False) as memory:
+        add_memories(memory, "p", lines)
         memory.index("p")
     expected = {QUESTION, WITHOUT} if backend == "postgres" else {QUESTION}
     assert set(asked_for(settings, model_server)) == expected

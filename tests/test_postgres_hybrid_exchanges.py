@@ -7,8 +7,8 @@ the kind's vectors is an exchange of its own, as a date window's is.
 An exchange is what the client sends until the server answers, so counting the turns from client messages
 to server messages in the protocol trace of the service's one pooled connection counts round trips
 exactly. A search on a busy server pays each one (a wake-up of both processes), so the count is held down
-here. The hybrid search: in a project small enough for a word to be common (``common_word_share``), the
-read of the question's words' counts with the chunk total, one statement in a transaction of its own; then
+here. The hybrid search: the read of the question's words' counts with the chunk total (which finds its
+common words, ``common_word_share``), one statement in a transaction of its own; then
 the readiness row, the vector list's statement sent with the keyword list's term counts, the keyword
 scores, the candidates' validation with their cosines and their neighbours' positions, the validation of
 neighbours that entered the ranking (when any did) and the commit (six or seven). The

@@ -223,10 +223,11 @@ def reference_without_common_words(
     memory_db: apsw.Connection, settings: SemanticSettings, query: str, chunks: int
 ) -> str | None:
     """The query less the words a ``common_word_share`` of all ``chunks`` keyword documents hold, counted
-    exactly in the fresh table: none with the trigram tokenizer (it keeps no word counts) or in an index too
-    large for the product's bounded counts to show one; never a word held as a stopword or calendar word."""
+    exactly in the fresh table: none with the trigram tokenizer (it keeps no word counts); never a word held
+    as a stopword or calendar word. (Past ``max_postings`` the product estimates on SQLite what this
+    counts: compare the two only within it.)"""
     share = settings.fusion.common_word_share
-    if settings.bm25.tokenizer.split()[0] == "trigram" or share * chunks > settings.bm25.max_postings + 1:
+    if settings.bm25.tokenizer.split()[0] == "trigram":
         return None
     reader = keyword_reader(memory_db, settings.bm25)
     stopwords = frozenset() if settings.bm25.stopwords == "none" else ENGLISH_STOPWORDS
