@@ -4,6 +4,7 @@ overlap), loads through the real write path, and runs from ``obsmem eval questio
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from obsmem.dates import parse_window, stored_minute
 from obsmem.errors import ValidationFailed
 from obsmem.eval.datasets.question_sets import (
     SET_NAMES,
+    QuestionSet,
     content_words,
     memory_fields,
     overlap_by_kind,
@@ -28,17 +30,30 @@ from obsmem.surfaces.cli import cli
 from support.model_server import ModelServer
 
 CODING = question_set("coding")
+HOLDOUT = question_set("coding-holdout")
 KINDS = ("identifier", "paraphrase", "date", "current", "multi", "negative")
-# The mean word overlap of each kind with its targets, as docs/eval.md reports it: a change to the set must
+# The mean word overlap of each kind with its targets, as docs/eval.md reports it: a change to a set must
 # update both.
 DOCUMENTED_OVERLAP = {
-    "current": 0.474,
-    "date": 0.384,
-    "identifier": 0.762,
-    "multi": 0.491,
-    "overall": 0.413,
-    "paraphrase": 0.084,
+    "coding": {
+        "current": 0.474,
+        "date": 0.384,
+        "identifier": 0.762,
+        "multi": 0.491,
+        "overall": 0.413,
+        "paraphrase": 0.084,
+    },
+    "coding-holdout": {
+        "current": 0.256,
+        "date": 0.409,
+        "identifier": 0.833,
+        "multi": 0.466,
+        "overall": 0.369,
+        "paraphrase": 0.077,
+    },
 }
+# What each set promises: projects, observations, questions, negatives, questions of every other kind.
+MINIMUM_SIZE = {"coding": (6, 400, 250, 40, 25), "coding-holdout": (4, 160, 120, 30, 12)}
 # The most exact search returns (newest first) that the identifier questions are measured at.
 EXACT_DEPTH = 5
 
@@ -47,11 +62,17 @@ def _memory_id(item: dict[str, Any]) -> str:
     return ObservationIn.model_validate(memory_fields(item)).memory_id()
 
 
+@pytest.fixture(scope="module", params=["coding", "coding-holdout"])
+def shipped(request: pytest.FixtureRequest) -> QuestionSet:
+    """Each coding-agent set: the tests that take it check both."""
+    return question_set(request.param)
+
+
 @pytest.fixture(scope="module")
-def memories() -> dict[str, dict[str, Any]]:
-    """memory id -> observation (as the data file holds it) for the whole coding set."""
+def memories(shipped: QuestionSet) -> dict[str, dict[str, Any]]:
+    """memory id -> observation (as the data file holds it) for the whole set."""
     found: dict[str, dict[str, Any]] = {}
-    for item in CODING.observations():
+    for item in shipped.observations():
         memory_id = _memory_id(item)
         assert memory_id not in found, f"duplicate observation: {item['content'][:60]}"
         found[memory_id] = item
@@ -59,8 +80,8 @@ def memories() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def questions() -> list[dict[str, Any]]:
-    return CODING.questions()
+def questions(shipped: QuestionSet) -> list[dict[str, Any]]:
+    return shipped.questions()
 
 
 def _targets(question: dict[str, Any]) -> list[str]:
@@ -71,15 +92,19 @@ def _project_of_session(session_id: str) -> str:
     return session_id.split("-")[3]  # sessions are named <yyyy-mm-dd>-<project>-<topic>
 
 
-def test_the_coding_set_is_big_enough_in_every_category(memories: dict[str, Any], questions: list[Any]) -> None:
+def test_each_set_is_big_enough_in_every_category(
+    shipped: QuestionSet, memories: dict[str, Any], questions: list[Any]
+) -> None:
+    least_projects, least_memories, least_questions, least_negatives, least_per_kind = MINIMUM_SIZE[shipped.name]
     projects = {_project_of_session(item["session_id"]) for item in memories.values()}
-    assert len(projects) >= 6
-    assert len(memories) >= 400
-    assert len(questions) >= 250 and len({q["case"] for q in questions}) == len(questions)
+    assert len(projects) >= least_projects
+    assert len(memories) >= least_memories
+    assert len(questions) >= least_questions and len({q["case"] for q in questions}) == len(questions)
     kinds = Counter(q["kind"] for q in questions)
     assert set(kinds) == set(KINDS)
-    assert kinds["negative"] >= 40 and all(q["label"] == "negative" for q in questions if q["kind"] == "negative")
-    assert all(kinds[kind] >= 25 for kind in KINDS)
+    assert kinds["negative"] >= least_negatives
+    assert all(q["label"] == "negative" for q in questions if q["kind"] == "negative")
+    assert all(kinds[kind] >= least_per_kind for kind in KINDS)
     months = {item["timestamp"][:7] for item in memories.values()}
     assert len(months) >= 6  # dates over months
 
@@ -101,8 +126,8 @@ def test_every_question_parses_and_every_target_resolves(memories: dict[str, Any
     assert all(len(q.targets) >= 2 and q.match in ("all", "any") for q in multi)
 
 
-def test_events_cover_every_source_ref(memories: dict[str, Any]) -> None:
-    sessions = CODING.events_by_session()
+def test_events_cover_every_source_ref(shipped: QuestionSet, memories: dict[str, Any]) -> None:
+    sessions = shipped.events_by_session()
     for session_id, events in sessions.items():
         assert [event["seq"] for event in events] == list(range(1, len(events) + 1)), session_id
         assert events[0]["role"] == "user" and all(event["created_at"] for event in events)
@@ -111,7 +136,10 @@ def test_events_cover_every_source_ref(memories: dict[str, Any]) -> None:
             assert 1 <= ref["seq"] <= len(sessions[ref["session_id"]])
 
 
-def test_whole_projects_are_held_out(questions: list[Any]) -> None:
+def test_whole_projects_are_held_out(shipped: QuestionSet, questions: list[Any]) -> None:
+    if shipped.name == "coding-holdout":  # written after the recipe was chosen: it only measures
+        assert {q["split"] for q in questions} == {"held_out"}
+        return
     splits: dict[str, set[str]] = defaultdict(set)
     for question in questions:
         splits[question["project"]].add(question["split"])
@@ -150,10 +178,34 @@ def test_date_questions_hold_their_target_in_their_window(memories: dict[str, An
             assert window.contains(stored_minute(memories[target]["timestamp"])), question["case"]
 
 
-def test_current_state_targets_are_the_latest_decision(memories: dict[str, Any], questions: list[Any]) -> None:
-    """Where a multi-memory question lists the history of a decision (one of its memories supersedes an
-    earlier one), the current-state question about it targets the newest entry of that history; and most
-    current targets (at least 40 %) say what they supersede."""
+def test_a_current_target_is_the_newest_of_its_numbered_history(
+    shipped: QuestionSet, memories: dict[str, Any], questions: list[Any]
+) -> None:
+    """A decision taken several times is written as refs ``<project>/<thing>-1``, ``-2``, ...: where a
+    current-state question's target is one of them, it is the newest."""
+    by_ref = {item["ref"]: item for item in memories.values() if "ref" in item}
+    checked = 0
+    for question in questions:
+        if question["kind"] != "current":
+            continue
+        (ref,) = question["targets"]
+        numbered = re.fullmatch(r"(.+)-\d+", ref)
+        if numbered is None:
+            continue
+        history = [other for other in by_ref if re.fullmatch(re.escape(numbered.group(1)) + r"-\d+", other)]
+        if len(history) < 2:
+            continue
+        assert max(history, key=lambda other: by_ref[other]["timestamp"]) == ref, question["case"]
+        checked += 1
+    assert checked >= {"coding": 14, "coding-holdout": 20}[shipped.name]
+
+
+def test_current_state_targets_are_the_latest_decision() -> None:
+    """Where a multi-memory question of the coding set lists the history of a decision (one of its memories
+    supersedes an earlier one), the current-state question about it targets the newest entry of that
+    history; and most current targets (at least 40 %) say what they supersede."""
+    memories = {_memory_id(item): item for item in CODING.observations()}
+    questions = CODING.questions()
     histories = [
         _targets(q)
         for q in questions
@@ -173,14 +225,21 @@ def test_current_state_targets_are_the_latest_decision(memories: dict[str, Any],
     assert superseding >= 0.4 * len(current)
 
 
-def test_word_overlap_per_kind_is_as_documented(memories: dict[str, Any], questions: list[Any]) -> None:
+def test_word_overlap_per_kind_is_as_documented(
+    shipped: QuestionSet, memories: dict[str, Any], questions: list[Any]
+) -> None:
     text = {memory_id: item["content"] for memory_id, item in memories.items()}
     overlap = overlap_by_kind(questions, text)
-    assert overlap == pytest.approx(DOCUMENTED_OVERLAP, abs=0.001)
+    expected = DOCUMENTED_OVERLAP[shipped.name]
+    assert overlap == pytest.approx(expected, abs=0.001)
     assert overlap["paraphrase"] <= 0.15 < overlap["identifier"]  # paraphrases share few words with targets
     documented = (Path(__file__).resolve().parents[1] / "docs" / "eval.md").read_text(encoding="utf-8")
-    for kind, value in DOCUMENTED_OVERLAP.items():
-        assert f"| {kind} | {value:.3f} |" in documented, kind
+    row = " | ".join(f"{expected[kind]:.3f}" for kind in ("paraphrase", "identifier", "date", "current", "multi"))
+    if shipped.name == "coding":
+        for kind, value in expected.items():
+            assert f"| {kind} | {value:.3f} |" in documented, kind
+    else:
+        assert f"| word overlap with targets | {row} | {expected['overall']:.3f} |" in documented
 
 
 def test_word_overlap_counts_content_words_only() -> None:
@@ -191,18 +250,18 @@ def test_word_overlap_counts_content_words_only() -> None:
 
 
 def test_unknown_set_is_a_clear_error() -> None:
-    assert SET_NAMES == ("sample", "coding")
+    assert SET_NAMES == ("sample", "coding", "coding-holdout")
     with pytest.raises(ValidationFailed) as caught:
         question_set("nope")
-    assert caught.value.field == "set" and "sample, coding" in caught.value.message
+    assert caught.value.field == "set" and "sample, coding, coding-holdout" in caught.value.message
 
 
-def test_the_coding_set_loads_through_the_write_path(tmp_path: Path, memories: dict[str, Any]) -> None:
+def test_each_set_loads_through_the_write_path(tmp_path: Path, shipped: QuestionSet, memories: dict[str, Any]) -> None:
     registry = ProjectRegistry(tmp_path)
     try:
-        db = registry.get(CODING.project, create=True)
-        counts = CODING.load(db)
-        again = CODING.load(db)  # idempotent: a second load adds nothing
+        db = registry.get(shipped.project, create=True)
+        counts = shipped.load(db)
+        again = shipped.load(db)  # idempotent: a second load adds nothing
         with db.read() as conn:
             stored = {row[0] for row in conn.execute("SELECT memory_id FROM memories")}
             sources = conn.execute("SELECT count(*) FROM observation_sources").fetchone()[0]
@@ -240,6 +299,15 @@ def test_set_coding_runs_the_coding_questions(tmp_path: Path, model_server: Mode
     assert not (tmp_path / "data").exists()  # a temporary data directory, never the user's
 
 
+def test_set_coding_holdout_runs_its_held_out_questions(tmp_path: Path, model_server: ModelServer) -> None:
+    result = _invoke(tmp_path, model_server, "questions", "--set", "coding-holdout", "--modes", "exact", "--json")
+    assert result.exit_code == 0, result.output
+    (exact,) = json.loads(result.stdout)["results"]
+    assert exact["dataset"] == "coding hold-out set" and exact["questions"] == len(HOLDOUT.questions())
+    assert exact["by_category"]["identifier"]["hit@5"] == 1.0
+    assert {"held_out", *KINDS} == set(exact["by_category"])  # no calibration split to fit anything to
+
+
 def test_set_sample_is_the_default(tmp_path: Path, model_server: ModelServer) -> None:
     chosen = _invoke(tmp_path, model_server, "questions", "--set", "sample", "--modes", "exact", "--json")
     default = _invoke(tmp_path, model_server, "questions", "--modes", "exact", "--json")
@@ -252,7 +320,7 @@ def test_set_sample_is_the_default(tmp_path: Path, model_server: ModelServer) ->
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (["--set", "nope"], "no question set 'nope'; the sets are: sample, coding"),
+        (["--set", "nope"], "no question set 'nope'; the sets are: sample, coding, coding-holdout"),
         (["--set", "coding", "--project", "p", "--questions", "{questions}"], "--set runs a shipped set"),
     ],
 )

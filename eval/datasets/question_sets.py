@@ -1,6 +1,6 @@
 """Named labelled-question sets: a memory store (events and observations) and questions about it.
 
-``obsmem eval questions --set NAME`` loads the set into a fresh project and runs its questions. Two sets ship:
+``obsmem eval questions --set NAME`` loads the set into a fresh project and runs its questions. Three sets ship:
 
 - ``sample`` (the default): the bundled sample project (:mod:`obsmem.sample`), one invented billing
   service over six weeks, 64 questions.
@@ -10,6 +10,11 @@
   observations in the Observer's style and 308 labelled questions. All seven live in one memory store,
   as they would for an agent that works across repositories, so every question competes with the other
   projects' memories. Written for evaluation; every name, host, ticket and figure is invented.
+- ``coding-holdout``: four more invented projects in the same layout (a Kotlin field-service Android app,
+  a Terraform/AWS infrastructure repository, an Elixir chat service and a C++ audio plug-in), 168
+  observations and 128 questions, written after the search recipe's constants were chosen and by a writer
+  who saw neither the search code nor any result. Every question is ``held_out``: the set only measures,
+  it is never calibrated on.
 
 Both sets share one file layout (``events.jsonl``, ``observations.jsonl``, ``questions.jsonl``; see
 :mod:`obsmem.sample` for the fields). The coding set adds:
@@ -48,6 +53,7 @@ from obsmem.memories import ObservationIn, add_observations
 from obsmem.storage import ProjectDatabase
 
 CODING_DIR = Path(__file__).resolve().parent / "coding"
+CODING_HOLDOUT_DIR = Path(__file__).resolve().parent / "coding_holdout"
 # Events are appended per session in batches this size (one transaction each).
 EVENT_BATCH = 200
 # Keys of a data file's observation that are the set's own bookkeeping, not part of the memory.
@@ -164,6 +170,13 @@ _SETS: dict[str, Callable[[], QuestionSet]] = {
         "the coding set (seven coding-agent projects over seven months, one memory store)",
         CODING_DIR,
         "coding set",
+    ),
+    "coding-holdout": lambda: QuestionSet(
+        "coding-holdout",
+        "coding-holdout",
+        "the coding hold-out set (four more coding-agent projects, every question held out)",
+        CODING_HOLDOUT_DIR,
+        "coding hold-out set",
     ),
 }
 SET_NAMES: tuple[str, ...] = tuple(_SETS)
