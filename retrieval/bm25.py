@@ -73,6 +73,8 @@ _SUFFIX = re.compile(r"['\u2019]")
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 
 POSTINGS_CACHE_SECONDS = 300.0
+# Marks a count from the first indexed chunk on in the postings cache (no term holds a NUL).
+_FROM_FIRST = "\0first\0"
 # Open searches' keyword lists kept per index snapshot (see Bm25List.search), least recently used first out.
 LISTS_CACHED = 256
 # FTS5's bm25() constants (fixed in SQLite's fts5_aux.c).
@@ -143,6 +145,21 @@ class Bm25List:
             self._postings.clear()
         self._postings[key] = (now, count, oldest, version)
         return count, oldest
+
+    def postings_from_first(self, store: IndexReader, term: str, version: int | None = None) -> tuple[int, int]:
+        """``(chunks holding term, counted from the first indexed chunk on up to max_postings + 1; the newest
+        label counted)``: the other end of the index from :meth:`postings`, cached the same way (common
+        words ask for it, retrieval/common_words.py)."""
+        key = (store.source, _FROM_FIRST + term)
+        now = time.monotonic()
+        cached = self._cached(key, now, version)
+        if cached is not None:
+            return cached[1], cached[2]
+        count, newest = store.term_postings_oldest(term, self.settings.max_postings)
+        if len(self._postings) > 100_000:
+            self._postings.clear()
+        self._postings[key] = (now, count, newest, version)
+        return count, newest
 
     def counts(self, store: IndexReader, words: list[str], version: int | None = None) -> dict[str, int]:
         """Each word's chunk count as :meth:`postings` counts it (bounded, cached), asked in one request for

@@ -291,7 +291,7 @@ class HybridSearcher:
             _, oldest = self.bm25.postings(store, word, version)
             counts[word] = estimated_count(count, vectors.live_within(low=oldest), chunks)
             if counts[word] >= needed:
-                early, newest = store.term_postings_oldest(word, bound)
+                early, newest = self.bm25.postings_from_first(store, word, version)
                 counts[word] = min(counts[word], estimated_count(early, vectors.live_within(high=newest), chunks))
         return chunks, counts
 
