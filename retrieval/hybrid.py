@@ -61,7 +61,12 @@ from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
-from obsmem.retrieval.supersession import asks_about_now, present_supersession
+from obsmem.retrieval.supersession import (
+    asks_about_now,
+    asks_about_the_past,
+    present_supersession,
+    stated_supersession,
+)
 from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
@@ -441,6 +446,41 @@ class HybridSearcher:
         config = self.supersession
         return config.enabled and (not config.present_only or asks_about_now(query))
 
+    def _names_replacements(self, query: str) -> bool:
+        """Whether supersession's named replacements apply to ``query``: with supersession on, for any question
+        not anchored in the past (retrieval/supersession.py, :func:`stated_supersession`)."""
+        config = self.supersession
+        return config.enabled and config.named_replacements and not asks_about_the_past(query)
+
+    def _head_embeddings(
+        self, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
+    ) -> tuple[list[int], dict[int, np.ndarray]]:
+        """The first ``depth`` valid candidates and their embeddings (supersession compares them)."""
+        head = [label for label, _ in fused[: self.supersession.depth] if label in valid]
+        embeddings = vectors.vectors_of(head)
+        missing = [label for label in head if label not in embeddings]
+        if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
+            embeddings.update(store.embeddings(missing))
+        return head, embeddings
+
+    def _replacements_first(
+        self, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
+    ) -> Fused:
+        """``fused`` with a memory that says it replaced an earlier one's value above it
+        (``named_replacements``; retrieval/supersession.py, :func:`stated_supersession`)."""
+        if len(fused) < 2:
+            return fused
+        head, embeddings = self._head_embeddings(fused, valid, vectors, store)
+        return stated_supersession(
+            fused,
+            texts={label: valid[label].text for label in head},
+            dates={label: str(valid[label].row[3] or "") for label in head},
+            sessions={label: str(valid[label].row[2] or "") for label in head},
+            embeddings=embeddings,
+            depth=self.supersession.depth,
+            min_cosine=self.supersession.stated_min_cosine,
+        )
+
     def _superseded(
         self, query: str, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
     ) -> Fused:
@@ -449,11 +489,7 @@ class HybridSearcher:
         config = self.supersession
         if len(fused) < 2:
             return fused
-        head = [label for label, _ in fused[: config.depth] if label in valid]
-        embeddings = vectors.vectors_of(head)
-        missing = [label for label in head if label not in embeddings]
-        if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
-            embeddings.update(store.embeddings(missing))
+        head, embeddings = self._head_embeddings(fused, valid, vectors, store)
         return present_supersession(
             query,
             fused,
@@ -514,6 +550,8 @@ class HybridSearcher:
             fused = named_first(query, fused, lambda label: valid[label].text)
         if len(lists) > 1 and supersedes:  # after: a later memory may revise one that names the thing
             fused = self._superseded(query, fused, valid, vectors, store)
+        if len(lists) > 1 and self._names_replacements(query):
+            fused = self._replacements_first(fused, valid, vectors, store)
         return fused, evidence, unknown
 
     def _unknown_names(

@@ -65,6 +65,101 @@ NAMED_DATE = re.compile(
 SETTLED_CUES = re.compile(r"^\s*(?:decision|decided|completed|done)\b|\bsupersed\w*", re.IGNORECASE)
 
 
+# What a memory says it replaced, as the Observer is told to write a change ("Port changed from 8080 to 9090
+# (supersedes the earlier 8080)"): the words after "from" up to "to", after "supersedes" or "instead of" up
+# to the end of the clause, after "replaces"/"replaced" up to "with".
+_REPLACED = re.compile(
+    r"\bfrom\s+(?P<source>[^;()]{1,60}?)\s+(?:to|into)\b"
+    r"|\bsupersed(?:es|ed|ing)\s+(?P<superseded>[^;()]{1,60}?)\s*(?:[;()]|[.,](?:\s|$)|$)"
+    r"|\binstead\s+of\s+(?P<instead>[^;()]{1,60}?)\s*(?:[;()]|[.,](?:\s|$)|$)"
+    r"|\breplac(?:e|es|ed|ing)\s+(?P<replaced>[^;()]{1,60}?)\s+(?:with|by)\b",
+    re.IGNORECASE,
+)
+# Words that name no value of their own in what a change says it replaced ("the earlier 8080", "the March
+# decision to stay on Postgres"): they cannot tie a change to the memory it replaced.
+_NOT_A_VALUE = frozenset(
+    """the a an earlier previous old former prior original initial first last decision decisions setting value
+    it its this that one ones them using use used on in at of for with and or to by per default""".split()  # noqa: SIM905
+)
+# A question anchored in the past: it asks what was, not what is ("Why did we pick Sidekiq?").
+PAST_CUES = re.compile(
+    r"\b(was|were|did|had|used to|originally|initially|at first|before|earlier|previous|previously|former|"
+    r"formerly|ago|back then|history|changed?|why|when)\b",
+    re.IGNORECASE,
+)
+_VALUE_WORD = re.compile(r"[a-z0-9][a-z0-9._:=+-]*[a-z0-9]|[a-z0-9]", re.IGNORECASE)
+
+
+def replaced_values(text: str) -> list[set[str]]:
+    """What ``text`` says it replaced, each as the set of its value words (lowercased; words that name no
+    value left out): ``"bumped from 1.78.0 to 1.85.0 (supersedes 1.78)"`` -> ``[{"1.78.0"}, {"1.78"}]``."""
+    found = []
+    for match in _REPLACED.finditer(text):
+        phrase = next(group for group in match.groups() if group is not None)
+        words = {word.lower() for word in _VALUE_WORD.findall(phrase)} - _NOT_A_VALUE
+        if words:
+            found.append(words)
+    return found
+
+
+def names_replaced(later: str, earlier: str) -> bool:
+    """Whether ``later`` says it replaced a value that ``earlier`` states: of one thing it names as replaced,
+    every word with a digit (``1.78.0``, ``max-age=3600``, ``24`` of ``24 h``), or every word when none has
+    one (``circleci``, ``sidekiq``), occurs in ``earlier`` as a whole word (case-insensitive)."""
+    held = {word.lower() for word in _VALUE_WORD.findall(earlier)}
+    for words in replaced_values(later):
+        numbered = {word for word in words if any(character.isdigit() for character in word)}
+        if (numbered or words) <= held:
+            return True
+    return False
+
+
+def asks_about_the_past(query: str) -> bool:
+    """Whether ``query`` is anchored in the past: a past-tense or history word, or a named month or year."""
+    return PAST_CUES.search(query) is not None or NAMED_DATE.search(query) is not None
+
+
+def stated_supersession(
+    ranked: Fused,
+    *,
+    texts: Mapping[int, str],
+    dates: Mapping[int, str],
+    sessions: Mapping[int, str],
+    embeddings: Mapping[int, np.ndarray],
+    depth: int,
+    min_cosine: float,
+) -> Fused:
+    """``ranked`` with each of its first ``depth`` candidates placed just above the highest-ranked earlier
+    candidate whose value it says it replaced (:func:`names_replaced`; dated strictly before it, from
+    another session, as in :func:`supersede`: within one session "instead of" is as often an example as a
+    revision; cosine of the two embeddings at least ``min_cosine``, so a number shared by chance does not tie
+    two unrelated memories). The pipeline's own record of a change, so no question word is needed. Chains
+    resolve to the latest."""
+    head = [label for label, _ in ranked[:depth]]
+    changes = {label: replaced_values(texts.get(label, "")) for label in head}
+    if not any(changes.values()):
+        return list(ranked)
+    order = list(head)
+    score = dict(ranked[:depth])
+    dated = [label for label in head if changes[label] and dates.get(label) and label in embeddings]
+    # Earliest change first: a change that replaced one already moved up finds it at its new place, so a
+    # chain (16 replaced 14, then 18 replaced 16) ends latest first.
+    for later in sorted(dated, key=lambda label: dates[label]):
+        position = order.index(later)
+        for earlier_position in range(position):
+            earlier = order[earlier_position]
+            if earlier not in embeddings or not dates.get(earlier) or not dates[earlier] < dates[later]:
+                continue
+            if sessions.get(earlier) == sessions.get(later):
+                continue
+            if float(embeddings[later] @ embeddings[earlier]) < min_cosine:
+                continue
+            if names_replaced(texts.get(later, ""), texts.get(earlier, "")):
+                order.insert(earlier_position, order.pop(position))
+                break
+    return [(label, score[label]) for label in order] + list(ranked[depth:])
+
+
 def asks_about_now(query: str) -> bool:
     """Whether ``query`` asks about the present state of something: a cue word (whole-word match), and no
     named month or year that would anchor it in another time."""

@@ -43,6 +43,14 @@ DOCUMENTED_OVERLAP = {
         "overall": 0.413,
         "paraphrase": 0.084,
     },
+    "coding-calibration": {
+        "current": 0.222,
+        "date": 0.391,
+        "identifier": 0.757,
+        "multi": 0.266,
+        "overall": 0.309,
+        "paraphrase": 0.108,
+    },
     "coding-holdout": {
         "current": 0.256,
         "date": 0.409,
@@ -53,7 +61,13 @@ DOCUMENTED_OVERLAP = {
     },
 }
 # What each set promises: projects, observations, questions, negatives, questions of every other kind.
-MINIMUM_SIZE = {"coding": (6, 400, 250, 40, 25), "coding-holdout": (4, 160, 120, 30, 12)}
+MINIMUM_SIZE = {
+    "coding": (6, 400, 250, 40, 25),
+    "coding-holdout": (4, 160, 120, 30, 12),
+    "coding-calibration": (4, 170, 120, 28, 8),
+}
+# The one split of a set written for one purpose only.
+ONE_SPLIT = {"coding-holdout": "held_out", "coding-calibration": "calibration"}
 # The most exact search returns (newest first) that the identifier questions are measured at.
 EXACT_DEPTH = 5
 
@@ -62,7 +76,7 @@ def _memory_id(item: dict[str, Any]) -> str:
     return ObservationIn.model_validate(memory_fields(item)).memory_id()
 
 
-@pytest.fixture(scope="module", params=["coding", "coding-holdout"])
+@pytest.fixture(scope="module", params=["coding", "coding-holdout", "coding-calibration"])
 def shipped(request: pytest.FixtureRequest) -> QuestionSet:
     """Each coding-agent set: the tests that take it check both."""
     return question_set(request.param)
@@ -137,8 +151,8 @@ def test_events_cover_every_source_ref(shipped: QuestionSet, memories: dict[str,
 
 
 def test_whole_projects_are_held_out(shipped: QuestionSet, questions: list[Any]) -> None:
-    if shipped.name == "coding-holdout":  # written after the recipe was chosen: it only measures
-        assert {q["split"] for q in questions} == {"held_out"}
+    if shipped.name in ONE_SPLIT:  # written to measure only, or to choose on only
+        assert {q["split"] for q in questions} == {ONE_SPLIT[shipped.name]}
         return
     splits: dict[str, set[str]] = defaultdict(set)
     for question in questions:
@@ -197,7 +211,7 @@ def test_a_current_target_is_the_newest_of_its_numbered_history(
             continue
         assert max(history, key=lambda other: by_ref[other]["timestamp"]) == ref, question["case"]
         checked += 1
-    assert checked >= {"coding": 14, "coding-holdout": 20}[shipped.name]
+    assert checked >= {"coding": 14, "coding-holdout": 20, "coding-calibration": 40}[shipped.name]
 
 
 def test_current_state_targets_are_the_latest_decision() -> None:
@@ -239,7 +253,7 @@ def test_word_overlap_per_kind_is_as_documented(
         for kind, value in expected.items():
             assert f"| {kind} | {value:.3f} |" in documented, kind
     else:
-        assert f"| word overlap with targets | {row} | {expected['overall']:.3f} |" in documented
+        assert f"| {shipped.name}: word overlap with targets | {row} | {expected['overall']:.3f} |" in documented
 
 
 def test_word_overlap_counts_content_words_only() -> None:
@@ -250,10 +264,10 @@ def test_word_overlap_counts_content_words_only() -> None:
 
 
 def test_unknown_set_is_a_clear_error() -> None:
-    assert SET_NAMES == ("sample", "coding", "coding-holdout")
+    assert SET_NAMES == ("sample", "coding", "coding-holdout", "coding-calibration")
     with pytest.raises(ValidationFailed) as caught:
         question_set("nope")
-    assert caught.value.field == "set" and "sample, coding, coding-holdout" in caught.value.message
+    assert caught.value.field == "set" and "sample, coding, coding-holdout, coding-calibration" in caught.value.message
 
 
 def test_each_set_loads_through_the_write_path(tmp_path: Path, shipped: QuestionSet, memories: dict[str, Any]) -> None:
@@ -320,7 +334,7 @@ def test_set_sample_is_the_default(tmp_path: Path, model_server: ModelServer) ->
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (["--set", "nope"], "no question set 'nope'; the sets are: sample, coding, coding-holdout"),
+        (["--set", "nope"], "no question set 'nope'; the sets are: sample, coding, coding-holdout, coding-calibration"),
         (["--set", "coding", "--project", "p", "--questions", "{questions}"], "--set runs a shipped set"),
     ],
 )

@@ -14,13 +14,18 @@ from pydantic import ValidationError
 from obsmem import Obsmem
 from obsmem.retrieval.supersession import (
     asks_about_now,
+    asks_about_the_past,
+    names_replaced,
     present_supersession,
+    replaced_values,
     settled_first,
+    stated_supersession,
     states_change,
     states_settled,
     supersede,
 )
 from obsmem.settings import SupersessionSettings, load_settings
+from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, semantic_settings
 
@@ -205,3 +210,106 @@ def test_a_session_outcome_ranks_above_its_request_through_search(tmp_path: Path
     assert first(False, now) == REQUEST  # the words favour the request: the premise of the test
     assert first(True, now) == OUTCOME
     assert first(True, now.replace(" now", "")) == REQUEST  # not about the present: the fused order stands
+
+
+# -- named replacements -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rust-toolchain.toml bumped from 1.78.0 to 1.85.0 (supersedes 1.78).", [{"1.78.0"}, {"1.78"}]),
+        ("CI moved from CircleCI to GitHub Actions; a run now takes 8 minutes.", [{"circleci"}]),
+        ("Cache-Control raised from max-age=3600 to max-age=86400", [{"max-age=3600"}]),
+        ("Port changed from 8080 to 9090 (supersedes the earlier 8080)", [{"8080"}, {"8080"}]),
+        ("Synced scans now kept for 30 days instead of 7, for audits.", [{"7"}]),
+        ("Decision: replace zxing-android-embedded with ML Kit 17.2.0", [{"zxing-android-embedded"}]),
+        ("Decision: the build cache lives in the user folder, supersedes the first", []),  # names no value
+        ("The conflicts table is now only used when two edits race", []),
+    ],
+)
+def test_what_a_memory_says_it_replaced(text: str, expected: list[set[str]]) -> None:
+    assert replaced_values(text) == expected
+
+
+def test_a_change_names_the_memory_that_holds_the_value_it_replaced() -> None:
+    assert names_replaced("Max zoom raised from 14 to 16 (supersedes z14)", "Max zoom served is 14")
+    assert names_replaced("Reminder moved from 24 h to 48 h", "Reminders go out 24 hours before")  # digits decide
+    assert names_replaced("Jobs moved from Sidekiq to Solid Queue", "Background jobs run on Sidekiq 7.2")
+    assert not names_replaced("Jobs moved from Sidekiq to Solid Queue", "Background jobs run on Resque")
+    assert not names_replaced("Max zoom raised from 14 to 16", "Max zoom served is 140")  # whole words only
+    assert not names_replaced("Max zoom served is 14", "Max zoom raised from 14 to 16")  # states no change
+
+
+def test_questions_anchored_in_the_past() -> None:
+    assert asks_about_the_past("Why did we pick Sidekiq?")
+    assert asks_about_the_past("Which Rust release was pinned in March?")
+    assert asks_about_the_past("What was the zoom limit in 2024?")
+    assert not asks_about_the_past("Which Rust release is the project pinned to?")
+    assert not asks_about_the_past("Where do crash reports end up?")
+
+
+def test_a_later_memory_moves_above_the_one_whose_value_it_replaced() -> None:
+    ranked = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6)]
+    texts = {
+        1: "Max zoom served is 14",
+        2: "Tiles are cached for an hour",
+        3: "Max zoom raised from 14 to 16",
+        4: "Max zoom raised from 16 to 18",
+    }
+    dates = {1: "2025-01-01", 2: "2025-02-01", 3: "2025-04-01", 4: "2025-07-01"}
+    embeddings = {1: unit(1, 0), 2: unit(0, 1), 3: unit(1, 0.2), 4: unit(1, 0.1)}
+    common: dict[str, Any] = {"texts": texts, "dates": dates, "embeddings": embeddings, "depth": 4, "min_cosine": 0.4}
+    sessions = {label: f"s{label}" for label in dates}
+    # 4 replaced 3's 16, 3 replaced 1's 14: the chain ends latest first; 2 names nothing and stays below.
+    moved = stated_supersession(ranked, sessions=sessions, **common)
+    assert [label for label, _ in moved] == [4, 3, 1, 2]
+    assert dict(moved) == dict(ranked)
+    # Within one session a change is not taken as a revision of its own session's notes.
+    assert stated_supersession(ranked, sessions=dict.fromkeys(dates, "s"), **common) == ranked
+    # Too far apart in embedding: a shared number does not tie two memories.
+    far = {**embeddings, 3: unit(-1, 1), 4: unit(-1, 1.1)}
+    assert [label for label, _ in stated_supersession(ranked, sessions=sessions, **{**common, "embeddings": far})] == [
+        1,
+        2,
+        4,
+        3,
+    ]
+    # Only within the first ``depth``.
+    assert stated_supersession(ranked, sessions=sessions, **{**common, "depth": 2}) == ranked
+
+
+PINNED = "Decision: rust-toolchain.toml pins the Rust version 1.78.0 for the project"
+BUMPED = "rust-toolchain.toml Rust version bumped from 1.78.0 to 1.85.0"
+
+
+def test_a_question_without_a_present_word_finds_the_named_replacement(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    def first(supersession: dict[str, Any], query: str) -> str:
+        section = semantic_settings(model_server, supersession=supersession)
+        data_dir = tmp_path / f"data-{len(supersession)}-{supersession.get('named_replacements')}-{len(query)}"
+        with Obsmem(load_settings(data_dir=data_dir, semantic=section)) as memory:
+            add_memories(memory, "p", [("2025-01-10 09:00", PINNED)], session="s1")
+            add_memories(memory, "p", [("2025-06-20 14:00", BUMPED), ("2025-06-20 14:30", ASIDE)], session="s2")
+            memory.index("p")
+            return first_hit(memory, query)
+
+    asked = "Which Rust version does the project pin?"
+    assert first({}, asked) == PINNED  # the fused order (supersession off): the premise of the test
+    assert first({"enabled": True}, asked) == BUMPED
+    assert first({"enabled": True, "named_replacements": False}, asked) == PINNED
+    assert first({"enabled": True}, "Which Rust version did the project pin first?") == PINNED  # the past
+
+
+def test_the_reference_search_agrees_with_named_replacements(tmp_path: Path, model_server: ModelServer) -> None:
+    for named in (False, True):
+        section = semantic_settings(model_server, supersession={"enabled": True, "named_replacements": named})
+        with Obsmem(load_settings(data_dir=tmp_path / str(named), semantic=section)) as memory:
+            add_memories(memory, "p", [("2025-01-10 09:00", PINNED), ("2025-01-10 09:30", FIRST)], session="s1")
+            add_memories(memory, "p", [("2025-06-20 14:00", BUMPED), ("2025-06-20 14:30", REVISED)], session="s2")
+            memory.index("p")
+            for query in ("Which Rust version does the project pin?", "Where does the build cache live now?"):
+                hits = [hit.memory_id for hit in memory.search("p", query, mode="hybrid").hits]
+                with memory.database("p").read() as conn:
+                    assert hits == reference_search(conn, memory.settings.semantic, query), (named, query)

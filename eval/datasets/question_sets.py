@@ -1,6 +1,6 @@
 """Named labelled-question sets: a memory store (events and observations) and questions about it.
 
-``obsmem eval questions --set NAME`` loads the set into a fresh project and runs its questions. Three sets ship:
+``obsmem eval questions --set NAME`` loads the set into a fresh project and runs its questions. Four sets ship:
 
 - ``sample`` (the default): the bundled sample project (:mod:`obsmem.sample`), one invented billing
   service over six weeks, 64 questions.
@@ -15,6 +15,10 @@
   observations and 128 questions, written after the search recipe's constants were chosen and by a writer
   who saw neither the search code nor any result. Every question is ``held_out``: the set only measures,
   it is never calibrated on.
+- ``coding-calibration``: four more (a Kotlin event check-in app, a Rust chart-tile server, a Rails booking
+  app for vet clinics, Zephyr firmware for a soil sensor), 177 observations and 120 questions, 40 of them
+  about the current state of a decision changed two or three times, written later the same way. Every
+  question is ``calibration``: the set is for choosing rules on, never for reporting them.
 
 Both sets share one file layout (``events.jsonl``, ``observations.jsonl``, ``questions.jsonl``; see
 :mod:`obsmem.sample` for the fields). The coding set adds:
@@ -54,6 +58,7 @@ from obsmem.storage import ProjectDatabase
 
 CODING_DIR = Path(__file__).resolve().parent / "coding"
 CODING_HOLDOUT_DIR = Path(__file__).resolve().parent / "coding_holdout"
+CODING_CALIBRATION_DIR = Path(__file__).resolve().parent / "coding_calibration"
 # Events are appended per session in batches this size (one transaction each).
 EVENT_BATCH = 200
 # Keys of a data file's observation that are the set's own bookkeeping, not part of the memory.
@@ -177,6 +182,13 @@ _SETS: dict[str, Callable[[], QuestionSet]] = {
         "the coding hold-out set (four more coding-agent projects, every question held out)",
         CODING_HOLDOUT_DIR,
         "coding hold-out set",
+    ),
+    "coding-calibration": lambda: QuestionSet(
+        "coding-calibration",
+        "coding-calibration",
+        "the coding calibration set (four more coding-agent projects, every question for calibration)",
+        CODING_CALIBRATION_DIR,
+        "coding calibration set",
     ),
 }
 SET_NAMES: tuple[str, ...] = tuple(_SETS)

@@ -375,6 +375,14 @@ class SupersessionSettings(Section):
         default=True,
         description="Apply only to questions with a present-state word; false applies it to every question.",
     )
+    named_replacements: bool = Field(
+        default=True,
+        description="With `enabled`, also for a question not about the present, as long as it is not anchored in "
+        "the past (no past-tense or history word, no named month or year): a later candidate among the first "
+        '`depth`, from another session, that says it replaced a value an earlier, higher-ranked one states ("from '
+        '14 to 16", "supersedes CBOR") and is close to it (cosine at least `stated_min_cosine`) moves just '
+        "above it.",
+    )
     settled_first: bool = Field(
         default=True,
         description="Then, among the same first candidates, a note that states where a thing was left (a "

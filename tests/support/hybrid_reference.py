@@ -27,7 +27,12 @@ from obsmem.retrieval.common_words import common_words, half_weighted, without_w
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
 from obsmem.retrieval.names import CALENDAR_WORDS, named_first
 from obsmem.retrieval.ranked import RankedList
-from obsmem.retrieval.supersession import asks_about_now, present_supersession
+from obsmem.retrieval.supersession import (
+    asks_about_now,
+    asks_about_the_past,
+    present_supersession,
+    stated_supersession,
+)
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
 from support.model_server import embed
 
@@ -212,6 +217,17 @@ def reference_search(
                 always=not config.present_only,
                 settled=config.settled_first,
             )
+            if config.named_replacements and not asks_about_the_past(query):
+                head = [by_label[label] for label, _ in fused[: config.depth]]
+                fused = stated_supersession(
+                    fused,
+                    texts={doc.label: doc.body for doc in head},
+                    dates={doc.label: doc.stored_date for doc in head},
+                    sessions={doc.label: doc.session for doc in head},
+                    embeddings={doc.label: unit(doc.body) for doc in head},
+                    depth=config.depth,
+                    min_cosine=config.stated_min_cosine,
+                )
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
         if by_label[label].memory_id not in result:
