@@ -46,7 +46,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from obsmem.indexer import Filter, IndexReader
 from obsmem.retrieval.ranked import RankedList
@@ -135,31 +135,30 @@ class Bm25List:
         minutes' drift in them moves those choices only at the margin. With the index ``version`` (a
         search passes it), a count made before the index last changed is made again: the counts also set
         the query's ceiling, which should describe the index being searched."""
-        key = (store.source, term)
-        now = time.monotonic()
-        cached = self._cached(key, now, version)
-        if cached is not None:
-            return cached[1], cached[2]
-        count, oldest = store.term_postings(term, self.settings.max_postings)
-        if len(self._postings) > 100_000:
-            self._postings.clear()
-        self._postings[key] = (now, count, oldest, version)
-        return count, oldest
+        return self._counted(
+            (store.source, term), version, lambda: store.term_postings(term, self.settings.max_postings)
+        )
 
     def postings_from_first(self, store: IndexReader, term: str, version: int | None = None) -> tuple[int, int]:
         """``(chunks holding term, counted from the first indexed chunk on up to max_postings + 1; the newest
         label counted)``: the other end of the index from :meth:`postings`, cached the same way (common
         words ask for it, retrieval/common_words.py)."""
         key = (store.source, _FROM_FIRST + term)
+        return self._counted(key, version, lambda: store.term_postings_oldest(term, self.settings.max_postings))
+
+    def _counted(
+        self, key: tuple[str, str], version: int | None, count: Callable[[], tuple[int, int]]
+    ) -> tuple[int, int]:
+        """The cached ``(count, label)`` of ``key`` if still fresh for ``version``, else ``count()``, cached."""
         now = time.monotonic()
         cached = self._cached(key, now, version)
         if cached is not None:
             return cached[1], cached[2]
-        count, newest = store.term_postings_oldest(term, self.settings.max_postings)
+        counted, label = count()
         if len(self._postings) > 100_000:
             self._postings.clear()
-        self._postings[key] = (now, count, newest, version)
-        return count, newest
+        self._postings[key] = (now, counted, label, version)
+        return counted, label
 
     def counts(self, store: IndexReader, words: list[str], version: int | None = None) -> dict[str, int]:
         """Each word's chunk count as :meth:`postings` counts it (bounded, cached), asked in one request for

@@ -281,10 +281,21 @@ def test_a_name_every_line_carries_is_common_past_the_counts_bound(
     assert vector_order(settings)[0] == TARGET
 
 
-def speakers(*turns: tuple[str, list[str]]) -> list[tuple[str, str]]:
-    """Dated lines, in order: each speaker's name before each of their lines."""
+def asked_past_the_bound(
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any], *turns: tuple[str, list[str]]
+) -> set[str]:
+    """What the model embedded for one search of ``QUESTION`` over dated lines, in order, each speaker's name
+    before each of their lines, with the counts' bound at 6 and a common word's share at half."""
     lines = [f"{name}: {line}" for name, said in turns for line in said]
-    return [(f"2024-05-{1 + i // 10:02d} 12:{i % 10:02d}", line) for i, line in enumerate(lines)]
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server, bm25={"max_postings": 5}, fusion={"common_word_share": 0.5}),
+        **backend_storage,
+    )
+    with Obsmem(settings, background_indexing=False) as memory:
+        add_memories(memory, "p", [(f"2024-05-{1 + i // 10:02d} 12:{i % 10:02d}", x) for i, x in enumerate(lines)])
+        memory.index("p")
+    return set(asked_for(settings, model_server))
 
 
 def test_a_name_only_the_newest_chunks_hold_is_not_common(
@@ -294,16 +305,8 @@ def test_a_name_only_the_newest_chunks_hold_is_not_common(
     # her 6 most recently indexed chunks are the 6 newest (a share of 1), but counted from the first indexed
     # chunk on, her first 6 reach back over 20 chunks (6 of 22 scaled): the smaller decides, as PostgreSQL's
     # exact count does.
-    lines = speakers(("Tim", OTHER_LINES[:15]), ("Anna", [*OTHER_LINES[15:], "kiln"]))
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        semantic=semantic_settings(model_server, bm25={"max_postings": 5}, fusion={"common_word_share": 0.5}),
-        **backend_storage,
-    )
-    with Obsmem(settings, background_indexing=False) as memory:
-        add_memories(memory, "p", lines)
-        memory.index("p")
-    assert asked_for(settings, model_server) == [QUESTION]
+    turns = ("Tim", OTHER_LINES[:15]), ("Anna", [*OTHER_LINES[15:], "kiln"])
+    assert asked_past_the_bound(tmp_path, model_server, backend_storage, *turns) == {QUESTION}
 
 
 def test_past_the_bound_a_word_only_the_oldest_chunks_hold_is_not_common_on_sqlite(
@@ -312,17 +315,9 @@ def test_past_the_bound_a_word_only_the_oldest_chunks_hold_is_not_common_on_sqli
     # Anna speaks the 12 oldest of 22 lines (13 keyword documents hold her name, over half) and none of the
     # 10 newest. SQLite counts her 6 most recently indexed chunks, which reach back over 15 (6 of 22
     # scaled: 8), and stops there: it cannot tell this from a word that fades. PostgreSQL counts all 13.
-    lines = speakers(("Anna", OTHER_LINES[:12]), ("Tim", [*OTHER_LINES[12:], "pottery kiln"]))
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        semantic=semantic_settings(model_server, bm25={"max_postings": 5}, fusion={"common_word_share": 0.5}),
-        **backend_storage,
-    )
-    with Obsmem(settings, background_indexing=False) as memory:
-        add_memories(memory, "p", lines)
-        memory.index("p")
+    turns = ("Anna", OTHER_LINES[:12]), ("Tim", [*OTHER_LINES[12:], "pottery kiln"])
     expected = {QUESTION, WITHOUT} if backend == "postgres" else {QUESTION}
-    assert set(asked_for(settings, model_server)) == expected
+    assert asked_past_the_bound(tmp_path, model_server, backend_storage, *turns) == expected
 
 
 def test_a_word_stemmed_like_a_stopword_is_not_cut(
