@@ -65,6 +65,7 @@ from obsmem.retrieval.supersession import (
     asks_about_now,
     asks_about_the_past,
     present_supersession,
+    replaced_values,
     stated_supersession,
 )
 from obsmem.settings import SemanticSettings
@@ -452,50 +453,54 @@ class HybridSearcher:
         config = self.supersession
         return config.enabled and config.named_replacements and not asks_about_the_past(query)
 
-    def _head_embeddings(
-        self, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
-    ) -> tuple[list[int], dict[int, np.ndarray]]:
-        """The first ``depth`` valid candidates and their embeddings (supersession compares them)."""
-        head = [label for label, _ in fused[: self.supersession.depth] if label in valid]
+    def _superseded(
+        self,
+        query: str,
+        fused: Fused,
+        valid: dict[int, Candidate],
+        vectors: VectorSet,
+        store: IndexReader,
+        *,
+        present: bool,
+    ) -> Fused:
+        """``fused`` with the latest memory about a thing above the ones it replaced
+        (``[semantic.supersession]``; retrieval/supersession.py): first a memory that says which value it
+        replaced above the memory stating it (named replacements), then, for a question :meth:`supersedes`
+        applies to (``present``), the rule for questions about the present. The first ``depth`` candidates'
+        embeddings are read once, and only when a rule can move something."""
+        config = self.supersession
+        named = self._names_replacements(query)
+        if len(fused) < 2 or not (present or named):
+            return fused
+        head = [label for label, _ in fused[: config.depth] if label in valid]
+        texts = {label: valid[label].text for label in head}
+        named = named and any(replaced_values(text) for text in texts.values())
+        if not (present or named):
+            return fused
         embeddings = vectors.vectors_of(head)
         missing = [label for label in head if label not in embeddings]
         if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
             embeddings.update(store.embeddings(missing))
-        return head, embeddings
-
-    def _replacements_first(
-        self, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
-    ) -> Fused:
-        """``fused`` with a memory that says it replaced an earlier one's value above it
-        (``named_replacements``; retrieval/supersession.py, :func:`stated_supersession`)."""
-        if len(fused) < 2:
+        dates = {label: str(valid[label].row[3] or "") for label in head}
+        sessions = {label: str(valid[label].row[2] or "") for label in head}
+        if named:
+            fused = stated_supersession(
+                fused,
+                texts=texts,
+                dates=dates,
+                sessions=sessions,
+                embeddings=embeddings,
+                depth=config.depth,
+                min_cosine=config.stated_min_cosine,
+            )
+        if not present:
             return fused
-        head, embeddings = self._head_embeddings(fused, valid, vectors, store)
-        return stated_supersession(
-            fused,
-            texts={label: valid[label].text for label in head},
-            dates={label: str(valid[label].row[3] or "") for label in head},
-            sessions={label: str(valid[label].row[2] or "") for label in head},
-            embeddings=embeddings,
-            depth=self.supersession.depth,
-            min_cosine=self.supersession.stated_min_cosine,
-        )
-
-    def _superseded(
-        self, query: str, fused: Fused, valid: dict[int, Candidate], vectors: VectorSet, store: IndexReader
-    ) -> Fused:
-        """``fused`` with the latest memory about a thing above the ones it replaced, for a question
-        :meth:`supersedes` applies to (``[semantic.supersession]``; retrieval/supersession.py)."""
-        config = self.supersession
-        if len(fused) < 2:
-            return fused
-        head, embeddings = self._head_embeddings(fused, valid, vectors, store)
         return present_supersession(
             query,
             fused,
-            {label: valid[label].text for label in head},
-            {label: str(valid[label].row[3] or "") for label in head},
-            {label: str(valid[label].row[2] or "") for label in head},
+            texts,
+            dates,
+            sessions,
             embeddings,
             depth=config.depth,
             min_cosine=config.min_cosine,
@@ -548,10 +553,8 @@ class HybridSearcher:
             evidence = NO_EVIDENCE
         if len(lists) > 1 and self.settings.fusion.named_first:
             fused = named_first(query, fused, lambda label: valid[label].text)
-        if len(lists) > 1 and supersedes:  # after: a later memory may revise one that names the thing
-            fused = self._superseded(query, fused, valid, vectors, store)
-        if len(lists) > 1 and self._names_replacements(query):
-            fused = self._replacements_first(fused, valid, vectors, store)
+        if len(lists) > 1:  # after: a later memory may revise one that names the thing
+            fused = self._superseded(query, fused, valid, vectors, store, present=supersedes)
         return fused, evidence, unknown
 
     def _unknown_names(

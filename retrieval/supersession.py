@@ -66,57 +66,75 @@ SETTLED_CUES = re.compile(r"^\s*(?:decision|decided|completed|done)\b|\bsupersed
 
 
 # What a memory says it replaced, as the Observer is told to write a change ("Port changed from 8080 to 9090
-# (supersedes the earlier 8080)"): the words after "from" up to "to", after "supersedes" or "instead of" up
-# to the end of the clause, after "replaces"/"replaced" up to "with".
+# (supersedes the earlier 8080)"): after a verb of change, the words from "from" up to "to" in the same
+# clause; after "supersedes" or "instead of", up to the end of the clause; after "replaces", up to "with" or
+# "by". The passive ("superseded by ADR-12", "replaced by Valkey") names the new value, so it is left out, and
+# a phrase never runs past a sentence's end (a full stop before a space; "1.78.0" keeps its dots).
+_CLAUSE_CHAR = r"(?:[^;()\n.]|\.(?=\S))"
+_PHRASE = _CLAUSE_CHAR + "{1,60}?"
+_CLAUSE_END = r"\s*(?:[;()\n]|[.,](?:\s|$)|$)"
+_CHANGE_VERB = (
+    r"(?:chang|mov|switch|bump|rais|reduc|lower|shorten|lengthen|extend|increas|decreas|upgrad|downgrad|"
+    r"migrat|updat|convert|renam|replac)\w*"
+)
 _REPLACED = re.compile(
-    r"\bfrom\s+(?P<source>[^;()]{1,60}?)\s+(?:to|into)\b"
-    r"|\bsupersed(?:es|ed|ing)\s+(?P<superseded>[^;()]{1,60}?)\s*(?:[;()]|[.,](?:\s|$)|$)"
-    r"|\binstead\s+of\s+(?P<instead>[^;()]{1,60}?)\s*(?:[;()]|[.,](?:\s|$)|$)"
-    r"|\breplac(?:e|es|ed|ing)\s+(?P<replaced>[^;()]{1,60}?)\s+(?:with|by)\b",
+    rf"\b{_CHANGE_VERB}\b{_CLAUSE_CHAR}{{0,40}}?\bfrom\s+(?P<source>{_PHRASE})\s+(?:to|into)\b"
+    rf"|\bsupersed(?:es|ing)\s+(?!by\b)(?P<superseded>{_PHRASE}){_CLAUSE_END}"
+    rf"|\binstead\s+of\s+(?P<instead>{_PHRASE}){_CLAUSE_END}"
+    rf"|\breplac(?:e|es|ed|ing)\s+(?!by\b|with\b)(?P<replaced>{_PHRASE})\s+(?:with|by)\b",
     re.IGNORECASE,
 )
 # Words that name no value of their own in what a change says it replaced ("the earlier 8080", "the March
 # decision to stay on Postgres"): they cannot tie a change to the memory it replaced.
 _NOT_A_VALUE = frozenset(
     """the a an earlier previous old former prior original initial first last decision decisions setting value
-    it its this that one ones them using use used on in at of for with and or to by per default""".split()  # noqa: SIM905
+    it its this that one two ones them using use used on in at of for from with and or to by per default""".split()  # noqa: SIM905
 )
-# A question anchored in the past: it asks what was, not what is ("Why did we pick Sidekiq?").
+# A question anchored in the past: it asks what was, not what is ("Why did we pick Sidekiq?", "How has the
+# limit changed?"). A present-state word outweighs it ("How long does a login last these days?").
 PAST_CUES = re.compile(
-    r"\b(was|were|did|had|used to|originally|initially|at first|before|earlier|previous|previously|former|"
-    r"formerly|ago|back then|history|changed?|why|when)\b",
+    r"\b(was|were|did|had|used to|originally|initially|at first|earlier|previous|previously|former|"
+    r"formerly|ago|back then|history|changed|why)\b",
     re.IGNORECASE,
 )
 _VALUE_WORD = re.compile(r"[a-z0-9][a-z0-9._:=+-]*[a-z0-9]|[a-z0-9]", re.IGNORECASE)
 
 
+def value_words(text: str) -> set[str]:
+    """The words of ``text`` as values are written (``1.78.0``, ``max-age=3600``, ``zxing-cpp``), lowercased."""
+    return {word.lower() for word in _VALUE_WORD.findall(text)}
+
+
 def replaced_values(text: str) -> list[set[str]]:
-    """What ``text`` says it replaced, each as the set of its value words (lowercased; words that name no
-    value left out): ``"bumped from 1.78.0 to 1.85.0 (supersedes 1.78)"`` -> ``[{"1.78.0"}, {"1.78"}]``."""
+    """What ``text`` says it replaced, each as the set of its value words (lowercased; one-letter units and
+    words that name no value left out): ``"bumped from 1.78.0 to 1.85.0 (supersedes 1.78)"`` ->
+    ``[{"1.78.0"}, {"1.78"}]``."""
     found = []
     for match in _REPLACED.finditer(text):
         phrase = next(group for group in match.groups() if group is not None)
-        words = {word.lower() for word in _VALUE_WORD.findall(phrase)} - _NOT_A_VALUE
+        words = {word for word in value_words(phrase) if len(word) > 1 or word.isdigit()} - _NOT_A_VALUE
         if words:
             found.append(words)
     return found
 
 
 def names_replaced(later: str, earlier: str) -> bool:
-    """Whether ``later`` says it replaced a value that ``earlier`` states: of one thing it names as replaced,
-    every word with a digit (``1.78.0``, ``max-age=3600``, ``24`` of ``24 h``), or every word when none has
-    one (``circleci``, ``sidekiq``), occurs in ``earlier`` as a whole word (case-insensitive)."""
-    held = {word.lower() for word in _VALUE_WORD.findall(earlier)}
-    for words in replaced_values(later):
-        numbered = {word for word in words if any(character.isdigit() for character in word)}
-        if (numbered or words) <= held:
-            return True
-    return False
+    """Whether ``later`` says it replaced a value that ``earlier`` states: every word of one thing it names as
+    replaced occurs in ``earlier`` as a whole word (case-insensitive)."""
+    return holds_a_replaced_value(replaced_values(later), value_words(earlier))
+
+
+def holds_a_replaced_value(replaced: list[set[str]], held: set[str]) -> bool:
+    """Whether ``held`` (a memory's value words) holds every word of one of ``replaced``."""
+    return any(words <= held for words in replaced)
 
 
 def asks_about_the_past(query: str) -> bool:
-    """Whether ``query`` is anchored in the past: a past-tense or history word, or a named month or year."""
-    return PAST_CUES.search(query) is not None or NAMED_DATE.search(query) is not None
+    """Whether ``query`` is anchored in the past: a named month or year, or a past-tense or history word
+    without a present-state word."""
+    if NAMED_DATE.search(query) is not None:
+        return True
+    return PAST_CUES.search(query) is not None and PRESENT_CUES.search(query) is None
 
 
 def stated_supersession(
@@ -139,6 +157,7 @@ def stated_supersession(
     changes = {label: replaced_values(texts.get(label, "")) for label in head}
     if not any(changes.values()):
         return list(ranked)
+    held = {label: value_words(texts.get(label, "")) for label in head}
     order = list(head)
     score = dict(ranked[:depth])
     dated = [label for label in head if changes[label] and dates.get(label) and label in embeddings]
@@ -150,12 +169,14 @@ def stated_supersession(
             earlier = order[earlier_position]
             if earlier not in embeddings or not dates.get(earlier) or not dates[earlier] < dates[later]:
                 continue
-            if sessions.get(earlier) == sessions.get(later):
+            if sessions.get(earlier) and sessions.get(earlier) == sessions.get(later):
                 continue
             if float(embeddings[later] @ embeddings[earlier]) < min_cosine:
                 continue
-            if names_replaced(texts.get(later, ""), texts.get(earlier, "")):
-                order.insert(earlier_position, order.pop(position))
+            if holds_a_replaced_value(changes[later], held[earlier]):
+                # Never above a candidate dated after it: a newer revision keeps its place above.
+                newer = [at for at in range(earlier_position, position) if dates.get(order[at], "") > dates[later]]
+                order.insert(newer[-1] + 1 if newer else earlier_position, order.pop(position))
                 break
     return [(label, score[label]) for label in order] + list(ranked[depth:])
 

@@ -226,6 +226,15 @@ def test_a_session_outcome_ranks_above_its_request_through_search(tmp_path: Path
         ("Decision: replace zxing-android-embedded with ML Kit 17.2.0", [{"zxing-android-embedded"}]),
         ("Decision: the build cache lives in the user folder, supersedes the first", []),  # names no value
         ("The conflicts table is now only used when two edits race", []),
+        ("Upgraded Elixir from 1.17.3 to 1.18.4 and OTP to 27.3", [{"1.17.3"}]),
+        ("Attachment storage moved from Heroku Postgres to Neon", [{"heroku", "postgres"}]),
+        # Ordinary text is no change: no verb of change before "from", or the passive naming the new value.
+        ("Office hours are from 9 to 5.", []),
+        ("The team went from Boston to NY for the offsite", []),
+        ("Deploys run from 07:30 to 15:00 on weekdays", []),
+        ("Redis was replaced by Valkey with no config changes.", []),
+        ("This decision is superseded by ADR-12.", []),
+        ("Moved the config loader. Then read it from disk to the cache", []),  # never across a sentence
     ],
 )
 def test_what_a_memory_says_it_replaced(text: str, expected: list[set[str]]) -> None:
@@ -239,6 +248,9 @@ def test_a_change_names_the_memory_that_holds_the_value_it_replaced() -> None:
     assert not names_replaced("Jobs moved from Sidekiq to Solid Queue", "Background jobs run on Resque")
     assert not names_replaced("Max zoom raised from 14 to 16", "Max zoom served is 140")  # whole words only
     assert not names_replaced("Max zoom served is 14", "Max zoom raised from 14 to 16")  # states no change
+    moved = "Attachment storage moved from Heroku Postgres to Neon"
+    assert names_replaced(moved, "Attachments live in Heroku Postgres large objects")
+    assert not names_replaced(moved, "The app runs on Heroku")  # every word of the value, not one of them
 
 
 def test_questions_anchored_in_the_past() -> None:
@@ -247,6 +259,9 @@ def test_questions_anchored_in_the_past() -> None:
     assert asks_about_the_past("What was the zoom limit in 2024?")
     assert not asks_about_the_past("Which Rust release is the project pinned to?")
     assert not asks_about_the_past("Where do crash reports end up?")
+    assert asks_about_the_past("How has the session timeout changed?")
+    assert not asks_about_the_past("How long does a login last these days before it expires?")
+    assert not asks_about_the_past("Why does the importer still run nightly?")  # a present word outweighs
 
 
 def test_a_later_memory_moves_above_the_one_whose_value_it_replaced() -> None:
@@ -277,6 +292,23 @@ def test_a_later_memory_moves_above_the_one_whose_value_it_replaced() -> None:
     ]
     # Only within the first ``depth``.
     assert stated_supersession(ranked, sessions=sessions, **{**common, "depth": 2}) == ranked
+    # Only above a memory dated strictly before it: 3 stays below 1 (the same day), 4 still moves above 3.
+    same_day = {**dates, 3: dates[1]}
+    moved = stated_supersession(ranked, sessions=sessions, **{**common, "dates": same_day})
+    assert [label for label, _ in moved] == [1, 2, 4, 3]
+
+
+def test_a_named_replacement_never_jumps_over_a_newer_memory() -> None:
+    # 2 (April) replaced 1's 14, but 3 (July, ranked between them) is newer: 2 stays below it.
+    ranked = [(1, 0.9), (3, 0.8), (2, 0.7)]
+    texts = {1: "Max zoom served is 14", 3: "Max zoom is now 18", 2: "Max zoom raised from 14 to 16"}
+    dates = {1: "2025-01-01", 2: "2025-04-01", 3: "2025-07-01"}
+    embeddings = {label: unit(1, 0) for label in dates}
+    sessions = {label: f"s{label}" for label in dates}
+    kept = stated_supersession(
+        ranked, texts=texts, dates=dates, sessions=sessions, embeddings=embeddings, depth=3, min_cosine=0.4
+    )
+    assert kept == ranked
 
 
 PINNED = "Decision: rust-toolchain.toml pins the Rust version 1.78.0 for the project"
@@ -284,12 +316,15 @@ BUMPED = "rust-toolchain.toml Rust version bumped from 1.78.0 to 1.85.0"
 
 
 def test_a_question_without_a_present_word_finds_the_named_replacement(
-    tmp_path: Path, model_server: ModelServer
+    tmp_path: Path, model_server: ModelServer, backend_storage: dict[str, Any]
 ) -> None:
+    runs = iter(range(100))
+
     def first(supersession: dict[str, Any], query: str) -> str:
         section = semantic_settings(model_server, supersession=supersession)
-        data_dir = tmp_path / f"data-{len(supersession)}-{supersession.get('named_replacements')}-{len(query)}"
-        with Obsmem(load_settings(data_dir=data_dir, semantic=section)) as memory:
+        data_dir = tmp_path / f"data-{next(runs)}"
+        settings = load_settings(data_dir=data_dir, semantic=section, **backend_storage)
+        with Obsmem(settings) as memory:
             add_memories(memory, "p", [("2025-01-10 09:00", PINNED)], session="s1")
             add_memories(memory, "p", [("2025-06-20 14:00", BUMPED), ("2025-06-20 14:30", ASIDE)], session="s2")
             memory.index("p")
@@ -299,6 +334,7 @@ def test_a_question_without_a_present_word_finds_the_named_replacement(
     assert first({}, asked) == PINNED  # the fused order (supersession off): the premise of the test
     assert first({"enabled": True}, asked) == BUMPED
     assert first({"enabled": True, "named_replacements": False}, asked) == PINNED
+    assert first({"enabled": True, "stated_min_cosine": 0.99}, asked) == PINNED  # not close enough
     assert first({"enabled": True}, "Which Rust version did the project pin first?") == PINNED  # the past
 
 

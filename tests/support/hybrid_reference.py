@@ -202,14 +202,29 @@ def reference_search(
         if fusion.named_first:
             fused = named_first(query, fused, lambda label: by_label[label].body)
         if settings.supersession.enabled:
-            config, head = settings.supersession, [by_label[label] for label, _ in fused[: settings.supersession.depth]]
+            config = settings.supersession
+            head = [by_label[label] for label, _ in fused[: config.depth]]
+            texts = {doc.label: doc.body for doc in head}
+            dates = {doc.label: doc.stored_date for doc in head}
+            sessions = {doc.label: doc.session for doc in head}
+            embeddings = {doc.label: unit(doc.body) for doc in head}
+            if config.named_replacements and not asks_about_the_past(query):
+                fused = stated_supersession(
+                    fused,
+                    texts=texts,
+                    dates=dates,
+                    sessions=sessions,
+                    embeddings=embeddings,
+                    depth=config.depth,
+                    min_cosine=config.stated_min_cosine,
+                )
             fused = present_supersession(
                 query,
                 fused,
-                {doc.label: doc.body for doc in head},
-                {doc.label: doc.stored_date for doc in head},
-                {doc.label: doc.session for doc in head},
-                {doc.label: unit(doc.body) for doc in head},
+                texts,
+                dates,
+                sessions,
+                embeddings,
                 depth=config.depth,
                 min_cosine=config.min_cosine,
                 stated_min_cosine=config.stated_min_cosine,
@@ -217,17 +232,6 @@ def reference_search(
                 always=not config.present_only,
                 settled=config.settled_first,
             )
-            if config.named_replacements and not asks_about_the_past(query):
-                head = [by_label[label] for label, _ in fused[: config.depth]]
-                fused = stated_supersession(
-                    fused,
-                    texts={doc.label: doc.body for doc in head},
-                    dates={doc.label: doc.stored_date for doc in head},
-                    sessions={doc.label: doc.session for doc in head},
-                    embeddings={doc.label: unit(doc.body) for doc in head},
-                    depth=config.depth,
-                    min_cosine=config.stated_min_cosine,
-                )
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
         if by_label[label].memory_id not in result:
