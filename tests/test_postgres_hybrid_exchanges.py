@@ -189,3 +189,23 @@ def test_a_hybrid_search_of_events_is_as_few_exchanges(events_service: Obsmem, t
         if project == "b" and scope != "all":
             bound += 1  # the kind is a filter: the window's exact scan is its own exchange, as a date window's
         assert 5 <= traced.count <= bound, (project, scope, traced.count)
+
+
+def test_supersession_reads_the_head_embeddings_at_most_once(service: Obsmem, tmp_path: Path) -> None:
+    """With supersession on, a question about the present reads the first candidates' embeddings in one more
+    exchange (both of its steps share them); a question that is not, whose candidates name no replaced
+    value, reads nothing more."""
+    semantic = service.settings.semantic
+    supersession = semantic.supersession.model_copy(update={"enabled": True})
+    on_settings = service.settings.model_copy(
+        update={"semantic": semantic.model_copy(update={"supersession": supersession})}
+    )
+    with Obsmem(on_settings) as on:
+        _warm_up(service)
+        _warm_up(on)
+        for query, more in (("flaky login test now", 1), ("flaky login test", 0), ("cache rollback today", 1)):
+            with Exchanges(service, tmp_path / "trace.txt") as off_count:
+                assert service.search("p", query, mode="hybrid", limit=10).hits
+            with Exchanges(on, tmp_path / "trace.txt") as on_count:
+                assert on.search("p", query, mode="hybrid", limit=10).hits
+            assert on_count.count - off_count.count == more, (query, on_count.count, off_count.count)
