@@ -474,7 +474,8 @@ class HybridSearcher:
             return fused
         head = [label for label, _ in fused[: config.depth] if label in valid]
         texts = {label: valid[label].text for label in head}
-        named = named and any(replaced_values(text) for text in texts.values())
+        changes = {label: replaced_values(text) for label, text in texts.items()} if named else {}
+        named = any(changes.values())
         if not (present or named):
             return fused
         embeddings = vectors.vectors_of(head)
@@ -492,6 +493,7 @@ class HybridSearcher:
                 embeddings=embeddings,
                 depth=config.depth,
                 min_cosine=config.stated_min_cosine,
+                changes=changes,
             )
         if not present:
             return fused

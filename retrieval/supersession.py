@@ -146,21 +146,24 @@ def stated_supersession(
     embeddings: Mapping[int, np.ndarray],
     depth: int,
     min_cosine: float,
+    changes: Mapping[int, list[set[str]]] | None = None,
 ) -> Fused:
     """``ranked`` with each of its first ``depth`` candidates placed just above the highest-ranked earlier
     candidate whose value it says it replaced (:func:`names_replaced`; dated strictly before it, from
     another session, as in :func:`supersede`: within one session "instead of" is as often an example as a
     revision; cosine of the two embeddings at least ``min_cosine``, so a number shared by chance does not tie
     two unrelated memories). The pipeline's own record of a change, so no question word is needed. Chains
-    resolve to the latest."""
+    resolve to the latest. ``changes``: each head candidate's :func:`replaced_values`, when the caller has
+    them already."""
     head = [label for label, _ in ranked[:depth]]
-    changes = {label: replaced_values(texts.get(label, "")) for label in head}
-    if not any(changes.values()):
+    if changes is None:
+        changes = {label: replaced_values(texts.get(label, "")) for label in head}
+    if not any(changes.get(label) for label in head):
         return list(ranked)
     held = {label: value_words(texts.get(label, "")) for label in head}
     order = list(head)
     score = dict(ranked[:depth])
-    dated = [label for label in head if changes[label] and dates.get(label) and label in embeddings]
+    dated = [label for label in head if changes.get(label) and dates.get(label) and label in embeddings]
     # Earliest change first: a change that replaced one already moved up finds it at its new place, so a
     # chain (16 replaced 14, then 18 replaced 16) ends latest first.
     for later in sorted(dated, key=lambda label: dates[label]):

@@ -81,10 +81,17 @@ def test_a_terms_postings_are_read_from_the_key_alone(both: tuple[Obsmem, Obsmem
     assert "rows=0.00" not in plan, plan  # postings were read (the word is in most chunks)
 
 
-def _term_counts(service: Obsmem, words: list[str], bound: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def _term_counts(
+    service: Obsmem, words: list[str], bound: int
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Each word's count newest first, the same in one request, and its count oldest first (common words)."""
     index = service.indexer.project("p")  # type: ignore[union-attr]
     with index.reader() as store:
-        return [store.term_postings(word, bound) for word in words], store.term_postings_many(words, bound)
+        return (
+            [store.term_postings(word, bound) for word in words],
+            store.term_postings_many(words, bound),
+            [store.term_postings_oldest(word, bound) for word in words],
+        )
 
 
 def test_term_counts_are_fts5s_counted_newest_first(both: tuple[Obsmem, Obsmem]) -> None:
