@@ -3,9 +3,14 @@ and that the base install never loads pydantic-ai."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import logging
 import subprocess
 import sys
 import threading
+import time
+import warnings
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -241,6 +246,46 @@ def test_a_failing_model_is_a_model_error_without_its_text() -> None:
     adapter.close()
     with pytest.raises(ModelUnavailable, match="closed"):
         adapter.complete([{"role": "user", "content": "x"}])
+
+
+def test_closing_the_adapter_ends_a_call_in_flight_at_once_and_leaves_nothing_pending(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A capability closes the adapters it routed while a pipeline worker may be inside a call: that call
+    ends with model_unavailable at once (not after its 120 s timeout) and no request is left on a stopped
+    loop (asyncio's "Task was destroyed but it is pending", "coroutine ... was never awaited")."""
+    entered, released = threading.Event(), asyncio.Event()
+
+    async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        entered.set()
+        await released.wait()  # never set: only closing ends this call
+        return ModelResponse(parts=[TextPart("late")])
+
+    adapter = PydanticAIChatModel(FunctionModel(stuck), role="observer")
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            adapter.complete([{"role": "user", "content": "x"}])
+        except BaseException as exc:  # noqa: BLE001 - the test inspects whatever ended the call
+            outcome.append(exc)
+
+    worker = threading.Thread(target=call)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.ERROR, logger="asyncio"):
+        warnings.simplefilter("always")
+        worker.start()
+        assert entered.wait(10)
+        started = time.monotonic()
+        adapter.close()
+        worker.join(10)
+        ended = time.monotonic() - started
+        gc.collect()
+    assert not worker.is_alive() and ended < 6
+    assert len(outcome) == 1 and isinstance(outcome[0], ModelUnavailable)
+    assert "closed during the call" in outcome[0].message
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    assert "Task was destroyed" not in caplog.text
+    adapter.close()  # a second close is a no-op
 
 
 def test_the_base_install_never_loads_pydantic_ai() -> None:

@@ -18,6 +18,7 @@ import json
 import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -43,6 +44,7 @@ from obsmem.pipeline import ChatReply, ToolCall
 log = logging.getLogger("obsmem.pydantic_ai.model")
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
+CLOSE_TIMEOUT_SECONDS = 5.0
 
 
 def resolve_model(model: Model | str) -> Model:
@@ -66,6 +68,10 @@ class PydanticAIChatModel:
         self.context_window_tokens = context_window_tokens or self.model.context_window
         self.timeout_seconds = timeout_seconds
         self._loop = asyncio.new_event_loop()
+        # Held while a request is handed to the loop and while closing, so a request is either on the loop
+        # before close cancels what is there, or refused: never left unstarted on a stopped loop.
+        self._handover = threading.Lock()
+        self._closed = False
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"obsmem-{role}-model", daemon=True)
         self._thread.start()
 
@@ -86,13 +92,16 @@ class PydanticAIChatModel:
             function_tools=[_tool_definition(tool) for tool in tools or ()],
             allow_text_output=True,
         )
-        if self._loop.is_closed() or not self._loop.is_running():
-            raise ModelUnavailable(f"the {self.role} model was closed")
-        future = asyncio.run_coroutine_threadsafe(
-            model_request(self.model, history, model_request_parameters=parameters), self._loop
-        )
+        with self._handover:
+            if self._closed:
+                raise ModelUnavailable(f"the {self.role} model was closed")
+            future = asyncio.run_coroutine_threadsafe(
+                model_request(self.model, history, model_request_parameters=parameters), self._loop
+            )
         try:
             response = future.result(timeout=self.timeout_seconds)
+        except FutureCancelled:
+            raise ModelUnavailable(f"the {self.role} model was closed during the call") from None
         except FutureTimeout:
             future.cancel()
             raise ModelTimeout(f"the {self.role} model did not answer within {self.timeout_seconds:g} s") from None
@@ -109,11 +118,30 @@ class PydanticAIChatModel:
         return to_chat_reply(response)
 
     def close(self) -> None:
+        """Refuse new calls, cancel the ones in flight (their callers get ``model_unavailable`` at once rather
+        than waiting out their timeout), then stop and close the loop."""
+        with self._handover:
+            if self._closed:
+                return
+            self._closed = True
         if self._loop.is_running():
+            cancelled = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
+            try:
+                cancelled.result(timeout=CLOSE_TIMEOUT_SECONDS)
+            except FutureTimeout:
+                log.warning("model role=%s: calls in flight did not stop within %g s", self.role, CLOSE_TIMEOUT_SECONDS)
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=CLOSE_TIMEOUT_SECONDS)
         if not self._loop.is_running():
             self._loop.close()
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel every task on the running loop but this one and wait until each has finished."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def _tool_definition(tool: dict[str, Any]) -> ToolDefinition:
