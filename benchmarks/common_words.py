@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 from semantic_corpus import DEFAULT_SHARED  # noqa: E402
-from semantic_query import embed_ahead, served_from  # noqa: E402
+from semantic_query import embed_ahead, served_from, unserved  # noqa: E402
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.eval.datasets.locomo import load_locomo  # noqa: E402
@@ -107,17 +107,19 @@ def measure(service: Obsmem, project: str, questions: list[str], rounds: int) ->
     fusion = searcher.settings.fusion
     default_share = fusion.common_word_share
     sides = [(0.0, off), (default_share, on)]
+    missed: list[list[str]] = []
     for round_number in range(rounds):
         for question in cut:
             one.append(timed(embedder.embed_query, question))
             two.append(timed(embedder.embed_queries, [question, reduced[question]]))
         for question in questions:
             finding.append(timed(searcher.without_common_words, index, question))
-        with served_from(embedder, embedded):
+        with served_from(embedder, embedded) as missed_now:
             for question in questions:  # both settings per question, the first one swapped every round
                 for share, samples in sides if round_number % 2 == 0 else sides[::-1]:
                     fusion.common_word_share = share
                     samples.append(timed(service.search, project, question))
+        missed += missed_now
     fusion.common_word_share = default_share
     return {
         "benchmark": "common_words",
@@ -135,6 +137,7 @@ def measure(service: Obsmem, project: str, questions: list[str], rounds: int) ->
             "off_p50_ms": milliseconds(off),
             "default_p50_ms": milliseconds(on),
             "ratio": round(statistics.median(on) / statistics.median(off), 2),
+            "timed_searches_that_embedded": unserved(missed, questions),
         },
     }
 

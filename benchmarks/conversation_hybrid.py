@@ -41,7 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from semantic_corpus import DEFAULT_SHARED, sentence_pool, timestamp  # noqa: E402
-from semantic_query import BLOCK, WARM_UP_QUESTIONS, embed_ahead, percentiles, questions, served_from  # noqa: E402
+from semantic_query import (  # noqa: E402
+    BLOCK,
+    WARM_UP_QUESTIONS,
+    embed_ahead,
+    percentiles,
+    questions,
+    served_from,
+    unserved,
+)
 
 from obsmem import Obsmem  # noqa: E402
 from obsmem.ids import event_id  # noqa: E402
@@ -250,8 +258,10 @@ def measure(service: Obsmem, args: argparse.Namespace, report: dict[str, object]
     for text in warm_up:
         service.search(args.project, text, scope="conversation")
     embedded, _, _ = embed_ahead(service, args.project, texts)
-    with served_from(embedder, embedded):
+    with served_from(embedder, embedded) as missed:
         timed_searches(service, args, texts, others, report)
+    # The searches of ``texts`` that embedded anyway (their figures would include it): 0 when all were served.
+    report["timed_searches_that_embedded"] = unserved(missed, texts)
 
 
 def timed_searches(

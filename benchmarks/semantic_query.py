@@ -15,6 +15,8 @@ questions (real natural language). Reports, as medians (p50) and p95 in millisec
   a brute-force reference (exact vector scan of the window, BM25 over the window, the same fusion):
   ``omissions`` counts reference hits missing from the real result;
 - ``recall_at_100`` — the HNSW top-100 against the exact top-100 over all vectors.
+- ``timed_searches_that_embedded`` — how many searches of the first set (open or windowed) embedded
+  their question anyway, so their figures would include it: 0 when every one was served.
 
 Every timed search runs a question for the first time: the warm-up (model, caches, the process's first
 page faults) uses 40 other questions, and the two hybrid figures use disjoint sets, so no figure profits
@@ -122,22 +124,32 @@ def embed_ahead(service: Any, project: str, texts: list[str]) -> tuple[dict[str,
 
 
 @contextmanager
-def served_from(embedder: Any, embedded: dict[str, Any]) -> Iterator[None]:
+def served_from(embedder: Any, embedded: dict[str, Any]) -> Iterator[list[list[str]]]:
     """While the block runs, the query embeddings of texts in ``embedded`` come from it (no model call);
-    any other text is embedded by the model as usual."""
+    any other text is embedded by the model as usual. Yields the batches the model embedded, so a figure
+    meant to exclude the embedding can show that none of its searches made one (:func:`unserved`)."""
     one, many = embedder.embed_query, embedder.embed_queries
+    missed: list[list[str]] = []
 
     def embed_queries(queries: list[str]) -> Any:
         if all(query in embedded for query in queries):
             return np.stack([embedded[query] for query in queries])
+        missed.append(list(queries))
         return many(queries)
 
     embedder.embed_query = lambda query: embed_queries([query])[0]
     embedder.embed_queries = embed_queries
     try:
-        yield
+        yield missed
     finally:
         embedder.embed_query, embedder.embed_queries = one, many
+
+
+def unserved(missed: list[list[str]], texts: list[str]) -> int:
+    """How many of ``texts``' searches embedded their question with the model inside :func:`served_from`
+    (0 when every figure said to exclude the embedding does)."""
+    wanted = set(texts)
+    return sum(1 for batch in missed if batch and batch[0] in wanted)
 
 
 def reference(service, project: str, query: str, vector, where: Filter, limit: int) -> list[str]:
@@ -196,7 +208,7 @@ def main() -> None:
         full_times = []
         embedded, query_vectors, embed_times = embed_ahead(service, args.project, texts)
         # A question of ``texts`` finds its vectors already computed; one of ``others`` is embedded.
-        with served_from(embedder, embedded):
+        with served_from(embedder, embedded) as missed:
             bare_times = []
             for start in range(0, len(texts), BLOCK):  # alternate blocks: both see the same page cache over time
                 for text in others[start : start + BLOCK]:
@@ -239,6 +251,8 @@ def main() -> None:
             report["date_filtered"] = date_filtered_report(filtered, window_sizes, omissions, compared) | {
                 "p50_ratio_to_unfiltered": round(statistics.median(all_filtered) / statistics.median(bare_times), 2),
             }
+        # The searches of ``texts`` (open and filtered) that embedded anyway: their figures would include it.
+        report["timed_searches_that_embedded"] = unserved(missed, texts)
 
         hits = 0
         for text in texts:
