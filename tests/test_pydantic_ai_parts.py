@@ -248,44 +248,135 @@ def test_a_failing_model_is_a_model_error_without_its_text() -> None:
         adapter.complete([{"role": "user", "content": "x"}])
 
 
+def _call_in_thread(adapter: PydanticAIChatModel) -> tuple[threading.Thread, list[object]]:
+    """One ``complete`` on a daemon thread (a regression must not hang the run for the call's timeout);
+    what it returned or raised lands in the list."""
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(adapter.complete([{"role": "user", "content": "x"}]))
+        except Exception as exc:  # noqa: BLE001 - the test inspects whatever ended the call
+            outcome.append(exc)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    return worker, outcome
+
+
+def _nothing_left_pending(caught: list[warnings.WarningMessage], logged: str) -> bool:
+    """No request left unstarted ("never awaited") or dropped while running ("Task was destroyed")."""
+    return not [w for w in caught if "never awaited" in str(w.message)] and "Task was destroyed" not in logged
+
+
 def test_closing_the_adapter_ends_a_call_in_flight_at_once_and_leaves_nothing_pending(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A capability closes the adapters it routed while a pipeline worker may be inside a call: that call
-    ends with model_unavailable at once (not after its 120 s timeout) and no request is left on a stopped
-    loop (asyncio's "Task was destroyed but it is pending", "coroutine ... was never awaited")."""
+    ends with model_unavailable at once (not after its 120 s timeout), even when the model ignores its
+    cancellation for a while, and nothing is left pending on the loop."""
     entered, released = threading.Event(), asyncio.Event()
 
     async def stuck(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         entered.set()
-        await released.wait()  # never set: only closing ends this call
+        try:
+            await released.wait()  # never set: only closing ends this call
+        except asyncio.CancelledError:
+            await asyncio.sleep(2)  # a model that takes its time to stop
+            raise
         return ModelResponse(parts=[TextPart("late")])
 
     adapter = PydanticAIChatModel(FunctionModel(stuck), role="observer")
-    outcome: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            adapter.complete([{"role": "user", "content": "x"}])
-        except BaseException as exc:  # noqa: BLE001 - the test inspects whatever ended the call
-            outcome.append(exc)
-
-    worker = threading.Thread(target=call)
+    gc.collect()  # what earlier tests left is not this test's to report
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.ERROR, logger="asyncio"):
         warnings.simplefilter("always")
-        worker.start()
+        worker, outcome = _call_in_thread(adapter)
         assert entered.wait(10)
         started = time.monotonic()
-        adapter.close()
+        closing = threading.Thread(target=adapter.close, daemon=True)
+        closing.start()
         worker.join(10)
         ended = time.monotonic() - started
+        closing.join(10)
         gc.collect()
-    assert not worker.is_alive() and ended < 6
+    assert not worker.is_alive() and ended < 1.5  # before the model has even stopped
+    assert not closing.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], ModelUnavailable)
     assert "closed during the call" in outcome[0].message
-    assert not [w for w in caught if "never awaited" in str(w.message)]
-    assert "Task was destroyed" not in caplog.text
+    assert _nothing_left_pending(caught, caplog.text)
     adapter.close()  # a second close is a no-op
+    with pytest.raises(ModelUnavailable, match="closed"):
+        adapter.complete([{"role": "user", "content": "x"}])
+
+
+def test_a_call_handed_over_but_not_started_is_ended_by_close_and_never_left_unawaited(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The request CI once reported as "coroutine 'model_request' was never awaited": handed to the loop
+    while the loop was busy, then the adapter closed before the loop reached it."""
+    adapter = PydanticAIChatModel(TestModel(), role="observer")
+    busy, release = threading.Event(), threading.Event()
+
+    def occupy() -> None:
+        busy.set()
+        release.wait(10)
+
+    adapter._loop.call_soon_threadsafe(occupy)  # noqa: SLF001 - the only way to hold the loop between two steps
+    assert busy.wait(10)
+    gc.collect()
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.ERROR, logger="asyncio"):
+        warnings.simplefilter("always")
+        worker, outcome = _call_in_thread(adapter)
+        deadline = time.monotonic() + 10
+        while not adapter._in_flight and time.monotonic() < deadline:  # noqa: SLF001 - wait for the handover
+            time.sleep(0.01)
+        closing = threading.Thread(target=adapter.close, daemon=True)
+        closing.start()
+        worker.join(10)
+        release.set()
+        closing.join(10)
+        gc.collect()
+    assert not worker.is_alive() and not closing.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ModelUnavailable)
+    assert _nothing_left_pending(caught, caplog.text)
+
+
+def test_a_retired_adapter_finishes_its_call_then_closes() -> None:
+    """A model switch retires the previous adapter: the job in flight gets its reply from the model it
+    started with, new calls are refused, and the adapter closes once that call has ended."""
+    entered, finish = threading.Event(), threading.Event()
+
+    async def slow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        entered.set()
+        while not finish.is_set():
+            await asyncio.sleep(0.01)
+        return ModelResponse(parts=[TextPart("finished on the old model")])
+
+    adapter = PydanticAIChatModel(FunctionModel(slow), role="observer")
+    worker, outcome = _call_in_thread(adapter)
+    assert entered.wait(10)
+    adapter.retire()
+    with pytest.raises(ModelUnavailable, match="closed"):
+        adapter.complete([{"role": "user", "content": "x"}])
+    finish.set()
+    worker.join(10)
+    assert len(outcome) == 1 and getattr(outcome[0], "content", None) == "finished on the old model"
+    adapter._thread.join(10)  # noqa: SLF001 - the loop's thread ends once the adapter has closed
+    assert not adapter._thread.is_alive()  # noqa: SLF001
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the SystemExit below
+def test_a_call_after_the_loop_thread_died_is_refused_at_once() -> None:
+    """If the loop's thread ends without a close (an exception escaping the loop), a call is refused
+    at once instead of waiting out its timeout on a loop nobody runs."""
+    adapter = PydanticAIChatModel(TestModel(), role="observer", timeout_seconds=60)
+    adapter._loop.call_soon_threadsafe(sys.exit)  # noqa: SLF001 - SystemExit ends the loop's thread
+    adapter._thread.join(10)  # noqa: SLF001
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable, match="closed"):
+        adapter.complete([{"role": "user", "content": "x"}])
+    assert time.monotonic() - started < 1
+    adapter.close()
 
 
 def test_the_base_install_never_loads_pydantic_ai() -> None:

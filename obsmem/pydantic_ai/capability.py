@@ -200,7 +200,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             self.backend.memory.route_model(self.backend.project, pipeline_role, adapter)
             self._routed[pipeline_role] = adapter
             if previous is not None:
-                previous.close()
+                previous.retire()  # a job in flight on it finishes there; it closes when that has ended
 
     def _thresholds(self, model: Model | None) -> Thresholds:
         profile_window = model.context_window if model is not None else None

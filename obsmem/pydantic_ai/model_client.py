@@ -14,11 +14,13 @@ carrying the exception's type only: a provider's message may quote the prompt, s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import CancelledError as FutureCancelled
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -53,7 +55,12 @@ def resolve_model(model: Model | str) -> Model:
 
 
 class PydanticAIChatModel:
-    """One pipeline role served by one pydantic-ai model. Thread-safe: calls run one at a time on its loop."""
+    """One pipeline role served by one pydantic-ai model. Thread-safe: each call is handed to the adapter's own
+    event loop, where concurrent calls run interleaved.
+
+    The loop's thread owns the loop from start to end: it runs it, and when it stops, cancels what is still
+    on it and closes it. :meth:`close` ends the calls in flight at once (a memory shutting down);
+    :meth:`retire` lets them finish first (a model switch)."""
 
     def __init__(
         self,
@@ -68,16 +75,34 @@ class PydanticAIChatModel:
         self.context_window_tokens = context_window_tokens or self.model.context_window
         self.timeout_seconds = timeout_seconds
         self._loop = asyncio.new_event_loop()
-        # Held while a request is handed to the loop and while closing, so a request is either on the loop
-        # before close cancels what is there, or refused: never left unstarted on a stopped loop.
+        # Held while a call is handed to the loop, when it ends, and while closing: a call is either handed
+        # over and known (``_in_flight``), so closing cancels it, or refused; never left on a stopped loop.
         self._handover = threading.Lock()
+        self._in_flight: set[Future[Any]] = set()
         self._closed = False
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"obsmem-{role}-model", daemon=True)
+        self._retiring = False
+        running = threading.Event()
+        self._loop.call_soon(running.set)
+        self._thread = threading.Thread(target=self._serve, name=f"obsmem-{role}-model", daemon=True)
         self._thread.start()
+        running.wait(CLOSE_TIMEOUT_SECONDS)  # a call handed over before the loop runs would wait unseen
 
     @property
     def model_id(self) -> str:
         return self.model.model_name
+
+    def _serve(self) -> None:
+        """The loop's thread: run the loop until it is stopped, then cancel what is left on it and close it."""
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            try:
+                self._loop.run_until_complete(_shut_down(self._loop))
+            except Exception as exc:  # noqa: BLE001 - shutting down: nothing left to report it to but the log
+                log.warning("model role=%s: shutting its loop down failed (%s)", self.role, type(exc).__name__)
+            finally:
+                self._loop.close()
 
     def complete(
         self,
@@ -93,11 +118,12 @@ class PydanticAIChatModel:
             allow_text_output=True,
         )
         with self._handover:
-            if self._closed:
+            if self._closed or self._retiring or not self._thread.is_alive():
                 raise ModelUnavailable(f"the {self.role} model was closed")
             future = asyncio.run_coroutine_threadsafe(
                 model_request(self.model, history, model_request_parameters=parameters), self._loop
             )
+            self._in_flight.add(future)
         try:
             response = future.result(timeout=self.timeout_seconds)
         except FutureCancelled:
@@ -115,33 +141,55 @@ class PydanticAIChatModel:
         except (UserError, Exception) as exc:  # noqa: BLE001 - any failure is the model's, named by type only
             log.warning("model call role=%s failed: %s", self.role, type(exc).__name__)
             raise ModelUnavailable(f"the {self.role} model failed ({type(exc).__name__})") from None
+        finally:
+            with self._handover:
+                self._in_flight.discard(future)
+                last_of_retired = self._retiring and not self._in_flight
+            if last_of_retired:
+                self.close()
         return to_chat_reply(response)
 
+    def retire(self) -> None:
+        """Refuse new calls and close once the calls in flight have ended: after a model switch, the job in
+        flight finishes on the model it started with."""
+        with self._handover:
+            self._retiring = True
+            idle = not self._in_flight
+        if idle:
+            self.close()
+
     def close(self) -> None:
-        """Refuse new calls, cancel the ones in flight (their callers get ``model_unavailable`` at once rather
-        than waiting out their timeout), then stop and close the loop."""
+        """Refuse new calls, end the ones in flight (their callers get ``model_unavailable`` at once rather
+        than waiting out their timeout), and stop the loop; its thread cancels what is left and closes it.
+        Returns when that is done (within a few seconds), or at once when called on the loop's own thread."""
         with self._handover:
             if self._closed:
                 return
             self._closed = True
-        if self._loop.is_running():
-            cancelled = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop)
-            try:
-                cancelled.result(timeout=CLOSE_TIMEOUT_SECONDS)
-            except FutureTimeout:
-                log.warning("model role=%s: calls in flight did not stop within %g s", self.role, CLOSE_TIMEOUT_SECONDS)
+            in_flight = list(self._in_flight)
+        for future in in_flight:
+            future.cancel()  # wakes its caller now, whatever the task does with its cancellation
+        # RuntimeError: closed in between by its thread (it had died), so there is nothing left to stop.
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=CLOSE_TIMEOUT_SECONDS)
-        if not self._loop.is_running():
-            self._loop.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2 * CLOSE_TIMEOUT_SECONDS)
+            if self._thread.is_alive():
+                log.warning("model role=%s: its loop did not stop within %g s", self.role, 2 * CLOSE_TIMEOUT_SECONDS)
 
 
-async def _cancel_other_tasks() -> None:
-    """Cancel every task on the running loop but this one and wait until each has finished."""
-    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-    for task in others:
-        task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
+async def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel every other task on ``loop``, new ones included, and wait (bounded) until they have ended;
+    then finalise its async generators, as ``asyncio.run`` does."""
+    deadline = loop.time() + CLOSE_TIMEOUT_SECONDS
+    while True:
+        others = [task for task in asyncio.all_tasks(loop) if task is not asyncio.current_task()]
+        if not others or loop.time() >= deadline:
+            break
+        for task in others:
+            task.cancel()
+        await asyncio.wait(others, timeout=max(0.0, deadline - loop.time()))
+    await loop.shutdown_asyncgens()
 
 
 def _tool_definition(tool: dict[str, Any]) -> ToolDefinition:
