@@ -304,6 +304,7 @@ def test_closing_the_adapter_ends_a_call_in_flight_at_once_and_leaves_nothing_pe
     assert len(outcome) == 1 and isinstance(outcome[0], ModelUnavailable)
     assert "closed during the call" in outcome[0].message
     assert _nothing_left_pending(caught, caplog.text)
+    assert adapter._loop.is_closed()  # noqa: SLF001 - close returned once the loop was done
     adapter.close()  # a second close is a no-op
     with pytest.raises(ModelUnavailable, match="closed"):
         adapter.complete([{"role": "user", "content": "x"}])
@@ -339,6 +340,40 @@ def test_a_call_handed_over_but_not_started_is_ended_by_close_and_never_left_una
     assert not worker.is_alive() and not closing.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], ModelUnavailable)
     assert _nothing_left_pending(caught, caplog.text)
+
+
+def test_every_close_returns_once_the_loop_is_closed() -> None:
+    """Two closes at once (the capability and a shutdown racing): the one that does not stop the loop
+    waits for it too, so neither returns while the loop still runs."""
+    entered, stopping = threading.Event(), threading.Event()
+
+    async def slow_to_stop(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopping.set()
+            await asyncio.sleep(1)
+            raise
+        return ModelResponse(parts=[TextPart("never")])
+
+    adapter = PydanticAIChatModel(FunctionModel(slow_to_stop), role="observer")
+    worker, _ = _call_in_thread(adapter)
+    assert entered.wait(10)
+    returned_closed: list[bool] = []
+
+    def close_and_look() -> None:
+        adapter.close()
+        returned_closed.append(adapter._loop.is_closed())  # noqa: SLF001 - the state the moment close returned
+
+    closes = [threading.Thread(target=close_and_look, daemon=True) for _ in range(2)]
+    for closing in closes:
+        closing.start()
+    assert stopping.wait(10)
+    for closing in closes:
+        closing.join(10)
+    worker.join(10)
+    assert returned_closed == [True, True]
 
 
 def test_a_retired_adapter_finishes_its_call_then_closes() -> None:

@@ -161,20 +161,21 @@ class PydanticAIChatModel:
     def close(self) -> None:
         """Refuse new calls, end the ones in flight (their callers get ``model_unavailable`` at once rather
         than waiting out their timeout), and stop the loop; its thread cancels what is left and closes it.
-        Returns when that is done (within a few seconds), or at once when called on the loop's own thread."""
+        Returns when that is done (within a few seconds), whichever close started it, or at once when
+        called on the loop's own thread."""
         with self._handover:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
-            in_flight = list(self._in_flight)
+            in_flight = list(self._in_flight) if first else []
         for future in in_flight:
             future.cancel()  # wakes its caller now, whatever the task does with its cancellation
-        # RuntimeError: closed in between by its thread (it had died), so there is nothing left to stop.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        if first:
+            # RuntimeError: closed in between by its thread (it had died), so there is nothing left to stop.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=2 * CLOSE_TIMEOUT_SECONDS)
-            if self._thread.is_alive():
+            if first and self._thread.is_alive():
                 log.warning("model role=%s: its loop did not stop within %g s", self.role, 2 * CLOSE_TIMEOUT_SECONDS)
 
 
