@@ -63,20 +63,24 @@ class LateInteraction(Reranker):
             vectors.append(inner / np.linalg.norm(inner, axis=1, keepdims=True))
         return vectors
 
-    def score(self, query: str, documents: Sequence[str]) -> list[float]:
+    def score_batches(self, query: str, batches: list[list[str]]) -> list[list[float]]:
+        """The blend over the fused order as a whole (the batches are its consecutive slices), cut back into
+        the batches' shapes."""
+        documents = [document for batch in batches for document in batch]
         scores = [-1000.0 - position for position in range(len(documents))]  # below the head, in fused order
         head = min(self.depth, len(documents))
-        if head == 0:
-            return scores
-        question = self._tokens([query])[0]
-        maxsim = np.array([float((question @ doc.T).max(axis=1).mean()) for doc in self._tokens(documents[:head])])
-        z = (maxsim - maxsim.mean()) / (maxsim.std() + 1e-9)
-        for position in range(head):
-            scores[position] = self.weight * float(z[position]) - self.spacing * position
-        return scores
-
-    def score_batches(self, query: str, batches: list[list[str]]) -> list[list[float]]:
-        raise NotImplementedError("score() is overridden: the blend needs the whole head at once")
+        if head:
+            question = self._tokens([query])[0]
+            tokens = self._tokens(documents[:head])
+            maxsim = np.array([float((question @ document.T).max(axis=1).mean()) for document in tokens])
+            z = (maxsim - maxsim.mean()) / (maxsim.std() + 1e-9)
+            for position in range(head):
+                scores[position] = self.weight * float(z[position]) - self.spacing * position
+        shaped, start = [], 0
+        for batch in batches:
+            shaped.append(scores[start : start + len(batch)])
+            start += len(batch)
+        return shaped
 
 
 def question_summary(results: Sequence[ModeResult]) -> dict[str, Any]:
@@ -102,7 +106,7 @@ def question_summary(results: Sequence[ModeResult]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = load_settings(semantic={"reranker": {"provider": "local", "model": STUDY_MODEL, "batch_size": 1024}})
+    settings = load_settings(semantic={"reranker": {"provider": "local", "model": STUDY_MODEL}})
     real = rerank.make_reranker
 
     def study_reranker(config: RerankerSettings | None) -> Reranker | None:
