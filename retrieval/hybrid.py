@@ -61,13 +61,7 @@ from obsmem.retrieval.ranked import RankedList
 from obsmem.retrieval.rerank import Reranker, rerank_order
 from obsmem.retrieval.results import Hit, SearchResult
 from obsmem.retrieval.search import SearchRequest
-from obsmem.retrieval.supersession import (
-    asks_about_now,
-    asks_about_the_past,
-    present_supersession,
-    replaced_values,
-    stated_supersession,
-)
+from obsmem.retrieval.supersession import asks_about_now, latest_first, names_replacements, replaced_values
 from obsmem.settings import SemanticSettings
 
 # Extra candidates fetched per list, beyond the budget, to make up for chunks that fail the stale check.
@@ -447,12 +441,6 @@ class HybridSearcher:
         config = self.supersession
         return config.enabled and (not config.present_only or asks_about_now(query))
 
-    def _names_replacements(self, query: str) -> bool:
-        """Whether supersession's named replacements apply to ``query``: with supersession on, for any question
-        not anchored in the past (retrieval/supersession.py, :func:`stated_supersession`)."""
-        config = self.supersession
-        return config.enabled and config.named_replacements and not asks_about_the_past(query)
-
     def _superseded(
         self,
         query: str,
@@ -464,52 +452,32 @@ class HybridSearcher:
         present: bool,
     ) -> Fused:
         """``fused`` with the latest memory about a thing above the ones it replaced
-        (``[semantic.supersession]``; retrieval/supersession.py): first a memory that says which value it
-        replaced above the memory stating it (named replacements), then, for a question :meth:`supersedes`
-        applies to (``present``), the rule for questions about the present. The first ``depth`` candidates'
-        embeddings are read once, and only when a rule can move something."""
+        (``[semantic.supersession]``; retrieval/supersession.py, :func:`latest_first`): named replacements,
+        then, for a question :meth:`supersedes` applies to (``present``), the rule for questions about the
+        present. The first ``depth`` candidates' embeddings are read once, and only when a rule can move
+        something."""
         config = self.supersession
-        named = self._names_replacements(query)
+        named = names_replacements(query, config)
         if len(fused) < 2 or not (present or named):
             return fused
         head = [label for label, _ in fused[: config.depth] if label in valid]
         texts = {label: valid[label].text for label in head}
         changes = {label: replaced_values(text) for label, text in texts.items()} if named else {}
-        named = any(changes.values())
-        if not (present or named):
+        if not (present or any(changes.values())):
             return fused
         embeddings = vectors.vectors_of(head)
         missing = [label for label in head if label not in embeddings]
         if missing:  # committed after the in-memory vectors were refreshed: read them from this snapshot
             embeddings.update(store.embeddings(missing))
-        dates = {label: str(valid[label].row[3] or "") for label in head}
-        sessions = {label: str(valid[label].row[2] or "") for label in head}
-        if named:
-            fused = stated_supersession(
-                fused,
-                texts=texts,
-                dates=dates,
-                sessions=sessions,
-                embeddings=embeddings,
-                depth=config.depth,
-                min_cosine=config.stated_min_cosine,
-                changes=changes,
-            )
-        if not present:
-            return fused
-        return present_supersession(
+        return latest_first(
             query,
             fused,
-            texts,
-            dates,
-            sessions,
-            embeddings,
-            depth=config.depth,
-            min_cosine=config.min_cosine,
-            stated_min_cosine=config.stated_min_cosine,
-            max_score_gap=config.max_score_gap,
-            always=not config.present_only,
-            settled=config.settled_first,
+            texts=texts,
+            dates={label: str(valid[label].row[3] or "") for label in head},
+            sessions={label: str(valid[label].row[2] or "") for label in head},
+            embeddings=embeddings,
+            changes=changes,
+            config=config,
         )
 
     def _below_floor(self, best: float | None) -> bool:

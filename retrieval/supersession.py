@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from obsmem.retrieval.fusion import Fused
+from obsmem.settings import SupersessionSettings
 
 # Words that put a question in the present. Whole words, case-insensitive.
 PRESENT_CUES = re.compile(
@@ -322,4 +323,51 @@ def present_supersession(
     marks = {label: states_settled(texts.get(label, "")) for label in head}
     return settled_first(
         reordered, sessions=sessions, settled=marks, embeddings=embeddings, depth=depth, min_cosine=stated_min_cosine
+    )
+
+
+def names_replacements(query: str, config: SupersessionSettings) -> bool:
+    """Whether named replacements (:func:`stated_supersession`) apply to ``query``: with supersession on, for
+    any question not anchored in the past."""
+    return config.enabled and config.named_replacements and not asks_about_the_past(query)
+
+
+def latest_first(
+    query: str,
+    ranked: Fused,
+    *,
+    texts: Mapping[int, str],
+    dates: Mapping[int, str],
+    sessions: Mapping[int, str],
+    embeddings: Mapping[int, np.ndarray],
+    changes: Mapping[int, list[set[str]]],
+    config: SupersessionSettings,
+) -> Fused:
+    """Supersession's rules in their order over the first ``config.depth`` candidates: named replacements when
+    ``changes`` (each head candidate's :func:`replaced_values`, empty where they do not apply) names any,
+    then the rule for the present, which checks the question itself."""
+    if any(changes.values()):
+        ranked = stated_supersession(
+            ranked,
+            texts=texts,
+            dates=dates,
+            sessions=sessions,
+            embeddings=embeddings,
+            depth=config.depth,
+            min_cosine=config.stated_min_cosine,
+            changes=changes,
+        )
+    return present_supersession(
+        query,
+        ranked,
+        texts,
+        dates,
+        sessions,
+        embeddings,
+        depth=config.depth,
+        min_cosine=config.min_cosine,
+        stated_min_cosine=config.stated_min_cosine,
+        max_score_gap=config.max_score_gap,
+        always=not config.present_only,
+        settled=config.settled_first,
     )

@@ -27,12 +27,7 @@ from obsmem.retrieval.common_words import common_words, half_weighted, without_w
 from obsmem.retrieval.fusion import fuser, neighbour_smoothing, session_pull
 from obsmem.retrieval.names import CALENDAR_WORDS, named_first
 from obsmem.retrieval.ranked import RankedList
-from obsmem.retrieval.supersession import (
-    asks_about_now,
-    asks_about_the_past,
-    present_supersession,
-    stated_supersession,
-)
+from obsmem.retrieval.supersession import asks_about_now, latest_first, names_replacements, replaced_values
 from obsmem.settings.semantic import Bm25Settings, SemanticSettings
 from support.model_server import embed
 
@@ -204,33 +199,16 @@ def reference_search(
         if settings.supersession.enabled:
             config = settings.supersession
             head = [by_label[label] for label, _ in fused[: config.depth]]
-            texts = {doc.label: doc.body for doc in head}
-            dates = {doc.label: doc.stored_date for doc in head}
-            sessions = {doc.label: doc.session for doc in head}
-            embeddings = {doc.label: unit(doc.body) for doc in head}
-            if config.named_replacements and not asks_about_the_past(query):
-                fused = stated_supersession(
-                    fused,
-                    texts=texts,
-                    dates=dates,
-                    sessions=sessions,
-                    embeddings=embeddings,
-                    depth=config.depth,
-                    min_cosine=config.stated_min_cosine,
-                )
-            fused = present_supersession(
+            named = names_replacements(query, config)
+            fused = latest_first(
                 query,
                 fused,
-                texts,
-                dates,
-                sessions,
-                embeddings,
-                depth=config.depth,
-                min_cosine=config.min_cosine,
-                stated_min_cosine=config.stated_min_cosine,
-                max_score_gap=config.max_score_gap,
-                always=not config.present_only,
-                settled=config.settled_first,
+                texts={doc.label: doc.body for doc in head},
+                dates={doc.label: doc.stored_date for doc in head},
+                sessions={doc.label: doc.session for doc in head},
+                embeddings={doc.label: unit(doc.body) for doc in head},
+                changes={doc.label: replaced_values(doc.body) for doc in head} if named else {},
+                config=config,
             )
     result: list[str] = []
     for label, _ in fused[: fusion.fused_candidates]:
