@@ -27,6 +27,7 @@ from obsmem.bounds import MAX_SEQ
 from obsmem.dates import now_iso
 from obsmem.errors import NotFound, SeqConflict, ValidationFailed
 from obsmem.ids import canonical_json
+from obsmem.json_shape import json_shape_problem
 from obsmem.redaction import redact_json, redact_text
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import first_problem
@@ -95,10 +96,13 @@ class EventIn(BaseModel):
         if _flat_ascii_object(value):
             return value  # always encodes: no need to encode it here only to check (it is encoded when stored)
         if value is not None:
+            problem = json_shape_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
             try:
                 canonical_json(value)
             except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
-                raise ValueError("must be JSON that encodes as UTF-8 (and is not nested too deeply)") from None
+                raise ValueError("must be JSON that encodes as UTF-8") from None
         return value
 
     def tool_args_json(self) -> str | None:
@@ -269,6 +273,8 @@ def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
                 return None
         elif type(args) is not list and type(args) is not str:
             return None
+        if not _flat_ascii_object(args) and json_shape_problem(args) is not None:
+            return None  # the validator says what is wrong
         try:
             if not _flat_ascii_object(args):
                 canonical_json(args)  # as the validator checks them: before redaction

@@ -92,6 +92,14 @@ def test_append_events_receipt_duplicates_and_conflict(client: TestClient) -> No
     assert client.get("/v1/projects/alpha/status").json()["events"] == 4
 
 
+def _nested(depth: int) -> list[Any]:
+    """A list ``depth`` levels deep: ``[[[...[]...]]]``."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -104,6 +112,12 @@ def test_append_events_receipt_duplicates_and_conflict(client: TestClient) -> No
         ({"events": [{"role": "user", "created_at": "0001-01-01T00:00:00+01:00"}]}, "events.0.created_at"),
         ({"events": [{"role": "user", "surprise": 1}]}, "events.0.surprise"),
         ({"events": [{"role": "user", "bad\ud800key": 1}]}, None),
+        ({"events": [{"role": "assistant", "type": "tool_call", "tool_args": _nested(500)}]}, "events.0.tool_args"),
+        ({"events": [{"role": "assistant", "type": "tool_call", "tool_args": [float("nan")]}]}, "events.0.tool_args"),
+        (
+            {"events": [{"role": "assistant", "type": "tool_call", "tool_args": {"x": float("inf")}}]},
+            "events.0.tool_args",
+        ),
         ({"events": []}, "events"),
         ({"events": "not a list"}, "events"),
         ({"events": [1]}, "events.0"),
@@ -117,6 +131,15 @@ def test_append_events_rejects_bad_input(client: TestClient, service: Obsmem, bo
     error = error_of(response, 422, "invalid_request", field)
     assert "robot" not in error["message"] and "shout" not in error["message"]
     assert footprint(service) == before  # nothing stored, no project created
+
+
+def test_a_number_past_what_json_can_hold_is_refused(client: TestClient, service: Obsmem) -> None:
+    """``1e400`` parses as infinity: no strict JSON can write it back."""
+    before = footprint(service)
+    body = b'{"events": [{"role": "assistant", "type": "tool_call", "tool_args": {"x": 1e400}}]}'
+    error = error_of(post_raw(client, "/v1/projects/alpha/sessions/s1/events", body), 422, "invalid_request")
+    assert error["field"] == "events.0.tool_args" and "not finite" in error["message"]
+    assert footprint(service) == before
 
 
 def test_append_events_rejects_a_bad_session_id(client: TestClient) -> None:

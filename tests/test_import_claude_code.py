@@ -230,6 +230,49 @@ def test_bad_lines_are_counted_and_named_and_the_rest_is_imported(service: Obsme
     assert all("x" * 50 not in p.detail for p in report.listed)  # no record text in the report
 
 
+def test_tool_input_nested_past_the_limit_is_a_problem_of_its_line_and_the_rest_is_imported(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    """Redaction walks arguments recursively: input nested hundreds of levels deep once stopped the whole
+    import with a RecursionError. It is refused where every event comes in, so only its line is lost."""
+    deep: list[Any] = []
+    for _ in range(600):
+        deep = [deep]
+    first = {
+        "type": "user",
+        "sessionId": SESSION,
+        "uuid": "d1",
+        "cwd": "/w/demo",
+        "message": {"role": "user", "content": "first"},
+    }
+    call = {
+        "type": "assistant",
+        "sessionId": SESSION,
+        "uuid": "d2",
+        "parentUuid": "d1",
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"a": deep}}],
+        },
+    }
+    last = {
+        "type": "user",
+        "sessionId": SESSION,
+        "uuid": "d3",
+        "parentUuid": "d2",
+        "message": {"role": "user", "content": "last"},
+    }
+    path = tmp_path / "claude" / "deep.jsonl"
+    write_jsonl(path, [first, call, last])
+    other = tmp_path / "claude" / "other.jsonl"
+    write_jsonl(other, [dict(first, sessionId="e0c9a7a1-0000-4000-8000-000000000002", uuid="o1")])
+    run = service.import_transcripts("claude-code", [path, other])
+    assert [(p.reason, p.line) for p in run.files[0].listed] == [("invalid_event", 2)]
+    assert "nested more than 64 levels" in run.files[0].listed[0].detail
+    assert run.files[1].status == "imported" and run.added == 3
+    assert [row[4] for row in stored_events(tmp_path / "data", "demo")] == ["first", "last", "first"]
+
+
 def test_a_file_that_disappears_is_reported_and_the_others_imported(service: Obsmem, projects: Path) -> None:
     gone = projects / "gone.jsonl"
     run = service.import_transcripts("claude-code", [gone, *files(projects)])

@@ -1,0 +1,31 @@
+"""What a client's free-form JSON (an event's ``tool_args``) may hold beyond being JSON.
+
+Two things JSON parsers accept and the rest of the product cannot keep: nesting deeper than the code
+that walks a value (redaction, rendering) can follow without running out of stack, and numbers that are
+not finite (``NaN``, ``Infinity``, ``1e400``), which strict JSON has no way to write, so a response
+holding one is not JSON to most clients. Both are refused where the value comes in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MAX_JSON_DEPTH = 64  # far beyond any tool's arguments; redaction walks a level in two frames
+
+
+def json_shape_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored (too deep, or a number that is not finite), or None. Walks the value
+    without recursion, so a value of any depth is checked."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "holds a number that is not finite (NaN or Infinity)"
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return f"is nested more than {MAX_JSON_DEPTH} levels deep"
+        pending.extend((child, depth + 1) for child in children)
+    return None
