@@ -15,7 +15,6 @@ from obsmem.errors import InvalidDate
 
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
 _MINUTE = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})", re.ASCII)
-STORED_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 def _calendar(match: re.Match[str], field: str) -> datetime:
@@ -43,8 +42,17 @@ def display_minute(stored: str) -> str:
     return stored[:16]
 
 
+def stored_text(moment: datetime) -> str:
+    """``moment`` in the stored format. Not ``strftime``: C libraries differ on padding a year below 1000
+    (glibc writes ``999``), and stored dates compare as text, so every year must have four digits."""
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
+
+
 def now_stored() -> str:
-    return datetime.now(UTC).strftime(STORED_FORMAT)
+    return stored_text(datetime.now(UTC))
 
 
 def now_iso() -> str:
@@ -82,12 +90,12 @@ def parse_window(after: object = None, before: object = None) -> DateWindow:
     lower = upper = None
     if after is not None:
         lower_dt, _ = _bound(after, "after")
-        lower = lower_dt.strftime(STORED_FORMAT)
+        lower = stored_text(lower_dt)
     if before is not None:
         before_dt, whole_day = _bound(before, "before")
         span = timedelta(days=1) if whole_day else timedelta(minutes=1)
         try:
-            upper = (before_dt + span - timedelta(seconds=1)).strftime(STORED_FORMAT)
+            upper = stored_text(before_dt + span - timedelta(seconds=1))
         except OverflowError:  # the last minute of year 9999
             upper = "9999-12-31 23:59:59"
     if lower is not None and upper is not None and lower > upper:

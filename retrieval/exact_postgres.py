@@ -54,7 +54,7 @@ from datetime import datetime, timedelta
 from functools import cached_property, lru_cache
 from typing import Any, Literal
 
-from obsmem.dates import DateWindow
+from obsmem.dates import DateWindow, stored_text
 from obsmem.retrieval.corpus import MEMORIES, Corpus
 from obsmem.retrieval.exact import date_session_filters
 from obsmem.retrieval.results import Hit
@@ -486,7 +486,7 @@ class NeedleSample:
             boundary = datetime.fromisoformat(newest_first[0]) - timedelta(seconds=rate * rows)
         except (ValueError, OverflowError):  # a date Python cannot read, or a boundary before year 1
             return None
-        return corpus.lower_bound(boundary.strftime("%Y-%m-%d %H:%M:%S"))
+        return corpus.lower_bound(stored_text(boundary))
 
     @cached_property
     def _newest_first(self) -> list[str]:

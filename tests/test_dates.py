@@ -57,16 +57,29 @@ def test_equal_minute_bounds_are_allowed() -> None:
     assert window.contains("2026-03-01 10:00:30")
 
 
-@given(st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 30)))
+def minute_text(moment: datetime) -> str:
+    """``YYYY-MM-DD HH:MM`` with a four-digit year, whatever the C library's ``strftime`` pads."""
+    return f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} {moment.hour:02d}:{moment.minute:02d}"
+
+
+@given(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 30)))
 def test_any_real_minute_round_trips(moment: datetime) -> None:
-    text = moment.strftime("%Y-%m-%d %H:%M")
+    text = minute_text(moment)
     assert parse_timestamp(text) == text
     window = parse_window(text, text)
     assert window.lower == text + ":00" and window.upper == text + ":59"
-    day = moment.strftime("%Y-%m-%d")
+    day = text[:10]
     whole = parse_window(day, day)
     assert whole.contains(text + ":00")
-    assert not whole.contains((moment + timedelta(days=1)).strftime("%Y-%m-%d") + " 00:00:00")
+    assert not whole.contains(minute_text(moment + timedelta(days=1))[:10] + " 00:00:00")
+
+
+def test_years_before_1000_keep_four_digits_so_they_compare_as_dates() -> None:
+    """Stored dates compare as text: a bound written ``999-12-31`` would sort after every ``2025-...``."""
+    window = parse_window("0999-01-01", "0999-12-31")
+    assert (window.lower, window.upper) == ("0999-01-01 00:00:00", "0999-12-31 23:59:59")
+    assert window.contains("0999-06-01 12:00:00") and not window.contains("2025-03-01 10:00:00")
+    assert parse_window("0999-01-01", "2030-12-31").contains("2025-03-01 10:00:00")
 
 
 @given(st.text(max_size=20))
