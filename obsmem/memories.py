@@ -20,12 +20,21 @@ from obsmem.dates import now_iso, now_stored, parse_timestamp, stored_minute
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.redaction import redact_text
 from obsmem.storage import ProjectDatabase
-from obsmem.validation import CONTROL_CHARACTERS, SESSION_ID, first_problem, secret_free_identifier
+from obsmem.validation import (
+    CONTROL_CHARACTERS,
+    SESSION_ID,
+    first_problem,
+    secret_free_identifier,
+    session_id_text,
+)
 
 Importance = Literal["low", "medium", "high", "critical"]
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
 MAX_MEMORY_CHARS = 4000
 MAX_SOURCE_REFS = 500
+# Shown in the JSON schema (for clients and agents' tool definitions); checked by session_id_text, whose
+# message says the rule in words.
+SESSION_PATTERN = f"^{SESSION_ID.pattern}$"
 
 
 class SourceRef(BaseModel):
@@ -33,9 +42,10 @@ class SourceRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str | None = Field(default=None, pattern=SESSION_ID.pattern)
+    session_id: str | None = Field(default=None, json_schema_extra={"pattern": SESSION_PATTERN})
     seq: int = Field(strict=True, ge=1, le=MAX_SEQ)
 
+    _well_formed = field_validator("session_id")(session_id_text)
     _secret_free = field_validator("session_id")(secret_free_identifier)
 
 
@@ -60,13 +70,14 @@ class ObservationIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str = Field(pattern=SESSION_ID.pattern)
+    session_id: str = Field(json_schema_extra={"pattern": SESSION_PATTERN})
     content: str = Field(max_length=MAX_MEMORY_CHARS, description="One line.")
     timestamp: str = Field(description="'YYYY-MM-DD HH:MM' in the conversation's clock.")
     importance: Importance = "medium"
     source_refs: list[SourceRef | int] = Field(min_length=1, max_length=MAX_SOURCE_REFS)
 
     _check_content = field_validator("content")(_one_line)
+    _well_formed = field_validator("session_id")(session_id_text)
     _secret_free = field_validator("session_id")(secret_free_identifier)
     _memory_id: str | None = PrivateAttr(default=None)
 

@@ -15,6 +15,7 @@ PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # Parts of a field path that are safe to show; anything else came from the client and is not echoed.
 _FIELD_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+SESSION_ID_RULE = "1-128 characters of letters, digits, '.', '_', ':', '@' or '-', starting with a letter or digit"
 # C0 controls other than tab, and DEL: never part of memory text or queries (the trigram index uses
 # U+0001 as a sentinel).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -37,8 +38,7 @@ def session_id(value: object, field: str = "session_id") -> str:
     """A session id: ``[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}`` that does not look like a secret."""
     if not isinstance(value, str) or not SESSION_ID.fullmatch(value):
         raise InvalidSession(
-            f"{field} must be 1-128 characters of letters, digits, '.', '_', ':', '@' or '-', "
-            "starting with a letter or digit",
+            f"{field} must be {SESSION_ID_RULE}",
             field=field,
         )
     kind = secret_kind(value)
@@ -54,6 +54,14 @@ def _looks_secret(field: str, kind: str) -> str:
         f"{field} looks like a secret ({kind}) and is refused: identifiers appear in URLs, logs and memory "
         "blocks; use a name that is not a credential"
     )
+
+
+def session_id_text(value: str | None) -> str | None:
+    """A pydantic validator for a session id field: the rule in words, never the value (a pattern's
+    message would show the regular expression instead)."""
+    if value is not None and not SESSION_ID.fullmatch(value):
+        raise ValueError(f"must be {SESSION_ID_RULE}")
+    return value
 
 
 def secret_free_identifier(value: str | None) -> str | None:

@@ -65,6 +65,25 @@ def test_receipt_lists_added_duplicates_and_rejected(project: Obsmem) -> None:
     assert project.database("p").query("SELECT count(*) FROM memories")[0][0] == 1
 
 
+@pytest.mark.parametrize("bad", ["a/b", "s1\nFAKE LOG LINE", "s1\x1b[31mRED", "s1\x00b", "Z" * 5000, "-s1"])
+def test_a_malformed_session_id_is_refused_whole_and_never_echoed(project: Obsmem, bad: str) -> None:
+    """The session id's pattern must match the whole value: matched anywhere in it, "a/b" or a value with a
+    line break passed, and came back inside a ``session_not_found`` message."""
+    receipt = project.add_observations(
+        "p", [_obs(session_id=bad), _obs(source_refs=[{"session_id": bad, "seq": 1}])]
+    ).to_dict()
+    assert [(item["index"], item["code"]) for item in receipt["rejected"]] == [
+        (0, "invalid_request"),
+        (1, "invalid_request"),
+    ]
+    for item in receipt["rejected"]:
+        assert item["message"].endswith(
+            "must be 1-128 characters of letters, digits, '.', '_', ':', '@' or '-', starting with a letter or digit"
+        )
+        assert bad not in item["message"] and "RED" not in item["message"] and "FAKE" not in item["message"]
+    assert project.database("p").query("SELECT count(*) FROM memories")[0][0] == 0
+
+
 def test_rewriting_the_same_observation_is_a_duplicate_and_ref_order_does_not_matter(project: Obsmem) -> None:
     first = project.add_observations("p", [_obs()])
     second = project.add_observations("p", [_obs(source_refs=[1, {"seq": 2}])])
