@@ -69,6 +69,10 @@ def test_the_user_tier_follows_the_keys_owner_and_no_one_else(keyed: tuple[Obsme
     service.worker_pool().drain(20)
     [judgment] = client.get("/v1/projects/two/judgments?state=escalated", headers=_as(ALICE)).json()["judgments"]
     assert judgment["note_id"] == body["id"] and judgment["decision"] == "escalate"
+    # The judgment is in the project's event log, and that type is one the log's filter takes.
+    logged = client.get("/v1/projects/two/events", params={"type": "trust_judgment"}, headers=_as(ALICE))
+    assert [event["type"] for event in logged.json()["events"]] == ["trust_judgment"], logged.text
+    assert client.get("/v1/projects/two/events", params={"type": "om_x"}, headers=_as(ALICE)).status_code == 422
     resolved = client.post(
         f"/v1/projects/two/judgments/{judgment['judgment_id']}/resolve", json={"outcome": True}, headers=_as(ALICE)
     )
@@ -215,4 +219,8 @@ def test_note_and_judgment_listings_take_a_limit(client: TestClient) -> None:
     assert client.get("/v1/projects/app/notes").json()["truncated"] is False
     bad = client.get("/v1/projects/app/judgments", params={"limit": 501})
     assert bad.status_code == 422
+    for route in ("notes", "judgments"):  # only plain decimal digits, as every other listing
+        for written in ("1_0", "+2", " 3", "1.0"):
+            refused = client.get(f"/v1/projects/app/{route}", params={"limit": written})
+            assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit", (route, written)
     assert client.get("/v1/projects/app/judgments", params={"limit": 1}).json() == {"judgments": [], "truncated": False}

@@ -20,11 +20,12 @@ This package is part of the base: it imports no stage, no app floor and no surfa
 """
 
 from obsmem.work import eventlog
-from obsmem.work.eventlog import MAX_EVENT_ID, PIPELINE_EVENTS
+from obsmem.work.eventlog import LOGGED_EVENTS, MAX_EVENT_ID, PIPELINE_EVENTS
 from obsmem.work.pool import Handler, HousekeepingTask, JobContext, WorkerPool
 from obsmem.work.queue import EnqueueResult, JobQueue, Lease, LeaseLost, backoff_seconds, sanitise_reason
 
 __all__ = [
+    "LOGGED_EVENTS",
     "MAX_EVENT_ID",
     "PIPELINE_EVENTS",
     "EnqueueResult",

@@ -48,6 +48,8 @@ PIPELINE_EVENTS = (
     "om_model_changed",
     "job_failed",
 )
+# Every type the log holds: what ``GET .../events?type=`` may ask for.
+LOGGED_EVENTS = (*PIPELINE_EVENTS, "trust_judgment")
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
+from pydantic import BeforeValidator
 from starlette.responses import Response
 
+from obsmem.bounds import decimal_integer
 from obsmem.surfaces.http.deps import ProjectName, access_of, allowed_project, errors, service_of
 from obsmem.surfaces.http.notes_models import (
     JUDGMENT_ID_PATTERN,
@@ -84,7 +86,9 @@ async def list_notes(
     request: Request,
     project: ProjectName,
     status: Annotated[Literal["candidate", "trusted", "superseded", "forgotten"] | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=500, description="Most notes to list, newest first.")] = 500,
+    limit: Annotated[
+        int, BeforeValidator(decimal_integer), Query(ge=1, le=500, description="Most notes to list, newest first.")
+    ] = 500,
 ) -> Response:
     allowed_project(request, project)
     found = service_of(request).notes(project, status=status, limit=limit, user=access_of(request).user)
@@ -101,7 +105,11 @@ async def list_judgments(
     request: Request,
     project: ProjectName,
     state: Annotated[Literal["open", "escalated", "resolved"] | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=500, description="Most judgments to list, newest first.")] = 500,
+    limit: Annotated[
+        int,
+        BeforeValidator(decimal_integer),
+        Query(ge=1, le=500, description="Most judgments to list, newest first."),
+    ] = 500,
 ) -> Response:
     allowed_project(request, project)
     found = service_of(request).judgments(project, state=state, limit=limit, user=access_of(request).user)

@@ -25,7 +25,7 @@ from obsmem.surfaces.http.deps import ProjectName, SessionPath, access_of, allow
 from obsmem.surfaces.http.models import SESSION_PATTERN
 from obsmem.surfaces.http.responses import JSONBody
 from obsmem.surfaces.http.streams import FollowedStream, StreamFollowers
-from obsmem.work import MAX_EVENT_ID, PIPELINE_EVENTS
+from obsmem.work import LOGGED_EVENTS, MAX_EVENT_ID
 
 router = APIRouter(tags=["pipeline"])
 
@@ -372,9 +372,8 @@ async def pipeline_events(
 ) -> Response:
     allowed_project(request, project)
     types = tuple(type or ())
-    unknown = [name for name in types if name not in PIPELINE_EVENTS and not name.startswith("om_")]
-    if unknown:
-        raise ValidationFailed(f"type must be one of: {', '.join(PIPELINE_EVENTS)}", field="type")
+    if any(name not in LOGGED_EVENTS for name in types):
+        raise ValidationFailed(f"type must be one of: {', '.join(LOGGED_EVENTS)}", field="type")
     service = service_of(request)
     start = after_id or 0
     if accept is not None and "text/event-stream" in accept:
