@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
@@ -252,6 +252,7 @@ _NOTES = st.lists(
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(notes=_NOTES, query=_WORDS, trust=st.sampled_from(["trusted", "all"]), approve=st.booleans())
+@example(notes=[("deploy", "project"), ("deploy", "user")], query="deploy", trust="trusted", approve=True)
 def test_hits_with_and_without_a_judge_are_identical(
     tmp_path_factory: pytest.TempPathFactory, notes: list[tuple[str, str]], query: str, trust: str, approve: bool
 ) -> None:
@@ -275,7 +276,7 @@ def test_hits_with_and_without_a_judge_are_identical(
                     for judgment in judged.judgments("app").judgments:
                         if judgment.state != "resolved":
                             judged.resolve_judgment("app", judgment.judgment_id, True)
-                    promoted = {item.note.content for item in judged.groom("app").promoted}
+                    promoted = {(item.note.content, item.note.tier) for item in judged.groom("app").promoted}
                     _promote_alike(plain, promoted)
         finally:
             judged.close()
@@ -293,11 +294,12 @@ def _comparable(found: dict[str, Any]) -> dict[str, Any]:
     return {**found, "hits": hits}
 
 
-def _promote_alike(service: Obsmem, contents: set[str]) -> None:
-    """Promote the notes with these contents in the twin without a judge, as a person would: one judgment
-    each, resolved true, then a groom pass."""
+def _promote_alike(service: Obsmem, notes: set[tuple[str, str]]) -> None:
+    """Promote the notes with these contents and tiers in the twin without a judge, as a person would: one
+    judgment each, resolved true, then a groom pass. The tier belongs to the match: the same text may be a
+    note of the project and of the user, and only one of them may have been promoted."""
     for note in service.notes("app", status="candidate").notes:
-        if note.content not in contents:
+        if (note.content, note.tier) not in notes:
             continue
         db = service.database("app") if note.tier == "project" else service.trust.stores.user(LOCAL_USER)
         assert db is not None
