@@ -22,6 +22,7 @@ from obsmem.redaction import redact_text
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import (
     CONTROL_CHARACTERS,
+    LINE_BREAKS,
     SESSION_ID,
     first_problem,
     secret_free_identifier,
@@ -51,17 +52,17 @@ class SourceRef(BaseModel):
 
 def _one_line(value: str) -> str:
     """A memory's content: one non-empty line, with secrets redacted before it can be stored."""
+    try:
+        value.encode("utf-8")  # first: redaction scans the text as UTF-8
+    except UnicodeEncodeError:
+        raise ValueError("is not valid UTF-8 text") from None
     value = redact_text(value)
     if not value.strip():
         raise ValueError("must not be empty")
-    if "\n" in value or "\r" in value:
+    if LINE_BREAKS.search(value):
         raise ValueError("must be a single line (no line breaks)")
     if CONTROL_CHARACTERS.search(value):
         raise ValueError("must not contain control characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("is not valid UTF-8 text") from None
     return value.strip()
 
 

@@ -19,6 +19,8 @@ SESSION_ID_RULE = "1-128 characters of letters, digits, '.', '_', ':', '@' or '-
 # C0 controls other than tab, and DEL: never part of memory text or queries (the trigram index uses
 # U+0001 as a sentinel).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Every character str.splitlines() breaks a line at (U+2028 and U+0085 among them): what "one line" excludes.
+LINE_BREAKS = re.compile(r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 
 
 def project_name(value: object) -> str:

@@ -280,16 +280,41 @@ def test_the_ledger_is_append_only(service: Obsmem) -> None:
 
 
 def test_bad_notes_are_refused_with_the_field_named(service: Obsmem) -> None:
-    for content, field in [("", "content"), ("two\nlines", "content"), (7, "content"), ("x" * 4001, "content")]:
+    for content, field in [
+        ("", "content"),
+        ("two\nlines", "content"),
+        ("two\u2028lines", "content"),  # a line separator forges a line of the rendered memory as well
+        ("two\x85lines", "content"),
+        ("half \ud800 a character", "content"),  # once a UnicodeEncodeError out of redaction
+        (7, "content"),
+        ("x" * 4001, "content"),
+    ]:
         with pytest.raises(ValidationFailed) as caught:
             service.save_note("app", content)
         assert caught.value.field == field
         assert "two" not in caught.value.message
     with pytest.raises(ValidationFailed) as caught:
+        service.save_note("app", "fine", situation="when \udfff deploying")
+    assert caught.value.field == "situation"
+    with pytest.raises(ValidationFailed) as caught:
         service.save_note("app", "fine", tier="team")
     assert caught.value.field == "tier"
     with pytest.raises(NotFound):
         service.forget_note("app", "0" * 12)
+
+
+def test_the_memory_tool_answers_a_lone_surrogate_with_a_tool_error(service: Obsmem) -> None:
+    """A model's JSON may hold an escaped lone surrogate: the agent gets an error text, never an exception."""
+    from obsmem.surfaces.tools import run_tool
+
+    for arguments in (
+        '{"action": "save", "content": "ok \\ud800"}',
+        '{"action": "save", "content": "ok", "situation": "when \\ud800"}',
+    ):
+        outcome = run_tool(service, "app", "memory", arguments)
+        assert outcome.is_error and "is not valid UTF-8 text" in outcome.text, outcome.text
+    with pytest.raises(NotFound):  # nothing stored: not even the project was created
+        service.notes("app")
 
 
 def test_secrets_in_a_note_are_redacted_before_they_are_stored(service: Obsmem) -> None:

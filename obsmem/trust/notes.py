@@ -27,7 +27,7 @@ from obsmem.redaction import redact_text
 from obsmem.retrieval import query_terms, query_words
 from obsmem.storage import byte_order
 from obsmem.trust.ledger import append_entry, current_life
-from obsmem.validation import CONTROL_CHARACTERS
+from obsmem.validation import CONTROL_CHARACTERS, LINE_BREAKS
 
 Tier = Literal["project", "user"]
 TIERS: tuple[str, ...] = ("project", "user")
@@ -133,19 +133,19 @@ def _text(value: object, field: str, limit: int, *, required: bool) -> str:
         return ""
     if not isinstance(value, str):
         raise ValidationFailed(f"{field} must be a string", field=field)
+    try:
+        value.encode("utf-8")  # first: redaction scans the text as UTF-8
+    except UnicodeEncodeError:
+        raise ValidationFailed(f"{field} is not valid UTF-8 text", field=field) from None
     text = redact_text(value).strip()
     if required and not text:
         raise ValidationFailed(f"{field} must not be empty", field=field)
     if len(text) > limit:
         raise ValidationFailed(f"{field} is longer than {limit} characters", field=field)
-    if "\n" in text or "\r" in text:
+    if LINE_BREAKS.search(text):
         raise ValidationFailed(f"{field} must be a single line (no line breaks)", field=field)
     if CONTROL_CHARACTERS.search(text):
         raise ValidationFailed(f"{field} must not contain control characters", field=field)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} is not valid UTF-8 text", field=field) from None
     return text
 
 

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from obsmem.pipeline import Projection
+from obsmem.pipeline import Projection, inline_memory_text
 from obsmem.trust.notes import Note
 
 MEMORY_TAG = "obsmem-memory"  # the projection's tag (pipeline/observe/hygiene.py cuts it from Observer input)
@@ -56,8 +56,10 @@ class ProjectionWithNotes(Projection):
 def render_untrusted(notes: list[InjectedNote]) -> str:
     lines = [f'<{MEMORY_TAG} section="{UNTRUSTED_SECTION}">', UNTRUSTED_HEADER]
     for item in notes:
-        when = f" (when: {item.note.situation})" if item.note.situation else ""
-        lines.append(f"- [{item.note.id}] p={item.p:.2f} {item.note.tier}: {item.note.content}{when}")
+        when = f" (when: {inline_memory_text(item.note.situation)})" if item.note.situation else ""
+        lines.append(
+            f"- [{item.note.id}] p={item.p:.2f} {item.note.tier}: {inline_memory_text(item.note.content)}{when}"
+        )
     lines.append(f"</{MEMORY_TAG}>")
     return "\n".join(lines)
 

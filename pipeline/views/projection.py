@@ -23,7 +23,7 @@ import apsw
 
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
 from obsmem.pipeline.observe.coverage import read_progress
-from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER
+from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER, inline_memory_text
 from obsmem.pipeline.reflect.generations import generation_count
 from obsmem.pipeline.tokens import estimate_tokens
 
@@ -78,10 +78,13 @@ def render_projection(
     lines = [opening, HEADER]
     if reflections:
         lines += ["", "Reflections:"]
-        lines += [f"- [{r.memory_id[:12]}] {r.timestamp} {r.content}" for r in reflections]
+        lines += [f"- [{r.memory_id[:12]}] {r.timestamp} {inline_memory_text(r.content)}" for r in reflections]
     if observations:
         lines += ["", "Observations:"]
-        lines += [f"- [{o.memory_id[:12]}] {o.timestamp} [{o.importance}] {o.content}" for o in observations]
+        lines += [
+            f"- [{o.memory_id[:12]}] {o.timestamp} [{o.importance}] {inline_memory_text(o.content)}"
+            for o in observations
+        ]
     lines.append(f"</{MEMORY_TAG}>")
     return Projection(
         session_id, "\n".join(lines), len(reflections), len(observations), generation, observed_through_seq
