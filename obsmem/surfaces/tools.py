@@ -15,7 +15,6 @@ A model's mistake is never an exception, so an agent loop can hand the text stra
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
 from obsmem.retrieval import MODES, SCOPES
 from obsmem.storage import storage_fault
 from obsmem.surfaces.tool_memory import MEMORY, MEMORY_ARGUMENTS, memory_tool_definition, run_memory_tool
+from obsmem.validation import field_path
 
 MEMORY_SEARCH = "memory_search"
 RECALL = "recall"
@@ -36,7 +36,6 @@ _ARGUMENTS = {
     RECALL: ("id", "session_id"),
     MEMORY: MEMORY_ARGUMENTS,
 }
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 # -- descriptions -----------------------------------------------------------------------------------
 
@@ -206,7 +205,10 @@ def _parse_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[
     allowed = _ARGUMENTS[name]
     for key in arguments:
         if key not in allowed:
-            shown = f"'{key}'" if isinstance(key, str) and _PLAIN_NAME.fullmatch(key) else "an argument"
+            # A name the model chose may hold anything, a credential too: shown only when it is a plain name
+            # that does not look like a secret (the rule of every field path in an error).
+            part = field_path([key]) if isinstance(key, str) else "<key>"
+            shown = "an argument" if part == "<key>" else f"'{part}'"
             raise InvalidArguments(f"{name} does not take {shown}; it takes: {', '.join(allowed)}")
     # Models often send null for an optional argument they mean to leave out.
     return {key: value for key, value in arguments.items() if value is not None}
