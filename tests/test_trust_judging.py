@@ -58,6 +58,31 @@ def test_judging_happens_only_after_a_search_at_most_three_de_duplicated(tmp_pat
         assert service.search("app", "deploy", trust="all").to_dict() == before
 
 
+def test_a_credential_in_the_query_is_redacted_before_it_is_stored_or_sent(
+    tmp_path: Path, judge: JudgeServer, model_server: Any
+) -> None:
+    """The query goes into the judge job, the judgment (the calibration corpus) and the judge's request; a
+    hybrid search finds candidates by the query's words, so a query with a pasted credential reaches them."""
+    from support.semantic_service import add_memories, semantic_settings
+
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        semantic=semantic_settings(model_server),
+        trust={"judge": {"provider": "http", "base_url": judge.base_url}},
+    )
+    with Obsmem(settings) as service:
+        add_memories(service, "app", [("2026-01-01 10:00", "staging deploy moved to Fridays")])
+        service.index("app")
+        service.save_note("app", "deploy notes for staging")
+        service.search("app", f"deploy staging {token}", mode="hybrid", trust="all")
+        judgments = _run_judging(service)
+        assert [request["query"] for request in judge.requests] == ["deploy staging [REDACTED:github_token]"]
+        assert len(judgments) == 1
+    for path in (tmp_path / "data").rglob("*.db*"):
+        assert token.encode() not in path.read_bytes(), path.name
+
+
 def test_candidates_ranked_below_pending_ones_are_judged_at_the_next_search(tmp_path: Path) -> None:
     with _service(tmp_path, {"provider": "human"}) as service:
         notes = {service.save_note("app", f"deploy step {n}").note.id for n in range(5)}

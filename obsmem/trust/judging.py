@@ -24,6 +24,7 @@ from typing import Any
 
 from obsmem.dates import DateWindow
 from obsmem.faults import crash_point
+from obsmem.redaction import redact_text
 from obsmem.settings import JobSettings, TrustSettings
 from obsmem.trust.decision import decide_injection
 from obsmem.trust.judges import Judge, JudgeCrashed, JudgeFailed, JudgeRequest
@@ -181,7 +182,9 @@ class JudgingDispatcher:
             return None
         payload: dict[str, Any] = {
             "dispatch": uuid.uuid4().hex,
-            "query": echo.query,
+            # Stored in the job and the judgment and sent to the judge: a query pasted with a credential in it
+            # is redacted as everything obsmem stores is.
+            "query": redact_text(echo.query),
             "user": echo.user,
             "notes": [{"tier": tier, "note_id": note.note_id} for tier, note in picked],
         }
@@ -261,7 +264,8 @@ class JudgeJob:
         p: float | None = None
         error: str | None = None
         if not judge.asks_people:
-            request = JudgeRequest(judgment_id, note.id, note.content, note.situation, str(payload["query"]))
+            query = redact_text(str(payload["query"]))  # a job queued before queries were redacted, too
+            request = JudgeRequest(judgment_id, note.id, note.content, note.situation, query)
             try:
                 p = judge.rate(request)
             except JudgeFailed as exc:
@@ -304,7 +308,7 @@ class JudgeJob:
     ) -> None:
         """Store the judgment, its ledger entry and its event (a user-tier judgment in the user tier's
         database, its ledger entry mirrored into the project's)."""
-        query = str(payload["query"])
+        query = redact_text(str(payload["query"]))  # a job queued before queries were redacted, too
         project_write = ctx.fenced_write if fenced else ctx.db.write
         if tier == "project":
             with project_write() as conn:
