@@ -255,7 +255,8 @@ def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
     content = fields.get("content", "")
     tool_name = fields.get("tool_name")
     call_id = fields.get("tool_call_id")
-    if role not in _ROLES or kind not in _TYPES or type(role) is not str or type(kind) is not str:
+    # The types first: a list or an object is unhashable, so testing it against the sets would raise.
+    if type(role) is not str or type(kind) is not str or role not in _ROLES or kind not in _TYPES:
         return None
     if not _plain_text(content, MAX_EVENT_CONTENT):
         return None

@@ -114,6 +114,8 @@ def test_what_the_model_refuses_is_declined() -> None:
         {"role": "robot", "content": "t"},
         {"role": "tool", "type": "tool_result", "tool_name": "n" * 257},
         {"role": "assistant", "type": "tool_call", "tool_args": {"k": "lone \ud800"}},
+        {"role": ["user"], "content": "t"},  # unhashable: once a TypeError out of the plain way
+        {"role": "user", "type": {"message": 1}, "content": "t"},
     ]
     for event in refused:
         assert prepare_plain(event) is None and _by_model(event) is None
