@@ -273,6 +273,30 @@ def test_tool_input_nested_past_the_limit_is_a_problem_of_its_line_and_the_rest_
     assert [row[4] for row in stored_events(tmp_path / "data", "demo")] == ["first", "last", "first"]
 
 
+def test_a_receipt_never_names_a_session_id_it_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A transcript's session id may hold anything, a pasted credential too: refused ids are a problem of
+    their line, and the receipt lists only the sessions it stored under."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    good = {
+        "type": "user",
+        "sessionId": SESSION,
+        "uuid": "k1",
+        "cwd": "/w/demo",
+        "message": {"role": "user", "content": "kept"},
+    }
+    bad = [
+        dict(good, sessionId=f"token {token} here", uuid="k2"),
+        dict(good, sessionId="../../evil", uuid="k3"),
+    ]
+    path = tmp_path / "claude" / "mixed.jsonl"
+    write_jsonl(path, [good, *bad])
+    run = service.import_transcripts("claude-code", [path])
+    report = run.files[0].to_dict()
+    assert report["session_ids"] == [SESSION] and report["sessions"] == 1, report
+    assert sorted(p.reason for p in run.files[0].listed) == ["invalid_session", "invalid_session"]
+    assert token not in json.dumps(run.to_dict()) and "evil" not in json.dumps(run.to_dict())
+
+
 def test_a_file_that_disappears_is_reported_and_the_others_imported(service: Obsmem, projects: Path) -> None:
     gone = projects / "gone.jsonl"
     run = service.import_transcripts("claude-code", [gone, *files(projects)])

@@ -71,6 +71,7 @@ from obsmem.transcripts.watermarks import (
     load_watermark,
     save_watermark,
 )
+from obsmem.validation import session_id as check_session_id
 
 CHUNK_EVENTS = 5000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -348,6 +349,9 @@ class TranscriptImporter:
     def _append_session(
         self, project: str, sessions: _Sessions, session: str, events: list[PreparedEvent], report: FileReport
     ) -> None:
+        # Checked before the session is listed: a receipt names only well-formed ids (a transcript's id may
+        # hold anything, a pasted credential too); a bad one is a problem of its line, raised from here.
+        check_session_id(session)
         report.sessions.add(session)
         if not sessions.is_merging(session):
             seqs = sessions.assign(session, events)
@@ -456,7 +460,8 @@ class TranscriptImporter:
         new = [prepare_turn(turn) for turn in (doc.turns[stored:] if resumes else doc.turns)]
         if not resumes and isinstance(saved, dict) and "seq" in saved and self.source == "gemini-cli":
             new = self._rewound(db, sessions, doc.session_id, new, int(saved["seq"]) - 1, report)
-        report.sessions.add(doc.session_id)
+        if _well_formed(doc.session_id):  # a bad one is reported by _store, and never listed
+            report.sessions.add(doc.session_id)
         self._store(project, sessions, new, report)
         if not keys:
             return {"n": 0, "last": None, "seq": sessions.next.get(doc.session_id, 1)}
@@ -681,3 +686,12 @@ def _prefix_windows(path: Path, offset: int) -> tuple[bytes, bytes]:
                 tail += chunk[max(start - position, 0) :]
             position += len(chunk)
         return head[: min(offset, WINDOW)], bytes(tail)
+
+
+def _well_formed(session: str) -> bool:
+    """Whether ``session`` is an id obsmem stores (and so may name in a receipt)."""
+    try:
+        check_session_id(session)
+    except ObsmemError:
+        return False
+    return True
