@@ -217,6 +217,25 @@ def test_the_access_log_never_prints_a_secret_from_the_request_target(data_dir: 
     assert "GET /v1/projects/alpha/sessions/s1/memory HTTP/1.1" in log  # ordinary targets are kept as sent
 
 
+def test_the_access_log_never_prints_a_configured_key_sent_in_the_wrong_place(data_dir: Path, serve: Serve) -> None:
+    """A key need not look like a credential (``openssl rand -hex 32`` does not): a client that puts its own
+    key into the path or the query must not find it in the server's log."""
+    with serve(keys=KEYS) as base:
+        headers = bearer(KEY_ALL)
+        targets = [
+            f"/v1/health?q={KEY_ALPHA}",
+            f"/v1/projects/alpha/events?session_id={KEY_ALPHA}&x=1",
+            f"/v1/projects/alpha/sessions/{KEY_ALPHA}/status",
+        ]
+        for target in targets:
+            httpx.get(base + target, headers=headers, timeout=10)
+    log = "\n".join(path.read_text(encoding="utf-8") for path in data_dir.parent.glob("server-*.log"))
+    assert KEY_ALPHA not in log and KEY_ALL not in log
+    assert "GET /v1/health?q=[REDACTED:api_key] HTTP/1.1" in log
+    assert "events?session_id=[REDACTED:api_key]&x=1 HTTP/1.1" in log
+    assert "GET /v1/projects/alpha/sessions/[REDACTED:api_key]/status HTTP/1.1" in log
+
+
 def test_the_access_log_hides_a_query_value_whose_name_says_secret(data_dir: Path, serve: Serve) -> None:
     # Neither "api_key" nor "abcdef123456" looks like a credential alone; together they are one.
     sent = ("abcdef123456", "s3cr3tvalue99", "hunter2hunter2")

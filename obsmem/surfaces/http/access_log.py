@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, unquote_plus
 
@@ -23,15 +24,17 @@ from obsmem.redaction import MARK, is_secret_key_name, secret_kind
 ACCESS_LOGGER = "uvicorn.access"
 
 
-def _shown(piece: str, *, query: bool) -> str:
+def _shown(piece: str, *, query: bool, known: Sequence[str] = ()) -> str:
     if not piece:
         return piece
     decoded = unquote_plus(piece) if query else unquote(piece)
+    if any(secret in decoded for secret in known):
+        return MARK.format(kind="api_key")
     kind = secret_kind(decoded)
     return piece if kind is None else MARK.format(kind=kind)
 
 
-def _shown_value(name: str, value: str) -> str:
+def _shown_value(name: str, value: str, known: Sequence[str]) -> str:
     """A query value, replaced whole when its name says it is a secret (``api_key=abcdef123456``) or when
     name and value together read as one (``token=...``): neither half alone need look like a credential."""
     if not value:
@@ -40,19 +43,21 @@ def _shown_value(name: str, value: str) -> str:
     if is_secret_key_name(decoded_name):
         return MARK.format(kind="secret")
     kind = secret_kind(f"{decoded_name}={decoded_value}")
-    return _shown(value, query=True) if kind is None else MARK.format(kind=kind)
+    return _shown(value, query=True, known=known) if kind is None else MARK.format(kind=kind)
 
 
-def loggable_target(target: str) -> str:
-    """A request target (path and query) with every segment or value that holds a secret replaced."""
+def loggable_target(target: str, known: Sequence[str] = ()) -> str:
+    """A request target (path and query) with every segment or value that holds a secret replaced: one
+    that looks like a credential, or that holds one of ``known`` (the server's own API keys, which need
+    not look like anything: a client that sends its key in the wrong place must not have it logged)."""
     path, has_query, query = target.partition("?")
-    shown = "/".join(_shown(segment, query=False) for segment in path.split("/"))
+    shown = "/".join(_shown(segment, query=False, known=known) for segment in path.split("/"))
     if not has_query:
         return shown
     pairs = []
     for pair in query.split("&"):
         name, equals, value = pair.partition("=")
-        pairs.append(_shown(name, query=True) + equals + _shown_value(name, value))
+        pairs.append(_shown(name, query=True, known=known) + equals + _shown_value(name, value, known))
     return f"{shown}?{'&'.join(pairs)}"
 
 
@@ -60,16 +65,21 @@ class RedactedTargets(logging.Filter):
     """Rewrites the request target of uvicorn's access records (``client, method, target, version,
     status``) before any handler formats them."""
 
+    def __init__(self, known: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.known = tuple(known)
+
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
-            record.args = (*args[:2], loggable_target(args[2]), *args[3:])
+            record.args = (*args[:2], loggable_target(args[2], self.known), *args[3:])
         return True
 
 
-def logging_config() -> dict[str, Any]:
-    """uvicorn's own logging configuration with :class:`RedactedTargets` on the access logger."""
+def logging_config(known: Sequence[str] = ()) -> dict[str, Any]:
+    """uvicorn's own logging configuration with :class:`RedactedTargets` on the access logger; ``known``:
+    the secrets to cut wherever they appear (the configured API keys)."""
     config = copy.deepcopy(LOGGING_CONFIG)
-    config.setdefault("filters", {})["redacted_targets"] = {"()": f"{__name__}.RedactedTargets"}
+    config.setdefault("filters", {})["redacted_targets"] = {"()": f"{__name__}.RedactedTargets", "known": list(known)}
     config["loggers"][ACCESS_LOGGER]["filters"] = ["redacted_targets"]
     return config

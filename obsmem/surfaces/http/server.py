@@ -67,7 +67,8 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         timeout_keep_alive=server.keep_alive_seconds,  # type: ignore[arg-type]  # a float works: call_later
         lifespan="on",
         access_log=server.access_log,
-        log_config=logging_config(),  # the access log's request targets are redacted
+        # The access log's request targets are redacted, the configured keys cut wherever they appear.
+        log_config=logging_config([api_key.key.get_secret_value() for api_key in settings.api_keys]),
         server_header=False,
         proxy_headers=False,
         log_level="info",
