@@ -393,14 +393,7 @@ def append_prepared(
         else:
             last_seq = row[0]
         explicit = [seq for seq in wanted if seq is not None]
-        stored: dict[int, str] = {}
-        if explicit:
-            stored = dict(
-                conn.execute(
-                    "SELECT seq, fingerprint FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                    (session, min(explicit), max(explicit)),
-                ).fetchall()
-            )
+        stored = fingerprints_by_seq(conn, session, min(explicit), max(explicit)) if explicit else {}
         rows: list[tuple[Any, ...]] = []
         duplicates = 0
         next_seq = last_seq
@@ -478,6 +471,16 @@ def last_seq(conn: apsw.Connection, session_id: str) -> int:
     """The session's last seq (0 for a session without events)."""
     row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     return 0 if row is None else int(row[0])
+
+
+def fingerprints_by_seq(conn: apsw.Connection, session_id: str, lowest: int, highest: int) -> dict[int, str]:
+    """The fingerprints of the session's stored events with seqs from ``lowest`` to ``highest``, by seq: what a
+    batch of events at those seqs is compared with (a different fingerprint at a used seq is a conflict)."""
+    rows = conn.execute(
+        "SELECT seq, fingerprint FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+        (session_id, lowest, highest),
+    )
+    return {cast(int, seq): cast(str, fingerprint) for seq, fingerprint in rows}
 
 
 def event_fingerprints(conn: apsw.Connection, session_id: str) -> list[str]:

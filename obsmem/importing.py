@@ -11,7 +11,10 @@ Transcripts hold one event or chat message per line; the format is detected per 
 
 Lines without a ``seq`` are numbered from 1 in file order within their session, so importing the same
 file twice stores nothing new (the second run reports duplicates), and importing a different transcript
-over an existing session is a ``seq_conflict`` rather than a silent mix.
+over an existing session is a ``seq_conflict`` rather than a silent mix. A transcript is stored whole or
+not at all: it is read and checked first (a bad line, or a seq the file gives two different events, is
+named by its line), then compared with the stored events and written in one transaction (a conflict is
+named by the file's line, and nothing of the file is stored).
 
 An observations file holds one observation per line, written as :func:`obsmem.memories.add_observations`
 would be sent it. Each line succeeds or fails on its own, and the receipt's ``index`` is the line's
@@ -24,12 +27,13 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
+import apsw
 from pydantic import ValidationError
 
-from obsmem.errors import ObsmemError, ValidationFailed
-from obsmem.events import AfterInsert, EventIn, append_events
+from obsmem.errors import ObsmemError, SeqConflict, ValidationFailed
+from obsmem.events import AfterInsert, EventIn, PreparedEvent, append_prepared, fingerprints_by_seq, prepare_event
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations, parse_observation
 from obsmem.storage import ProjectDatabase
 from obsmem.validation import first_problem
@@ -172,8 +176,17 @@ class ImportReceipt:
         }
 
 
-def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tuple[str, EventIn]]:
-    """Validate every line; yields ``(session_id, event)``. Errors name the line number."""
+class TranscriptEvent(NamedTuple):
+    """One event of a transcript file, ready to store: validated, redacted and numbered (``event.seq`` is
+    always set), with the line it came from, which every error about it names."""
+
+    session: str
+    line: int
+    event: PreparedEvent
+
+
+def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[TranscriptEvent]:
+    """Validate and prepare every line's events. Errors name the line number."""
     call_names: dict[str, str] = {}
     next_seq: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
@@ -196,7 +209,7 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[tu
             if event.seq is None:
                 event = event.model_copy(update={"seq": next_seq.get(session, 0) + 1})
             next_seq[session] = max(next_seq.get(session, 0), event.seq or 0)
-            yield session, event
+            yield TranscriptEvent(session, number, prepare_event(event))
 
 
 def _parse_event(raw: dict[str, Any], where: str) -> EventIn:
@@ -225,41 +238,85 @@ def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress
 
 def read_transcript(
     path: Path, default_session: str | None = None, progress: ImportProgress | None = None
-) -> list[tuple[str, EventIn]]:
-    """Read and validate a whole JSONL transcript; raises on the first bad line, naming it."""
+) -> list[TranscriptEvent]:
+    """Read and validate a whole JSONL transcript; raises on the first bad line, naming it.
+
+    A seq the file uses twice for different events is a bad line too (the file contradicts itself); the
+    same event twice at one seq is stored once and counted as a duplicate, as a repeated append is."""
     with open(path, "rb") as handle:
         total_bytes = path.stat().st_size
-        return list(read_jsonl(_decoded_lines(handle, total_bytes, progress), default_session))
+        parsed = list(read_jsonl(_decoded_lines(handle, total_bytes, progress), default_session))
+    _refuse_repeated_seqs(parsed)
+    return parsed
+
+
+def _refuse_repeated_seqs(parsed: list[TranscriptEvent]) -> None:
+    first_at: dict[tuple[str, int | None], TranscriptEvent] = {}
+    for item in parsed:
+        earlier = first_at.setdefault((item.session, item.event.seq), item)
+        if earlier.event.fingerprint != item.event.fingerprint:
+            where = f"line {item.line}"
+            raise ValidationFailed(
+                f"{where}: seq {item.event.seq} of session '{item.session}' is used by line {earlier.line} for a "
+                "different event",
+                field=f"{where}.seq",
+            )
 
 
 def append_transcript(
     db: ProjectDatabase,
-    parsed: list[tuple[str, EventIn]],
+    parsed: list[TranscriptEvent],
     progress: ImportProgress | None = None,
     *,
     after_insert: AfterInsert | None = None,
 ) -> ImportReceipt:
-    """Append validated events session by session, in batches (``after_insert`` as in append_events)."""
+    """Store a read transcript whole or not at all (``after_insert`` as in append_events).
+
+    One write transaction holds the check and every batch: the file is compared with the stored events
+    first, so a seq conflict is reported by the file's line before anything is written, and a storage
+    fault midway leaves nothing of the file behind. Batches only bound each statement's size."""
     receipt = ImportReceipt(events=len(parsed))
-    by_session: dict[str, list[EventIn]] = {}
-    for session, event in parsed:
-        by_session.setdefault(session, []).append(event)
+    by_session: dict[str, list[PreparedEvent]] = {}
+    for item in parsed:
+        by_session.setdefault(item.session, []).append(item.event)
     stored = 0
-    for session, events in by_session.items():
-        totals = receipt.sessions.setdefault(session, SessionTotals())
-        for start in range(0, len(events), BATCH_SIZE):
-            batch = events[start : start + BATCH_SIZE]
-            result = append_events(db, session, batch, after_insert=after_insert)
-            totals = SessionTotals(
-                appended=totals.appended + result.appended,
-                duplicates=totals.duplicates + result.duplicates,
-                last_seq=result.last_seq,
-            )
+    with db.write() as conn:
+        _refuse_conflicts(conn, parsed, by_session)
+        for session, events in by_session.items():
+            totals = SessionTotals()
+            for start in range(0, len(events), BATCH_SIZE):
+                batch = events[start : start + BATCH_SIZE]
+                # Joins the transaction opened above (a nested write does, on both backends).
+                result = append_prepared(db, session, batch, after_insert=after_insert)
+                totals = SessionTotals(
+                    appended=totals.appended + result.appended,
+                    duplicates=totals.duplicates + result.duplicates,
+                    last_seq=result.last_seq,
+                )
+                stored += len(batch)
+                if progress is not None:
+                    progress("store", stored, receipt.events)
             receipt.sessions[session] = totals
-            stored += len(batch)
-            if progress is not None:
-                progress("store", stored, receipt.events)
     return receipt
+
+
+def _refuse_conflicts(
+    conn: apsw.Connection, parsed: list[TranscriptEvent], by_session: dict[str, list[PreparedEvent]]
+) -> None:
+    """A :class:`SeqConflict` naming the first line of the file whose seq holds a different stored event."""
+    stored: dict[str, dict[int, str]] = {}
+    for session, events in by_session.items():
+        seqs = [event.seq for event in events if event.seq is not None]
+        stored[session] = fingerprints_by_seq(conn, session, min(seqs), max(seqs))
+    for item in parsed:
+        known = stored[item.session].get(item.event.seq or 0)
+        if known is not None and known != item.event.fingerprint:
+            where = f"line {item.line}"
+            raise SeqConflict(
+                f"{where}: seq {item.event.seq} of session '{item.session}' already holds a different event",
+                field=f"{where}.seq",
+                details={"seq": item.event.seq, "line": item.line},
+            )
 
 
 def import_jsonl(
@@ -270,7 +327,7 @@ def import_jsonl(
     *,
     after_insert: AfterInsert | None = None,
 ) -> ImportReceipt:
-    """Validate the whole file first (nothing is stored from a bad file), then append in batches."""
+    """Validate the whole file first (nothing is stored from a bad file), then store it whole."""
     parsed = read_transcript(path, default_session, progress)
     return append_transcript(db, parsed, progress, after_insert=after_insert)
 

@@ -48,6 +48,21 @@ def _chat(path: Path) -> Path:
     return path
 
 
+def test_a_jsonl_ingest_meeting_a_conflict_stores_nothing_of_the_file(
+    tmp_path: Path, on_postgres: dict[str, str]
+) -> None:
+    data = tmp_path / "data"
+    assert run(data, on_postgres, "ingest", "app", str(_chat(tmp_path / "chat.jsonl"))).exit_code == 0
+    mixed = tmp_path / "mixed.jsonl"
+    lines = [{"role": "user", "content": "new", "session_id": "chat-2"}, {"role": "user", "content": "other"}]
+    mixed.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    refused = run(data, on_postgres, "ingest", "app", str(mixed), "--session", "chat-1")
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: seq_conflict: line 2: seq 1 of session 'chat-1' ")
+    with _service(tmp_path, on_postgres) as service:
+        assert service.status("app").to_dict()["events"] == 3  # chat-2's event was not stored either
+
+
 def test_jsonl_ingest_stores_once_and_refuses_a_bad_file_whole(tmp_path: Path, on_postgres: dict[str, str]) -> None:
     data = tmp_path / "data"
     first = run(data, on_postgres, "ingest", "app", str(_chat(tmp_path / "chat.jsonl")), "--json")

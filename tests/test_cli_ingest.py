@@ -1,0 +1,80 @@
+"""``obsmem ingest`` of a transcript stores the whole file or nothing, and its errors name the file's line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import apsw
+from click.testing import CliRunner, Result
+
+from obsmem.importing import BATCH_SIZE
+from obsmem.surfaces.cli import cli
+from support.transcripts import write_jsonl
+
+
+def run(data_dir: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--data-dir", str(data_dir), *args], catch_exceptions=False)
+
+
+def stored(data_dir: Path, project: str) -> list[tuple[Any, ...]]:
+    """``(session, seq, content)`` of every stored event of ``project``."""
+    conn = apsw.Connection(str(data_dir / "projects" / project / "obsmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute("SELECT session_id, seq, content FROM events ORDER BY session_id, seq").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_conflict_in_a_later_session_stores_nothing_of_the_file(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = write_jsonl(tmp_path / "a.jsonl", [{"role": "user", "content": "original"}])
+    assert run(data, "ingest", "proj", str(first), "--session", "s-old").exit_code == 0
+    mixed = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            {"role": "user", "content": "brand new text", "session_id": "s-new"},
+            {"role": "user", "content": "different text", "session_id": "s-old"},
+        ],
+    )
+    result = run(data, "ingest", "proj", str(mixed))
+    assert result.exit_code == 1
+    assert result.stderr == "error: seq_conflict: line 2: seq 1 of session 's-old' already holds a different event\n"
+    assert stored(data, "proj") == [("s-old", 1, "original")]
+
+
+def test_a_conflict_past_the_first_batch_stores_nothing_and_names_the_files_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    clash = BATCH_SIZE * 2 + 200  # in the third batch of the session
+    before = write_jsonl(tmp_path / "pre.jsonl", [{"role": "user", "type": "message", "content": "x", "seq": clash}])
+    assert run(data, "ingest", "p", str(before), "--session", "ee").exit_code == 0
+    chat = write_jsonl(tmp_path / "chat.jsonl", [{"role": "user", "content": f"line {n}"} for n in range(clash + 300)])
+    result = run(data, "ingest", "p", str(chat), "--session", "ee")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: seq_conflict: line {clash}: seq {clash} of session 'ee' ")
+    assert stored(data, "p") == [("ee", clash, "x")]
+
+
+def test_a_file_giving_one_seq_two_events_is_malformed_and_stores_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    events = [
+        {"role": "user", "type": "message", "content": "a", "session_id": "s1"},
+        {"role": "user", "type": "message", "content": "secret plan", "seq": 1, "session_id": "s1"},
+    ]
+    result = run(data, "ingest", "p", str(write_jsonl(tmp_path / "twice.jsonl", events)))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: invalid_request: line 2: seq 1 of session 's1' is used by line 1 for a different event\n"
+    )
+    assert not (data / "projects" / "p").exists()
+
+
+def test_the_same_event_twice_in_a_file_is_stored_once_and_a_second_ingest_stores_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    event = {"role": "user", "type": "message", "content": "a", "seq": 1}
+    path = write_jsonl(tmp_path / "twice.jsonl", [event, event, {"role": "assistant", "content": "b"}])
+    first = run(data, "ingest", "p", str(path), "--session", "s1", "--json")
+    assert first.exit_code == 0 and '"appended": 2' in first.stdout and '"duplicates": 1' in first.stdout
+    again = run(data, "ingest", "p", str(path), "--session", "s1", "--json")
+    assert again.exit_code == 0 and '"appended": 0' in again.stdout and '"duplicates": 3' in again.stdout
+    assert stored(data, "p") == [("s1", 1, "a"), ("s1", 2, "b")]
