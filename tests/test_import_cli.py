@@ -157,6 +157,42 @@ def test_bad_hook_payloads_are_clear_errors(tmp_path: Path) -> None:
         assert result.stderr.startswith("error: invalid_hook_payload: ") and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("arguments", "environment", "named"),
+    [
+        (["hook", "claude-code", "--bogus"], {}, "No such option '--bogus'"),
+        (["hook", "claude"], {}, "'claude' is not one of"),
+        (["hook"], {}, "Missing argument"),
+        (["hook", "claude-code", "--project"], {}, "'--project' requires an argument"),
+        (["hook", "claude-code"], {"OBSMEM_DATA_DIR": "{file}"}, "--data-dir"),
+        (["--data-dir", "{file}", "hook", "claude-code"], {}, "--data-dir"),
+        (["hook", "claude-code"], {"OBSMEM_CONFIG": "{directory}"}, "--config"),
+    ],
+)
+def test_every_failure_of_the_hook_exits_1_usage_mistakes_included(
+    tmp_path: Path, arguments: list[str], environment: dict[str, str], named: str
+) -> None:
+    regular_file = tmp_path / "a-file"
+    regular_file.write_text("", encoding="utf-8")
+    fill = {"{file}": str(regular_file), "{directory}": str(tmp_path)}
+    payload = json.dumps({"transcript_path": str(tmp_path / "x" / "s1.jsonl"), "cwd": "/x"})
+    result = CliRunner().invoke(
+        cli,
+        [fill.get(argument, argument) for argument in arguments],
+        input=payload,
+        env={name: fill[value] for name, value in environment.items()},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 1  # never 2: the agents read 2 as "block the agent"
+    assert result.stderr.startswith("error: invalid_request: ") and named in result.stderr
+    assert result.stderr.count("\n") == 1 and "Usage:" not in result.stderr
+
+
+def test_other_commands_keep_exit_2_for_usage_mistakes(tmp_path: Path) -> None:
+    assert run(tmp_path / "data", "import", "claude-code", "--bogus").exit_code == 2
+    assert run(tmp_path / "data", "search", "hook").exit_code == 2  # "hook" as an argument names no command
+
+
 def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "live" / "s.jsonl",

@@ -5,7 +5,9 @@
 Commands that print data print tables for people, or JSON with ``--json``. A mistake in the input (a bad
 date, id or project name) prints ``error: <code>: <message>`` on stderr and exits 2; a well-formed request
 that fails (unknown project, seq conflict) prints the same and exits 1; a storage fault (disk full,
-read-only, I/O error, lock timeout, damaged file) prints the same and exits 74. Never a traceback.
+read-only, I/O error, lock timeout, damaged file) prints the same and exits 74. Never a traceback. The
+agents' hook command (``obsmem hook``) exits 1 on every failure, usage mistakes included (see
+:data:`HOOK_COMMANDS`).
 
 Adding a command
     Write a ``click.Command`` in its own module and add one line to :data:`COMMANDS`. Take the settings and
@@ -21,9 +23,9 @@ import errno
 import importlib
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import apsw
 import click
@@ -40,6 +42,9 @@ from obsmem.version import __version__
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1
 STORAGE_EXIT = 74  # EX_IOERR of sysexits.h: scripts can tell "retry when the disk is fixed" from a bad request
+# Commands the agents run as hooks: every failure of theirs, a usage mistake or a bad --data-dir included,
+# exits 1, because Claude Code and Gemini CLI read exit status 2 of a hook as "block what the agent does".
+HOOK_COMMANDS = frozenset({"hook"})
 
 # Every command: name -> "module:attribute" of its click.Command. One line per command.
 COMMANDS: dict[str, str] = {
@@ -147,6 +152,44 @@ class CommandGroup(click.Group):
         if not isinstance(command, click.Command):
             raise TypeError(f"{spec} is not a click command")
         return command
+
+    def main(  # type: ignore[override]  # click's overloads (standalone: never returns) as one signature
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = sys.argv[1:] if args is None else list(args)
+        if standalone_mode and self._command_named(argv) in HOOK_COMMANDS:
+            self._main_exiting_1_on_failure(argv, prog_name, complete_var, **extra)
+        return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+
+    def _command_named(self, argv: list[str]) -> str | None:
+        """The command ``argv`` names, found by the group's own parser before any option value is checked
+        (None when the group's options are malformed or no command is named)."""
+        ctx = click.Context(self, info_name="obsmem", resilient_parsing=True)
+        try:
+            _, rest, _ = self.make_parser(ctx).parse_args(args=list(argv))
+        except click.UsageError:
+            return None
+        return rest[0] if rest else None
+
+    def _main_exiting_1_on_failure(
+        self, argv: list[str], prog_name: str | None, complete_var: str | None, **extra: Any
+    ) -> NoReturn:
+        """Run a hook command: its usage errors and the group's (a bad --data-dir or --config, from a flag or
+        the environment) print one ``error:`` line instead of click's usage text, and any failure exits 1."""
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            click.echo(f"error: invalid_request: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(RUNTIME_EXIT)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(RUNTIME_EXIT)
+        sys.exit(RUNTIME_EXIT if isinstance(code, int) and code != 0 else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
