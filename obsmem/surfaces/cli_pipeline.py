@@ -23,6 +23,7 @@ from rich.text import Text
 from obsmem.pipeline import ROLES
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, FiniteFloatRange, json_option, pass_app, session_option
+from obsmem.surfaces.cli_each_project import ProjectFailure, each_project, exit_if_failed
 from obsmem.surfaces.worker import MAX_GRACE_SECONDS
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import MAX_EVENT_ID
@@ -415,18 +416,25 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
             render.emit_json(service.session_status(name, session).to_dict())
             return
     else:
-        names = [project] if project is not None else None
+        data_dir = str(service.projects.data_dir)
+
+        def read() -> tuple[list[dict[str, Any]], list[ProjectFailure]]:
+            if project is not None:
+                return [service.status(project).to_dict()], []  # the one project named: its error is the command's
+            return each_project(service.project_names(), lambda name: service.status(name).to_dict())
 
         def draw() -> RenderableType:
-            rows = [service.status(name).to_dict() for name in (names or service.project_names())]
-            return projects_view(rows, str(service.projects.data_dir))
+            return projects_view(*read(), data_dir)
 
-        if as_json:
-            rows = [service.status(name).to_dict() for name in (names or service.project_names())]
-            if project is not None:
+        if as_json or not live:
+            rows, failed = read()
+            if not as_json:
+                render.stdout().print(projects_view(rows, failed, data_dir))
+            elif project is not None:
                 render.emit_json(rows[0])
             else:
-                render.emit_json({"data_dir": str(service.projects.data_dir), "projects": rows})
+                render.emit_json({"data_dir": data_dir, "projects": rows, "failed": [f.to_dict() for f in failed]})
+            exit_if_failed(failed)
             return
     console = render.stdout()
     if not live:
@@ -452,10 +460,11 @@ def show_live(console: Console, draw: Callable[[], RenderableType], interval: fl
             signal.signal(signum, handler)
 
 
-def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableType:
-    if not rows:
+def projects_view(rows: Sequence[dict[str, Any]], failed: Sequence[ProjectFailure], data_dir: str) -> RenderableType:
+    """The projects' counts, then one red line per project that could not be read."""
+    if not rows and not failed:
         return Text(f"No projects in {data_dir} yet: `obsmem ingest PROJECT FILE` creates one.")
-    parts: list[RenderableType] = [render.status_table(rows)]
+    parts: list[RenderableType] = [render.status_table(rows)] if rows else []
     for row in rows:
         if row.get("unindexed_events"):
             parts.append(
@@ -477,6 +486,7 @@ def projects_view(rows: Sequence[dict[str, Any]], data_dir: str) -> RenderableTy
                 f"{row.get('dropped_observations', 0):,} observations dropped from active memory"
             )
         )
+    parts.extend(Text(failure.line(), style="red") for failure in failed)
     return Group(*parts)
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from obsmem.surfaces.cli_each_project import each_project, exit_if_failed
+
 
 @click.command("upgrade")
 @click.option(
@@ -43,16 +45,33 @@ def upgrade(app: Any, progress: bool | None) -> None:
     with tqdm(
         total=len(names) + len(owners), unit="schema", desc="upgrading", file=sys.stderr, disable=not show
     ) as bar:
-        for name in names:
+
+        def upgrade_project(name: str) -> None:
             started = time.monotonic()
-            service.database(name)
-            service.release(name)
-            bar.update(1)
+            try:
+                service.database(name)
+            finally:
+                service.release(name)
+                bar.update(1)
             click.echo(f"{name}: up to date ({time.monotonic() - started:.1f} s)")
-        for owner in owners:
+
+        def upgrade_tier(owner: str) -> None:
             started = time.monotonic()
-            service.upgrade_user_tier(owner)
-            bar.update(1)
+            try:
+                service.upgrade_user_tier(owner)
+            finally:
+                bar.update(1)
             click.echo(f"user tier {owner}: up to date ({time.monotonic() - started:.1f} s)")
-    click.echo(f"{len(names)} project(s) up to date.")
-    click.echo(f"{len(owners)} user tier(s) up to date.")
+
+        upgraded, failed_projects = each_project(names, upgrade_project)
+        for failure in failed_projects:
+            click.echo(failure.line(), err=True)
+        tiers, failed_tiers = each_project(owners, upgrade_tier)
+        for failure in failed_tiers:
+            click.echo(f"user tier {failure.line()}", err=True)
+    click.echo(f"{len(upgraded)} project(s) up to date.")
+    click.echo(f"{len(tiers)} user tier(s) up to date.")
+    if failed_projects or failed_tiers:
+        failed = ", ".join([f.name for f in failed_projects] + [f"user tier {f.name}" for f in failed_tiers])
+        click.echo(f"not upgraded: {failed}; see the errors above", err=True)
+    exit_if_failed(failed_projects + failed_tiers)
