@@ -47,6 +47,13 @@ def test_problems_exit_1_and_name_file_and_line(tmp_path: Path) -> None:
     assert [row[4] for row in stored_events(tmp_path / "data", "p")] == ["ok"]
 
 
+def test_a_path_that_does_not_exist_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    result = run(tmp_path / "data", "import", "claude-code", str(tmp_path / "nowhere.jsonl"))
+    assert result.exit_code == 2
+    assert f"Path '{tmp_path / 'nowhere.jsonl'}' does not exist" in result.stderr and "PATHS" in result.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_openai_chat_and_obsmem_files_need_a_project_or_a_path(tmp_path: Path) -> None:
     chat = write_jsonl(
         tmp_path / "chat-1.jsonl", [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]

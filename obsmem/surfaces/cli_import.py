@@ -79,7 +79,7 @@ def _restore_export(app: App, path: Path, project: str | None) -> dict[str, Any]
 
 @click.command("import")
 @click.argument("source", type=click.Choice(SOURCES))
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--project", default=None, help="Project for every file [default: mapped from its working directory].")
 @click.option("--follow", is_flag=True, help="Keep importing as the transcripts grow, until interrupted.")
 @click.option(
