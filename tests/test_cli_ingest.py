@@ -78,3 +78,14 @@ def test_the_same_event_twice_in_a_file_is_stored_once_and_a_second_ingest_store
     again = run(data, "ingest", "p", str(path), "--session", "s1", "--json")
     assert again.exit_code == 0 and '"appended": 0' in again.stdout and '"duplicates": 3' in again.stdout
     assert stored(data, "p") == [("s1", 1, "a"), ("s1", 2, "b")]
+
+
+def test_a_transcript_without_events_creates_no_project(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n", encoding="utf-8")
+    result = run(data, "ingest", "brandnew", str(empty), "--session", "s", "--json")
+    assert result.exit_code == 0 and '"appended": 0' in result.stdout
+    assert not (data / "projects" / "brandnew").exists()
+    missing = run(data, "search", "brandnew", "x")
+    assert (missing.exit_code, missing.stderr) == (1, "error: project_not_found: project 'brandnew' does not exist\n")

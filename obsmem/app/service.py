@@ -181,11 +181,14 @@ class Obsmem:
     ) -> ImportReceipt:
         """Import a JSONL transcript; ``progress(phase, done, total)`` is told how far it got.
 
-        The whole file is validated before the project is opened, so a bad file creates nothing. Like
-        appends, it queues observation for sessions whose backlog reached the buffer.
+        The whole file is validated before the project is opened, so a bad file creates nothing, and neither
+        does a file without events. Like appends, it queues observation for sessions whose backlog reached
+        the buffer.
         """
         project_name(project)  # a bad project name is reported before the file is read
         parsed = read_transcript(Path(path), session_id, progress)
+        if not parsed:
+            return ImportReceipt()  # a write that stores nothing must not create a project
         db = self.projects.get(project, create=True)
         hook = self.pipeline.append_hook(db, project)
         receipt = append_transcript(db, parsed, progress, after_insert=hook)
