@@ -437,6 +437,11 @@ class ExactSearcher:
 
 _ASCII_FOLD = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
 SAMPLE_ROWS = 2000
+# The start of each sampled text only, as PostgreSQL's sample (exact_postgres.SAMPLE_TEXT_CHARS): an event
+# can hold a tool's whole output, and counting trigrams in Python costs about a quarter of a microsecond a
+# character, so 84 events of 1 MB took 20 s to sample (the whole search, on the server's event loop). A
+# sample is an estimate either way; this bounds one to 1M characters, a quarter of a second at most.
+SAMPLE_TEXT_CHARS = 500
 SAMPLE_MAX_AGE_S = 300.0
 # Databases whose sample is kept (each holds SAMPLE_ROWS texts and their trigram counts, about 1 MB): a
 # server answering many projects keeps the most recently searched ones, not every one it ever saw.
@@ -446,9 +451,10 @@ SAMPLE_CACHE_DATABASES = 32
 class TrigramSample:
     """Statistics of the newest rows of one corpus (memories or events) of one database, for plan choice only.
 
-    Built from the newest ``SAMPLE_ROWS`` rows and rebuilt when the table grew by a tenth or after
-    ``SAMPLE_MAX_AGE_S``. FTS5's own vocabulary table would give exact counts, but it reads a term's
-    whole posting list to count it, which is as slow as the search it is meant to plan.
+    Built from the first ``SAMPLE_TEXT_CHARS`` characters of the newest ``SAMPLE_ROWS`` rows and rebuilt when
+    the table grew by a tenth or after ``SAMPLE_MAX_AGE_S``. FTS5's own vocabulary table would give exact
+    counts, but it reads a term's whole posting list to count it, which is as slow as the search it is meant
+    to plan.
     """
 
     _cache: OrderedDict[tuple[str, str], TrigramSample] = OrderedDict()
@@ -485,7 +491,8 @@ class TrigramSample:
         contents = [
             row[0]
             for row in conn.execute(
-                f"SELECT {corpus.sample_text} FROM {corpus.table} ORDER BY id DESC LIMIT ?", (SAMPLE_ROWS,)
+                f"SELECT substr({corpus.sample_text}, 1, ?) FROM {corpus.table} ORDER BY id DESC LIMIT ?",
+                (SAMPLE_TEXT_CHARS, SAMPLE_ROWS),
             )
         ]
         sample = cls(contents, total, tokenize)

@@ -20,6 +20,7 @@ from obsmem.errors import InvalidScope, NotFound
 from obsmem.events import index_event_trigrams, unindexed_events
 from obsmem.ids import canonical_json, event_id
 from obsmem.projects import ProjectRegistry
+from obsmem.retrieval import exact
 from obsmem.retrieval.corpus import EVENTS
 from obsmem.retrieval.exact import ExactSearcher, like_pattern
 from obsmem.retrieval.recall import _events_with_prefix
@@ -434,5 +435,23 @@ def test_a_current_index_costs_housekeeping_no_write_transaction(tmp_path: Path,
         monkeypatch.setattr(db, "write", counted_write)
         assert index_event_trigrams(db) == 3 and writes == [1]
         assert index_event_trigrams(db) == 0 and writes == [1]  # caught up: read, found nothing, no BEGIN IMMEDIATE
+    finally:
+        registry.close()
+
+
+def test_the_plan_sample_reads_the_start_of_each_event_only(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Events of a megabyte (a tool's whole output): counting the trigrams of all of each in Python made one
+    # search over 84 of them take 20 s. The sample holds the first SAMPLE_TEXT_CHARS of each, and the search
+    # still finds what lies beyond them.
+    monkeypatch.setattr(exact.TrigramSample, "_cache", exact.OrderedDict())
+    big = "abcdefghij " * 100_000
+    events = [("s", STAMPS[0], big + f"tail {n}", None) for n in range(1, 5)]
+    registry, db = _load(tmp_path, events)
+    try:
+        conn = db.connection()
+        hits, _ = ExactSearcher(conn, corpus=EVENTS).search("tail 3", parse_window(), 5)
+        sample = exact.TrigramSample.for_connection(conn, conn.fts5_tokenizer("trigram", []), EVENTS)
+        assert [hit.content.endswith("tail 3") for hit in hits] == [True]
+        assert sample.size == 4 and len(sample.folded) <= 4 * (exact.SAMPLE_TEXT_CHARS + 1)
     finally:
         registry.close()
