@@ -122,14 +122,16 @@ class SearchModes:
         """The mode of a request that names none (tool descriptions follow it)."""
         return "hybrid" if self.hybrid is not None else "exact"
 
-    def runs_inline(self, mode: str | None) -> bool:
-        """May a search in ``mode`` (None: the default) run on an event loop's own thread?
+    def runs_inline(self, mode: str | None, scope: str | None = None) -> bool:
+        """May a search in ``mode`` and ``scope`` (None: the defaults) run on an event loop's own thread?
 
-        An exact search is an indexed SQLite read of about a millisecond, cheaper than a hop through a
-        thread pool (docs/benchmarks.md, "HTTP"); a hybrid search embeds the query and may rerank, so it
-        runs in a thread.
+        Only an exact search of the memories: an indexed SQLite read of about a millisecond over lines of at
+        most 4,000 characters, cheaper than a hop through a thread pool (docs/benchmarks.md, "HTTP"). A
+        search of the conversation reads events, which can hold a tool's whole output, and checks the events
+        not indexed yet one by one, so its cost grows with them; a hybrid search embeds the query and may
+        rerank. Both run in a thread, where they hold up no other request.
         """
-        return (mode or self.default_mode) == "exact"
+        return (mode or self.default_mode) == "exact" and (scope or DEFAULT_SCOPE) == "memories"
 
     def hybrid_searcher(self) -> HybridSearcher:
         """The hybrid searcher, or ``mode_unavailable`` when semantic mode is off."""

@@ -89,6 +89,8 @@ def test_mode_dispatch_lives_in_one_place() -> None:
     exact_only = SearchModes(None)
     assert exact_only.default_mode == "exact"
     assert exact_only.runs_inline(None) and exact_only.runs_inline("exact") and not exact_only.runs_inline("hybrid")
+    assert exact_only.runs_inline("exact", "memories")
+    assert not exact_only.runs_inline("exact", "conversation") and not exact_only.runs_inline(None, "all")
     with pytest.raises(ValidationFailed) as caught:
         exact_only.hybrid_searcher()
     assert caught.value.code == "mode_unavailable"

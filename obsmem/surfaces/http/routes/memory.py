@@ -3,7 +3,9 @@
 Both are ``async def`` and call the service on the event loop: a recall is an indexed SQLite read of
 about a millisecond, cheaper than a hop through the threadpool (see docs/benchmarks.md, "HTTP"). Whether a
 search runs inline too or in the threadpool is decided by retrieval's mode dispatch
-(``SearchModes.runs_inline``: exact inline, hybrid in the threadpool).
+(``SearchModes.runs_inline``: an exact search of the memories inline; one of the conversation, whose cost
+grows with the events not indexed yet, and a hybrid one in the threadpool, so they never hold up the
+requests of other clients).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ async def search(request: Request, project: ProjectName, body: SearchRequest) ->
     service = service_of(request)
     arguments = body.model_dump(exclude={"query"})
     arguments["user"] = access_of(request).user
-    if service.search_modes.runs_inline(body.mode):
+    if service.search_modes.runs_inline(body.mode, body.scope):
         result = service.search(project, body.query, **arguments)
     else:
         result = await run_in_threadpool(lambda: service.search(project, body.query, **arguments))

@@ -1,0 +1,81 @@
+"""A slow search holds up no other request: a search of the conversation runs in the threadpool, not on the
+server's event loop, so while one waits (here: for a database another process keeps locked) the server
+still answers everyone else.
+
+The wait is made by a lock rather than by data: the search stays in flight for exactly as long as the
+test holds the lock, on any machine. That it is in flight is shown by the server itself: with room for two
+requests, two searches waiting make it refuse a third request with ``over_capacity``, which a server whose
+event loop is held by a search could not answer at all.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import apsw
+import httpx
+import pytest
+
+from obsmem.app import Obsmem
+from obsmem.settings import load_settings
+from support.http_server import live_server
+
+pytestmark = pytest.mark.timeout(180)
+
+# Well under the server's 30 s busy timeout: a health request that waits this long was held up by a search.
+ANSWER_SECONDS = 15.0
+PROBE_DEADLINE_SECONDS = 60.0
+CONTENT = "the login test fails with KeyError: user_id"
+
+
+def search(base: str) -> httpx.Response:
+    body = {"query": "KeyError", "scope": "conversation"}
+    return httpx.post(f"{base}/v1/projects/p/search", json=body, timeout=60.0)
+
+
+def health(base: str) -> httpx.Response:
+    try:
+        return httpx.get(f"{base}/v1/health", timeout=ANSWER_SECONDS)
+    except httpx.TimeoutException:
+        pytest.fail("GET /v1/health got no answer while a search was waiting: the search holds the event loop")
+
+
+def refused_while(base: str, *waiting: Future[httpx.Response]) -> httpx.Response:
+    """The first health answer that is ``503``: both of the server's two request slots are taken."""
+    deadline = time.monotonic() + PROBE_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        assert not any(future.done() for future in waiting), "a search finished while the database was locked"
+        answer = health(base)
+        if answer.status_code == 503:
+            return answer
+        time.sleep(0.05)
+    pytest.fail("the server never had both searches in flight")
+
+
+def test_health_answers_while_conversation_searches_wait(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Obsmem(load_settings(data_dir=data)) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": CONTENT}])
+        database = service.projects.database_path("p")
+    # Exclusive locking mode on a database no one else has open: every other connection waits in its busy
+    # handler until the lock goes.
+    lock = apsw.Connection(str(database))
+    lock.execute("PRAGMA locking_mode=EXCLUSIVE")
+    lock.execute("BEGIN EXCLUSIVE")
+    settings = {"max_in_flight": 2, "max_stream_followers": 1, "extra": "[jobs]\nin_server = false\n"}
+    with live_server(data, **settings) as base, ThreadPoolExecutor(2) as pool:  # type: ignore[arg-type]
+        try:
+            first = pool.submit(search, base)
+            assert health(base).status_code == 200
+            second = pool.submit(search, base)
+            refusal = refused_while(base, first, second)
+            assert refusal.json()["error"]["code"] == "over_capacity"
+        finally:
+            lock.close()  # rolls back: the searches (and the threads waiting on them) go on at once
+        answers = [first.result(timeout=60), second.result(timeout=60)]
+        assert health(base).status_code == 200
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert [hit["content"] for hit in answer.json()["hits"]] == [CONTENT]
