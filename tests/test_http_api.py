@@ -265,6 +265,18 @@ def test_a_1000_character_query_is_fine(client: TestClient, ids: list[str]) -> N
     assert search(client, query="y" * 1000).json()["hits"] == []
 
 
+def test_the_query_length_is_counted_after_trimming(client: TestClient, ids: list[str]) -> None:
+    # docs/http-api.md, Limits: 1 to 1000 characters after trimming, as the tools and the Python API count.
+    padded = search(client, query="  " + "y" * 1000 + "   ")
+    assert padded.status_code == 200, padded.text
+    long = error_of(search(client, query="y" * 1001), 422, "invalid_query", "query")
+    assert long["message"] == "query is longer than 1000 characters"
+    for blank in ("", " " * 2000):
+        assert error_of(search(client, query=blank), 422, "invalid_query", "query")["message"] == (
+            "query must not be empty"
+        )
+
+
 def test_limit_truncated_and_session_filter(client: TestClient, ids: list[str]) -> None:
     result = search(client, query="a", limit=2).json()
     assert len(result["hits"]) == 2 and result["truncated"] is True

@@ -71,10 +71,11 @@ class ObservationsRequest(Model):
 class SearchRequest(Model):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    # No length bounds here: they would count the whitespace around the query, which search trims first
+    # (retrieval's validate_query checks the trimmed query, with the same messages as the tools).
     query: str = Field(
-        min_length=1,
-        max_length=MAX_QUERY_CHARS,
-        description="Exact mode: one literal substring (ASCII case-insensitive; `%` and `_` are literal; "
+        description=f"1 to {MAX_QUERY_CHARS} characters once surrounding whitespace is trimmed, no control "
+        "characters. Exact mode: one literal substring (ASCII case-insensitive; `%` and `_` are literal; "
         "several words match that exact phrase).",
     )
     after: str | None = Field(
