@@ -6,7 +6,8 @@ imports it. The names below are what the layers above may import: ``Obsmem`` and
 methods return (each with ``to_dict()``, the JSON document every surface publishes); the parts of a
 recollection are retrieval's types, re-exported here so the layers above need not reach below the app;
 ``LOCAL_USER`` names the local account as the owner of a caller's user tier of notes (docs/trust.md);
-``migrate_project`` moves a project between two services and verifies the copy (``obsmem migrate``).
+``migrate_project`` moves a project between two services and verifies the copy (``obsmem migrate``);
+``check_search`` checks a search's arguments as ``Obsmem.search`` does, for a surface that passes them on.
 """
 
 from obsmem.app.migrate import MigrationReport, migrate_project
@@ -33,6 +34,7 @@ from obsmem.app.results import (
     SessionJobs,
     SessionStatus,
 )
+from obsmem.app.search_checks import CheckedSearch, check_search
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import JsonResult
 from obsmem.retrieval import RecalledEvent, RecalledMemory, SourceEvent, SourceRef
@@ -40,6 +42,7 @@ from obsmem.trust import LOCAL_USER
 
 __all__ = [
     "LOCAL_USER",
+    "CheckedSearch",
     "CurrentActivity",
     "Forgotten",
     "GenerationInfo",
@@ -68,5 +71,6 @@ __all__ = [
     "SessionStatus",
     "SourceEvent",
     "SourceRef",
+    "check_search",
     "migrate_project",
 ]

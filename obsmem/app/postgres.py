@@ -32,6 +32,7 @@ from obsmem.app.results import (
     Recollection,
     TrustStatus,
 )
+from obsmem.app.search_checks import check_search
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
 from obsmem.errors import NotFound, NotOnPostgres
@@ -187,8 +188,19 @@ class PostgresObsmem(Obsmem):
     ) -> SearchResult:
         """Exact or hybrid search of the memories (exact of the conversation too), with the notes the query
         finds merged in (as on SQLite)."""
-        request = self._search_request(query, after, before, limit, mode, session_id, scope)
-        level = self.trust.trust_level(trust)
+        checked = check_search(
+            query,
+            after=after,
+            before=before,
+            limit=limit,
+            mode=mode,
+            session_id=session_id,
+            scope=scope,
+            trust=trust,
+            default_mode=self.default_mode,
+            limits=self.settings.search,
+        )
+        request, level = checked.request, checked.trust
         result = self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
         return self.trust.search(result, project, request, level, user)
 

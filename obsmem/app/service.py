@@ -26,6 +26,7 @@ from obsmem.app.results import (
     SessionStatus,
     TrustStatus,
 )
+from obsmem.app.search_checks import check_search
 from obsmem.app.typed import build
 from obsmem.errors import NotFound, ValidationFailed
 from obsmem.events import (
@@ -304,8 +305,19 @@ class Obsmem:
         the user tier searched beside the project (:data:`~obsmem.trust.LOCAL_USER` by default; None: no user
         tier). After the hits are fixed, candidates the query found are queued for judging in the background
         (docs/trust.md)."""
-        request = self._search_request(query, after, before, limit, mode, session_id, scope)
-        level = self.trust.trust_level(trust)
+        checked = check_search(
+            query,
+            after=after,
+            before=before,
+            limit=limit,
+            mode=mode,
+            session_id=session_id,
+            scope=scope,
+            trust=trust,
+            default_mode=self.default_mode,
+            limits=self.settings.search,
+        )
+        request, level = checked.request, checked.trust
         result = self.search_modes.run(self.projects.get(project), project, request)
         return self.trust.search(result, project, request, level, user)
 

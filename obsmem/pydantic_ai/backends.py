@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from obsmem.app import Obsmem
+from obsmem.app import Obsmem, check_search
 from obsmem.errors import NotFound, ObsmemError
 from obsmem.ids import parse_id_prefix
 from obsmem.pydantic_ai.remote_notes import RemoteNotes
@@ -273,6 +273,10 @@ class RemoteMemory:
             if name == MEMORY_SEARCH:
                 if "query" not in args:
                     return "invalid_query: query is required"
+                # Checked here by the embedded search's own code: the HTTP API's schema would meet some mistakes
+                # first and word them its way. The server checks again (its search limits may be narrower,
+                # and then it answers in these same words).
+                check_search(**args, default_mode=self.mode)
                 result = self.client.call("POST", f"{self._project}/search", json=args)
             elif name == MEMORY:
                 result = run_memory_tool(RemoteNotes(self.client), self.project, args, user=None)
