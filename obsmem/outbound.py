@@ -275,5 +275,5 @@ class JsonEndpoint(Endpoint):
     def _parsed(self, reply: Reply, correlation_id: str) -> Any:
         try:
             return json.loads(reply.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser follows
             raise OutboundError("malformed", f"{self.label} reply is not JSON", correlation_id) from None

@@ -204,13 +204,14 @@ class ChatClient:
             document = json.loads(raw)
             choice = document["choices"][0]
             message = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError):  # Recursion: nested too deep
             raise problem from None
-        if not isinstance(message, dict):
+        if not isinstance(message, dict) or not isinstance(message.get("tool_calls") or [], list):
             raise problem
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             content = _text_parts(content)
+        content = None if content is None else _encodable(content)
         calls: list[ToolCall] = []
         for index, call in enumerate(message.get("tool_calls") or []):
             if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
@@ -222,7 +223,7 @@ class ChatClient:
             raw_id = call.get("id")
             call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{index}"
             name = function.get("name") if isinstance(function.get("name"), str) else ""
-            calls.append(ToolCall(call_id, name, arguments))
+            calls.append(ToolCall(_encodable(call_id), _encodable(name), _encodable(arguments)))
         usage = document.get("usage") if isinstance(document.get("usage"), dict) else {}
         return ChatReply(
             content=content,
@@ -231,6 +232,13 @@ class ChatClient:
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
             completion_tokens=_int_or_none(usage.get("completion_tokens")),
         )
+
+
+def _encodable(text: str) -> str:
+    """``text`` with every lone surrogate (a ``\\ud800`` escape in the reply's JSON) replaced by U+FFFD. The
+    reply goes back to the model in the next request, which is encoded as UTF-8 and cannot hold one; an
+    item whose own text holds one is refused by its check, with a reason the model can act on."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _text_parts(content: Any) -> str | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from obsmem.redaction import redact_text
-from obsmem.validation import CONTROL_CHARACTERS
+from obsmem.validation import CONTROL_CHARACTERS, LINE_BREAKS
 
 T = TypeVar("T")
 
@@ -54,8 +54,12 @@ class OneLine:
     def check(self, content: Any, max_chars: int) -> CheckedText:
         if not isinstance(content, str) or not content.strip():
             return CheckedText(None, f"content is missing: write {self.what} as one line of text")
+        try:
+            content.encode("utf-8")  # first: redaction scans the text as UTF-8
+        except UnicodeEncodeError:
+            return CheckedText(None, "content is not valid UTF-8 text (it holds a lone surrogate): write it again")
         content = redact_text(content.strip())
-        if "\n" in content or "\r" in content:
+        if LINE_BREAKS.search(content):  # U+2028 and the other separators too, as stored memories refuse
             return CheckedText(None, f"content must be one line: split it into {self.split_into}")
         if self.reject_control_characters and CONTROL_CHARACTERS.search(content):
             return CheckedText(None, "content must not contain control characters")
@@ -72,10 +76,18 @@ def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] |
         document = json.loads(arguments) if arguments.strip() else None
     except json.JSONDecodeError as exc:
         return None, {"error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); send {example}"}
+    except RecursionError:
+        return None, {"error": f"the arguments are nested too deeply to read; send {example}"}
     items = document.get(key) if isinstance(document, dict) else document
     if not isinstance(items, list) or not items:
         return None, {"error": f"send a non-empty list: {example}"}
     return items, None
+
+
+# Far beyond what a chunk of conversation yields (an observation is a line; a chunk is a few thousand
+# tokens) or a Reflector condenses, and small enough that a run's commit stays a short transaction.
+MAX_ITEMS_PER_CALL = 500
+MAX_RECORDED_PER_RUN = 1000
 
 
 @dataclass
@@ -94,9 +106,14 @@ class ReceiptCheck(ABC, Generic[T]):
     key: ClassVar[str]  # the arguments' list, e.g. "observations"
     example: ClassVar[str]  # the expected shape, shown when the arguments are unusable
     max_items: ClassVar[int | None] = None  # items read per call (None: all)
+    # Items recorded per run (None: no bound). What one run records is committed in one transaction, which
+    # every other writer of the project waits for: a model that answers with hundreds of thousands of items
+    # would hold the database past the agents' busy timeout, and their appends would fail.
+    max_recorded: ClassVar[int | None] = None
 
     rejected: int = field(default=0, kw_only=True)
     duplicates: int = field(default=0, kw_only=True)
+    recorded: int = field(default=0, kw_only=True)
 
     @abstractmethod
     def check_item(self, item: Any) -> T | str:
@@ -118,11 +135,16 @@ class ReceiptCheck(ABC, Generic[T]):
             if isinstance(outcome, str):
                 receipt.rejected.append({"index": index, "reason": outcome})
                 continue
+            if self.max_recorded is not None and self.recorded >= self.max_recorded:
+                reason = f"this run has recorded {self.max_recorded} items, the most one run keeps: stop here"
+                receipt.rejected.append({"index": index, "reason": reason})
+                continue
             short, duplicate = self.file(outcome)
             if duplicate is not None:
                 receipt.duplicates.append({"index": index, "id": short, "note": duplicate})
             else:
                 receipt.recorded.append({"index": index, "id": short})
+                self.recorded += 1
         self.rejected += len(receipt.rejected)
         self.duplicates += len(receipt.duplicates)
         return self.reply(receipt, len(items))
@@ -143,4 +165,6 @@ class ReceiptCheck(ABC, Generic[T]):
             if receipt.rejected
             else "Record anything else worth keeping, or reply without a tool call if you are done."
         )
+        if self.max_items is not None and items > self.max_items:
+            result["unread"] = f"only the first {self.max_items} items of a call are read; send the rest in another"
         return result

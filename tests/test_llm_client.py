@@ -132,6 +132,8 @@ def test_slow_reply_within_the_deadline_succeeds(server: ScriptedChatServer) -> 
         b'{"choices": []}',
         b'{"choices": [{"message": 3}]}',
         b'{"choices": [{"message": {"tool_calls": [1]}}]}',
+        b'{"choices": [{"message": {"tool_calls": 5}}]}',  # once a TypeError (internal_error)
+        b'{"choices": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",  # once a RecursionError
     ],
 )
 def test_malformed_replies_are_bad_responses(server: ScriptedChatServer, body: bytes) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from obsmem.app import Obsmem
+from obsmem.pipeline.receipts import MAX_ITEMS_PER_CALL, MAX_RECORDED_PER_RUN
 from support.pipeline_service import pipeline_options, pipeline_service, user, words
 from support.scripted_chat import (
     ObserverScript,
@@ -155,6 +157,80 @@ def test_receipts_keep_valid_items_and_explain_rejections(service: Obsmem, serve
     (end,) = events_of(service, "om_observation_end")
     assert end["observations"] == 3 and end["rejected"] == 4 and end["duplicates"] == 1 and end["rounds"] == 3
     assert end["stop_reason"] == "done"
+
+
+def test_hostile_items_are_rejected_one_by_one_and_the_valid_ones_kept(
+    service: Obsmem, server: ScriptedChatServer
+) -> None:
+    """What a model (or an endpoint in between) may send that once failed the whole cycle, the valid items
+    with it: a lone surrogate (an escape in the JSON) in an item or beside the call, a line separator, refs
+    that str.isdigit() passes and int() refuses, arguments nested deeper than the parser follows."""
+    seen: list[Any] = []
+
+    def first(request: Request) -> Reply:
+        reply = tool_calls(
+            (
+                "record_observations",
+                {
+                    "observations": [
+                        obs("User states the deploy target is eu-west-1", [1]),
+                        obs("bad \ud800 text", [2]),
+                        obs("one\u2028line", [2]),
+                        obs("ref in superscript", ["\u00b2"]),
+                        obs("ref past any seq", ["9" * 5000]),
+                    ]
+                },
+            ),
+            ("record_observations", "[" * 5000 + "]" * 5000),
+        )
+        reply.body["choices"][0]["message"]["content"] = "thinking \ud800 aloud"  # type: ignore[index]
+        return reply
+
+    def second(request: Request) -> Reply:
+        seen.extend(tool_results(request))
+        return text("done")
+
+    server.responder = Rounds(first, second)
+    fill(service)
+    drain(service)
+    receipt, deep = seen
+    assert [item["index"] for item in receipt["recorded"]] == [0]
+    reasons = {item["index"]: item["reason"] for item in receipt["rejected"]}
+    assert "not valid UTF-8" in reasons[1] and "one line" in reasons[2]
+    assert "source_refs" in reasons[3] and "source_refs" in reasons[4]
+    assert "nested too deeply" in deep["error"]
+    assert [row[0] for row in observations(service)] == ["User states the deploy target is eu-west-1"]
+    assert events_of(service, "om_observation_failed", "job_failed") == []
+
+
+def test_a_run_records_a_bounded_number_of_items(service: Obsmem, server: ScriptedChatServer) -> None:
+    """What a run records commits in one transaction that every writer of the project waits for: a model
+    answering with hundreds of thousands of items would hold it past the agents' busy timeout."""
+    seen: list[Any] = []
+
+    def many(start: int, count: int) -> Callable[[Request], Reply]:
+        def reply(request: Request) -> Reply:
+            seen.extend(tool_results(request)[len(seen) :])
+            return record(
+                *(obs(f"User states setting number {n} is enabled", [1 + n % 4]) for n in range(start, start + count))
+            )
+
+        return reply
+
+    def last(request: Request) -> Reply:
+        seen.extend(tool_results(request)[len(seen) :])
+        return text("done")
+
+    server.responder = Rounds(many(0, 600), many(600, 400), many(1000, 400), last)
+    fill(service)
+    drain(service)
+    first, second, third = seen
+    assert len(first["recorded"]) == MAX_ITEMS_PER_CALL and "only the first 500 items" in first["unread"]
+    assert len(second["recorded"]) == 400 and "rejected" not in second
+    assert len(third["recorded"]) == MAX_RECORDED_PER_RUN - MAX_ITEMS_PER_CALL - 400
+    assert len(third["rejected"]) == 300
+    assert all("the most one run keeps" in item["reason"] for item in third["rejected"])
+    assert len(observations(service)) == MAX_RECORDED_PER_RUN
 
 
 def test_malformed_arguments_and_unknown_tools_get_receipts(service: Obsmem, server: ScriptedChatServer) -> None:

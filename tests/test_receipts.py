@@ -106,6 +106,14 @@ def test_content_rules_are_shared_and_the_messages_stay_each_stages_own() -> Non
             "content must be one line: split it into separate observations, one fact each",
             "content must be one line: split it into separate reflections",
         ),
+        "two\u2028lines": (  # a line separator too: a memory's content refuses it when it is stored
+            "content must be one line: split it into separate observations, one fact each",
+            "content must be one line: split it into separate reflections",
+        ),
+        "half \ud800 a character": (  # a JSON escape away; once a UnicodeEncodeError out of redaction
+            "content is not valid UTF-8 text (it holds a lone surrogate): write it again",
+            "content is not valid UTF-8 text (it holds a lone surrogate): write it again",
+        ),
         "x" * 41: (None, "content is 41 characters; the limit is 40: shorten it or split it"),
         "bell\x07": (None, "content must not contain control characters"),
         "the same phrase " * 40: (

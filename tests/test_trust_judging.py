@@ -140,6 +140,8 @@ def test_cold_start_escalates_then_the_threshold_decides(tmp_path: Path, judge: 
         (-0.1, "judge_bad_response"),
         ("no-p", "judge_bad_response"),
         ("text-p", "judge_bad_response"),
+        (10**400, "judge_bad_response"),  # past what a float holds: once an OverflowError (judge_error)
+        ("deep-p", "judge_bad_response"),  # once a RecursionError (judge_error)
         ("status", "judge_unavailable"),
     ],
 )

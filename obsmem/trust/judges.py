@@ -79,7 +79,10 @@ def checked_p(value: Any) -> float:
     [0, 1] are all refused: a guess at what the judge meant would be a judgment nobody made)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JudgeBadResponse("the judge's p is not a number")
-    p = float(value)
+    try:
+        p = float(value)
+    except OverflowError:  # an integer past what a float holds: far outside [0, 1]
+        raise JudgeBadResponse("the judge's p is outside [0, 1]") from None
     if not math.isfinite(p) or not 0.0 <= p <= 1.0:
         raise JudgeBadResponse("the judge's p is outside [0, 1]")
     return p

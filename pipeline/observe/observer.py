@@ -25,7 +25,7 @@ from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.memory_items import MemoryItem
 from obsmem.pipeline.observe.packer import EventChunk
 from obsmem.pipeline.observe.prompts import OBSERVER_SYSTEM_PROMPT, record_observations_tool, seq_ranges, user_message
-from obsmem.pipeline.receipts import OneLine, ReceiptCheck
+from obsmem.pipeline.receipts import MAX_ITEMS_PER_CALL, MAX_RECORDED_PER_RUN, OneLine, ReceiptCheck
 from obsmem.pipeline.toolloop import run_tool_loop
 
 CONTENT = OneLine("the fact", "separate observations, one fact each", "shorten it or split it into separate facts")
@@ -37,6 +37,8 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
 
     key = "observations"
     example = '{"observations": [{"content", "timestamp", "importance", "source_refs"}, ...]}'
+    max_items = MAX_ITEMS_PER_CALL
+    max_recorded = MAX_RECORDED_PER_RUN
 
     session_id: str
     shown: set[int]
@@ -99,7 +101,8 @@ def _as_seqs(value: Any) -> list[int] | None:
             ref = ref.get("seq")
         if isinstance(ref, str):
             ref = ref.strip().lstrip("#")
-            if not ref.isdigit():
+            # ASCII digits only ("²".isdigit() is true, and int() refuses it), and no more than a seq holds.
+            if not (ref.isascii() and ref.isdigit()) or len(ref) > 16:
                 return None
             ref = int(ref)
         if isinstance(ref, bool) or not isinstance(ref, int) or ref < 1:

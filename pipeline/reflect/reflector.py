@@ -16,7 +16,7 @@ from typing import Any
 
 from obsmem import ids
 from obsmem.pipeline.llm import ChatModel
-from obsmem.pipeline.receipts import OneLine, ReceiptCheck
+from obsmem.pipeline.receipts import MAX_ITEMS_PER_CALL, MAX_RECORDED_PER_RUN, OneLine, ReceiptCheck
 from obsmem.pipeline.reflect.generations import NewReflection
 from obsmem.pipeline.reflect.pool import IdResolver, Pool, PoolObservation
 from obsmem.pipeline.reflect.prompts import (
@@ -42,6 +42,8 @@ class ReflectionChecker(ReceiptCheck[NewReflection]):
 
     key = "reflections"
     example = '{"reflections": [{"content", "supporting_observation_ids"}, ...]}'
+    max_items = MAX_ITEMS_PER_CALL
+    max_recorded = MAX_RECORDED_PER_RUN
 
     pool: Pool
     max_chars: int

@@ -2,7 +2,7 @@
 
 Behaviours: a number (``{"p": number}``), ``"slow"`` (waits ``delay`` seconds, then answers 0.9),
 ``"garbage"`` (a body that is not JSON), ``"no-p"`` (JSON without p), ``"text-p"`` (p as a string),
-``"status"`` (HTTP 500). Every request body is kept in ``requests``.
+``"deep-p"`` (p nested deeper than a JSON parser follows), ``"status"`` (HTTP 500). Every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class JudgeServer:
             return 200, b'{"confidence": 0.9}'
         if behaviour == "text-p":
             return 200, b'{"p": "0.9"}'
+        if behaviour == "deep-p":
+            return 200, b'{"p": ' + b"[" * 5000 + b"]" * 5000 + b"}"
         if behaviour == "status":
             return 500, b"{}"
         return 200, json.dumps({"p": behaviour}).encode()
