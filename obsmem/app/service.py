@@ -321,29 +321,6 @@ class Obsmem:
         result = self.search_modes.run(self.projects.get(project), project, request)
         return self.trust.search(result, project, request, level, user)
 
-    def _search_request(
-        self,
-        query: object,
-        after: object,
-        before: object,
-        limit: object,
-        mode: object,
-        session_id: object,
-        scope: object,
-    ) -> SearchRequest:
-        """The search as asked, checked against this service's default mode and search limits."""
-        return SearchRequest.parse(
-            query=query,
-            after=after,
-            before=before,
-            limit=limit,
-            mode=mode,
-            session_id=session_id,
-            scope=scope,
-            default_mode=self.default_mode,
-            limits=self.settings.search,
-        )
-
     def search_stages(
         self,
         project: str,
