@@ -63,7 +63,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: JSONDecodeError, or an integer past 4,300 digits
             return raw  # keep what the model sent; the Observer still sees it
     return raw
 
@@ -76,6 +76,8 @@ def parse_json_line(line: str, where: str) -> Any:
         raise ValidationFailed(f"{where}: not valid JSON ({exc.msg})", field=where) from None
     except RecursionError:
         raise ValidationFailed(f"{where}: not valid JSON (nested too deeply)", field=where) from None
+    except ValueError:  # an integer of more than 4,300 digits, which Python refuses to convert
+        raise ValidationFailed(f"{where}: not valid JSON (a number too long to read)", field=where) from None
 
 
 def openai_message_to_events(message: dict[str, Any], call_names: dict[str, str]) -> list[dict[str, Any]]:

@@ -22,7 +22,8 @@ def json_shape_problem(value: Any) -> str | None:
         item, depth = pending.pop()
         if isinstance(item, float) and not math.isfinite(item):
             return "holds a number that is not finite (NaN or Infinity)"
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        # A tuple is written as a JSON array: a Python caller's tuples are checked as lists are.
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else None
         if children is None:
             continue
         if depth > MAX_JSON_DEPTH:

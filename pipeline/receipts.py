@@ -78,6 +78,8 @@ def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] |
         return None, {"error": f"the arguments are not valid JSON ({exc.msg} at character {exc.pos}); send {example}"}
     except RecursionError:
         return None, {"error": f"the arguments are nested too deeply to read; send {example}"}
+    except ValueError:  # an integer of more than 4,300 digits, which Python refuses to convert
+        return None, {"error": f"the arguments hold a number too long to read; send {example}"}
     items = document.get(key) if isinstance(document, dict) else document
     if not isinstance(items, list) or not items:
         return None, {"error": f"send a non-empty list: {example}"}

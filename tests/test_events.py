@@ -110,6 +110,7 @@ def test_importing_a_bad_transcript_creates_no_project(service: Obsmem, tmp_path
     ("line", "expected"),
     [
         ("[" * 100_000 + "]" * 100_000, "line 1: not valid JSON (nested too deeply)"),
+        ('{"role": "user", "seq": ' + "9" * 5000 + "}", "line 1: not valid JSON (a number too long to read)"),
         ('{"role": "assistant", "tool_calls": [{"id": "c1", "function": "read_file"}]}', "line 1: tool_calls"),
         ('{"role": "assistant", "tool_calls": {"id": "c1"}}', "line 1: tool_calls must be a list"),
         ('{"role": "user", "content": "x", "created_at": "2026-02-30T10:00:00"}', "line 1.created_at: "),

@@ -273,6 +273,25 @@ def test_tool_input_nested_past_the_limit_is_a_problem_of_its_line_and_the_rest_
     assert [row[4] for row in stored_events(tmp_path / "data", "demo")] == ["first", "last", "first"]
 
 
+def test_a_number_past_what_python_reads_is_a_malformed_line(service: Obsmem, tmp_path: Path) -> None:
+    """json refuses integers of more than 4,300 digits with a ValueError that is no JSONDecodeError: once a
+    traceback that stopped the import."""
+    first = {
+        "type": "user",
+        "sessionId": SESSION,
+        "uuid": "n1",
+        "cwd": "/w/demo",
+        "message": {"role": "user", "content": "kept"},
+    }
+    path = tmp_path / "claude" / "numbers.jsonl"
+    write_jsonl(path, [first, '{"type": "user", "n": ' + "9" * 5000 + "}"])
+    run = service.import_transcripts("claude-code", [path])
+    assert [(p.reason, p.line, p.detail) for p in run.files[0].listed] == [
+        ("malformed_json", 2, "not valid JSON (a number too long to read)")
+    ]
+    assert run.added == 1
+
+
 def test_a_receipt_never_names_a_session_id_it_refused(service: Obsmem, tmp_path: Path) -> None:
     """A transcript's session id may hold anything, a pasted credential too: refused ids are a problem of
     their line, and the receipt lists only the sessions it stored under."""

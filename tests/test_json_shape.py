@@ -45,6 +45,11 @@ def test_numbers_that_are_not_finite_are_named(number: float) -> None:
     )
 
 
+def test_tuples_are_walked_as_the_arrays_they_are_written_as() -> None:
+    assert json_shape_problem({"x": (float("nan"),)}) == "holds a number that is not finite (NaN or Infinity)"
+    assert json_shape_problem({"x": [(float("inf"),)]}) is not None
+
+
 def test_ordinary_arguments_pass() -> None:
     assert json_shape_problem({"cmd": "pytest -q", "env": {"CI": "1"}, "argv": ["-k", 3, 1.5, None, True]}) is None
     assert json_shape_problem("a plain string") is None

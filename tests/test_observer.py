@@ -182,6 +182,7 @@ def test_hostile_items_are_rejected_one_by_one_and_the_valid_ones_kept(
                 },
             ),
             ("record_observations", "[" * 5000 + "]" * 5000),
+            ("record_observations", '{"observations": [{"content": "x", "source_refs": [' + "9" * 5000 + "]}]}"),
         )
         reply.body["choices"][0]["message"]["content"] = "thinking \ud800 aloud"  # type: ignore[index]
         return reply
@@ -193,12 +194,12 @@ def test_hostile_items_are_rejected_one_by_one_and_the_valid_ones_kept(
     server.responder = Rounds(first, second)
     fill(service)
     drain(service)
-    receipt, deep = seen
+    receipt, deep, long_number = seen
     assert [item["index"] for item in receipt["recorded"]] == [0]
     reasons = {item["index"]: item["reason"] for item in receipt["rejected"]}
     assert "not valid UTF-8" in reasons[1] and "one line" in reasons[2]
     assert "source_refs" in reasons[3] and "source_refs" in reasons[4]
-    assert "nested too deeply" in deep["error"]
+    assert "nested too deeply" in deep["error"] and "a number too long to read" in long_number["error"]
     assert [row[0] for row in observations(service)] == ["User states the deploy target is eu-west-1"]
     assert events_of(service, "om_observation_failed", "job_failed") == []
 

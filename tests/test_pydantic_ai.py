@@ -356,3 +356,15 @@ def test_memory_search_and_recall_are_the_agents_tools(memory: Obsmem) -> None:
     assert "word1" in calls[0]
     recalled = json.loads(calls[1])
     assert recalled["memory"]["session_id"] == "s1" and recalled["sources"]
+
+
+@pytest.mark.parametrize("args", ['{"x": NaN}', "[" * 70 + "]" * 70, "[" * 100_000])
+def test_tool_arguments_obsmem_would_refuse_parsed_are_stored_as_written(tmp_path: Path, args: str) -> None:
+    """A model's arguments that parse to a value obsmem refuses (NaN, deeper than 64 levels) are kept as the
+    text the model wrote: refused as an event, they stopped every later append of the session at them."""
+    response = ModelResponse(parts=[ToolCallPart(tool_name="bash", args=args, tool_call_id="c1")])
+    events = message_events(response)
+    assert [event["tool_args"] for event in events] == [args]
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        receipt = service.append_events("p", "s1", events)
+        assert receipt.appended == 1

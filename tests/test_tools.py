@@ -122,7 +122,12 @@ def test_recall_defaults_to_the_current_session(service: Obsmem, ids: list[str])
         ("recall", {"id": "ffffffffffff", "session_id": "AKIAIOSFODNN7EXAMPLE"}, "invalid_session"),
         ("memory_search", {"query": "x", "session_id": "sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5"}, "invalid_session"),
         ("recall", {"memory_id": "ffffffffffff"}, "invalid_arguments"),
-        ("memory_search", {"query": "x", "AKIAIOSFODNN7EXAMPLE": 1}, "invalid_arguments"),  # a name is never echoed
+        ("memory_search", {"query": "x", "AKIAIOSFODNN7EXAMPLE": 1}, "invalid_arguments"),
+        (
+            "memory_search",
+            '{"query": "x", "limit": ' + "9" * 5000 + "}",
+            "invalid_arguments",
+        ),  # past int()'s limit  # a name is never echoed
         ("memory", {"action": "save", "content": "x", "sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5": 1}, "invalid_arguments"),
         ("delete_everything", {}, "unknown_tool"),
     ],

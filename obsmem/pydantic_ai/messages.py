@@ -30,6 +30,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from obsmem.json_shape import json_shape_problem
 from obsmem.pipeline import estimate_tokens
 
 
@@ -200,9 +201,13 @@ def _arguments(args: object) -> dict[str, Any] | list[Any] | str | None:
     if isinstance(args, str):
         try:
             parsed = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return args
-        return parsed if isinstance(parsed, dict | list) else args
+        # Kept as the model wrote them when obsmem would refuse the parsed value (too deep, NaN): an event
+        # refused here would stop the session's appends at it, where the text is stored as it is.
+        if not isinstance(parsed, dict | list) or json_shape_problem(parsed) is not None:
+            return args
+        return parsed
     if args is None or isinstance(args, dict):
         return args
     # Typed arguments of pydantic-ai's own tools (tool search, capability loading) are dataclasses or models.

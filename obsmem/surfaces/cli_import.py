@@ -278,7 +278,7 @@ def _payload(text: str) -> tuple[Path, str | None]:
     """The transcript path (and working directory) of a hook payload; bad payloads are refused clearly."""
     try:
         payload = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: JSONDecodeError, or an integer past 4,300 digits
         raise ValidationFailed("the hook payload on stdin is not JSON", code="invalid_hook_payload") from None
     if not isinstance(payload, dict):
         raise ValidationFailed("the hook payload must be a JSON object", code="invalid_hook_payload")

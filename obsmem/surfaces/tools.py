@@ -198,7 +198,7 @@ def _parse_arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: JSONDecodeError, or an integer past 4,300 digits
             raise InvalidArguments("arguments are not valid JSON") from None
     if not isinstance(arguments, dict):
         raise InvalidArguments("arguments must be a JSON object")

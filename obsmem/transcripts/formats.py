@@ -42,8 +42,11 @@ def decode_json_line(raw: bytes, line: int) -> dict[str, Any] | Skip:
         return Skip("blank", line)
     try:
         record = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer past 4,300 digits
+        if isinstance(exc, json.JSONDecodeError):
+            detail = exc.msg
+        else:
+            detail = "nested too deeply" if isinstance(exc, RecursionError) else "a number too long to read"
         return Skip("malformed_json", line, problem=True, detail=f"not valid JSON ({detail})")
     if not isinstance(record, dict):
         return Skip("not_an_object", line, problem=True, detail="the line is not a JSON object")

@@ -133,7 +133,7 @@ class GeminiCliFormat(DocumentFormat):
         except UnicodeDecodeError:
             problems.append(Skip("invalid_utf8", 1, problem=True, detail="not UTF-8 text"))
             return None
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: JSONDecodeError, or an integer past 4,300 digits
             problems.append(Skip("malformed_json", 1, problem=True, detail="the file is not valid JSON"))
             return None
         if not isinstance(data, dict):

@@ -47,7 +47,10 @@ _BOOKKEEPING = frozenset({"step-start", "step-finish", "snapshot", "patch", "fil
 def _loads(text: Any) -> dict[str, Any] | None:
     try:
         value = json.loads(text) if isinstance(text, (str, bytes)) else None
-    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+    except (
+        ValueError,
+        RecursionError,
+    ):  # ValueError: JSONDecodeError, UnicodeDecodeError, an integer past 4,300 digits
         return None
     return value if isinstance(value, dict) else None
 

@@ -193,7 +193,7 @@ class ModelJudge(Judge):
                 continue
             try:
                 arguments = json.loads(call.arguments)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser follows
                 raise JudgeBadResponse("the model's judgment arguments are not JSON") from None
             if not isinstance(arguments, dict) or "p" not in arguments:
                 raise JudgeBadResponse("the model's judgment has no p")

@@ -2,7 +2,8 @@
 
 Behaviours: a number (``{"p": number}``), ``"slow"`` (waits ``delay`` seconds, then answers 0.9),
 ``"garbage"`` (a body that is not JSON), ``"no-p"`` (JSON without p), ``"text-p"`` (p as a string),
-``"deep-p"`` (p nested deeper than a JSON parser follows), ``"status"`` (HTTP 500). Every request body is kept in ``requests``.
+``"deep-p"`` (p nested deeper than a JSON parser follows), ``"status"`` (HTTP 500). Every request body is
+kept in ``requests``.
 """
 
 from __future__ import annotations
