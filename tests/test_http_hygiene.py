@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import anyio
 import apsw
@@ -23,7 +24,9 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from obsmem.app import Obsmem
+from obsmem.settings.main import ApiKey
 from obsmem.surfaces.http import create_app
+from obsmem.surfaces.http.access_log import loggable_target
 from obsmem.surfaces.http.closing import CloseOnServerError
 from obsmem.surfaces.http.protocol import protocol_class
 from obsmem.surfaces.http.ratelimit import FailureLimiter
@@ -356,6 +359,32 @@ def test_close_on_server_error_never_logs_a_secret_from_the_path(caplog: pytest.
         assert recorder.status_and_headers()[0] == 500
         assert token not in caplog.text, app.__name__
         assert "/v1/projects/alpha/sessions/[REDACTED:github_token]/memory" in caplog.text, app.__name__
+
+
+def test_a_configured_key_is_cut_from_the_error_log_however_it_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A base64 key holds '/' and '+' (which split a path and decode to a space), and needs no credential
+    shape to be one: the error log's path, as the access log's target, cuts it whole."""
+    key = "Zm9vYmFy/+c2VjcmV0a2V5MTIzNDU2Nzg5MA=="
+    settings = settings_for(tmp_path)
+    settings.api_keys = [ApiKey(key=key, name="ops")]
+    with Obsmem(settings) as service:
+        app = create_app(service)
+
+        async def fails_before(scope: Any, receive: Any, send: Any) -> None:
+            raise RuntimeError("broken")
+
+        caplog.set_level(logging.DEBUG, logger="obsmem.http")
+        for path in (f"/v1/projects/alpha/sessions/{key}/memory", f"/v1/health/{quote(key, safe='')}"):
+            recorder = Recorder()
+            scope = {**SCOPE, "path": path, "app": app}
+            anyio.run(CloseOnServerError(fails_before), scope, recorder.receive, recorder.send)
+        assert key not in caplog.text and quote(key, safe="") not in caplog.text and "c2VjcmV0" not in caplog.text
+        assert caplog.text.count("[REDACTED:api_key]") == 2
+    assert loggable_target(f"/v1/search?q={key}&x={quote_plus(key)}", [key]) == (
+        "/v1/search?q=[REDACTED:api_key]&x=[REDACTED:api_key]"
+    )
 
 
 def test_the_connection_deadlines_and_invalid_http_hold_over_the_h11_protocol_too(tmp_path: Path) -> None:

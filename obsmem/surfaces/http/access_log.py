@@ -15,7 +15,7 @@ import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import unquote, unquote_plus
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 from uvicorn.config import LOGGING_CONFIG
 
@@ -46,10 +46,28 @@ def _shown_value(name: str, value: str, known: Sequence[str]) -> str:
     return _shown(value, query=True, known=known) if kind is None else MARK.format(kind=kind)
 
 
+def _without_known(target: str, known: Sequence[str]) -> str:
+    """``target`` with each known secret cut out whole, as sent or percent-encoded, before the target is
+    split: a key may hold '/' (which would split it into segments) or '+' (which decoding reads as a space),
+    so matching it piece by piece would miss it."""
+    for secret in known:
+        for written in {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}:
+            target = target.replace(written, MARK.format(kind="api_key"))
+    return target
+
+
+def configured_keys(app: Any) -> tuple[str, ...]:
+    """The API keys of the service an app serves (none when it has no service yet): what every log line of
+    a request target cuts, the error log's as well as the access log's."""
+    settings = getattr(getattr(getattr(app, "state", None), "service", None), "settings", None)
+    return tuple(api_key.key.get_secret_value() for api_key in getattr(settings, "api_keys", ()))
+
+
 def loggable_target(target: str, known: Sequence[str] = ()) -> str:
     """A request target (path and query) with every segment or value that holds a secret replaced: one
     that looks like a credential, or that holds one of ``known`` (the server's own API keys, which need
     not look like anything: a client that sends its key in the wrong place must not have it logged)."""
+    target = _without_known(target, known)
     path, has_query, query = target.partition("?")
     shown = "/".join(_shown(segment, query=False, known=known) for segment in path.split("/"))
     if not has_query:

@@ -16,7 +16,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from obsmem.surfaces.http.access_log import loggable_target
+from obsmem.surfaces.http.access_log import configured_keys, loggable_target
 from obsmem.surfaces.http.errors import send_error
 
 logger = logging.getLogger("obsmem.http")
@@ -78,7 +78,7 @@ class CloseOnServerError:
 def _shown_path(scope: Scope) -> str:
     """The request path as these log lines may show it: a session id or project name is client text and
     may hold a secret (the request that carried it is often the one that failed)."""
-    return loggable_target(str(scope.get("path", "")))
+    return loggable_target(str(scope.get("path", "")), configured_keys(scope.get("app")))
 
 
 async def _internal_error(send: Send) -> None:

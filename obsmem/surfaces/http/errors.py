@@ -27,7 +27,7 @@ from obsmem.dates import parse_window
 from obsmem.errors import ObsmemError
 from obsmem.ids import parse_id_prefix
 from obsmem.storage import storage_fault
-from obsmem.surfaces.http.access_log import loggable_target
+from obsmem.surfaces.http.access_log import configured_keys, loggable_target
 from obsmem.surfaces.http.responses import JSONBody, dumps
 from obsmem.validation import field_path, project_name, session_id
 
@@ -187,11 +187,13 @@ def install_error_handlers(app: FastAPI) -> None:
         fault = storage_fault(exc)
         if fault is None:
             return await on_unexpected(request, exc)
-        logger.warning("storage fault on %s %s: %s", request.method, loggable_target(request.url.path), fault.code)
+        path = loggable_target(request.url.path, configured_keys(request.app))
+        logger.warning("storage fault on %s %s: %s", request.method, path, fault.code)
         return obsmem_error_response(fault)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error on %s %s", request.method, loggable_target(request.url.path))
+        path = loggable_target(request.url.path, configured_keys(request.app))
+        logger.exception("unhandled error on %s %s", request.method, path)
         return error_response(500, "internal_error", "internal error; the server log has the details")
 
     app.add_exception_handler(ObsmemError, on_obsmem_error)
