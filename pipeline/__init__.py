@@ -17,7 +17,6 @@ else is internal to the pipeline and may move.
 from obsmem.pipeline.llm import ChatClient, ChatModel, ChatReply, ToolCall
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
 from obsmem.pipeline.model_overrides import ROLES, ModelChanges, RoleModel
-from obsmem.pipeline.observe.hygiene import inline_memory_text
 from obsmem.pipeline.observe.prompts import seq_runs
 from obsmem.pipeline.reflect.generations import project_generation_totals, rebuild_active_memory
 from obsmem.pipeline.runtime import ObservationPipeline
@@ -40,7 +39,6 @@ __all__ = [
     "ToolCall",
     "active_memory",
     "estimate_tokens",
-    "inline_memory_text",
     "project",
     "project_generation_totals",
     "rebuild_active_memory",

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import apsw
 
+from obsmem.framing import inline_memory_text
 from obsmem.pipeline.tokens import estimate_tokens, sql_estimate
 
 _RANK = {"reflection": 5, "critical": 4, "high": 3, "medium": 2, "low": 1}
@@ -29,9 +30,10 @@ class MemoryItem(NamedTuple):
     content: str
 
     def line(self) -> str:
+        content = inline_memory_text(self.content)  # shown to a model inside a block it must not leave
         if self.kind == "reflection":
-            return f"- [{self.memory_id[:12]}] {self.timestamp} {self.content}"
-        return f"- [{self.memory_id[:12]}] {self.timestamp} ({self.importance}) {self.content}"
+            return f"- [{self.memory_id[:12]}] {self.timestamp} {content}"
+        return f"- [{self.memory_id[:12]}] {self.timestamp} ({self.importance}) {content}"
 
     @property
     def tokens(self) -> int:

@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from obsmem.pipeline import Projection, inline_memory_text
+from obsmem.framing import inline_memory_text
+from obsmem.pipeline import Projection
 from obsmem.trust.notes import Note
 
 MEMORY_TAG = "obsmem-memory"  # the projection's tag (pipeline/observe/hygiene.py cuts it from Observer input)

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from obsmem.framing import escape_framing_tags
 from obsmem.redaction import redact_text
-from obsmem.validation import LINE_BREAKS
 
 MEMORY_TAG = "obsmem-memory"
 # The first line of every rendered projection; see projection.py (kept in one place).
@@ -57,19 +57,6 @@ def _tag_pattern(tag: str) -> re.Pattern[str]:
     return re.compile(rf"<{name}(?:\s[^>]*)?>.*?(?:</{name}\s*>|\Z)", re.DOTALL | re.IGNORECASE)
 
 
-# The start of the memory's own tag, opening or closing, however spaced or cased: text shown inside the memory
-# must never end its block early (what follows would stand outside it, and outside the hygiene's cut).
-_MEMORY_TAG_START = re.compile(rf"<(\s*/?\s*{re.escape(MEMORY_TAG)})", re.IGNORECASE)
-
-
-def inline_memory_text(text: str) -> str:
-    """``text`` as the rendered memory shows an item of it: on one line (line separators become a space,
-    so an item cannot forge a line of its own) and with the memory tag's ``<`` written ``&lt;``, so an item
-    cannot close or open a block. Applied when rendering, so text stored before these rules is shown so
-    too."""
-    return _MEMORY_TAG_START.sub(r"&lt;\1", LINE_BREAKS.sub(" ", text))
-
-
 _HEADER_TO_END = re.compile(re.escape(PROJECTION_HEADER) + r".*?(?:</" + MEMORY_TAG + r"\s*>|\Z)", re.DOTALL)
 
 
@@ -81,7 +68,7 @@ def clean_text(text: str, omit_tags: Sequence[str] = DEFAULT_OMIT_TAGS) -> str:
     text = _HEADER_TO_END.sub("[obsmem memory omitted]", text)
     for tag in omit_tags:
         text = _tag_pattern(tag).sub(f"[{tag} omitted]", text)
-    return redact_text(text).strip()
+    return escape_framing_tags(redact_text(text)).strip()
 
 
 def display_time(created_at: str) -> str:

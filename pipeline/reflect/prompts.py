@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from obsmem.framing import inline_memory_text
 from obsmem.pipeline.reflect.pool import IMPORTANCE_RANK, PoolObservation, PoolReflection
 from obsmem.pipeline.tokens import MESSAGE_OVERHEAD, estimate_tokens
 
@@ -150,13 +151,13 @@ def drop_observations_tool() -> dict[str, Any]:
 def observation_line(observation: PoolObservation) -> str:
     return (
         f"- [{observation.memory_id[:12]}] {observation.timestamp} | {observation.importance} | "
-        f"{observation.tier} | {observation.content}"
+        f"{observation.tier} | {inline_memory_text(observation.content)}"
     )
 
 
 def reflection_line(reflection: PoolReflection, citations: int | None = None) -> str:
     cites = f" (cites {citations})" if citations is not None else ""
-    return f"- [{reflection.memory_id[:12]}] {reflection.timestamp} {reflection.content}{cites}"
+    return f"- [{reflection.memory_id[:12]}] {reflection.timestamp} {inline_memory_text(reflection.content)}{cites}"
 
 
 def _line_tokens(line: str) -> int:

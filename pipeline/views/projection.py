@@ -21,9 +21,10 @@ from typing import Any
 
 import apsw
 
+from obsmem.framing import inline_memory_text
 from obsmem.pipeline.memory_items import MemoryItem, active_memory
 from obsmem.pipeline.observe.coverage import read_progress
-from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER, inline_memory_text
+from obsmem.pipeline.observe.hygiene import MEMORY_TAG, PROJECTION_HEADER
 from obsmem.pipeline.reflect.generations import generation_count
 from obsmem.pipeline.tokens import estimate_tokens
 
