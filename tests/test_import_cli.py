@@ -241,6 +241,34 @@ def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert [row[4] for row in stored_events(tmp_path / "data", "live")] == ["one", "two"]
 
 
+def test_follow_waits_for_a_transcript_not_written_yet(tmp_path: Path) -> None:
+    """A missing PATH is a typo without --follow; with it, the file the agent is about to write."""
+    path = tmp_path / "live" / "s.jsonl"
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(
+        [*command, "import", "claude-code", str(path), "--follow", "--interval", "0.1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert json.loads(read_line(process))["added"] == 0  # a round ran: nothing refused the path
+        write_jsonl(
+            path,
+            [{"type": "user", "sessionId": "live", "cwd": "/w/live", "message": {"role": "user", "content": "one"}}],
+        )
+        assert json.loads(read_line(process))["added"] == 1
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 0
+
+
 def test_the_progress_bar_counts_bytes_over_all_files() -> None:
     from obsmem.surfaces import cli_import
 

@@ -79,7 +79,7 @@ def _restore_export(app: App, path: Path, project: str | None) -> dict[str, Any]
 
 @click.command("import")
 @click.argument("source", type=click.Choice(SOURCES))
-@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--project", default=None, help="Project for every file [default: mapped from its working directory].")
 @click.option("--follow", is_flag=True, help="Keep importing as the transcripts grow, until interrupted.")
 @click.option(
@@ -108,6 +108,11 @@ def import_command(
     """
     if project is not None:
         project_name(project)
+    # A PATH that does not exist is a typo, named as one; with --follow it may be a transcript the agent has
+    # not written yet, which each round looks for again.
+    missing = next((path for path in paths if not path.exists()), None)
+    if missing is not None and not follow:
+        raise click.BadParameter(f"Path '{missing}' does not exist.", param_hint="'[PATHS]...'")
     if source == "obsmem" and len(paths) == 1 and paths[0].is_file():
         restored = _restore_export(app, paths[0], project)
         if restored is not None:
