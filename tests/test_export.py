@@ -200,6 +200,7 @@ def test_altered_records_fail_the_checksum(service: Obsmem) -> None:
         "missing_column",
         "unknown_header_kind",
         "bool_value",
+        "huge_integer",  # past 64 bits: once an OverflowError out of SQLite, a traceback
         "counts_disagree",
         "data_after_trailer",
     ],
@@ -214,14 +215,16 @@ def test_files_that_break_the_format_are_refused_and_create_nothing(service: Obs
         data = forge([lines[0], *lines[1:-1], orjson.dumps({"kind": "wormhole", "row": {"a": 1}})])
     elif change == "kinds_out_of_order":
         data = forge([lines[0], *reversed(lines[1:-1])])
-    elif change in ("extra_column", "missing_column", "bool_value"):
+    elif change in ("extra_column", "missing_column", "bool_value", "huge_integer"):
         row = dict(records[0]["row"])
         if change == "extra_column":
             row["colour"] = "blue"
         elif change == "missing_column":
             row.pop(next(iter(row)))
-        else:
+        elif change == "bool_value":
             row["last_seq"] = True
+        else:
+            row["last_seq"] = 2**63 + 5
         data = forge([lines[0], orjson.dumps({"kind": records[0]["kind"], "row": row}), *lines[2:-1]])
     elif change == "unknown_header_kind":
         header["tables"].append({"kind": "wormhole", "table": "wormholes", "columns": ["a"]})
@@ -248,6 +251,23 @@ def test_a_row_the_schema_refuses_rolls_the_whole_restore_back(service: Obsmem) 
     with pytest.raises(ExportInvalid, match=rf"line {first_event + 2}: .*UNIQUE") as caught:
         restore_bytes(service, forged)
     assert SECRET_TEXT not in caught.value.message
+    assert nothing_restored(service, "copy")
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"name": "trust_ledger", "seq": 5},  # a table whose ids an export never carries: SQLite took any name
+        {"name": "jobs", "seq": 2**63 - 1},  # every later job insert failed, reported as a full disk
+    ],
+)
+def test_an_id_sequence_beyond_what_an_export_carries_is_refused(service: Obsmem, row: dict[str, Any]) -> None:
+    small_project(service)
+    lines = exported(service).splitlines()
+    # id_sequence comes after every kind this project holds, before the trailer.
+    forged = forge([*lines[:-1], orjson.dumps({"kind": "id_sequence", "row": row})])
+    with pytest.raises(ExportInvalid, match="an id_sequence row"):
+        restore_bytes(service, forged)
     assert nothing_restored(service, "copy")
 
 

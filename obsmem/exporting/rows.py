@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from obsmem.bounds import MAX_SEQ, is_strict_int
 from obsmem.errors import ExportInvalid
 from obsmem.exporting import postgres
 
@@ -86,12 +87,18 @@ def encode_value(value: Any) -> Any:
     return value
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _PLAIN = frozenset({str, int, float, type(None)})  # exact types: a JSON true or false is a bool, refused
 
 
 def decode_row(row: dict[str, Any], line: int) -> dict[str, Any]:
     """Every value of an exported row back into what SQLite stored (see :func:`decode_value`)."""
-    return {name: value if type(value) in _PLAIN else decode_value(value, line) for name, value in row.items()}
+    decoded = {name: value if type(value) in _PLAIN else decode_value(value, line) for name, value in row.items()}
+    for value in decoded.values():
+        if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+            # Past what a database integer holds: SQLite raised OverflowError out of the restore.
+            raise ExportInvalid(f"line {line}: a number is outside the 64-bit integer range")
+    return decoded
 
 
 def decode_value(value: Any, line: int) -> Any:
@@ -200,8 +207,14 @@ def raise_sequence(state: RestoreState, kind: RecordKind, row: dict[str, Any]) -
     ``sqlite_sequence`` (without a key), which restoring that table's rows has already made, so the row
     is raised in place rather than inserted twice."""
     name, seq = row.get("name"), row.get("seq")
-    if set(row) != {"name", "seq"} or not isinstance(name, str) or not isinstance(seq, int):
+    if set(row) != {"name", "seq"} or not isinstance(name, str) or not is_strict_int(seq):
         raise ExportInvalid(f"line {state.line}: an id_sequence row is not a table name and an id")
+    # Only the tables an export carries, on both backends, and no further than ids go: a forged sequence
+    # at 2^63-1 made every later insert into jobs fail, reported as a full disk.
+    if name not in postgres.SEQUENCED_TABLES:
+        raise ExportInvalid(f"line {state.line}: an id_sequence row names a table whose ids are not carried")
+    if not 0 <= seq <= MAX_SEQ:
+        raise ExportInvalid(f"line {state.line}: an id_sequence row's id is outside 0 to 2^53")
     if postgres.is_postgres(state.conn):
         postgres.raise_sequence(state.conn, name, seq, state.line)
         return
