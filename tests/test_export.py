@@ -271,6 +271,43 @@ def test_an_id_sequence_beyond_what_an_export_carries_is_refused(service: Obsmem
     assert nothing_restored(service, "copy")
 
 
+def test_a_restore_redacts_as_every_write_does(service: Obsmem) -> None:
+    """An export of obsmem holds redacted text, which a restore keeps as it is; an edited file (or one
+    written before a detector existed) is redacted on the way in, and an event keeps a fingerprint that
+    matches its text, so appending the same event again is a duplicate, not a conflict."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    small_project(service)
+    lines = exported(service).splitlines()
+    records = [orjson.loads(line) for line in lines[1:-1]]
+    for record in records:
+        row = record["row"]
+        if record["kind"] == "event" and row["seq"] == 1 and row["session_id"] == "s2":
+            row["content"] = f"deploy with {token}"
+        if record["kind"] == "event" and row["tool_args"] is not None:
+            row["tool_args"] = f'{{"cmd":"git push https://x:{token}@github.com"}}'
+        if record["kind"] == "observation":
+            row["content"] = f"{row['content']} {token}"
+    restore_bytes(service, forge([lines[0], *(orjson.dumps(record) for record in records)]))
+    copy = service.settings.data_dir / "projects" / "copy" / "obsmem.db"
+    assert token.encode() not in copy.read_bytes()
+    assert service.search("copy", "[REDACTED:github_token]", scope="all").hits
+    again = service.append_events("copy", "s2", [{"role": "user", "content": f"deploy with {token}", "seq": 1}])
+    assert again.duplicates == 1 and again.appended == 0
+
+
+def test_an_event_whose_arguments_are_not_json_is_refused(service: Obsmem) -> None:
+    """A recall parses every event's arguments: one that is not JSON broke recall of it and of what cites it."""
+    small_project(service)
+    lines = exported(service).splitlines()
+    records = [orjson.loads(line) for line in lines[1:-1]]
+    for record in records:
+        if record["kind"] == "event" and record["row"]["tool_args"] is not None:
+            record["row"]["tool_args"] = "{not json"
+    with pytest.raises(ExportInvalid, match="tool_args is not JSON"):
+        restore_bytes(service, forge([lines[0], *(orjson.dumps(record) for record in records)]))
+    assert nothing_restored(service, "copy")
+
+
 def test_a_broken_generation_chain_is_refused(service: Obsmem) -> None:
     """An active pointer whose number does not match its chain of parents is refused, not restored."""
     small_project(service)

@@ -25,6 +25,7 @@ from obsmem.exporting import postgres
 from obsmem.exporting.format import PROGRESS_EVERY, Progress, ProjectService
 from obsmem.exporting.kinds import KIND_INDEX, KINDS, project_tables
 from obsmem.exporting.reader import ExportReader
+from obsmem.exporting.redacting import redacted_row
 from obsmem.exporting.rows import (
     RestoreState,
     flush_rows,
@@ -167,7 +168,8 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
                 flush_rows(state)  # rows of earlier kinds are in before a custom step or a kind's end runs
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
-            (record.kind.restore or insert_row)(state, record.kind, record.row)
+            row = redacted_row(record.kind.name, record.row, record.line)
+            (record.kind.restore or insert_row)(state, record.kind, row)
             done += 1
             if progress is not None and done % PROGRESS_EVERY == 0:
                 progress("restore", done, total)
