@@ -200,20 +200,24 @@ def test_other_commands_keep_exit_2_for_usage_mistakes(tmp_path: Path) -> None:
     assert run(tmp_path / "data", "search", "hook").exit_code == 2  # "hook" as an argument names no command
 
 
+def following(data: Path, path: Path) -> subprocess.Popen[str]:
+    """``obsmem import claude-code PATH --follow`` in a process of its own, one JSON line per round."""
+    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(data)]
+    return subprocess.Popen(
+        [*command, "import", "claude-code", str(path), "--follow", "--interval", "0.1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+
+
 def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "live" / "s.jsonl",
         [{"type": "user", "sessionId": "live", "cwd": "/w/live", "message": {"role": "user", "content": "one"}}],
     )
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(tmp_path / "data")]
-    process = subprocess.Popen(
-        [*command, "import", "claude-code", str(path), "--follow", "--interval", "0.1", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    process = following(tmp_path / "data", path)
     try:
         assert json.loads(read_line(process))["added"] == 1
         write_jsonl(
@@ -244,15 +248,7 @@ def test_follow_imports_growth_and_stops_on_sigterm(tmp_path: Path) -> None:
 def test_follow_waits_for_a_transcript_not_written_yet(tmp_path: Path) -> None:
     """A missing PATH is a typo without --follow; with it, the file the agent is about to write."""
     path = tmp_path / "live" / "s.jsonl"
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(tmp_path / "data")]
-    process = subprocess.Popen(
-        [*command, "import", "claude-code", str(path), "--follow", "--interval", "0.1", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    process = following(tmp_path / "data", path)
     try:
         assert json.loads(read_line(process))["added"] == 0  # a round ran: nothing refused the path
         write_jsonl(
