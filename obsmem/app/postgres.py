@@ -32,14 +32,13 @@ from obsmem.app.results import (
     Recollection,
     TrustStatus,
 )
-from obsmem.app.search_checks import check_search
 from obsmem.app.service import Obsmem
 from obsmem.app.typed import build
 from obsmem.errors import NotFound, NotOnPostgres
 from obsmem.events import session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.pipeline import ObservationPipeline, project_generation_totals
-from obsmem.retrieval import RecalledEvent, SearchModes, SearchResult, find_memory_row, recall_any
+from obsmem.retrieval import RecalledEvent, SearchModes, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
 from obsmem.trust import LOCAL_USER, RecalledNote, TierStores, TrustService
@@ -172,37 +171,9 @@ class PostgresObsmem(Obsmem):
         self._memories_changed(project)
         return Forgotten(deleted=hit)
 
-    def search(
-        self,
-        project: str,
-        query: object,
-        *,
-        after: object = None,
-        before: object = None,
-        limit: object = None,
-        mode: object = None,
-        session_id: object = None,
-        scope: object = None,
-        trust: object = None,
-        user: str | None = LOCAL_USER,
-    ) -> SearchResult:
-        """Exact or hybrid search of the memories (exact of the conversation too), with the notes the query
-        finds merged in (as on SQLite)."""
-        checked = check_search(
-            query,
-            after=after,
-            before=before,
-            limit=limit,
-            mode=mode,
-            session_id=session_id,
-            scope=scope,
-            trust=trust,
-            default_mode=self.default_mode,
-            limits=self.settings.search,
-        )
-        request, level = checked.request, checked.trust
-        result = self.search_modes.run(self.store.get(project), project, request)  # type: ignore[arg-type]
-        return self.trust.search(result, project, request, level, user)
+    def _searched(self, project: str) -> Any:
+        """The project schema a search reads (the store's, where SQLite opens a project database)."""
+        return self.store.get(project)
 
     def recall(
         self, project: str, memory_id: object, *, session_id: str | None = None, user: str | None = LOCAL_USER

@@ -318,8 +318,12 @@ class Obsmem:
             limits=self.settings.search,
         )
         request, level = checked.request, checked.trust
-        result = self.search_modes.run(self.projects.get(project), project, request)
+        result = self.search_modes.run(self._searched(project), project, request)
         return self.trust.search(result, project, request, level, user)
+
+    def _searched(self, project: str) -> Any:
+        """The project database a search reads (a PostgreSQL service reads its project schema)."""
+        return self.projects.get(project)
 
     def search_stages(
         self,
