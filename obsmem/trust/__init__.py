@@ -27,22 +27,14 @@ pipeline's model client and projection, and only the application floor (and the 
 imports it.
 """
 
+from obsmem.notes import STATUSES, TIERS, parse_content, parse_situation, parse_tier
 from obsmem.trust.calibration import CalibrationReport
 from obsmem.trust.decision import DECISIONS, decide_injection
 from obsmem.trust.groom import GroomReport
 from obsmem.trust.judges import JudgeBadResponse, JudgeFailed, JudgeTimeout
 from obsmem.trust.judging import JUDGE_JOB, JUDGMENT_EVENT
 from obsmem.trust.ledger import STATES, Judgment
-from obsmem.trust.notes import (
-    STATUSES,
-    TIERS,
-    Note,
-    NoteWrite,
-    parse_content,
-    parse_note_id,
-    parse_situation,
-    parse_tier,
-)
+from obsmem.trust.notes import Note, NoteWrite, parse_note_id
 from obsmem.trust.projection import ProjectionWithNotes
 from obsmem.trust.recall import RecalledNote
 from obsmem.trust.search import TRUST_LEVELS, NoteHit

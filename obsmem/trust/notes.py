@@ -11,29 +11,22 @@ promote it.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import apsw
 
 from obsmem.dates import DateWindow, display_minute, now_iso, now_stored
 from obsmem.errors import AmbiguousId, NotFound, ObsmemError, ValidationFailed
-from obsmem.ids import DISPLAY_LENGTH, canonical_json, display_id
-from obsmem.redaction import redact_text
+from obsmem.ids import DISPLAY_LENGTH, display_id
+from obsmem.notes import STATUSES, note_identity
 from obsmem.retrieval import query_terms, query_words
 from obsmem.storage import byte_order
 from obsmem.trust.ledger import append_entry, current_life
-from obsmem.validation import CONTROL_CHARACTERS, LINE_BREAKS
 
-Tier = Literal["project", "user"]
-TIERS: tuple[str, ...] = ("project", "user")
-STATUSES: tuple[str, ...] = ("candidate", "trusted", "superseded", "forgotten")
-MAX_NOTE_CHARS = 4000
-MAX_SITUATION_CHARS = 1000
 _NOTE_ID = re.compile(r"[0-9a-f]{12,64}")
 _COLUMNS = "note_id, tier, content, situation, status, supersedes, superseded_by, date, created_at, updated_at"
 
@@ -127,63 +120,12 @@ class NoteWrite:
         }
 
 
-def _text(value: object, field: str, limit: int, *, required: bool) -> str:
-    """One line of text, secrets redacted before it can be stored; the message never quotes it."""
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str):
-        raise ValidationFailed(f"{field} must be a string", field=field)
-    try:
-        value.encode("utf-8")  # first: redaction scans the text as UTF-8
-    except UnicodeEncodeError:
-        raise ValidationFailed(f"{field} is not valid UTF-8 text", field=field) from None
-    text = redact_text(value).strip()
-    if required and not text:
-        raise ValidationFailed(f"{field} must not be empty", field=field)
-    if len(text) > limit:
-        raise ValidationFailed(f"{field} is longer than {limit} characters", field=field)
-    if LINE_BREAKS.search(text):
-        raise ValidationFailed(f"{field} must be a single line (no line breaks)", field=field)
-    if CONTROL_CHARACTERS.search(text):
-        raise ValidationFailed(f"{field} must not contain control characters", field=field)
-    return text
-
-
-def parse_content(value: object) -> str:
-    return _text(value, "content", MAX_NOTE_CHARS, required=True)
-
-
-def parse_situation(value: object) -> str:
-    return _text(value, "situation", MAX_SITUATION_CHARS, required=False)
-
-
-def parse_tier(value: object) -> str:
-    if value is None:
-        return "project"
-    if value not in TIERS:
-        raise ValidationFailed("tier must be 'project' or 'user'", field="tier")
-    return str(value)
-
-
-def parse_status(value: object) -> str | None:
-    if value is None:
-        return None
-    if value not in STATUSES:
-        raise ValidationFailed(f"status must be one of {', '.join(STATUSES)}", field="status")
-    return str(value)
-
-
 def parse_note_id(value: object, field: str = "id") -> str:
     if not isinstance(value, str) or not _NOTE_ID.fullmatch(value):
         raise ValidationFailed(
             f"{field} must be a note id: 12 to 64 lowercase hex characters", code="invalid_id", field=field
         )
     return value
-
-
-def note_identity(tier: str, content: str, situation: str, supersedes: str | None) -> str:
-    document = {"kind": "note", "tier": tier, "content": content, "situation": situation, "supersedes": supersedes}
-    return hashlib.sha256(canonical_json(document)).hexdigest()
 
 
 def find_note(conn: apsw.Connection, prefix: str) -> Note | None:

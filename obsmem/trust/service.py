@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import apsw
 
 from obsmem.errors import NotFound, ValidationFailed
+from obsmem.notes import parse_content, parse_situation, parse_status, parse_tier
 from obsmem.pipeline import Projection
 from obsmem.projects import ProjectRegistry
 from obsmem.retrieval import SearchRequest, SearchResult
@@ -50,11 +51,7 @@ from obsmem.trust.notes import (
     forget_note,
     list_notes,
     note_counts,
-    parse_content,
     parse_note_id,
-    parse_situation,
-    parse_status,
-    parse_tier,
     require_note,
     store_note,
 )
