@@ -59,6 +59,32 @@ def bytea_columns(conn: Any, table: str) -> list[str]:
     return [str(name) for (name,) in rows]
 
 
+# What each PostgreSQL data type of the schema holds, as the restore checks a value against its column.
+_VALUE_TYPES = {
+    "smallint": "integer",
+    "integer": "integer",
+    "bigint": "integer",
+    "real": "real",
+    "double precision": "real",
+    "numeric": "real",
+    "text": "text",
+    "character varying": "text",
+    "character": "text",
+    "bytea": "blob",
+}
+
+
+def value_types(conn: Any, table: str) -> dict[str, str]:
+    """The table's columns that hold integers, reals, text or bytes, each with which one (see
+    :func:`obsmem.exporting.rows.value_types`)."""
+    rows = conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = ?",
+        (table,),
+    ).fetchall()
+    return {str(name): _VALUE_TYPES[str(kind)] for name, kind in rows if str(kind) in _VALUE_TYPES}
+
+
 def byte_order(conn: Any, table: str, names: list[str]) -> str:
     """An ORDER BY list of ``names`` in which the table's text columns sort by their bytes (``COLLATE "C"``),
     as SQLite's do: a database whose default collation is a language's would otherwise order the text keys

@@ -31,6 +31,7 @@ from obsmem.exporting.rows import (
     flush_rows,
     insert_row,
     quoted,
+    require_value_types,
 )
 from obsmem.faults import crash_point
 from obsmem.projects import ProjectRegistry
@@ -168,6 +169,7 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
                 flush_rows(state)  # rows of earlier kinds are in before a custom step or a kind's end runs
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
+            require_value_types(state, record.kind.table, record.row)
             row = redacted_row(record.kind.name, record.row, record.line)
             (record.kind.restore or insert_row)(state, record.kind, row)
             done += 1

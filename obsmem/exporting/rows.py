@@ -38,6 +38,7 @@ class RestoreState:
     pending: dict[str, Any] = field(default_factory=dict)
     batch: RowBatch | None = None  # PostgreSQL: plain inserts sent together (see insert_row)
     blob_columns: dict[str, frozenset[str]] = field(default_factory=dict)  # table -> columns declared for bytes
+    value_types: dict[str, dict[str, str]] = field(default_factory=dict)  # table -> column -> what it holds
 
 
 # Rows of one table sent to PostgreSQL at once, with COPY: one INSERT per row made a 300,000-record restore
@@ -164,6 +165,54 @@ def blob_columns(conn: apsw.Connection, table: str) -> list[str]:
         return postgres.bytea_columns(conn, table)
     rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
     return [str(name) for _, name, declared, *_ in rows if "BLOB" in str(declared or "").upper()]
+
+
+def value_types(conn: apsw.Connection, table: str) -> dict[str, str]:
+    """The table's columns that hold integers, reals, text or bytes, each with which one: on SQLite by the
+    declared type's affinity (a column of no declared type holds anything and is left out), on PostgreSQL by
+    the data type."""
+    if postgres.is_postgres(conn):
+        return postgres.value_types(conn, table)
+    rows = conn.execute(f"PRAGMA main.table_xinfo({quoted(table)})").fetchall()
+    return {str(name): kind for _, name, declared, *_ in rows if (kind := _affinity(str(declared or "").upper()))}
+
+
+def _affinity(declared: str) -> str | None:
+    """SQLite's rules for a declared type's affinity (https://sqlite.org/datatype3.html, 3.1), for the
+    declared types that say what a column holds."""
+    if "INT" in declared:
+        return "integer"
+    if any(word in declared for word in ("CHAR", "CLOB", "TEXT")):
+        return "text"
+    if "BLOB" in declared:
+        return "blob"
+    if any(word in declared for word in ("REAL", "FLOA", "DOUB")):
+        return "real"
+    return None
+
+
+_HELD_BY = {"integer": (int,), "real": (int, float), "text": (str,), "blob": (bytes,)}
+_TYPE_WORDS = {int: "an integer", float: "a fraction", str: "text", bytes: "a blob"}
+
+
+def require_value_types(state: RestoreState, table: str, row: dict[str, Any]) -> None:
+    """Refuse a value (decoded) of another type than its column's: SQLite keeps text in an INTEGER column
+    as text and a fraction as a real, where every write stores an integer, and PostgreSQL reads digits
+    given for a text column as text, so the row would mean what no write meant. NULL is the schema's
+    business (NOT NULL). The column is named, never the value."""
+    types = state.value_types.get(table)
+    if types is None:
+        types = state.value_types[table] = value_types(state.conn, table)
+    for name, value in row.items():
+        kind = types.get(name)
+        if value is None or kind is None or type(value) in _HELD_BY[kind]:
+            continue
+        if kind == "blob" or isinstance(value, bytes):
+            continue  # a blob where bytes do not go is refused with its own reason (_require_blob_columns)
+        raise ExportInvalid(
+            f"line {state.line}: column {name} of {table} holds {_TYPE_WORDS[type(value)]}, but the column holds "
+            f"{kind} values (a write never stores anything else there)"
+        )
 
 
 def flush_rows(state: RestoreState) -> None:

@@ -1,0 +1,147 @@
+"""A restore is a write: each row of an export passes the rules obsmem's own writes check, on both backends.
+
+A file whose format, checksum and schema constraints hold may still hold rows no write could make: a
+memory or note whose id is not the one its content makes, text in an integer column, text past the write
+limits, a note marked trusted that no promotion in the trust ledger accounts for. Each is refused as
+``export_invalid`` naming the line and the rule, never the text, and nothing is restored. Honest exports,
+including rows that only history explains (a reflection that lost a support to a forget, an observation
+longer than the limit once a secret in it was redacted), still restore.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from obsmem import ids
+from obsmem.app import Obsmem
+from obsmem.errors import ExportInvalid
+from obsmem.exporting import export_project, restore_project
+from obsmem.memories import ReflectionIn, add_reflection
+from obsmem.notes import note_identity
+from support.exports import rewritten_export
+
+SECRET_TEXT = "the staging password rotation happens on fridays"
+Records = list[dict[str, Any]]
+
+
+@pytest.fixture
+def service_options(backend_storage: dict[str, Any]) -> dict[str, Any]:
+    return backend_storage
+
+
+def project(service: Obsmem) -> dict[str, str]:
+    """Events, two observations, a reflection and a note in project ``src``; their ids by name."""
+    service.append_events(
+        "src",
+        "s1",
+        [
+            {"role": "user", "content": SECRET_TEXT, "created_at": "2026-03-01T10:00:00Z"},
+            {"role": "assistant", "content": "noted, fridays it is"},
+        ],
+    )
+    written = service.add_observations(
+        "src",
+        [
+            {"session_id": "s1", "content": "Staging passwords rotate on Fridays", "timestamp": "2026-03-01 10:00",
+             "source_refs": [1, 2]},
+            {"session_id": "s1", "content": "The assistant agreed", "timestamp": "2026-03-01 10:01",
+             "source_refs": [2]},
+        ],
+    )  # fmt: skip
+    assert not written.rejected
+    first, second = (item.memory_id for item in written.added)
+    with service.projects.get("src").write() as conn:
+        reflection, _ = add_reflection(
+            conn, ReflectionIn("s1", "Passwords rotate weekly on Fridays", (first, second), "2026-03-01 11:00")
+        )
+    note = service.save_note("src", "keep the runbook short", situation="writing operations docs")
+    return {"observation": first, "second": second, "reflection": reflection, "note": note.note.note_id}
+
+
+def export_of(service: Obsmem) -> bytes:
+    buffer = io.BytesIO()
+    export_project(service, "src", buffer)
+    return buffer.getvalue()
+
+
+def restore_changed(service: Obsmem, change: Callable[[Records], None], tmp_path: Path) -> Any:
+    def changed(records: Records) -> Records:
+        change(records)
+        return records
+
+    return restore_project(service, rewritten_export(export_of(service), changed, tmp_path / "forged.jsonl"), "copy")
+
+
+def line_of(kind: str, records: Records, pick: Callable[[dict[str, Any]], bool] = lambda row: True) -> int:
+    """The file line of the first ``kind`` record whose row ``pick`` accepts (the header is line 1)."""
+    return next(i for i, record in enumerate(records, start=2) if record["kind"] == kind and pick(record["row"]))
+
+
+def rows(records: Records, kind: str) -> list[dict[str, Any]]:
+    return [record["row"] for record in records if record["kind"] == kind]
+
+
+def observation_ids_made_again(records: Records) -> None:
+    """Give each observation the id its content, session, timestamp and sources make (a forger's care)."""
+    for row in rows(records, "observation"):
+        refs = [
+            (s["session_id"], s["seq"]) for s in rows(records, "observation_source") if s["memory_row"] == row["id"]
+        ]
+        row["memory_id"] = ids.observation_id(row["session_id"], row["date"][:16], row["content"], refs)
+
+
+def note_ids_made_again(records: Records) -> None:
+    for row in rows(records, "note"):
+        row["note_id"] = note_identity(row["tier"], row["content"], row["situation"], row["supersedes"])
+    for row in rows(records, "trust_entry") + rows(records, "judgment"):
+        row["note_id"] = rows(records, "note")[0]["note_id"]
+
+
+def refused(service: Obsmem, change: Callable[[Records], None], tmp_path: Path) -> str:
+    """The message of the ``export_invalid`` a restore of the changed export raises; nothing is restored."""
+    with pytest.raises(ExportInvalid) as caught:
+        restore_changed(service, change, tmp_path)
+    assert type(caught.value) is ExportInvalid and caught.value.code == "export_invalid"
+    if service.projects.exists("copy"):
+        with service.projects.get("copy").read() as conn:
+            for table in ("sessions", "events", "memories", "notes"):
+                assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+    return caught.value.message
+
+
+def test_an_honest_export_restores(service: Obsmem, tmp_path: Path) -> None:
+    made = project(service)
+    restore_changed(service, lambda records: None, tmp_path)
+    assert service.recall("copy", made["reflection"]).to_dict() == service.recall("src", made["reflection"]).to_dict()
+
+
+# -- values of their columns' types ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "column", "value", "table"),
+    [
+        ("session", "event_count", "lots", "sessions"),  # SQLite keeps text in an INTEGER column as text
+        ("event", "seq", 1.5, "events"),  # and a fraction as a real
+        ("observation_source", "seq", "two", "observation_sources"),
+        ("event", "tool_name", 7, "events"),  # a number where a write stores text
+    ],
+)
+def test_a_value_not_of_its_columns_type_is_refused(
+    service: Obsmem, tmp_path: Path, kind: str, column: str, value: Any, table: str
+) -> None:
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        rows(records, kind)[0][column] = value
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: column {column} of {table} ")
+    assert str(value) not in message
