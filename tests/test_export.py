@@ -31,6 +31,8 @@ from obsmem.errors import (
 )
 from obsmem.exporting import FORMAT_VERSION, KINDS, export_project, restore_project
 from obsmem.exporting.rows import decode_value, encode_value
+from obsmem.ids import observation_id
+from obsmem.memories import ReflectionIn, add_reflection
 from obsmem.surfaces.cli import cli
 from obsmem.trust.ledger import record_judgment
 from support.transcripts import copy_fixture
@@ -287,6 +289,11 @@ def test_a_restore_redacts_as_every_write_does(service: Obsmem) -> None:
             row["tool_args"] = f'{{"cmd":"git push https://x:{token}@github.com"}}'
         if record["kind"] == "observation":
             row["content"] = f"{row['content']} {token}"
+            # The id an obsmem without the token's detector made; the restore keeps it (rows cite it).
+            refs = [
+                (r["row"]["session_id"], r["row"]["seq"]) for r in records if r["row"].get("memory_row") == row["id"]
+            ]
+            row["memory_id"] = observation_id(row["session_id"], row["date"][:16], row["content"], refs)
     restore_bytes(service, forge([lines[0], *(orjson.dumps(record) for record in records)]))
     copy = service.settings.data_dir / "projects" / "copy" / "obsmem.db"
     assert token.encode() not in copy.read_bytes()
@@ -492,12 +499,11 @@ def test_generations_in_every_state_are_restored_through_the_schema_rules(servic
     small_project(service)
     now = "2026-03-01T11:00:00Z"
     with service.database("src").write() as conn:
-        (reflection,) = conn.execute(
-            "INSERT INTO memories(memory_id, kind, session_id, content, date, created_at)"
-            " VALUES (?, 'reflection', 's1', 'Passwords rotate weekly', '2026-03-01 10:00:00', ?) RETURNING id",
-            ("b" * 64, now),
-        ).fetchone()
-        conn.execute("INSERT INTO reflection_supports VALUES (?, 1)", (reflection,))
+        (observation,) = conn.execute("SELECT memory_id FROM memories WHERE id = 1").fetchone()
+        written, _ = add_reflection(
+            conn, ReflectionIn("s1", "Passwords rotate weekly", (observation,), "2026-03-01 10:00")
+        )
+        (reflection,) = conn.execute("SELECT id FROM memories WHERE memory_id = ?", (written,)).fetchone()
 
         def generation(letter: str, parent: int | None) -> int:
             sql = "INSERT INTO generations(generation_id, session_id, parent, created_at) VALUES (?, 's1', ?, ?)"

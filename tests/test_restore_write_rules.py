@@ -145,3 +145,71 @@ def test_a_value_not_of_its_columns_type_is_refused(
     message = refused(service, change, tmp_path)
     assert message.startswith(f"line {found[0]}: column {column} of {table} ")
     assert str(value) not in message
+
+
+# -- ids ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["observation", "reflection", "note"])
+def test_a_memory_whose_id_is_not_its_contents_is_refused(service: Obsmem, tmp_path: Path, kind: str) -> None:
+    """An edited text under the old id: a later write of that text would be a silent duplicate of it."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        rows(records, kind)[0]["content"] += " and on Mondays"
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: ") and "_id is not the id" in message
+    assert "Mondays" not in message and "Fridays" not in message
+
+
+def test_an_observation_whose_sources_were_changed_is_refused_at_its_own_line(service: Obsmem, tmp_path: Path) -> None:
+    made = project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("observation", records, lambda row: row["memory_id"] == made["observation"]))
+        first = next(row["id"] for row in rows(records, "observation") if row["memory_id"] == made["observation"])
+        records.remove(
+            next(r for r in records if r["kind"] == "observation_source" and r["row"]["memory_row"] == first)
+        )
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: an observation's memory_id")
+
+
+def test_a_memory_dated_as_no_write_dates_it_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("observation", records))
+        rows(records, "observation")[0]["date"] = "2026-03-01 10:00:07"  # observations are stored to the minute
+        observation_ids_made_again(records)
+
+    assert (
+        refused(service, change, tmp_path) == f"line {found[0]}: an observation's date is not a date its write stores"
+    )
+
+
+def test_a_reflection_that_lost_a_support_to_a_forget_restores(service: Obsmem, tmp_path: Path) -> None:
+    """Forgetting an observation deletes its support rows, so the reflection's remaining supports no longer
+    make its id: an honest export, accepted."""
+    made = project(service)
+    service.forget("src", made["second"])
+    restore_changed(service, lambda records: None, tmp_path)
+    assert service.recall("copy", made["reflection"]).to_dict() == service.recall("src", made["reflection"]).to_dict()
+
+
+def test_a_reflection_with_a_support_taken_away_and_no_memory_forgotten_is_refused(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("reflection", records))
+        records.remove(next(r for r in records if r["kind"] == "reflection_support"))
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a reflection's memory_id")

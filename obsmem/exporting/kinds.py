@@ -20,6 +20,7 @@ import apsw
 from obsmem.exporting import postgres
 from obsmem.exporting.generations import finish_generations, insert_generation, replay_active_generation
 from obsmem.exporting.rows import SEQUENCE_TABLE, RestoreState, raise_sequence
+from obsmem.exporting.write_rules import check_observation_ids, check_reflection_ids
 
 RowRestorer = Callable[[RestoreState, "RecordKind", dict[str, Any]], None]
 KindFinisher = Callable[[RestoreState], None]
@@ -46,9 +47,10 @@ KINDS: tuple[RecordKind, ...] = (
     RecordKind("session", "sessions"),
     RecordKind("event", "events"),
     RecordKind("observation", "memories", where="kind = 'observation'"),
-    RecordKind("observation_source", "observation_sources"),
+    # A memory's id is made from its sources or supports too: checked once they are all in.
+    RecordKind("observation_source", "observation_sources", after=check_observation_ids),
     RecordKind("reflection", "memories", where="kind = 'reflection'"),
-    RecordKind("reflection_support", "reflection_supports"),
+    RecordKind("reflection_support", "reflection_supports", after=check_reflection_ids),
     # Generations are restored through the schema's own rules (see obsmem/exporting/generations.py).
     RecordKind("generation", "generations", restore=insert_generation),
     RecordKind("generation_reflection", "generation_reflections"),

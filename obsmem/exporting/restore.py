@@ -33,6 +33,7 @@ from obsmem.exporting.rows import (
     quoted,
     require_value_types,
 )
+from obsmem.exporting.write_rules import check_row
 from obsmem.faults import crash_point
 from obsmem.projects import ProjectRegistry
 from obsmem.validation import project_name
@@ -170,6 +171,7 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
             finished = _finish_kinds(state, finished, KIND_INDEX[record.kind.name])
             state.line = record.line
             require_value_types(state, record.kind.table, record.row)
+            check_row(state, record.kind.name, record.row)  # as written: the rules of the write that made it
             row = redacted_row(record.kind.name, record.row, record.line)
             (record.kind.restore or insert_row)(state, record.kind, row)
             done += 1

@@ -1,0 +1,143 @@
+"""A restore is a write: every row of an export must be one obsmem's own writes could have made.
+
+The reader proves the file whole and the schema checks its constraints, but neither knows what a write
+checks before it stores a row. So each row is checked as the file holds it, with the write paths' own
+rules. As the file holds it, not as the restore stores it: an export of an obsmem that lacked one of
+today's secret detectors holds text the restore redacts (redacting.py), under the id its write made from
+that text, and the restored row keeps that id, which other rows and people's notes cite.
+
+- a memory's id is the one its write derives (:mod:`obsmem.ids`) from its session, minute, content and
+  sources (an observation) or supporting observations (a reflection), and a note's the one
+  :func:`obsmem.notes.note_identity` derives: ids make writes idempotent, so an id that is not its
+  content's would make a later write of that content a silent duplicate of something else.
+
+An observation's sources and a reflection's supports are records of later kinds, so those ids are checked
+once the kind that completes them is in (:func:`check_observation_ids`, :func:`check_reflection_ids`).
+Messages name the line and the rule, never a value.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import Any
+
+from obsmem import ids
+from obsmem.dates import parse_timestamp
+from obsmem.errors import ExportInvalid, ObsmemError
+from obsmem.exporting.rows import RestoreState
+from obsmem.notes import note_identity
+
+_SECONDS = re.compile(r":[0-5][0-9]")
+
+# What state.pending holds between a row and the step that checks it once its kind's records are all in.
+_OBSERVATIONS = "write_rules.observations"  # memory row -> (line, memory_id, session_id, minute, content)
+_SOURCES = "write_rules.sources"  # memory row -> [(session_id, seq)]
+_OBSERVATION_IDS = "write_rules.observation_ids"  # memory row -> memory_id, for the reflections' supports
+_REFLECTIONS = "write_rules.reflections"  # memory row -> (line, memory_id, session_id, minute, content)
+_SUPPORTS = "write_rules.supports"  # reflection row -> [observation row]
+
+
+def check_row(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
+    """Check one row as the file holds it (values already of their columns' types)."""
+    rule = _ROW_RULES.get(kind)
+    if rule is not None:
+        rule(state, row)
+
+
+def _observation(state: RestoreState, row: dict[str, Any]) -> None:
+    minute = _minute(state, "observation", row.get("date"), seconds=False)
+    pending = state.pending.setdefault(_OBSERVATIONS, {})
+    pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
+
+
+def _observation_source(state: RestoreState, row: dict[str, Any]) -> None:
+    refs = state.pending.setdefault(_SOURCES, {}).setdefault(row.get("memory_row"), [])
+    refs.append((row.get("session_id"), row.get("seq")))
+
+
+def _reflection(state: RestoreState, row: dict[str, Any]) -> None:
+    minute = _minute(state, "reflection", row.get("date"), seconds=True)
+    pending = state.pending.setdefault(_REFLECTIONS, {})
+    pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
+
+
+def _reflection_support(state: RestoreState, row: dict[str, Any]) -> None:
+    state.pending.setdefault(_SUPPORTS, {}).setdefault(row.get("reflection_row"), []).append(row.get("observation_row"))
+
+
+def _note(state: RestoreState, row: dict[str, Any]) -> None:
+    made = note_identity(row.get("tier"), row.get("content"), row.get("situation"), row.get("supersedes"))
+    if row.get("note_id") != made:
+        raise ExportInvalid(
+            f"line {state.line}: a note's note_id is not the id its tier, content, situation and the note it "
+            "supersedes make (no write stores such a row)"
+        )
+
+
+def _minute(state: RestoreState, kind: str, stored: object, *, seconds: bool) -> str:
+    """The ``YYYY-MM-DD HH:MM`` a memory's id is made from: its stored date, which an observation's write
+    stores to the minute (``:00``) and a reflection's to the second."""
+    if isinstance(stored, str):
+        try:
+            minute = parse_timestamp(stored[:16])
+        except ObsmemError:
+            pass
+        else:
+            tail = stored[16:]
+            if (_SECONDS.fullmatch(tail) is not None) if seconds else tail == ":00":
+                return minute
+    raise ExportInvalid(f"line {state.line}: {_a(kind)}'s date is not a date its write stores")
+
+
+def check_observation_ids(state: RestoreState) -> None:
+    """Once every observation_source record is in: each observation's id is the one its write made."""
+    observations = state.pending.pop(_OBSERVATIONS, {})
+    sources = state.pending.pop(_SOURCES, {})
+    for row, (line, memory_id, session_id, minute, content) in observations.items():
+        made = ids.observation_id(session_id, minute, content, sources.get(row, []))
+        if memory_id != made:
+            raise ExportInvalid(
+                f"line {line}: an observation's memory_id is not the id its session, timestamp, content and "
+                "source events make (no write stores such a row)"
+            )
+    state.pending[_OBSERVATION_IDS] = {row: entry[1] for row, entry in observations.items()}
+
+
+def check_reflection_ids(state: RestoreState) -> None:
+    """Once every reflection_support record is in: each reflection's id is the one its write made.
+
+    Forgetting an observation deletes its support rows with it (the schema cascades) and keeps the
+    reflections it supported, whose ids were made from every support: an honest export may hold a
+    reflection whose remaining supports no longer make its id. Such a reflection is accepted when some memory
+    row below its own is missing from the file (its supports were written before it, so a forgotten one
+    leaves that gap; the rows keep their ids); without a gap nothing can have been forgotten, and it is
+    refused."""
+    observation_ids = state.pending.pop(_OBSERVATION_IDS, {})
+    reflections = state.pending.pop(_REFLECTIONS, {})
+    supports = state.pending.pop(_SUPPORTS, {})
+    rows = sorted(row for row in (*observation_ids, *reflections) if isinstance(row, int))
+    for row, (line, memory_id, session_id, minute, content) in reflections.items():
+        supporting = [observation_ids.get(observation) for observation in supports.get(row, [])]
+        if memory_id == ids.reflection_id(session_id, minute, content, supporting):  # type: ignore[arg-type]
+            continue
+        if isinstance(row, int) and bisect_left(rows, row) < row - 1:
+            continue  # a memory below it was forgotten: maybe one of its supports
+        raise ExportInvalid(
+            f"line {line}: a reflection's memory_id is not the id its session, timestamp, content and "
+            "supporting observations make (no write stores such a row)"
+        )
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+_ROW_RULES: dict[str, Callable[[RestoreState, dict[str, Any]], None]] = {
+    "observation": _observation,
+    "observation_source": _observation_source,
+    "reflection": _reflection,
+    "reflection_support": _reflection_support,
+    "note": _note,
+}
