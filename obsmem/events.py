@@ -34,6 +34,7 @@ from obsmem.validation import first_problem
 from obsmem.validation import session_id as check_session_id
 
 MAX_EVENT_CONTENT = 2_000_000
+MAX_TOOL_FIELD = 256  # characters of a tool name or a tool call id
 MAX_BATCH = 10_000
 
 Role = Literal["user", "assistant", "tool", "system"]
@@ -51,11 +52,11 @@ class EventIn(BaseModel):
     role: Role
     type: EventType = "message"
     content: str = Field(default="", max_length=MAX_EVENT_CONTENT)
-    tool_name: str | None = Field(default=None, max_length=256)
+    tool_name: str | None = Field(default=None, max_length=MAX_TOOL_FIELD)
     tool_args: dict[str, Any] | list[Any] | str | None = Field(
         default=None, description="Arguments of a tool call (JSON), shown to the Observer beside the result."
     )
-    tool_call_id: str | None = Field(default=None, max_length=256)
+    tool_call_id: str | None = Field(default=None, max_length=MAX_TOOL_FIELD)
     created_at: datetime | None = Field(default=None, description="ISO 8601; default: when it was received.")
 
     @field_validator("content", "tool_name", "tool_call_id")
@@ -260,8 +261,8 @@ def prepare_plain(fields: dict[str, Any]) -> PreparedEvent | None:
         return None
     if not _plain_text(content, MAX_EVENT_CONTENT):
         return None
-    if (tool_name is not None and not _plain_text(tool_name, 256)) or (
-        call_id is not None and not _plain_text(call_id, 256)
+    if (tool_name is not None and not _plain_text(tool_name, MAX_TOOL_FIELD)) or (
+        call_id is not None and not _plain_text(call_id, MAX_TOOL_FIELD)
     ):
         return None
     plain_stamp, created_at = _plain_stamp(fields.get("created_at"))

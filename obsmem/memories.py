@@ -50,8 +50,10 @@ class SourceRef(BaseModel):
     _secret_free = field_validator("session_id")(secret_free_identifier)
 
 
-def _one_line(value: str) -> str:
-    """A memory's content: one non-empty line, with secrets redacted before it can be stored."""
+def memory_content(value: str) -> str:
+    """A memory's content: one non-empty line, with secrets redacted before it can be stored (the length
+    limit, :data:`MAX_MEMORY_CHARS`, is checked by each write: an observation's before redaction, a
+    reflection's after)."""
     try:
         value.encode("utf-8")  # first: redaction scans the text as UTF-8
     except UnicodeEncodeError:
@@ -77,7 +79,7 @@ class ObservationIn(BaseModel):
     importance: Importance = "medium"
     source_refs: list[SourceRef | int] = Field(min_length=1, max_length=MAX_SOURCE_REFS)
 
-    _check_content = field_validator("content")(_one_line)
+    _check_content = field_validator("content")(memory_content)
     _well_formed = field_validator("session_id")(session_id_text)
     _secret_free = field_validator("session_id")(secret_free_identifier)
     _memory_id: str | None = PrivateAttr(default=None)
@@ -279,7 +281,7 @@ def add_reflection(conn: apsw.Connection, reflection: ReflectionIn) -> tuple[str
     Raises :class:`ValidationFailed` if the content is not one line or a supporting id is unknown.
     """
     try:
-        content = _one_line(reflection.content)
+        content = memory_content(reflection.content)
     except ValueError as exc:
         raise ValidationFailed(f"content {exc}", field="content") from None
     if len(content) > MAX_MEMORY_CHARS:

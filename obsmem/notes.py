@@ -22,8 +22,9 @@ MAX_NOTE_CHARS = 4000
 MAX_SITUATION_CHARS = 1000
 
 
-def _text(value: object, field: str, limit: int, *, required: bool) -> str:
-    """One line of text, secrets redacted before it can be stored; the message never quotes it."""
+def note_text(value: object, field: str, *, required: bool) -> str:
+    """One line of text, secrets redacted before it can be stored; the message never quotes it. The length
+    limit is the caller's (:func:`parse_content`, :func:`parse_situation`)."""
     if value is None and not required:
         return ""
     if not isinstance(value, str):
@@ -35,12 +36,17 @@ def _text(value: object, field: str, limit: int, *, required: bool) -> str:
     text = redact_text(value).strip()
     if required and not text:
         raise ValidationFailed(f"{field} must not be empty", field=field)
-    if len(text) > limit:
-        raise ValidationFailed(f"{field} is longer than {limit} characters", field=field)
     if LINE_BREAKS.search(text):
         raise ValidationFailed(f"{field} must be a single line (no line breaks)", field=field)
     if CONTROL_CHARACTERS.search(text):
         raise ValidationFailed(f"{field} must not contain control characters", field=field)
+    return text
+
+
+def _text(value: object, field: str, limit: int, *, required: bool) -> str:
+    text = note_text(value, field, required=required)
+    if len(text) > limit:
+        raise ValidationFailed(f"{field} is longer than {limit} characters", field=field)
     return text
 
 

@@ -243,3 +243,10 @@ def redact_json(value: Any) -> Any:
                 result[name] = redact_json(item)
         return result
     return value
+
+
+def shortest_original_length(text: str) -> int:
+    """The fewest characters ``text`` can have had before it was redacted: each marker stands for a secret
+    of at least one character. A write that limits a text's length before redacting it (an event's
+    content, an observation's) may store text longer than the limit; never text whose shortest original is."""
+    return len(text) - sum(len(marker.group()) - 1 for marker in _MARKER.finditer(text))

@@ -6,6 +6,11 @@ rules. As the file holds it, not as the restore stores it: an export of an obsme
 today's secret detectors holds text the restore redacts (redacting.py), under the id its write made from
 that text, and the restored row keeps that id, which other rows and people's notes cite.
 
+- text is what its write takes: one line where a memory or a note is one line, within the write's length
+  limit (an event's and an observation's limit is checked before redaction, whose marker may be longer
+  than the secret, so the shortest text redaction could have made this from is what is measured), and a
+  session id of the session id's form (not its secret check, which came after sessions were written: a
+  session id of an older export that looks like a secret today was a valid one then);
 - a memory's id is the one its write derives (:mod:`obsmem.ids`) from its session, minute, content and
   sources (an observation) or supporting observations (a reflection), and a note's the one
   :func:`obsmem.notes.note_identity` derives: ids make writes idempotent, so an id that is not its
@@ -26,8 +31,12 @@ from typing import Any
 from obsmem import ids
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ExportInvalid, ObsmemError
+from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.exporting.rows import RestoreState
-from obsmem.notes import note_identity
+from obsmem.memories import MAX_MEMORY_CHARS, memory_content
+from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity, note_text
+from obsmem.redaction import shortest_original_length
+from obsmem.validation import SESSION_ID
 
 _SECONDS = re.compile(r":[0-5][0-9]")
 
@@ -46,7 +55,42 @@ def check_row(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
         rule(state, row)
 
 
+def _session(state: RestoreState, row: dict[str, Any]) -> None:
+    session_id = row.get("session_id")
+    if not isinstance(session_id, str) or SESSION_ID.fullmatch(session_id) is None:
+        raise ExportInvalid(f"line {state.line}: a session's session_id is not of the form a session id takes")
+
+
+def _event(state: RestoreState, row: dict[str, Any]) -> None:
+    for column, limit in (
+        ("content", MAX_EVENT_CONTENT),
+        ("tool_name", MAX_TOOL_FIELD),
+        ("tool_call_id", MAX_TOOL_FIELD),
+    ):
+        _within(state, "event", column, row.get(column), limit, redacted_after=True)
+
+
+def _memory_text(state: RestoreState, kind: str, content: object) -> None:
+    """A memory's content as :func:`obsmem.memories.memory_content` takes it, within its limit."""
+    if not isinstance(content, str):
+        raise ExportInvalid(f"line {state.line}: {_a(kind)}'s content is not text")
+    try:
+        memory_content(content)
+    except ValueError as exc:
+        raise ExportInvalid(f"line {state.line}: {_a(kind)}'s content {exc}") from None
+    _within(state, kind, "content", content, MAX_MEMORY_CHARS, redacted_after=kind == "observation")
+
+
+def _within(state: RestoreState, kind: str, column: str, text: object, limit: int, *, redacted_after: bool) -> None:
+    if not isinstance(text, str):
+        return
+    length = shortest_original_length(text) if redacted_after else len(text)
+    if length > limit:
+        raise ExportInvalid(f"line {state.line}: {_a(kind)}'s {column} is longer than {limit} characters")
+
+
 def _observation(state: RestoreState, row: dict[str, Any]) -> None:
+    _memory_text(state, "observation", row.get("content"))
     minute = _minute(state, "observation", row.get("date"), seconds=False)
     pending = state.pending.setdefault(_OBSERVATIONS, {})
     pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
@@ -58,6 +102,7 @@ def _observation_source(state: RestoreState, row: dict[str, Any]) -> None:
 
 
 def _reflection(state: RestoreState, row: dict[str, Any]) -> None:
+    _memory_text(state, "reflection", row.get("content"))
     minute = _minute(state, "reflection", row.get("date"), seconds=True)
     pending = state.pending.setdefault(_REFLECTIONS, {})
     pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
@@ -68,6 +113,13 @@ def _reflection_support(state: RestoreState, row: dict[str, Any]) -> None:
 
 
 def _note(state: RestoreState, row: dict[str, Any]) -> None:
+    for column, limit, required in (("content", MAX_NOTE_CHARS, True), ("situation", MAX_SITUATION_CHARS, False)):
+        try:
+            note_text(row.get(column), column, required=required)
+        except ObsmemError as exc:
+            raise ExportInvalid(f"line {state.line}: a note's {exc.message}") from None
+        # As stored by its write, after redaction; the text as the file holds it is what that write stored.
+        _within(state, "note", column, row.get(column), limit, redacted_after=False)
     made = note_identity(row.get("tier"), row.get("content"), row.get("situation"), row.get("supersedes"))
     if row.get("note_id") != made:
         raise ExportInvalid(
@@ -135,6 +187,8 @@ def _a(kind: str) -> str:
 
 
 _ROW_RULES: dict[str, Callable[[RestoreState, dict[str, Any]], None]] = {
+    "session": _session,
+    "event": _event,
     "observation": _observation,
     "observation_source": _observation_source,
     "reflection": _reflection,
