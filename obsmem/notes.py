@@ -8,7 +8,7 @@ field and the rule, never the text.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Any, Literal
 
 from obsmem.errors import ValidationFailed
 from obsmem.ids import canonical_json
@@ -78,3 +78,24 @@ def note_identity(tier: str, content: str, situation: str, supersedes: str | Non
     """A note's id: the SHA-256 of what defines it, so saving the same note twice stores it once."""
     document = {"kind": "note", "tier": tier, "content": content, "situation": situation, "supersedes": supersedes}
     return hashlib.sha256(canonical_json(document)).hexdigest()
+
+
+# A trusted note's standing, as groom grants it (obsmem/trust/groom.py): in one transaction the note becomes
+# trusted and the ledger gets a 'promoted' entry citing the judgment of it that resolved true. A forget ends
+# that trust, and only a promotion after the note's latest 'forgotten' entry counts. The judgment itself may
+# come from before that forget: obsmem before the 'resaved' entry promoted a note saved again on such a
+# judgment, and those ledgers are honest history.
+_UNPROMOTED_TRUSTED = """
+SELECT n.note_id FROM notes AS n WHERE n.status = 'trusted' AND NOT EXISTS (
+    SELECT 1 FROM trust_ledger AS l JOIN judgments AS j ON j.judgment_id = l.judgment_id
+     WHERE l.note_id = n.note_id AND l.entry = 'promoted'
+       AND j.note_id = n.note_id AND j.state = 'resolved' AND j.outcome = 1
+       AND l.id > coalesce((SELECT max(f.id) FROM trust_ledger AS f
+                             WHERE f.note_id = n.note_id AND f.entry = 'forgotten'), 0))
+"""
+
+
+def trusted_without_promotion(conn: Any) -> list[str]:
+    """The ids of notes marked trusted that no promotion in the ledger accounts for (none, where every
+    trust came from groom): a write never grants trust, so such a note was made trusted by hand."""
+    return [str(note_id) for (note_id,) in conn.execute(_UNPROMOTED_TRUSTED).fetchall()]

@@ -24,6 +24,7 @@ from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.exporting import export_project, restore_project
 from obsmem.memories import MAX_MEMORY_CHARS, ReflectionIn, add_reflection
 from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity
+from obsmem.trust.ledger import record_judgment
 from support.exports import rewritten_export
 
 SECRET_TEXT = "the staging password rotation happens on fridays"
@@ -292,3 +293,71 @@ def test_an_observation_longer_than_the_limit_once_its_secret_was_redacted_resto
     )[0]
     assert len(stored) > MAX_MEMORY_CHARS
     restore_changed(service, lambda records: None, tmp_path)
+
+
+# -- trust ----------------------------------------------------------------------------------------------------
+
+
+def promoted(service: Obsmem, note_id: str, judgment_id: str = "j" + "1" * 16) -> None:
+    """Promote a note as people and groom do: a judgment of it resolved true, then a groom pass."""
+    with service.projects.get("src").write() as conn:
+        record_judgment(conn, judgment_id, note_id, "runbook length", "human", None, "escalate", None)
+    service.resolve_judgment("src", judgment_id, True)
+    assert [item.note.note_id for item in service.groom("src").promoted] == [note_id]
+
+
+def test_a_note_promoted_by_groom_restores_trusted(service: Obsmem, tmp_path: Path) -> None:
+    made = project(service)
+    promoted(service, made["note"])
+    update = service.update_note("src", made["note"], "keep the runbook to one page")
+    promoted(service, update.note.note_id, "j" + "2" * 16)
+    restore_changed(service, lambda records: None, tmp_path)
+    statuses = "SELECT note_id, status FROM notes ORDER BY id"
+    assert service.database("copy").query(statuses) == service.database("src").query(statuses)
+    assert [status for _, status in service.database("copy").query(statuses)] == ["superseded", "trusted"]
+
+
+def test_a_candidate_note_marked_trusted_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """Every write is an untrusted candidate until a judgment confirms it: a restore must not forge trust."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0]["status"] = "trusted"
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: a trusted note has no promotion in the trust ledger")
+
+
+def test_a_note_trusted_before_it_was_forgotten_and_saved_again_is_refused_as_trusted(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    """A promotion counts for the life it was made in: after a forget, trust must be earned again."""
+    made = project(service)
+    promoted(service, made["note"])
+    service.forget_note("src", made["note"])
+    assert service.save_note("src", "keep the runbook short", situation="writing operations docs").status == "candidate"
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0]["status"] = "trusted"
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a trusted note has no promotion")
+
+
+def test_a_promotion_citing_no_judgment_that_resolved_true_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    made = project(service)
+    promoted(service, made["note"])
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        for row in rows(records, "judgment"):
+            row["outcome"], row["state"] = 0, "resolved"
+        for row in rows(records, "trust_entry"):
+            if row["entry"] == "resolved":
+                row["outcome"] = 0
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a trusted note has no promotion")

@@ -16,8 +16,11 @@ that text, and the restored row keeps that id, which other rows and people's not
   :func:`obsmem.notes.note_identity` derives: ids make writes idempotent, so an id that is not its
   content's would make a later write of that content a silent duplicate of something else.
 
-An observation's sources and a reflection's supports are records of later kinds, so those ids are checked
-once the kind that completes them is in (:func:`check_observation_ids`, :func:`check_reflection_ids`).
+- a note marked trusted was promoted, as the trust ledger shows (:func:`check_trusted_notes`).
+
+An observation's sources, a reflection's supports and a note's ledger entries are records of later kinds,
+so those rules are checked once the kind that completes them is in (:func:`check_observation_ids`,
+:func:`check_reflection_ids`, :func:`check_trusted_notes`).
 Messages name the line and the rule, never a value.
 """
 
@@ -34,7 +37,7 @@ from obsmem.errors import ExportInvalid, ObsmemError
 from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.exporting.rows import RestoreState
 from obsmem.memories import MAX_MEMORY_CHARS, memory_content
-from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity, note_text
+from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity, note_text, trusted_without_promotion
 from obsmem.redaction import shortest_original_length
 from obsmem.validation import SESSION_ID
 
@@ -46,6 +49,7 @@ _SOURCES = "write_rules.sources"  # memory row -> [(session_id, seq)]
 _OBSERVATION_IDS = "write_rules.observation_ids"  # memory row -> memory_id, for the reflections' supports
 _REFLECTIONS = "write_rules.reflections"  # memory row -> (line, memory_id, session_id, minute, content)
 _SUPPORTS = "write_rules.supports"  # reflection row -> [observation row]
+_TRUSTED = "write_rules.trusted"  # note_id -> line, of the notes the file marks trusted
 
 
 def check_row(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
@@ -120,6 +124,8 @@ def _note(state: RestoreState, row: dict[str, Any]) -> None:
             raise ExportInvalid(f"line {state.line}: a note's {exc.message}") from None
         # As stored by its write, after redaction; the text as the file holds it is what that write stored.
         _within(state, "note", column, row.get(column), limit, redacted_after=False)
+    if row.get("status") == "trusted":
+        state.pending.setdefault(_TRUSTED, {})[row.get("note_id")] = state.line
     made = note_identity(row.get("tier"), row.get("content"), row.get("situation"), row.get("supersedes"))
     if row.get("note_id") != made:
         raise ExportInvalid(
@@ -179,6 +185,23 @@ def check_reflection_ids(state: RestoreState) -> None:
         raise ExportInvalid(
             f"line {line}: a reflection's memory_id is not the id its session, timestamp, content and "
             "supporting observations make (no write stores such a row)"
+        )
+
+
+def check_trusted_notes(state: RestoreState) -> None:
+    """Once the judgments and the ledger are in: every note the file marks trusted was promoted by groom in
+    its current life (:func:`obsmem.notes.trusted_without_promotion`). Every write is an untrusted candidate
+    until a judgment confirms it, so a restore must not be a way to forge trust; it carries the trust the
+    ledger accounts for, nothing more."""
+    trusted = state.pending.pop(_TRUSTED, {})
+    if not trusted:
+        return
+    unaccounted = trusted_without_promotion(state.conn)
+    if unaccounted:
+        line = min(trusted.get(note_id, 0) for note_id in unaccounted)
+        raise ExportInvalid(
+            f"line {line}: a trusted note has no promotion in the trust ledger since it was last forgotten, "
+            "citing a judgment of it that resolved true (a restore grants no trust; groom does)"
         )
 
 
