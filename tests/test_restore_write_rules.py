@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from obsmem import ids
@@ -361,3 +362,24 @@ def test_a_promotion_citing_no_judgment_that_resolved_true_is_refused(service: O
                 row["outcome"] = 0
 
     assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a trusted note has no promotion")
+
+
+def test_memories_without_their_row_ids_are_refused(service: Obsmem, tmp_path: Path) -> None:
+    """Without row ids, whose sources are whose (and so the ids they make) could not be told."""
+    project(service)
+    data = export_of(service)
+    lines = data.splitlines()
+    header = orjson.loads(lines[0])
+    for entry in header["tables"]:
+        if entry["kind"] == "observation":
+            entry["columns"].remove("id")
+    records = [orjson.loads(line) for line in lines[1:-1]]
+    for record in records:
+        if record["kind"] == "observation":
+            del record["row"]["id"]
+    forged = orjson.dumps(header) + b"\n" + b"".join(orjson.dumps(record) + b"\n" for record in records) + lines[-1]
+    found = line_of("observation", records)
+    with pytest.raises(ExportInvalid, match=rf"^line {found}: an observation without its row id$"):
+        restore_project(
+            service, rewritten_export(forged + b"\n", lambda records: records, tmp_path / "f.jsonl"), "copy"
+        )

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from obsmem import ids
+from obsmem.bounds import is_strict_int
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ExportInvalid, ObsmemError
 from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
@@ -95,6 +96,7 @@ def _within(state: RestoreState, kind: str, column: str, text: object, limit: in
 
 def _observation(state: RestoreState, row: dict[str, Any]) -> None:
     _memory_text(state, "observation", row.get("content"))
+    _require_row_id(state, "observation", row)
     minute = _minute(state, "observation", row.get("date"), seconds=False)
     pending = state.pending.setdefault(_OBSERVATIONS, {})
     pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
@@ -107,6 +109,7 @@ def _observation_source(state: RestoreState, row: dict[str, Any]) -> None:
 
 def _reflection(state: RestoreState, row: dict[str, Any]) -> None:
     _memory_text(state, "reflection", row.get("content"))
+    _require_row_id(state, "reflection", row)
     minute = _minute(state, "reflection", row.get("date"), seconds=True)
     pending = state.pending.setdefault(_REFLECTIONS, {})
     pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
@@ -126,12 +129,21 @@ def _note(state: RestoreState, row: dict[str, Any]) -> None:
         _within(state, "note", column, row.get(column), limit, redacted_after=False)
     if row.get("status") == "trusted":
         state.pending.setdefault(_TRUSTED, {})[row.get("note_id")] = state.line
-    made = note_identity(row.get("tier"), row.get("content"), row.get("situation"), row.get("supersedes"))
+    # A file from before a column existed lacks it, and the row takes the column's default ('' for situation).
+    tier, content, situation = (str(row.get(name, "")) for name in ("tier", "content", "situation"))
+    made = note_identity(tier, content, situation, row.get("supersedes"))
     if row.get("note_id") != made:
         raise ExportInvalid(
             f"line {state.line}: a note's note_id is not the id its tier, content, situation and the note it "
             "supersedes make (no write stores such a row)"
         )
+
+
+def _require_row_id(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
+    """Every export carries a memory's row id (sources and supports cite it); without it the rows the
+    sources and supports belong to, and so the ids they make, could not be known."""
+    if not is_strict_int(row.get("id")):
+        raise ExportInvalid(f"line {state.line}: {_a(kind)} without its row id")
 
 
 def _minute(state: RestoreState, kind: str, stored: object, *, seconds: bool) -> str:
