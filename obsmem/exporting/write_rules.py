@@ -1,10 +1,8 @@
 """A restore is a write: every row of an export must be one obsmem's own writes could have made.
 
 The reader proves the file whole and the schema checks its constraints, but neither knows what a write
-checks before it stores a row. So each row is checked as the file holds it, with the write paths' own
-rules. As the file holds it, not as the restore stores it: an export of an obsmem that lacked one of
-today's secret detectors holds text the restore redacts (redacting.py), under the id its write made from
-that text, and the restored row keeps that id, which other rows and people's notes cite.
+checks before it stores a row. So each row is checked with the write paths' own rules (its values' types
+first, by :func:`obsmem.exporting.rows.require_value_types`):
 
 - text is what its write takes: one line where a memory or a note is one line, within the write's length
   limit (an event's and an observation's limit is checked before redaction, whose marker may be longer
@@ -14,14 +12,17 @@ that text, and the restored row keeps that id, which other rows and people's not
 - a memory's id is the one its write derives (:mod:`obsmem.ids`) from its session, minute, content and
   sources (an observation) or supporting observations (a reflection), and a note's the one
   :func:`obsmem.notes.note_identity` derives: ids make writes idempotent, so an id that is not its
-  content's would make a later write of that content a silent duplicate of something else.
-
+  content's would make a later write of that content a silent duplicate of something else;
 - a note marked trusted was promoted, as the trust ledger shows (:func:`check_trusted_notes`).
+
+Each row is checked as the file holds it, not as the restore stores it: an export of an obsmem that
+lacked one of today's secret detectors holds text the restore redacts (redacting.py), under the id its
+write made from that text, and the restored row keeps that id, which other rows cite.
 
 An observation's sources, a reflection's supports and a note's ledger entries are records of later kinds,
 so those rules are checked once the kind that completes them is in (:func:`check_observation_ids`,
-:func:`check_reflection_ids`, :func:`check_trusted_notes`).
-Messages name the line and the rule, never a value.
+:func:`check_reflection_ids`, :func:`check_trusted_notes`). Messages name the line and the rule, never a
+value.
 """
 
 from __future__ import annotations
