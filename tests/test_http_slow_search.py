@@ -1,6 +1,7 @@
-"""A slow search holds up no other request: a search of the conversation runs in the threadpool, not on the
-server's event loop, so while one waits (here: for a database another process keeps locked) the server
-still answers everyone else.
+"""A slow read holds up no other request: a search of the conversation and a recall run in the threadpool,
+not on the server's event loop, so while one waits (here: for a database another process keeps locked) the
+server still answers everyone else. (A recall of an id that matches no memory hashes every event not indexed
+yet, about 0.3 s for 100,000 of them.)
 
 The wait is made by a lock rather than by data: the search stays in flight for exactly as long as the
 test holds the lock, on any machine. That it is in flight is shown by the server itself: with room for two
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.timeout(180)
 ANSWER_SECONDS = 15.0
 PROBE_DEADLINE_SECONDS = 60.0
 CONTENT = "the login test fails with KeyError: user_id"
+UNKNOWN_ID = "0123456789ab"  # matches nothing: the recall compares every event not indexed yet
 
 
 def search(base: str) -> httpx.Response:
@@ -35,35 +37,64 @@ def search(base: str) -> httpx.Response:
     return httpx.post(f"{base}/v1/projects/p/search", json=body, timeout=60.0)
 
 
+def recall(base: str) -> httpx.Response:
+    return httpx.get(f"{base}/v1/projects/p/memories/{UNKNOWN_ID}", timeout=60.0)
+
+
 def health(base: str) -> httpx.Response:
     try:
         return httpx.get(f"{base}/v1/health", timeout=ANSWER_SECONDS)
     except httpx.TimeoutException:
-        pytest.fail("GET /v1/health got no answer while a search was waiting: the search holds the event loop")
+        pytest.fail("GET /v1/health got no answer while a request was waiting: that request holds the event loop")
 
 
 def refused_while(base: str, *waiting: Future[httpx.Response]) -> httpx.Response:
     """The first health answer that is ``503``: both of the server's two request slots are taken."""
     deadline = time.monotonic() + PROBE_DEADLINE_SECONDS
     while time.monotonic() < deadline:
-        assert not any(future.done() for future in waiting), "a search finished while the database was locked"
+        assert not any(future.done() for future in waiting), "a request finished while the database was locked"
         answer = health(base)
         if answer.status_code == 503:
             return answer
         time.sleep(0.05)
-    pytest.fail("the server never had both searches in flight")
+    pytest.fail("the server never had both requests in flight")
+
+
+def locked(data: Path) -> apsw.Connection:
+    """A connection holding project ``p``'s database in exclusive locking mode (no one else has it open):
+    every other connection waits in its busy handler until this one closes."""
+    with Obsmem(load_settings(data_dir=data)) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": CONTENT}])
+        database = service.projects.database_path("p")
+    lock = apsw.Connection(str(database))
+    lock.execute("PRAGMA locking_mode=EXCLUSIVE")
+    lock.execute("BEGIN EXCLUSIVE")
+    return lock
+
+
+def test_health_answers_while_recalls_wait(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lock = locked(data)
+    settings = {"max_in_flight": 2, "max_stream_followers": 1, "extra": "[jobs]\nin_server = false\n"}
+    with live_server(data, **settings) as base, ThreadPoolExecutor(2) as pool:  # type: ignore[arg-type]
+        try:
+            first = pool.submit(recall, base)
+            assert health(base).status_code == 200
+            second = pool.submit(recall, base)
+            refusal = refused_while(base, first, second)
+            assert refusal.json()["error"]["code"] == "over_capacity"
+        finally:
+            lock.close()
+        answers = [first.result(timeout=60), second.result(timeout=60)]
+        assert health(base).status_code == 200
+    for answer in answers:
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"]["code"] == "not_found"
 
 
 def test_health_answers_while_conversation_searches_wait(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    with Obsmem(load_settings(data_dir=data)) as service:
-        service.append_events("p", "s1", [{"role": "user", "content": CONTENT}])
-        database = service.projects.database_path("p")
-    # Exclusive locking mode on a database no one else has open: every other connection waits in its busy
-    # handler until the lock goes.
-    lock = apsw.Connection(str(database))
-    lock.execute("PRAGMA locking_mode=EXCLUSIVE")
-    lock.execute("BEGIN EXCLUSIVE")
+    lock = locked(data)
     settings = {"max_in_flight": 2, "max_stream_followers": 1, "extra": "[jobs]\nin_server = false\n"}
     with live_server(data, **settings) as base, ThreadPoolExecutor(2) as pool:  # type: ignore[arg-type]
         try:

@@ -1,11 +1,12 @@
 """Reads of memory: ``memory_search`` and ``recall``.
 
-Both are ``async def`` and call the service on the event loop: a recall is an indexed SQLite read of
-about a millisecond, cheaper than a hop through the threadpool (see docs/benchmarks.md, "HTTP"). Whether a
-search runs inline too or in the threadpool is decided by retrieval's mode dispatch
-(``SearchModes.runs_inline``: an exact search of the memories inline; one of the conversation, whose cost
-grows with the events not indexed yet, and a hybrid one in the threadpool, so they never hold up the
-requests of other clients).
+Both are ``async def``. Whether a search runs on the event loop or in the threadpool is decided by
+retrieval's mode dispatch (``SearchModes.runs_inline``: an exact search of the memories inline, an indexed
+read cheaper than a hop through the threadpool, see docs/benchmarks.md, "HTTP"; one of the conversation,
+whose cost grows with the events not indexed yet, and a hybrid one in the threadpool, so they never hold up
+the requests of other clients). A recall always runs in the threadpool: an id that matches no memory is
+compared with every event not indexed yet (each one's id computed, about 0.3 s for 100,000 events), and a
+recalled event comes with its neighbours, which can each hold a tool's whole output.
 """
 
 from __future__ import annotations
@@ -75,8 +76,12 @@ async def recall(
     ] = None,
 ) -> Response:
     allowed_project(request, project)
-    recalled = service_of(request).recall(project, id, session_id=session_id, user=access_of(request).user)
-    return JSONBody(recalled.to_dict())
+    service, user = service_of(request), access_of(request).user
+
+    def recalled() -> Response:  # rendered in the thread too: the events can be large
+        return JSONBody(service.recall(project, id, session_id=session_id, user=user).to_dict())
+
+    return await run_in_threadpool(recalled)
 
 
 @router.delete(
