@@ -386,7 +386,11 @@ def test_interleaved_appends_and_imports_equal_one_import(
             handle.write("".join(lines[written:]))
         stepwise.import_transcripts("claude-code", [growing])
         once.import_transcripts("claude-code", [whole])
-    assert stored_events(root / "a", "prop") == stored_events(root / "b", "prop")
+    # A file with no events (noise only) stores nothing, and so creates no project, either way.
+    made = [(data / "projects" / "prop").exists() for data in (root / "a", root / "b")]
+    assert made in ([True, True], [False, False]) and made[0] == any(kind != "noise" for kind in kinds)
+    if made[0]:
+        assert stored_events(root / "a", "prop") == stored_events(root / "b", "prop")
 
 
 def test_a_file_deleted_while_it_is_read_keeps_what_was_read(

@@ -310,3 +310,20 @@ def test_the_project_map_comes_from_the_settings_file(tmp_path: Path) -> None:
     home = copy_fixture("claude-code", tmp_path)
     result = run(tmp_path / "data", "--config", str(config), "import", "claude-code", str(home), "--json")
     assert json.loads(result.stdout)["files"][0]["projects"] == ["ann"]
+
+
+@pytest.mark.parametrize("source", ["claude-code", "openai-chat", "gemini-cli"])
+def test_an_import_that_stores_nothing_creates_no_project(tmp_path: Path, source: str) -> None:
+    name = "session-1.json" if source == "gemini-cli" else "session-1.jsonl"
+    empty = tmp_path / name
+    empty.write_text("" if source != "gemini-cli" else '{"sessionId": "s1", "messages": []}', encoding="utf-8")
+    result = run(tmp_path / "data", "import", source, str(empty), "--project", "brandnew", "--json")
+    assert result.exit_code == 0, result.output
+    receipt = json.loads(result.stdout)
+    assert receipt["totals"]["added"] == 0 and receipt["files"][0]["status"] == "imported"
+    assert receipt["files"][0]["projects"] == ["brandnew"]
+    assert not (tmp_path / "data" / "projects" / "brandnew").exists()
+    table = run(tmp_path / "data", "import", source, str(empty), "--project", "brandnew")
+    assert table.exit_code == 0 and "0 event(s) added" in table.stdout
+    missing = run(tmp_path / "data", "search", "brandnew", "x")
+    assert (missing.exit_code, missing.stderr) == (1, "error: project_not_found: project 'brandnew' does not exist\n")

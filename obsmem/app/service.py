@@ -221,9 +221,9 @@ class Obsmem:
             reading_processes=config.reading_processes,
             reading_min_bytes=int(config.reading_min_megabytes * 1024 * 1024),
         )
-        importer = TranscriptImporter(
-            source, options, self.append_prepared_events, lambda name: self.database(name, create=True)
-        )
+        # Projects are opened, not created: the append creates one with its first event, so an import that
+        # stores nothing leaves no project behind.
+        importer = TranscriptImporter(source, options, self.append_prepared_events, self.database)
         return importer.run([Path(path).expanduser() for path in paths], progress)
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:

@@ -67,6 +67,7 @@ from obsmem.transcripts.replays import ReplayFilter
 from obsmem.transcripts.reports import FileReport, ImportRun
 from obsmem.transcripts.rewinds import in_order_merge
 from obsmem.transcripts.watermarks import (
+    ImportTarget,
     Watermark,
     load_watermark,
     save_watermark,
@@ -87,6 +88,8 @@ Append = Callable[[str, str, list[PreparedEvent], list[int | None] | None], Appe
 """``append(project, session_id, events, seqs)``: the app's append of prepared events (validated and
 redacted, see :func:`obsmem.transcripts.reading.prepare_turn`), with the Observer's trigger."""
 OpenDatabase = Callable[[str], ProjectDatabase]
+"""``database(project)``: an existing project's database, ``ProjectNotFound`` for one that does not exist
+(an import that stores nothing creates no project: the append creates it with the first event)."""
 FileProgress = Callable[[str, int, int], None]
 """Called as ``(path, bytes done, bytes total)`` while a file is read."""
 
@@ -111,8 +114,8 @@ def _stored_fingerprint(turn: ReadTurn) -> str | None:
 class _Sessions:
     """Seqs of the sessions one file feeds, and the sessions being merged (see the module docstring)."""
 
-    def __init__(self, db: ProjectDatabase, saved: dict[str, int], merge_all: bool) -> None:
-        self.db = db
+    def __init__(self, target: ImportTarget, saved: dict[str, int], merge_all: bool) -> None:
+        self.target = target
         self.next: dict[str, int] = dict(saved)
         self.merge_all = merge_all
         self.merging: dict[str, Counter[str]] = {}
@@ -126,7 +129,11 @@ class _Sessions:
         return False
 
     def start_merge(self, session: str) -> None:
-        with self.db.read() as conn:
+        db = self.target.existing()
+        if db is None:
+            self.merging[session] = Counter()  # a project not made yet holds no events
+            return
+        with db.read() as conn:
             self.merging[session] = Counter(event_fingerprints(conn, session))
 
     def discount(self, stored: list[ReadTurn]) -> None:
@@ -227,8 +234,8 @@ class TranscriptImporter:
             report.problem("no_project", 0, "the transcript records no working directory; pass --project")
             return False
         report.projects.add(project)
-        db = self.database(project)
-        mark = load_watermark(db, self.source, key)
+        target = ImportTarget(project, self.database)
+        mark = load_watermark(target.existing(), self.source, key)
         now = stamp(path)
         if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
             report.status = "unchanged"
@@ -236,7 +243,7 @@ class TranscriptImporter:
         start = _Resume.check(path, mark)
         if start.rewritten:
             report.status = "rewritten"
-        plan.project, plan.db, plan.key, plan.now, plan.start = project, db, key, now, start
+        plan.project, plan.target, plan.key, plan.now, plan.start = project, target, key, now, start
         plan.left = max(now.size - start.offset, 0)
         plan.job = LineJob(
             self.source,
@@ -255,8 +262,8 @@ class TranscriptImporter:
     def _store_line_file(self, plan: _LinePlan, chunks: Iterable[Chunk], progress: FileProgress | None) -> None:
         """Store the file's chunks in order, each followed by its watermark (see the module docstring)."""
         report, start = plan.report, plan.start
-        sessions = _Sessions(plan.db, start.state.get("seq", {}), merge_all=start.rewritten)
-        replays = ReplayFilter(plan.db)
+        sessions = _Sessions(plan.target, start.state.get("seq", {}), merge_all=start.rewritten)
+        replays = ReplayFilter(plan.target)
         for chunk in chunks:
             report.skipped.update(chunk.skipped)
             for skip in chunk.problems:
@@ -276,12 +283,16 @@ class TranscriptImporter:
         self, plan: _LinePlan, chunk: Chunk, sessions: _Sessions, report: FileReport, replays: ReplayFilter
     ) -> None:
         """The record ids of the chunk just stored and the watermark after it, in one transaction
-        (one commit per chunk rather than two), after the events before it were committed."""
-        with plan.db.write():
+        (one commit per chunk rather than two), after the events before it were committed. Nothing while
+        the project does not exist: nothing was stored, and the next import reads the file again."""
+        db = plan.target.existing()
+        if db is None:
+            return
+        with db.write():
             replays.commit()
             mark = self._watermark(plan, chunk, sessions, report)
             if mark is not None:
-                save_watermark(plan.db, mark)
+                save_watermark(db, mark)
 
     def _watermark(self, plan: _LinePlan, chunk: Chunk, sessions: _Sessions, report: FileReport) -> Watermark | None:
         """The watermark after the chunk, or None for a file that is gone."""
@@ -401,18 +412,20 @@ class TranscriptImporter:
             by_project.setdefault(project, []).append(doc)
         for project, project_docs in by_project.items():
             report.projects.add(project)
-            db = self.database(project)
-            mark = load_watermark(db, self.source, key)
+            target = ImportTarget(project, self.database)
+            mark = load_watermark(target.existing(), self.source, key)
             if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
                 report.status = "unchanged"
                 continue
             saved: dict[str, Any] = dict(mark.state.get("sessions", {})) if mark is not None else {}
             added_before = report.added
             for doc in project_docs:
-                saved[doc.session_id] = self._document_session(project, db, doc, saved.get(doc.session_id), report)
+                saved[doc.session_id] = self._document_session(project, target, doc, saved.get(doc.session_id), report)
             total = report.added - added_before + (mark.events if mark is not None else 0)
             mtime = now.mtime_ns if fmt.read_whole else 0  # no time: a partial read is looked at again
-            save_watermark(db, Watermark(self.source, key, 0, now.size, mtime, "", "", {"sessions": saved}, total))
+            db = target.existing()
+            if db is not None:  # None: nothing was stored, and no project made to hold the watermark
+                save_watermark(db, Watermark(self.source, key, 0, now.size, mtime, "", "", {"sessions": saved}, total))
 
     def _unchanged_chat(self, path: Path, key: str, now: FileStamp, report: FileReport) -> bool:
         """A Gemini CLI chat whose folder names its project hash, unchanged since its import: passed over
@@ -421,7 +434,7 @@ class TranscriptImporter:
         if self.source != "gemini-cli" or not _SHA256.fullmatch(project_hash):
             return False
         project = self.options.project or project_for_hash(project_hash, self.project_map)
-        mark = load_watermark(self.database(project), self.source, key)
+        mark = load_watermark(ImportTarget(project, self.database).existing(), self.source, key)
         if mark is None or (now.size, now.mtime_ns) != (mark.size, mark.mtime_ns):
             return False
         report.projects.add(project)
@@ -443,7 +456,7 @@ class TranscriptImporter:
         return project_for_cwd(doc.cwd, self.project_map)
 
     def _document_session(
-        self, project: str, db: ProjectDatabase, doc: SessionDoc, saved: Any, report: FileReport
+        self, project: str, target: ImportTarget, doc: SessionDoc, saved: Any, report: FileReport
     ) -> dict[str, Any]:
         keys = [turn.key for turn in doc.turns]
         stored = int(saved.get("n", 0)) if isinstance(saved, dict) else 0
@@ -451,14 +464,16 @@ class TranscriptImporter:
             isinstance(saved, dict) and stored <= len(keys) and (stored == 0 or keys[stored - 1] == saved.get("last"))
         )
         sessions = _Sessions(
-            db,
+            target,
             {doc.session_id: int(saved["seq"])} if resumes and "seq" in saved else {},
             not resumes and saved is not None,
         )
         if saved is not None and not resumes:
             report.status = "rewritten"
         new = [prepare_turn(turn) for turn in (doc.turns[stored:] if resumes else doc.turns)]
-        if not resumes and isinstance(saved, dict) and "seq" in saved and self.source == "gemini-cli":
+        rewound = not resumes and isinstance(saved, dict) and "seq" in saved and self.source == "gemini-cli"
+        db = target.existing()  # not None for a session saved before: its project exists
+        if rewound and db is not None:
             new = self._rewound(db, sessions, doc.session_id, new, int(saved["seq"]) - 1, report)
         if _well_formed(doc.session_id):  # a bad one is reported by _store, and never listed
             report.sessions.add(doc.session_id)
@@ -466,8 +481,12 @@ class TranscriptImporter:
         if not keys:
             return {"n": 0, "last": None, "seq": sessions.next.get(doc.session_id, 1)}
         if doc.session_id not in sessions.next:
-            with db.read() as conn:
-                sessions.next[doc.session_id] = last_seq(conn, doc.session_id) + 1
+            db = target.existing()
+            if db is None:
+                sessions.next[doc.session_id] = 1  # nothing stored: the project was not made
+            else:
+                with db.read() as conn:
+                    sessions.next[doc.session_id] = last_seq(conn, doc.session_id) + 1
         return {"n": len(keys), "last": keys[-1], "seq": sessions.next[doc.session_id]}
 
     def _rewound(
@@ -499,7 +518,7 @@ class _LinePlan:
     reader: int | None = None  # the reading process it was handed to
     inline: bool = False  # read here while the reading processes start
     project: str = ""
-    db: ProjectDatabase = field(init=False)
+    target: ImportTarget = field(init=False)
     key: str = ""
     now: FileStamp = FileStamp(0, 0)
     start: _Resume = field(default_factory=lambda: _Resume())

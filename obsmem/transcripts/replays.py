@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from obsmem.storage import ProjectDatabase
 from obsmem.transcripts.reading import ReadTurn
-from obsmem.transcripts.watermarks import known_records, remember_records
+from obsmem.transcripts.watermarks import ImportTarget, known_records, remember_records
 
 
 class ReplayFilter:
     """Leaves out the events of records imported before (see the module docstring), one chunk at a time."""
 
-    def __init__(self, db: ProjectDatabase) -> None:
-        self.db = db
+    def __init__(self, target: ImportTarget) -> None:
+        self.target = target
         self.pending: dict[str, str] = {}  # record id -> session, remembered once the chunk is stored
         # Turns left out because the session they belong to already holds their record (a rewritten file
         # read again): a merge takes their events out of its counts (see :meth:`take_stored_here`).
@@ -30,7 +29,8 @@ class ReplayFilter:
         ids = {turn.record_id for turn in turns if turn.record_id is not None}
         if not ids:
             return turns
-        known = known_records(self.db, ids)
+        db = self.target.existing()
+        known = known_records(db, ids) if db is not None else {}  # a project not made yet knows none
         first: dict[str, tuple[int, str]] = {}  # record id -> the line (and session) that brought it first
         left_out: set[tuple[str, int]] = set()
         kept: list[ReadTurn] = []
@@ -64,6 +64,9 @@ class ReplayFilter:
         return turns
 
     def commit(self) -> None:
-        """Remember the records of the chunk just stored."""
-        remember_records(self.db, self.pending)
-        self.pending = {}
+        """Remember the records of the chunk just stored (kept for later while the project does not exist:
+        nothing was stored)."""
+        db = self.target.existing()
+        if db is not None:
+            remember_records(db, self.pending)
+            self.pending = {}

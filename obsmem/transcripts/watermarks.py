@@ -9,11 +9,36 @@ time, and the reader's state there. See :mod:`obsmem.transcripts.importer` for h
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.dates import now_iso
+from obsmem.errors import ProjectNotFound
 from obsmem.storage import ProjectDatabase
+
+
+class ImportTarget:
+    """The project a file's events go to, opened only once it exists.
+
+    An import reads the project's watermarks, record ids and events before it knows whether the file holds
+    anything to store, and a write that stores nothing must not create a project: the app's append creates
+    it with the first event, and until then every read finds nothing stored and nothing is saved.
+    """
+
+    def __init__(self, name: str, open_existing: Callable[[str], ProjectDatabase]) -> None:
+        self.name = name
+        self._open = open_existing  # raises ProjectNotFound for a project that does not exist
+        self._db: ProjectDatabase | None = None
+
+    def existing(self) -> ProjectDatabase | None:
+        """The project's database, or None while the project does not exist."""
+        if self._db is None:
+            try:
+                self._db = self._open(self.name)
+            except ProjectNotFound:
+                return None
+        return self._db
 
 
 @dataclass
@@ -29,7 +54,10 @@ class Watermark:
     events: int = 0
 
 
-def load_watermark(db: ProjectDatabase, source: str, path: str) -> Watermark | None:
+def load_watermark(db: ProjectDatabase | None, source: str, path: str) -> Watermark | None:
+    """The file's watermark in ``db`` (None: a project that does not exist yet, which holds none)."""
+    if db is None:
+        return None
     with db.read() as conn:
         row = conn.execute(
             'SELECT "offset", size, mtime_ns, head_sha256, tail_sha256, state, events FROM import_files'
