@@ -3,11 +3,13 @@
 Two things JSON parsers accept and the rest of the product cannot keep: nesting deeper than the code
 that walks a value (redaction, rendering) can follow without running out of stack, and numbers that are
 not finite (``NaN``, ``Infinity``, ``1e400``), which strict JSON has no way to write, so a response
-holding one is not JSON to most clients. Both are refused where the value comes in.
+holding one is not JSON to most clients. Both are refused where the value comes in; a number stored
+before that (only tool arguments hold one) is written as ``null`` by every JSON output (:func:`finite`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -30,3 +32,22 @@ def json_shape_problem(value: Any) -> str | None:
             return f"is nested more than {MAX_JSON_DEPTH} levels deep"
         pending.extend((child, depth + 1) for child in children)
     return None
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every float that is not finite replaced by None (tuples become lists), as orjson
+    writes it: what strict JSON can hold. Only tool arguments stored before such numbers were refused hold
+    one, and every JSON output (HTTP, the agent tools, the CLI) writes them as ``null``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+def strict_dumps(value: Any, **options: Any) -> str:
+    """``json.dumps(value, **options)`` that writes strict JSON: a number that is not finite as ``null``
+    (:func:`finite`), never as ``NaN`` or ``Infinity``."""
+    return json.dumps(finite(value), allow_nan=False, **options)

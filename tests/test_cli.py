@@ -729,3 +729,27 @@ def test_a_session_id_or_project_that_looks_like_a_secret_is_refused(data_dir: P
     from_file = run(data_dir, "ingest", "proj", str(in_file))
     assert from_file.exit_code == 2 and "invalid_session" in from_file.stderr and secret not in from_file.stderr
     assert not (data_dir / "projects").exists()
+
+
+def strict_json(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_writes_numbers_stored_before_they_were_refused_as_null(loaded: Path) -> None:
+    """Tool arguments stored by an older version may hold NaN or Infinity; ``--json`` prints strict JSON."""
+    writer = apsw.Connection(str(loaded / "projects" / "proj" / "obsmem.db"))
+    stored = """'{"path": "auth/session.py", "start": NaN, "end": -Infinity}'"""
+    writer.execute(f"UPDATE events SET tool_args = {stored} WHERE tool_args IS NOT NULL")
+    assert writer.changes() == 1
+    writer.close()
+    expected = {"path": "auth/session.py", "start": None, "end": None}
+    searched = ok(run(loaded, "search", "proj", "auth/session.py", "--scope", "conversation", "--json"))
+    assert expected in [hit.get("tool_args") for hit in strict_json(searched.stdout)["hits"]]
+    listed = strict_json(ok(run(loaded, "search", "proj", "SESSIONS.get", "--json")).stdout)
+    recalled = strict_json(ok(run(loaded, "recall", "proj", listed["hits"][0]["id"], "--json")).stdout)
+    assert expected in [event.get("tool_args") for event in recalled["sources"]]
+    table = ok(run(loaded, "recall", "proj", listed["hits"][0]["id"]))
+    assert "NaN" not in table.stdout and "Infinity" not in table.stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import apsw
 import pytest
 
 from obsmem.app import Obsmem
@@ -150,3 +152,27 @@ def test_null_arguments_are_treated_as_absent(service: Obsmem, ids: list[str]) -
 def test_missing_or_bad_project(service: Obsmem, ids: list[str]) -> None:
     assert execute_tool(service, "nope", "memory_search", {"query": "x"}).startswith("project_not_found: ")
     assert execute_tool(service, "../etc", "memory_search", {"query": "x"}).startswith("invalid_project: ")
+
+
+def strict_json(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_numbers_stored_before_they_were_refused_come_back_as_null(service: Obsmem) -> None:
+    """Tool arguments stored by an older version may hold NaN or Infinity: the tools answer strict JSON, in
+    the text for the model and in the result (MCP's structured content) alike."""
+    call = {"role": "assistant", "type": "tool_call", "tool_name": "read_file", "tool_args": {"path": "a.py"}}
+    service.append_events("p", "s1", [call])
+    writer = apsw.Connection(str(service.projects.database_path("p")))
+    writer.execute("""UPDATE events SET tool_args = '{"path": "a.py", "start": NaN, "end": Infinity}'""")
+    writer.close()
+    expected = {"path": "a.py", "start": None, "end": None}
+    found = run_tool(service, "p", "memory_search", {"query": "a.py", "scope": "conversation"})
+    assert [hit["tool_args"] for hit in strict_json(found.text)["hits"]] == [expected]
+    assert found.result is not None and found.result["hits"][0]["tool_args"] == expected
+    recalled = run_tool(service, "p", "recall", {"id": strict_json(found.text)["hits"][0]["id"]})
+    assert strict_json(recalled.text)["event"]["tool_args"] == expected
+    assert recalled.result is not None and recalled.result["event"]["tool_args"] == expected

@@ -9,7 +9,6 @@ loop. Errors are :class:`~obsmem.errors.ObsmemError` with the server's stable co
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -19,6 +18,7 @@ import httpx
 from obsmem.app import Obsmem, check_search
 from obsmem.errors import NotFound, ObsmemError
 from obsmem.ids import parse_id_prefix
+from obsmem.json_shape import strict_dumps
 from obsmem.pydantic_ai.remote_notes import RemoteNotes
 from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
 from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, TOOL_NAMES, parse_tool_arguments, run_tool
@@ -294,7 +294,7 @@ class RemoteMemory:
                 return f"unknown_tool: there is no tool with that name; tools: {', '.join(TOOL_NAMES)}"
         except ObsmemError as exc:
             return f"{exc.code}: {exc.message}"
-        return json.dumps(result, ensure_ascii=False)
+        return strict_dumps(result, ensure_ascii=False)
 
     def search_mode(self) -> str:
         return self.mode

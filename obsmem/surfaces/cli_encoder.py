@@ -11,12 +11,12 @@ command does it ahead of time, for instance while installing, and says where the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from obsmem.errors import ValidationFailed
+from obsmem.json_shape import strict_dumps
 
 
 @click.group("encoder")
@@ -56,7 +56,7 @@ def build(app: Any, as_json: bool) -> None:
         "build_seconds": built.build_seconds,
     }
     if as_json:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        click.echo(strict_dumps(summary, indent=2, sort_keys=True))
     else:
         verb = f"built in {built.build_seconds:.1f} s" if built.built else "already built and verified"
         click.echo(f"fast local encoder {verb}: {built.directory}")

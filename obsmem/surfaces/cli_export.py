@@ -12,7 +12,6 @@ it is a terminal, or with ``--progress``), so an export to stdout stays clean.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import sys
@@ -23,6 +22,7 @@ from typing import IO, Any
 import click
 
 from obsmem.exporting import Progress, export_project, restore_project
+from obsmem.json_shape import strict_dumps
 
 _PHASES = {"export": "exporting", "verify": "verifying", "restore": "restoring"}
 
@@ -124,7 +124,7 @@ def restore(app: Any, file: Path, project: str, as_json: bool, progress: bool | 
 
     catch_up_after_write(app.service, [project], show_progress=_show_progress(progress) and not as_json)
     if as_json:
-        click.echo(json.dumps(receipt.to_dict(), indent=2))
+        click.echo(strict_dumps(receipt.to_dict(), indent=2))
         return
     click.echo(f"Restored {receipt.records:,} records into {project}.")
     for kind, count in receipt.counts.items():

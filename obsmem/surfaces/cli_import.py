@@ -28,6 +28,7 @@ from rich.text import Text
 
 from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.exporting import restore_project
+from obsmem.json_shape import strict_dumps
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
 from obsmem.surfaces.cli_catchup import AFTER_HOOK_EVENTS, catch_up_after_write
@@ -262,7 +263,7 @@ def _follow(
                 last_problems = run.problems
                 totals = run.to_dict()["totals"]
                 if as_json:
-                    click.echo(json.dumps({"round": rounds, **totals}), nl=True)
+                    click.echo(strict_dumps({"round": rounds, **totals}), nl=True)
                 else:
                     click.echo(
                         f"round {rounds}: {totals['added']} added, {totals['duplicates']} already stored, "

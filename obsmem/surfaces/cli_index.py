@@ -13,7 +13,6 @@ with ``index_busy`` rather than wait.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ import click
 
 from obsmem.app import IndexReport, Obsmem
 from obsmem.errors import ObsmemError
+from obsmem.json_shape import strict_dumps
 from obsmem.surfaces.cli_catchup import catch_up
 
 
@@ -71,7 +71,7 @@ def index(app: Any, project: str, as_json: bool, progress: bool | None) -> None:
     finally:
         service.close()
     if as_json:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        click.echo(strict_dumps(summary, indent=2, sort_keys=True))
         return
     click.echo(f"{project}: conversation index current ({conversation:,} events indexed now)")
     if semantic:

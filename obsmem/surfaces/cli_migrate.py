@@ -12,7 +12,6 @@ the checks are :mod:`obsmem.app.migrate`; progress bars go to stderr.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -23,6 +22,7 @@ import click
 
 from obsmem.app import MigrationReport, Obsmem, migrate_project
 from obsmem.exporting import Progress
+from obsmem.json_shape import strict_dumps
 from obsmem.settings import Settings
 
 _PHASES = {
@@ -155,7 +155,7 @@ def migrate(
 
 def _print(report: MigrationReport, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(strict_dumps(report.to_dict(), indent=2))
         return
     click.echo(
         f"Copied {report.records:,} records of {report.project} from {report.source} to {report.target}"

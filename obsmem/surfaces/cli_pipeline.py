@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from obsmem.json_shape import strict_dumps
 from obsmem.pipeline import ROLES
 from obsmem.surfaces import cli_render as render
 from obsmem.surfaces.cli import App, FiniteFloatRange, json_option, pass_app, session_option
@@ -312,9 +313,7 @@ def events(
         found = service.pipeline_events(project, after=cursor, limit=limit, session_id=session_id)
         for event in (logged.to_dict() for logged in found):
             if as_json:
-                import json
-
-                click.echo(json.dumps(event, ensure_ascii=False))
+                click.echo(strict_dumps(event, ensure_ascii=False))
             else:
                 console.print(event_line(event))
             cursor = event["id"]

@@ -7,7 +7,6 @@ or models is wrapped in :class:`rich.text.Text`, never parsed as rich markup.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from obsmem.json_shape import strict_dumps
 from obsmem.pipeline import seq_runs
 
 RECALL_SOURCE_CHARS = 600
@@ -37,7 +37,7 @@ def stdout() -> Console:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(strict_dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
 def clip(text: str, limit: int | None, *, one_line: bool = False) -> Text:
@@ -85,7 +85,7 @@ def hits_table(hits: Sequence[dict[str, Any]], *, title: str | None = None, cont
 def _tool_text(hit: dict[str, Any]) -> str:
     """``grep {"pattern": "x"}``: a tool call's name and arguments, as one line of text."""
     args = hit.get("tool_args")
-    return hit["tool_name"] + ("" if args is None else " " + json.dumps(args, ensure_ascii=False))
+    return hit["tool_name"] + ("" if args is None else " " + strict_dumps(args, ensure_ascii=False))
 
 
 def render_search(console: Console, result: dict[str, Any], *, content_chars: int | None = None) -> None:
@@ -128,7 +128,7 @@ def _memory_header(memory: dict[str, Any]) -> Table:
 def _event_cell(event: dict[str, Any]) -> Text:
     text = event.get("content", "")
     if event.get("tool_args") is not None:
-        args = json.dumps(event["tool_args"], ensure_ascii=False)
+        args = strict_dumps(event["tool_args"], ensure_ascii=False)
         text = f"{text}\nargs: {args}" if text else f"args: {args}"
     return clip(text, RECALL_SOURCE_CHARS)
 

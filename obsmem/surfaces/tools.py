@@ -22,6 +22,7 @@ import apsw
 
 from obsmem.app import LOCAL_USER, Obsmem
 from obsmem.errors import InvalidArguments, ObsmemError, UnknownTool
+from obsmem.json_shape import finite
 from obsmem.retrieval import MODES, SCOPES
 from obsmem.storage import storage_fault
 from obsmem.surfaces.tool_memory import MEMORY, MEMORY_ARGUMENTS, memory_tool_definition, run_memory_tool
@@ -251,7 +252,8 @@ def run_tool(
         if fault is None:
             raise
         return _failure(fault.code, fault.message)
-    return ToolOutcome(json.dumps(result, ensure_ascii=False), result)
+    result = finite(result)  # tool arguments stored before NaN was refused: strict JSON, as over HTTP
+    return ToolOutcome(json.dumps(result, ensure_ascii=False, allow_nan=False), result)
 
 
 def execute_tool(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+from obsmem.json_shape import strict_dumps
 
 try:
     import orjson
@@ -18,24 +18,14 @@ def dumps(content: Any) -> bytes:
     """JSON bytes. Anything orjson refuses (a lone surrogate, an integer past 64 bits) falls back to the
     standard encoder with ASCII escapes, which can encode every Python string. A number that is not finite
     (only in tool arguments stored before they were refused) is written as ``null`` either way, as orjson
-    does: strict JSON has no way to write it."""
+    does and as the tools and the CLI do (:func:`~obsmem.json_shape.strict_dumps`): strict JSON has no way to
+    write it."""
     if orjson is not None:
         try:
             return orjson.dumps(content)
         except TypeError:
             pass
-    return json.dumps(_finite(content), ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every float that is not finite replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
+    return strict_dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 class JSONBody(JSONResponse):

@@ -9,7 +9,6 @@ routes that write (``observe``, ``reflect``, ``PUT models``) run in the threadpo
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -20,6 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from obsmem.bounds import decimal_integer
 from obsmem.errors import ValidationFailed
+from obsmem.json_shape import strict_dumps
 from obsmem.pipeline import ModelChanges
 from obsmem.surfaces.http.deps import ProjectName, SessionPath, access_of, allowed_project, errors, service_of
 from obsmem.surfaces.http.models import SESSION_PATTERN
@@ -403,7 +403,7 @@ async def _stream(
         found = service.pipeline_events(project, after=cursor, limit=STREAM_PAGE, session_id=session_id, types=types)
         for event in found:
             cursor = event.id
-            yield {"id": str(event.id), "event": event.type, "data": json.dumps(event.to_dict(), ensure_ascii=False)}
+            yield {"id": str(event.id), "event": event.type, "data": strict_dumps(event.to_dict(), ensure_ascii=False)}
         if len(found) < STREAM_PAGE:
             if push is None:
                 await asyncio.sleep(STREAM_POLL_SECONDS)
