@@ -174,6 +174,13 @@ def test_bad_hook_payloads_are_clear_errors(tmp_path: Path) -> None:
         (["hook", "claude-code"], {"OBSMEM_DATA_DIR": "{file}"}, "--data-dir"),
         (["--data-dir", "{file}", "hook", "claude-code"], {}, "--data-dir"),
         (["hook", "claude-code"], {"OBSMEM_CONFIG": "{directory}"}, "--config"),
+        # Mistakes before the command name: the command line still runs the hook.
+        (["--bogus", "hook", "claude-code"], {}, "--bogus"),
+        (["--bogus=1", "hook", "claude-code"], {}, "--bogus"),
+        (["--bogus", "value", "hook", "claude-code"], {}, "--bogus"),
+        (["--data-dir", "hook", "claude-code"], {}, "claude-code"),  # an empty $DIR left --data-dir's value out
+        (["--data-dir", "{directory}", "--bogus", "hook", "claude-code"], {}, "--bogus"),
+        (["--sk-proj-Xq7Lm2Pz9Rt4Vb6Nc8Kd1Fg3Hj5", "hook", "claude-code"], {}, "No such option"),
     ],
 )
 def test_every_failure_of_the_hook_exits_1_usage_mistakes_included(
@@ -193,11 +200,14 @@ def test_every_failure_of_the_hook_exits_1_usage_mistakes_included(
     assert result.exit_code == 1  # never 2: the agents read 2 as "block the agent"
     assert result.stderr.startswith("error: invalid_request: ") and named in result.stderr
     assert result.stderr.count("\n") == 1 and "Usage:" not in result.stderr
+    assert "Xq7Lm2Pz9Rt4" not in result.stderr  # an error never echoes a secret
 
 
 def test_other_commands_keep_exit_2_for_usage_mistakes(tmp_path: Path) -> None:
     assert run(tmp_path / "data", "import", "claude-code", "--bogus").exit_code == 2
     assert run(tmp_path / "data", "search", "hook").exit_code == 2  # "hook" as an argument names no command
+    assert run(tmp_path / "data", "--bogus", "search", "hook").exit_code == 2
+    assert run(tmp_path / "data", "serach", "p", "hook").exit_code == 2  # "hook" after a misspelt command
 
 
 def following(data: Path, path: Path) -> subprocess.Popen[str]:

@@ -32,6 +32,7 @@ import click
 
 from obsmem.app import Obsmem
 from obsmem.errors import AmbiguousId, ObsmemError, StorageError, ValidationFailed
+from obsmem.redaction import redact_text
 from obsmem.retrieval import MODES, SCOPES
 from obsmem.settings import CONFIG_ENV, DATA_DIR_ENV, Settings, load_settings
 from obsmem.storage import storage_fault
@@ -167,13 +168,31 @@ class CommandGroup(click.Group):
         return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
 
     def _command_named(self, argv: list[str]) -> str | None:
-        """The command ``argv`` names, found by the group's own parser before any option value is checked
-        (None when the group's options are malformed or no command is named)."""
+        """The command ``argv`` names, found by the group's own parser before any option value is checked.
+
+        When the group's options are malformed (an unknown option, a value left out) or what the parser takes
+        for the command is none, the first command name in what stands before the command is taken: a
+        token that is an option, or may be an option's value, is passed over, so ``obsmem --bogus hook``
+        and ``obsmem --data-dir hook claude-code`` (an empty ``$DIR``) run the hook, whose every failure
+        exits 1, while ``obsmem serach p hook`` names no command. None when no command is named.
+        """
         ctx = click.Context(self, info_name="obsmem", resilient_parsing=True)
         try:
             _, rest, _ = self.make_parser(ctx).parse_args(args=list(argv))
         except click.UsageError:
-            return None
+            rest = []
+        if rest and rest[0] in COMMANDS:
+            return rest[0]
+        after_option = False
+        for token in argv:
+            if token in COMMANDS:
+                return token
+            if token.startswith("-"):
+                after_option = "=" not in token
+            elif after_option:
+                after_option = False  # the option's value, perhaps
+            else:
+                break  # a word that is no command and no option's value: a misspelt command
         return rest[0] if rest else None
 
     def _main_exiting_1_on_failure(
@@ -184,7 +203,8 @@ class CommandGroup(click.Group):
         try:
             code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
-            click.echo(f"error: invalid_request: {' '.join(exc.format_message().split())}", err=True)
+            # click's message quotes the mistaken word, which may be anything typed: a secret is cut out.
+            click.echo(f"error: invalid_request: {redact_text(' '.join(exc.format_message().split()))}", err=True)
             sys.exit(RUNTIME_EXIT)
         except click.Abort:
             click.echo("error: aborted", err=True)
