@@ -118,6 +118,15 @@ def test_the_version_has_one_source() -> None:
     assert result.exit_code == 0 and result.output.strip() == f"obsmem, version {__version__}"
 
 
+def test_dash_h_is_help_for_the_group_and_for_a_command() -> None:
+    # The group looks at argv before click parses it; that look must not leave the group with `--help` only.
+    for args in (["-h"], ["--help"], ["search", "-h"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert result.output.startswith("Usage: "), args
+    assert "-h, --help" in CliRunner().invoke(cli, ["--help"]).output
+
+
 def test_ingest_openai_messages_keeps_tool_names_and_parsed_arguments(data_dir: Path, tmp_path: Path) -> None:
     result = ok(
         run(

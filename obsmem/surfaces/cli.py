@@ -176,7 +176,9 @@ class CommandGroup(click.Group):
         and ``obsmem --data-dir hook claude-code`` (an empty ``$DIR``) run the hook, whose every failure
         exits 1, while ``obsmem serach p hook`` names no command. None when no command is named.
         """
-        ctx = click.Context(self, info_name="obsmem", resilient_parsing=True)
+        # The group's context settings too: click caches the help option on the command the first time a
+        # context asks for it, so a context without them would leave `obsmem -h` unknown.
+        ctx = click.Context(self, info_name="obsmem", resilient_parsing=True, **self.context_settings)
         try:
             _, rest, _ = self.make_parser(ctx).parse_args(args=list(argv))
         except click.UsageError:
