@@ -200,7 +200,10 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[Tr
             raise ValidationFailed(f"{where}: each line must be a JSON object", field=where)
         session = record.pop("session_id", None) or default_session
         if session is None:
-            raise ValidationFailed(f"{where}: no session_id on the line and no default session given", field=where)
+            raise ValidationFailed(
+                f"{where}: no session_id on the line and no session for the file (obsmem ingest --session SESSION)",
+                field=where,
+            )
         check_session_id(session, field=f"{where}.session_id")
         try:
             raws = [record] if "type" in record else openai_message_to_events(record, call_names)

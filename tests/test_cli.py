@@ -293,6 +293,9 @@ def test_ingest_usage_errors(data_dir: Path, tmp_path: Path) -> None:
     assert bad_project.exit_code == 2 and bad_project.stderr.startswith("error: invalid_project: ")
     bad_session = run(data_dir, "ingest", "proj", str(path), "--session", "no spaces")
     assert bad_session.exit_code == 2 and bad_session.stderr.startswith("error: invalid_session: --session")
+    no_session = run(data_dir, "ingest", "proj", str(path))  # chat messages carry no session_id
+    assert no_session.exit_code == 2 and "line 1: no session_id" in no_session.stderr
+    assert "--session SESSION" in no_session.stderr  # the error says what to do
     assert not (data_dir / "projects").exists()
 
 
