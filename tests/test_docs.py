@@ -1,5 +1,6 @@
 """The docs keep up with the code: every setting, CLI command and option and secret detector is documented,
-and every repository path the docs name exists and every link between them resolves."""
+every HTTP route has a row in docs/http-api.md, and every repository path the docs name exists and every link
+between them resolves."""
 
 from __future__ import annotations
 
@@ -138,3 +139,17 @@ def test_every_link_between_docs_resolves() -> None:
             elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
                 broken.append(f"{path.name}: {link} (no such heading)")
     assert not broken, f"broken links in the docs: {broken}"
+
+
+def test_every_http_route_has_a_row_in_the_route_table(tmp_path: Path) -> None:
+    from obsmem.app import Obsmem
+    from obsmem.surfaces.http import create_app
+
+    text = (DOCS / "http-api.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([A-Z]+ /[^`?]+)(?:\?[^`]*)?` \|", text, flags=re.MULTILINE))
+    with Obsmem(data_dir=tmp_path) as service:
+        schema = create_app(service).openapi()
+    routes = {f"{method.upper()} {path}" for path, methods in schema["paths"].items() for method in methods}
+    assert not routes - rows, f"routes without a row in docs/http-api.md's table: {sorted(routes - rows)}"
+    stale = {row for row in rows if " /v1/" in row} - routes  # /mcp is mounted beside the schema
+    assert not stale, f"rows in docs/http-api.md for routes that do not exist: {sorted(stale)}"
