@@ -89,6 +89,23 @@ def test_every_command_and_option_is_in_docs_cli() -> None:
             assert option in text, f"docs/cli.md does not mention the global option {option}"
 
 
+def test_every_agent_tool_is_named_where_the_docs_list_the_tools() -> None:
+    from obsmem.surfaces.tools import tool_definitions
+
+    names = [definition["function"]["name"] for definition in tool_definitions("exact")]
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    mcp_command = cli.get_command(click.Context(cli), "mcp")
+    assert mcp_command is not None
+    markdown = {  # `memory` in backticks: the bare word is in `memory_search` and in prose
+        "README.md, MCP": readme.split("## MCP", 1)[1].split("\n## ", 1)[0],
+        "cli.md, obsmem mcp": _sections((DOCS / "cli.md").read_text(encoding="utf-8"))["mcp"],
+        "tools-and-mcp.md": (DOCS / "tools-and-mcp.md").read_text(encoding="utf-8"),
+    }
+    missing = [f"{place}: {name}" for place, text in markdown.items() for name in names if f"`{name}`" not in text]
+    missing += [f"obsmem mcp --help: {name}" for name in names if not re.search(rf"\b{name}\b", mcp_command.help or "")]
+    assert not missing, f"tools the docs leave out: {missing}"
+
+
 def test_every_secret_detector_is_documented_with_its_marker() -> None:
     text = (DOCS / "redaction.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| `([a-z_]+)` \|", text, flags=re.MULTILINE))

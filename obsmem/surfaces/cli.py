@@ -290,7 +290,7 @@ def serve(app: App, host: str | None, port: int | None) -> None:
 )
 @pass_app
 def mcp(app: App, project: str, session_id: str | None) -> None:
-    """Serve the memory_search and recall tools for PROJECT over MCP on stdin/stdout.
+    """Serve the memory_search, recall and memory tools for PROJECT over MCP on stdin/stdout.
 
     Point an MCP client at `obsmem mcp PROJECT`; nothing but the protocol is written to stdout.
     """

@@ -1,6 +1,6 @@
 """Agent tools: ``memory_search``, ``recall`` and ``memory`` as function definitions, and a runner for their calls.
 
-:func:`tool_definitions` gives both tools in the OpenAI function-calling shape
+:func:`tool_definitions` gives the three tools in the OpenAI function-calling shape
 (``{"type": "function", "function": {"name", "description", "parameters"}}``). The names and
 arguments never change; the descriptions (and the guidance on what to search for) switch with the
 search mode: exact mode finds one literal substring, hybrid mode also takes natural-language
