@@ -170,3 +170,32 @@ def test_every_http_route_has_a_row_in_the_route_table(tmp_path: Path) -> None:
     assert not routes - rows, f"routes without a row in docs/http-api.md's table: {sorted(routes - rows)}"
     stale = {row for row in rows if " /v1/" in row} - routes  # /mcp is mounted beside the schema
     assert not stale, f"rows in docs/http-api.md for routes that do not exist: {sorted(stale)}"
+
+
+def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
+    """Its two JSONL examples are chat.jsonl and observations.jsonl, and every command it shows succeeds on
+    them in order (the agents' importers aside: they read this machine's own transcripts)."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
+    chat, observations = (body for kind, body in blocks if kind == "jsonl")
+    (tmp_path / "chat.jsonl").write_text(chat, encoding="utf-8")
+    (tmp_path / "observations.jsonl").write_text(observations, encoding="utf-8")
+    commands = [
+        shlex.split(line, comments=True)[1:]
+        for kind, body in blocks
+        if kind == "sh"
+        for line in body.splitlines()
+        if line.startswith("obsmem ") and not line.startswith("obsmem import")
+    ]
+    assert len(commands) >= 7
+    data_dir = tmp_path / "data"
+    for args in commands:
+        args = [str(tmp_path / arg) if arg.endswith(".jsonl") else arg for arg in args]
+        result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), *args])
+        assert result.exit_code == 0, f"obsmem {shlex.join(args)}: {result.output}"
+        assert "No memory matched" not in result.output, f"obsmem {shlex.join(args)} found nothing"
