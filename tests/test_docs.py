@@ -1,6 +1,7 @@
 """The docs keep up with the code: every setting, CLI command and option and secret detector is documented,
-every HTTP route has a row in docs/http-api.md, and every repository path the docs name exists and every link
-between them resolves."""
+every option the docs pass to a command exists, every HTTP route has a row in docs/http-api.md, every agent
+tool is named where the tools are listed, the README's Quick start runs as written, and every repository path
+the docs name exists and every link between them resolves."""
 
 from __future__ import annotations
 
@@ -104,6 +105,32 @@ def test_every_agent_tool_is_named_where_the_docs_list_the_tools() -> None:
     missing = [f"{place}: {name}" for place, text in markdown.items() for name in names if f"`{name}`" not in text]
     missing += [f"obsmem mcp --help: {name}" for name in names if not re.search(rf"\b{name}\b", mcp_command.help or "")]
     assert not missing, f"tools the docs leave out: {missing}"
+
+
+def _options(command: click.Command) -> set[str]:
+    return {option for param in command.params for option in (*param.opts, *param.secondary_opts)}
+
+
+def test_every_option_the_docs_pass_to_a_command_exists() -> None:
+    """`obsmem search my-app x --fuzzy` in any doc fails here when search has no --fuzzy."""
+    context = click.Context(cli)
+    usage = re.compile(r"obsmem(?: --(?:data-dir|config) \S+)? ([a-z-]+(?: [a-z-]+)?)([^`|#\n]*)")
+    unknown = []
+    for path in _markdown_files():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for match in usage.finditer(line):
+                command: click.Command = cli
+                for word in match.group(1).split():
+                    sub = command.get_command(context, word) if isinstance(command, click.Group) else None
+                    if sub is None:
+                        break
+                    command = sub
+                if command is cli:
+                    continue
+                known = _options(command) | _options(cli) | {"--help", "-h"}
+                flags = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", match.group(2))
+                unknown += [f"{path.name}: obsmem {match.group(1)} {flag}" for flag in flags if flag not in known]
+    assert not unknown, f"options the docs use that the commands do not have: {unknown}"
 
 
 def test_every_secret_detector_is_documented_with_its_marker() -> None:
