@@ -68,6 +68,24 @@ def test_every_setting_is_documented_with_its_environment_variable() -> None:
     assert not set(rows) - known, f"documented settings that do not exist: {sorted(set(rows) - known)}"
 
 
+def test_every_toml_example_in_the_docs_loads_as_settings(tmp_path: Path) -> None:
+    """A misspelt key or section in an example is a configuration_error, as it would be for the reader."""
+    from obsmem.errors import ObsmemError
+    from obsmem.settings import load_settings
+
+    failures = []
+    for path in _markdown_files():
+        examples = re.findall(r"^```toml\n(.*?)^```", path.read_text(encoding="utf-8"), re.M | re.S)
+        for number, body in enumerate(examples):
+            file = tmp_path / f"{path.stem}-{number}.toml"
+            file.write_text(body, encoding="utf-8")
+            try:
+                load_settings(file, data_dir=tmp_path)
+            except ObsmemError as exc:  # a configuration_error, reported with its example
+                failures.append(f"{path.name}, TOML example {number + 1}: {exc}")
+    assert not failures, failures
+
+
 def _sections(text: str) -> dict[str, str]:
     parts = re.split(r"^## obsmem (\S+)\s*$", text, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
