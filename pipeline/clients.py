@@ -15,6 +15,9 @@ from obsmem.pipeline.llm import ChatClient, ChatModel
 from obsmem.pipeline.model_overrides import ROLES, Override, model_with_override
 from obsmem.settings import ModelSettings, Settings
 
+# Why a role has no model, in the words an observe or reflect request is refused with: what to set.
+NO_MODEL = "no [model] is configured: set base_url and model_id under [model] in the settings file"
+
 
 class ModelClients:
     """One :class:`ChatClient` per role and model configuration, built on first use and reused.

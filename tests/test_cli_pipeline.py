@@ -151,6 +151,10 @@ def test_observe_without_a_model_fails_clearly(tmp_path: Path) -> None:
     ok(run(data, "ingest", "p", str(path), "--session", "s1"))
     result = run(data, "observe", "p", "s1")
     assert result.exit_code == 1 and "observation_off" in result.stderr
+    reflect = run(data, "reflect", "p", "s1")
+    assert reflect.exit_code == 1 and "reflection_off" in reflect.stderr
+    for refused in (result, reflect):  # says what to set, and speaks of no server to a CLI user
+        assert "set base_url and model_id under [model]" in refused.stderr and "server" not in refused.stderr
     assert json.loads(ok(run(data, "status", "p", "--session", "s1", "--json")).stdout)["observer"] == (
         "not_configured"
     )

@@ -31,7 +31,7 @@ import apsw
 from obsmem.errors import ConfigurationError, ObservationOff
 from obsmem.events import StoredEvent
 from obsmem.pipeline.activity import clear_activity, log_stage_event
-from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.clients import NO_MODEL, ModelClients
 from obsmem.pipeline.llm import ChatModel
 from obsmem.pipeline.memory_items import MemoryItem, active_memory, active_observation_tokens, memory_exists
 from obsmem.pipeline.model_overrides import Override, read_overrides
@@ -134,8 +134,8 @@ class ObserveJob:
         """Observe the session's whole backlog now, below the buffer threshold too (e.g. at session end)."""
         state = self.state_for(project)
         if state != "enabled":
-            reason = "observer.enabled is false" if state == "disabled" else "no [model] is configured"
-            raise ObservationOff(f"this server does not observe sessions: {reason}")
+            reason = "observer.enabled is false" if state == "disabled" else NO_MODEL
+            raise ObservationOff(f"sessions are not observed here: {reason}")
         return self._queue_forced(queue, session_id)
 
     @staticmethod

@@ -27,7 +27,7 @@ from typing import Any
 
 from obsmem.errors import ReflectionOff
 from obsmem.pipeline.activity import clear_activity, log_stage_event, set_activity
-from obsmem.pipeline.clients import ModelClients
+from obsmem.pipeline.clients import NO_MODEL, ModelClients
 from obsmem.pipeline.memory_items import active_observation_ids, active_observation_tokens
 from obsmem.pipeline.model_overrides import Override, read_overrides
 from obsmem.pipeline.reflect.dropper import DropperResult, run_dropper
@@ -104,8 +104,8 @@ class ReflectJob:
         """Reflect now, below the threshold too (the Dropper still only runs over the pool target)."""
         state = self.state_for(project)
         if state != "enabled":
-            reason = "reflector.enabled is false" if state == "disabled" else "no [model] is configured"
-            raise ReflectionOff(f"this server does not reflect: {reason}")
+            reason = "reflector.enabled is false" if state == "disabled" else NO_MODEL
+            raise ReflectionOff(f"sessions are not reflected on here: {reason}")
         return queue.enqueue(
             REFLECT,
             {"session_id": session_id, "force": True},
