@@ -239,10 +239,12 @@ def test_without_keys_only_loopback_hosts_and_origins_are_answered(tmp_path: Pat
         for host in ("evil.example", "127.0.0.1.evil.example", "memory.internal.evil.example"):
             response = client.get("/v1/projects", headers={"host": host})
             assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
+            assert "server.allowed_hosts" in response.json()["error"]["message"]  # what to do about it
         assert client.get("/v1/projects", headers={"origin": "http://127.0.0.1:8765"}).status_code == 200
         for origin in ("http://evil.example", "null", "https://localhost.evil.example"):
             response = client.post("/v1/projects/x/search", json={"query": "a"}, headers={"origin": origin})
             assert response.status_code == 403, origin
+            assert "server.allowed_hosts" in response.json()["error"]["message"]
 
 
 def test_without_keys_the_schema_declares_no_security(tmp_path: Path) -> None:

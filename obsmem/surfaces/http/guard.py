@@ -34,6 +34,16 @@ PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-
 LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="obsmem"'}
 
+# What a refused request is told, with the two ways to be answered: name the host, or configure API keys.
+FOREIGN_HOST = (
+    "without API keys the server only answers loopback host names: add this host name to server.allowed_hosts, "
+    "or configure API keys"
+)
+FOREIGN_ORIGIN = (
+    "cross-origin requests are refused without API keys: add the origin's host name to server.allowed_hosts, "
+    "or configure API keys"
+)
+
 
 def host_name(value: str) -> str:
     """``Host`` header value -> the bare, lowercased host name (port and IPv6 brackets removed)."""
@@ -111,12 +121,12 @@ class RequestGuard:
         access: Access = OPEN_ACCESS
         if not self.keys.enabled:
             if host is not None and not self._host_allowed(host_name(host.decode("latin-1"))):
-                await send_error(send, 403, "forbidden", "without API keys the server only answers loopback host names")
+                await send_error(send, 403, "forbidden", FOREIGN_HOST)
                 return
             if origin is not None:
                 seen = origin_host(origin.decode("latin-1"))
                 if seen is None or not self._host_allowed(seen):
-                    await send_error(send, 403, "forbidden", "cross-origin requests are refused without API keys")
+                    await send_error(send, 403, "forbidden", FOREIGN_ORIGIN)
                     return
         elif scope["path"] not in PUBLIC_PATHS:
             address = client_address(scope)
