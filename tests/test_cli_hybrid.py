@@ -63,6 +63,9 @@ def test_unbuilt_index_says_what_to_run(tmp_path: Path, model_server: ModelServe
     found = runner.invoke(cli, [*base, "search", "app", "auth clock", "--json"])
     assert found.exit_code == 0, found.output
     assert json.loads(found.output)["mode"] == "hybrid"
+    # The status table's reader sees the search mode and the index, not only a --json reader.
+    status = runner.invoke(cli, [*base, "status", "app"], terminal_width=200)
+    assert "app: search hybrid; semantic index 4 of 4 indexed, 0 pending, graph file present" in status.output
 
 
 def test_a_serving_process_counts_as_indexing(tmp_path: Path, model_server: ModelServer) -> None:

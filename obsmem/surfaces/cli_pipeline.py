@@ -472,6 +472,15 @@ def projects_view(rows: Sequence[dict[str, Any]], failed: Sequence[ProjectFailur
                     f"(conversation search scans them; `obsmem index {row['project']}` catches up)"
                 )
             )
+        index = row.get("index")
+        if row.get("mode") == "hybrid" and isinstance(index, dict):
+            parts.append(
+                Text(
+                    f"{row['project']}: search hybrid; semantic index {row.get('indexed_count', 0):,} of "
+                    f"{row.get('source_count', 0):,} indexed, {index.get('pending', 0):,} pending, "
+                    f"graph file {index.get('graph_file', 'none')}"
+                )
+            )
         jobs = row.get("jobs") or {}
         line = (
             f"{row['project']}: background observation {row.get('observer', 'unknown')}; jobs "
