@@ -244,3 +244,22 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli, ["--data-dir", str(data_dir), *args])
         assert result.exit_code == 0, f"obsmem {shlex.join(args)}: {result.output}"
         assert "No memory matched" not in result.output, f"obsmem {shlex.join(args)} found nothing"
+
+
+def test_the_tool_error_texts_tools_and_mcp_shows_are_the_tools_own(tmp_path: Path) -> None:
+    from obsmem.app import Obsmem
+    from obsmem.surfaces.tools import execute_tool
+
+    text = (DOCS / "tools-and-mcp.md").read_text(encoding="utf-8")
+    calls = [
+        ("my-app", "memory_search", {"query": "x", "session": "s"}),
+        ("my-app", "memory_search", {"query": "x", "scope": "everything"}),
+        ("my-app", "memory_search", {"query": "x", "after": "2025-02-30"}),
+        ("my-app", "recall", {"id": "5c1f0e9a2b7d", "session_id": "s2"}),
+        ("my-ap", "memory_search", {"query": "x"}),
+    ]
+    with Obsmem(data_dir=tmp_path) as memory:
+        memory.append_events("my-app", "s1", [{"role": "user", "content": "hello"}])
+        answers = [execute_tool(memory, project, name, arguments) for project, name, arguments in calls]
+    missing = [answer for answer in answers if f"\n{answer}\n" not in text]
+    assert not missing, f"tool answers docs/tools-and-mcp.md shows otherwise: {missing}"
