@@ -92,6 +92,7 @@ def test_forget_hides_a_note_at_once(service: Obsmem) -> None:
     with pytest.raises(ObsmemError) as caught:
         service.update_note("app", note.id, "changed")
     assert caught.value.code == "note_forgotten"
+    assert "save the new text" in caught.value.message  # what to do instead
 
 
 def test_a_forgotten_note_saved_again_earns_trust_anew(service: Obsmem) -> None:

@@ -165,7 +165,9 @@ class TrustService:
         text, when = parse_content(content), parse_situation(situation)
         db, original = self._locate(project, note_id, user)
         if original.status == "forgotten":
-            raise NoteForgotten(f"note {original.id} was forgotten and cannot be updated")
+            raise NoteForgotten(
+                f"note {original.id} was forgotten and cannot be updated: save the new text as a note of its own"
+            )
         with db.write() as conn:
             if original.status == "superseded":
                 head = chain_head(conn, original.note_id)
