@@ -1,7 +1,8 @@
 """The docs keep up with the code: every setting, CLI command and option and secret detector is documented,
-every option the docs pass to a command exists, every HTTP route has a row in docs/http-api.md, every agent
-tool is named where the tools are listed, the README's Quick start runs as written, and every repository path
-the docs name exists and every link between them resolves."""
+every option the docs pass to a command and every `[section] key` they name exists, every TOML example loads,
+every HTTP route has a row in docs/http-api.md, every agent tool is named where the tools are listed and its
+error texts are the tools' own, the README's Quick start runs as written, and every repository path the docs
+name exists and every link between them resolves."""
 
 from __future__ import annotations
 
@@ -84,6 +85,19 @@ def test_every_toml_example_in_the_docs_loads_as_settings(tmp_path: Path) -> Non
             except ObsmemError as exc:  # a configuration_error, reported with its example
                 failures.append(f"{path.name}, TOML example {number + 1}: {exc}")
     assert not failures, failures
+
+
+def test_every_section_and_key_the_docs_name_is_a_setting() -> None:
+    """`[semantic] min_relevance` or `[[api_keys]] owner` in prose names a setting that exists."""
+    known = {name.replace("[]", "") for name, _, _ in settings_fields()}
+    named = re.compile(r"`\[\[?([a-z0-9_.]+)\]\]? ([a-z0-9_]+)")
+    unknown = [
+        f"{path.name}: [{section}] {key}"
+        for path in _markdown_files()
+        for section, key in named.findall(path.read_text(encoding="utf-8"))
+        if not section.startswith("tool.") and f"{section}.{key}" not in known
+    ]
+    assert not unknown, f"settings the docs name that do not exist: {unknown}"
 
 
 def _sections(text: str) -> dict[str, str]:
