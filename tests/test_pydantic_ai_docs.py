@@ -1,4 +1,5 @@
-"""docs/pydantic-ai.md's example runs as written (offline: pydantic-ai's function models play both models)."""
+"""docs/pydantic-ai.md's example runs as written (offline: pydantic-ai's function models play both models), and its
+Construction block lists every parameter."""
 
 from __future__ import annotations
 
@@ -25,3 +26,16 @@ def test_the_documented_example_runs(tmp_path: Path) -> None:
     assert lines[-1] == "answer: You like tabs."
     for event in ("om_status", "om_observation_end", "om_buffering_end", "om_activation"):
         assert f"event: {event}" in lines
+
+
+def test_the_construction_block_lists_every_parameter() -> None:
+    import inspect
+
+    from obsmem.pydantic_ai import ObservationalMemory
+
+    text = DOC.read_text(encoding="utf-8")
+    block = re.search(r"```python\nObservationalMemory\((.*?)\)\n```", text, re.DOTALL)
+    assert block is not None
+    listed = set(re.findall(r"^\s+(\w+)(?:=|,)", block.group(1), re.MULTILINE))
+    parameters = set(inspect.signature(ObservationalMemory.__init__).parameters) - {"self", "memory", "client"}
+    assert parameters <= listed, f"parameters the Construction block leaves out: {sorted(parameters - listed)}"
