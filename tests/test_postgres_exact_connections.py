@@ -143,3 +143,33 @@ def test_a_pool_of_one_replaces_its_terminated_connection(postgres_dsn: str) -> 
         assert store._pool.get_stats()["pool_size"] == 1
     finally:
         store.close()
+
+
+def test_the_project_list_and_session_locks_after_their_pooled_connections_were_terminated_answer(
+    store: PostgresStore, postgres_dsn: str
+) -> None:
+    """The statements outside a project's transactions (the project list that ``GET /v1/projects`` and the
+    workers read, the indexer's session lock, the user tiers' list) replace a closed connection as a
+    transaction does: they answered ``storage_error`` once for every dead connection in the pool."""
+    db = store.get("p", create=True)
+    tiers = store.user_tiers()
+    tiers.get("alice", create=True)
+    checks = [
+        lambda: store.names() == ["p"],
+        lambda: store.exists("p") and not store.exists("q"),
+        lambda: tiers.names() == ["alice"],
+        lambda: tiers.exists("alice"),
+    ]
+    for check in checks:
+        _fill_the_pool(store)
+        assert _terminate_others(postgres_dsn) >= POOL_SIZE
+        for _ in range(POOL_SIZE + 1):
+            assert check()
+    _fill_the_pool(store)
+    _terminate_others(postgres_dsn)
+    with db.session_lock("index") as taken:
+        assert taken
+        with db.session_lock("index") as again:  # held on a live connection: a second holder is refused
+            assert not again
+    with db.session_lock("index") as taken:  # released at the end of the block
+        assert taken

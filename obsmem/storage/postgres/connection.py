@@ -65,6 +65,34 @@ def _then_commit(raw: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> p
     return cursor
 
 
+def on_pooled_connection(
+    pool: ConnectionPool, first: Callable[[psycopg.Connection[Any]], _T]
+) -> tuple[psycopg.Connection[Any], _T]:
+    """A connection taken from ``pool`` and the result of ``first`` run on it, for work outside a project's
+    transactions (the project list, a session lock). The pool checks no connection it hands out, so a
+    connection closed under it (its backend terminated, the server restarted) is found by ``first``: it goes
+    back and ``first`` runs again on another, as a transaction's first exchange does. ``first`` must be safe
+    to run again (a read, or statements that change nothing when repeated). The caller gives the connection
+    back with ``pool.putconn``."""
+    attempts = 0
+    while True:
+        conn = pool.getconn(timeout=POOL_WAIT_SECONDS)
+        try:
+            return conn, first(conn)
+        except BaseException as exc:
+            pool.putconn(conn)
+            attempts += 1
+            if not isinstance(exc, psycopg.Error) or not conn.closed or attempts > MAX_REPLACED_CONNECTIONS:
+                raise
+
+
+def pooled(pool: ConnectionPool, first: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+    """The result of ``first`` run on a pooled connection (:func:`on_pooled_connection`), given back at once."""
+    conn, result = on_pooled_connection(pool, first)
+    pool.putconn(conn)
+    return result
+
+
 class PostgresConnection:
     """One pooled connection inside a transaction, answering the calls the owning modules make of an
     apsw connection (``execute``, ``executemany``, ``in_transaction``) with their SQL translated.
@@ -356,14 +384,19 @@ class PostgresProjectDatabase:
         transactions (an indexing batch) is serialised by it across processes and servers, as a lock file
         serialises it on SQLite; the server releases it when the connection ends, even if the process dies."""
         key = advisory_key(f"{self.project}\x00{purpose}")  # a project name holds no NUL: no clash
-        with postgres_faults(), self._pool.connection(timeout=POOL_WAIT_SECONDS) as raw:
-            row = raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()  # autocommit connections
+        with postgres_faults():
+            raw, row = on_pooled_connection(  # autocommit connections
+                self._pool, lambda conn: conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            )
             taken = bool(row and row[0])
             try:
                 yield taken
             finally:
-                if taken:
-                    raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                try:
+                    if taken:
+                        raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                finally:
+                    self._pool.putconn(raw)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.read() as conn:

@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from obsmem.errors import ProjectNotFound, StorageError
-from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, advisory_key
+from obsmem.storage.postgres.connection import PostgresConnection, PostgresProjectDatabase, advisory_key, pooled
 from obsmem.storage.postgres.faults import postgres_faults
 from obsmem.storage.postgres.migrations import migrate_schema
 from obsmem.storage.postgres.notify import EventSignal
@@ -91,13 +91,21 @@ class PostgresStore:
             conn.execute(_CATALOG)
 
     def exists(self, project: str) -> bool:
-        with postgres_faults(), self._pool.connection() as conn:
-            row = conn.execute("SELECT 1 FROM obsmem.projects WHERE name = %s", (project_name(project),)).fetchone()
+        name = project_name(project)
+        with postgres_faults():
+            row = pooled(
+                self._pool,
+                lambda conn: conn.execute("SELECT 1 FROM obsmem.projects WHERE name = %s", (name,)).fetchone(),
+            )
         return row is not None
 
     def names(self) -> list[str]:
-        with postgres_faults(), self._pool.connection() as conn:
-            return [row[0] for row in conn.execute('SELECT name FROM obsmem.projects ORDER BY name COLLATE "C"')]
+        with postgres_faults():
+            rows = pooled(
+                self._pool,
+                lambda conn: conn.execute('SELECT name FROM obsmem.projects ORDER BY name COLLATE "C"').fetchall(),
+            )
+        return [row[0] for row in rows]
 
     def get(self, project: str, *, create: bool = False) -> PostgresProjectDatabase:
         """The project's database; ``create=True`` makes it on first use (writes only). Opening applies

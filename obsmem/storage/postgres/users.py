@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from obsmem.errors import ProjectNotFound
-from obsmem.storage.postgres.connection import PostgresProjectDatabase, advisory_key
+from obsmem.storage.postgres.connection import PostgresProjectDatabase, advisory_key, pooled
 from obsmem.storage.postgres.faults import postgres_faults
 from obsmem.storage.postgres.migrations import migrate_schema
 from obsmem.validation import project_name
@@ -52,22 +54,35 @@ class PostgresUserTiers:
     def _catalog(self) -> None:
         if self._catalog_ready:
             return
-        with postgres_faults(), self._pool.connection() as conn, conn.transaction():
-            # The store's catalog lock: two servers creating the list at once would otherwise collide.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("\x00catalog"),))
-            conn.execute(_CATALOG)
+
+        def create(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():  # repeatable: the table is made if it is missing
+                # The store's catalog lock: two servers creating the list at once would otherwise collide.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("\x00catalog"),))
+                conn.execute(_CATALOG)
+
+        with postgres_faults():
+            pooled(self._pool, create)
         self._catalog_ready = True
 
     def exists(self, owner: str) -> bool:
         self._catalog()
-        with postgres_faults(), self._pool.connection() as conn:
-            row = conn.execute("SELECT 1 FROM obsmem.user_tiers WHERE owner = %s", (project_name(owner),)).fetchone()
+        name = project_name(owner)
+        with postgres_faults():
+            row = pooled(
+                self._pool,
+                lambda conn: conn.execute("SELECT 1 FROM obsmem.user_tiers WHERE owner = %s", (name,)).fetchone(),
+            )
         return row is not None
 
     def names(self) -> list[str]:
         self._catalog()
-        with postgres_faults(), self._pool.connection() as conn:
-            return [row[0] for row in conn.execute('SELECT owner FROM obsmem.user_tiers ORDER BY owner COLLATE "C"')]
+        with postgres_faults():
+            rows = pooled(
+                self._pool,
+                lambda conn: conn.execute('SELECT owner FROM obsmem.user_tiers ORDER BY owner COLLATE "C"').fetchall(),
+            )
+        return [row[0] for row in rows]
 
     def get(self, owner: str, *, create: bool = False) -> PostgresProjectDatabase:
         """The owner's tier; ``create=True`` makes it (schema, migrations and listing in one transaction)."""
