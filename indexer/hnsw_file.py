@@ -17,6 +17,7 @@ it read past its buffers; no such file ever reaches it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -29,6 +30,7 @@ import hnswlib
 from obsmem.faults import crash_point
 from obsmem.indexer.state import IndexState, mark_dirty, update_state
 from obsmem.storage import ProjectDatabase
+from obsmem.storage.faults import storage_fault
 
 LOCK_FILE = ".lock"
 CHECKSUM = "blake2b"
@@ -142,6 +144,21 @@ class IndexFiles:
         index.set_ef(ef)  # load_index resets ef to 10
         return index
 
+    @staticmethod
+    def _write(index: hnswlib.Index, temporary: Path) -> tuple[int, str]:
+        """Write ``index`` to ``temporary``, fsynced; its size and checksum. hnswlib checks none of its writes:
+        on a full disk it stops short and reports nothing, so the size is compared with the one it expects
+        (a short file published would be recorded as whole and handed to hnswlib at every load)."""
+        index.save_index(str(temporary))
+        os.chmod(temporary, 0o600)  # derived data is as private as the memories it comes from
+        with temporary.open("rb+") as handle:
+            os.fsync(handle.fileno())
+        crash_point("publish:written")
+        size = temporary.stat().st_size
+        if size != index.index_file_size():
+            raise OSError(errno.ENOSPC, "the vector index graph file was written short")
+        return size, file_checksum(temporary)
+
     def publish(self, db: ProjectDatabase, index: hnswlib.Index, *, version: int) -> str:
         """Write ``index`` (reflecting state ``version``) as the current graph file. Caller holds the lock."""
         self.ensure()
@@ -150,16 +167,16 @@ class IndexFiles:
         crash_point("publish:dirty")
         name = f"hnsw-{version}-{uuid.uuid4().hex[:8]}.bin"
         temporary = self.directory / f"{name}.tmp"
-        index.save_index(str(temporary))
-        os.chmod(temporary, 0o600)  # derived data is as private as the memories it comes from
-        with temporary.open("rb+") as handle:
-            os.fsync(handle.fileno())
-        crash_point("publish:written")
-        size = temporary.stat().st_size
-        checksum = file_checksum(temporary)
         final = self.directory / name
-        os.replace(temporary, final)
-        _fsync_directory(self.directory)
+        try:
+            size, checksum = self._write(index, temporary)
+            os.replace(temporary, final)
+            _fsync_directory(self.directory)
+        except OSError as exc:
+            # The state stays dirty: the next maintenance rebuilds and publishes again; the graph in memory
+            # still serves searches meanwhile.
+            temporary.unlink(missing_ok=True)
+            raise storage_fault(exc) or exc from None
         crash_point("publish:renamed")
         with db.write() as conn:
             update_state(

@@ -11,7 +11,7 @@ import hnswlib
 import numpy as np
 import pytest
 
-from obsmem.errors import IndexBuilding
+from obsmem.errors import IndexBuilding, StorageFull
 from obsmem.indexer.hnsw_file import IndexFiles
 from obsmem.indexer.project import GRAPH_PROBLEMS
 from support.hybrid_reference import index_matches_memories, reference_search
@@ -231,3 +231,49 @@ def test_a_damaged_graph_file_is_logged_once_and_status_tells_the_truth(
     assert len(warnings) == 1, warnings
     assert GRAPH_PROBLEMS[problem] in warnings[0] and "project p" in warnings[0]
     assert not any(content in warnings[0] for _, content in items)  # no memory text
+
+
+class ShortWrites:
+    """An hnswlib index whose ``save_index`` stops after ``keep`` bytes and reports nothing, as hnswlib's does on
+    a full disk (it checks none of its writes): the one thing of a full disk that cannot be had here cheaply."""
+
+    def __init__(self, graph: hnswlib.Index, keep: int) -> None:
+        self._graph = graph
+        self._keep = keep
+
+    def save_index(self, path: str) -> None:
+        self._graph.save_index(path)
+        with open(path, "rb+") as handle:
+            handle.truncate(self._keep)
+
+    def __getattr__(self, name: str):
+        return getattr(self._graph, name)
+
+
+def test_a_graph_file_written_short_is_never_published(tmp_path: Path, model_server: ModelServer) -> None:
+    """A graph file cut short by a full disk was recorded as whole (its size and checksum taken from the short
+    file), `obsmem index` succeeded with the file `present`, and every process handed it to hnswlib at load."""
+    data = tmp_path / "data"
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", corpus(120))
+        service.index("p")
+        index = service.indexer.project("p")
+        [name] = graph_files(service)
+        before = index.state()
+        graph = index.vectors().graph
+        with pytest.raises(StorageFull):
+            index.files.publish(service.database("p"), ShortWrites(graph, 4096), version=before.version + 1)
+        assert graph_files(service) == [name]  # nothing short is left, nothing new is recorded
+        state = index.state()
+        assert state.dirty and state.hnsw_file == name and state.hnsw_checksum == before.hnsw_checksum
+        for query in QUERIES:  # the graph in memory still serves
+            with service.database("p").read() as conn:
+                assert [h.memory_id for h in service.search("p", query).hits] == reference_search(
+                    conn, service.settings.semantic, query
+                )
+    with make_service(data, model_server) as service:  # space again: the next run publishes a whole file
+        service.index("p")
+        state = service.indexer.project("p").state()
+        assert not state.dirty and graph_files(service) == [state.hnsw_file]
+        assert service.status("p").index.graph_file == "present"
+        assert service.indexer.project("p").vectors().graph is not None
