@@ -39,7 +39,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from obsmem.errors import IndexBuilding, ValidationFailed
+from obsmem.errors import EmbeddingUnavailable, IndexBuilding, ValidationFailed
 from obsmem.indexer import (
     EVENT_SOURCES,
     MEMORY_SOURCES,
@@ -325,6 +325,17 @@ class HybridSearcher:
             return True
         raise self._building(project, store, compatible=compatible, kind=kind)
 
+    @staticmethod
+    def check_width(dimensions: int | None, query_vector: np.ndarray | None) -> None:
+        """A query embedding of another size than the index's vectors (the endpoint serves another model under
+        the same name) is ``embedding_unavailable``, as an indexing batch says: compared with them, it failed
+        as a bare error of the vector maths or of the database (a 500)."""
+        if query_vector is not None and dimensions is not None and query_vector.shape[-1] != dimensions:
+            raise EmbeddingUnavailable(
+                f"the embedding model returned {query_vector.shape[-1]}-dimensional vectors; the index holds "
+                f"{dimensions}-dimensional ones"
+            )
+
     def search(self, project: str, request: SearchRequest) -> SearchResult:
         return self.run(project, request, rankings=False)[0]
 
@@ -356,6 +367,7 @@ class HybridSearcher:
                 raise self._building(project, store, compatible=False, kind=kind)
             if self._refused(project, index, store, state, kind, live=vectors.live_of(kind) > 0):
                 return SearchResult(mode="hybrid"), stages
+            self.check_width(state.dimensions, query_vector)
             partial = store.has_pending(kind)  # only what the scope searches makes its answer partial
             # Indexed chunks whose memory has changed since (capped): what the lists may lose to validation.
             margin = store.stale_chunks(MAX_STALE_MARGIN) if partial else 0

@@ -70,6 +70,7 @@ class PostgresHybridSearcher(HybridSearcher):
             state, stored, partial, chunks, stale = store.readiness(kind, ef_search=max(ef_search, k + 1))
             if self._refused(project, index, store, state, kind, live=stored):
                 return SearchResult(mode="hybrid"), stages
+            self.check_width(state.dimensions, query_vector)
             where = store.narrowed(scoped)
             # Indexed chunks whose source has changed since (capped): what the lists may lose to validation.
             margin = min(stale, MAX_STALE_MARGIN) if partial else 0

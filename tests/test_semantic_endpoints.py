@@ -14,7 +14,7 @@ from obsmem.errors import EmbeddingUnavailable, RerankerUnavailable
 from obsmem.indexer.embed_openai import parse_embeddings_reply
 from obsmem.retrieval.rerank import parse_rerank_reply, rerank_order
 from support.model_server import ModelServer
-from support.semantic_service import add_memories, corpus, make_service
+from support.semantic_service import add_memories, corpus, make_service, service_on
 
 FAILURES = [
     "slow",
@@ -175,3 +175,28 @@ def test_reply_parsers_reject_anything_malformed_with_their_code(reply: Any, cou
         except error:
             continue
         assert len(parsed) == count
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_query_embedding_of_another_size_than_the_index_is_embedding_unavailable(
+    tmp_path: Path, model_server: ModelServer, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The endpoint serves another model under the same name after a restart: the new process learns the size
+    of the vectors from its first reply, the query's, so only the index can tell. The search failed with a
+    bare ValueError of the vector maths (SQLite) or pgvector's DataException (PostgreSQL): a 500."""
+    dsn = request.getfixturevalue("postgres_dsn") if backend == "postgres" else None
+    with service_on(tmp_path, model_server, dsn) as service:
+        add_memories(service, "p", corpus(30))
+        service.index("p")
+    model_server.dimensions = 64
+    with service_on(tmp_path, model_server, dsn) as service:
+        with pytest.raises(EmbeddingUnavailable) as caught:
+            service.search("p", "auth clock")
+        assert caught.value.status == 503
+        assert caught.value.message == (
+            "the embedding model returned 64-dimensional vectors; the index holds 128-dimensional ones"
+        )
+        assert service.search("p", "auth clock", mode="exact").mode == "exact"
+    model_server.dimensions = 128
+    with service_on(tmp_path, model_server, dsn) as service:
+        assert service.search("p", "auth clock").hits
