@@ -167,3 +167,24 @@ def test_a_file_breaking_a_rule_restores_nothing_and_names_the_rule_not_the_text
     assert "constraint" in refused.stderr and "shipped" not in refused.stderr and "café" not in refused.stderr
     with _service(tmp_path, on_postgres) as service:
         assert "copy" not in service.project_names() or service.status("copy").events == 0
+
+
+def test_status_of_projects_on_postgres(tmp_path: Path, on_postgres: dict[str, str]) -> None:
+    """`obsmem status` without `--session` read the data directory of the SQLite registry and failed with an
+    AttributeError traceback on PostgreSQL. No data directory holds the projects there: `data_dir` is null
+    and an empty list names the database, never the DSN."""
+    data_dir = tmp_path / "data"
+    empty = run(data_dir, on_postgres, "status")
+    assert empty.exit_code == 0
+    assert "No projects in the PostgreSQL database yet" in empty.output
+    assert on_postgres["OBSMEM_STORAGE__DSN"] not in empty.output
+    with _service(data_dir, on_postgres) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": "deploy the build"}])
+    one = run(data_dir, on_postgres, "status", "p", "--json")
+    assert one.exit_code == 0 and json.loads(one.output)["events"] == 1
+    every = json.loads(run(data_dir, on_postgres, "status", "--json").output)
+    assert every["data_dir"] is None and [row["project"] for row in every["projects"]] == ["p"]
+    table = run(data_dir, on_postgres, "status")
+    assert table.exit_code == 0 and "p" in table.output
+    missing = CliRunner().invoke(cli, ["--data-dir", str(data_dir), "status", "nope"], env=on_postgres)
+    assert missing.exit_code != 0 and "project_not_found" in missing.output

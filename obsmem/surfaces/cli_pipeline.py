@@ -415,7 +415,9 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
             render.emit_json(service.session_status(name, session).to_dict())
             return
     else:
-        data_dir = str(service.projects.data_dir)
+        # On PostgreSQL no data directory holds the projects (the JSON's data_dir is null), and an empty list
+        # names the database, never its DSN (a secret).
+        data_dir = None if service.settings.storage.backend == "postgres" else str(service.projects.data_dir)
 
         def read() -> tuple[list[dict[str, Any]], list[ProjectFailure]]:
             if project is not None:
@@ -459,10 +461,13 @@ def show_live(console: Console, draw: Callable[[], RenderableType], interval: fl
             signal.signal(signum, handler)
 
 
-def projects_view(rows: Sequence[dict[str, Any]], failed: Sequence[ProjectFailure], data_dir: str) -> RenderableType:
+def projects_view(
+    rows: Sequence[dict[str, Any]], failed: Sequence[ProjectFailure], data_dir: str | None
+) -> RenderableType:
     """The projects' counts, then one red line per project that could not be read."""
     if not rows and not failed:
-        return Text(f"No projects in {data_dir} yet: `obsmem ingest PROJECT FILE` creates one.")
+        where = data_dir or "the PostgreSQL database"
+        return Text(f"No projects in {where} yet: `obsmem ingest PROJECT FILE` creates one.")
     parts: list[RenderableType] = [render.status_table(rows)] if rows else []
     for row in rows:
         if row.get("unindexed_events"):
