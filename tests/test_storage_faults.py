@@ -31,6 +31,8 @@ from obsmem.surfaces.cli import STORAGE_EXIT, cli
 from obsmem.surfaces.http.app import create_app
 from obsmem.surfaces.tools import run_tool
 from support.http_server import LOCAL, live_server, seed
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, corpus, make_service
 from support.storage_faults import failing_vfs, fill, make_writable, read_only_view, small_tmpfs
 
 NOTES = [("2026-01-05 09:00", "high", "the deploy script needs the staging flag")]
@@ -306,3 +308,33 @@ def test_a_creation_killed_half_way_is_cleaned_up_by_the_next_one(tmp_path: Path
         service.append_events("revived", "s1", SMALL_BATCH["events"])
         assert service.project_names() == ["revived"]
     assert not abandoned.exists() and mine.exists()
+
+
+def test_a_file_where_the_graph_directory_belongs_is_503_storage_error(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    """A file in the place of a project's ``semantic/`` directory: making the directory fails with EEXIST and
+    looking into it with ENOTDIR, neither of which was a storage fault, so hybrid search and status answered
+    500 (the CLI, an io_error naming the path)."""
+    data_dir = tmp_path / "data"
+    with make_service(data_dir, model_server) as service:
+        add_memories(service, "p", corpus(20))
+        service.index("p")
+        graph_dir = service.database("p").path.parent / "semantic"
+    for path in graph_dir.iterdir():
+        path.unlink()
+    graph_dir.rmdir()
+    graph_dir.write_text("not a directory")
+    with make_service(data_dir, model_server) as service:
+        with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
+            for response in (
+                client.get("/v1/projects/p/status"),
+                client.post("/v1/projects/p/search", json={"query": "auth clock", "mode": "hybrid"}),
+            ):
+                assert_fault(response, "storage_error", retry_after=False)
+                assert "move it away" in response.json()["error"]["message"]
+                assert str(tmp_path) not in response.json()["error"]["message"]
+            exact = client.post("/v1/projects/p/search", json={"query": "auth", "mode": "exact"})
+            assert exact.status_code == 200
+        outcome = run_tool(service, "p", "memory_search", {"query": "auth clock"})
+        assert outcome.text.startswith("storage_error: ")
