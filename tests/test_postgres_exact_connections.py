@@ -173,3 +173,17 @@ def test_the_project_list_and_session_locks_after_their_pooled_connections_were_
             assert not again
     with db.session_lock("index") as taken:  # released at the end of the block
         assert taken
+
+
+def test_a_session_lock_whose_connection_was_terminated_ends_without_an_error(
+    store: PostgresStore, postgres_dsn: str
+) -> None:
+    """The lock went with its connection: an `obsmem index` that had indexed everything failed at the end
+    with storage_error (exit 74) when its unlock met the closed connection."""
+    db = store.get("p", create=True)
+    with db.session_lock("index") as taken:
+        assert taken
+        assert _terminate_others(postgres_dsn) >= 1
+    with db.session_lock("index") as taken:
+        assert taken
+    assert store.names() == ["p"]

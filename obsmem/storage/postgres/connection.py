@@ -394,7 +394,12 @@ class PostgresProjectDatabase:
             finally:
                 try:
                     if taken:
-                        raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                        try:
+                            raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                        except psycopg.Error:
+                            # The lock lives as long as the session: a connection closed under the block (its
+                            # backend terminated) took it along, and any other is closed so that it does.
+                            raw.close()
                 finally:
                     self._pool.putconn(raw)
 
