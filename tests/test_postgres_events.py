@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from obsmem.app import Obsmem
@@ -80,3 +81,22 @@ def test_a_job_that_gives_up_is_listed_once_through_the_service(tmp_path: Path, 
         assert [(e.type, e.session_id, e.data["kind"]) for e in events] == [("job_failed", "s1", "observe")]
         jobs = memory.jobs("p")
         assert jobs.counts.failed == 1 and [job.state for job in jobs.jobs] == ["failed"]
+
+
+def test_a_broken_listening_connection_stops_listening_at_once(store: PostgresStore, postgres_dsn: str) -> None:
+    """Followers woken by the break read, then ask whether the signal still listens: it said so for the half
+    second its thread waited before ending, they waited on it again, and the first event after a terminated
+    listening connection reached the HTTP stream up to 5 s late (the wait's timeout) instead of at the next
+    0.25 s poll."""
+    db = store.get("proj", create=True)
+    signal = EventSignal(postgres_dsn)
+    try:
+        token = signal.version(db.schema)
+        assert signal.listening
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            listener = signal._conn.info.backend_pid
+            admin.execute("SELECT pg_terminate_backend(%s)", (listener,))
+        assert signal.wait(db.schema, token, WAIT_BOUND)  # woken by the break
+        assert not signal.listening  # from the moment it woke its followers
+    finally:
+        signal.close()

@@ -44,6 +44,7 @@ class EventSignal:
         # Coroutines waiting per schema: each a function the listening thread calls to wake its loop.
         self._wakers: dict[str, set[Callable[[], None]]] = defaultdict(set)
         self._stopping = threading.Event()
+        self._broken = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="obsmem-event-signal", daemon=True)
         self._thread.start()
 
@@ -59,7 +60,10 @@ class EventSignal:
             except psycopg.Error:
                 if self._stopping.is_set():
                     return
-                # The connection broke: wake every follower so it reads (and polls) rather than waits.
+                # The connection broke: wake every follower so it reads (and polls) rather than waits. It is
+                # no longer listening from here on: a woken follower that asked before the thread ended
+                # went back to waiting on it, and the first event after the break came up to a timeout late.
+                self._broken.set()
                 with self._changed:
                     for schema in list(self._versions):
                         self._versions[schema] += 1
@@ -71,7 +75,7 @@ class EventSignal:
 
     @property
     def listening(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and not self._broken.is_set()
 
     def version(self, schema: str) -> int:
         with self._changed:
