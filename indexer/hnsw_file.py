@@ -29,8 +29,7 @@ import hnswlib
 
 from obsmem.faults import crash_point
 from obsmem.indexer.state import IndexState, mark_dirty, update_state
-from obsmem.storage import ProjectDatabase
-from obsmem.storage.faults import storage_fault
+from obsmem.storage import ProjectDatabase, storage_fault
 
 LOCK_FILE = ".lock"
 CHECKSUM = "blake2b"

@@ -27,8 +27,6 @@ from obsmem.errors import (
 
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
-# A file where a directory is kept (a project's ``semantic/``), or the reverse: mkdir, stat and rename fail so.
-WRONG_KIND_ERRNOS = {errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
 
 
 def full() -> StorageFull:
@@ -43,12 +41,6 @@ def read_only() -> StorageReadOnly:
 
 def io_error() -> StorageIOError:
     return StorageIOError("the operating system reported an I/O error on the database; retry, then check the disk")
-
-
-def wrong_kind() -> StorageError:
-    return StorageError(
-        "a path in the data directory is a file where obsmem keeps a directory, or the reverse; move it away"
-    )
 
 
 def busy() -> StorageBusy:
@@ -82,6 +74,4 @@ def storage_fault(exc: BaseException) -> StorageError | None:
             return read_only()
         if exc.errno == errno.EIO:
             return io_error()
-        if exc.errno in WRONG_KIND_ERRNOS:
-            return wrong_kind()
     return None
