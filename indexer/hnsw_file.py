@@ -27,6 +27,7 @@ from pathlib import Path
 
 import hnswlib
 
+from obsmem.errors import StorageError
 from obsmem.faults import crash_point
 from obsmem.indexer.state import IndexState, mark_dirty, update_state
 from obsmem.storage import ProjectDatabase, storage_fault
@@ -60,6 +61,12 @@ class IndexFiles:
         # and hashing a large graph file each time would cost a full read.
         self._verified_stamp: tuple[object, ...] | None = None
 
+    def _not_a_directory(self) -> StorageError:
+        return StorageError(
+            "a path in the data directory is a file where obsmem keeps a directory (a project's semantic "
+            "index directory); move it away"
+        )
+
     def problem(self, state: IndexState) -> str | None:
         """What is wrong with the recorded graph file, for status: ``missing``, ``damaged`` or None.
 
@@ -72,6 +79,8 @@ class IndexFiles:
             info = path.stat()
         except FileNotFoundError:
             return "missing"
+        except NotADirectoryError:
+            raise self._not_a_directory() from None
         if state.hnsw_bytes is None or not state.hnsw_checksum or info.st_size != state.hnsw_bytes:
             return "damaged"
         stamp = (state.hnsw_file, state.hnsw_checksum, info.st_size, info.st_mtime_ns, info.st_ino)
@@ -82,7 +91,11 @@ class IndexFiles:
         return None
 
     def ensure(self) -> None:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            # Neither is a storage fault the surfaces know (a 500): the directory's place is taken by a file.
+            raise self._not_a_directory() from None
 
     @contextlib.contextmanager
     def locked(self, name: str = LOCK_FILE, *, blocking: bool = True) -> Iterator[bool]:
