@@ -8,6 +8,7 @@ field and the rule, never the text.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Literal
 
 from obsmem.errors import ValidationFailed
@@ -20,6 +21,8 @@ TIERS: tuple[str, ...] = ("project", "user")
 STATUSES: tuple[str, ...] = ("candidate", "trusted", "superseded", "forgotten")
 MAX_NOTE_CHARS = 4000
 MAX_SITUATION_CHARS = 1000
+# A judgment's id as every judgment is made (obsmem/trust/judging.py): 'j' and 16 lowercase hex characters.
+JUDGMENT_ID = re.compile(r"j[0-9a-f]{16}")
 
 
 def note_text(value: object, field: str, *, required: bool) -> str:

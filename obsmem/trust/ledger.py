@@ -15,7 +15,6 @@ cold start, a failed judge call, or the ``human`` provider) and ``resolved`` (an
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +24,10 @@ import apsw
 from obsmem.dates import now_iso
 from obsmem.errors import NotFound, ObsmemError, ValidationFailed
 from obsmem.ids import display_id
+from obsmem.notes import JUDGMENT_ID
 from obsmem.storage import byte_order
 
 STATES: tuple[str, ...] = ("open", "escalated", "resolved")
-_JUDGMENT_ID = re.compile(r"j[0-9a-f]{16}")
 _COLUMNS = "judgment_id, note_id, query, provider, p, decision, state, outcome, error, created_at, resolved_at"
 
 
@@ -83,7 +82,7 @@ def parse_state(value: object) -> str | None:
 
 
 def parse_judgment_id(value: object) -> str:
-    if not isinstance(value, str) or not _JUDGMENT_ID.fullmatch(value):
+    if not isinstance(value, str) or not JUDGMENT_ID.fullmatch(value):
         raise ValidationFailed("judgment_id must be 'j' and 16 lowercase hex characters", field="judgment_id")
     return value
 
