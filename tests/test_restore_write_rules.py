@@ -383,3 +383,136 @@ def test_memories_without_their_row_ids_are_refused(service: Obsmem, tmp_path: P
         restore_project(
             service, rewritten_export(forged + b"\n", lambda records: records, tmp_path / "f.jsonl"), "copy"
         )
+
+
+# -- judgments and the trust ledger as the trust floor writes them ---------------------------------------------
+
+
+def judged_by_search(service: Obsmem, query: str) -> list[dict[str, Any]]:
+    """Search (which queues judging), run the judge jobs; every judgment of the project, newest first."""
+    service.search("src", query, mode="exact", trust="all")
+    service.trust.dispatcher.flush()
+    service.worker_pool().drain(20)
+    return service.judgments("src").to_dict()["judgments"]
+
+
+def approved(service: Obsmem, query: str) -> None:
+    """Judged through search, every waiting judgment resolved true, then a groom pass (a person's review)."""
+    for judgment in judged_by_search(service, query):
+        if judgment["state"] != "resolved":
+            service.resolve_judgment("src", judgment["judgment_id"], True)
+    service.groom("src")
+
+
+def trust_history(service: Obsmem) -> dict[str, str]:
+    """Every step the trust floor writes, through its own paths: judgments after search (one open), a user-tier
+    note's judgment copied into the project's ledger, a promotion, a promoted update superseding its note, a
+    forget and a save again (a new life), and a forget that stays."""
+    made = project(service)
+    approved(service, "runbook short")
+    update = service.update_note("src", made["note"], "keep the runbook to one page").note.note_id
+    service.save_note("src", "I like short runbooks", tier="user")
+    approved(service, "runbook")  # the update and the user-tier note
+    again = service.save_note("src", "rotate the deploy keys monthly").note.note_id
+    approved(service, "deploy keys")
+    service.forget_note("src", again)
+    service.save_note("src", "rotate the deploy keys monthly")
+    judged_by_search(service, "deploy keys")  # the new life's question, left waiting
+    gone = service.save_note("src", "an idea that was dropped").note.note_id
+    service.forget_note("src", gone)
+    return {**made, "update": update, "again": again, "gone": gone}
+
+
+TRUST_TABLES = {"notes": "id", "judgments": "judgment_id", "trust_ledger": "id"}
+
+
+def test_an_honest_trust_history_restores_as_it_was(service: Obsmem, tmp_path: Path) -> None:
+    made = trust_history(service)
+    entries = {
+        row[0] for row in service.database("src").query("SELECT DISTINCT entry || '/' || tier FROM trust_ledger")
+    }
+    assert entries == {
+        "judged/project", "resolved/project", "promoted/project", "superseded/project", "forgotten/project",
+        "resaved/project", "judged/user", "resolved/user",
+    }  # fmt: skip
+    restore_changed(service, lambda records: None, tmp_path)
+    for table, order in TRUST_TABLES.items():
+        query = f"SELECT * FROM {table} ORDER BY {order}"
+        assert service.database("copy").query(query) == service.database("src").query(query), table
+    statuses = dict(service.database("copy").query("SELECT note_id, status FROM notes"))
+    assert [statuses[made[name]] for name in ("note", "update", "again", "gone")] == [
+        "superseded", "trusted", "candidate", "forgotten"
+    ]  # fmt: skip
+
+
+def entry_of(records: Records, entry: str, nth: int = 0) -> dict[str, Any]:
+    return [row for row in rows(records, "trust_entry") if row["entry"] == entry][nth]
+
+
+@pytest.mark.parametrize(
+    ("changed", "rule"),
+    [
+        ({"judgment_id": "j" + "Z" * 16}, "a judgment's judgment_id is not of the form judgment ids take"),
+        ({"decision": "inject"}, "a judgment without p decided other than escalate"),
+        ({"p": 0.9, "error": "judge_timeout: no answer in time"}, "a judgment carries both p and an error"),
+        ({"state": "open", "outcome": None, "resolved_at": None}, "a judgment waits in another state than its"),
+        ({"resolved_at": None}, "a judgment's resolved_at disagrees with its state"),
+    ],
+)
+def test_a_judgment_no_write_makes_is_refused(
+    service: Obsmem, tmp_path: Path, changed: dict[str, Any], rule: str
+) -> None:
+    """A judgment is made by a judge job and resolved by a person, whose writes always leave its fields
+    agreeing: an id of the judgments' form, no p only with an escalation, an error only without p."""
+    made = project(service)
+    promoted(service, made["note"])
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("judgment", records))
+        rows(records, "judgment")[0].update(changed)
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: {rule}")
+    assert "judge_timeout" not in message
+
+
+# -- the ledger's entries -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changed", "rule"),
+    [
+        ({"id": 2**63 - 1}, "a trust ledger entry's id is not one the ledger hands out"),
+        ({"id": 0}, "a trust ledger entry's id is not one the ledger hands out"),
+        ({"tier": "user"}, "a 'forgotten' entry of the user tier in a project's ledger"),
+        ({"judgment_id": "j" + "1" * 16}, "a 'forgotten' entry cites a judgment (its write cites none)"),
+        ({"outcome": 1}, "a 'forgotten' entry fills a column its write leaves empty"),
+    ],
+)
+def test_a_ledger_entry_no_write_makes_is_refused(
+    service: Obsmem, tmp_path: Path, changed: dict[str, Any], rule: str
+) -> None:
+    made = project(service)
+    service.forget_note("src", made["note"])
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("trust_entry", records))
+        rows(records, "trust_entry")[0].update(changed)
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: {rule}")
+
+
+def test_a_note_of_the_user_tier_in_a_projects_export_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A user-tier note lives in its owner's database; a project's export never holds one (a trusted one
+    there would stand in the project's search, earned nowhere)."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0]["tier"] = "user"
+        note_ids_made_again(records)
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a note of the user tier in a project's")

@@ -20,7 +20,8 @@ import apsw
 from obsmem.exporting import postgres
 from obsmem.exporting.generations import finish_generations, insert_generation, replay_active_generation
 from obsmem.exporting.rows import SEQUENCE_TABLE, RestoreState, raise_sequence
-from obsmem.exporting.write_rules import check_observation_ids, check_reflection_ids, check_trusted_notes
+from obsmem.exporting.trust_rules import check_trust
+from obsmem.exporting.write_rules import check_observation_ids, check_reflection_ids
 
 RowRestorer = Callable[[RestoreState, "RecordKind", dict[str, Any]], None]
 KindFinisher = Callable[[RestoreState], None]
@@ -71,7 +72,7 @@ KINDS: tuple[RecordKind, ...] = (
     # judgment cites its note; ledger entries keep their ids, so the ledger's order survives the copy).
     RecordKind("note", "notes"),
     RecordKind("judgment", "judgments", order_by="judgment_id"),
-    RecordKind("trust_entry", "trust_ledger", after=check_trusted_notes),
+    RecordKind("trust_entry", "trust_ledger", after=check_trust),
     # How far each agent transcript was imported, and the agents' record ids seen: a copy that imports the
     # same transcripts again stores nothing twice (see docs/importing.md).
     RecordKind("import_file", "import_files", order_by="source, path"),

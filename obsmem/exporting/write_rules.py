@@ -13,7 +13,8 @@ first, by :func:`obsmem.exporting.rows.require_value_types`):
   sources (an observation) or supporting observations (a reflection), and a note's the one
   :func:`obsmem.notes.note_identity` derives: ids make writes idempotent, so an id that is not its
   content's would make a later write of that content a silent duplicate of something else;
-- a note marked trusted was promoted, as the trust ledger shows (:func:`check_trusted_notes`).
+- notes, judgments and the trust ledger agree as the trust floor's writes leave them, and a note marked
+  trusted was promoted, as the ledger shows (:mod:`obsmem.exporting.trust_rules`).
 
 Each row is checked as the file holds it, not as the restore stores it: an export of an obsmem that
 lacked one of today's secret detectors holds text the restore redacts (redacting.py), under the id its
@@ -21,8 +22,8 @@ write made from that text, and the restored row keeps that id, which other rows 
 
 An observation's sources, a reflection's supports and a note's ledger entries are records of later kinds,
 so those rules are checked once the kind that completes them is in (:func:`check_observation_ids`,
-:func:`check_reflection_ids`, :func:`check_trusted_notes`). Messages name the line and the rule, never a
-value.
+:func:`check_reflection_ids`, :func:`obsmem.exporting.trust_rules.check_trust`). Messages name the line and
+the rule, never a value.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from obsmem.bounds import is_strict_int
 from obsmem.dates import parse_timestamp
 from obsmem.errors import ExportInvalid, ObsmemError
 from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
+from obsmem.exporting import trust_rules
 from obsmem.exporting.rows import RestoreState
 from obsmem.memories import MAX_MEMORY_CHARS, memory_content
-from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity, note_text, trusted_without_promotion
+from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity, note_text
 from obsmem.redaction import shortest_original_length
 from obsmem.validation import SESSION_ID
 
@@ -51,7 +53,6 @@ _SOURCES = "write_rules.sources"  # memory row -> [(session_id, seq)]
 _OBSERVATION_IDS = "write_rules.observation_ids"  # memory row -> memory_id, for the reflections' supports
 _REFLECTIONS = "write_rules.reflections"  # memory row -> (line, memory_id, session_id, minute, content)
 _SUPPORTS = "write_rules.supports"  # reflection row -> [observation row]
-_TRUSTED = "write_rules.trusted"  # note_id -> line, of the notes the file marks trusted
 
 
 def check_row(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
@@ -128,8 +129,7 @@ def _note(state: RestoreState, row: dict[str, Any]) -> None:
             raise ExportInvalid(f"line {state.line}: a note's {exc.message}") from None
         # As stored by its write, after redaction; the text as the file holds it is what that write stored.
         _within(state, "note", column, row.get(column), limit, redacted_after=False)
-    if row.get("status") == "trusted":
-        state.pending.setdefault(_TRUSTED, {})[row.get("note_id")] = state.line
+    trust_rules.note_row(state, row)
     # A file from before a column existed lacks it, and the row takes the column's default ('' for situation).
     tier, content, situation = (str(row.get(name, "")) for name in ("tier", "content", "situation"))
     made = note_identity(tier, content, situation, row.get("supersedes"))
@@ -201,23 +201,6 @@ def check_reflection_ids(state: RestoreState) -> None:
         )
 
 
-def check_trusted_notes(state: RestoreState) -> None:
-    """Once the judgments and the ledger are in: every note the file marks trusted was promoted by groom in
-    its current life (:func:`obsmem.notes.trusted_without_promotion`). Every write is an untrusted candidate
-    until a judgment confirms it, so a restore must not be a way to forge trust; it carries the trust the
-    ledger accounts for, nothing more."""
-    trusted = state.pending.pop(_TRUSTED, {})
-    if not trusted:
-        return
-    unaccounted = trusted_without_promotion(state.conn)
-    if unaccounted:
-        line = min(trusted.get(note_id, 0) for note_id in unaccounted)
-        raise ExportInvalid(
-            f"line {line}: a trusted note has no promotion in the trust ledger since it was last forgotten, "
-            "citing a judgment of it that resolved true (a restore grants no trust; groom does)"
-        )
-
-
 def _a(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
@@ -230,4 +213,6 @@ _ROW_RULES: dict[str, Callable[[RestoreState, dict[str, Any]], None]] = {
     "reflection": _reflection,
     "reflection_support": _reflection_support,
     "note": _note,
+    "judgment": trust_rules.judgment_row,
+    "trust_entry": trust_rules.entry_row,
 }
