@@ -116,6 +116,22 @@ def note_ids_made_again(records: Records) -> None:
         row["note_id"] = rows(records, "note")[0]["note_id"]
 
 
+def without_column(data: bytes, kind: str, column: str) -> bytes:
+    """The export ``data`` as a file from before ``kind`` records had ``column`` (header, records, trailer)."""
+    lines = data.splitlines()
+    header = orjson.loads(lines[0])
+    for entry in header["tables"]:
+        if entry["kind"] == kind:
+            entry["columns"].remove(column)
+    records = [orjson.loads(line) for line in lines[1:-1]]
+    for record in records:
+        if record["kind"] == kind:
+            del record["row"][column]
+    return (
+        orjson.dumps(header) + b"\n" + b"".join(orjson.dumps(record) + b"\n" for record in records) + lines[-1] + b"\n"
+    )
+
+
 def refused(service: Obsmem, change: Callable[[Records], None], tmp_path: Path) -> str:
     """The message of the ``export_invalid`` a restore of the changed export raises; nothing is restored."""
     with pytest.raises(ExportInvalid) as caught:
@@ -445,6 +461,29 @@ def test_an_honest_trust_history_restores_as_it_was(service: Obsmem, tmp_path: P
     ]  # fmt: skip
 
 
+def test_a_ledger_from_before_resaved_entries_restores(service: Obsmem, tmp_path: Path) -> None:
+    """obsmem before the 'resaved' entry and the ledger's tier column saved a forgotten note again without an
+    entry, and groom then promoted it on a judgment of its earlier life: honest history, accepted."""
+    made = project(service)
+    approved(service, "runbook short")
+    service.forget_note("src", made["note"])
+    dropped = service.save_note("src", "an idea that was dropped").note.note_id
+    service.forget_note("src", dropped)
+
+    def older(records: Records) -> Records:
+        ledger = [record for record in records if record["kind"] == "trust_entry"]
+        promotion = next(record for record in ledger if record["row"]["entry"] == "promoted")
+        records.append({"kind": "trust_entry", "row": {**promotion["row"], "id": ledger[-1]["row"]["id"] + 1}})
+        rows(records, "note")[0]["status"] = "trusted"  # forgotten, saved again silently, promoted again
+        rows(records, "note")[1]["status"] = "candidate"  # forgotten, saved again silently
+        return records
+
+    data = without_column(export_of(service), "trust_entry", "tier")
+    restore_project(service, rewritten_export(data, lambda records: [*older(records)], tmp_path / "old.jsonl"), "copy")
+    statuses = "SELECT status FROM notes ORDER BY id"
+    assert [status for (status,) in service.database("copy").query(statuses)] == ["trusted", "candidate"]
+
+
 def entry_of(records: Records, entry: str, nth: int = 0) -> dict[str, Any]:
     return [row for row in rows(records, "trust_entry") if row["entry"] == entry][nth]
 
@@ -477,12 +516,69 @@ def test_a_judgment_no_write_makes_is_refused(
     assert "judge_timeout" not in message
 
 
+def test_a_judgment_invented_to_promote_a_note_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A judgment resolved true and a promotion citing it, with no 'judged' or 'resolved' entry: a judgment
+    is recorded with its 'judged' entry and resolved with its 'resolved' entry, in one transaction each."""
+    made = project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        judgment = {
+            "judgment_id": "j" + "9" * 16, "note_id": made["note"], "query": "runbook", "provider": "human",
+            "p": None, "decision": "escalate", "state": "resolved", "outcome": 1, "error": None,
+            "created_at": "2026-03-01T12:00:00.000000Z", "resolved_at": "2026-03-01T12:01:00.000000Z",
+        }  # fmt: skip
+        promotion = {
+            "id": 1, "entry": "promoted", "tier": "project", "note_id": made["note"],
+            "judgment_id": judgment["judgment_id"], "p": None, "decision": None, "outcome": None, "error": None,
+            "created_at": "2026-03-01T12:02:00.000000Z",
+        }  # fmt: skip
+        rows(records, "note")[0]["status"] = "trusted"
+        end = max(i for i, record in enumerate(records) if record["kind"] == "note") + 1
+        records[end:end] = [{"kind": "judgment", "row": judgment}, {"kind": "trust_entry", "row": promotion}]
+        found.append(line_of("trust_entry", records))
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: a 'promoted' entry cites no judgment of its note that resolved")
+
+
+def test_a_judged_entry_whose_p_is_not_its_judgments_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """The 'judged' entry is written with the judgment: a p raised in one of them was raised by hand."""
+    made = project(service)
+    with service.projects.get("src").write() as conn:
+        record_judgment(conn, "j" + "3" * 16, made["note"], "runbook", "http", 0.4, "hold", None)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("trust_entry", records, lambda row: row["entry"] == "judged"))
+        entry_of(records, "judged")["p"] = 0.95
+
+    assert refused(service, change, tmp_path) == (
+        f"line {found[0]}: a 'judged' entry disagrees with the judgment it cites"
+    )
+
+
 # -- the ledger's entries -------------------------------------------------------------------------------------
+
+
+def test_a_promotion_before_the_resolution_it_cites_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """The ledger's ids are its order: groom promotes on a judgment already resolved true."""
+    made = project(service)
+    promoted(service, made["note"])
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        resolution, promotion = entry_of(records, "resolved"), entry_of(records, "promoted")
+        resolution["id"], promotion["id"] = promotion["id"], resolution["id"]
+        found.append(line_of("trust_entry", records, lambda row: row["entry"] == "promoted"))
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a 'promoted' entry cites no judgment")
 
 
 @pytest.mark.parametrize(
     ("changed", "rule"),
     [
+        ({"note_id": "0" * 64}, "a trust ledger entry names a note the file does not hold"),
         ({"id": 2**63 - 1}, "a trust ledger entry's id is not one the ledger hands out"),
         ({"id": 0}, "a trust ledger entry's id is not one the ledger hands out"),
         ({"tier": "user"}, "a 'forgotten' entry of the user tier in a project's ledger"),
@@ -502,6 +598,92 @@ def test_a_ledger_entry_no_write_makes_is_refused(
         rows(records, "trust_entry")[0].update(changed)
 
     assert refused(service, change, tmp_path).startswith(f"line {found[0]}: {rule}")
+
+
+def test_a_trusted_note_restored_as_a_candidate_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """Each ledger entry is written with the change it records: a note's status is what its entries left."""
+    made = project(service)
+    promoted(service, made["note"])
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0]["status"] = "candidate"
+
+    assert refused(service, change, tmp_path) == (
+        f"line {found[0]}: a note's status is not the one its trust ledger entries leave it in"
+    )
+
+
+def test_a_forgotten_note_restored_as_a_candidate_after_resaved_entries_existed_is_refused(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    """Only an obsmem from before the 'resaved' entry saved a forgotten note again without one: a note
+    forgotten after a 'resaved' entry was written cannot have been."""
+    made = project(service)
+    other = service.save_note("src", "rotate the deploy keys monthly").note.note_id
+    service.forget_note("src", other)
+    service.save_note("src", "rotate the deploy keys monthly")  # 'resaved'
+    service.forget_note("src", made["note"])
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0]["status"] = "candidate"
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a note's status is not the one")
+
+
+# -- superseded notes -----------------------------------------------------------------------------------------
+
+
+def test_a_note_marked_superseded_that_no_promotion_superseded_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """Groom supersedes a note when it promotes an update of it, in one transaction with its entry."""
+    made = project(service)
+    promoted(service, made["note"])
+    update = service.update_note("src", made["note"], "keep the runbook to one page").note.note_id
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0].update(status="superseded", superseded_by=update)
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a note's status is not the one")
+
+
+def test_a_superseded_note_replaced_by_no_update_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    project(service)
+    other = service.save_note("src", "rotate the deploy keys monthly").note.note_id
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("note", records))
+        rows(records, "note")[0].update(status="superseded", superseded_by=other)
+
+    assert refused(service, change, tmp_path) == f"line {found[0]}: a note's superseded_by names no update of the file"
+
+
+def test_a_superseded_entry_no_promotion_of_an_update_made_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A 'superseded' entry cites the judgment whose promotion of an update of the note superseded it: one
+    citing the promotion of an unrelated note is forged."""
+    made = project(service)
+    update = service.update_note("src", made["note"], "keep the runbook to one page").note.note_id
+    other = service.save_note("src", "rotate the deploy keys monthly").note.note_id
+    promoted(service, other)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        promotion = entry_of(records, "promoted")
+        forged = {**promotion, "id": promotion["id"] + 1, "entry": "superseded", "note_id": made["note"]}
+        records.insert(
+            records.index({"kind": "trust_entry", "row": promotion}) + 1, {"kind": "trust_entry", "row": forged}
+        )
+        rows(records, "note")[0].update(status="superseded", superseded_by=update)
+        found.append(line_of("trust_entry", records, lambda row: row["entry"] == "superseded"))
+
+    assert refused(service, change, tmp_path).startswith(
+        f"line {found[0]}: a 'superseded' entry follows no promotion, by the judgment it cites, of an update"
+    )
 
 
 def test_a_note_of_the_user_tier_in_a_projects_export_is_refused(service: Obsmem, tmp_path: Path) -> None:

@@ -1,17 +1,27 @@
 """A restore carries trust only as the trust ledger records it: notes, judgments and ledger entries are
 checked against what the trust floor's writes make (obsmem/trust/: ledger.py, notes.py, groom.py).
 
-- a judgment is made by a judge job and resolved by a person (``record_judgment``, ``resolve_judgment``),
-  whose writes leave its fields agreeing with each other;
-- a ledger entry is appended by ``append_entry``'s callers, each filling the columns of its kind: an id the
-  table hands out, a judgment cited by the entries that cite one, and in a project's ledger entries of the
-  user tier only as copies of the ``judged`` and ``resolved`` entries of user-tier notes judged through the
-  project;
-- a note marked trusted was promoted by groom in its current life, as the ledger shows.
+Every one of those writes appends its ``trust_ledger`` entry in the transaction that makes the change, so
+an honest export's ledger, replayed in id order, leaves each note in the status the file gives it:
+
+- a note starts a candidate (its save is not an entry); ``promoted`` makes a candidate trusted,
+  ``superseded`` a candidate or trusted note superseded, ``forgotten`` any note not forgotten forgotten,
+  ``resaved`` a forgotten note a candidate again;
+- a ``judged`` entry is written with its judgment (same note, ``p``, decision and error), a ``resolved``
+  entry with its resolution (same outcome), after the ``judged`` one; a ``promoted`` entry cites a judgment
+  of its note that resolved true before it, and a ``superseded`` entry the judgment whose promotion of an
+  update of the note (the update's chain leads to it) superseded it, which ``superseded_by`` then names;
+- a project's ledger holds entries of the user tier too: copies of the ``judged`` and ``resolved`` entries
+  of user-tier notes judged through the project, whose notes and judgments live in the user's database.
+
+obsmem before the ``resaved`` entry saved a forgotten note again without an entry, and those ledgers are
+honest history: a forgotten note acting as a candidate is accepted when no ``resaved`` entry precedes its
+``forgotten`` entry (no obsmem that writes ``resaved`` can have revived it silently).
 
 What a judgment says is data: its query, which judge made it, its ``p`` and the outcome a person gave are
 what the file holds, and nothing records them elsewhere. A judgment's fields are checked for agreeing with
-each other, as every write makes them; an invented judgment that agrees is not told from a real one.
+each other and with its ledger entries, as every write makes them; an invented judgment that agrees is not
+told from a real one.
 """
 
 from __future__ import annotations
@@ -150,11 +160,14 @@ def entry_row(state: RestoreState, row: dict[str, Any]) -> None:
 
 
 def check_trust(state: RestoreState) -> None:
-    """Once the ledger is in: every trusted note was promoted in its current life."""
+    """Once the ledger is in: every trusted note was promoted in its current life, then the whole ledger
+    replays into the notes' statuses and agrees with the judgments (:class:`_Replay`)."""
     notes: dict[object, _Note] = state.pending.pop(_NOTES, {})
-    state.pending.pop(_JUDGMENTS, None)
-    state.pending.pop(_ENTRIES, None)
+    judgments: dict[object, _Judgment] = state.pending.pop(_JUDGMENTS, {})
+    entries: list[_Entry] = state.pending.pop(_ENTRIES, [])
     _check_trusted_notes(state, notes)
+    _check_note_links(notes)
+    _Replay(notes, judgments, entries).run()
 
 
 def _check_trusted_notes(state: RestoreState, notes: dict[object, _Note]) -> None:
@@ -171,3 +184,158 @@ def _check_trusted_notes(state: RestoreState, notes: dict[object, _Note]) -> Non
             f"line {line}: a trusted note has no promotion in the trust ledger since it was last forgotten, "
             "citing a judgment of it that resolved true (a restore grants no trust; groom does)"
         )
+
+
+def _check_note_links(notes: dict[object, _Note]) -> None:
+    """An update names a note stored before it (notes are never deleted), and a note is superseded by an
+    update."""
+    for note in notes.values():
+        if note.supersedes is not None and note.supersedes not in notes:
+            raise ExportInvalid(f"line {note.line}: a note's supersedes names no note of the file")
+        if note.superseded_by is not None:
+            replacing = notes.get(note.superseded_by)
+            if replacing is None or replacing.supersedes is None:
+                raise ExportInvalid(f"line {note.line}: a note's superseded_by names no update of the file")
+
+
+class _Replay:
+    """The ledger replayed in id order (the ids are its order), each entry checked against the state the
+    entries before it left."""
+
+    def __init__(self, notes: dict[object, _Note], judgments: dict[object, _Judgment], entries: list[_Entry]):
+        self.notes = notes
+        self.judgments = judgments
+        self.entries = sorted(entries, key=lambda entry: entry.id)
+        self.status: dict[object, str] = dict.fromkeys(notes, "candidate")
+        self.forgotten_at: dict[object, int] = {}  # note -> id of its latest 'forgotten' entry
+        self.judged: set[object] = set()
+        self.resolved_at: dict[object, int] = {}  # judgment -> id of its 'resolved' entry
+        self.promoted: dict[object, object] = {}  # judgment -> the note its 'promoted' entry promoted
+        self.superseded_by: dict[object, object] = {}  # note -> the update whose promotion last superseded it
+        self.mirrored: set[tuple[object, object]] = set()
+        resaved = [entry.id for entry in self.entries if entry.entry == "resaved"]
+        self.first_resaved = min(resaved) if resaved else MAX_SEQ + 1
+
+    def run(self) -> None:
+        for entry in self.entries:
+            if entry.tier == "user":
+                self._mirrored(entry)
+            else:
+                self._entry(entry)
+        for judgment_id, judgment in self.judgments.items():
+            if judgment_id not in self.judged:
+                raise ExportInvalid(f"line {judgment.line}: a judgment without its 'judged' entry in the trust ledger")
+            if judgment.state == "resolved" and judgment_id not in self.resolved_at:
+                raise ExportInvalid(
+                    f"line {judgment.line}: a resolved judgment without its 'resolved' entry in the trust ledger"
+                )
+        for note_id, note in self.notes.items():
+            replayed = self.status[note_id]
+            if note.status != replayed and not (note.status == "candidate" and self._silently_saved(note_id)):
+                raise ExportInvalid(
+                    f"line {note.line}: a note's status is not the one its trust ledger entries leave it in"
+                )
+            if note.status == "superseded" and note.superseded_by != self.superseded_by.get(note_id):
+                raise ExportInvalid(
+                    f"line {note.line}: a superseded note's superseded_by is not the update whose promotion "
+                    "superseded it"
+                )
+
+    def _silently_saved(self, note_id: object) -> bool:
+        """Whether a forgotten note may have been saved again by an obsmem that wrote no ``resaved`` entry:
+        only when no ``resaved`` entry precedes its ``forgotten`` one."""
+        return self.status[note_id] == "forgotten" and self.forgotten_at[note_id] < self.first_resaved
+
+    def _live(self, note_id: object) -> str:
+        """The note's status for an entry that needs it alive: a silently saved note is a candidate."""
+        return "candidate" if self._silently_saved(note_id) else self.status[note_id]
+
+    def _mirrored(self, entry: _Entry) -> None:
+        """A copy of a user-tier note's judgment or resolution: its note and judgment live elsewhere, and it is
+        copied once (the copy of the judgment may be missing: a job that died between the two databases
+        leaves only the resolution's copy)."""
+        if entry.note_id in self.notes or entry.judgment_id in self.judgments:
+            raise ExportInvalid(
+                f"line {entry.line}: a user-tier entry names a note or judgment of the project (a project's notes "
+                "and judgments are of the project tier)"
+            )
+        key = (entry.judgment_id, entry.entry)
+        if key in self.mirrored:
+            raise ExportInvalid(f"line {entry.line}: a user-tier '{entry.entry}' entry copied twice")
+        self.mirrored.add(key)
+
+    def _entry(self, entry: _Entry) -> None:
+        line, kind, note_id = entry.line, entry.entry, entry.note_id
+        if note_id not in self.notes:
+            raise ExportInvalid(f"line {line}: a trust ledger entry names a note the file does not hold")
+        judgment = self.judgments.get(entry.judgment_id)
+        if kind in _CITES_JUDGMENT:
+            if judgment is None:
+                raise ExportInvalid(f"line {line}: a '{kind}' entry cites a judgment the file does not hold")
+            if kind != "superseded" and judgment.note_id != note_id:
+                raise ExportInvalid(f"line {line}: a '{kind}' entry cites a judgment of another note")
+        if kind == "judged":
+            assert judgment is not None
+            if entry.judgment_id in self.judged:
+                raise ExportInvalid(f"line {line}: a judgment's 'judged' entry appears twice")
+            if (entry.p, entry.decision, entry.error) != (judgment.p, judgment.decision, judgment.error):
+                raise ExportInvalid(f"line {line}: a 'judged' entry disagrees with the judgment it cites")
+            self.judged.add(entry.judgment_id)
+        elif kind == "resolved":
+            assert judgment is not None
+            if entry.judgment_id not in self.judged or entry.judgment_id in self.resolved_at:
+                raise ExportInvalid(
+                    f"line {line}: a 'resolved' entry comes before its judgment's 'judged' entry, or twice"
+                )
+            if judgment.state != "resolved" or (entry.p, entry.outcome) != (judgment.p, judgment.outcome):
+                raise ExportInvalid(f"line {line}: a 'resolved' entry disagrees with the judgment it cites")
+            self.resolved_at[entry.judgment_id] = entry.id
+        elif kind == "promoted":
+            assert judgment is not None
+            if entry.judgment_id not in self.resolved_at or judgment.outcome != 1:
+                raise ExportInvalid(
+                    f"line {line}: a 'promoted' entry cites no judgment of its note that resolved true before it"
+                )
+            if self._live(note_id) != "candidate":
+                raise ExportInvalid(f"line {line}: a 'promoted' entry promotes a note that was not a candidate")
+            self.status[note_id] = "trusted"
+            self.promoted[entry.judgment_id] = note_id
+        elif kind == "superseded":
+            self._superseded(entry)
+        elif kind == "forgotten":
+            if self.status[note_id] == "forgotten" and not self._silently_saved(note_id):
+                raise ExportInvalid(f"line {line}: a 'forgotten' entry forgets a note already forgotten")
+            self.status[note_id] = "forgotten"
+            self.forgotten_at[note_id] = entry.id
+        elif kind == "resaved":
+            if self.status[note_id] != "forgotten":
+                raise ExportInvalid(f"line {line}: a 'resaved' entry saves again a note that was not forgotten")
+            self.status[note_id] = "candidate"
+
+    def _superseded(self, entry: _Entry) -> None:
+        """Groom supersedes, in the promotion's transaction and citing its judgment, the note an update
+        replaces: the one it names (obsmem before chains) or the newest of that note's chain."""
+        update = self.promoted.get(entry.judgment_id)
+        replaced = self.notes[update].supersedes if update is not None else None
+        if update is None or update == entry.note_id or not self._in_chain(replaced, entry.note_id):
+            raise ExportInvalid(
+                f"line {entry.line}: a 'superseded' entry follows no promotion, by the judgment it cites, of an "
+                "update of its note"
+            )
+        if self._live(entry.note_id) not in ("candidate", "trusted"):
+            raise ExportInvalid(
+                f"line {entry.line}: a 'superseded' entry supersedes a note that was neither a candidate nor trusted"
+            )
+        self.status[entry.note_id] = "superseded"
+        self.superseded_by[entry.note_id] = update
+
+    def _in_chain(self, start: object, note_id: object) -> bool:
+        """Whether ``note_id`` is ``start`` or follows it along ``superseded_by`` links."""
+        current = start
+        for _ in range(len(self.notes) + 1):
+            if current == note_id:
+                return True
+            if current not in self.notes:
+                return False
+            current = self.notes[current].superseded_by
+        return False
