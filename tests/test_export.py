@@ -27,6 +27,7 @@ from obsmem.errors import (
     ExportInvalid,
     ExportTruncated,
     ExportVersionUnsupported,
+    ObsmemError,
     ProjectNotEmpty,
 )
 from obsmem.exporting import FORMAT_VERSION, KINDS, export_project, restore_project
@@ -435,6 +436,70 @@ def test_random_small_projects_round_trip(
         needle = text.strip()[:3]
         original = service.search(source, needle, limit=50).to_dict()
         assert service.search(copy, needle, limit=50).to_dict() == original
+
+
+_NOTE_TEXTS = ("deploy on fridays", "keep the runbook short", "rotate the keys monthly")
+_trust_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("save"), st.integers(0, 2), st.none()),
+        st.tuples(st.just("update"), st.integers(0, 9), st.integers(0, 2)),
+        st.tuples(st.just("forget"), st.integers(0, 9), st.none()),
+        st.tuples(st.just("judge"), st.integers(0, 9), st.one_of(st.none(), st.floats(0, 1))),
+        st.tuples(st.just("resolve"), st.integers(0, 9), st.booleans()),
+        st.tuples(st.just("groom"), st.none(), st.none()),
+        st.tuples(st.just("approve"), st.integers(0, 9), st.none()),  # judged, resolved true, groomed
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_trust_steps)
+def test_random_trust_histories_round_trip(service: Obsmem, steps: list[tuple[str, Any, Any]]) -> None:
+    """Whatever saves, updates, forgets, judgments (of a note in any state, as a judge job racing a forget or
+    a promotion records them), resolutions and groom passes made, the restore's replay of the trust ledger
+    accepts the export, and the copy holds the same notes, judgments and ledger."""
+    number = next(_project_numbers)
+    source, copy = f"trust-{number}", f"trust-{number}-copy"
+    service.append_events(source, "s1", [{"role": "user", "content": "hello"}])
+    notes: list[str] = []
+    judgments: list[str] = []
+    for step, pick, value in steps:
+        try:
+            if step == "save":
+                notes.append(service.save_note(source, _NOTE_TEXTS[pick]).note.note_id)
+            elif step == "update" and notes:
+                notes.append(service.update_note(source, notes[pick % len(notes)], _NOTE_TEXTS[value]).note.note_id)
+            elif step == "forget" and notes:
+                service.forget_note(source, notes[pick % len(notes)])
+            elif step == "approve" and notes:
+                judgment_id = f"j{len(judgments):016x}"
+                with service.database(source).write() as conn:
+                    record_judgment(
+                        conn, judgment_id, notes[pick % len(notes)], "deploy", "human", None, "escalate", None
+                    )
+                judgments.append(judgment_id)
+                service.resolve_judgment(source, judgment_id, True)
+                service.groom(source)
+            elif step == "judge" and notes:
+                judgment_id = f"j{len(judgments):016x}"
+                decision = "escalate" if value is None else "inject" if value >= 0.7 else "hold"
+                error = "judge_timeout: no answer in time" if value is None and pick % 2 else None
+                with service.database(source).write() as conn:
+                    note_id = notes[pick % len(notes)]
+                    record_judgment(conn, judgment_id, note_id, "deploy", "http", value, decision, error)
+                judgments.append(judgment_id)
+            elif step == "resolve" and judgments:
+                service.resolve_judgment(source, judgments[pick % len(judgments)], value)
+            elif step == "groom":
+                service.groom(source)
+        except ObsmemError as refused:
+            assert refused.code in ("note_forgotten", "note_superseded", "judgment_resolved")
+    path = service.settings.data_dir / f"{source}.export"
+    with path.open("wb") as out:
+        export_project(service, source, out)
+    restore_project(service, path, copy)
+    assert canonical_rows(service, copy) == canonical_rows(service, source)
 
 
 # -- the commands --------------------------------------------------------------------------------------------
