@@ -41,6 +41,10 @@ _ENTRIES = "trust_rules.entries"  # [_Entry]
 
 _CITES_JUDGMENT = frozenset({"judged", "resolved", "promoted", "superseded"})
 _MIRRORED = frozenset({"judged", "resolved"})  # the only entries a project's ledger copies from a user tier
+# Links groom follows from an updated note to its chain's newest note (MAX_CHAIN in obsmem/trust/notes.py):
+# the note a promotion supersedes is never further.
+_CHAIN_LINKS = 10_000
+_WALKS = 1_000_000
 # The columns each entry's write fills besides its note and judgment (ledger.append_entry's callers).
 _FILLED = {
     "judged": {"p", "decision", "error"},
@@ -213,6 +217,7 @@ class _Replay:
         self.promoted: dict[object, object] = {}  # judgment -> the note its 'promoted' entry promoted
         self.superseded_by: dict[object, object] = {}  # note -> the update whose promotion last superseded it
         self.mirrored: set[tuple[object, object]] = set()
+        self.walked = 0  # steps along superseded_by links (see _in_chain)
         resaved = [entry.id for entry in self.entries if entry.entry == "resaved"]
         self.first_resaved = min(resaved) if resaved else MAX_SEQ + 1
 
@@ -315,7 +320,7 @@ class _Replay:
     def _superseded(self, entry: _Entry) -> None:
         """Groom supersedes, in the promotion's transaction and citing its judgment, the note an update
         replaces: the one it names (obsmem before chains) or the newest of that note's chain."""
-        update = self.promoted.get(entry.judgment_id)
+        update = self.promoted.pop(entry.judgment_id, None)  # a promotion supersedes one note at most
         replaced = self.notes[update].supersedes if update is not None else None
         if update is None or update == entry.note_id or not self._in_chain(replaced, entry.note_id):
             raise ExportInvalid(
@@ -330,12 +335,16 @@ class _Replay:
         self.superseded_by[entry.note_id] = update
 
     def _in_chain(self, start: object, note_id: object) -> bool:
-        """Whether ``note_id`` is ``start`` or follows it along ``superseded_by`` links."""
+        """Whether ``note_id`` is ``start`` or follows it along ``superseded_by`` links, within the links groom
+        follows to find a chain's newest note. The walks of one restore are bounded together: past
+        :data:`_WALKS` steps (far beyond any real history; a crafted file could otherwise make the restore
+        walk for hours) the rest of the file's supersessions are taken without the walk."""
         current = start
-        for _ in range(len(self.notes) + 1):
-            if current == note_id:
+        for _ in range(_CHAIN_LINKS + 1):
+            if current == note_id or self.walked > _WALKS:
                 return True
             if current not in self.notes:
                 return False
+            self.walked += 1
             current = self.notes[current].superseded_by
         return False
