@@ -64,3 +64,22 @@ def test_upgrade_upgrades_the_healthy_projects_and_tiers_and_names_the_damaged_o
     assert "user tier alice: up to date" in result.stdout
     assert result.stderr.startswith(f"damaged: {DAMAGED}")
     assert result.stderr.endswith("not upgraded: damaged; see the errors above\n")
+
+
+def test_upgrade_json_lists_the_projects_and_tiers_upgraded_and_the_failures(data_dir: Path) -> None:
+    tier = UserRegistry(data_dir).database_path("alice")
+    tier.parent.mkdir(parents=True)
+    conn = apsw.Connection(str(tier))
+    migrate(conn, MIGRATIONS[:-1])
+    conn.close()
+    result = run(data_dir, "upgrade", "--no-progress", "--json")
+    assert result.exit_code == STORAGE_EXIT and result.stderr == ""
+    body = json.loads(result.stdout)
+    assert [row["project"] for row in body["projects"]] == ["good"]
+    assert [row["owner"] for row in body["user_tiers"]] == ["alice"]
+    assert all(isinstance(row["seconds"], float) for row in body["projects"] + body["user_tiers"])
+    assert [(row["project"], row["code"]) for row in body["failed"]] == [("damaged", "storage_corrupt")]
+    assert body["failed_user_tiers"] == []
+    (data_dir / "projects" / "damaged" / "obsmem.db").unlink()
+    again = run(data_dir, "upgrade", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["failed"] == []

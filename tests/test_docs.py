@@ -1,8 +1,9 @@
 """The docs keep up with the code: every setting, CLI command and option and secret detector is documented,
 every option the docs pass to a command and every `[section] key` they name exists, every TOML example loads,
-every HTTP route has a row in docs/http-api.md, every agent tool is named where the tools are listed and its
-error texts are the tools' own, the README's Quick start runs as written, and every repository path the docs
-name exists and every link between them resolves."""
+every command that prints data takes --json as they say, every HTTP route has a row in docs/http-api.md,
+every agent tool is named where the tools are listed and its error texts are the tools' own, the README's
+Quick start runs as written, and every repository path the docs name exists and every link between them
+resolves."""
 
 from __future__ import annotations
 
@@ -120,6 +121,34 @@ def test_every_command_and_option_is_in_docs_cli() -> None:
     for param in cli.params:
         for option in getattr(param, "opts", []):
             assert option in text, f"docs/cli.md does not mention the global option {option}"
+
+
+# The commands that print no data (a server's or worker's log, the protocol MCP or a hook speaks), which the
+# README and docs/cli.md name as the ones without --json.
+PRINTS_NO_DATA = ("serve", "worker", "mcp", "hook")
+
+
+def _leaf_commands(group: click.Group, context: click.Context, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None
+        if isinstance(command, click.Group):
+            yield from _leaf_commands(command, context, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", command
+
+
+def test_every_command_that_prints_data_takes_json_as_the_docs_say() -> None:
+    without = sorted(
+        name for name, command in _leaf_commands(cli, click.Context(cli)) if "--json" not in _options(command)
+    )
+    assert without == sorted(PRINTS_NO_DATA), f"commands without --json: {without}"
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    output = (DOCS / "cli.md").read_text(encoding="utf-8").split("**Output.**", 1)[1].split("\n\n", 1)[0]
+    claim = readme.split("Every command that prints data takes `--json`", 1)[1].split(".", 1)[0]
+    for name in PRINTS_NO_DATA:
+        assert f"`{name}`" in claim, f"README.md: the --json claim does not name `{name}` as printing no data"
+        assert f"`{name}`" in output, f"docs/cli.md: Output does not name `{name}` as printing no data"
 
 
 def test_every_agent_tool_is_named_where_the_docs_list_the_tools() -> None:

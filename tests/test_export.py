@@ -547,6 +547,25 @@ def test_export_and_restore_commands_round_trip(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "error: project_not_found:" in missing.output
 
 
+def test_export_json_prints_the_receipt_of_an_export_to_a_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with Obsmem(data_dir=data_dir) as service:
+        small_project(service)
+    output = tmp_path / "src.jsonl"
+    result = run(data_dir, "export", "src", "--output", str(output), "--json")
+    assert result.exit_code == 0, result.output
+    receipt = json.loads(result.stdout)
+    trailer = orjson.loads(output.read_bytes().splitlines()[-1])
+    assert receipt["project"] == "src" and receipt["output"] == str(output)
+    assert (receipt["counts"], receipt["records"], receipt["sha256"]) == (
+        trailer["counts"],
+        trailer["records"],
+        trailer["sha256"],
+    )
+    to_stdout = run(data_dir, "export", "src", "--json")
+    assert to_stdout.exit_code == 2 and "--output" in to_stdout.stderr and to_stdout.stdout == ""
+
+
 def test_a_failed_export_leaves_no_file_under_the_name_asked_for(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     with Obsmem(data_dir=data_dir) as service:

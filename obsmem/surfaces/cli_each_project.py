@@ -27,8 +27,9 @@ class ProjectFailure:
     name: str
     error: ObsmemError
 
-    def to_dict(self) -> dict[str, str]:
-        return {"project": self.name, "code": self.error.code, "message": self.error.message}
+    def to_dict(self, key: str = "project") -> dict[str, str]:
+        """The failure for ``--json``, its name under ``key`` (``owner`` for a user tier)."""
+        return {key: self.name, "code": self.error.code, "message": self.error.message}
 
     def line(self) -> str:
         return f"{self.name}: error: {self.error.code}: {self.error.message}"

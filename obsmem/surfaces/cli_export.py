@@ -87,21 +87,27 @@ _progress_option = click.option(
     help="File to write [default: standard output]. It appears only once the export is complete.",
 )
 @_progress_option
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON (with --output).")
 @click.pass_obj
-def export(app: Any, project: str, output: Path | None, progress: bool | None) -> None:
+def export(app: Any, project: str, output: Path | None, progress: bool | None, as_json: bool) -> None:
     """Write every record of PROJECT to one JSONL file (restore it with `obsmem restore`).
 
     Sessions, events, observations and reflections with their citations, generations and drops, the
     Observer's coverage and watermarks, the pipeline event log and model overrides, read in one snapshot,
     with every id as stored. Indexes are not written: they are rebuilt after a restore.
     """
-    with _progress_bars(_show_progress(progress)) as report:
+    if as_json and output is None:
+        raise click.UsageError("--json prints the receipt of an export to --output; without it the export is JSON")
+    with _progress_bars(_show_progress(progress) and not as_json) as report:
         if output is None:
             export_project(app.service, project, sys.stdout.buffer, progress=report)
             sys.stdout.buffer.flush()
             return
         with _published(output) as handle:
             receipt = export_project(app.service, project, handle, progress=report)
+    if as_json:
+        click.echo(strict_dumps({**receipt.to_dict(), "output": str(output)}, indent=2))
+        return
     click.echo(f"Exported {receipt.records:,} records of {project} to {output}.")
 
 
