@@ -115,6 +115,16 @@ def test_observe_queues_once_and_events_lists_the_cycle(data_dir: Path, tmp_path
     assert len(ok(run(data_dir, "events", "p", "--after-id", str(after), "--json")).stdout.splitlines()) == 1
 
 
+def test_events_says_when_there_are_none_and_json_prints_no_lines(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    ok(run(data, "ingest", "p", str(transcript(tmp_path, 1)), "--session", "s1"))
+    assert ok(run(data, "events", "p")).stdout == "No pipeline events in p.\n"
+    narrowed = ok(run(data, "events", "p", "--session", "s1", "--after-id", "7")).stdout
+    assert narrowed == "No pipeline events of session s1 in p after id 7.\n"
+    as_json = ok(run(data, "events", "p", "--json"))
+    assert as_json.stdout == "" and as_json.stderr == ""  # JSON Lines: no events, no lines
+
+
 def test_status_of_a_session_and_of_projects(data_dir: Path, tmp_path: Path) -> None:
     ok(run(data_dir, "ingest", "p", str(transcript(tmp_path)), "--session", "s1"))
     state = json.loads(ok(run(data_dir, "status", "p", "--session", "s1", "--json")).stdout)

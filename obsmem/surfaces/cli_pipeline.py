@@ -302,13 +302,15 @@ def events(
 ) -> None:
     """The pipeline's event log of PROJECT, oldest first: model stage cycles, model switches, failed jobs.
 
-    With --json, one JSON object per line (also with --follow).
+    With --json, one JSON object per line (also with --follow), so no events is no lines; without it, no
+    events is said in a line.
     """
     if session_id is not None:
         check_session_id(session_id, field="--session")
     service = app.service
     console = render.stdout()
     cursor = after_id or 0
+    first_page = True
     while True:
         found = service.pipeline_events(project, after=cursor, limit=limit, session_id=session_id)
         for event in (logged.to_dict() for logged in found):
@@ -317,12 +319,23 @@ def events(
             else:
                 console.print(event_line(event))
             cursor = event["id"]
+        if first_page and not found and not as_json:
+            click.echo(no_events_line(project, session_id, after_id, follow))
+        first_page = False
         if not follow:
             return
         try:
             time.sleep(0.5)
         except KeyboardInterrupt:
             return
+
+
+def no_events_line(project: str, session_id: str | None, after_id: int | None, follow: bool) -> str:
+    """What ``obsmem events`` says when the log holds none of the events asked for."""
+    which = f" of session {session_id}" if session_id is not None else ""
+    after = f" after id {after_id}" if after_id else ""
+    waiting = ": waiting for new ones (Ctrl-C stops)." if follow else "."
+    return f"No pipeline events{which} in {project}{after}{waiting}"
 
 
 def event_line(event: dict[str, Any]) -> Text:
