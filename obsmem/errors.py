@@ -6,7 +6,10 @@ Every error a user can cause, or a configured dependency can produce, is an :cla
 the CLI prints the message and exits non-zero.
 
 Messages name the offending field and what is allowed. They never quote memory text, queries, keys or
-response bodies, so they are safe to log.
+response bodies, so they are safe to log. A message that tells the caller what to pass names the argument
+(or operation) with :func:`interface_name`: ``message`` spells it as the HTTP API and the agent tools do,
+and a surface that spells it otherwise renders :meth:`ObsmemError.message_for` (the CLI: ``--session`` for
+``session_id``).
 
     ObsmemError (400)                 error: the base, never raised as such
     ├── ValidationFailed (422)        invalid_request; given where raised: mode_unavailable (hybrid mode
@@ -92,7 +95,22 @@ Codes without an error class, in the same ``{"error": {"code", "message"}}`` sha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+# Marks a name of the request interface inside a message; no identifier, id or number a message holds has it.
+_MARK = "\x1f"
+
+
+def interface_name(name: str) -> str:
+    """``name``, an argument or operation of the HTTP API and the agent tools (``session_id``,
+    ``memory_search``), marked inside an error message so that each surface can spell it its own way."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def _spelt(marked: str, spelling: Mapping[str, str]) -> str:
+    parts = marked.split(_MARK)  # the odd parts are the marked names
+    return "".join(spelling.get(part, part) if index % 2 else part for index, part in enumerate(parts))
 
 
 class ObsmemError(Exception):
@@ -111,12 +129,18 @@ class ObsmemError(Exception):
         field: str | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
+        self._marked = message
+        self.message = _spelt(message, {})
+        super().__init__(self.message)
         if code is not None:
             self.code = code
         self.field = field
         self.details = details or {}
+
+    def message_for(self, spelling: Mapping[str, str]) -> str:
+        """The message with each name marked by :func:`interface_name` spelt as ``spelling`` says (a name
+        it leaves out as in :attr:`message`)."""
+        return _spelt(self._marked, spelling)
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"code": self.code, "message": self.message}

@@ -20,7 +20,7 @@ import json
 
 import apsw
 
-from obsmem.errors import AmbiguousId, NotFound
+from obsmem.errors import AmbiguousId, NotFound, interface_name
 from obsmem.ids import parse_id_prefix
 from obsmem.retrieval.results import (
     HIT_COLUMNS,
@@ -67,10 +67,11 @@ def _resolve_memory(
     if events:
         raise NotFound(f"id {prefix} names a conversation event, not a memory", field="id")
     if not rows:
+        search = interface_name("memory_search")
         hint = (
-            "pass session_id from a memory_search hit"
+            f"pass {interface_name('session_id')} from a {search} hit"
             if session_id is not None
-            else "use an id from a memory_search hit or the rendered memory"
+            else f"use an id from a {search} hit or the rendered memory"
         )
         raise NotFound(f"no memory with id {prefix} in {_scope(session_id, project)}; {hint}", field="id")
     row = rows[0]

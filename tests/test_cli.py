@@ -429,7 +429,8 @@ def test_recall_shows_the_memory_and_its_source_events(loaded: Path) -> None:
 
     elsewhere = run(loaded, "recall", "proj", hit["id"], "--session", "s2")
     assert elsewhere.exit_code == 1
-    assert "session 's2'" in elsewhere.stderr and "pass session_id" in elsewhere.stderr
+    assert "session 's2'" in elsewhere.stderr and "pass --session from a search hit" in elsewhere.stderr
+    assert "session_id" not in elsewhere.stderr and "memory_search" not in elsewhere.stderr
 
 
 def test_recall_of_a_reflection_lists_supporting_observations(loaded: Path) -> None:
@@ -725,6 +726,34 @@ def test_forget_deletes_a_memory_and_keeps_its_events(loaded: Path) -> None:
     assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 6
     again = run(loaded, "forget", "proj", target["id"])
     assert again.exit_code == 1 and again.stderr.startswith("error: not_found: ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "proj", "x"],
+        ["recall", "proj", "000000000000"],
+        ["forget", "proj", "000000000000"],
+        ["events", "proj"],
+        ["status", "proj"],
+        ["mcp", "proj"],
+    ],
+)
+def test_a_bad_session_is_refused_naming_the_flag(loaded: Path, command: list[str]) -> None:
+    result = run(loaded, *command, "--session", "bad session")
+    assert result.exit_code == 2 and result.stderr.startswith("error: invalid_session: --session must be ")
+
+
+def test_recall_and_forget_name_the_flag_that_passes_a_session(loaded: Path) -> None:
+    """The service's not_found text tells HTTP and tool callers to pass session_id; the CLI takes --session."""
+    for command in ("recall", "forget"):
+        result = run(loaded, command, "proj", "000000000000", "--session", "s2")
+        assert result.exit_code == 1
+        assert result.stderr == (
+            "error: not_found: no memory with id 000000000000 in session 's2'; pass --session from a search hit\n"
+        )
+        unscoped = run(loaded, command, "proj", "000000000000")
+        assert unscoped.stderr.endswith("; use an id from a search hit or the rendered memory\n")
 
 
 def test_a_session_id_or_project_that_looks_like_a_secret_is_refused(data_dir: Path, tmp_path: Path) -> None:

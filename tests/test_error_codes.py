@@ -143,3 +143,13 @@ def test_every_code_is_in_the_tree_and_the_http_tables() -> None:
     assert not undrawn, f"codes missing from the tree of obsmem/errors.py: {undrawn}"
     undocumented = sorted(codes - documented_codes())
     assert not undocumented, f"codes missing from the tables of docs/http-api.md: {undocumented}"
+
+
+def test_a_name_an_error_marks_is_spelt_as_each_surface_asks() -> None:
+    from obsmem.errors import NotFound, interface_name
+
+    error = NotFound(f"pass {interface_name('session_id')} from a {interface_name('memory_search')} hit")
+    assert error.message == str(error) == "pass session_id from a memory_search hit"
+    assert error.to_dict()["message"] == error.message
+    assert error.message_for({"session_id": "--session"}) == "pass --session from a memory_search hit"
+    assert NotFound("no names marked").message_for({"session_id": "--session"}) == "no names marked"

@@ -380,7 +380,7 @@ def test_recall_errors(client: TestClient, ids: list[str]) -> None:
     assert "project 'alpha'" in error["message"]
     scoped = client.get("/v1/projects/alpha/memories/ffffffffffff", params={"session_id": "s9"})
     assert "session 's9'" in error_of(scoped, 404, "not_found")["message"]
-    assert "session_id" in scoped.json()["error"]["message"]
+    assert "pass session_id from a memory_search hit" in scoped.json()["error"]["message"]
     for bad in ("XYZ", "abc", "0123456789a", "0123456789AB", "g" * 12, "0" * 65):
         error_of(client.get(f"/v1/projects/alpha/memories/{bad}"), 422, "invalid_id", "id")
     bad_session = client.get(f"/v1/projects/alpha/memories/{ids[0][:12]}", params={"session_id": "a b"})

@@ -96,7 +96,8 @@ def test_recall_defaults_to_the_current_session(service: Obsmem, ids: list[str])
     assert "memory" in json.loads(execute_tool(service, "alpha", "recall", {"id": display}))  # no session: project
     assert json.loads(execute_tool(service, "alpha", "recall", {"id": display}, session_id="s2"))["memory"]
     text = execute_tool(service, "alpha", "recall", {"id": display}, session_id="s1")
-    assert text.startswith("not_found: ") and "session 's1'" in text and "session_id" in text
+    assert text.startswith("not_found: ") and "session 's1'" in text
+    assert "pass session_id from a memory_search hit" in text
     # An explicit session_id (from the search hit) overrides the current session.
     assert json.loads(execute_tool(service, "alpha", "recall", {"id": display, "session_id": "s2"}, session_id="s1"))
 

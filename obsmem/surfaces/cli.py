@@ -80,6 +80,16 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# How the CLI spells the names an error message marks with errors.interface_name (HTTP's and the tools'
+# names): the flag every command that takes a session has, and the command that searches.
+CLI_NAMES = {"session_id": "--session", "memory_search": "search"}
+
+
+def error_line(error: ObsmemError) -> str:
+    """``error: <code>: <message>``, the message naming what to pass as the CLI takes it."""
+    return f"error: {error.code}: {error.message_for(CLI_NAMES)}"
+
+
 def exit_code(error: ObsmemError) -> int:
     """2 when the input itself was wrong, 74 when the storage failed (disk full, read-only, I/O error, lock
     timeout, damaged file), 1 when a well-formed request could not be done for another reason."""
@@ -135,7 +145,13 @@ def json_option(function: F) -> F:
 
 
 def session_option(help_text: str) -> Callable[[F], F]:
-    return click.option("--session", "session_id", metavar="SESSION", default=None, help=help_text)
+    """``--session SESSION``, checked as it is read, so a bad value is refused naming the flag (an error the
+    service raised would name its ``session_id``)."""
+
+    def checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        return None if value is None else check_session_id(value, field="--session")
+
+    return click.option("--session", "session_id", metavar="SESSION", default=None, callback=checked, help=help_text)
 
 
 class CommandGroup(click.Group):
@@ -217,7 +233,7 @@ class CommandGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ObsmemError as exc:
-            click.echo(f"error: {exc.code}: {exc.message}", err=True)
+            click.echo(error_line(exc), err=True)
             ctx.exit(exit_code(exc))
         except apsw.Error as exc:
             fault = storage_fault(exc)
@@ -335,8 +351,6 @@ def ingest(
         raise click.UsageError("give a FILE of events, --observations FILE, or both")
     if session_id is not None and file is None:
         raise click.UsageError("--session applies to the events FILE")
-    if session_id is not None:
-        check_session_id(session_id, field="--session")
     console = render.stdout()
     result: dict[str, Any] = {}
     rejected = 0

@@ -30,7 +30,7 @@ from obsmem.errors import ObsmemError, ValidationFailed
 from obsmem.exporting import restore_project
 from obsmem.json_shape import strict_dumps
 from obsmem.surfaces import cli_render as render
-from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, json_option, pass_app
+from obsmem.surfaces.cli import RUNTIME_EXIT, App, FiniteFloatRange, error_line, json_option, pass_app
 from obsmem.surfaces.cli_catchup import AFTER_HOOK_EVENTS, catch_up_after_write
 from obsmem.transcripts import (
     SOURCES,
@@ -318,7 +318,7 @@ def hook(app: App, agent: str, project: str | None) -> None:
     try:
         run = _hook_import(app, agent, project)
     except ObsmemError as exc:
-        click.echo(f"error: {exc.code}: {exc.message}", err=True)
+        click.echo(error_line(exc), err=True)
         raise click.exceptions.Exit(RUNTIME_EXIT) from None
     if agent == "gemini-cli":
         click.echo("{}")

@@ -305,8 +305,6 @@ def events(
     With --json, one JSON object per line (also with --follow), so no events is no lines; without it, no
     events is said in a line.
     """
-    if session_id is not None:
-        check_session_id(session_id, field="--session")
     service = app.service
     console = render.stdout()
     cursor = after_id or 0
@@ -416,8 +414,7 @@ def status(app: App, project: str | None, session_id: str | None, live: bool, in
         raise click.UsageError("--live draws tables; use `obsmem events --follow --json` for a stream")
     service = app.service
     if session_id is not None and project is not None:
-        session = check_session_id(session_id, field="--session")
-        name = project
+        session, name = session_id, project
 
         def draw() -> RenderableType:
             state = service.session_status(name, session).to_dict()
