@@ -250,3 +250,9 @@ def shortest_original_length(text: str) -> int:
     of at least one character. A write that limits a text's length before redacting it (an event's
     content, an observation's) may store text longer than the limit; never text whose shortest original is."""
     return len(text) - sum(len(marker.group()) - 1 for marker in _MARKER.finditer(text))
+
+
+def holds_marker(text: object) -> bool:
+    """Whether ``text`` holds a redaction marker: a sign that redaction may have changed it after the id
+    made from it was derived (a restore redacts text an older obsmem stored unredacted, and keeps its id)."""
+    return isinstance(text, str) and _MARKER.search(text) is not None

@@ -312,6 +312,38 @@ def test_an_observation_longer_than_the_limit_once_its_secret_was_redacted_resto
     restore_changed(service, lambda records: None, tmp_path)
 
 
+def test_a_copy_of_an_export_whose_text_the_restore_redacted_restores_again(service: Obsmem, tmp_path: Path) -> None:
+    """An obsmem without one of today's detectors stored a secret as given and made its ids from that text;
+    the restore redacts the text and keeps the ids, which other rows cite. An export of that copy is honest
+    too: its memories and note hold a redaction marker under ids made from text no row holds any more, and
+    text at its write's limit that the marker made longer."""
+    project(service)
+    secret = "password=abc"
+
+    def older(records: Records) -> None:
+        for kind, limit in (
+            ("observation", MAX_MEMORY_CHARS),
+            ("reflection", MAX_MEMORY_CHARS),
+            ("note", MAX_NOTE_CHARS),
+        ):
+            row = rows(records, kind)[0]
+            row["content"] = f"rotate {secret} " + "x" * (limit - len(secret) - 8)
+            assert len(row["content"]) == limit
+        observation_ids_made_again(records)
+        reflection_ids_made_again(records)
+        note_ids_made_again(records)
+
+    restore_changed(service, older, tmp_path)
+    contents = "SELECT memory_id, content FROM memories UNION ALL SELECT note_id, content FROM notes ORDER BY 1"
+    copied = service.database("copy").query(contents)
+    assert sum(secret not in text and len(text) > MAX_MEMORY_CHARS for _, text in copied) == 3
+    buffer = io.BytesIO()
+    export_project(service, "copy", buffer)
+    (tmp_path / "copy.jsonl").write_bytes(buffer.getvalue())
+    restore_project(service, tmp_path / "copy.jsonl", "copy2")
+    assert service.database("copy2").query(contents) == copied
+
+
 # -- trust ----------------------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ first, by :func:`obsmem.exporting.rows.require_value_types`):
 
 - text is what its write takes: one line where a memory or a note is one line, within the write's length
   limit (an event's and an observation's limit is checked before redaction, whose marker may be longer
-  than the secret, so the shortest text redaction could have made this from is what is measured), and a
+  than the secret, and a restore redacts any text an older obsmem stored as given, so the shortest text
+  redaction could have made this from is what is measured), and a
   session id of the session id's form (not its secret check, which came after sessions were written: a
   session id of an older export that looks like a secret today was a valid one then);
 - a memory's id is the one its write derives (:mod:`obsmem.ids`) from its session, minute, content and
@@ -18,7 +19,9 @@ first, by :func:`obsmem.exporting.rows.require_value_types`):
 
 Each row is checked as the file holds it, not as the restore stores it: an export of an obsmem that
 lacked one of today's secret detectors holds text the restore redacts (redacting.py), under the id its
-write made from that text, and the restored row keeps that id, which other rows cite.
+write made from that text, and the restored row keeps that id, which other rows cite. An export of that
+copy then holds the redacted text under the id of text nothing holds any more: so a memory or note whose
+text holds a redaction marker is not held to the id its text makes (the text it was made from is gone).
 
 An observation's sources, a reflection's supports and a note's ledger entries are records of later kinds,
 so those rules are checked once the kind that completes them is in (:func:`check_observation_ids`,
@@ -42,7 +45,7 @@ from obsmem.exporting import trust_rules
 from obsmem.exporting.rows import RestoreState
 from obsmem.memories import MAX_MEMORY_CHARS, memory_content
 from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity, note_text
-from obsmem.redaction import shortest_original_length
+from obsmem.redaction import holds_marker, shortest_original_length
 from obsmem.validation import SESSION_ID
 
 _SECONDS = re.compile(r":[0-5][0-9]")
@@ -74,7 +77,7 @@ def _event(state: RestoreState, row: dict[str, Any]) -> None:
         ("tool_name", MAX_TOOL_FIELD),
         ("tool_call_id", MAX_TOOL_FIELD),
     ):
-        _within(state, "event", column, row.get(column), limit, redacted_after=True)
+        _within(state, "event", column, row.get(column), limit)
 
 
 def _memory_text(state: RestoreState, kind: str, content: object) -> None:
@@ -85,14 +88,14 @@ def _memory_text(state: RestoreState, kind: str, content: object) -> None:
         memory_content(content)
     except ValueError as exc:
         raise ExportInvalid(f"line {state.line}: {_a(kind)}'s content {exc}") from None
-    _within(state, kind, "content", content, MAX_MEMORY_CHARS, redacted_after=kind == "observation")
+    _within(state, kind, "content", content, MAX_MEMORY_CHARS)
 
 
-def _within(state: RestoreState, kind: str, column: str, text: object, limit: int, *, redacted_after: bool) -> None:
-    if not isinstance(text, str):
-        return
-    length = shortest_original_length(text) if redacted_after else len(text)
-    if length > limit:
+def _within(state: RestoreState, kind: str, column: str, text: object, limit: int) -> None:
+    """Within ``limit`` as the shortest text redaction could have made it from: an event's and an
+    observation's write limits the text before redacting it, and a restore redacts the text of every kind
+    an older obsmem stored as given (a marker may be longer than the secret it stands for)."""
+    if isinstance(text, str) and shortest_original_length(text) > limit:
         raise ExportInvalid(f"line {state.line}: {_a(kind)}'s {column} is longer than {limit} characters")
 
 
@@ -127,13 +130,12 @@ def _note(state: RestoreState, row: dict[str, Any]) -> None:
             note_text(row.get(column), column, required=required)
         except ObsmemError as exc:
             raise ExportInvalid(f"line {state.line}: a note's {exc.message}") from None
-        # As stored by its write, after redaction; the text as the file holds it is what that write stored.
-        _within(state, "note", column, row.get(column), limit, redacted_after=False)
+        _within(state, "note", column, row.get(column), limit)
     trust_rules.note_row(state, row)
     # A file from before a column existed lacks it, and the row takes the column's default ('' for situation).
     tier, content, situation = (str(row.get(name, "")) for name in ("tier", "content", "situation"))
     made = note_identity(tier, content, situation, row.get("supersedes"))
-    if row.get("note_id") != made:
+    if row.get("note_id") != made and not (holds_marker(content) or holds_marker(situation)):
         raise ExportInvalid(
             f"line {state.line}: a note's note_id is not the id its tier, content, situation and the note it "
             "supersedes make (no write stores such a row)"
@@ -168,7 +170,7 @@ def check_observation_ids(state: RestoreState) -> None:
     sources = state.pending.pop(_SOURCES, {})
     for row, (line, memory_id, session_id, minute, content) in observations.items():
         made = ids.observation_id(session_id, minute, content, sources.get(row, []))
-        if memory_id != made:
+        if memory_id != made and not holds_marker(content):  # a marker: perhaps redacted after its id was made
             raise ExportInvalid(
                 f"line {line}: an observation's memory_id is not the id its session, timestamp, content and "
                 "source events make (no write stores such a row)"
@@ -193,6 +195,8 @@ def check_reflection_ids(state: RestoreState) -> None:
         supporting = [observation_ids.get(observation) for observation in supports.get(row, [])]
         if memory_id == ids.reflection_id(session_id, minute, content, supporting):  # type: ignore[arg-type]
             continue
+        if holds_marker(content):
+            continue  # perhaps redacted by a restore after its id was made (see the module docstring)
         if isinstance(row, int) and bisect_left(rows, row) < row - 1:
             continue  # a memory below it was forgotten: maybe one of its supports
         raise ExportInvalid(
