@@ -245,6 +245,29 @@ def test_a_reflection_with_a_support_taken_away_and_no_memory_forgotten_is_refus
     assert refused(service, change, tmp_path).startswith(f"line {found[0]}: a reflection's memory_id")
 
 
+@pytest.mark.parametrize(
+    ("kind", "column", "message"),
+    [
+        ("reflection_support", "observation_row", "a reflection_support does not link a reflection"),
+        ("reflection_support", "reflection_row", "a reflection_support does not link a reflection"),
+    ],
+)
+def test_a_link_to_a_memory_row_of_the_wrong_kind_is_refused(
+    service: Obsmem, tmp_path: Path, kind: str, column: str, message: str
+) -> None:
+    """The schema knows only that a support names a memory's row: one naming a reflection where an
+    observation belongs (or the reverse) is no write's, and was a TypeError while ids were checked."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        swapped = {"reflection_row": "observation", "observation_row": "reflection"}
+        next(row for row in rows(records, kind))[column] = rows(records, swapped[column])[0]["id"]
+
+    assert refused(service, change, tmp_path).startswith(f"line {found[0]}: {message}")
+
+
 # -- text as writes take it -----------------------------------------------------------------------------------
 
 

@@ -55,7 +55,7 @@ _OBSERVATIONS = "write_rules.observations"  # memory row -> (line, memory_id, se
 _SOURCES = "write_rules.sources"  # memory row -> [(session_id, seq)]
 _OBSERVATION_IDS = "write_rules.observation_ids"  # memory row -> memory_id, for the reflections' supports
 _REFLECTIONS = "write_rules.reflections"  # memory row -> (line, memory_id, session_id, minute, content)
-_SUPPORTS = "write_rules.supports"  # reflection row -> [observation row]
+_SUPPORTS = "write_rules.supports"  # reflection row -> [(line, observation row)]
 
 
 def check_row(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
@@ -121,7 +121,8 @@ def _reflection(state: RestoreState, row: dict[str, Any]) -> None:
 
 
 def _reflection_support(state: RestoreState, row: dict[str, Any]) -> None:
-    state.pending.setdefault(_SUPPORTS, {}).setdefault(row.get("reflection_row"), []).append(row.get("observation_row"))
+    supports = state.pending.setdefault(_SUPPORTS, {}).setdefault(row.get("reflection_row"), [])
+    supports.append((state.line, row.get("observation_row")))
 
 
 def _note(state: RestoreState, row: dict[str, Any]) -> None:
@@ -190,10 +191,17 @@ def check_reflection_ids(state: RestoreState) -> None:
     observation_ids = state.pending.pop(_OBSERVATION_IDS, {})
     reflections = state.pending.pop(_REFLECTIONS, {})
     supports = state.pending.pop(_SUPPORTS, {})
+    for row, cited in supports.items():
+        for line, observation in cited:
+            if observation not in observation_ids or row not in reflections:  # each only a memory's row
+                raise ExportInvalid(
+                    f"line {line}: a reflection_support does not link a reflection of the file to an observation "
+                    "of the file (a reflection's write links it to observations only)"
+                )
     rows = sorted(row for row in (*observation_ids, *reflections) if isinstance(row, int))
     for row, (line, memory_id, session_id, minute, content) in reflections.items():
-        supporting = [observation_ids.get(observation) for observation in supports.get(row, [])]
-        if memory_id == ids.reflection_id(session_id, minute, content, supporting):  # type: ignore[arg-type]
+        supporting = [observation_ids[observation] for _, observation in supports.get(row, [])]
+        if memory_id == ids.reflection_id(session_id, minute, content, supporting):
             continue
         if holds_marker(content):
             continue  # perhaps redacted by a restore after its id was made (see the module docstring)
