@@ -639,6 +639,9 @@ def test_a_promotion_before_the_resolution_it_cites_is_refused(service: Obsmem, 
         ({"tier": "user"}, "a 'forgotten' entry of the user tier in a project's ledger"),
         ({"judgment_id": "j" + "1" * 16}, "a 'forgotten' entry cites a judgment (its write cites none)"),
         ({"outcome": 1}, "a 'forgotten' entry fills a column its write leaves empty"),
+        # The kind is quoted only when it is one of the ledger's: anything else might be any text at all.
+        ({"entry": SECRET_TEXT, "outcome": 1}, "a trust ledger entry of a kind the ledger does not hold"),
+        ({"entry": SECRET_TEXT, "judgment_id": "j" + "1" * 16}, "a trust ledger entry of a kind the ledger"),
     ],
 )
 def test_a_ledger_entry_no_write_makes_is_refused(

@@ -39,6 +39,9 @@ _NOTES = "trust_rules.notes"  # note_id -> _Note
 _JUDGMENTS = "trust_rules.judgments"  # judgment_id -> _Judgment
 _ENTRIES = "trust_rules.entries"  # [_Entry]
 
+# The kinds of entry the ledger holds (its CHECK constraint); a message quotes an entry's kind only once it
+# is one of these: any other is whatever text the file holds there.
+_KINDS = frozenset({"judged", "resolved", "promoted", "superseded", "forgotten", "resaved"})
 _CITES_JUDGMENT = frozenset({"judged", "resolved", "promoted", "superseded"})
 _MIRRORED = frozenset({"judged", "resolved"})  # the only entries a project's ledger copies from a user tier
 # Links groom follows from an updated note to its chain's newest note (MAX_CHAIN in obsmem/trust/notes.py):
@@ -131,6 +134,8 @@ def entry_row(state: RestoreState, row: dict[str, Any]) -> None:
     entry_id = row.get("id")
     if not is_strict_int(entry_id) or not 1 <= entry_id <= MAX_SEQ:
         raise ExportInvalid(f"line {line}: a trust ledger entry's id is not one the ledger hands out (1 to 2^53)")
+    if entry not in _KINDS:
+        raise ExportInvalid(f"line {line}: a trust ledger entry of a kind the ledger does not hold")
     judgment_id = row.get("judgment_id")
     if entry in _CITES_JUDGMENT:
         if not isinstance(judgment_id, str) or JUDGMENT_ID.fullmatch(judgment_id) is None:
