@@ -100,11 +100,7 @@ def _within(state: RestoreState, kind: str, column: str, text: object, limit: in
 
 
 def _observation(state: RestoreState, row: dict[str, Any]) -> None:
-    _memory_text(state, "observation", row.get("content"))
-    _require_row_id(state, "observation", row)
-    minute = _minute(state, "observation", row.get("date"), seconds=False)
-    pending = state.pending.setdefault(_OBSERVATIONS, {})
-    pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
+    _pending_memory(state, "observation", _OBSERVATIONS, row, seconds=False)
 
 
 def _observation_source(state: RestoreState, row: dict[str, Any]) -> None:
@@ -113,10 +109,16 @@ def _observation_source(state: RestoreState, row: dict[str, Any]) -> None:
 
 
 def _reflection(state: RestoreState, row: dict[str, Any]) -> None:
-    _memory_text(state, "reflection", row.get("content"))
-    _require_row_id(state, "reflection", row)
-    minute = _minute(state, "reflection", row.get("date"), seconds=True)
-    pending = state.pending.setdefault(_REFLECTIONS, {})
+    _pending_memory(state, "reflection", _REFLECTIONS, row, seconds=True)
+
+
+def _pending_memory(state: RestoreState, kind: str, pending_key: str, row: dict[str, Any], *, seconds: bool) -> None:
+    """An observation's or reflection's own checks, and what its id check needs once the rows it cites
+    (sources or supports, later in the file) are in."""
+    _memory_text(state, kind, row.get("content"))
+    _require_row_id(state, kind, row)
+    minute = _minute(state, kind, row.get("date"), seconds=seconds)
+    pending = state.pending.setdefault(pending_key, {})
     pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
 
 
