@@ -55,7 +55,7 @@ from obsmem.indexer.sources import (
     mark_new_events,
 )
 from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
-from obsmem.indexer.vectors import MEMORIES, VectorSet, read_vector_set
+from obsmem.indexer.vectors import MEMORIES, DamagedVectors, VectorSet, read_vector_set
 from obsmem.settings import SemanticSettings
 from obsmem.storage import ProjectDatabase
 
@@ -115,6 +115,7 @@ class ProjectIndex:
         self._load_lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._rebuilding = False
+        self._damage_resets = 0  # how many times damaged stored vectors reset the index (see _reset_damaged)
         self._reported: tuple[str | None, str] | None = None  # the graph file problem logged last
         self.last_rebuild: dict[str, str] | None = None  # why and when the graph was last rebuilt
 
@@ -257,6 +258,10 @@ class ProjectIndex:
             if not free:
                 raise IndexBusy("another indexer is working on this project; try again when it has finished")
             total = BatchReport(reset=self.ensure_compatible())
+            if not total.reset:  # load (and so check) the stored vectors first: damaged ones are reset here
+                resets = self._damage_resets
+                self.vectors()
+                total.reset = self._damage_resets != resets
             self._mark_new_events()
             budget = self.settings.index.batch_chunks
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-encode") as model:
@@ -413,15 +418,37 @@ class ProjectIndex:
                 if not state.compatible_with(self.signature, self.keyword_signature):
                     return None
                 current = self._vectors
-                if current is not None and current.refresh(conn, state):
-                    return current
-                loaded = read_vector_set(conn, state, ef_search=self.settings.index.hnsw_ef_search)
+                try:
+                    if current is not None and current.refresh(conn, state):
+                        return current
+                    loaded = read_vector_set(conn, state, ef_search=self.settings.index.hnsw_ef_search)
+                except DamagedVectors as damage:
+                    problem = str(damage)
+                    loaded = None
+                else:
+                    problem = None
+            if problem is not None:
+                self._reset_damaged(problem)
+                return None
             if loaded is not None:
                 self._attach_file_graph(loaded)
             self._vectors = loaded
             return loaded
         finally:
             self._load_lock.release()
+
+    def _reset_damaged(self, problem: str) -> None:
+        """Stored vectors that do not fit the state (a cut or retyped blob, edited dimensions): derived data
+        like any other, so it is dropped and every source queued again, as for changed settings; searches
+        answer ``index_building`` until a batch has rebuilt it (called holding the load lock)."""
+        with self.db.write() as conn:
+            self._reset_derived(conn)
+        with self.files.locked():  # the graph files go as in _forget_derived (which takes the load lock we hold)
+            self.files.remove_strays(keep=None)
+        self._vectors = None
+        self._damage_resets += 1
+        self.last_rebuild = {"reason": "the stored vectors were damaged", "at": now_iso()}
+        log.warning("project %s: %s; the semantic index was reset and is rebuilt from the memories", self.name, problem)
 
     def _attach_file_graph(self, vectors: VectorSet) -> None:
         with self.files.locked(blocking=False) as free:

@@ -381,7 +381,17 @@ class VectorSet:
         return items
 
 
+class DamagedVectors(Exception):
+    """Stored vectors that cannot be what the state says (a blob of another type or length, dimensions that
+    are not a positive size): derived data, so the index is reset and rebuilt; canonical rows are untouched.
+    The message names only counts and sizes, never stored text."""
+
+
 def _unpack(rows: list[tuple], dimensions: int) -> tuple[list[int], np.ndarray, list[str], list[str], list[bool]]:
+    width = 4 * dimensions
+    for row in rows:  # one type and length check per loaded row; queries never re-check
+        if not isinstance(row[1], bytes) or len(row[1]) != width:
+            raise DamagedVectors(f"a stored vector is not {dimensions} float32 values")
     labels = [row[0] for row in rows]
     vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), dimensions)
     return labels, vectors, [row[2] for row in rows], [row[3] for row in rows], [bool(row[4]) for row in rows]
@@ -391,14 +401,21 @@ def read_vector_set(conn: apsw.Connection, state: IndexState, *, ef_search: int)
     """Every stored vector as a VectorSet at ``state.version`` (inside the read snapshot of ``state``)."""
     if state.dimensions is None:
         return None
+    if not isinstance(state.dimensions, int) or state.dimensions <= 0:
+        raise DamagedVectors("the index state's dimensions are not a positive size")
     total = conn.execute("SELECT count(*) FROM semantic_vectors").fetchone()[0]
     vectors = VectorSet(state.dimensions, ef_search=ef_search, capacity=int(total * 1.1) + 1024)
     cursor = conn.execute(
         "SELECT v.chunk, v.embedding, c.date, c.session_id, c.memory_row < 0 FROM semantic_vectors AS v"
         " JOIN semantic_chunks AS c ON c.id = v.chunk ORDER BY v.chunk"
     )
+    loaded = 0
     while rows := list(itertools.islice(cursor, 20_000)):
         vectors.add(*_unpack(rows, state.dimensions))
+        loaded += len(rows)
+    chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0]
+    if loaded != chunks:  # a chunk with no vector would never be searched nor repaired
+        raise DamagedVectors(f"{chunks - loaded} of {chunks} indexed chunks have no stored vector")
     vectors.version = state.version
     vectors.changes_since_publish = 0
     return vectors

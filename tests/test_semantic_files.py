@@ -277,3 +277,54 @@ def test_a_graph_file_written_short_is_never_published(tmp_path: Path, model_ser
         assert not state.dirty and graph_files(service) == [state.hnsw_file]
         assert service.status("p").index.graph_file == "present"
         assert service.indexer.project("p").vectors().graph is not None
+
+
+def damage_vectors(path: Path, how: str) -> None:
+    """Damage the stored vectors in the database file itself (memories untouched)."""
+    import apsw
+
+    conn = apsw.Connection(str(path))
+    with conn:
+        first = conn.execute("SELECT min(chunk) FROM semantic_vectors").fetchone()[0]
+        if how == "cut_short":
+            conn.execute("UPDATE semantic_vectors SET embedding = substr(embedding, 1, 10) WHERE chunk = ?", (first,))
+        elif how == "text":
+            conn.execute("UPDATE semantic_vectors SET embedding = 'not a vector' WHERE chunk = ?", (first,))
+        elif how == "missing":
+            conn.execute("DELETE FROM semantic_vectors WHERE chunk = ?", (first,))
+        elif how == "dimensions":
+            conn.execute("UPDATE semantic_state SET dimensions = dimensions + 3 WHERE id = 1")
+        elif how == "dimensions_text":
+            conn.execute("UPDATE semantic_state SET dimensions = 'many' WHERE id = 1")
+    conn.close()
+
+
+@pytest.mark.parametrize("how", ["cut_short", "text", "missing", "dimensions", "dimensions_text"])
+@pytest.mark.parametrize("first", ["search", "index"])
+def test_damaged_stored_vectors_reset_the_index_and_index_rebuilds_it(
+    tmp_path: Path, model_server: ModelServer, how: str, first: str
+) -> None:
+    data = tmp_path / "data"
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", corpus(60))
+        service.index("p")
+        db_path = Path(service.database("p").path)
+        memories = service.database("p").query("SELECT memory_id, content FROM memories ORDER BY id")
+    damage_vectors(db_path, how)
+    with make_service(data, model_server) as service:
+        if first == "search":
+            with pytest.raises(IndexBuilding) as caught:  # a stable error, not a ValueError/TypeError
+                service.search("p", "auth clock")
+            assert caught.value.to_dict()["indexed_count"] == 0
+            with pytest.raises(IndexBuilding):  # and again until something rebuilds it
+                service.search("p", "auth clock")
+        summary = service.index("p")
+        assert summary.totals.chunks_embedded >= 60
+        db = service.database("p")
+        assert db.query("SELECT memory_id, content FROM memories ORDER BY id") == memories  # canonical untouched
+        with db.read() as conn:
+            assert index_matches_memories(conn, service.settings.semantic)["missing"] == 0
+            expected = reference_search(conn, service.settings.semantic, "auth clock")
+        assert [h.memory_id for h in service.search("p", "auth clock").hits] == expected
+        state = service.indexer.project("p").state()
+        assert isinstance(state.dimensions, int) and graph_files(service) == [state.hnsw_file]
