@@ -12,6 +12,7 @@ event loop is held by a search could not answer at all.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,41 +73,33 @@ def locked(data: Path) -> apsw.Connection:
     return lock
 
 
-def test_health_answers_while_recalls_wait(tmp_path: Path) -> None:
+def answers_while_waiting(tmp_path: Path, request: Callable[[str], httpx.Response]) -> list[httpx.Response]:
+    """Two of ``request`` sent while project ``p``'s database is locked: health still answers while they wait
+    (200 with one in flight, ``over_capacity`` with both), and both answer once the lock goes."""
     data = tmp_path / "data"
     lock = locked(data)
     settings = {"max_in_flight": 2, "max_stream_followers": 1, "extra": "[jobs]\nin_server = false\n"}
     with live_server(data, **settings) as base, ThreadPoolExecutor(2) as pool:  # type: ignore[arg-type]
         try:
-            first = pool.submit(recall, base)
+            first = pool.submit(request, base)
             assert health(base).status_code == 200
-            second = pool.submit(recall, base)
+            second = pool.submit(request, base)
             refusal = refused_while(base, first, second)
             assert refusal.json()["error"]["code"] == "over_capacity"
         finally:
-            lock.close()
+            lock.close()  # rolls back: the requests (and the threads waiting on them) go on at once
         answers = [first.result(timeout=60), second.result(timeout=60)]
         assert health(base).status_code == 200
-    for answer in answers:
+    return answers
+
+
+def test_health_answers_while_recalls_wait(tmp_path: Path) -> None:
+    for answer in answers_while_waiting(tmp_path, recall):
         assert answer.status_code == 404, answer.text
         assert answer.json()["error"]["code"] == "not_found"
 
 
 def test_health_answers_while_conversation_searches_wait(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    lock = locked(data)
-    settings = {"max_in_flight": 2, "max_stream_followers": 1, "extra": "[jobs]\nin_server = false\n"}
-    with live_server(data, **settings) as base, ThreadPoolExecutor(2) as pool:  # type: ignore[arg-type]
-        try:
-            first = pool.submit(search, base)
-            assert health(base).status_code == 200
-            second = pool.submit(search, base)
-            refusal = refused_while(base, first, second)
-            assert refusal.json()["error"]["code"] == "over_capacity"
-        finally:
-            lock.close()  # rolls back: the searches (and the threads waiting on them) go on at once
-        answers = [first.result(timeout=60), second.result(timeout=60)]
-        assert health(base).status_code == 200
-    for answer in answers:
+    for answer in answers_while_waiting(tmp_path, search):
         assert answer.status_code == 200, answer.text
         assert [hit["content"] for hit in answer.json()["hits"]] == [CONTENT]
