@@ -49,5 +49,9 @@ def finite(value: Any) -> Any:
 
 def strict_dumps(value: Any, **options: Any) -> str:
     """``json.dumps(value, **options)`` that writes strict JSON: a number that is not finite as ``null``
-    (:func:`finite`), never as ``NaN`` or ``Infinity``."""
-    return json.dumps(finite(value), allow_nan=False, **options)
+    (:func:`finite`), never as ``NaN`` or ``Infinity``. Such a number is rare (only in tool arguments stored
+    before they were refused), so the value is copied by :func:`finite` only when the encoder meets one."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(finite(value), allow_nan=False, **options)
