@@ -1,8 +1,9 @@
 """Conversation events: validation and idempotent, atomic appends.
 
 An event is addressed by ``(session_id, seq)``. Appending the identical event at a used ``seq`` again is a
-duplicate (a retry is always safe); a *different* event at a used ``seq`` is a conflict, and the whole
-batch is refused so nothing partial is stored. Events without a ``seq`` are numbered after the last one.
+duplicate (so sending an append again is safe when its events carry their seqs); a *different* event at a
+used ``seq`` is a conflict, and the whole batch is refused so nothing partial is stored. Events without a
+``seq`` are numbered after the last one when stored: sent again, they are stored again.
 
 Secrets are redacted (:mod:`obsmem.redaction`) from every text field before an event is fingerprinted or
 stored, so a key pasted into a conversation (or a tool name, arguments or result) never reaches the

@@ -149,6 +149,10 @@ class Obsmem:
     def append_events(self, project: str, session_id: str, events: list[Any]) -> AppendReceipt:
         """Store events; if the session's backlog reached the buffer, an observe job is queued with them.
 
+        An event identical to the one stored at its ``seq`` is a duplicate, so events that carry their seqs
+        may be sent again after a failure; events without one are numbered after the session's last event
+        and would be stored again.
+
         Never waits for a model: observation runs on the workers (``start_workers`` / ``obsmem worker``).
         """
         session_id = check_session_id(session_id)  # a refused session id creates no project

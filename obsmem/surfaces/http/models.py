@@ -51,7 +51,10 @@ class EventsRequest(Model):
     events: list[EventIn] = Field(
         min_length=1,
         max_length=MAX_BATCH,
-        description="Events in order. An omitted `seq` continues after the session's last event.",
+        description=(
+            "Events in order. An omitted `seq` continues after the session's last event; give every event its "
+            "`seq` to send an append again safely (an event already stored at its seq is a duplicate)."
+        ),
     )
 
 
