@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import hnswlib
 import numpy as np
 
 from obsmem.dates import now_iso
@@ -117,6 +118,9 @@ class ProjectIndex:
         self._rebuilding = False
         self._damage_resets = 0  # how many times damaged stored vectors reset the index (see _reset_damaged)
         self._reported: tuple[str | None, str] | None = None  # the graph file problem logged last
+        # The graph in memory whose last publish failed (a full disk): it is whole, so the next maintenance
+        # publishes it again as it is instead of rebuilding it from every vector.
+        self._unpublished: hnswlib.Index | None = None
         self.last_rebuild: dict[str, str] | None = None  # why and when the graph was last rebuilt
 
     def _keyword_documents(self, settings: SemanticSettings) -> KeywordDocuments:
@@ -473,9 +477,13 @@ class ProjectIndex:
             if not free:
                 return
             state = self.state()
+            # Dirty after our own failed publish: the file was never written whole, but the graph in memory is
+            # (publishing reads it, never changes it), so it is published again without a rebuild.
+            republish = state.dirty and vectors.graph is not None and vectors.graph is self._unpublished
             if state.dirty or (state.hnsw_file is not None and self.files.verified_path(state) is None):
-                problem = "unfinished" if state.dirty else (self.files.problem(state) or "damaged")
-                self._report_graph_problem(state, problem)
+                if not republish:
+                    problem = "unfinished" if state.dirty else (self.files.problem(state) or "damaged")
+                    self._report_graph_problem(state, problem)
                 with self.db.write() as conn:
                     update_state(
                         conn,
@@ -486,9 +494,10 @@ class ProjectIndex:
                         hnsw_count=None,
                         dirty=0,
                     )
-                self.files.remove_strays(keep=None)
-                with vectors.lock:
-                    vectors.graph = None
+                self.files.remove_strays(keep=None)  # the old file is never loaded while dirty: free its space
+                if not republish:
+                    with vectors.lock:
+                        vectors.graph = None
                 state = self.state()
             else:
                 self.files.remove_strays(keep=state.hnsw_file)
@@ -515,7 +524,12 @@ class ProjectIndex:
         with vectors.lock:
             if vectors.graph is None:
                 return
-            self.files.publish(self.db, vectors.graph, version=vectors.version)
+            try:
+                self.files.publish(self.db, vectors.graph, version=vectors.version)
+            except BaseException:
+                self._unpublished = vectors.graph  # the state stays dirty; see maintain
+                raise
+            self._unpublished = None
             vectors.changes_since_publish = 0
 
     def close(self) -> None:

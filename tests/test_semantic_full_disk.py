@@ -1,0 +1,95 @@
+"""A graph file that cannot be published on a full disk: the graph built in memory keeps serving and is
+published again as it is (never rebuilt from every vector), the state stays dirty until a publish is whole,
+a background indexer backs off between attempts, and once space returns the index catches up by itself.
+
+The disk is real: a small tmpfs mounted on the project's semantic directory and filled to the last block
+(see support.storage_faults), so the database beside it keeps its room and only the graph file is short.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from obsmem.app import Obsmem
+from obsmem.errors import StorageFull
+from support.hybrid_reference import reference_search
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, corpus, make_service
+from support.storage_faults import fill, small_tmpfs
+
+QUERIES = ("flaky auth test", "docker image release", "backup restore")
+ITEMS = corpus(160)
+# The later graph is several times the first: removing the first file never makes room for it.
+FIRST, LATER = ITEMS[:40], ITEMS[40:]
+
+
+@pytest.fixture
+def graph_disk(tmp_path: Path, model_server: ModelServer) -> Iterator[Path]:
+    """A project ``p`` holding FIRST (not indexed yet) whose semantic directory is a 1 MiB file system."""
+    data = tmp_path / "data"
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", FIRST)
+    with small_tmpfs(data / "projects" / "p" / "semantic", size="1m") as mount:
+        yield mount
+
+
+def fill_disk(mount: Path) -> Path:
+    """Fill the graph's file system; the filler sits in a folder, where no cleanup of graph files looks."""
+    (mount / "filler").mkdir(exist_ok=True)
+    return fill(mount / "filler")
+
+
+def graph_files(mount: Path) -> list[str]:
+    return sorted(p.name for p in mount.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def wait_for(predicate: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def assert_search_serves(service: Obsmem) -> None:
+    for query in QUERIES:
+        with service.database("p").read() as conn:
+            expected = reference_search(conn, service.settings.semantic, query)
+        assert [h.memory_id for h in service.search("p", query).hits] == expected
+
+
+def test_a_graph_publish_failed_on_a_full_disk_is_retried_without_rebuilding_the_graph(
+    graph_disk: Path, tmp_path: Path, model_server: ModelServer
+) -> None:
+    """Each retry rebuilt the whole graph from every vector before failing to publish it again."""
+    with make_service(tmp_path / "data", model_server) as service:
+        service.index("p")
+        index = service.indexer.project("p")
+        graph = index.vectors().graph
+        [published] = graph_files(graph_disk)
+        assert graph is not None and index.state().hnsw_file == published
+        filler = fill_disk(graph_disk)
+        add_memories(service, "p", LATER)
+        assert index.run_batch().remaining == 0  # the database has room: the batch is in, graph and all
+        for _ in range(3):
+            with pytest.raises(StorageFull):
+                index.maintain()
+            assert index.vectors().graph is graph  # published again as it is, not rebuilt
+            state = index.state()
+            assert state.dirty and set(graph_files(graph_disk)) <= {published}  # nothing short is left
+            assert service.status("p").index.graph_file == "rebuilding"
+            assert_search_serves(service)  # the graph in memory serves meanwhile
+        filler.unlink()
+        index.maintain()
+        state = index.state()
+        assert not state.dirty and graph_files(graph_disk) == [state.hnsw_file]
+        assert index.vectors().graph is graph
+        assert service.status("p").index.graph_file == "present"
+    with make_service(tmp_path / "data", model_server) as service:  # the published file holds every vector
+        vectors = service.indexer.project("p").vectors()
+        assert vectors is not None and vectors.graph is not None
+        assert vectors.graph.get_current_count() == len(ITEMS)
+        assert_search_serves(service)
