@@ -5,7 +5,9 @@ It runs :meth:`ProjectIndex.run_batch` for projects that have work — after the
 processes, which it finds by polling each project's pending queue every ``poll_seconds``. When a project
 has no more pending work it gets maintenance (graph build, repair or publish). A failing embedding
 endpoint is retried with exponential backoff (up to a minute) rather than hammered; the failure is
-logged with its stage, never with memory text.
+logged with its stage, never with memory text. Failed maintenance (a graph file that cannot be published
+on a full disk) backs off the same way, counted apart from the batches: a batch that succeeds says
+nothing about the disk, and new writes waking the project do not bring its maintenance forward.
 
 This is a second scheduler beside the job queue's worker pool (:mod:`obsmem.work`), on purpose:
 
@@ -54,7 +56,9 @@ class IndexBatchScheduler:
         self._wanted: dict[str, float] = {}  # project -> earliest time to work on it
         self._cond = threading.Condition()
         self._stop = False
-        self._failures: dict[str, int] = {}
+        self._failures: dict[str, int] = {}  # project -> batches failed in a row
+        self._maintenance_failures: dict[str, int] = {}  # project -> maintenance runs failed in a row
+        self._maintain_after: dict[str, float] = {}  # project -> earliest time of its next maintenance
         self._thread = threading.Thread(target=self._loop, name="obsmem-indexer", daemon=True)
         self.idle = threading.Event()
 
@@ -108,23 +112,43 @@ class IndexBatchScheduler:
         while (name := self._next()) is not None:
             try:
                 remaining = self._run_batch(name)
-                if remaining is None:  # another indexer holds the project
-                    self._later(name, self.poll_seconds)
-                    continue
-                self._failures.pop(name, None)
-                if remaining > 0:
-                    self._later(name, 0.0)
-                else:
-                    self._maintain(name)
-            except ObsmemError as exc:
-                failures = self._failures[name] = self._failures.get(name, 0) + 1
-                delay = min(MAX_BACKOFF_SECONDS, 2.0 ** min(failures, 6))
-                log.warning("indexing project %s failed: %s (retry in %.0f s)", name, exc.code, delay)
-                self._later(name, delay)
-            except Exception:
-                failures = self._failures[name] = self._failures.get(name, 0) + 1
-                log.exception("indexing project %s failed unexpectedly", name)
-                self._later(name, min(MAX_BACKOFF_SECONDS, 2.0 ** min(failures, 6)))
+            except Exception as exc:
+                self._back_off(name, self._failures, exc, "indexing project")
+                continue
+            if remaining is None:  # another indexer holds the project
+                self._later(name, self.poll_seconds)
+                continue
+            self._failures.pop(name, None)
+            if remaining > 0:
+                self._later(name, 0.0)
+            else:
+                self._maintain_when_due(name)
+
+    def _maintain_when_due(self, name: str) -> None:
+        wait = self._maintain_after.get(name, 0.0) - time.monotonic()
+        if wait > 0:  # maintenance failed lately: it waits out its backoff, whoever woke the project
+            self._later(name, wait)
+            return
+        try:
+            self._maintain(name)
+        except Exception as exc:
+            delay = self._back_off(name, self._maintenance_failures, exc, "maintaining the semantic index of project")
+            self._maintain_after[name] = time.monotonic() + delay
+        else:
+            self._maintenance_failures.pop(name, None)
+            self._maintain_after.pop(name, None)
+
+    def _back_off(self, name: str, failures: dict[str, int], exc: Exception, what: str) -> float:
+        """Count one more failure in a row of ``name`` in ``failures``, log it and retry after a delay that
+        doubles with each (2 s up to a minute); returns the delay. Called while ``exc`` is being handled."""
+        count = failures[name] = failures.get(name, 0) + 1
+        delay = min(MAX_BACKOFF_SECONDS, 2.0 ** min(count, 6))
+        if isinstance(exc, ObsmemError):
+            log.warning("%s %s failed: %s (retry in %.0f s)", what, name, exc.code, delay)
+        else:
+            log.exception("%s %s failed unexpectedly (retry in %.0f s)", what, name, delay)
+        self._later(name, delay)
+        return delay
 
     def _later(self, name: str, delay: float) -> None:
         with self._cond:

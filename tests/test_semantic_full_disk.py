@@ -8,6 +8,8 @@ The disk is real: a small tmpfs mounted on the project's semantic directory and 
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -93,3 +95,35 @@ def test_a_graph_publish_failed_on_a_full_disk_is_retried_without_rebuilding_the
         assert vectors is not None and vectors.graph is not None
         assert vectors.graph.get_current_count() == len(ITEMS)
         assert_search_serves(service)
+
+
+def test_the_background_indexer_backs_off_on_a_full_disk_and_catches_up_when_space_returns(
+    graph_disk: Path, tmp_path: Path, model_server: ModelServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scheduler forgot a failed publish as soon as the next batch succeeded: it retried every 2 s."""
+    background = {"background": True, "poll_seconds": 0.2}
+    with make_service(tmp_path / "data", model_server, index=background) as service:
+        wait_for(lambda: service.status("p").index.graph_file == "present", "the first graph was not published")
+        index = service.indexer.project("p")
+        graph = index.vectors().graph
+        filler = fill_disk(graph_disk)
+        caplog.set_level(logging.WARNING, logger="obsmem.indexer")
+
+        def delays() -> list[str]:
+            found = (re.search(r"failed: storage_full \(retry in (\d+) s\)", r.getMessage()) for r in caplog.records)
+            return [match.group(1) for match in found if match]
+
+        add_memories(service, "p", LATER)  # wakes the indexer: the batch commits, the publish cannot
+        wait_for(lambda: len(delays()) >= 3, "the publish was not retried")
+        assert delays()[:3] == ["2", "4", "8"]  # each failure waits twice as long as the one before
+        assert index.vectors().graph is graph  # and none of them rebuilt the graph
+        assert index.state().dirty
+        filler.unlink()
+        caught_up = "the index did not catch up once space returned"
+        wait_for(lambda: service.status("p").index.graph_file == "present", caught_up)
+        state = index.state()
+        assert not state.dirty and graph_files(graph_disk) == [state.hnsw_file]
+        assert index.vectors().graph is graph and graph.get_current_count() == len(ITEMS)
+        assert_search_serves(service)
+        messages = " ".join(record.getMessage() for record in caplog.records)
+        assert not any(content in messages for _, content in ITEMS)  # never memory text
