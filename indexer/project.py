@@ -243,6 +243,8 @@ class ProjectIndex:
             if not free:
                 return BatchReport(busy=True)
             report = BatchReport(reset=self.ensure_compatible())
+            if not report.reset:
+                report.reset = self._reset_if_damaged()
             self._mark_new_events()
             plan = self._plan(max_chunks or self.settings.index.batch_chunks)
             crash_point("batch:read")
@@ -262,10 +264,8 @@ class ProjectIndex:
             if not free:
                 raise IndexBusy("another indexer is working on this project; try again when it has finished")
             total = BatchReport(reset=self.ensure_compatible())
-            if not total.reset:  # load (and so check) the stored vectors first: damaged ones are reset here
-                resets = self._damage_resets
-                self.vectors()
-                total.reset = self._damage_resets != resets
+            if not total.reset:
+                total.reset = self._reset_if_damaged()
             self._mark_new_events()
             budget = self.settings.index.batch_chunks
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-encode") as model:
@@ -293,6 +293,19 @@ class ProjectIndex:
                         progress(report)
             total.remaining = self.pending_count()
             return total
+
+    def _reset_if_damaged(self) -> bool:
+        """Before indexing: load the stored vectors, or catch up with what was committed since they were
+        loaded, which checks them (see :meth:`vectors`); damaged ones reset the index here, so the batches
+        that follow rebuild it instead of writing beside it. Returns whether they did.
+
+        No batch reloads every vector: the first batch of a process loads them once (the process holds them
+        anyway, for searches and for the graph its maintenance builds and publishes), and each later one
+        reads only the rows committed since (one state read when nothing was). Rows damaged after this
+        process loaded them are found by the next process that loads them; the copy held here is whole."""
+        resets = self._damage_resets
+        self.vectors()
+        return self._damage_resets != resets
 
     def indexing_elsewhere(self) -> bool:
         """Does a batch hold this project's indexing lock now (in this process or another)?"""

@@ -178,9 +178,11 @@ class VectorSet:
         version, or the index was reset); the caller then loads afresh.
         """
         with self.lock:
+            if state.dimensions != self.dimensions:
+                return False  # another size (or an edited one, which the full load refuses): load it whole
             if state.version == self.version:
                 return True
-            if self.version < state.removed_floor or state.dimensions != self.dimensions:
+            if self.version < state.removed_floor:
                 return False
             removed = [
                 row[0] for row in conn.execute("SELECT label FROM semantic_removed WHERE version > ?", (self.version,))
@@ -190,9 +192,13 @@ class VectorSet:
                 " JOIN semantic_chunks AS c ON c.id = v.chunk WHERE v.chunk > ? ORDER BY v.chunk",
                 (self.max_label,),
             ).fetchall()
+            # The new rows get the checks a full load gives every row (labels only grow: AUTOINCREMENT), and
+            # before anything changes here; rows loaded earlier are not read again.
+            _require_a_vector_per_chunk(conn, len(rows), above_label=self.max_label)
+            added = _unpack(rows, self.dimensions) if rows else None
             self.remove(removed)
-            if rows:
-                self.add(*_unpack(rows, self.dimensions))
+            if added is not None:
+                self.add(*added)
             self.version = state.version
             return True
 
@@ -397,6 +403,17 @@ def _unpack(rows: list[tuple], dimensions: int) -> tuple[list[int], np.ndarray, 
     return labels, vectors, [row[2] for row in rows], [row[3] for row in rows], [bool(row[4]) for row in rows]
 
 
+def _require_a_vector_per_chunk(conn: apsw.Connection, loaded: int, *, above_label: int | None = None) -> None:
+    """``loaded`` vectors were read for the chunks (those above ``above_label`` only, when given): one each,
+    or the index is damaged, since a chunk with no vector would never be searched nor repaired."""
+    if above_label is None:  # a plain count may use the smallest index; a label range reads only its rows
+        chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0]
+    else:
+        chunks = conn.execute("SELECT count(*) FROM semantic_chunks WHERE id > ?", (above_label,)).fetchone()[0]
+    if loaded != chunks:
+        raise DamagedVectors(f"{chunks - loaded} of {chunks} indexed chunks have no stored vector")
+
+
 def read_vector_set(conn: apsw.Connection, state: IndexState, *, ef_search: int) -> VectorSet | None:
     """Every stored vector as a VectorSet at ``state.version`` (inside the read snapshot of ``state``)."""
     if state.dimensions is None:
@@ -413,9 +430,7 @@ def read_vector_set(conn: apsw.Connection, state: IndexState, *, ef_search: int)
     while rows := list(itertools.islice(cursor, 20_000)):
         vectors.add(*_unpack(rows, state.dimensions))
         loaded += len(rows)
-    chunks = conn.execute("SELECT count(*) FROM semantic_chunks").fetchone()[0]
-    if loaded != chunks:  # a chunk with no vector would never be searched nor repaired
-        raise DamagedVectors(f"{chunks - loaded} of {chunks} indexed chunks have no stored vector")
+    _require_a_vector_per_chunk(conn, loaded)
     vectors.version = state.version
     vectors.changes_since_publish = 0
     return vectors

@@ -279,13 +279,14 @@ def test_a_graph_file_written_short_is_never_published(tmp_path: Path, model_ser
         assert service.indexer.project("p").vectors().graph is not None
 
 
-def damage_vectors(path: Path, how: str) -> None:
-    """Damage the stored vectors in the database file itself (memories untouched)."""
+def damage_vectors(path: Path, how: str, *, newest: bool = False) -> None:
+    """Damage the stored vectors in the database file itself (memories untouched): the first vector, or the
+    newest one."""
     import apsw
 
     conn = apsw.Connection(str(path))
     with conn:
-        first = conn.execute("SELECT min(chunk) FROM semantic_vectors").fetchone()[0]
+        first = conn.execute(f"SELECT {'max' if newest else 'min'}(chunk) FROM semantic_vectors").fetchone()[0]
         if how == "cut_short":
             conn.execute("UPDATE semantic_vectors SET embedding = substr(embedding, 1, 10) WHERE chunk = ?", (first,))
         elif how == "text":
@@ -320,11 +321,91 @@ def test_damaged_stored_vectors_reset_the_index_and_index_rebuilds_it(
                 service.search("p", "auth clock")
         summary = service.index("p")
         assert summary.totals.chunks_embedded >= 60
-        db = service.database("p")
-        assert db.query("SELECT memory_id, content FROM memories ORDER BY id") == memories  # canonical untouched
-        with db.read() as conn:
-            assert index_matches_memories(conn, service.settings.semantic)["missing"] == 0
-            expected = reference_search(conn, service.settings.semantic, "auth clock")
-        assert [h.memory_id for h in service.search("p", "auth clock").hits] == expected
-        state = service.indexer.project("p").state()
-        assert isinstance(state.dimensions, int) and graph_files(service) == [state.hnsw_file]
+        assert_rebuilt_whole(service, memories)
+
+
+def assert_rebuilt_whole(service, memories: list[tuple]) -> None:
+    """The index of ``p`` was rebuilt from its memories, which are as they were, and search answers from it."""
+    db = service.database("p")
+    assert db.query("SELECT memory_id, content FROM memories ORDER BY id") == memories  # canonical untouched
+    with db.read() as conn:
+        assert index_matches_memories(conn, service.settings.semantic)["missing"] == 0
+        expected = reference_search(conn, service.settings.semantic, "auth clock")
+    assert [h.memory_id for h in service.search("p", "auth clock").hits] == expected
+    state = service.indexer.project("p").state()
+    assert isinstance(state.dimensions, int) and graph_files(service) == [state.hnsw_file]
+
+
+def drain(service) -> None:
+    """Run ``p``'s batches as the background indexer does, one at a time, then its maintenance."""
+    while service.indexer.run_batch("p").remaining:
+        pass
+    service.indexer.project("p").maintain()
+
+
+@pytest.mark.parametrize("how", ["cut_short", "text", "missing", "dimensions", "dimensions_text"])
+def test_damaged_stored_vectors_are_found_before_a_background_batch(
+    tmp_path: Path, model_server: ModelServer, how: str
+) -> None:
+    """A server's batches checked nothing: they wrote beside damaged vectors (an edited size failed every one
+    of them as embedding_unavailable, for good) until a search happened to load them."""
+    data = tmp_path / "data"
+    items = corpus(65)
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", items[:60])
+        service.index("p")
+        db_path = Path(service.database("p").path)
+    damage_vectors(db_path, how)
+    with make_service(data, model_server) as service:
+        add_memories(service, "p", items[60:])  # a server's next batch: five new memories
+        report = service.indexer.run_batch("p")
+        assert report.reset and report.memories + report.remaining == 65  # found first: every memory queued again
+        drain(service)
+        memories = service.database("p").query("SELECT memory_id, content FROM memories ORDER BY id")
+        assert len(memories) == 65
+        assert_rebuilt_whole(service, memories)
+
+
+@pytest.mark.parametrize("how", ["missing", "cut_short"])
+def test_vectors_held_in_memory_catch_up_only_with_whole_vectors(
+    tmp_path: Path, model_server: ModelServer, how: str
+) -> None:
+    """A process holding the vectors catches up with what another one committed since: a new chunk whose
+    vector row was gone was skipped silently, never searched nor repaired."""
+    data = tmp_path / "data"
+    items = corpus(65)
+    with make_service(data, model_server) as serving:
+        add_memories(serving, "p", items[:60])
+        serving.index("p")
+        assert serving.search("p", "auth clock").hits  # the vectors are held in memory now
+        with make_service(data, model_server) as other:  # another process's batch indexes five more
+            add_memories(other, "p", items[60:])
+            assert other.indexer.run_batch("p").remaining == 0  # (no graph published: no full reload follows)
+        damage_vectors(Path(serving.database("p").path), how, newest=True)
+        with pytest.raises(IndexBuilding):  # the catch-up refuses them and resets the index
+            serving.search("p", "auth clock")
+        drain(serving)
+        memories = serving.database("p").query("SELECT memory_id, content FROM memories ORDER BY id")
+        assert len(memories) == 65
+        assert_rebuilt_whole(serving, memories)
+
+
+@pytest.mark.parametrize("how", ["dimensions", "dimensions_text"])
+def test_an_edited_vector_size_is_found_by_the_next_batch_of_a_process_holding_the_vectors(
+    tmp_path: Path, model_server: ModelServer, how: str
+) -> None:
+    """The vectors held in memory at the state's version were taken as current whatever size the state now
+    gave, so every later batch failed as embedding_unavailable, for good."""
+    data = tmp_path / "data"
+    items = corpus(65)
+    with make_service(data, model_server) as serving:
+        add_memories(serving, "p", items[:60])
+        serving.index("p")
+        assert serving.search("p", "auth clock").hits  # the vectors are held in memory now
+        damage_vectors(Path(serving.database("p").path), how)
+        add_memories(serving, "p", items[60:])
+        report = serving.indexer.run_batch("p")
+        assert report.reset and report.memories + report.remaining == 65
+        drain(serving)
+        memories = serving.database("p").query("SELECT memory_id, content FROM memories ORDER BY id")
+        assert_rebuilt_whole(serving, memories)
