@@ -65,7 +65,7 @@ SESSIONS = 100
 def build(service: Obsmem, project: str, count: int, pool_size: int, shared: Path) -> dict[str, object]:
     db = service.database(project, create=True)
     index = service.indexer.project(project)
-    index.ensure_compatible()
+    index.ensure_compatible(adopt=True)
     texts = sentence_pool(shared)[:pool_size]
     started = time.perf_counter()
     base = index.embedder.embed_documents(texts)

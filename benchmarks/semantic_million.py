@@ -73,7 +73,7 @@ def main() -> None:
         for s in range(sessions):
             service.append_events(args.project, f"s{s}", [{"role": "user", "content": "e"}])
         index = service.indexer.project(args.project)
-        index.ensure_compatible()
+        index.ensure_compatible(adopt=True)
         db = service.database(args.project)
         with db.write() as conn:
             update_state(conn, dimensions=int(base.shape[1]))

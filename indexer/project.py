@@ -32,7 +32,7 @@ import hnswlib
 import numpy as np
 
 from obsmem.dates import now_iso
-from obsmem.errors import EmbeddingUnavailable, IndexBusy
+from obsmem.errors import EmbeddingUnavailable, IndexBusy, SemanticSettingsMismatch
 from obsmem.faults import crash_point
 from obsmem.indexer import stores
 from obsmem.indexer.batch_plan import (
@@ -138,14 +138,25 @@ class ProjectIndex:
         with self.db.read() as conn:
             return IndexState.read(conn)
 
-    def ensure_compatible(self) -> bool:
-        """Reset derived data if the signature changed; rebuild the keyword tables if their layout did."""
+    def ensure_compatible(self, *, adopt: bool) -> bool:
+        """Reset derived data if the signature changed; rebuild the keyword tables if their layout did.
+
+        ``adopt``: an explicit ``obsmem index``, which replaces an index built with other settings. Without
+        it (a background batch) such an index is ``semantic_settings_mismatch``, and only an index never
+        built is built with these settings: a server or worker must not undo the index other processes keep
+        with their settings (see :meth:`IndexState.built_with_other_settings`)."""
         state = self.state()
         if state.compatible_with(self.signature, self.keyword_signature):
             return False
+        if not adopt and state.built_with_other_settings(self.signature, self.keyword_signature):
+            raise self.settings_mismatch(state)
         reset = False
         with self.db.write() as conn:
             state = IndexState.read(conn)
+            if state.compatible_with(self.signature, self.keyword_signature):
+                return False  # another process of these settings got here first
+            if not adopt and state.built_with_other_settings(self.signature, self.keyword_signature):
+                raise self.settings_mismatch(state)  # claimed meanwhile by a process of other settings
             if state.signature != self.signature:
                 self._reset_derived(conn)
                 reset = True
@@ -158,6 +169,19 @@ class ProjectIndex:
             log.info("project %s: index settings changed; rebuilding derived data", self.name)
             self._forget_derived()
         return reset
+
+    def settings_mismatch(self, state: IndexState) -> SemanticSettingsMismatch:
+        """The error of a process whose settings differ from those ``state``'s index was built with: which
+        settings differ (names only) and the explicit command that switches the index to this process's."""
+        differing = ", ".join(state.differing_settings(self.signature, self.keyword_signature))
+        return SemanticSettingsMismatch(
+            f"the semantic index of project {self.name} was built with other [semantic] settings than this "
+            f"process's (they differ in: {differing}), and another process may still be using it; hybrid "
+            "search answers only with the settings the index was built with. To switch the index to this "
+            f"process's settings, run `obsmem index {self.name}` with them (it rebuilds the index; processes "
+            "still running with the old settings then answer this error); or run this process with the "
+            "settings the index was built with. Mode 'exact' works meanwhile"
+        )
 
     def _reset_derived(self, conn: Any) -> None:
         """Drop every derived row and queue every source again, in the caller's transaction."""
@@ -238,11 +262,13 @@ class ProjectIndex:
     # -- indexing -------------------------------------------------------------------------------
 
     def run_batch(self, max_chunks: int | None = None) -> BatchReport:
-        """Index one bounded batch of pending memories. Raises EmbeddingUnavailable (nothing stored)."""
+        """Index one bounded batch of pending memories (the background indexer's step). Raises
+        EmbeddingUnavailable (nothing stored), and SemanticSettingsMismatch for an index built with other
+        settings, which only :meth:`backfill` (``obsmem index``) replaces."""
         with self._indexing() as free:
             if not free:
                 return BatchReport(busy=True)
-            report = BatchReport(reset=self.ensure_compatible())
+            report = BatchReport(reset=self.ensure_compatible(adopt=False))
             if not report.reset:
                 report.reset = self._reset_if_damaged()
             self._mark_new_events()
@@ -258,12 +284,15 @@ class ProjectIndex:
 
         The model encodes batch N+1 (in a helper thread, holding no lock) while this thread commits batch
         N, so the SQLite writes hide behind the model's time; the graph grows as batches commit, one
-        thread, beside the model. Raises IndexBusy when another indexer holds the project.
+        thread, beside the model. Raises IndexBusy when another indexer holds the project. It is the explicit
+        run (``obsmem index``, ``Obsmem.index``), so an index built with other settings is replaced by one
+        built with these.
         """
         with self._indexing() as free:
             if not free:
                 raise IndexBusy("another indexer is working on this project; try again when it has finished")
-            total = BatchReport(reset=self.ensure_compatible())
+            # An explicit run: the operator's way to switch an index to this process's settings.
+            total = BatchReport(reset=self.ensure_compatible(adopt=True))
             if not total.reset:
                 total.reset = self._reset_if_damaged()
             self._mark_new_events()

@@ -1,7 +1,9 @@
 """The index state row: signature, dirty flag, version and the published HNSW file.
 
 - ``signature`` — what the derived data was made with (embedding model, chunk settings). A different
-  configured signature means the index is incompatible: every derived row is dropped and rebuilt.
+  configured signature means the index is incompatible: every derived row is dropped and rebuilt, but only
+  when the index was never built (NULL) or an explicit ``obsmem index`` adopts the new settings; a process
+  whose settings differ from a built index refuses it instead (:meth:`IndexState.built_with_other_settings`).
 - ``dimensions`` — vector size, learnt from the first valid embedding reply.
 - ``fts_tokenizer`` — the keyword tables' signature (layout, tokenizer, context size; see
   :func:`obsmem.indexer.keywords.keyword_signature`); a change rebuilds only those tables.
@@ -51,6 +53,51 @@ class IndexState:
 
     def compatible_with(self, signature: str, keyword_signature: str) -> bool:
         return self.signature == signature and self.fts_tokenizer == keyword_signature
+
+    def built_with_other_settings(self, signature: str, keyword_signature: str) -> bool:
+        """Was the index built (a signature recorded) with settings other than these? Such an index belongs
+        to whoever runs with its settings, and only an explicit ``obsmem index`` replaces it: several
+        processes share one index (one database, or one data directory), and each one that replaced an
+        index of other settings on its own would undo the others' work, round after round. An index never
+        built (NULL signature, as a new project's is) is anyone's to build."""
+        return self.signature is not None and not self.compatible_with(signature, keyword_signature)
+
+    def differing_settings(self, signature: str, keyword_signature: str) -> list[str]:
+        """The names of the settings the index was built with other values of (never the values: an
+        embedder's identity may name a private model), in the ``[semantic]`` section's spelling."""
+        names: list[str] = []
+        if self.signature != signature:
+            stored, wanted = _signature_parts(self.signature), _signature_parts(signature)
+            if stored is None or wanted is None:  # not a signature this version writes: name what one covers
+                names += ["embedding", "chunk_bytes", "overlap_bytes", "max_lines"]
+            else:
+                names += [_SETTING_NAMES.get(part, part) for part in sorted(stored) if stored[part] != wanted.get(part)]
+                names += [_SETTING_NAMES.get(part, part) for part in sorted(set(wanted) - set(stored))]
+        if self.fts_tokenizer != keyword_signature:
+            names.append("bm25")
+        return names
+
+
+# What each part of the signature is called in the settings ([semantic] section).
+_SETTING_NAMES = {
+    "embedder": "embedding",
+    "chunk_bytes": "chunk_bytes",
+    "overlap_bytes": "overlap_bytes",
+    "max_lines": "max_lines",
+    "sentences": "embedding.sentences",
+}
+
+
+def _signature_parts(signature: str | None) -> dict[str, object] | None:
+    """A signature's parts, ``sentences`` filled in where :func:`index_signature` leaves it out."""
+    try:
+        parts = json.loads(signature or "")
+    except ValueError:
+        return None
+    if not isinstance(parts, dict):
+        return None
+    parts.setdefault("sentences", "whole")
+    return parts
 
 
 def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: str) -> str:

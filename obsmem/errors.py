@@ -37,6 +37,8 @@ and a surface that spells it otherwise renders :meth:`ObsmemError.message_for` (
     ├── ProjectNotEmpty (409)         project_not_empty: a restore into a project that already holds data
     ├── ObservationOff (409)          observation_off: observation asked for, but no model or switched off
     ├── ReflectionOff (409)           reflection_off: reflection asked for, but no model or switched off
+    ├── SemanticSettingsMismatch (409)  semantic_settings_mismatch: the semantic index was built with other
+    │                                 [semantic] settings than this process's; `obsmem index PROJECT` adopts them
     ├── Unauthorized (401)            unauthorized
     ├── Forbidden (403)               forbidden
     ├── PayloadTooLarge (413)         payload_too_large
@@ -401,6 +403,17 @@ class ProjectNotEmpty(ObsmemError):
 
     code = "project_not_empty"
     status = 409
+
+
+class SemanticSettingsMismatch(ObsmemError):
+    """The project's semantic index was built with other ``[semantic]`` settings (embedding model, chunking,
+    keyword documents) than this process's. Only an explicit ``obsmem index PROJECT`` replaces an index built
+    with other settings: a background indexer that did so would start a fight with every process still
+    running with the settings the index was built with (docs/semantic.md, Settings changes)."""
+
+    code = "semantic_settings_mismatch"
+    status = 409
+    retryable = False
 
 
 class ExportIncomplete(ObsmemError):

@@ -2,8 +2,9 @@
 
 Order of work for one query:
 
-1. readiness — an uninitialised, incompatible (settings changed) or still-empty index is
-   ``index_building`` with ``indexed_count`` and ``source_count``; never a silent fallback to exact;
+1. readiness — an uninitialised (never built) or still-empty index is
+   ``index_building`` with ``indexed_count`` and ``source_count``, one built with other settings
+   a settings mismatch (``SemanticSettingsMismatch``); never a silent fallback to exact;
 2. the query embedding — a model call, made with no lock or transaction held; a question that writes
    words most indexed chunks hold (``common_word_share``) is embedded without them too, in the same batch,
    and searched with the mean of the two (common_words.py);
@@ -308,7 +309,9 @@ class HybridSearcher:
         that is incompatible with the settings, uninitialised or (``live`` False) holds nothing of the
         scope while sources exist raises ``index_building``; ``live`` None: not known yet. A search that
         passes marks the project ready for its kind (see :meth:`_open`); an index that does not fit the
-        settings is no longer ready for any kind."""
+        settings is no longer ready for any kind, and one built with other settings is
+        a settings mismatch (it stays so until an ``obsmem index`` adopts these settings)."""
+        self._refuse_other_settings(project, index, state)
         if not state.compatible_with(index.signature, index.keyword_signature) or state.dimensions is None:
             compatible = False
         elif live is False:
@@ -324,6 +327,14 @@ class HybridSearcher:
         if store.source_count(kind) == 0:
             return True
         raise self._building(project, store, compatible=compatible, kind=kind)
+
+    def _refuse_other_settings(self, project: str, index: ProjectIndex, state: IndexState) -> None:
+        """An index built with other settings is not this process's to search (its vectors come from another
+        model or chunking) nor to rebuild on its own (background indexing leaves it to ``obsmem index``), so
+        the search says so instead of ``index_building``, which would promise an index that never comes."""
+        if state.built_with_other_settings(index.signature, index.keyword_signature):
+            self._ready.difference_update({(project, scoped) for scoped in SCOPE_KINDS.values()})
+            raise index.settings_mismatch(state)
 
     @staticmethod
     def check_width(dimensions: int | None, query_vector: np.ndarray | None) -> None:
@@ -364,6 +375,7 @@ class HybridSearcher:
         with index.reader() as store:
             state = store.state()
             if vectors is None:
+                self._refuse_other_settings(project, index, state)
                 raise self._building(project, store, compatible=False, kind=kind)
             if self._refused(project, index, store, state, kind, live=vectors.live_of(kind) > 0):
                 return SearchResult(mode="hybrid"), stages

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from obsmem import Obsmem
-from obsmem.errors import IndexBuilding
+from obsmem.errors import SemanticSettingsMismatch
 from obsmem.indexer import encoder_build
 from obsmem.indexer.embed_local import LocalEmbedder, bundled_model_path
 from obsmem.indexer.embed_onnx import OnnxEmbedder
@@ -201,9 +201,10 @@ def test_changing_the_encoder_rebuilds_the_index(tmp_path: Path, cache_dir: Path
         assert service.search("app", "database upgrade").hits[0].content == MEMORIES[1][1]
     reference = semantic(cache_dir, encoder="onnx-int8")
     with Obsmem(load_settings(data_dir=tmp_path, semantic=reference)) as service:
-        # An index built by the other encoder is never searched with this one.
-        with pytest.raises(IndexBuilding):
+        # An index built by the other encoder is never searched with this one, nor rebuilt unasked.
+        with pytest.raises(SemanticSettingsMismatch) as refused:
             service.search("app", "database upgrade")
+        assert "(they differ in: embedding)" in refused.value.message
         assert service.status("app").indexed_count == 0
         report = service.index("app")
         assert report.totals.reset and report.totals.chunks_embedded == 3

@@ -21,7 +21,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from obsmem.app import Obsmem
-from obsmem.errors import IndexBuilding, IndexBusy, ValidationFailed
+from obsmem.errors import IndexBusy, SemanticSettingsMismatch, ValidationFailed
 from obsmem.indexer import Filter
 from obsmem.indexer.postgres_reader import vector_literal
 from support.hybrid_reference import reference_search
@@ -216,9 +216,10 @@ def test_a_rebuild_never_touches_canonical_rows(tmp_path: Path, model_server: Mo
         service.index("p")
         before = _canonical(service)
         first = service.search("p", "auth clock", limit=5)
-    # Other chunk settings: every derived row is dropped and rebuilt, the HNSW index made again.
+    # Other chunk settings: the index is left as built until `obsmem index` adopts them; then every derived
+    # row is dropped and rebuilt, the HNSW index made again.
     with service_on(tmp_path, model_server, postgres_dsn, chunk_bytes=400) as service:
-        with pytest.raises(IndexBuilding):
+        with pytest.raises(SemanticSettingsMismatch):
             service.search("p", "auth clock")
         report = service.index("p")
         assert report.totals.reset and report.status.indexed_count == 60 and report.status.graph

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from obsmem import Obsmem
-from obsmem.errors import IndexBuilding
+from obsmem.errors import SemanticSettingsMismatch
 from obsmem.indexer.embedders import make_embedder
 from obsmem.indexer.sentences import mean_of_pieces, sentence_pieces, split_for_embedding
 from obsmem.settings import EmbeddingSettings, load_settings
@@ -134,8 +134,9 @@ def test_changing_the_setting_rebuilds_the_index(tmp_path: Path) -> None:
         assert "sentences" not in _signature(service, "chat")  # as indexes built before the setting existed
     by_sentence = {"embedding": {"encoder": "torch-fp32"}, "index": {"background": False}}  # the default: mean
     with Obsmem(load_settings(data_dir=tmp_path, semantic=by_sentence)) as service:
-        with pytest.raises(IndexBuilding):  # never searched with vectors made the other way
+        with pytest.raises(SemanticSettingsMismatch) as refused:  # never searched with vectors made the other way
             service.search("chat", "painting a lake", mode="hybrid")
+        assert "(they differ in: embedding.sentences)" in refused.value.message
         report = service.index("chat")
         assert report.totals.reset and report.totals.chunks_embedded == 2
         assert _signature(service, "chat")["sentences"] == "mean"

@@ -37,10 +37,15 @@ router = APIRouter(tags=["memory"])
     response_model=SearchResponse,
     responses=errors(
         (
+            409,
+            "Hybrid search of a project whose semantic index was built with other [semantic] settings than the "
+            "server's (`semantic_settings_mismatch`): `obsmem index PROJECT` with the new settings switches it.",
+        ),
+        (
             503,
             "Hybrid search cannot answer now (`index_building`, `embedding_unavailable`, ...), or the server is "
             "over its caps (`over_capacity`).",
-        )
+        ),
     ),
     summary="memory_search: exact substring or hybrid search over memories, the conversation or both",
 )

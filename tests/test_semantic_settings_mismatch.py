@@ -1,0 +1,208 @@
+"""Processes with other [semantic] settings on one index: they refuse it, they never fight over it.
+
+Several servers and workers share one project's semantic index (one PostgreSQL database, or one SQLite data
+directory). A process whose settings (embedding model, chunking, keyword documents) differ from those the
+index was built with used to reset it from its background indexer; the others, meeting an index of settings
+not theirs, reset it back, so the index was rebuilt round after round and searches kept answering
+``index_building``. Now only an explicit ``obsmem index PROJECT`` replaces an index built with other
+settings; a background indexer leaves it alone, and the mismatched process's hybrid searches answer
+``semantic_settings_mismatch`` (409) saying what to run. Every test runs on both backends, with two real
+services on one database or data directory, their background indexers running where the test says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from obsmem.app import Obsmem
+from obsmem.errors import SemanticSettingsMismatch
+from obsmem.surfaces.cli import cli
+from obsmem.surfaces.http import create_app
+from support.http_server import LOCAL
+from support.model_server import ModelServer
+from support.semantic_service import add_memories, corpus, service_on
+
+BACKGROUND = {"index": {"background": True, "poll_seconds": 0.2}}
+OTHER_CHUNKING = {"chunk_bytes": 400}
+WAIT_SECONDS = 60.0
+RESET_LOG = "index settings changed"
+MISMATCH_LOG = "failed: semantic_settings_mismatch"
+
+
+@pytest.fixture
+def dsn(request: pytest.FixtureRequest, backend: str) -> str | None:
+    """A fresh PostgreSQL database, or None for SQLite (the services then share one data directory)."""
+    return str(request.getfixturevalue("postgres_dsn")) if backend == "postgres" else None
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> int:
+    return sum(text in record.getMessage() for record in caplog.records)
+
+
+def _signature(service: Obsmem) -> tuple[str | None, str | None]:
+    return service.database("p").query("SELECT signature, fts_tokenizer FROM semantic_state")[0]
+
+
+def _own_signature(service: Obsmem) -> tuple[str, str]:
+    index = service.indexer.project("p")  # type: ignore[union-attr]
+    return index.signature, index.keyword_signature
+
+
+def test_two_servers_with_other_settings_do_not_fight_over_the_index(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(20)
+    with service_on(tmp_path, model_server, dsn, **BACKGROUND) as first:
+        ids = add_memories(first, "p", memories)
+        _wait_until(lambda: first.status("p").indexed_count == 20, "the first server did not index the project")
+        built = _signature(first)
+        assert built == _own_signature(first)
+        caplog.clear()  # the first build's own log
+        with service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING, **BACKGROUND) as second:
+            # The second server's background indexer meets the project at its start.
+            _wait_until(
+                lambda: _logged(caplog, MISMATCH_LOG) + _logged(caplog, RESET_LOG) > 0,
+                "the second server's background indexer never met the project",
+            )
+            assert _logged(caplog, RESET_LOG) == 0, "a background indexer reset an index built with other settings"
+            assert _signature(first) == built
+            found = first.search("p", memories[3][1])
+            assert found.hits[0].memory_id == ids[3] and not found.partial
+            with pytest.raises(SemanticSettingsMismatch):
+                second.search("p", memories[3][1])
+            assert second.search("p", memories[3][1][:12], mode="exact").hits  # exact search still works
+            # A memory the mismatched server writes is indexed by the server whose settings the index has.
+            later = add_memories(second, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
+            _wait_until(lambda: first.status("p").indexed_count == 21, "the first server did not index the write")
+            assert first.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
+            assert _signature(first) == built and _logged(caplog, RESET_LOG) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (OTHER_CHUNKING, "chunk_bytes"),
+        ({"embedding": {"model_id": "another-model"}}, "embedding"),
+        ({"bm25": {"context_characters": 50}}, "bm25"),
+    ],
+)
+def test_a_server_with_other_settings_answers_semantic_settings_mismatch(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, change: dict[str, Any], named: str
+) -> None:
+    memories = corpus(12)
+    with service_on(tmp_path, model_server, dsn) as first:
+        add_memories(first, "p", memories)
+        first.index("p")
+        built = _signature(first)
+    with service_on(tmp_path, model_server, dsn, **change) as second:
+        embedded = len(model_server.texts_embedded())
+        with TestClient(create_app(second), base_url=LOCAL) as client:
+            answer = client.post("/v1/projects/p/search", json={"query": memories[2][1], "mode": "hybrid"})
+            assert answer.status_code == 409, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "semantic_settings_mismatch"
+            assert f"(they differ in: {named})" in error["message"] and "run `obsmem index p`" in error["message"]
+            assert memories[2][1] not in answer.text and "another-model" not in answer.text
+            exact = client.post("/v1/projects/p/search", json={"query": memories[2][1][:15], "mode": "exact"})
+            assert exact.status_code == 200 and exact.json()["hits"]
+            assert client.get("/v1/projects/p/status").json()["index"]["compatible"] is False
+            documented = client.get("/openapi.json").json()["paths"]["/v1/projects/{project}/search"]["post"]
+            assert "semantic_settings_mismatch" in documented["responses"]["409"]["description"]
+        # What its background indexer runs: refused, nothing reset or embedded.
+        with pytest.raises(SemanticSettingsMismatch):
+            second.indexer.run_batch("p")  # type: ignore[union-attr]
+        assert _signature(second) == built and len(model_server.texts_embedded()) == embedded
+    with service_on(tmp_path, model_server, dsn) as first:
+        assert first.search("p", memories[2][1]).hits  # the index is as it was built
+
+
+def _config(path: Path, server: ModelServer, dsn: str | None, data_dir: Path) -> Path:
+    """A settings file with the other chunking (what an operator switching the index runs with)."""
+    storage = f'[storage]\nbackend = "postgres"\ndsn = "{dsn}"\n' if dsn is not None else ""
+    path.write_text(
+        f'data_dir = "{data_dir}"\n{storage}'
+        f"[semantic]\nchunk_bytes = {OTHER_CHUNKING['chunk_bytes']}\n[semantic.embedding]\n"
+        f'provider = "openai"\nbase_url = "{server.base_url}"\nmodel_id = "hashed-words"\n'
+    )
+    return path
+
+
+def test_obsmem_index_switches_the_index_and_the_old_server_does_not_switch_it_back(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(15)
+    with service_on(tmp_path, model_server, dsn, **BACKGROUND) as old:
+        ids = add_memories(old, "p", memories)
+        _wait_until(lambda: old.status("p").indexed_count == 15, "the server did not index the project")
+        assert old.search("p", memories[5][1]).hits[0].memory_id == ids[5]
+        caplog.clear()  # the first build's own log
+        config = _config(tmp_path / "new.toml", model_server, dsn, tmp_path)
+        switched = CliRunner().invoke(cli, ["--config", str(config), "index", "p", "--json", "--no-progress"])
+        assert switched.exit_code == 0, switched.output
+        summary = json.loads(switched.output)
+        assert summary["reset"] and (summary["indexed_count"], summary["pending"]) == (15, 0)
+        assert _logged(caplog, RESET_LOG) == 1  # the switch's own reset
+        with service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING) as new:
+            adopted = _signature(new)
+            assert adopted == _own_signature(new)
+            assert new.search("p", memories[5][1]).hits[0].memory_id == ids[5]
+            # The server still running with the old settings refuses the index; its background indexer meets
+            # the memories queued again by the switch and leaves them to the settings the index now has.
+            with pytest.raises(SemanticSettingsMismatch) as refused:
+                old.search("p", memories[5][1])
+            assert "(they differ in: chunk_bytes)" in refused.value.message
+            later = add_memories(old, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
+            _wait_until(lambda: _logged(caplog, MISMATCH_LOG) > 0, "the old server's indexer never met the project")
+            assert _signature(new) == adopted and _logged(caplog, RESET_LOG) == 1
+            new.index("p")  # explicit, with the settings the index has: no reset
+            assert new.status("p").indexed_count == 16
+            assert new.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
+
+
+def test_one_server_restarted_with_other_settings_keeps_the_index_until_obsmem_index(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(20)
+    with service_on(tmp_path, model_server, dsn, **BACKGROUND) as service:
+        ids = add_memories(service, "p", memories)
+        _wait_until(lambda: service.status("p").indexed_count == 20, "the server did not index the project")
+    caplog.clear()  # the first build's own log
+    built_embeddings = len(model_server.texts_embedded())
+    # Restarted with other settings (a mistake, or a change not yet adopted): the index stays as built.
+    with service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING, **BACKGROUND) as service:
+        _wait_until(lambda: _logged(caplog, MISMATCH_LOG) > 0, "the background indexer never met the project")
+        with pytest.raises(SemanticSettingsMismatch):
+            service.search("p", memories[4][1])
+        assert service.search("p", memories[4][1][:15], mode="exact").hits
+    assert len(model_server.texts_embedded()) == built_embeddings and _logged(caplog, RESET_LOG) == 0
+    # Back on the settings the index was built with: it answers at once, nothing embedded again.
+    with service_on(tmp_path, model_server, dsn) as service:
+        assert service.search("p", memories[4][1]).hits[0].memory_id == ids[4]
+    # The change adopted: `obsmem index` (here its library call) rebuilds, and the background indexer of
+    # the restarted server keeps the new index up to date from then on.
+    with service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING, **BACKGROUND) as service:
+        report = service.index("p")
+        assert report.totals.reset and report.status.indexed_count == 20
+        assert service.search("p", memories[4][1]).hits[0].memory_id == ids[4]
+        later = add_memories(service, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
+        _wait_until(lambda: service.status("p").indexed_count == 21, "the background indexer missed the write")
+        assert service.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
