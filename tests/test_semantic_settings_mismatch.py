@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from obsmem.app import Obsmem
-from obsmem.errors import SemanticSettingsMismatch
+from obsmem.app import IndexReport, Obsmem
+from obsmem.errors import IndexBusy, SemanticSettingsMismatch
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
 from support.http_server import LOCAL
@@ -48,6 +48,29 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     while not condition():
         assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _index(service: Obsmem) -> IndexReport:
+    """``obsmem index p`` through the library, run again while a background batch holds the project (a
+    background indexer's attempt, refused or not, holds its indexing lock for a moment: ``index_busy``)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            return service.index("p")
+        except IndexBusy:
+            assert time.monotonic() < deadline, "the project's indexing lock was never free"
+            time.sleep(0.05)
+
+
+def _index_command(config: Path) -> Result:
+    """``obsmem index p --json`` with ``config``, run again on ``index_busy`` as :func:`_index` is."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        result = CliRunner().invoke(cli, ["--config", str(config), "index", "p", "--json", "--no-progress"])
+        if "error: index_busy:" not in result.output:
+            return result
+        assert time.monotonic() < deadline, "the project's indexing lock was never free"
         time.sleep(0.05)
 
 
@@ -93,6 +116,37 @@ def test_two_servers_with_other_settings_do_not_fight_over_the_index(
             _wait_until(lambda: first.status("p").indexed_count == 21, "the first server did not index the write")
             assert first.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
             assert _signature(first) == built and _logged(caplog, RESET_LOG) == 0
+
+
+def test_two_servers_started_together_on_a_new_project_build_one_index(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(20)
+    with (
+        service_on(tmp_path, model_server, dsn, **BACKGROUND) as first,
+        service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING, **BACKGROUND) as second,
+    ):
+        ids = add_memories(first, "p", memories)
+        # Whichever indexer meets the new project first builds its index; the other leaves it alone.
+        _wait_until(
+            lambda: 20 in (first.status("p").indexed_count, second.status("p").indexed_count),
+            "neither server indexed the new project",
+        )
+        owner, other = (first, second) if first.status("p").indexed_count == 20 else (second, first)
+        assert _signature(owner) == _own_signature(owner)
+        # A write through the other server wakes its indexer, which meets the index of the owner's settings.
+        later = add_memories(other, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
+        _wait_until(
+            lambda: _logged(caplog, MISMATCH_LOG) > 0 or _logged(caplog, RESET_LOG) > 1,
+            "the other server's indexer never met the project",
+        )
+        assert _logged(caplog, RESET_LOG) == 1  # the new index's one build, never a rebuild
+        _wait_until(lambda: owner.status("p").indexed_count == 21, "the owner did not index the other's write")
+        assert owner.search("p", memories[7][1]).hits[0].memory_id == ids[7]
+        assert owner.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
+        with pytest.raises(SemanticSettingsMismatch):
+            other.search("p", "zebra quagga okapi")
 
 
 @pytest.mark.parametrize(
@@ -155,7 +209,7 @@ def test_obsmem_index_switches_the_index_and_the_old_server_does_not_switch_it_b
         assert old.search("p", memories[5][1]).hits[0].memory_id == ids[5]
         caplog.clear()  # the first build's own log
         config = _config(tmp_path / "new.toml", model_server, dsn, tmp_path)
-        switched = CliRunner().invoke(cli, ["--config", str(config), "index", "p", "--json", "--no-progress"])
+        switched = _index_command(config)
         assert switched.exit_code == 0, switched.output
         summary = json.loads(switched.output)
         assert summary["reset"] and (summary["indexed_count"], summary["pending"]) == (15, 0)
@@ -172,7 +226,7 @@ def test_obsmem_index_switches_the_index_and_the_old_server_does_not_switch_it_b
             later = add_memories(old, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
             _wait_until(lambda: _logged(caplog, MISMATCH_LOG) > 0, "the old server's indexer never met the project")
             assert _signature(new) == adopted and _logged(caplog, RESET_LOG) == 1
-            new.index("p")  # explicit, with the settings the index has: no reset
+            _index(new)  # explicit, with the settings the index has: no reset
             assert new.status("p").indexed_count == 16
             assert new.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
 
@@ -200,7 +254,7 @@ def test_one_server_restarted_with_other_settings_keeps_the_index_until_obsmem_i
     # The change adopted: `obsmem index` (here its library call) rebuilds, and the background indexer of
     # the restarted server keeps the new index up to date from then on.
     with service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING, **BACKGROUND) as service:
-        report = service.index("p")
+        report = _index(service)
         assert report.totals.reset and report.status.indexed_count == 20
         assert service.search("p", memories[4][1]).hits[0].memory_id == ids[4]
         later = add_memories(service, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
