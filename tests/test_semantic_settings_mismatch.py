@@ -231,6 +231,29 @@ def test_obsmem_index_switches_the_index_and_the_old_server_does_not_switch_it_b
             assert new.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
 
 
+def test_a_server_given_the_new_settings_first_serves_once_obsmem_index_has_switched(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(15)
+    with service_on(tmp_path, model_server, dsn) as before:
+        ids = add_memories(before, "p", memories)
+        _index(before)
+    # The servers get the new settings first (the order docs/semantic.md allows): they refuse the index ...
+    with service_on(tmp_path, model_server, dsn, **OTHER_CHUNKING, **BACKGROUND) as server:
+        _wait_until(lambda: _logged(caplog, MISMATCH_LOG) > 0, "the background indexer never met the project")
+        with pytest.raises(SemanticSettingsMismatch):
+            server.search("p", memories[6][1])
+        # ... until the operator switches it; then the running server searches it, and keeps it up to date.
+        switched = _index_command(_config(tmp_path / "new.toml", model_server, dsn, tmp_path))
+        assert switched.exit_code == 0, switched.output
+        assert json.loads(switched.output)["reset"]
+        assert server.search("p", memories[6][1]).hits[0].memory_id == ids[6]
+        later = add_memories(server, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
+        _wait_until(lambda: server.status("p").indexed_count == 16, "the background indexer missed the write")
+        assert server.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
+
+
 def test_one_server_restarted_with_other_settings_keeps_the_index_until_obsmem_index(
     tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
