@@ -7,8 +7,10 @@ they are decompressed from the start and the consumed prefix is skipped.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import io
+import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +52,22 @@ def stamp(path: Path) -> FileStamp:
         wal_info = wal.stat()
         size, mtime = size + wal_info.st_size, max(mtime, wal_info.st_mtime_ns)
     return FileStamp(size, mtime)
+
+
+@contextmanager
+def import_lock(path: Path) -> Iterator[None]:
+    """Hold the file's import lock for the block: imports of one file take turns, each starting from the
+    watermark the one before it left. Two imports side by side (a hook firing while ``--follow`` stores the
+    session, two hooks at once) merged against events the other stored after they looked, and stored
+    those again. An advisory ``flock`` on the file itself: the agent writing it takes none, every path to
+    it (a link, a symlink) names the same lock, and the system releases it when a killed import dies."""
+    # O_NONBLOCK: opening a FIFO named as a transcript must not wait for a writer.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def is_compressed(path: Path) -> bool:

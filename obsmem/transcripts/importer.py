@@ -41,6 +41,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from obsmem.transcripts.files import (
     DAMAGED_COMPRESSION,
     WINDOW,
     FileStamp,
+    import_lock,
     is_compressed,
     open_text_bytes,
     stamp,
@@ -200,10 +202,14 @@ class TranscriptImporter:
                     continue  # the same file named twice: looked at once the first is stored
                 if plan.job is None:
                     continue
-                readers.submit_until(plans, index)
-                stream = readers.stream(plan)
-                _guarded(plan.report, self._store_line_file, plan, stream, progress)
-                readers.finish(stream)
+                with ExitStack() as held:
+                    if not _guarded(plan.report, self._take_turn, plan, held, readers) or plan.job is None:
+                        readers.withdraw(plan)
+                        continue
+                    readers.submit_until(plans, index)
+                    stream = readers.stream(plan)
+                    _guarded(plan.report, self._store_line_file, plan, stream, progress)
+                    readers.finish(stream)
         return result
 
     def import_file(self, path: Path, progress: FileProgress | None = None) -> FileReport:
@@ -214,6 +220,18 @@ class TranscriptImporter:
         return report
 
     # -- line formats ----------------------------------------------------------------------------------
+
+    def _take_turn(self, plan: _LinePlan, held: ExitStack, readers: _Readers) -> bool:
+        """Hold the file's import lock (:func:`~obsmem.transcripts.files.import_lock`) for ``held``; if
+        another import stored some of the file since it was planned, plan it again from that import's
+        watermark (a reading process handed the old plan has its chunks dropped)."""
+        held.enter_context(import_lock(plan.path))
+        if load_watermark(plan.target.existing(), self.source, plan.key) == plan.mark:
+            return True
+        readers.withdraw(plan)
+        plan.job, plan.report.status = None, "imported"
+        self._plan_line_file(plan, None)
+        return True
 
     def _plan_line_file(self, plan: _LinePlan, keys: set[str] | None) -> bool:
         """Where the file's import starts (``plan.job``), or False when there is nothing to read. A file
@@ -236,6 +254,7 @@ class TranscriptImporter:
         report.projects.add(project)
         target = ImportTarget(project, self.database)
         mark = load_watermark(target.existing(), self.source, key)
+        plan.target, plan.mark = target, mark
         now = stamp(path)
         if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
             report.status = "unchanged"
@@ -243,7 +262,7 @@ class TranscriptImporter:
         start = _Resume.check(path, mark)
         if start.rewritten:
             report.status = "rewritten"
-        plan.project, plan.target, plan.key, plan.now, plan.start = project, target, key, now, start
+        plan.project, plan.key, plan.now, plan.start = project, key, now, start
         plan.left = max(now.size - start.offset, 0)
         plan.job = LineJob(
             self.source,
@@ -390,6 +409,10 @@ class TranscriptImporter:
     # -- document formats ------------------------------------------------------------------------------
 
     def _document_file(self, path: Path, report: FileReport) -> None:
+        with import_lock(path):  # imports of one file take turns (see import_lock)
+            self._document_file_locked(path, report)
+
+    def _document_file_locked(self, path: Path, report: FileReport) -> None:
         key = str(path.resolve())
         now = stamp(path)
         if self._unchanged_chat(path, key, now, report):
@@ -519,6 +542,7 @@ class _LinePlan:
     inline: bool = False  # read here while the reading processes start
     project: str = ""
     target: ImportTarget = field(init=False)
+    mark: Watermark | None = None  # the watermark it was planned from
     key: str = ""
     now: FileStamp = FileStamp(0, 0)
     start: _Resume = field(default_factory=lambda: _Resume())
@@ -613,6 +637,19 @@ class _Readers:
             self.outstanding[reader] += 1
             self.handed += 1
             self.cursor += 1
+
+    def withdraw(self, plan: _LinePlan) -> None:
+        """A file handed over that is not read as it was handed (it is gone, or another import moved its
+        watermark): its chunks are read off the process and dropped, and it is read here if at all."""
+        process = self.process_for(plan)
+        if process is not None and plan.reader is not None:
+            self.outstanding[plan.reader] -= 1
+            try:
+                for _ in process.chunks():
+                    pass
+            except ReadingFailed:
+                self.fail()
+        plan.reader = None
 
     def process_for(self, plan: _LinePlan) -> Reader | None:
         return self.processes[plan.reader] if plan.reader is not None and self.processes else None

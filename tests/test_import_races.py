@@ -1,0 +1,53 @@
+"""Imports that meet each other or a file that changes under them: nothing is lost, nothing stored twice."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from obsmem.app import Obsmem
+from obsmem.transcripts import importer
+from obsmem.transcripts.reports import ImportRun
+from support.transcripts import stored_events, write_jsonl
+
+
+def _rollout(path: Path, texts: list[str]) -> Path:
+    meta = {"timestamp": "2025-04-11T10:00:00Z", "type": "session_meta", "payload": {"id": "race-1", "cwd": "/w/race"}}
+    said = [
+        {
+            "timestamp": "2025-04-11T10:00:02Z",
+            "type": "response_item",
+            "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        }
+        for text in texts
+    ]
+    return write_jsonl(path, [meta, *said])
+
+
+def test_an_import_of_a_file_another_import_is_storing_waits_for_it_and_stores_nothing_twice(
+    service: Obsmem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hook firing while `obsmem import --follow` (or another hook) stores the same file: the second import
+    # ran beside the first, merging against events the first stored after it looked, and stored them again.
+    monkeypatch.setattr(importer, "CHUNK_EVENTS", 50)
+    rollout = _rollout(tmp_path / "rollout-race.jsonl", [f"old request {i}" for i in range(10)])
+    service.import_transcripts("codex", [rollout])
+    _rollout(rollout, [f"request {i}" for i in range(300)])  # rewritten: the first import merges it
+    second: list[ImportRun] = []
+    runners: list[threading.Thread] = []
+
+    def another_import(path: str, done: int, total: int) -> None:
+        if runners or done >= total:
+            return
+        runner = threading.Thread(target=lambda: second.append(service.import_transcripts("codex", [rollout])))
+        runners.append(runner)
+        runner.start()
+        runner.join(5)  # without waiting for the first, the second import runs to its end here
+
+    first = service.import_transcripts("codex", [rollout], progress=another_import)
+    runners[0].join()
+    contents = [row[4] for row in stored_events(tmp_path / "data", "race")]
+    assert len(contents) == len(set(contents)) == 310
+    assert (first.added, second[0].added, second[0].files[0].status) == (300, 0, "unchanged")
