@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -51,3 +55,24 @@ def test_an_import_of_a_file_another_import_is_storing_waits_for_it_and_stores_n
     contents = [row[4] for row in stored_events(tmp_path / "data", "race")]
     assert len(contents) == len(set(contents)) == 310
     assert (first.added, second[0].added, second[0].files[0].status) == (300, 0, "unchanged")
+
+
+@pytest.mark.parametrize("source", ["claude-code", "openai-chat", "gemini-cli", "opencode"])
+def test_a_fifo_named_as_a_transcript_is_unreadable_not_waited_on(tmp_path: Path, source: str) -> None:
+    # Opening a FIFO for reading waits for a writer: the import hung for good on a pipe named by mistake.
+    fifo = tmp_path / ("session-1.json" if source in ("gemini-cli", "opencode") else "session-1.jsonl")
+    os.mkfifo(fifo)
+    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(tmp_path / "data")]
+    done = subprocess.run(
+        [*command, "import", source, str(fifo), "--project", "pipes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)["files"][0]
+    assert (report["status"], report["problem_lines"]) == (
+        "failed",
+        [{"reason": "unreadable", "line": 0, "detail": "not a regular file"}],
+    )

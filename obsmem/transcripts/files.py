@@ -7,10 +7,12 @@ they are decompressed from the start and the consumed prefix is skipped.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gzip
 import io
 import os
+import stat as stat_module
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,9 +45,21 @@ class FileStamp:
     mtime_ns: int
 
 
+class NotARegularFile(OSError):
+    """A transcript path naming a FIFO, a device or a socket: reading one waits for a writer that may never
+    come (an import hung on it), and it has no size to resume by."""
+
+
+def _regular(info: os.stat_result, path: Path) -> os.stat_result:
+    if not stat_module.S_ISREG(info.st_mode):
+        raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+    return info
+
+
 def stamp(path: Path) -> FileStamp:
-    """Size and modification time; for a SQLite database its write-ahead log counts too."""
-    info = path.stat()
+    """Size and modification time; for a SQLite database its write-ahead log counts too. A path that is
+    not a regular file is :class:`NotARegularFile`, before anything opens it."""
+    info = _regular(path.stat(), path)
     size, mtime = info.st_size, info.st_mtime_ns
     wal = path.with_name(path.name + "-wal")
     if path.suffix == ".db" and wal.exists():
@@ -64,6 +78,7 @@ def import_lock(path: Path) -> Iterator[None]:
     # O_NONBLOCK: opening a FIFO named as a transcript must not wait for a writer.
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        _regular(os.fstat(descriptor), path)
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:

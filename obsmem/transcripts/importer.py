@@ -53,6 +53,7 @@ from obsmem.transcripts.files import (
     DAMAGED_COMPRESSION,
     WINDOW,
     FileStamp,
+    NotARegularFile,
     import_lock,
     is_compressed,
     open_text_bytes,
@@ -568,7 +569,7 @@ def _guarded(report: FileReport, action: Callable[..., Any], *args: Any) -> Any:
     except FileNotFoundError:
         report.status = "missing"
         report.problem("file_missing", 0, "the file disappeared before it could be read")
-    except (IsADirectoryError, PermissionError) as exc:
+    except (IsADirectoryError, PermissionError, NotARegularFile) as exc:
         report.status = "failed"
         report.problem("unreadable", 0, exc.strerror or type(exc).__name__)
     except OSError as exc:  # an I/O error, a compressed file with a bad header, ...
