@@ -76,3 +76,26 @@ def test_a_fifo_named_as_a_transcript_is_unreadable_not_waited_on(tmp_path: Path
         "failed",
         [{"reason": "unreadable", "line": 0, "detail": "not a regular file"}],
     )
+
+
+def test_a_secret_the_cut_of_a_long_tool_output_splits_is_redacted_whole(service: Obsmem, tmp_path: Path) -> None:
+    # The cut ran before redaction, so a token straddling it was stored as a fragment no detector knows.
+    token = "ghp_" + "Ab3dEf7hIjKl9nOpQr5tUvWx1zA2b3C4d5E6"
+    output = "x" * 19_990 + " " + token + " and more"
+    result = {"type": "tool_result", "tool_use_id": "t", "content": output}
+    path = write_jsonl(
+        tmp_path / "cut.jsonl",
+        [
+            {
+                "type": "user",
+                "sessionId": "cut-1",
+                "cwd": "/w/cut",
+                "message": {"role": "user", "content": [result]},
+            }
+        ],
+    )
+    assert service.import_transcripts("claude-code", [path]).added == 1
+    [row] = stored_events(tmp_path / "data", "cut")
+    assert "ghp_" not in row[4] and "Ab3dEf" not in row[4]
+    assert row[4].startswith("x" * 19_990) and "[REDACTED:github_token]" in row[4]
+    assert row[4].endswith("characters not stored]")

@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from obsmem.redaction import secret_kind
+from obsmem.redaction import redact_text, secret_kind
 
 # Tool results and arguments longer than this are cut (the cut is stated in the stored text).
 DEFAULT_MAX_TOOL_OUTPUT_CHARS = 20_000
+# How far past a cut a secret that starts before it may reach and still be recognised whole (a JWT, a
+# long key); an unterminated private-key block is recognised by its start alone.
+_SECRET_REACH = 4096
+_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,39}")
 
 
@@ -74,10 +78,19 @@ class SessionDoc:
 
 
 def cut(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out (so the cut is never silent)."""
+    """``text`` cut to ``limit`` characters, saying how much was left out (so the cut is never silent).
+
+    What is kept is redacted with what follows the cut in view: a secret the cut splits is redacted whole,
+    where its kept half (``ghp_Ab3dE``) would be stored as a fragment no detector knows."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[cut: {len(text) - limit} of {len(text)} characters not stored]"
+    redacted = redact_text(text[: limit + _SECRET_REACH])
+    end = limit
+    for marker in _MARKER.finditer(redacted, max(limit - 64, 0), limit + 64):
+        if marker.start() < limit < marker.end():
+            end = marker.end()  # a marker the cut would split is kept whole
+    kept = redacted[:end]
+    return f"{kept}\n[cut: {len(text) - limit} of {len(text)} characters not stored]"
 
 
 def iso_stamp(value: Any) -> str | None:
