@@ -17,6 +17,7 @@ from pathlib import Path
 import apsw
 
 from obsmem.errors import InvalidProject, ProjectNotFound, StorageBusy
+from obsmem.settings import home_expanded
 from obsmem.storage import (
     ProjectDatabase,
     check_sqlite_capabilities,
@@ -121,7 +122,7 @@ class ProjectRegistry:
     """Opens (and on first write creates) project databases; one :class:`ProjectDatabase` per project."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.data_dir = home_expanded(data_dir, "data directory").resolve()
         self.projects_dir = self.data_dir / "projects"
         self._open: dict[str, ProjectDatabase] = {}
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError
 from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
@@ -337,3 +338,24 @@ def test_an_import_that_stores_nothing_creates_no_project(tmp_path: Path, source
     assert table.exit_code == 0 and "0 event(s) added" in table.stdout
     missing = run(tmp_path / "data", "search", "brandnew", "x")
     assert (missing.exit_code, missing.stderr) == (1, "error: project_not_found: project 'brandnew' does not exist\n")
+
+
+def test_a_tilde_naming_no_user_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    # Path.expanduser raises RuntimeError for a ~user without a home directory: every such path was a traceback.
+    payload = json.dumps({"transcript_path": "~no-such-user-x9/s.jsonl"})
+    hooked = run(tmp_path / "data", "hook", "claude-code", stdin=payload)
+    refused = "error: invalid_hook_payload: transcript_path names no readable file\n"
+    assert (hooked.exit_code, hooked.stderr) == (1, refused)
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as memory:
+        report = memory.import_transcripts("claude-code", ["~no-such-user-x9/s.jsonl"], project="p").files[0]
+    assert (report.status, list(report.problems)) == ("missing", ["file_missing"])
+    transcript = write_jsonl(tmp_path / "s.jsonl", [{"type": "user", "sessionId": "s", "cwd": "/w/t"}])
+    payload = json.dumps({"transcript_path": str(transcript)})
+    for flag, what in (("--config", "settings file"), ("--data-dir", "data directory")):
+        result = CliRunner().invoke(
+            cli, [flag, "~no-such-user-x9/obsmem", "hook", "claude-code"], input=payload, catch_exceptions=False
+        )
+        assert (result.exit_code, result.stderr) == (
+            1,
+            f"error: configuration_error: {what} ~no-such-user-x9/obsmem: no home directory for its ~\n",
+        )

@@ -54,7 +54,14 @@ from obsmem.retrieval import (
 )
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
-from obsmem.transcripts import FileProgress, ImportOptions, ImportRun, ReaderOptions, TranscriptImporter
+from obsmem.transcripts import (
+    FileProgress,
+    ImportOptions,
+    ImportRun,
+    ReaderOptions,
+    TranscriptImporter,
+    expand_home,
+)
 from obsmem.trust import (
     LOCAL_USER,
     CalibrationReport,
@@ -228,7 +235,7 @@ class Obsmem:
         # Projects are opened, not created: the append creates one with its first event, so an import that
         # stores nothing leaves no project behind.
         importer = TranscriptImporter(source, options, self.append_prepared_events, self.database)
-        return importer.run([Path(path).expanduser() for path in paths], progress)
+        return importer.run([expand_home(path) for path in paths], progress)
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:
         """Queue observation of the session's whole backlog now (below the buffer threshold too)."""

@@ -14,7 +14,14 @@ Every field is documented in docs/configuration.md; a test keeps the two in step
 """
 
 from obsmem.settings.base import Section, check_base_url
-from obsmem.settings.loading import CONFIG_ENV, DATA_DIR_ENV, builtin_settings, load_settings, resolve_config_path
+from obsmem.settings.loading import (
+    CONFIG_ENV,
+    DATA_DIR_ENV,
+    builtin_settings,
+    home_expanded,
+    load_settings,
+    resolve_config_path,
+)
 from obsmem.settings.main import (
     ALL_PROJECTS,
     ENV_PREFIX,
@@ -77,6 +84,7 @@ __all__ = [
     "TranscriptSettings",
     "Section",
     "builtin_settings",
+    "home_expanded",
     "check_base_url",
     "default_data_dir",
     "load_settings",

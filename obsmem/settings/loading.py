@@ -20,15 +20,24 @@ CONFIG_ENV = "OBSMEM_CONFIG"
 DATA_DIR_ENV = "OBSMEM_DATA_DIR"
 
 
+def home_expanded(path: Path | str, what: str) -> Path:
+    """``path`` with ``~`` or ``~user`` expanded; one naming a user without a home directory is a
+    ConfigurationError (``Path.expanduser`` raises RuntimeError, which surfaced as a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise ConfigurationError(f"{what} {path}: no home directory for its ~") from None
+
+
 def resolve_config_path(config: Path | str | None, data_dir: Path | str | None) -> Path | None:
     """The settings file to read: explicit, then ``OBSMEM_CONFIG``, then ``<data_dir>/obsmem.toml``."""
     explicit = config or os.environ.get(CONFIG_ENV)
     if explicit:
-        path = Path(explicit).expanduser()
+        path = home_expanded(explicit, "settings file")
         if not path.is_file():
             raise ConfigurationError(f"settings file not found: {path}")
         return path
-    base = Path(data_dir or os.environ.get(DATA_DIR_ENV) or default_data_dir()).expanduser()
+    base = home_expanded(data_dir or os.environ.get(DATA_DIR_ENV) or default_data_dir(), "data directory")
     candidate = base / "obsmem.toml"
     return candidate if candidate.is_file() else None
 

@@ -40,6 +40,7 @@ from obsmem.transcripts import (
     claude_subagents,
     default_roots,
     discover,
+    expand_home,
     find_transcripts,
     project_for_cwd,
 )
@@ -293,7 +294,7 @@ def _payload(text: str) -> tuple[Path, str | None]:
         raise ValidationFailed(
             "the hook payload has no transcript_path", code="invalid_hook_payload", field="transcript_path"
         )
-    path = Path(transcript).expanduser()
+    path = expand_home(transcript)
     if not path.is_file():
         raise ValidationFailed(
             "transcript_path names no readable file", code="invalid_hook_payload", field="transcript_path"

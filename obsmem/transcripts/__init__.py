@@ -13,6 +13,7 @@ the app, the pipeline or a surface.
 """
 
 from obsmem.transcripts.discovery import SOURCES, claude_subagents, default_roots, discover, find_transcripts
+from obsmem.transcripts.files import expand_home
 from obsmem.transcripts.importer import CHUNK_EVENTS, FileProgress, ImportOptions, TranscriptImporter
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash, slug_for_directory
 from obsmem.transcripts.records import DEFAULT_MAX_TOOL_OUTPUT_CHARS, ReaderOptions
@@ -32,6 +33,7 @@ __all__ = [
     "claude_subagents",
     "default_roots",
     "discover",
+    "expand_home",
     "find_transcripts",
     "project_for_cwd",
     "project_for_hash",

@@ -85,6 +85,15 @@ def import_lock(path: Path) -> Iterator[None]:
         os.close(descriptor)  # releases the lock
 
 
+def expand_home(path: Path | str) -> Path:
+    """``path`` with ``~`` or ``~user`` expanded, or as written when that user has no home directory (as a
+    shell leaves it): a transcript path is then simply not found, where ``Path.expanduser`` raised."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
+
+
 def is_compressed(path: Path) -> bool:
     return path.suffix in (".gz", ".zst")
 
