@@ -99,3 +99,30 @@ def test_a_secret_the_cut_of_a_long_tool_output_splits_is_redacted_whole(service
     assert "ghp_" not in row[4] and "Ab3dEf" not in row[4]
     assert row[4].startswith("x" * 19_990) and "[REDACTED:github_token]" in row[4]
     assert row[4].endswith("characters not stored]")
+
+
+@pytest.mark.parametrize("source", ["claude-code", "gemini-cli"])
+def test_a_file_that_stores_nothing_in_a_project_not_made_yet_is_not_read_again(
+    service: Obsmem, tmp_path: Path, source: str
+) -> None:
+    # With no project to hold its watermark, every import read such a file again whole: each --follow round
+    # re-read every session that held only bookkeeping records.
+    if source == "claude-code":
+        path = write_jsonl(tmp_path / "s.jsonl", [{"type": "summary", "summary": "x", "leafUuid": "u"}] * 3)
+    else:
+        path = tmp_path / "session-1.json"
+        path.write_text(json.dumps({"sessionId": "g1", "messages": []}), encoding="utf-8")
+    first = service.import_transcripts(source, [path], project="later")
+    again = service.import_transcripts(source, [path], project="later")
+    assert (first.files[0].status, again.files[0].status) == ("imported", "unchanged")
+    assert not (tmp_path / "data" / "projects" / "later").exists()
+    if source == "claude-code":
+        said = {"type": "user", "sessionId": "s1", "cwd": "/w/x", "message": {"role": "user", "content": "hello"}}
+        write_jsonl(path, [said], mode="a")
+    else:
+        said = {"id": "m1", "type": "user", "timestamp": "2025-05-01T10:00:00Z", "content": "hello"}
+        path.write_text(json.dumps({"sessionId": "g1", "messages": [said]}), encoding="utf-8")
+    grown = service.import_transcripts(source, [path], project="later")
+    assert grown.added == 1 and grown.files[0].skipped.get("summary", 0) == 0
+    assert [row[1:5] for row in stored_events(tmp_path / "data", "later")] == [(1, "user", "message", "hello")]
+    assert service.import_transcripts(source, [path], project="later").files[0].status == "unchanged"

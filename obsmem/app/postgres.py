@@ -41,6 +41,7 @@ from obsmem.pipeline import ObservationPipeline, project_generation_totals
 from obsmem.retrieval import RecalledEvent, SearchModes, find_memory_row, recall_any
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
+from obsmem.transcripts import UnsavedWatermarks
 from obsmem.trust import LOCAL_USER, RecalledNote, TierStores, TrustService
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import WorkerPool, eventlog
@@ -139,6 +140,8 @@ class PostgresObsmem(Obsmem):
             if background:
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
+        # Watermarks of transcripts that stored nothing in a project not made yet (see UnsavedWatermarks).
+        self._unsaved_watermarks = UnsavedWatermarks()
 
     def _db(self, project: str) -> Any:
         """The project's schema, typed loosely: the pipeline's modules are annotated with the SQLite types,

@@ -60,6 +60,7 @@ from obsmem.transcripts import (
     ImportRun,
     ReaderOptions,
     TranscriptImporter,
+    UnsavedWatermarks,
     expand_home,
 )
 from obsmem.trust import (
@@ -145,6 +146,8 @@ class Obsmem:
             if background:
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
+        # Watermarks of transcripts that stored nothing in a project not made yet (see UnsavedWatermarks).
+        self._unsaved_watermarks = UnsavedWatermarks()
         self.trust = TrustService(settings, self.projects, self._wake_workers)
 
     def _memories_changed(self, project: str) -> None:
@@ -234,7 +237,9 @@ class Obsmem:
         )
         # Projects are opened, not created: the append creates one with its first event, so an import that
         # stores nothing leaves no project behind.
-        importer = TranscriptImporter(source, options, self.append_prepared_events, self.database)
+        importer = TranscriptImporter(
+            source, options, self.append_prepared_events, self.database, self._unsaved_watermarks
+        )
         return importer.run([expand_home(path) for path in paths], progress)
 
     def observe(self, project: str, session_id: str) -> EnqueueResult:

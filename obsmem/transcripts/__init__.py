@@ -18,6 +18,7 @@ from obsmem.transcripts.importer import CHUNK_EVENTS, FileProgress, ImportOption
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash, slug_for_directory
 from obsmem.transcripts.records import DEFAULT_MAX_TOOL_OUTPUT_CHARS, ReaderOptions
 from obsmem.transcripts.reports import FileReport, ImportRun, Problem
+from obsmem.transcripts.watermarks import UnsavedWatermarks
 
 __all__ = [
     "CHUNK_EVENTS",
@@ -30,6 +31,7 @@ __all__ = [
     "Problem",
     "ReaderOptions",
     "TranscriptImporter",
+    "UnsavedWatermarks",
     "claude_subagents",
     "default_roots",
     "discover",

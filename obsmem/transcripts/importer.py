@@ -71,6 +71,7 @@ from obsmem.transcripts.reports import FileReport, ImportRun
 from obsmem.transcripts.rewinds import in_order_merge
 from obsmem.transcripts.watermarks import (
     ImportTarget,
+    UnsavedWatermarks,
     Watermark,
     load_watermark,
     save_watermark,
@@ -168,7 +169,14 @@ class _Sessions:
 class TranscriptImporter:
     """Imports the files of one source (see the module docstring)."""
 
-    def __init__(self, source: str, options: ImportOptions, append: Append, database: OpenDatabase) -> None:
+    def __init__(
+        self,
+        source: str,
+        options: ImportOptions,
+        append: Append,
+        database: OpenDatabase,
+        unsaved: UnsavedWatermarks | None = None,
+    ) -> None:
         if source not in LINE_FORMATS and source not in DOCUMENT_SOURCES:
             known = ", ".join([*LINE_FORMATS, *DOCUMENT_SOURCES])
             raise ValidationFailed(f"source must be one of {known}", field="source")
@@ -177,6 +185,8 @@ class TranscriptImporter:
         self.project_map: Mapping[str, str] = options.project_map or {}
         self.append = append
         self.database = database
+        # Watermarks of files that stored nothing in a project not made yet (see UnsavedWatermarks).
+        self.unsaved = unsaved if unsaved is not None else UnsavedWatermarks()
 
     def run(self, paths: Sequence[Path], progress: FileProgress | None = None) -> ImportRun:
         result = ImportRun(self.source)
@@ -227,12 +237,17 @@ class TranscriptImporter:
         another import stored some of the file since it was planned, plan it again from that import's
         watermark (a reading process handed the old plan has its chunks dropped)."""
         held.enter_context(import_lock(plan.path))
-        if load_watermark(plan.target.existing(), self.source, plan.key) == plan.mark:
+        if self._load_watermark(plan.target, plan.key) == plan.mark:
             return True
         readers.withdraw(plan)
         plan.job, plan.report.status = None, "imported"
         self._plan_line_file(plan, None)
         return True
+
+    def _load_watermark(self, target: ImportTarget, key: str) -> Watermark | None:
+        """The file's watermark in its project, else the one kept in memory while it stored nothing there."""
+        mark = load_watermark(target.existing(), self.source, key)
+        return mark if mark is not None else self.unsaved.get(target.name, self.source, key)
 
     def _plan_line_file(self, plan: _LinePlan, keys: set[str] | None) -> bool:
         """Where the file's import starts (``plan.job``), or False when there is nothing to read. A file
@@ -254,7 +269,7 @@ class TranscriptImporter:
             return False
         report.projects.add(project)
         target = ImportTarget(project, self.database)
-        mark = load_watermark(target.existing(), self.source, key)
+        mark = self._load_watermark(target, key)
         plan.target, plan.mark = target, mark
         now = stamp(path)
         if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
@@ -303,16 +318,20 @@ class TranscriptImporter:
         self, plan: _LinePlan, chunk: Chunk, sessions: _Sessions, report: FileReport, replays: ReplayFilter
     ) -> None:
         """The record ids of the chunk just stored and the watermark after it, in one transaction
-        (one commit per chunk rather than two), after the events before it were committed. Nothing while
-        the project does not exist: nothing was stored, and the next import reads the file again."""
+        (one commit per chunk rather than two), after the events before it were committed. While the
+        project does not exist nothing was stored, and the watermark is kept in memory (``unsaved``)."""
         db = plan.target.existing()
         if db is None:
+            mark = self._watermark(plan, chunk, sessions, report)
+            if mark is not None:
+                self.unsaved.put(plan.target.name, mark)
             return
         with db.write():
             replays.commit()
             mark = self._watermark(plan, chunk, sessions, report)
             if mark is not None:
                 save_watermark(db, mark)
+        self.unsaved.drop(plan.target.name, self.source, plan.key)
 
     def _watermark(self, plan: _LinePlan, chunk: Chunk, sessions: _Sessions, report: FileReport) -> Watermark | None:
         """The watermark after the chunk, or None for a file that is gone."""
@@ -437,7 +456,7 @@ class TranscriptImporter:
         for project, project_docs in by_project.items():
             report.projects.add(project)
             target = ImportTarget(project, self.database)
-            mark = load_watermark(target.existing(), self.source, key)
+            mark = self._load_watermark(target, key)
             if mark is not None and (now.size, now.mtime_ns) == (mark.size, mark.mtime_ns):
                 report.status = "unchanged"
                 continue
@@ -448,8 +467,12 @@ class TranscriptImporter:
             total = report.added - added_before + (mark.events if mark is not None else 0)
             mtime = now.mtime_ns if fmt.read_whole else 0  # no time: a partial read is looked at again
             db = target.existing()
-            if db is not None:  # None: nothing was stored, and no project made to hold the watermark
-                save_watermark(db, Watermark(self.source, key, 0, now.size, mtime, "", "", {"sessions": saved}, total))
+            mark = Watermark(self.source, key, 0, now.size, mtime, "", "", {"sessions": saved}, total)
+            if db is None:  # nothing was stored, and no project made to hold the watermark
+                self.unsaved.put(project, mark)
+            else:
+                save_watermark(db, mark)
+                self.unsaved.drop(project, self.source, key)
 
     def _unchanged_chat(self, path: Path, key: str, now: FileStamp, report: FileReport) -> bool:
         """A Gemini CLI chat whose folder names its project hash, unchanged since its import: passed over
@@ -458,7 +481,7 @@ class TranscriptImporter:
         if self.source != "gemini-cli" or not _SHA256.fullmatch(project_hash):
             return False
         project = self.options.project or project_for_hash(project_hash, self.project_map)
-        mark = load_watermark(ImportTarget(project, self.database).existing(), self.source, key)
+        mark = self._load_watermark(ImportTarget(project, self.database), key)
         if mark is None or (now.size, now.mtime_ns) != (mark.size, mark.mtime_ns):
             return False
         report.projects.add(project)

@@ -9,6 +9,8 @@ time, and the reader's state there. See :mod:`obsmem.transcripts.importer` for h
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +54,39 @@ class Watermark:
     tail_sha256: str = ""
     state: dict[str, Any] = field(default_factory=dict)
     events: int = 0
+
+
+class UnsavedWatermarks:
+    """Watermarks of files that stored nothing in a project that does not exist yet, kept in memory.
+
+    Such a file has no database to hold its watermark (an import that stores nothing creates no project),
+    so without these every import read it again whole: each ``--follow`` round re-read every session that
+    holds only bookkeeping records. One instance lives as long as its service, so a long-running process
+    passes over those files as over any other; a new process reads them once more. Bounded: the oldest go
+    first (a file whose mark was dropped is read again, which stores nothing twice).
+    """
+
+    LIMIT = 16_384
+
+    def __init__(self) -> None:
+        self._marks: OrderedDict[tuple[str, str, str], Watermark] = OrderedDict()
+        self._lock = threading.Lock()  # a service imports from several threads (HTTP requests)
+
+    def get(self, project: str, source: str, path: str) -> Watermark | None:
+        with self._lock:
+            return self._marks.get((project, source, path))
+
+    def put(self, project: str, mark: Watermark) -> None:
+        key = (project, mark.source, mark.path)
+        with self._lock:
+            self._marks[key] = mark
+            self._marks.move_to_end(key)
+            while len(self._marks) > self.LIMIT:
+                self._marks.popitem(last=False)
+
+    def drop(self, project: str, source: str, path: str) -> None:
+        with self._lock:
+            self._marks.pop((project, source, path), None)
 
 
 def load_watermark(db: ProjectDatabase | None, source: str, path: str) -> Watermark | None:
