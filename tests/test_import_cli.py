@@ -165,6 +165,16 @@ def test_bad_hook_payloads_are_clear_errors(tmp_path: Path) -> None:
         assert result.stderr.startswith("error: invalid_hook_payload: ") and "Traceback" not in result.output
 
 
+def test_a_hook_payload_past_the_size_limit_is_named_as_too_large_not_as_bad_json(tmp_path: Path) -> None:
+    transcript = write_jsonl(tmp_path / "s.jsonl", [{"type": "user", "sessionId": "s", "cwd": "/w/t"}])
+    payload = json.dumps({"transcript_path": str(transcript), "prompt": "x" * 1_000_000})
+    result = run(tmp_path / "data", "hook", "claude-code", stdin=payload)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "error: invalid_hook_payload: the hook payload on stdin is larger than 1,000,000 bytes\n",
+    )
+
+
 @pytest.mark.parametrize(
     ("arguments", "environment", "named"),
     [

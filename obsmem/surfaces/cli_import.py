@@ -333,7 +333,11 @@ def hook(app: App, agent: str, project: str | None) -> None:
 def _hook_import(app: App, agent: str, project: str | None) -> ImportRun:
     if project is not None:
         project_name(project)
-    raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES)
+    raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+    if len(raw) > MAX_PAYLOAD_BYTES:  # said as such: cut short, valid JSON was refused as "not JSON"
+        raise ValidationFailed(
+            f"the hook payload on stdin is larger than {MAX_PAYLOAD_BYTES:,} bytes", code="invalid_hook_payload"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
