@@ -126,3 +126,31 @@ def test_a_file_that_stores_nothing_in_a_project_not_made_yet_is_not_read_again(
     assert grown.added == 1 and grown.files[0].skipped.get("summary", 0) == 0
     assert [row[1:5] for row in stored_events(tmp_path / "data", "later")] == [(1, "user", "message", "hello")]
     assert service.import_transcripts(source, [path], project="later").files[0].status == "unchanged"
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("openai-chat", ['{"role": "user", "content": "first"}', '{"role": "assistant", "content": "last"}']),
+        (
+            "obsmem",
+            [
+                '{"role": "user", "type": "message", "content": "first"}',
+                '{"role": "assistant", "type": "message", "content": "last"}',
+            ],
+        ),
+    ],
+)
+def test_a_chat_file_without_a_final_newline_has_its_last_record_imported(
+    service: Obsmem, tmp_path: Path, source: str, lines: list[str]
+) -> None:
+    # Files written whole often end without a newline: their last record was left as "still being written",
+    # and never imported, without a word.
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    assert service.import_transcripts(source, [path], project="chats").added == 2
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('\n{"role": "user", "content": "more", "type": "message"}\n{"role": "user", "content": "hal')
+    grown = service.import_transcripts(source, [path], project="chats")
+    assert (grown.added, grown.problems) == (1, 0)
+    assert [row[4] for row in stored_events(tmp_path / "data", "chats")] == ["first", "last", "more"]

@@ -23,6 +23,8 @@ _SESSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 
 class _ChatLines(LineFormat):
+    take_whole_last_object: ClassVar[bool] = True  # as `obsmem ingest` reads them: to the end
+
     def restore(self, state: dict[str, Any]) -> None:
         self.calls = CallNames(state.get("calls"))
         stem = self.path.name.split(".")[0]

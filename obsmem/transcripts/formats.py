@@ -53,12 +53,23 @@ def decode_json_line(raw: bytes, line: int) -> dict[str, Any] | Skip:
     return record
 
 
+def is_whole_object(raw: bytes) -> bool:
+    """Whether a line is one whole JSON object (a last line that is not may still be being written)."""
+    try:
+        return isinstance(orjson.loads(raw), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
 class LineFormat(ABC):
     """Reads an append-only transcript line by line, with a resumable state."""
 
     source: ClassVar[str]
     # A final line without its newline: False leaves it for the next import (JSONL being written).
     take_unterminated: ClassVar[bool] = False
+    # ... but True takes it when it is a whole JSON object: files written whole, not by an agent as it works,
+    # often end without a newline, and their last record was never imported (and nothing said so).
+    take_whole_last_object: ClassVar[bool] = False
 
     def __init__(self, options: ReaderOptions, path: Path, state: dict[str, Any], offset: int = 0) -> None:
         self.options = options

@@ -26,7 +26,7 @@ from obsmem.transcripts.chat import ObsmemEventsFormat, OpenAIChatFormat
 from obsmem.transcripts.claude_code import ClaudeCodeFormat
 from obsmem.transcripts.codex import CodexFormat
 from obsmem.transcripts.files import DAMAGED_COMPRESSION, WINDOW, complete_lines
-from obsmem.transcripts.formats import LineFormat
+from obsmem.transcripts.formats import LineFormat, is_whole_object
 from obsmem.transcripts.records import ReaderOptions, Skip, Turn
 from obsmem.validation import first_problem
 
@@ -181,7 +181,10 @@ def read_chunks(job: LineJob) -> Iterator[Chunk]:
 
     damaged = False
     try:
-        for raw, end in complete_lines(path, offset, take_last=fmt.take_unterminated):
+        take_last = fmt.take_unterminated or fmt.take_whole_last_object
+        for raw, end in complete_lines(path, offset, take_last=take_last):
+            if not (raw.endswith(b"\n") or fmt.take_unterminated or is_whole_object(raw)):
+                break  # still being written: it waits for the next import
             line += 1
             window.add(raw)
             take(reader.read(raw, line))
