@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from obsmem.app import Obsmem
+from obsmem.settings import load_settings
 from obsmem.transcripts import importer
 from obsmem.transcripts.reports import ImportRun
 from support.transcripts import stored_events, write_jsonl
 
 
-def _rollout(path: Path, texts: list[str]) -> Path:
-    meta = {"timestamp": "2025-04-11T10:00:00Z", "type": "session_meta", "payload": {"id": "race-1", "cwd": "/w/race"}}
+def _rollout(path: Path, texts: list[str], session: str = "race-1") -> Path:
+    meta = {"timestamp": "2025-04-11T10:00:00Z", "type": "session_meta", "payload": {"id": session, "cwd": "/w/race"}}
     said = [
         {
             "timestamp": "2025-04-11T10:00:02Z",
@@ -154,3 +155,26 @@ def test_a_chat_file_without_a_final_newline_has_its_last_record_imported(
     grown = service.import_transcripts(source, [path], project="chats")
     assert (grown.added, grown.problems) == (1, 0)
     assert [row[4] for row in stored_events(tmp_path / "data", "chats")] == ["first", "last", "more"]
+
+
+def test_a_file_handed_to_a_reading_process_and_stored_meanwhile_by_another_import_is_planned_again(
+    tmp_path: Path,
+) -> None:
+    # The second file is handed to a reading process with the watermark it had when the run began; another
+    # import stores it before its turn, so the chunks read for the old watermark are dropped.
+    first = _rollout(tmp_path / "rollout-a.jsonl", [f"a {i}" for i in range(200)])
+    second = _rollout(tmp_path / "rollout-b.jsonl", [f"b {i}" for i in range(200)], "race-2")
+    settings = load_settings(
+        data_dir=tmp_path / "data", transcripts={"reading_processes": 2, "reading_min_megabytes": 0}
+    )
+    with Obsmem(settings) as memory:
+
+        def store_the_second(path: str, done: int, total: int) -> None:
+            if path == str(first) and done >= total:
+                assert memory.import_transcripts("codex", [second]).added == 200
+
+        run = memory.import_transcripts("codex", [first, second], progress=store_the_second)
+    assert [report.status for report in run.files] == ["imported", "unchanged"]
+    assert run.added == 200
+    contents = [row[4] for row in stored_events(tmp_path / "data", "race")]
+    assert len(contents) == len(set(contents)) == 400
