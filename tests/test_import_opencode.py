@@ -117,3 +117,25 @@ def test_a_database_read_only_in_part_is_read_again_next_time(service: Obsmem, t
     conn.close()
     healed = service.import_transcripts("opencode", [db])
     assert healed.problems == 0 and first.added + healed.added == 11
+
+
+def test_a_tree_session_whose_messages_grew_without_its_session_file_changing_is_read_again(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    # opencode touches the session file when a prompt starts, not when the reply's messages and parts are
+    # written: the session looked unchanged and a reply written after an import was never imported.
+    storage = copy_fixture("opencode-tree", tmp_path) / "storage"
+    session = storage / "session" / "prj_2" / "ses_OLD1.json"
+    assert service.import_transcripts("opencode", [session]).added == 4
+    message = {"id": "msg_C", "sessionID": "ses_OLD1", "role": "user", "time": {"created": 1746700010000}}
+    (storage / "message" / "ses_OLD1" / "msg_C.json").write_text(json.dumps(message), encoding="utf-8")
+    part = {"id": "prt_C1", "messageID": "msg_C", "sessionID": "ses_OLD1", "type": "text", "text": "And --quiet?"}
+    (storage / "part" / "msg_C").mkdir()
+    (storage / "part" / "msg_C" / "prt_C1.json").write_text(json.dumps(part), encoding="utf-8")
+    grown = service.import_transcripts("opencode", [session])
+    assert (grown.files[0].status, grown.added) == ("imported", 1)
+    assert stored_events(tmp_path / "data", "cli-tool")[-1][4] == "And --quiet?"
+    part["text"] = "And --quiet, please?"  # a part rewritten in place, as a streamed reply's are
+    (storage / "part" / "msg_C" / "prt_C1.json").write_text(json.dumps(part), encoding="utf-8")
+    assert service.import_transcripts("opencode", [session]).files[0].status != "unchanged"
+    assert service.import_transcripts("opencode", [session]).files[0].status == "unchanged"

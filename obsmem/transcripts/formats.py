@@ -108,6 +108,10 @@ class DocumentFormat(ABC):
         # are stored, but the file must not be stamped as imported, so the next import reads it again.
         self.read_whole = True
 
+    def stamp(self) -> FileStamp:
+        """What tells that the document changed since its import: its file's size and time by default."""
+        return stamp(self.path)
+
     @abstractmethod
     def sessions(self) -> Iterator[SessionDoc | Skip]:
         """Every session of the document (and problems met on the way, with their line or row)."""

@@ -434,10 +434,10 @@ class TranscriptImporter:
 
     def _document_file_locked(self, path: Path, report: FileReport) -> None:
         key = str(path.resolve())
-        now = stamp(path)
+        fmt = self._document_format(path)
+        now = fmt.stamp()
         if self._unchanged_chat(path, key, now, report):
             return
-        fmt = self._document_format(path)
         docs: list[SessionDoc] = []
         for item in fmt.sessions():
             if not isinstance(item, Skip):

@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 
 import apsw
 
+from obsmem.transcripts.files import FileStamp
+from obsmem.transcripts.files import stamp as file_stamp
 from obsmem.transcripts.formats import DocumentFormat
 from obsmem.transcripts.records import (
     SessionDoc,
@@ -212,6 +214,26 @@ class OpencodeTreeFormat(DocumentFormat):
 
     def storage(self) -> Path:
         return self.path.parent.parent.parent
+
+    def stamp(self) -> FileStamp:
+        """The session file's, its message files' and their part files' sizes added up and their newest
+        time: opencode touches the session file when a prompt starts, not when the reply's messages and
+        parts are written (parts are rewritten in place as they stream), so the session file's own stamp
+        missed every reply written after an import."""
+        own = file_stamp(self.path)
+        size, newest = own.size, own.mtime_ns
+        info = _read_json(self.path)
+        session = info["id"] if info is not None and isinstance(info.get("id"), str) else self.path.stem
+        messages = self.storage() / "message" / session
+        for message_file in messages.glob("*.json") if messages.is_dir() else []:
+            parts = self.storage() / "part" / message_file.stem
+            for file in [message_file, *(parts.glob("*.json") if parts.is_dir() else [])]:
+                try:
+                    info_of = file.stat()
+                except OSError:  # deleted meanwhile: the next look sees the change
+                    continue
+                size, newest = size + info_of.st_size, max(newest, info_of.st_mtime_ns)
+        return FileStamp(size, newest)
 
     def sessions(self) -> Iterator[SessionDoc | Skip]:
         info = _read_json(self.path)
