@@ -68,6 +68,9 @@ def stamp(path: Path) -> FileStamp:
     return FileStamp(size, mtime)
 
 
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+
+
 @contextmanager
 def import_lock(path: Path) -> Iterator[None]:
     """Hold the file's import lock for the block: imports of one file take turns, each starting from the
@@ -79,7 +82,12 @@ def import_lock(path: Path) -> Iterator[None]:
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         _regular(os.fstat(descriptor), path)
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError as exc:
+            # A file system without locks (some network mounts) imports as before, unlocked, rather than never.
+            if exc.errno not in _NO_LOCKS:
+                raise
         yield
     finally:
         os.close(descriptor)  # releases the lock
