@@ -369,3 +369,20 @@ def test_a_tilde_naming_no_user_is_a_clear_error_not_a_traceback(tmp_path: Path)
             1,
             f"error: configuration_error: {what} ~no-such-user-x9/obsmem: no home directory for its ~\n",
         )
+
+
+def test_a_fifo_named_like_a_sub_agent_file_does_not_hang_the_hook(tmp_path: Path) -> None:
+    # The hook read the first line of every agent-*.jsonl beside the session to find its sub-agents, FIFOs too.
+    said = {"type": "user", "sessionId": "s1", "cwd": "/w/fifo", "message": {"role": "user", "content": "hi"}}
+    transcript = write_jsonl(tmp_path / "project" / "s1.jsonl", [said])
+    os.mkfifo(tmp_path / "project" / "agent-zz.jsonl")
+    done = subprocess.run(
+        [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(tmp_path / "data"), "hook", "claude-code"],
+        input=json.dumps({"transcript_path": str(transcript)}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert [row[4] for row in stored_events(tmp_path / "data", "fifo")] == ["hi"]

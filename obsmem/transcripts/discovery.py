@@ -84,7 +84,9 @@ def claude_subagents(transcript: Path) -> list[Path]:
     session = transcript.name.removesuffix(".jsonl")
     folder = transcript.parent / session / "subagents"
     found = list(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
-    found.extend(p for p in transcript.parent.glob("agent-*.jsonl") if _first_session_id(p) == session)
+    # Regular files only, before any is opened: opening a FIFO named like one waits for a writer for ever.
+    beside = (p for p in transcript.parent.glob("agent-*.jsonl") if p.is_file())
+    found.extend(p for p in beside if _first_session_id(p) == session)
     return sorted((p for p in found if p.is_file()), key=_age)
 
 
