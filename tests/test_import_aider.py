@@ -114,3 +114,22 @@ def test_an_earlier_versions_watermark_with_block_text_is_continued(service: Obs
         "next",
         "answer",
     ]
+
+
+def test_a_line_with_bytes_that_are_not_utf8_is_kept_with_them_replaced(service: Obsmem, tmp_path: Path) -> None:
+    # The line was dropped: the request it began was lost, and Aider's output after it was taken for the
+    # start-up banner (no request before it) and skipped too.
+    history = tmp_path / "repo" / ".aider.chat.history.md"
+    history.parent.mkdir()
+    history.write_bytes(
+        b"# aider chat started at 2025-01-01 10:00:00\n\n#### rename caf\xe9.py\n\nDone.\n> Applied edit to cafe.py\n"
+        b"\n#### thanks\n"
+    )
+    run = service.import_transcripts("aider", [history])
+    assert run.files[0].problems == {"invalid_utf8": 1} and not run.files[0].skipped
+    assert [row[2:5] for row in stored_events(tmp_path / "data", "repo")] == [
+        ("user", "message", "rename caf\ufffd.py"),
+        ("assistant", "message", "Done."),
+        ("tool", "tool_result", "Applied edit to cafe.py"),
+        ("user", "message", "thanks"),
+    ]

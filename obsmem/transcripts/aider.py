@@ -84,12 +84,17 @@ class AiderFormat(LineFormat):
         return str(self.path.resolve().parent)
 
     def read(self, raw: bytes, line: int) -> Iterable[Turn | Skip]:
-        start = self.offset
-        self.offset += len(raw)
         try:
-            text = raw.decode("utf-8").rstrip("\r\n")
+            return self._read(raw.decode("utf-8").rstrip("\r\n"), len(raw), line)
         except UnicodeDecodeError:
-            return [Skip("invalid_utf8", line, problem=True, detail="not UTF-8 text")]
+            # Markdown, not records: the line is kept with its bad bytes replaced (U+FFFD). Dropping it lost a
+            # request, and then the output after it, taken for the start-up banner without a request before it.
+            problem = Skip("invalid_utf8", line, problem=True, detail="not UTF-8 text: bad bytes stored as U+FFFD")
+            return [problem, *self._read(raw.decode("utf-8", "replace").rstrip("\r\n"), len(raw), line)]
+
+    def _read(self, text: str, size: int, line: int) -> list[Turn | Skip]:
+        start = self.offset
+        self.offset += size
         launch = _START.match(text)
         if launch:
             items = self._close()
