@@ -178,3 +178,16 @@ def test_a_file_handed_to_a_reading_process_and_stored_meanwhile_by_another_impo
     assert run.added == 200
     contents = [row[4] for row in stored_events(tmp_path / "data", "race")]
     assert len(contents) == len(set(contents)) == 400
+
+
+def test_a_file_whose_name_is_not_utf8_is_imported_with_the_files_after_it(service: Obsmem, tmp_path: Path) -> None:
+    # The watermark named the file by its path, which SQLite cannot store with the file system's bad bytes
+    # in it: the whole import stopped with a traceback, the files after that one not imported.
+    folder = tmp_path / "chats"
+    said = [{"role": "user", "content": "hello"}]
+    odd = write_jsonl(folder / os.fsdecode(b"caf\xe9.jsonl"), said)
+    plain = write_jsonl(folder / "plain.jsonl", said)
+    run = service.import_transcripts("openai-chat", [odd, plain], project="names")
+    assert [(report.status, report.added) for report in run.files] == [("imported", 1), ("imported", 1)]
+    again = service.import_transcripts("openai-chat", [odd, plain], project="names")
+    assert [report.status for report in again.files] == ["unchanged", "unchanged"]

@@ -75,6 +75,7 @@ from obsmem.transcripts.watermarks import (
     Watermark,
     load_watermark,
     save_watermark,
+    watermark_key,
 )
 from obsmem.validation import session_id as check_session_id
 
@@ -253,7 +254,7 @@ class TranscriptImporter:
         """Where the file's import starts (``plan.job``), or False when there is nothing to read. A file
         named twice (``keys`` holds those planned already) is planned when its turn comes."""
         path, report = plan.path, plan.report
-        key = str(path.resolve())
+        key = watermark_key(path)
         if keys is not None:
             if key in keys:
                 plan.deferred = True
@@ -433,7 +434,7 @@ class TranscriptImporter:
             self._document_file_locked(path, report)
 
     def _document_file_locked(self, path: Path, report: FileReport) -> None:
-        key = str(path.resolve())
+        key = watermark_key(path)
         fmt = self._document_format(path)
         now = fmt.stamp()
         if self._unchanged_chat(path, key, now, report):

@@ -13,11 +13,19 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from obsmem.dates import now_iso
 from obsmem.errors import ProjectNotFound
 from obsmem.storage import ProjectDatabase
+
+
+def watermark_key(path: Path) -> str:
+    """The file as its watermark names it: its resolved path, as text even where the file system's name is
+    not UTF-8 (its bad bytes written ``\\xff``), which SQLite cannot store as it stands: the import of a
+    folder holding one such name stopped with a traceback, the files after it not imported."""
+    return str(path.resolve()).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class ImportTarget:
