@@ -573,3 +573,21 @@ def test_an_unchanged_file_is_passed_over_without_being_opened(
         handle.write("\n")
     service.import_transcripts("claude-code", files(projects))
     assert set(opened) == {grown}  # only the file that changed is read
+
+
+def test_a_record_id_that_cannot_be_stored_imports_the_record_without_it(service: Obsmem, tmp_path: Path) -> None:
+    # A lone surrogate in a uuid cannot be stored in import_records: the file (and every file after it) failed
+    # with a traceback after its events were stored, and again on every run.
+    base = {"type": "user", "sessionId": "odd-ids", "cwd": "/w/odd"}
+    records = [
+        {**base, "uuid": "\ud800abc", "message": {"role": "user", "content": "lone surrogate"}},
+        {**base, "uuid": "u" * 10_000, "message": {"role": "user", "content": "far too long"}},
+        {**base, "uuid": "u-3", "message": {"role": "user", "content": "fine"}},
+    ]
+    odd = write_jsonl(tmp_path / "odd.jsonl", records)
+    after = write_jsonl(
+        tmp_path / "after.jsonl", [{**base, "sessionId": "after", "message": {"role": "user", "content": "x"}}]
+    )
+    run = service.import_transcripts("claude-code", [odd, after])
+    assert [(report.status, report.added) for report in run.files] == [("imported", 3), ("imported", 1)]
+    assert service.import_transcripts("claude-code", [odd, after]).added == 0

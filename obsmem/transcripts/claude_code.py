@@ -33,7 +33,17 @@ from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from obsmem.transcripts.formats import LineFormat, decode_json_line, first_cwd
-from obsmem.transcripts.records import CallNames, Skip, Turn, message, parts_text, safe_name, tool_call, tool_result
+from obsmem.transcripts.records import (
+    CallNames,
+    Skip,
+    Turn,
+    message,
+    parts_text,
+    record_id,
+    safe_name,
+    tool_call,
+    tool_result,
+)
 
 BOOKKEEPING = frozenset(
     {
@@ -92,9 +102,9 @@ class ClaudeCodeFormat(LineFormat):
         cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
         stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
         events = list(self._events(kind, record, stamp, line))
-        record_id = uuid if isinstance(uuid, str) and uuid else None
+        kept_id = record_id(uuid)
         items.extend(
-            item if isinstance(item, Skip) else Turn(session, item, line, cwd, record_id=record_id) for item in events
+            item if isinstance(item, Skip) else Turn(session, item, line, cwd, record_id=kept_id) for item in events
         )
         return items
 

@@ -30,6 +30,23 @@ def text_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+MAX_RECORD_ID_CHARS = 200
+
+
+def record_id(value: object) -> str | None:
+    """An agent's record id as the import keeps it (``import_records``), or None: text of at most
+    :data:`MAX_RECORD_ID_CHARS` characters that is valid Unicode. A lone surrogate in a crafted or damaged
+    id cannot be stored, and failed the import of its file (and of every file after it) with a traceback;
+    such a record is imported as one without an id."""
+    if not isinstance(value, str) or not value or len(value) > MAX_RECORD_ID_CHARS:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
 def safe_name(value: object) -> str:
     """A record type, subtype or id as reports may show it: a short identifier, else ``?``. Reports never
     echo other text from a transcript (it could be memory text or a secret)."""
