@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from obsmem.app import Obsmem
 from obsmem.settings import load_settings
-from obsmem.transcripts import importer
+from obsmem.transcripts import files, importer
 from obsmem.transcripts.reports import ImportRun
 from support.transcripts import stored_events, write_jsonl
 
@@ -191,3 +192,23 @@ def test_a_file_whose_name_is_not_utf8_is_imported_with_the_files_after_it(servi
     assert [(report.status, report.added) for report in run.files] == [("imported", 1), ("imported", 1)]
     again = service.import_transcripts("openai-chat", [odd, plain], project="names")
     assert [report.status for report in again.files] == ["unchanged", "unchanged"]
+
+
+def test_a_lock_another_program_keeps_on_a_file_is_waited_for_a_while_then_reported(
+    service: Obsmem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waiting for the lock without end would hang every hook and --follow round behind one foreign lock.
+    monkeypatch.setattr(files, "IMPORT_LOCK_WAIT_SECONDS", 0.2)
+    rollout = _rollout(tmp_path / "rollout-held.jsonl", ["held"])
+    runs: list[ImportRun] = []
+    with open(rollout, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        importing = threading.Thread(target=lambda: runs.append(service.import_transcripts("codex", [rollout])))
+        importing.start()
+        importing.join(60)
+        finished = not importing.is_alive()
+    importing.join()
+    assert finished
+    report = runs[0].files[0]
+    assert (report.status, dict(report.problems), report.added) == ("failed", {"file_busy": 1}, 0)
+    assert service.import_transcripts("codex", [rollout]).added == 1  # the next import takes it

@@ -13,6 +13,7 @@ import gzip
 import io
 import os
 import stat as stat_module
+import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,6 +70,33 @@ def stamp(path: Path) -> FileStamp:
 
 
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+# How long an import waits for the file's lock (another import storing it, or another program's flock),
+# as long as a write waits for the database; then the file is reported busy and the run goes on.
+IMPORT_LOCK_WAIT_SECONDS = 30.0
+_LOCK_POLL_SECONDS = 0.05
+
+
+class FileBusy(OSError):
+    """The file's import lock stayed held past :data:`IMPORT_LOCK_WAIT_SECONDS`."""
+
+
+def _take_lock(descriptor: int, path: Path) -> None:
+    deadline = time.monotonic() + IMPORT_LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise FileBusy(
+                    errno.EWOULDBLOCK, "another import (or program) held the file's lock", str(path)
+                ) from None
+            time.sleep(_LOCK_POLL_SECONDS)
+        except OSError as exc:
+            # A file system without locks (some network mounts) imports as before, unlocked, rather than never.
+            if exc.errno not in _NO_LOCKS:
+                raise
+            return
 
 
 @contextmanager
@@ -77,17 +105,14 @@ def import_lock(path: Path) -> Iterator[None]:
     watermark the one before it left. Two imports side by side (a hook firing while ``--follow`` stores the
     session, two hooks at once) merged against events the other stored after they looked, and stored
     those again. An advisory ``flock`` on the file itself: the agent writing it takes none, every path to
-    it (a link, a symlink) names the same lock, and the system releases it when a killed import dies."""
+    it (a link, a symlink) names the same lock, and the system releases it when a killed import dies.
+    Waited for at most :data:`IMPORT_LOCK_WAIT_SECONDS`, then :class:`FileBusy`: a lock some other program
+    keeps must not hang every hook and ``--follow`` round."""
     # O_NONBLOCK: opening a FIFO named as a transcript must not wait for a writer.
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         _regular(os.fstat(descriptor), path)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-        except OSError as exc:
-            # A file system without locks (some network mounts) imports as before, unlocked, rather than never.
-            if exc.errno not in _NO_LOCKS:
-                raise
+        _take_lock(descriptor, path)
         yield
     finally:
         os.close(descriptor)  # releases the lock

@@ -52,6 +52,7 @@ from obsmem.storage import ProjectDatabase
 from obsmem.transcripts.files import (
     DAMAGED_COMPRESSION,
     WINDOW,
+    FileBusy,
     FileStamp,
     NotARegularFile,
     import_lock,
@@ -590,6 +591,9 @@ def _guarded(report: FileReport, action: Callable[..., Any], *args: Any) -> Any:
     the next file (what was stored before the failure stays stored). Returns False after a failure."""
     try:
         return action(*args)
+    except FileBusy as exc:
+        report.status = "failed"
+        report.problem("file_busy", 0, exc.strerror or "the file's import lock is held")
     except FileNotFoundError:
         report.status = "missing"
         report.problem("file_missing", 0, "the file disappeared before it could be read")
