@@ -30,6 +30,10 @@ between re-reads the chunk, whose events get the same seqs again and are counted
 an import after the watermark was lost). A session that already holds other events at those seqs
 (``seq_conflict``: another file or an append fed it) is merged as in 3.
 
+Imports of one file take turns (:func:`~obsmem.transcripts.files.import_lock`, held while the file is
+stored): a line file planned before another import stored some of it is planned again from that
+import's watermark when its turn comes.
+
 Document formats (rewritten files, databases) are read whole; per session the watermark records how many
 events were stored and the key of the last one, and the events after it are appended. A session whose
 stored prefix no longer matches is merged as in 3.
