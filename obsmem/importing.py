@@ -23,6 +23,7 @@ position in the file counted from 0 (line number minus one); blank lines are ski
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -230,6 +231,8 @@ def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress
     done = 0
     for number, raw in enumerate(handle, start=1):
         done += len(raw)
+        if number == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte-order mark, as Windows tools write one, is no text
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:

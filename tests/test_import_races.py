@@ -212,3 +212,20 @@ def test_a_lock_another_program_keeps_on_a_file_is_waited_for_a_while_then_repor
     report = runs[0].files[0]
     assert (report.status, dict(report.problems), report.added) == ("failed", {"file_busy": 1}, 0)
     assert service.import_transcripts("codex", [rollout]).added == 1  # the next import takes it
+
+
+@pytest.mark.parametrize("ending", ["\r\n", ""])
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(
+    service: Obsmem, tmp_path: Path, ending: str
+) -> None:
+    # Windows tools (PowerShell's Out-File) start UTF-8 files with a byte-order mark: the first record was
+    # refused as malformed JSON by `obsmem import`, and the whole file by `obsmem ingest`.
+    path = tmp_path / "chat.jsonl"
+    lines = ['{"role": "user", "content": "first"}', '{"role": "assistant", "content": "second"}']
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + ending.encode())
+    run = service.import_transcripts("openai-chat", [path], project="windows")
+    assert (run.added, run.problems) == (2, 0)
+    single = tmp_path / "single.jsonl"
+    single.write_bytes(b"\xef\xbb\xbf" + lines[0].encode() + ending.encode())
+    assert service.import_transcripts("openai-chat", [single], project="windows-single").added == 1
+    assert service.import_jsonl("windows-ingest", path, "s1").appended == 2

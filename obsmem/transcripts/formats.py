@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -25,7 +26,10 @@ from obsmem.transcripts.records import ReaderOptions, SessionDoc, Skip, Turn
 
 
 def decode_json_line(raw: bytes, line: int) -> dict[str, Any] | Skip:
-    """A JSONL line as an object, or the problem with it (never raises)."""
+    """A JSONL line as an object, or the problem with it (never raises). The file's first line may start
+    with a byte-order mark (Windows tools write one), which is no part of its JSON."""
+    if line == 1:
+        raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
         record = orjson.loads(raw)  # several times faster than json; on the hot path of every import
     except orjson.JSONDecodeError:
@@ -56,7 +60,7 @@ def decode_json_line(raw: bytes, line: int) -> dict[str, Any] | Skip:
 def is_whole_object(raw: bytes) -> bool:
     """Whether a line is one whole JSON object (a last line that is not may still be being written)."""
     try:
-        return isinstance(orjson.loads(raw), dict)
+        return isinstance(orjson.loads(raw.removeprefix(codecs.BOM_UTF8)), dict)
     except orjson.JSONDecodeError:
         return False
 
