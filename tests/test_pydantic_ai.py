@@ -18,7 +18,15 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem.app import Obsmem
@@ -368,3 +376,69 @@ def test_tool_arguments_obsmem_would_refuse_parsed_are_stored_as_written(tmp_pat
     with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
         receipt = service.append_events("p", "s1", events)
         assert receipt.appended == 1
+
+
+LONG_OUTPUT = "log line\n" * 240_000  # 2,160,000 characters: more than an event may hold
+STORABLE_LATER: list[tuple[str, Any, str]] = [
+    ("content", ToolReturnPart("read_file", LONG_OUTPUT, tool_call_id="c1"), "characters not stored]"),
+    (
+        "content",
+        ToolReturnPart("read_file", "bytes \udcff\udcfe read as text", tool_call_id="c1"),
+        "\ufffd",
+    ),
+    ("content", UserPromptPart("pasted text with a lone \ud800 surrogate"), "\ufffd"),
+    ("tool_name", ToolReturnPart("t" * 300, "unknown tool", tool_call_id="c1", outcome="retried"), "t" * 256),
+    ("tool_call_id", ToolReturnPart("read_file", "ok", tool_call_id="c" * 300), "c" * 256),
+    ("tool_args", ToolCallPart("write_file", {"text": "lone \udc80 surrogate"}, tool_call_id="c1"), "\ufffd"),
+    ("tool_args", ToolCallPart("write_file", '{"text": "lone \udc80 surrogate"}', tool_call_id="c1"), "\ufffd"),
+    ("tool_args", ToolCallPart("measure", {"x": float("nan")}, tool_call_id="c1"), "NaN"),
+]
+
+
+@pytest.mark.parametrize(("field", "part", "kept"), STORABLE_LATER)
+def test_a_message_obsmem_would_refuse_is_stored_in_a_form_it_takes(
+    tmp_path: Path, field: str, part: Any, kept: str
+) -> None:
+    """A part whose text is longer than an event may hold, holds a lone surrogate (a file read with
+    surrogateescape), or names a tool at more than 256 characters becomes an event obsmem stores: refused,
+    it stopped every later append of the session at it, so nothing the agent said after it was kept."""
+    message = ModelResponse(parts=[part]) if isinstance(part, ToolCallPart) else ModelRequest(parts=[part])
+    events = message_events(message)
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        receipt = service.append_events("p", "s1", [*events, {"role": "user", "content": "the next message"}])
+        assert receipt.appended == 2
+        with service.database("p").read() as conn:
+            (value,) = conn.execute(f"SELECT {field} FROM events WHERE seq = 1").fetchone()
+    assert kept in value and len(value) <= 2_000_000
+    if field in ("tool_name", "tool_call_id"):
+        assert value == kept
+
+
+def test_a_tool_output_longer_than_an_event_may_hold_does_not_stop_the_sessions_appends(memory: Obsmem) -> None:
+    """An agent that reads a large file: the cut output is stored, and so is everything the run says after it."""
+
+    def reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("the log ends with a passing test")])
+        return ModelResponse(parts=[ToolCallPart("read_file", {"path": "build.log"}, tool_call_id="c1")])
+
+    om = ObservationalMemory(memory, project="p", session_id="s1", tools=False, start_workers=False)
+    agent = Agent(FunctionModel(reader), capabilities=[om])
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        return LONG_OUTPUT
+
+    async def scenario() -> list[ModelMessage]:
+        first = await agent.run("read the build log")
+        second = await agent.run("and what did it say?", message_history=first.all_messages())
+        await om.flush(5)
+        return second.all_messages()
+
+    history = asyncio.run(scenario())
+    om.close()
+    stored = stored_events(memory)
+    assert [row[0] for row in stored] == list(range(1, len(history_events(history)) + 1))
+    assert stored[-1][3] == "the log ends with a passing test"
+    output = next(row[3] for row in stored if row[2] == "tool_result")
+    assert output.startswith(LONG_OUTPUT[:1000]) and output.endswith("characters not stored]")

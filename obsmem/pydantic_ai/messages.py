@@ -7,6 +7,9 @@ take no number. The numbering depends only on the history, so the same history a
 ``(seq, event)`` pairs: a run resumed with ``message_history`` (in this process or another) re-derives the
 seqs it appended before, and obsmem's append answers an identical event at a used seq as a duplicate and a
 different one as a conflict. Nothing is appended twice, and a history that changed is refused, not mixed.
+
+Every event is one obsmem takes: an event it refused would stop the session's appends at it for good, so
+what a message holds beyond an event's rules is stored in a form that keeps to them (:func:`_storable`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.json_shape import json_shape_problem
 from obsmem.pipeline import estimate_tokens
 
@@ -116,7 +120,51 @@ def message_events(message: ModelMessage) -> list[dict[str, Any]]:
     for event in events:
         if event.get("created_at") is None:
             event.pop("created_at", None)
+        _storable(event)
     return events
+
+
+def _storable(event: dict[str, Any]) -> None:
+    """Fit ``event`` to what obsmem takes, in place: lone surrogates (a file read with ``surrogateescape``,
+    a ``\\ud800`` escape a model wrote) become U+FFFD, content past the most an event holds is cut, saying
+    how much was left out, and a tool name or call id past 256 characters is cut to them. The same message
+    always becomes the same event, so a resumed run still finds its appends as duplicates."""
+    content = event.get("content")
+    if isinstance(content, str):
+        event["content"] = _cut(_encodable(content), MAX_EVENT_CONTENT)
+    for name in ("tool_name", "tool_call_id"):
+        value = event.get(name)
+        if isinstance(value, str):
+            event[name] = _encodable(value)[:MAX_TOOL_FIELD]
+    if isinstance(event.get("tool_args"), str):
+        event["tool_args"] = _encodable(event["tool_args"])
+
+
+def _encodable(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (ASCII text, the common case, is returned as it is)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending with how much was left out (never silent)."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 80  # room for the note below, whatever the numbers in it
+    return f"{text[:keep]}\n[cut: {len(text) - keep} of {len(text)} characters not stored]"
+
+
+def _storable_json(value: Any) -> bool:
+    """Whether obsmem stores ``value`` as tool arguments: not too deep, every number finite, every string
+    encodable as UTF-8."""
+    if json_shape_problem(value) is not None:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError, TypeError, RecursionError):
+        return False
+    return True
 
 
 def _events(message: ModelMessage) -> list[dict[str, Any]]:
@@ -203,16 +251,30 @@ def _arguments(args: object) -> dict[str, Any] | list[Any] | str | None:
             parsed = json.loads(args)
         except (ValueError, RecursionError):
             return args
-        # Kept as the model wrote them when obsmem would refuse the parsed value (too deep, NaN): an event
-        # refused here would stop the session's appends at it, where the text is stored as it is.
-        if not isinstance(parsed, dict | list) or json_shape_problem(parsed) is not None:
+        # Kept as the model wrote them when obsmem would refuse the parsed value (too deep, NaN, a lone
+        # surrogate): an event refused here would stop the session's appends at it, where the text is stored.
+        if not isinstance(parsed, dict | list) or not _storable_json(parsed):
             return args
         return parsed
-    if args is None or isinstance(args, dict):
-        return args
+    if args is None:
+        return None
     # Typed arguments of pydantic-ai's own tools (tool search, capability loading) are dataclasses or models.
     dump = getattr(args, "model_dump", None)
-    return dump(mode="json") if callable(dump) else json.loads(json.dumps(args, default=str))
+    value = args if isinstance(args, dict) else dump(mode="json") if callable(dump) else _loose_json(args)
+    if _storable_json(value):
+        return value
+    # A provider's parsed arguments obsmem would refuse (a NaN, a lone surrogate): stored as their text.
+    return _loose_json(value, as_text=True)
+
+
+def _loose_json(value: Any, *, as_text: bool = False) -> Any:
+    """``value`` written as JSON with anything JSON lacks as its ``str`` (and NaN as ``NaN``); parsed back
+    unless ``as_text``. A value too deep to write is named, not stored."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return "[arguments too deeply nested to store]"
+    return text if as_text else json.loads(text)
 
 
 def _iso(stamp: datetime | None) -> str | None:
