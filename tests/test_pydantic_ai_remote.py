@@ -117,3 +117,41 @@ def test_a_remote_server_refuses_pipeline_models_and_wrong_keys(tmp_path: Path) 
             asyncio.run(agent.run("hello"))
         om.close()
         wrong.close()
+
+
+def test_appends_larger_than_the_servers_body_limit_are_sent_in_parts(tmp_path: Path) -> None:
+    """Three large tool outputs of one model response, together over the server's body limit: the append
+    is sent in parts each under it. Sent as one body, it was refused (413) at every retry, so nothing of the
+    session after the first prompt was ever stored."""
+    output = "y" * 400_000
+
+    def reader(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("read them all")])
+        return ModelResponse(
+            parts=[ToolCallPart("read_file", {"path": f"f{i}"}, tool_call_id=f"c{i}") for i in range(3)]
+        )
+
+    data = tmp_path / "data"
+    with live_server(data, max_body_bytes=1024 * 1024) as base:
+        client = ObsmemClient(base)
+        om = ObservationalMemory(client, project="p", session_id="s1", tools=False)
+        agent = Agent(FunctionModel(reader), capabilities=[om])
+
+        @agent.tool_plain
+        def read_file(path: str) -> str:
+            return output
+
+        async def scenario() -> list[ModelMessage]:
+            first = await agent.run("read the three files")
+            second = await agent.run("done?", message_history=first.all_messages())
+            await om.flush(5)
+            return second.all_messages()
+
+        history = asyncio.run(scenario())
+        om.close()
+        client.close()
+    with Obsmem(load_settings(data_dir=data)) as service:
+        stored = stored_events(service)
+    assert stored == history_events(history)
+    assert sum(row[3] == output for row in stored) == 6  # two runs of three reads

@@ -9,6 +9,7 @@ loop. Errors are :class:`~obsmem.errors.ObsmemError` with the server's stable co
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -24,6 +25,10 @@ from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
 from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, TOOL_NAMES, parse_tool_arguments, run_tool
 
 DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
+# Most bytes of events one append request carries (a larger event goes alone): far under the server's
+# default body limit (``server.max_body_bytes``, 8 MiB), which a run's large tool outputs together can pass;
+# a body over it is refused at every retry, and nothing of the session after it would ever be stored.
+APPEND_BODY_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,24 @@ def _server_error(response: httpx.Response) -> ObsmemError:
     return failure
 
 
+def _body_sized(events: list[dict[str, Any]], budget: int) -> list[list[dict[str, Any]]]:
+    """``events`` in consecutive parts whose JSON (as httpx writes it) holds at most ``budget`` bytes, each part
+    at least one event."""
+    parts: list[list[dict[str, Any]]] = []
+    part: list[dict[str, Any]] = []
+    size = 0
+    for event in events:
+        event_size = len(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")) + 1
+        if part and size + event_size > budget:
+            parts.append(part)
+            part, size = [], 0
+        part.append(event)
+        size += event_size
+    if part:
+        parts.append(part)
+    return parts
+
+
 def _segment(value: str) -> str:
     """``value`` as one URL path segment: ``/``, ``?``, ``#`` and ``%`` are percent-encoded, so no value can end
     its segment, add one, or climb out of its project."""
@@ -242,7 +265,10 @@ class RemoteMemory:
             raise
 
     def append(self, events: list[dict[str, Any]]) -> None:
-        self.client.call("POST", f"{self._session}/events", json={"events": events})
+        """Append in order, in requests of at most :data:`APPEND_BODY_BYTES` each (an event larger goes alone);
+        a request that fails leaves the ones before it stored, and the retry answers those as duplicates."""
+        for part in _body_sized(events, APPEND_BODY_BYTES):
+            self.client.call("POST", f"{self._session}/events", json={"events": part})
 
     def projection(self) -> ProjectionView:
         try:
