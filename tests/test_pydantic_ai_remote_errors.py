@@ -44,6 +44,10 @@ MISTAKES: list[tuple[str, Any]] = [
     ("memory_search", "not json"),
     ("recall", {"id": "xyz"}),
     ("recall", {"id": "0123456789ab", "session_id": 5}),
+    ("recall", {"id": "0123456789ab", "session_id": "s\ud800"}),  # not UTF-8: httpx raised out of the tool
+    ("recall", {"id": "0123456789ab", "session_id": "s" * 70_000}),  # past httpx's URL limit: raised too
+    ("recall", {"id": "0123456789ab", "session_id": "a/b"}),
+    ("no_such_tool", {}),  # KeyError out of the remote backend's runner
     ("memory", {"action": "update", "content": "c"}),
 ]
 

@@ -22,7 +22,8 @@ from obsmem.ids import parse_id_prefix
 from obsmem.json_shape import strict_dumps
 from obsmem.pydantic_ai.remote_notes import RemoteNotes
 from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
-from obsmem.surfaces.tools import MEMORY_SEARCH, RECALL, TOOL_NAMES, parse_tool_arguments, run_tool
+from obsmem.surfaces.tools import MEMORY_SEARCH, TOOL_NAMES, parse_tool_arguments, run_tool
+from obsmem.validation import session_id as check_session_id
 
 DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
 # Most bytes of events one append request carries (a larger event goes alone): far under the server's
@@ -294,6 +295,8 @@ class RemoteMemory:
 
     def run_tool(self, name: str, arguments: dict[str, Any] | str | None) -> str:
         """The same arguments, scope and error texts as the embedded tools, over the HTTP routes."""
+        if name not in TOOL_NAMES:
+            return f"unknown_tool: there is no tool with that name; tools: {', '.join(TOOL_NAMES)}"
         try:
             args = parse_tool_arguments(name, arguments)
             if name == MEMORY_SEARCH:
@@ -306,7 +309,7 @@ class RemoteMemory:
                 result = self.client.call("POST", f"{self._project}/search", json=args)
             elif name == MEMORY:
                 result = run_memory_tool(RemoteNotes(self.client), self.project, args, user=None)
-            elif name == RECALL:
+            else:  # recall
                 if "id" not in args:
                     return "invalid_id: id is required: a memory id from memory_search"
                 scope = args.get("session_id", self.session_id)
@@ -315,9 +318,10 @@ class RemoteMemory:
                 # The id comes from the model: checked against obsmem's id rules and quoted before it becomes
                 # a path segment, so an id such as ``../../other/memories/x`` cannot reach another project.
                 memory_id = _segment(parse_id_prefix(args["id"]))
+                # The session too, as the embedded recall checks it: text httpx cannot put in a URL (a lone
+                # surrogate, tens of kilobytes) raised out of the tool instead of answering the model.
+                check_session_id(scope)
                 result = self.client.call("GET", f"{self._project}/memories/{memory_id}", params={"session_id": scope})
-            else:
-                return f"unknown_tool: there is no tool with that name; tools: {', '.join(TOOL_NAMES)}"
         except ObsmemError as exc:
             return f"{exc.code}: {exc.message}"
         return strict_dumps(result, ensure_ascii=False)
