@@ -31,10 +31,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -48,6 +48,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _LOOP_GRACE_SECONDS = 5.0
 
 KeySource = Callable[[], str | None]
+_T = TypeVar("_T")
 
 
 class OutboundError(Exception):
@@ -101,6 +102,18 @@ class _LoopThread:
 
 
 _LOOP = _LoopThread()
+
+
+def run_on_loop(work: Coroutine[Any, Any, _T], seconds: float) -> _T:
+    """Run ``work`` on the one outbound loop thread and wait for its answer, from any thread. ``work`` bounds
+    itself (``asyncio.timeout``); ``seconds`` plus a grace only guards against a wedged loop: past it the
+    work is cancelled and ``TimeoutError`` raised."""
+    future = asyncio.run_coroutine_threadsafe(work, _LOOP.loop())
+    try:
+        return future.result(timeout=seconds + _LOOP_GRACE_SECONDS)
+    except FutureTimeout:
+        future.cancel()
+        raise TimeoutError from None
 
 
 class Endpoint:
@@ -215,12 +228,9 @@ class Endpoint:
         return self._run(run(), cid, self.timeout_seconds * max(1, rounds))
 
     def _run(self, work: Any, correlation_id: str, seconds: float) -> Any:
-        future = asyncio.run_coroutine_threadsafe(work, _LOOP.loop())
         try:
-            # Each request enforces its own deadline; this bound only guards against a wedged loop.
-            return future.result(timeout=seconds + _LOOP_GRACE_SECONDS)
-        except FutureTimeout:
-            future.cancel()
+            return run_on_loop(work, seconds)  # each request enforces its own deadline
+        except TimeoutError:
             raise OutboundError("timeout", f"{self.label} did not answer in time", correlation_id) from None
 
     def close(self) -> None:

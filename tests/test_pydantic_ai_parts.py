@@ -463,3 +463,62 @@ def test_a_reply_that_is_not_json_is_service_unavailable() -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+class _Dripping(BaseHTTPRequestHandler):
+    """A server that answers one byte at a time, each well within a read timeout: the headers (``headers``) or
+    the body. It drips at most ``DRIP_BYTES`` and records whether the client hung up before it was done."""
+
+    protocol_version = "HTTP/1.1"
+    DRIP_BYTES = 300
+    hung_up: list[bool] = []
+    done = threading.Event()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        dripped_head = self.path.endswith("/headers")
+        if dripped_head:
+            drip = b"".join(b"X-Slow-%d: 1\r\n" % i for i in range(self.DRIP_BYTES))[: self.DRIP_BYTES]
+        else:
+            head += b"Content-Length: %d\r\n\r\n" % self.DRIP_BYTES
+            drip = b" " * self.DRIP_BYTES
+        try:
+            self.wfile.write(head)
+            self.wfile.flush()
+            for byte in drip:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client hung up
+            _Dripping.hung_up.append(True)
+            return
+        finally:
+            _Dripping.done.set()
+        _Dripping.hung_up.append(False)
+        self.close_connection = True
+
+
+@pytest.mark.parametrize("what", ["headers", "body"])
+def test_a_server_that_drips_its_answer_is_given_up_on_at_the_clients_deadline(what: str) -> None:
+    """Each byte comes within the read timeout, so only a deadline over the whole call ends it: without one a
+    server (or a proxy) that drips kept the call, and the agent's run waiting on it, for as long as it dripped."""
+    _Dripping.hung_up.clear()
+    _Dripping.done.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Dripping)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = ObsmemClient(f"http://127.0.0.1:{server.server_address[1]}", timeout_seconds=1)
+    try:
+        with pytest.raises(ObsmemError) as failure:
+            client.call("GET", f"/health/{what}")
+        assert failure.value.code == "service_unavailable"
+        assert _Dripping.done.wait(60)  # the handler ends at its next write, or at the end of its drip
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert _Dripping.hung_up == [True]  # the client gave up while the server was still dripping

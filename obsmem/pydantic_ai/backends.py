@@ -9,6 +9,8 @@ loop. Errors are :class:`~obsmem.errors.ObsmemError` with the server's stable co
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,6 +22,7 @@ from obsmem.app import Obsmem, check_search
 from obsmem.errors import NotFound, ObsmemError
 from obsmem.ids import parse_id_prefix
 from obsmem.json_shape import strict_dumps
+from obsmem.outbound import run_on_loop
 from obsmem.pydantic_ai.remote_notes import RemoteNotes
 from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
 from obsmem.surfaces.tools import MEMORY_SEARCH, TOOL_NAMES, parse_tool_arguments, run_tool
@@ -165,7 +168,12 @@ class ObsmemClient:
     """An ``obsmem serve`` reached over HTTP: its base URL and, when it has keys, an API key.
 
     The key goes in the Authorization header only; redirects are not followed, so it never reaches another
-    host. Pass ``transport`` to run against an in-process app in tests.
+    host. ``timeout_seconds`` bounds each call whole (connect, send, wait and the answer's last byte): httpx's
+    own timeouts bound each network operation only, so a server or proxy that drips its answer a byte at a
+    time would keep a call, and the agent's run waiting on it, for as long as it dripped. The calls run on
+    obsmem's outbound loop thread (:func:`obsmem.outbound.run_on_loop`); callers stay synchronous, on any
+    thread. Pass ``transport`` (an async httpx transport, e.g. ``httpx.ASGITransport``) to run against an
+    in-process app in tests.
     """
 
     def __init__(
@@ -174,24 +182,37 @@ class ObsmemClient:
         *,
         api_key: str | None = None,
         timeout_seconds: float = DEFAULT_HTTP_TIMEOUT_SECONDS,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must be an http:// or https:// URL")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float) or timeout_seconds <= 0:
+            raise ValueError("timeout_seconds must be a positive number")
         self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(
-            base_url=f"{self.base_url}/v1",
-            headers=headers,
-            timeout=timeout_seconds,
-            follow_redirects=False,
-            transport=transport,
-        )
+        self.timeout_seconds = float(timeout_seconds)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None  # made and used on the loop thread only
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                base_url=f"{self.base_url}/v1",
+                headers=self._headers,
+                timeout=self.timeout_seconds,
+                follow_redirects=False,
+                transport=self._transport,
+            )
+        return self._http
+
+    async def _request(self, method: str, path: str, kwargs: dict[str, Any]) -> httpx.Response:
+        async with asyncio.timeout(self.timeout_seconds):
+            return await self._client().request(method, path, **kwargs)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
+            response = run_on_loop(self._request(method, path, kwargs), self.timeout_seconds)
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise ObsmemError(
                 f"the obsmem server cannot be reached ({type(exc).__name__})", code="service_unavailable"
             ) from None
@@ -205,7 +226,10 @@ class ObsmemClient:
             ) from None
 
     def close(self) -> None:
-        self.http.close()
+        http, self._http = self._http, None
+        if http is not None:
+            with contextlib.suppress(Exception):  # closing is best effort
+                run_on_loop(http.aclose(), 5.0)
 
 
 def _server_error(response: httpx.Response) -> ObsmemError:
