@@ -30,23 +30,36 @@ class ModelClients:
         self.settings = settings
         self.transport = transport
         self._clients: dict[tuple[str, str], ChatClient] = {}
-        self._routes: dict[tuple[str, str], ChatModel] = {}
+        self._routes: dict[tuple[str, str], list[ChatModel]] = {}  # newest last
         self._lock = threading.Lock()
 
     def route(self, project: str, role: str, model: ChatModel | None) -> None:
-        """Send ``role``'s calls for ``project`` to ``model`` from the next job on (``None``: the settings)."""
+        """Send ``role``'s calls for ``project`` to ``model`` from the next job on (``None``: the settings, whatever
+        was routed)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
         with self._lock:
             if model is None:
                 self._routes.pop((project, role), None)
             else:
-                self._routes[(project, role)] = model
+                self._routes.setdefault((project, role), []).append(model)
+
+    def unroute(self, project: str, role: str, model: ChatModel) -> None:
+        """Stop routing ``role`` of ``project`` to ``model``. Several integrations may route one project's role
+        (two agents' capabilities): the newest route still in place serves it, so one that ends never takes
+        the role from another that is still running; with none left, the settings serve it."""
+        with self._lock:
+            routes = [routed for routed in self._routes.get((project, role), []) if routed is not model]
+            if routes:
+                self._routes[(project, role)] = routes
+            else:
+                self._routes.pop((project, role), None)
 
     def routed(self, project: str | None, role: str) -> ChatModel | None:
         if project is None or not self._routes:
             return None
-        return self._routes.get((project, role))
+        routes = self._routes.get((project, role))
+        return routes[-1] if routes else None
 
     def model(self, role: str, override: Override | None = None, *, project: str | None = None) -> ModelSettings:
         model = model_with_override(self.settings, role, override)

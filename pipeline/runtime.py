@@ -107,6 +107,10 @@ class ObservationPipeline:
         """Send ``role``'s model calls for ``project`` to ``model`` (``None``: back to the settings)."""
         self.clients.route(project, role, model)
 
+    def unroute_model(self, project: str, role: str, model: ChatModel) -> None:
+        """Stop routing ``role``'s calls for ``project`` to ``model`` (another model routed there stays)."""
+        self.clients.unroute(project, role, model)
+
     @property
     def handlers(self) -> dict[str, Callable[[JobContext], None]]:
         return {OBSERVE: self.observe.handle, REFLECT: self.reflect.handle}

@@ -442,3 +442,25 @@ def test_a_tool_output_longer_than_an_event_may_hold_does_not_stop_the_sessions_
     assert stored[-1][3] == "the log ends with a passing test"
     output = next(row[3] for row in stored if row[2] == "tool_result")
     assert output.startswith(LONG_OUTPUT[:1000]) and output.endswith("characters not stored]")
+
+
+@pytest.mark.parametrize("closing", ["older", "newer"])
+def test_closing_one_agents_memory_leaves_the_projects_other_agent_its_observer(memory: Obsmem, closing: str) -> None:
+    """Two agents on one project, each with its capability routing the project's Observer to a pydantic-ai
+    model: the first to close returned the role to the settings (which name no model here) under the other,
+    so the other's session was never observed again (its requests refused with model_not_configured)."""
+    options: dict[str, Any] = {"context_window": WINDOW, "tools": False}
+    older = ObservationalMemory(memory, project="p", session_id="s1", observer_model=observer_model(), **options)
+    newer = ObservationalMemory(memory, project="p", session_id="s2", observer_model=observer_model(), **options)
+    closed, running = (older, newer) if closing == "older" else (newer, older)
+    closed.close()
+
+    async def scenario() -> dict[str, Any]:
+        await run_turns(coding_agent(running, CodingAgent()), running, range(1, 3), [])
+        return await running.status()
+
+    status = asyncio.run(scenario())
+    running.close()
+    assert status["observed_through_seq"] == status["last_seq"] > 0
+    # Once both closed, nothing of either stays routed: the project is back on its settings.
+    assert memory.pipeline.clients.routed("p", "observer") is None

@@ -504,6 +504,13 @@ class Obsmem:
         self.pipeline.route_model(project_name(project), role, model)
         self._wake_workers()
 
+    def unroute_model(self, project: str, role: str, model: ChatModel) -> None:
+        """Stop sending ``role``'s calls for ``project`` to ``model``, which :meth:`route_model` routed. Agent
+        integrations that route the same project's role (two agents' capabilities) each un-route their own:
+        the newest model still routed serves the role, and with none left the settings do."""
+        self.pipeline.unroute_model(project_name(project), role, model)
+        self._wake_workers()
+
     def switch_models(self, project: str, changes: object) -> ModelSwitch:
         """Switch roles' models at run time: ``{"reflector": {"model_id": "..."}, "dropper": null}``.
 

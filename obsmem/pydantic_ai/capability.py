@@ -200,6 +200,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             self.backend.memory.route_model(self.backend.project, pipeline_role, adapter)
             self._routed[pipeline_role] = adapter
             if previous is not None:
+                self.backend.memory.unroute_model(self.backend.project, pipeline_role, previous)
                 previous.retire()  # a job in flight on it finishes there; it closes when that has ended
 
     def _thresholds(self, model: Model | None) -> Thresholds:
@@ -706,7 +707,9 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._groomer.shutdown(wait=True)
         if isinstance(self.backend, EmbeddedMemory):
             for role, adapter in self._routed.items():
-                self.backend.memory.route_model(self.project, role, None)
+                # Only this capability's own route: another agent's capability on the same project keeps
+                # its own, and with it its session's Observer.
+                self.backend.memory.unroute_model(self.project, role, adapter)
                 adapter.close()
         self._routed.clear()
         self.hub.close()
