@@ -179,6 +179,24 @@ def test_notes_the_agent_writes_are_not_shown_to_the_observer() -> None:
     assert "memory" in other.body  # only the note tool is hidden
 
 
+def test_the_memory_tools_reached_over_mcp_are_hidden_as_well() -> None:
+    """An agent that reaches obsmem over MCP calls its tools by a qualified name (Claude Code logs
+    ``mcp__<server>__memory``, Codex ``<server>__memory``): the Observer was shown the note
+    the agent wrote, and could record it as an observation, trusted by its provenance without judgment."""
+    args = '{"action": "save", "content": "deploys go out on Thursdays"}'
+    for name in ("mcp__obsmem__memory", "obsmem__memory", "mcp__my-memory__memory"):
+        call = render_event(7, "assistant", "tool_call", "", name, args, STAMP, 9)
+        result = render_event(8, "tool", "tool_result", '{"id": "n1"}', name, args, STAMP, 5)
+        for view in (call, result):
+            assert "Thursdays" not in view.body and view.body.startswith("(omitted: a note the agent wrote")
+    for name in ("mcp__obsmem__memory_search", "mcp__obsmem__recall", "obsmem__recall"):
+        found = render_event(9, "tool", "tool_result", "User likes tabs (a1b2c3d4e5f6)", name, None, STAMP, 5)
+        assert "likes tabs" not in found.body
+    for name in ("save_memory", "mcp__files__read_memory_dump", "memory_bank"):  # other tools are shown
+        other = render_event(9, "assistant", "tool_call", "", name, args, STAMP, 5)
+        assert "Thursdays" in other.body
+
+
 def test_secrets_are_redacted_in_what_the_observer_sees() -> None:
     call = render_event(
         4,

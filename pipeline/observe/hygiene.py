@@ -100,7 +100,7 @@ def render_event(
             source_tokens,
         )
     tool = redact_text(tool_name) if tool_name else "unknown tool"
-    if tool_name in note_tools and type_ in ("tool_call", "tool_result"):
+    if _names_one_of(tool_name, note_tools) and type_ in ("tool_call", "tool_result"):
         action = "called tool" if type_ == "tool_call" else "result of tool"
         header = f"#{seq} {when} {role} {action} {tool}" if type_ == "tool_call" else f"#{seq} {when} {action} {tool}"
         return EventView(seq, header, NOTE_OMITTED, True, source_tokens)
@@ -111,7 +111,7 @@ def render_event(
             parts.append(text)
         return EventView(seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens)
     if type_ == "tool_result":
-        if tool_name in memory_tools:
+        if _names_one_of(tool_name, memory_tools):
             body = "(omitted: obsmem's own memory tool result, already in memory)"
         else:
             body = clean_text(content, omit_tags) or "(empty result)"
@@ -122,6 +122,19 @@ def render_event(
         return EventView(seq, f"#{seq} {when} result of tool {tool}", body, True, source_tokens)
     body = clean_text(content, omit_tags) or "(empty message)"
     return EventView(seq, f"#{seq} {when} {role}", body, True, source_tokens)
+
+
+def _names_one_of(tool_name: str | None, names: Sequence[str]) -> bool:
+    """Whether ``tool_name`` is one of ``names``, as it is called or qualified by the MCP server an agent
+    reached it through: Claude Code names an MCP tool ``mcp__<server>__<tool>``, Codex (and Gemini CLI
+    on a clash) ``<server>__<tool>``. Without this an agent on obsmem's MCP server had its notes shown to
+    the Observer."""
+    if not tool_name:
+        return False
+    if tool_name in names:
+        return True
+    server, qualified, tool = tool_name.rpartition("__")
+    return bool(server and qualified) and tool in names
 
 
 def _arguments(tool_args: str | None) -> str:
