@@ -21,7 +21,7 @@ from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, OMEvent
 from obsmem.settings import load_settings
-from support.http_server import KEY_ALL, KEYS, bearer, live_server
+from support.http_server import KEY_ALL, KEYS, bearer, free_port, live_server
 from support.pydantic_ai_runs import WINDOW, coding_agent, history_events, memory_in, run_turns, stored_events
 from support.pydantic_ai_server import QuotingObserverScript, server_settings
 from support.pydantic_ai_stages import CodingAgent, observer_model, tool_pairs_intact
@@ -155,3 +155,32 @@ def test_appends_larger_than_the_servers_body_limit_are_sent_in_parts(tmp_path: 
         stored = stored_events(service)
     assert stored == history_events(history)
     assert sum(row[3] == output for row in stored) == 6  # two runs of three reads
+
+
+def test_a_run_goes_on_while_the_server_is_away_and_catches_up_when_it_is_back(tmp_path: Path) -> None:
+    """The server stops between two runs (a restart): the run meanwhile is answered, sent with the memory the
+    capability last read, and its messages are appended once the server is back. The projection read raised
+    service_unavailable out of the run, although a failed append was already kept for the next request."""
+    data, port = tmp_path / "data", free_port()
+    client = ObsmemClient(f"http://127.0.0.1:{port}", timeout_seconds=5)
+    om = ObservationalMemory(client, project="p", session_id="s1", context_window=WINDOW, tools=False)
+    model = CodingAgent()
+    agent = coding_agent(om, model)
+    prompts = [f"turn {turn}: fix the failing test" for turn in (1, 2, 3)]
+    history: list[ModelMessage] = []
+
+    async def turn(prompt: str) -> None:
+        nonlocal history
+        history = (await agent.run(prompt, message_history=history)).all_messages()
+
+    with live_server(data, port=port):
+        asyncio.run(turn(prompts[0]))
+    asyncio.run(turn(prompts[1]))  # nothing listens on the port
+    assert str(history[-1].parts[-1].content).startswith("Done with run_tests")  # type: ignore[union-attr]
+    with live_server(data, port=port):
+        asyncio.run(turn(prompts[2]))
+        asyncio.run(om.flush(5))
+        om.close()
+        client.close()
+    with Obsmem(load_settings(data_dir=data)) as service:
+        assert stored_events(service) == history_events(history)

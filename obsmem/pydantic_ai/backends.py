@@ -19,7 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from obsmem.app import Obsmem, check_search
-from obsmem.errors import NotFound, ObsmemError
+from obsmem.errors import NotFound, ObsmemError, ServiceUnavailable
 from obsmem.ids import parse_id_prefix
 from obsmem.json_shape import strict_dumps
 from obsmem.outbound import run_on_loop
@@ -213,17 +213,13 @@ class ObsmemClient:
         try:
             response = run_on_loop(self._request(method, path, kwargs), self.timeout_seconds)
         except (httpx.HTTPError, TimeoutError) as exc:
-            raise ObsmemError(
-                f"the obsmem server cannot be reached ({type(exc).__name__})", code="service_unavailable"
-            ) from None
+            raise ServiceUnavailable(f"the obsmem server cannot be reached ({type(exc).__name__})") from None
         if response.status_code >= 400:
             raise _server_error(response)
         try:
             return response.json()
         except ValueError:  # e.g. a proxy's HTML page in front of the URL: the server is not reachable as obsmem
-            raise ObsmemError(
-                f"the obsmem server's answer (HTTP {response.status_code}) is not JSON", code="service_unavailable"
-            ) from None
+            raise ServiceUnavailable(f"the obsmem server's answer (HTTP {response.status_code}) is not JSON") from None
 
     def close(self) -> None:
         http, self._http = self._http, None

@@ -66,6 +66,9 @@ from obsmem.validation import session_id as check_session_id
 log = logging.getLogger("obsmem.pydantic_ai")
 _T = TypeVar("_T")
 
+# What obsmem answers while it cannot serve (unreachable or restarting, storage faults, timeouts): a request
+# goes on with the memory it read last rather than failing the agent's run.
+UNAVAILABLE_STATUSES = (502, 503, 504)
 OUTPUT_RESERVE_FRACTION = 0.10  # of the window, kept free for the model's answer
 OVERFLOW_POLL_SECONDS = 0.05
 REOBSERVE_AFTER_SECONDS = 30.0  # ask again if an observation request seems lost
@@ -175,7 +178,8 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._known_observations: set[str] | None = None
         self._last_thresholds = self._thresholds(None)
         self._search_mode = search_mode
-        self._refusals: set[str] = set()  # error codes of pipeline requests already logged
+        self._refusals: set[str] = set()  # error codes of pipeline requests and projection reads already logged
+        self._projection_read: ProjectionView | None = None  # the newest a request read, for when obsmem is away
         self._memory_moved = False  # a cycle ended since the poller last rendered the memory
         self._verify = True  # the next request waits for its append: the history is checked against the store
         # What the latest model request was measured against and sent (for inspection and benchmarks).
@@ -294,7 +298,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             self._raise_append_error()
         thresholds = self._thresholds(request_context.model)
         self._last_thresholds = thresholds
-        projection = await self._read(self.backend.projection)
+        projection = await self._projection()
         compaction = compact(messages, self.ledger, projection)
         overhead = _request_overhead(request_context)
         budget = _budget(thresholds, request_context)
@@ -307,6 +311,25 @@ class ObservationalMemory(AbstractCapability[Any]):
         if compaction.replaced_messages == 0:
             return request_context
         return dataclasses.replace(request_context, messages=compaction.messages)
+
+    async def _projection(self) -> ProjectionView:
+        """The session's projection for a request. While obsmem cannot answer (a server away or restarting, a
+        storage fault) the run goes on with the projection read last, which still covers exactly the events
+        it says it does, or none: the appends meanwhile are retried with the next request, as ever."""
+        try:
+            projection = await self._read(self.backend.projection)
+        except ObsmemError as exc:
+            if exc.status not in UNAVAILABLE_STATUSES:
+                raise  # a mistake of the caller's (a wrong key, a refused project): not to be waited out
+            self._log_once(exc.code, "memory unavailable (%s); the request goes on with the memory read last")
+            return self._projection_read or ProjectionView.empty()
+        self._projection_read = projection
+        return projection
+
+    def _log_once(self, code: str, message: str) -> None:
+        if code not in self._refusals:
+            self._refusals.add(code)
+            log.warning(message, code)
 
     async def _read(self, call: Callable[..., _T], *args: Any) -> _T:
         """A read: over HTTP on a worker thread; embedded, at once on the loop. A local read takes a fraction
@@ -469,9 +492,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         try:
             await asyncio.to_thread(call)
         except ObsmemError as exc:
-            if exc.code not in self._refusals:
-                self._refusals.add(exc.code)
-                log.warning("pipeline request refused: %s", exc.code)
+            self._log_once(exc.code, "pipeline request refused: %s")
             return False
         return True
 
@@ -489,7 +510,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         await self._request_observation()
         while compaction.request_tokens + overhead > budget and time.monotonic() < deadline:
             await asyncio.sleep(OVERFLOW_POLL_SECONDS)
-            projection = await self._read(self.backend.projection)
+            projection = await self._projection()
             compaction = compact(messages, self.ledger, projection)
             if projection.observed_through_seq >= self.ledger.last_seq:
                 break

@@ -120,10 +120,11 @@ def live_server(
     keys: list[dict[str, Any]] | None = None,
     timeout: float = 30.0,
     extra: str = "",
+    port: int | None = None,
     **server: Any,
 ) -> Iterator[str]:
-    """Run ``python -m obsmem.surfaces.http`` on a free loopback port; yields its base URL."""
-    port = free_port()
+    """Run ``python -m obsmem.surfaces.http`` on a loopback port (``port``, else a free one); yields its base URL."""
+    port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     config = write_config(data_dir.parent / f"server-{port}.toml", keys=keys or [], extra=extra, **server)
     command = [sys.executable, "-m", "obsmem.surfaces.http", "--config", str(config), "--data-dir", str(data_dir)]
