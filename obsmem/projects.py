@@ -16,7 +16,7 @@ from pathlib import Path
 
 import apsw
 
-from obsmem.errors import InvalidProject, ProjectNotFound, StorageBusy
+from obsmem.errors import InvalidProject, ProjectNotFound, StorageBusy, StorageError
 from obsmem.settings import home_expanded
 from obsmem.storage import (
     ProjectDatabase,
@@ -41,6 +41,13 @@ def create_database(path: Path) -> None:
     """
     directory = path.parent
     made_directory = not directory.exists()
+    if directory.exists() and not directory.is_dir():
+        # Neither EEXIST nor ENOTDIR is a storage fault the surfaces know (a 500, the path in the error); an
+        # ancestor of the data directory that is a file stays the CLI's io_error naming it.
+        raise StorageError(
+            "a path in the data directory is a file where obsmem keeps a directory (a project's or a user "
+            "tier's); move it away"
+        )
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         _remove_abandoned_builds(directory)

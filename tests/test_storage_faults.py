@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -308,6 +309,34 @@ def test_a_creation_killed_half_way_is_cleaned_up_by_the_next_one(tmp_path: Path
         service.append_events("revived", "s1", SMALL_BATCH["events"])
         assert service.project_names() == ["revived"]
     assert not abandoned.exists() and mine.exists()
+
+
+def test_a_file_where_a_project_or_user_directory_belongs_is_503_storage_error(tmp_path: Path) -> None:
+    """A file in the place of a project's directory (or a user tier's): creating the database there failed
+    with EEXIST, no storage fault, so a write answered 500 over HTTP and raised FileExistsError, naming the
+    path, out of the agent tools (and with it out of an agent's run)."""
+    data_dir = tmp_path / "data"
+    with Obsmem(data_dir=data_dir) as service:
+        service.append_events("p", "s1", [{"role": "user", "content": "hello"}])
+        service.save_note("p", "the local account's tier exists", tier="user")
+    (user_tier,) = (data_dir / "users").iterdir()
+    shutil.rmtree(user_tier)
+    user_tier.write_text("not a directory")
+    (data_dir / "projects" / "q").write_text("not a directory")
+    with Obsmem(data_dir=data_dir) as service:
+        with TestClient(create_app(service), base_url=LOCAL, raise_server_exceptions=False) as client:
+            for response in (
+                client.post("/v1/projects/q/notes", json={"action": "save", "content": "deploys on Thursdays"}),
+                client.post("/v1/projects/q/sessions/s1/events", json={"events": [{"role": "user", "content": "x"}]}),
+                client.post("/v1/projects/p/notes", json={"action": "save", "content": "on Thursdays", "tier": "user"}),
+            ):
+                assert_fault(response, "storage_error", retry_after=False)
+                assert "move it away" in response.json()["error"]["message"]
+                assert str(tmp_path) not in response.json()["error"]["message"]
+        for project, tier in (("q", "project"), ("p", "user")):
+            arguments = {"action": "save", "content": "deploys on Thursdays", "tier": tier}
+            outcome = run_tool(service, project, "memory", arguments)
+            assert outcome.text.startswith("storage_error: ") and str(tmp_path) not in outcome.text
 
 
 def test_a_file_where_the_graph_directory_belongs_is_503_storage_error(
