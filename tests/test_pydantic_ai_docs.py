@@ -39,3 +39,19 @@ def test_the_construction_block_lists_every_parameter() -> None:
     listed = set(re.findall(r"^\s+(\w+)(?:=|,)", block.group(1), re.MULTILINE))
     parameters = set(inspect.signature(ObservationalMemory.__init__).parameters) - {"self", "memory", "client"}
     assert parameters <= listed, f"parameters the Construction block leaves out: {sorted(parameters - listed)}"
+
+
+def test_the_documented_close_bounds_match_the_code() -> None:
+    import inspect
+
+    from obsmem.pydantic_ai import ObservationalMemory
+    from obsmem.pydantic_ai.capability import STORE_AGAIN_PAUSES_SECONDS, STORE_GRACE_SECONDS
+
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    timeout = inspect.signature(ObservationalMemory.close).parameters["timeout"].default
+    *first, last = (f"{pause:g}" for pause in STORE_AGAIN_PAUSES_SECONDS)
+    assert f"`close(timeout={timeout})`" in text
+    assert (
+        f"up to {len(STORE_AGAIN_PAUSES_SECONDS) + 1} attempts with pauses of {', '.join(first)} and {last} s" in text
+    )
+    assert STORE_GRACE_SECONDS == 0.5 and "plus half a second" in text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -69,11 +70,15 @@ class MemoryBackend(Protocol):
     session_id: str
     remote: bool
 
-    def last_seq(self) -> int:
-        """The session's last event seq (0: no events yet)."""
+    def last_seq(self, timeout: float | None = None) -> int:
+        """The session's last event seq (0: no events yet).
+
+        ``timeout`` (here and in :meth:`append`): the most seconds the call may take, where the backend can
+        bound it (over HTTP); None: its usual bound. An embedded call is bounded by the database's busy
+        timeout alone."""
         ...
 
-    def append(self, events: list[dict[str, Any]]) -> None: ...
+    def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None: ...
 
     def projection(self) -> ProjectionView: ...
 
@@ -111,13 +116,13 @@ class EmbeddedMemory:
         self.session_id = session_id
         self._cached: tuple[str, ProjectionView] | None = None
 
-    def last_seq(self) -> int:
+    def last_seq(self, timeout: float | None = None) -> int:
         try:
             return self.memory.session_status(self.project, self.session_id).last_seq
         except NotFound:
             return 0
 
-    def append(self, events: list[dict[str, Any]]) -> None:
+    def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None:
         self.memory.append_events(self.project, self.session_id, events)
 
     def projection(self) -> ProjectionView:
@@ -205,13 +210,18 @@ class ObsmemClient:
             )
         return self._http
 
-    async def _request(self, method: str, path: str, kwargs: dict[str, Any]) -> httpx.Response:
-        async with asyncio.timeout(self.timeout_seconds):
+    async def _request(self, method: str, path: str, kwargs: dict[str, Any], seconds: float) -> httpx.Response:
+        async with asyncio.timeout(seconds):
             return await self._client().request(method, path, **kwargs)
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def call(self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any) -> Any:
+        """One request, bounded whole by the client's timeout or by ``timeout`` seconds when less (a caller with
+        a deadline of its own passes the time it has left; none left: refused unsent, as a timeout)."""
+        seconds = self.timeout_seconds if timeout is None else min(self.timeout_seconds, timeout)
         try:
-            response = run_on_loop(self._request(method, path, kwargs), self.timeout_seconds)
+            if seconds <= 0:
+                raise TimeoutError
+            response = run_on_loop(self._request(method, path, kwargs, seconds), seconds)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise ServiceUnavailable(f"the obsmem server cannot be reached ({type(exc).__name__})") from None
         if response.status_code >= 400:
@@ -277,19 +287,22 @@ class RemoteMemory:
         self._project = f"/projects/{_segment(project)}"
         self._session = f"{self._project}/sessions/{_segment(session_id)}"
 
-    def last_seq(self) -> int:
+    def last_seq(self, timeout: float | None = None) -> int:
         try:
-            return int(self.status()["last_seq"])
+            return int(self.client.call("GET", f"{self._session}/status", timeout=timeout)["last_seq"])
         except NotFound as exc:
             if exc.code in ("session_not_found", "project_not_found"):
                 return 0
             raise
 
-    def append(self, events: list[dict[str, Any]]) -> None:
+    def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None:
         """Append in order, in requests of at most :data:`APPEND_BODY_BYTES` each (an event larger goes alone);
-        a request that fails leaves the ones before it stored, and the retry answers those as duplicates."""
+        a request that fails leaves the ones before it stored, and the retry answers those as duplicates.
+        ``timeout`` bounds all the requests together: each is given only the time left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         for part in _body_sized(events, APPEND_BODY_BYTES):
-            self.client.call("POST", f"{self._session}/events", json={"events": part})
+            left = None if deadline is None else deadline - time.monotonic()
+            self.client.call("POST", f"{self._session}/events", json={"events": part}, timeout=left)
 
     def projection(self) -> ProjectionView:
         try:

@@ -4,7 +4,9 @@ Before every model request of a run it:
 
 1. **observes**: the run's messages not appended yet go to the session as events, each at a seq derived
    from its position (:mod:`obsmem.pydantic_ai.messages`), in the background and in order, so appends
-   are idempotent across runs that pass ``message_history`` and across processes;
+   are idempotent across runs that pass ``message_history`` and across processes; a failed append goes
+   again with the next request, and when none follows, :meth:`~ObservationalMemory.close` (or ``flush``)
+   sends it again, within a bounded time, and logs how many events are still not stored;
 2. **compacts**: the messages the session's watermark covers are replaced by one message carrying the
    projection (:mod:`obsmem.pydantic_ai.compaction`); the run's own history is left as it is;
 3. **keeps the pipeline moving**: background observation is asked for once the unobserved tail reaches the
@@ -72,6 +74,11 @@ UNAVAILABLE_STATUSES = (502, 503, 504)
 OUTPUT_RESERVE_FRACTION = 0.10  # of the window, kept free for the model's answer
 OVERFLOW_POLL_SECONDS = 0.05
 REOBSERVE_AFTER_SECONDS = 30.0  # ask again if an observation request seems lost
+CLOSE_TIMEOUT_SECONDS = 10.0  # how long close() may spend storing what failed appends left unsent
+# Pauses between close()'s (and flush()'s) attempts at it: five attempts at most, a server that restarts
+# within about seven seconds is caught by one of them.
+STORE_AGAIN_PAUSES_SECONDS = (0.5, 1.0, 2.0, 4.0)
+STORE_GRACE_SECONDS = 0.5  # past the deadline, for the answer of an attempt the deadline bounds
 POLLER_TASK_NAME = "obsmem-pydantic-ai-events"
 
 
@@ -166,6 +173,9 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._append: Future[None] | None = None
         self._append_error: BaseException | None = None
         self._appended_through: int | None = None  # None: not checked against the store yet
+        self._stored_through: int | None = None  # how many of the history's events the store is known to hold
+        self._append_failure: str | None = None  # the error code of the latest append, until one succeeds
+        self._closed = False
         self._lock = asyncio.Lock()
         self._event_cursor: int | None = None  # None: not primed (old events of a resumed session are skipped)
         self._poller: asyncio.Task[None] | None = None  # one task, on the loop of the latest run, until close()
@@ -351,12 +361,12 @@ class ObservationalMemory(AbstractCapability[Any]):
             # and again in order with the appends (the append thread runs one job at a time), in case an
             # append of the previous history is still running and sets them after this.
             self._append_error = None
-            self._appended_through = None
+            self._appended_through = self._stored_through = None
             self._appender.submit(self._recheck)
             self._verify = True
 
     def _recheck(self) -> None:
-        self._appended_through = None
+        self._appended_through = self._stored_through = None
         self._append_error = None
 
     def _submit_append(self) -> None:
@@ -367,10 +377,24 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._append = self._appender.submit(self._append_events, snapshot)
 
     def _append_events(self, events: list[dict[str, Any]]) -> None:
-        """Append what the store lacks (runs on the one append thread, so in order)."""
+        """A run's append (on the one append thread, so in order). One that fails is sent again with the next
+        request, or by :meth:`close` or :meth:`flush` when no request follows."""
+        failure = self._store(events)
+        if failure is not None:
+            log.warning("append to session failed (%s); sent again with the next request or at close()", failure)
+
+    def _store(self, events: list[dict[str, Any]], deadline: float | None = None) -> str | None:
+        """Append what the store lacks of ``events``, each call bounded by ``deadline`` where the backend can
+        bound it. Returns the error code of a failure worth another attempt (the server away, the database
+        busy); None when they are stored, or refused as a conflict (then ``_append_error``)."""
+
+        def bound() -> dict[str, float]:
+            # Without a deadline the calls are plain, as backends written before the protocol had timeouts take.
+            return {} if deadline is None else {"timeout": _seconds_left(deadline)}
+
         try:
             if self._appended_through is None:
-                stored = self.backend.last_seq()
+                stored = self.backend.last_seq(**bound())
                 if stored > len(events):
                     raise SeqConflict(
                         f"session {self.session_id!r} already holds {stored} events, more than this run's "
@@ -380,23 +404,71 @@ class ObservationalMemory(AbstractCapability[Any]):
                     )
                 # Send the last stored event again: a duplicate proves the history is the one stored.
                 self._appended_through = max(0, stored - 1)
+                self._stored_through = stored
             start = self._appended_through
             for offset in range(start, len(events), MAX_BATCH):
                 batch = events[offset : offset + MAX_BATCH]
-                self.backend.append(batch)
-                self._appended_through = offset + len(batch)
-            self._append_error = None
+                self.backend.append(batch, **bound())
+                self._appended_through = self._stored_through = offset + len(batch)
+            self._append_error = self._append_failure = None
         except SeqConflict as exc:
             if "stored_events" in exc.details:
                 self._append_error = exc
-                return
+                return None
             self._append_error = SeqConflict(
                 f"session {self.session_id!r} holds different messages at the same positions: pass the earlier "
                 "runs' messages as message_history (result.all_messages()) or use a new session_id",
                 details=exc.details,
             )
-        except ObsmemError as exc:  # transient (server away, disk busy): retried with the next request
-            log.warning("append to session failed (%s); retried with the next request", exc.code)
+        except ObsmemError as exc:  # transient (server away, disk busy)
+            self._append_failure = exc.code
+            return exc.code
+        return None
+
+    def _store_again(self, events: list[dict[str, Any]], deadline: float) -> None:
+        """close()'s and flush()'s job on the append thread, so after every append submitted before it: send
+        what the store still lacks of ``events`` again, a few times with pauses between, none past
+        ``deadline``."""
+        for pause in (0.0, *STORE_AGAIN_PAUSES_SECONDS):
+            if (self._stored_through or 0) >= len(events) or isinstance(self._append_error, SeqConflict):
+                return
+            if time.monotonic() + pause >= deadline:
+                return
+            time.sleep(pause)
+            if self._store(events, deadline) is None:
+                return
+
+    @property
+    def unsent(self) -> int:
+        """How many events of the latest run's history the store has not confirmed holding: 0 when every
+        append succeeded; more while an append waits for its answer, or after appends that failed and
+        nothing sent again yet (:meth:`close` and :meth:`flush` try again, and log what is left)."""
+        return len(self.ledger.events) - (self._stored_through or 0)
+
+    def _warn_unsent(self, answered: bool) -> None:
+        """Say in the log, by count and never by content, that events of the session are not stored."""
+        unsent = self.unsent
+        if not unsent:
+            return
+        noun, them = ("event", "it") if unsent == 1 else ("events", "them")
+        if isinstance(self._append_error, SeqConflict):
+            log.warning(
+                "session %r: %d %s unsent (seq_conflict): the session holds messages this history does not match",
+                self.session_id,
+                unsent,
+                noun,
+            )
+            return
+        reason = self._append_failure if answered and self._append_failure else "no answer in time"
+        log.warning(
+            "session %r: %d %s unsent (%s); a later run that continues the session with its message_history "
+            "sends %s again",
+            self.session_id,
+            unsent,
+            noun,
+            reason,
+            them,
+        )
 
     def _raise_append_error(self) -> None:
         if isinstance(self._append_error, SeqConflict):
@@ -483,6 +555,9 @@ class ObservationalMemory(AbstractCapability[Any]):
     async def _request_observation(self) -> bool:
         """Ask for observation now; False when obsmem observes nothing (no model, or switched off)."""
         await self._appended()
+        return await self._ask_to_observe()
+
+    async def _ask_to_observe(self) -> bool:
         self._observe_requested = (self.ledger.last_seq, time.monotonic())
         return await self._call_quietly(self.backend.request_observation)
 
@@ -706,25 +781,56 @@ class ObservationalMemory(AbstractCapability[Any]):
         return await asyncio.to_thread(self.backend.status)
 
     async def flush(self, timeout: float = 60.0) -> ProjectionView:
-        """Append everything, observe it all now, and wait (up to ``timeout`` seconds) until the memory covers
-        every appended message; e.g. when a session ends. Returns the projection it ended with."""
-        await self._appended()
-        observing = await self._request_observation()
+        """Append everything (sending again what failed appends left unsent, as :meth:`close` does), observe it
+        all now, and wait until the memory covers every stored message, all within ``timeout`` seconds; e.g.
+        when a session ends. Returns the projection it ended with; events still not stored are logged and
+        counted in :attr:`unsent`."""
         deadline = time.monotonic() + timeout
+        answered = True
+        if not self._closed:
+            job = self._appender.submit(self._store_again, list(self.ledger.events), deadline)
+            try:
+                # At the deadline the job is cancelled if it has not started; an attempt it runs goes on.
+                await asyncio.wait_for(asyncio.wrap_future(job), _seconds_left(deadline) + STORE_GRACE_SECONDS)
+            except TimeoutError:
+                answered = False
+        self._raise_append_error()
+        self._warn_unsent(answered)
+        observing = await self._ask_to_observe()
+        stored_through = self.ledger.last_seq - self.unsent
         while True:
             projection = await self._read(self.backend.projection)
             await self._poll_events()
             await self._report_groom()
-            caught_up = projection.observed_through_seq >= self.ledger.last_seq
+            caught_up = projection.observed_through_seq >= stored_through
             if caught_up or not observing or time.monotonic() >= deadline:
                 return projection
             await asyncio.sleep(OVERFLOW_POLL_SECONDS)
 
-    def close(self) -> None:
-        """Stop the event poller, the append thread and the pipeline models this capability routed (the memory
-        stays open)."""
+    def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Store what failed appends left unsent, then stop the event poller, the append thread and the pipeline
+        models this capability routed (the memory stays open).
+
+        No model request follows the last one to send a failed append again, so close does: it waits for the
+        appends in flight and tries a few more times, spending ``timeout`` seconds at most (an embedded attempt
+        already waiting for a busy database is not cut short; it goes on after close returns). What is still
+        not stored is logged as a warning naming the session and the count, and stays in :attr:`unsent`."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= 3600:
+            raise ConfigurationError("timeout must be from 0 to 3600 seconds")
         self._stop_poller()
-        self._appender.shutdown(wait=True)
+        if not self._closed:
+            self._closed = True
+            deadline = time.monotonic() + timeout
+            job = self._appender.submit(self._store_again, list(self.ledger.events), deadline)
+            try:
+                job.result(timeout=_seconds_left(deadline) + STORE_GRACE_SECONDS)
+                answered = True
+            except TimeoutError:
+                answered = False
+            except Exception as exc:  # noqa: BLE001 - a failure obsmem has no code for: named by its type
+                self._append_failure, answered = type(exc).__name__, True
+            self._warn_unsent(answered)
+            self._appender.shutdown(wait=answered, cancel_futures=True)
         self._groomer.shutdown(wait=True)
         if isinstance(self.backend, EmbeddedMemory):
             for role, adapter in self._routed.items():
@@ -750,6 +856,11 @@ def observation_lines(text: str) -> list[str]:
         elif inside and line.startswith("- ["):
             lines.append(line[2:])
     return lines
+
+
+def _seconds_left(deadline: float) -> float:
+    """Seconds until ``deadline`` (none left: 0)."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def _request_overhead(request_context: ModelRequestContext) -> int:
