@@ -23,6 +23,40 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 LINE_BREAKS = re.compile(r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 
 
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate (half of a UTF-16 pair, which UTF-8 cannot encode) replaced by
+    U+FFFD; the same object when it holds none (ASCII text, the common case, is not even scanned).
+
+    Node.js writes them when it cuts a string inside an emoji (JSON ``"\\ud83d"`` without its pair), and
+    Python reads them from a file decoded with ``surrogateescape``: the rest of the text is still worth
+    keeping, so it is repaired rather than refused."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def without_lone_surrogates(value: Any) -> Any:
+    """``value`` (text, or JSON of lists and objects) with :func:`replace_lone_surrogates` applied to every
+    string in it, object keys included; the same object when nothing needed replacing."""
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
+    if isinstance(value, dict):
+        items = [(without_lone_surrogates(key), without_lone_surrogates(item)) for key, item in value.items()]
+        if all(new[0] is old[0] and new[1] is old[1] for new, old in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list):
+        items = [without_lone_surrogates(item) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items
+    return value
+
+
 def project_name(value: object) -> str:
     """A project slug: ``[a-z0-9][a-z0-9._-]{0,63}`` that does not look like a secret. Never a path."""
     if not isinstance(value, str) or not PROJECT_SLUG.fullmatch(value):

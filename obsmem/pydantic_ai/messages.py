@@ -36,6 +36,7 @@ from pydantic_ai.messages import (
 from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.json_shape import json_shape_problem
 from obsmem.pipeline import estimate_tokens
+from obsmem.validation import replace_lone_surrogates
 
 
 @dataclass(frozen=True)
@@ -131,20 +132,13 @@ def _storable(event: dict[str, Any]) -> None:
     always becomes the same event, so a resumed run still finds its appends as duplicates."""
     content = event.get("content")
     if isinstance(content, str):
-        event["content"] = _cut(_encodable(content), MAX_EVENT_CONTENT)
+        event["content"] = _cut(replace_lone_surrogates(content), MAX_EVENT_CONTENT)
     for name in ("tool_name", "tool_call_id"):
         value = event.get(name)
         if isinstance(value, str):
-            event[name] = _encodable(value)[:MAX_TOOL_FIELD]
+            event[name] = replace_lone_surrogates(value)[:MAX_TOOL_FIELD]
     if isinstance(event.get("tool_args"), str):
-        event["tool_args"] = _encodable(event["tool_args"])
-
-
-def _encodable(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (ASCII text, the common case, is returned as it is)."""
-    if text.isascii():
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        event["tool_args"] = replace_lone_surrogates(event["tool_args"])
 
 
 def _cut(text: str, limit: int) -> str:

@@ -28,7 +28,7 @@ from obsmem.transcripts.codex import CodexFormat
 from obsmem.transcripts.files import DAMAGED_COMPRESSION, WINDOW, complete_lines
 from obsmem.transcripts.formats import LineFormat, is_whole_object
 from obsmem.transcripts.records import ReaderOptions, Skip, Turn
-from obsmem.validation import first_problem
+from obsmem.validation import first_problem, without_lone_surrogates
 
 LINE_FORMATS: dict[str, type[LineFormat]] = {
     "claude-code": ClaudeCodeFormat,
@@ -43,7 +43,8 @@ class ReadTurn(NamedTuple):
     """A turn read and prepared: its event (None if refused) and the problem met, if any.
 
     An event with a timestamp obsmem cannot read keeps the event and names the problem
-    (``invalid_timestamp``); an event obsmem refuses has no event (``invalid_event``).
+    (``invalid_timestamp``), and so does one whose text held lone surrogates, stored with U+FFFD in
+    their place (``invalid_unicode``); an event obsmem refuses has no event (``invalid_event``).
     """
 
     session_id: str
@@ -54,31 +55,38 @@ class ReadTurn(NamedTuple):
     detail: str = ""
 
 
+_REPAIRED_UNICODE = "text holding lone surrogates (halves of a character); stored with U+FFFD in their place"
+_IMPORT_TIME = "a timestamp obsmem cannot read; stored with the time of the import"
+
+
 def prepare_turn(turn: Turn) -> ReadTurn:
-    """The turn validated and redacted. A timestamp obsmem cannot read is dropped, and the event stored
-    with the time it is imported, rather than losing the event."""
+    """The turn validated and redacted. Rather than losing the event, text holding lone surrogates (an
+    agent that cut a string inside an emoji) is stored with U+FFFD in their place, and a timestamp obsmem
+    cannot read is dropped, the event stored with the time it is imported; both are reported."""
     plain = prepare_plain(turn.event)
     if plain is not None:
         return ReadTurn(turn.session_id, turn.line, turn.record_id, plain)
     try:
-        event = EventIn.model_validate(turn.event)
+        fields = without_lone_surrogates(turn.event)
+    except RecursionError:  # nested past what obsmem takes: validation refuses it below, saying so
+        fields = turn.event
+    repaired = fields is not turn.event  # the same event always repairs the same way: a re-import finds it
+    code, detail = ("invalid_unicode", _REPAIRED_UNICODE) if repaired else (None, "")
+    try:
+        event = EventIn.model_validate(fields)
     except ValidationError as exc:
         problem = first_problem(exc, f"line {turn.line}")
     else:
-        return ReadTurn(turn.session_id, turn.line, turn.record_id, prepare_event(event))
+        return ReadTurn(turn.session_id, turn.line, turn.record_id, prepare_event(event), code, detail)
     if problem.field is not None and problem.field.endswith("created_at"):
         try:
-            event = EventIn.model_validate({k: v for k, v in turn.event.items() if k != "created_at"})
+            event = EventIn.model_validate({k: v for k, v in fields.items() if k != "created_at"})
         except ValidationError:
             pass
         else:
+            detail = f"{_IMPORT_TIME}; {_REPAIRED_UNICODE}" if repaired else _IMPORT_TIME
             return ReadTurn(
-                turn.session_id,
-                turn.line,
-                turn.record_id,
-                prepare_event(event),
-                "invalid_timestamp",
-                "a timestamp obsmem cannot read; stored with the time of the import",
+                turn.session_id, turn.line, turn.record_id, prepare_event(event), "invalid_timestamp", detail
             )
     return ReadTurn(turn.session_id, turn.line, turn.record_id, None, "invalid_event", problem.message)
 
