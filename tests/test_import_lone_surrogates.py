@@ -1,12 +1,15 @@
 """Text holding lone surrogates (Node.js cuts a string inside an emoji and writes JSON ``"\\ud83d"`` without
 its pair) is imported with U+FFFD in their place and reported, in every format; the event was refused whole
-(``invalid_event``) and lost."""
+(``invalid_event``) and lost. A timestamp that is not text (a number, an object) is reported as
+``invalid_timestamp`` like any other timestamp obsmem cannot read, no longer replaced by the import time unsaid."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from obsmem.app import Obsmem
 from support.transcripts import copy_fixture, stored_events, write_jsonl
@@ -56,11 +59,27 @@ def test_claude_code_keeps_messages_and_tool_calls_holding_lone_surrogates(servi
     assert again.added == 0 and len(stored_events(tmp_path / "data", "cut")) == 4
 
 
+@pytest.mark.parametrize(
+    ("stamp", "problems"), [(1_700_000_000_000, 1), ({"at": "2025-01-01"}, 1), (True, 1), (None, 0)]
+)
+def test_claude_code_reports_a_timestamp_that_is_not_text(
+    service: Obsmem, tmp_path: Path, stamp: object, problems: int
+) -> None:
+    path = write_jsonl(
+        tmp_path / "t.jsonl", [_claude("s1", timestamp=stamp, message={"role": "assistant", "content": "kept"})]
+    )
+    report = service.import_transcripts("claude-code", [path]).files[0]
+    assert report.added == 1 and report.problems == ({"invalid_timestamp": 1} if problems else {})
+    assert [row[4] for row in stored_events(tmp_path / "data", "cut")] == ["kept"]
+
+
 def _codex(kind: str, payload: dict[str, Any], stamp: object = "2025-04-11T10:00:00.000Z") -> dict[str, Any]:
     return {"timestamp": stamp, "type": kind, "payload": payload}
 
 
-def test_codex_keeps_items_holding_lone_surrogates(service: Obsmem, tmp_path: Path) -> None:
+def test_codex_keeps_items_holding_lone_surrogates_and_reports_a_number_for_a_timestamp(
+    service: Obsmem, tmp_path: Path
+) -> None:
     records = [
         _codex("session_meta", {"id": SESSION, "cwd": "/w/rollout"}),
         _codex(
@@ -75,11 +94,12 @@ def test_codex_keeps_items_holding_lone_surrogates(service: Obsmem, tmp_path: Pa
         _codex(
             "response_item",
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "c"}]},
+            17,
         ),
     ]
     path = write_jsonl(tmp_path / f"rollout-2025-04-11T10-00-00-{SESSION}.jsonl", records)
     report = service.import_transcripts("codex", [path]).files[0]
-    assert report.added == 4 and dict(report.problems) == {"invalid_unicode": 3}
+    assert report.added == 4 and dict(report.problems) == {"invalid_unicode": 3, "invalid_timestamp": 1}
     rows = stored_events(tmp_path / "data", "rollout")
     assert [row[4] for row in rows] == ["a\ufffd", "", "b\ufffd", "c"]
     assert "\ufffd" in rows[1][6]
@@ -136,3 +156,21 @@ def test_openai_chat_and_obsmem_lines_holding_lone_surrogates_are_kept(service: 
     assert sorted(contents) == ["", "x\ufffd", "y\ufffd", "z\ufffd"]
     assert service.import_transcripts("openai-chat", [chat], project="plain").added == 0
     assert service.import_transcripts("obsmem", [events], project="plain").added == 0
+
+
+def test_gemini_cli_reports_a_number_for_a_timestamp(service: Obsmem, tmp_path: Path) -> None:
+    chat = next((copy_fixture("gemini-cli", tmp_path) / ".gemini" / "tmp").rglob("session-*c9d8e7f6.jsonl"))
+    chat.write_text(chat.read_text().replace('"2025-05-07T09:00:01.000Z"', "1746608401", 1))
+    report = service.import_transcripts("gemini-cli", [chat]).files[0]
+    assert dict(report.problems) == {"invalid_timestamp": 1} and report.added == 5
+
+
+def test_opencode_reports_a_creation_time_that_is_not_a_number(service: Obsmem, tmp_path: Path) -> None:
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE message SET data = json_set(data, '$.time.created', json('{\"at\": 1}')) WHERE id = 'msg_01'"
+        )
+    run = service.import_transcripts("opencode", [db])
+    assert run.added == 11 and set(run.files[0].problems) == {"invalid_timestamp"}
+    assert service.import_transcripts("opencode", [db]).added == 0

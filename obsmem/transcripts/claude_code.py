@@ -100,7 +100,7 @@ class ClaudeCodeFormat(LineFormat):
         if self.checking_parents and isinstance(parent, str) and parent not in self.seen:
             items.append(Skip("missing_parent", line, problem=True, detail="parentUuid names no earlier record"))
         cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
-        stamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
+        stamp = record.get("timestamp")  # not only text: validation reports a bad one
         events = list(self._events(kind, record, stamp, line))
         kept_id = record_id(uuid)
         items.extend(
@@ -118,7 +118,7 @@ class ClaudeCodeFormat(LineFormat):
             return f"{session}:agent-{agent}" if isinstance(agent, str) and agent else f"{session}:sidechain"
         return session
 
-    def _events(self, kind: str, record: dict[str, Any], stamp: str | None, line: int) -> Iterator[Any]:
+    def _events(self, kind: str, record: dict[str, Any], stamp: object, line: int) -> Iterator[Any]:
         body = record.get("message")
         if kind == "system":
             yield from self._system(record, stamp, line)
@@ -135,7 +135,7 @@ class ClaudeCodeFormat(LineFormat):
         else:
             yield from self._assistant(content, stamp, line)
 
-    def _user(self, record: dict[str, Any], content: Any, stamp: str | None, line: int) -> Iterator[Any]:
+    def _user(self, record: dict[str, Any], content: Any, stamp: object, line: int) -> Iterator[Any]:
         if record.get("isMeta") is True:
             yield Skip("meta", line)
             return
@@ -163,7 +163,7 @@ class ClaudeCodeFormat(LineFormat):
             else:
                 yield Skip("unknown_part", line, problem=True, detail="a content part of unknown type")
 
-    def _assistant(self, content: Any, stamp: str | None, line: int) -> Iterator[Any]:
+    def _assistant(self, content: Any, stamp: object, line: int) -> Iterator[Any]:
         if isinstance(content, str):
             yield message("assistant", content, stamp)
             return
@@ -188,7 +188,7 @@ class ClaudeCodeFormat(LineFormat):
             else:
                 yield Skip("unknown_part", line, problem=True, detail="a content part of unknown type")
 
-    def _system(self, record: dict[str, Any], stamp: str | None, line: int) -> Iterator[Any]:
+    def _system(self, record: dict[str, Any], stamp: object, line: int) -> Iterator[Any]:
         subtype = record.get("subtype")
         text = record.get("content") if isinstance(record.get("content"), str) else ""
         if subtype == "compact_boundary":

@@ -177,7 +177,7 @@ class GeminiCliFormat(DocumentFormat):
     def _turns(self, doc: SessionDoc, item: dict[str, Any], position: int) -> Iterator[Skip]:
         kind = item.get("type")
         key = str(item.get("id", position))
-        stamp = item.get("timestamp") if isinstance(item.get("timestamp"), str) else None
+        stamp = item.get("timestamp")  # not only text: validation reports a bad one
         limit = self.options.max_tool_output_chars
 
         def add(index: int, event: dict[str, Any]) -> None:
@@ -204,7 +204,7 @@ class GeminiCliFormat(DocumentFormat):
             for call in _tool_calls(item):
                 name = call.get("name") if isinstance(call.get("name"), str) else None
                 call_id = call.get("id") if isinstance(call.get("id"), str) else None
-                when = call.get("timestamp") if isinstance(call.get("timestamp"), str) else stamp
+                when = stamp if call.get("timestamp") is None else call["timestamp"]
                 add(index, tool_call(name, call.get("args"), call_id, when, limit))
                 error = call.get("status") != "success"
                 add(index + 1, tool_result(name, _result_text(call), call_id, when, limit, error=error))

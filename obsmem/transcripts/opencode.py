@@ -97,7 +97,7 @@ class _Session:
         self.doc.turns.extend(turns)
         return True
 
-    def _part(self, role: Any, part: dict[str, Any], stamp: str | None, row: int) -> list[dict[str, Any]] | None:
+    def _part(self, role: Any, part: dict[str, Any], stamp: object, row: int) -> list[dict[str, Any]] | None:
         kind = part.get("type")
         limit = self.options.max_tool_output_chars
         if kind == "text":

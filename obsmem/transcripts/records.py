@@ -110,27 +110,32 @@ def cut(text: str, limit: int) -> str:
     return f"{kept}\n[cut: {len(text) - limit} of {len(text)} characters not stored]"
 
 
-def iso_stamp(value: Any) -> str | None:
-    """An agent's timestamp as ISO 8601 text: ISO strings pass through, epoch milliseconds are converted."""
-    if isinstance(value, str) and value:
-        return value
+def iso_stamp(value: Any) -> Any:
+    """An agent's timestamp as ISO 8601 text: ISO strings pass through, epoch milliseconds are converted.
+    Anything else that is there (an object, a number out of range) is passed on as it is, so the event's
+    validation reports it (``invalid_timestamp``) rather than the import time taking its place unsaid."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         seconds = value / 1000 if value > 10_000_000_000 else value
         try:
             return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         except (OverflowError, OSError, ValueError):
-            return None
-    return None
+            return value
+    return None if value == "" else value
 
 
-def message(role: str, content: str, stamp: str | None) -> dict[str, Any]:
-    event: dict[str, Any] = {"role": role, "type": "message", "content": content}
-    if stamp:
+def _stamped(event: dict[str, Any], stamp: object) -> dict[str, Any]:
+    """``event`` with the record's timestamp, when it has one: whatever is there (not only text) is kept
+    for validation to judge; an absent or empty one leaves the time of the import."""
+    if stamp is not None and stamp != "":
         event["created_at"] = stamp
     return event
 
 
-def tool_call(name: str | None, args: Any, call_id: str | None, stamp: str | None, limit: int) -> dict[str, Any]:
+def message(role: str, content: str, stamp: object) -> dict[str, Any]:
+    return _stamped({"role": role, "type": "message", "content": content}, stamp)
+
+
+def tool_call(name: str | None, args: Any, call_id: str | None, stamp: object, limit: int) -> dict[str, Any]:
     """A tool call; string arguments longer than the cut size are cut like outputs."""
     if isinstance(args, str):
         args = cut(args, limit)
@@ -142,13 +147,11 @@ def tool_call(name: str | None, args: Any, call_id: str | None, stamp: str | Non
         "tool_args": args,
         "tool_call_id": call_id,
     }
-    if stamp:
-        event["created_at"] = stamp
-    return event
+    return _stamped(event, stamp)
 
 
 def tool_result(
-    name: str | None, output: str, call_id: str | None, stamp: str | None, limit: int, *, error: bool = False
+    name: str | None, output: str, call_id: str | None, stamp: object, limit: int, *, error: bool = False
 ) -> dict[str, Any]:
     """A tool result, cut at ``limit``; a failed call's output starts with ``[error]``."""
     text = cut(output, limit)
@@ -159,9 +162,7 @@ def tool_result(
         "tool_name": name,
         "tool_call_id": call_id,
     }
-    if stamp:
-        event["created_at"] = stamp
-    return event
+    return _stamped(event, stamp)
 
 
 def parts_text(content: Any) -> str:
