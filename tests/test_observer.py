@@ -204,6 +204,34 @@ def test_hostile_items_are_rejected_one_by_one_and_the_valid_ones_kept(
     assert events_of(service, "om_observation_failed", "job_failed") == []
 
 
+def test_a_ref_naming_another_session_is_rejected_not_rewritten(service: Obsmem, server: ScriptedChatServer) -> None:
+    """A ref is an event shown in this request: one that names another session (or says more than a seq)
+    is not, and taking its seq alone would store an observation citing an event of this session that the
+    model never meant."""
+    seen: list[Any] = []
+
+    def first(request: Request) -> Reply:
+        return record(
+            obs("User states the deploy target is eu-west-1", [{"session_id": "s1", "seq": 1}]),
+            obs("Cites the other session", [{"session_id": "s2", "seq": 1}]),
+            obs("Cites another project", [{"project": "q", "seq": 2}]),
+        )
+
+    def second(request: Request) -> Reply:
+        seen.extend(tool_results(request))
+        return text("done")
+
+    server.responder = Rounds(first, second)
+    service.append_events("p", "s2", [user("the other session")])
+    fill(service)
+    drain(service)
+    (receipt,) = seen
+    assert [item["index"] for item in receipt["recorded"]] == [0]
+    assert [item["index"] for item in receipt["rejected"]] == [1, 2]
+    assert all("source_refs" in item["reason"] for item in receipt["rejected"])
+    assert [row[0] for row in observations(service)] == ["User states the deploy target is eu-west-1"]
+
+
 def test_a_run_records_a_bounded_number_of_items(service: Obsmem, server: ScriptedChatServer) -> None:
     """What a run records commits in one transaction that every writer of the project waits for: a model
     answering with hundreds of thousands of items would hold it past the agents' busy timeout."""

@@ -70,9 +70,9 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
         importance = item.get("importance")
         if importance not in IMPORTANCE_LEVELS:
             return "importance must be one of: " + ", ".join(IMPORTANCE_LEVELS)
-        refs = _as_seqs(item.get("source_refs"))
+        refs = _as_seqs(item.get("source_refs"), self.session_id)
         if refs is None:
-            return "source_refs must be a non-empty list of event numbers from the transcript, e.g. [12, 13]"
+            return "source_refs must be a non-empty list of event numbers from this transcript, e.g. [12, 13]"
         unknown = [seq for seq in refs if seq not in self.shown]
         if unknown:
             return (
@@ -91,13 +91,17 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
             return f"invalid item: {exc.errors()[0]['msg']}"
 
 
-def _as_seqs(value: Any) -> list[int] | None:
-    """Event numbers as models write them: 12, "12", "#12" or {"seq": 12}."""
+def _as_seqs(value: Any, session_id: str) -> list[int] | None:
+    """Event numbers as models write them: 12, "12", "#12" or {"seq": 12} (with this session's id or none)."""
     if not isinstance(value, list) or not value:
         return None
     seqs: list[int] = []
     for ref in value:
         if isinstance(ref, dict):
+            # A ref naming another session (or anything besides a seq) is not an event of this transcript:
+            # keeping its seq alone would cite an event of this session the model never meant.
+            if set(ref) - {"seq", "session_id"} or ref.get("session_id", session_id) != session_id:
+                return None
             ref = ref.get("seq")
         if isinstance(ref, str):
             ref = ref.strip().lstrip("#")
