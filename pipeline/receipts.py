@@ -39,6 +39,11 @@ class CheckedText(NamedTuple):
     problem: str | None  # why not, phrased for the model
 
 
+# A redaction marker is shorter than most secrets it replaces, so a line a little over the limit may fit
+# once redacted; one this many times over the limit is refused as it was sent.
+REDACTION_SLACK = 4
+
+
 @dataclass(frozen=True)
 class OneLine:
     """The ``content`` rules a recording tool shares with the others, and how its model is told about them.
@@ -58,7 +63,12 @@ class OneLine:
             content.encode("utf-8")  # first: redaction scans the text as UTF-8
         except UnicodeEncodeError:
             return CheckedText(None, "content is not valid UTF-8 text (it holds a lone surrogate): write it again")
-        content = redact_text(content.strip())
+        content = content.strip()
+        if len(content) > max_chars * REDACTION_SLACK:
+            # Refused before redaction, whose cost is not linear on every text: megabytes of a model's reply
+            # once kept a worker busy for hours on one item that could never be accepted.
+            return CheckedText(None, f"content is {len(content)} characters; the limit is {max_chars}: {self.too_long}")
+        content = redact_text(content)
         if LINE_BREAKS.search(content):  # U+2028 and the other separators too, as stored memories refuse
             return CheckedText(None, f"content must be one line: split it into {self.split_into}")
         if self.reject_control_characters and CONTROL_CHARACTERS.search(content):

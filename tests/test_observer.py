@@ -232,6 +232,35 @@ def test_a_ref_naming_another_session_is_rejected_not_rewritten(service: Obsmem,
     assert [row[0] for row in observations(service)] == ["User states the deploy target is eu-west-1"]
 
 
+def test_an_overlong_item_is_refused_before_any_work_on_its_text(service: Obsmem, server: ScriptedChatServer) -> None:
+    """Redaction is not linear on every text (``password=`` over and over took minutes for a megabyte), and
+    a model may send megabytes in one item: an item far over the limit is refused at the length it was sent
+    with, never redacted first."""
+    seen: list[Any] = []
+    secret = "sk-proj-" + "Ab1" * 1400  # over four times the limit, and a few characters once redacted
+
+    def first(request: Request) -> Reply:
+        return record(
+            obs("User states the deploy target is eu-west-1", [1]),
+            obs("password=" * 20_000, [1]),
+            obs(f"key {secret}", [1]),
+        )
+
+    def second(request: Request) -> Reply:
+        seen.extend(tool_results(request))
+        return text("done")
+
+    server.responder = Rounds(first, second)
+    fill(service)
+    drain(service)
+    (receipt,) = seen
+    assert [item["index"] for item in receipt["recorded"]] == [0]
+    reasons = [item["reason"] for item in receipt["rejected"]]
+    assert reasons[0].startswith("content is 180000 characters; the limit is 1000")
+    assert reasons[1].startswith(f"content is {len(secret) + 4} characters; the limit is 1000")
+    assert secret not in json.dumps(receipt)
+
+
 def test_a_run_records_a_bounded_number_of_items(service: Obsmem, server: ScriptedChatServer) -> None:
     """What a run records commits in one transaction that every writer of the project waits for: a model
     answering with hundreds of thousands of items would hold it past the agents' busy timeout."""
