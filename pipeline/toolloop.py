@@ -3,8 +3,9 @@
 Each stage (Observer, Reflector, Dropper) gives the model one tool and answers every call with a receipt
 it can act on. The conversation goes on for at most ``max_rounds`` model replies; it ends early when the
 model answers without a tool call, or when it keeps sending calls identical to earlier ones (a repetition
-loop). Calls to another tool name get an error result naming the right one. What a call's receipt says is
-the stage's :class:`~obsmem.pipeline.receipts.ReceiptCheck`.
+loop); a first reply cut off at the model's output limit before any call fails the stage instead. Calls to
+another tool name get an error result naming the right one. What a call's receipt says is the stage's
+:class:`~obsmem.pipeline.receipts.ReceiptCheck`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from obsmem.errors import ModelBadResponse
 from obsmem.pipeline.llm import ChatModel
 
 REPEATED_CALLS_TO_STOP = 2
@@ -47,6 +49,10 @@ def run_tool_loop(
         prompt_tokens += reply.prompt_tokens or 0
         completion_tokens += reply.completion_tokens or 0
         if not reply.tool_calls:
+            if rounds == 1 and reply.finish_reason == "length":
+                # Stopped by the output limit before any call: not an answer that nothing is worth keeping,
+                # which would cover the chunk (or mark the pool reflected on) with nothing, for good.
+                raise ModelBadResponse(f"the model's reply was cut off at its output limit before it called {name}")
             stop_reason = "done"
             break
         messages.append(reply.as_message())

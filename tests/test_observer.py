@@ -20,6 +20,7 @@ from support.scripted_chat import (
     Rounds,
     ScriptedChatServer,
     citable_seqs,
+    completion,
     error,
     record,
     text,
@@ -399,6 +400,22 @@ def test_model_answering_without_tools_covers_the_chunk_with_nothing(
     fill(service)
     drain(service)
     assert observations(service) == [] and len(coverage(service)) == 4
+
+
+def test_a_reply_cut_off_at_its_output_limit_covers_nothing(service: Obsmem, server: ScriptedChatServer) -> None:
+    """A reply that stopped at the model's output limit before any tool call (a small ``max_tokens``, a
+    reasoning model thinking past it) is not an answer that nothing was worth recording: covering the chunk
+    would lose it for good, so the attempt fails and the events stay unobserved."""
+    cut_off = completion({"role": "assistant", "content": "Let me think about which facts to rec"}, "length")
+    server.responder = lambda request: Reply(body=cut_off)
+    fill(service)
+    drain(service)
+    assert observations(service) == [] and coverage(service) == []
+    status = service.session_status("p", "s1")
+    assert status.observed_through_seq == 0 and status.pending_events == 4
+    assert status.last_error is not None and status.last_error.code == "model_bad_response"
+    assert "output limit" in status.last_error.message
+    assert len(events_of(service, "job_failed")) == 1
 
 
 # -- failures and retries -------------------------------------------------------------------------
