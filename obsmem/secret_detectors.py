@@ -114,20 +114,16 @@ _NOT_PASSWORD_WORD = (
     r"(?:api[ _.-]?key|apikey|secret|token|"
     r"access[_.-]?key|private[_.-]?key|client[_.-]?secret|auth[_.-]?key|credentials?)"
 )
-_ASSIGNMENT = re.compile(
-    _NOT_PASSWORD_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*[\"']?(?P<secret>[^\s\"',;)}\]]+)",
-    re.IGNORECASE,
-)
+_ASSIGNMENT_LEAD = _NOT_PASSWORD_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*[\"']?"
+_ASSIGNMENT = re.compile(_ASSIGNMENT_LEAD + r"(?P<secret>[^\s\"',;)}\]]+)", re.IGNORECASE)
 _PASSWORD_WORD = r"(?:passw(?:or)?d|passphrase|pwd|(?<=[_.-])pass(?![a-z0-9]))"
 # A password value: quoted (spaces allowed), a ``${VAR}`` reference (kept by the value test), or a bare
 # run that is not the start of a call or an index (``password=getpass()``, ``os.environ["PW"]``).
 _PASSWORD_VALUE = r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|\$\{[^}\s]*\}|[^\s\"',;()\[\]{}]++(?![(\[{]))"
 # PASSWORD=Sunshine, passwd: letmein, DB_PASSWORD="hunter two": a password may be any word, so its value
 # is judged like the word after "password is", not by its length.
-_PASSWORD_ASSIGNMENT = re.compile(
-    _PASSWORD_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*" + _PASSWORD_VALUE,
-    re.IGNORECASE,
-)
+_PASSWORD_ASSIGNMENT_LEAD = _PASSWORD_WORD + r"[\"']?\s*(?::|=|:=|=>)\s*"
+_PASSWORD_ASSIGNMENT = re.compile(_PASSWORD_ASSIGNMENT_LEAD + _PASSWORD_VALUE, re.IGNORECASE)
 # Command-line options: ``--password hunter2xyz``, ``--db-pass 'a b'`` (the ``=`` form is an assignment).
 _PASSWORD_OPTION = re.compile(
     r"(?<![A-Za-z0-9-])--?(?:[A-Za-z0-9]+[_-])*(?:passw(?:or)?d|passphrase|pwd|pass)[ \t]+" + _PASSWORD_VALUE,
@@ -139,14 +135,13 @@ _USER_OPTION = re.compile(
 )
 # Prose: "my password is hunter2", "the API key for staging was 'a b c'". Only "is"/"was": a colon or an
 # equals sign is an assignment (above), with its own test of the value.
-_PROSE = re.compile(
+_PROSE_LEAD = (
     r"(?<![a-z0-9])(?:passw(?:or)?d|passphrase|passcode|secret(?:[ _-]?key)?|api[ _-]?key|access[ _-]?key|"
     r"private[ _-]?key|token|credentials?)"
     r"(?:\s+(?:for|of|to|on)\s+(?:the\s+|my\s+|our\s+|your\s+)?[\w.@-]{1,40})?"
     r"\s+(?:is|was):?\s+(?:now\s+|still\s+)?"
-    r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"']+)",
-    re.IGNORECASE,
 )
+_PROSE = re.compile(_PROSE_LEAD + r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"']+)", re.IGNORECASE)
 # A bare run of 32-128 hex digits right after a word naming a secret ("webhook secret 3f9a...", "API
 # key: 9c1e..."), at most three linking words between. A hex run anywhere else is a hash, a commit or
 # an id, and is left alone.
@@ -158,12 +153,20 @@ _HEX_AFTER_WORD = re.compile(
     re.IGNORECASE,
 )
 
-# Any of the four word detectors' patterns (their named groups made plain, so they can share one pattern):
-# a position where this does not match is one where none of them can (see :meth:`Scan.candidates`).
+# Where one of the four word detectors' patterns may match: a position where this does not match is one
+# where none of them can (see :meth:`Scan.candidates`). The three whose value runs to the next delimiter
+# are tested up to the value's first character only (each of their values starts with one that is not
+# space): testing the whole value scanned to the end of the run from every secret word inside it, which
+# took minutes for a megabyte of ``password=`` over and over.
 _ANY_WORD_PATTERN = re.compile(
     "|".join(
-        "(?:" + pattern.pattern.replace("(?P<secret>", "(?:") + ")"
-        for pattern in (_PASSWORD_ASSIGNMENT, _ASSIGNMENT, _PROSE, _HEX_AFTER_WORD)
+        "(?:" + lead + ")"
+        for lead in (
+            _PASSWORD_ASSIGNMENT_LEAD + r"(?=\S)",
+            _ASSIGNMENT_LEAD + r"(?=\S)",
+            _PROSE_LEAD + r"(?=\S)",
+            _HEX_AFTER_WORD.pattern.replace("(?P<secret>", "(?:"),
+        )
     ),
     re.IGNORECASE,
 )
@@ -400,6 +403,13 @@ def _shaped(pattern: re.Pattern[str], literals: tuple[str, ...]) -> Find:
     return find
 
 
+# A value this long after a secret word is hidden without judging it. Judging reads the whole value, and a
+# value that is kept runs to the same delimiter from every secret word inside it: a megabyte of
+# ``password=<`` over and over was judged from each of them and took half an hour. No placeholder, type
+# name or English word (what judging lets through) is this long.
+LONG_VALUE = 256
+
+
 def _at_words(pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bool) -> Find:
     """A detector that tries ``pattern`` only where a secret word starts; ``keep`` judges the value.
 
@@ -426,7 +436,7 @@ def _at_words(pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bo
                 trimmed = value.rstrip(".,;:!?")
                 end -= len(value) - len(trimmed)
                 value = trimmed
-            if value and keep(value):
+            if value and (len(value) > LONG_VALUE or keep(value)):
                 spans.append((start, end))
                 done = match.end()
         return spans

@@ -367,7 +367,7 @@ def _at_words(pattern: re.Pattern[str], keep: Callable[[str], bool], *, trim: bo
                 trimmed = value.rstrip(".,;:!?")
                 end -= len(value) - len(trimmed)
                 value = trimmed
-            if value and keep(value):
+            if value and (len(value) > 256 or keep(value)):  # on purpose: a long value is hidden unjudged
                 spans.append((start, end))
                 done = match.end()
         return spans
