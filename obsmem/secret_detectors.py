@@ -311,9 +311,44 @@ def _private_key(scan: Scan) -> list[Span]:
 
 
 def _url_password(scan: Scan) -> list[Span]:
+    """What ``_URL_PASSWORD.finditer`` finds, tried only from each ``://``: a ``finditer`` read a dotted run
+    (``a.b.c...``) to its end from every word boundary in it, for minutes per megabyte."""
     if not scan.at("://") or "@" not in scan.text:
         return []
-    return [match.span("secret") for match in _URL_PASSWORD.finditer(scan.text)]
+    text = scan.text
+    spans: list[Span] = []
+    done = 0
+    for separator in scan.at("://"):
+        if separator < done:
+            continue
+        start = _scheme_start(text, separator, done)
+        if start is None:
+            continue
+        match = _URL_PASSWORD.match(text, start)
+        if match is not None:
+            spans.append(match.span("secret"))
+            done = match.end()
+    return spans
+
+
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _scheme_start(text: str, separator: int, floor: int) -> int | None:
+    """The leftmost start, at or after ``floor``, of a scheme ending at ``separator`` (where ``finditer``
+    would start the match): a letter at a word boundary, then scheme characters up to the ``://``."""
+    start = separator
+    while start > floor and text[start - 1] in _SCHEME_CHARS:
+        start -= 1
+    for position in range(start, separator):
+        if text[position] in _LETTERS and (position == 0 or not _is_word_char(text[position - 1])):
+            return position
+    return None
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 # The scheme pattern is case-sensitive: at a "token" that is not spelt one of these ways it cannot match.
@@ -325,21 +360,30 @@ def _bearer(scan: Scan) -> list[Span]:
     of the scheme pattern over every text holding "token" was the costliest detector of an append."""
     lower, text = scan.lower, scan.text
     spans: list[Span] = []
+    done = 0  # a header inside a value already taken loses to it: not tried (see _at_words)
     for position in scan.at("auth"):
-        if not lower.startswith("authorization", position):
+        if position < done or not lower.startswith("authorization", position):
             continue
         start = position - 6 if lower.endswith("proxy-", 0, position) else position
         match = _AUTH_HEADER.match(text, start)
-        if match is not None and _credential_shaped(match["secret"]):
+        if match is not None and _long_or(_credential_shaped, match["secret"]):
             spans.append(match.span("secret"))
+            done = match.end()
     for word in ("bearer", "basic", "token"):
+        done = 0
         for position in scan.at(word):
-            if not text.startswith(_SCHEME_SPELLINGS, position):
+            if position < done or not text.startswith(_SCHEME_SPELLINGS, position):
                 continue
             match = _BEARER.match(text, position)
-            if match is not None and _credential_shaped(match["secret"]):
+            if match is not None and _long_or(_credential_shaped, match["secret"]):
                 spans.append(match.span("secret"))
+                done = match.end()
     return spans
+
+
+def _long_or(judge: Callable[[str], bool], value: str) -> bool:
+    """Whether ``value`` is hidden: judged by ``judge`` unless it is over :data:`LONG_VALUE` characters."""
+    return len(value) > LONG_VALUE or judge(value)
 
 
 def _option_start(lower: str, position: int) -> int:
@@ -370,12 +414,19 @@ def _password_options(scan: Scan) -> list[Span]:
             value, start, end = value[1:-1], start + 1, end - 1
         if value and _password_value_is_secret(value):
             spans.append((start, end))
+    # An option inside a password already taken loses to it, unless the text holds markers: a span over a
+    # marker is dropped (see find_secrets), and the option inside it must then be found.
+    skip_taken = "[REDACTED:" not in text
+    done = 0
     for position in scan.at("-u"):
+        if position < done:
+            continue
         match = _USER_OPTION.match(text, position - 1 if lower.startswith("--user", position - 1) else position)
         if match is None or (match["user"].isdigit() and match["secret"].isdigit()):
             continue  # docker run -u 1000:1000 is a uid and a gid
-        if _prose_value_is_secret(match["secret"]):
+        if _long_or(_prose_value_is_secret, match["secret"]):
             spans.append(match.span("secret"))
+            done = match.end() if skip_taken else 0
     return spans
 
 

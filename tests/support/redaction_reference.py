@@ -290,7 +290,9 @@ def _bearer(scan: Scan) -> list[Span]:
             for position in _positions(lower, word):
                 start = position - 6 if word == "authorization" and lower.endswith("proxy-", 0, position) else position
                 match = pattern.match(text, start)
-                if match is not None and _credential_shaped(match["secret"]):
+                if match is not None and (
+                    len(match["secret"]) > 256 or _credential_shaped(match["secret"])
+                ):  # on purpose: long values unjudged
                     spans.append(match.span("secret"))
     return spans
 
@@ -329,7 +331,7 @@ def _password_options(scan: Scan) -> list[Span]:
         match = _USER_OPTION.match(text, position - 1 if lower.startswith("--user", position - 1) else position)
         if match is None or (match["user"].isdigit() and match["secret"].isdigit()):
             continue  # docker run -u 1000:1000 is a uid and a gid
-        if _prose_value_is_secret(match["secret"]):
+        if len(match["secret"]) > 256 or _prose_value_is_secret(match["secret"]):  # on purpose, as above
             spans.append(match.span("secret"))
     return spans
 
