@@ -145,11 +145,14 @@ _PROSE = re.compile(_PROSE_LEAD + r"(?P<secret>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}
 # A bare run of 32-128 hex digits right after a word naming a secret ("webhook secret 3f9a...", "API
 # key: 9c1e..."), at most three linking words between. A hex run anywhere else is a hash, a commit or
 # an id, and is left alone.
-_LINK = r"(?:is|was|are|of|for|the|a|my|our|your|its|this|value|hex|set|to|now|new|=|:)"
+# The separators are taken whole (possessive), and ``=`` and ``:`` are separators, not linking words: as
+# both, a run such as ``: : : :`` after a secret word could be split in ways that grow with the seventh
+# power of its length, and a few kilobytes of it never finished.
+_LINK = r"(?:is|was|are|of|for|the|a|my|our|your|its|this|value|hex|set|to|now|new)"
 _HEX_AFTER_WORD = re.compile(
     r"(?<![a-z0-9])(?:secret(?:[ _-]?key)?|api[ _-]?key|access[ _-]?key|private[ _-]?key|signing[ _-]?key|"
     r"hmac[ _-]?key|token|passw(?:or)?d|passphrase|credentials?)"
-    r"(?:[\s:=\"'`]+" + _LINK + r"){0,3}[\s:=\"'`]+(?P<secret>[0-9a-f]{32,128})(?![0-9a-z_])",
+    r"(?:[\s:=\"'`]++" + _LINK + r"){0,3}[\s:=\"'`]++(?P<secret>[0-9a-f]{32,128})(?![0-9a-z_])",
     re.IGNORECASE,
 )
 

@@ -145,11 +145,13 @@ _PROSE = re.compile(
 # A bare run of 32-128 hex digits right after a word naming a secret ("webhook secret 3f9a...", "API
 # key: 9c1e..."), at most three linking words between. A hex run anywhere else is a hash, a commit or
 # an id, and is left alone.
-_LINK = r"(?:is|was|are|of|for|the|a|my|our|your|its|this|value|hex|set|to|now|new|=|:)"
+# On purpose: the same language as before, written so that a long run of separators cannot backtrack for
+# hours (``=`` and ``:`` are separators, taken whole, not linking words too).
+_LINK = r"(?:is|was|are|of|for|the|a|my|our|your|its|this|value|hex|set|to|now|new)"
 _HEX_AFTER_WORD = re.compile(
     r"(?<![a-z0-9])(?:secret(?:[ _-]?key)?|api[ _-]?key|access[ _-]?key|private[ _-]?key|signing[ _-]?key|"
     r"hmac[ _-]?key|token|passw(?:or)?d|passphrase|credentials?)"
-    r"(?:[\s:=\"'`]+" + _LINK + r"){0,3}[\s:=\"'`]+(?P<secret>[0-9a-f]{32,128})(?![0-9a-z_])",
+    r"(?:[\s:=\"'`]++" + _LINK + r"){0,3}[\s:=\"'`]++(?P<secret>[0-9a-f]{32,128})(?![0-9a-z_])",
     re.IGNORECASE,
 )
 
