@@ -229,3 +229,23 @@ def test_a_byte_order_mark_before_the_first_line_is_not_part_of_it(
     single.write_bytes(b"\xef\xbb\xbf" + lines[0].encode() + ending.encode())
     assert service.import_transcripts("openai-chat", [single], project="windows-single").added == 1
     assert service.import_jsonl("windows-ingest", path, "s1").appended == 2
+
+
+def test_a_secret_the_cut_splits_is_redacted_whole_after_long_secrets_shrank_to_their_markers(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    # Private-key blocks before the cut shrink to their markers, so text from past the redacted window's end
+    # came under the cut: a token that window's end split was kept as a fragment no detector knows.
+    block = "-----BEGIN RSA PRIVATE KEY-----\n" + "MIIEpAIBAAKCAQEA3x" * 200 + "\n-----END RSA PRIVATE KEY-----\n"
+    token = "ghp_" + "Ab3dEf7hIjKl9nOpQr5tUvWx1zA2b3C4d5E6"
+    head = block * 3
+    output = head + "x" * (20_000 + 4096 - len(head) - 9) + " " + token + " and more" * 50
+    result = {"type": "tool_result", "tool_use_id": "t", "content": output}
+    path = write_jsonl(
+        tmp_path / "cut.jsonl",
+        [{"type": "user", "sessionId": "cut-2", "cwd": "/w/cut", "message": {"role": "user", "content": [result]}}],
+    )
+    assert service.import_transcripts("claude-code", [path]).added == 1
+    [row] = stored_events(tmp_path / "data", "cut")
+    assert "ghp_" not in row[4] and "Ab3dEf" not in row[4]
+    assert "[REDACTED:github_token]" in row[4] and row[4].endswith("characters not stored]")

@@ -101,7 +101,14 @@ def cut(text: str, limit: int) -> str:
     where its kept half (``ghp_Ab3dE``) would be stored as a fragment no detector knows."""
     if len(text) <= limit:
         return text
-    redacted = redact_text(text[: limit + _SECRET_REACH])
+    # The window must reach past the cut *as redacted*: a long secret before the cut (a private-key block)
+    # shrinks to its marker and pulls text from beyond the window's end under the cut, where a token the
+    # window's end split would be kept as a fragment. So the window grows until its redacted form does.
+    window = limit + _SECRET_REACH
+    redacted = redact_text(text[:window])
+    while window < len(text) and len(redacted) < limit + _SECRET_REACH:
+        window += limit + _SECRET_REACH - len(redacted)
+        redacted = redact_text(text[:window])
     end = limit
     for marker in _MARKER.finditer(redacted, max(limit - 64, 0), limit + 64):
         if marker.start() < limit < marker.end():
