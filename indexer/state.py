@@ -108,7 +108,7 @@ def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: 
         "max_lines": chunking.max_lines,
     }
     # Only when not "whole", so an index built whole (as every index was before the setting existed) keeps
-    # the signature it had; with the default ("mean") such an index is rebuilt once.
+    # the signature it had; with the default ("mean") such an index is rebuilt once, by `obsmem index`.
     if sentences != "whole":
         parts["sentences"] = sentences
     return json.dumps(parts, sort_keys=True, separators=(",", ":"))
