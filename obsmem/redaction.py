@@ -136,6 +136,30 @@ def redact_text(text: str) -> str:
     return _redact(text)
 
 
+# How far past a cut a secret that starts before it may reach and still be recognised whole (a JWT, a long
+# key); an unterminated private-key block is recognised by its start alone.
+_SECRET_REACH = 4096
+
+
+def redacted_prefix(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text`` as redacted, with what follows them in view: a secret the
+    cut splits is redacted whole (its marker kept whole), where cutting first would keep its first half
+    (``ghp_Ab3dE``) as a fragment no detector recognises. The caller says that the rest was left out."""
+    # The window must reach past the cut *as redacted*: a long secret before the cut (a private-key block)
+    # shrinks to its marker and pulls text from beyond the window's end under the cut, where a token the
+    # window's end split would be kept as a fragment. So the window grows until its redacted form does.
+    window = limit + _SECRET_REACH
+    redacted = redact_text(text[:window])
+    while window < len(text) and len(redacted) < limit + _SECRET_REACH:
+        window += limit + _SECRET_REACH - len(redacted)
+        redacted = redact_text(text[:window])
+    end = limit
+    for marker in _MARKER.finditer(redacted, max(limit - 64, 0), limit + 64):
+        if marker.start() < limit < marker.end():
+            end = marker.end()  # a marker the cut would split is kept whole
+    return redacted[:end]
+
+
 # Short texts repeat: tool names, argument keys, roles of JSON arguments ("command", "description").
 # Redaction is deterministic, so a bounded cache of them returns the same text without scanning again.
 _SHORT = 64

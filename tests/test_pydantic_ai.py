@@ -414,6 +414,23 @@ def test_a_message_obsmem_would_refuse_is_stored_in_a_form_it_takes(
         assert value == kept
 
 
+def test_a_secret_the_cut_of_a_tool_output_longer_than_an_event_may_hold_splits_is_redacted_whole(
+    tmp_path: Path,
+) -> None:
+    """The output was cut before obsmem redacted it, so a token the cut split reached obsmem as a fragment
+    (ghp_Ab3dE...) no detector recognised, and was stored and shown to the Observer."""
+    token = "ghp_" + "Ab3dEf7hIjKl9nOpQr5tUvWx1zA2b3C4d5E6"
+    # Tokens one after another over the last thousand characters an event may hold: the cut splits one.
+    output = "x" * 1_999_000 + f" {token}" * 100
+    events = message_events(ModelRequest(parts=[ToolReturnPart("read_file", output, tool_call_id="c1")]))
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        assert service.append_events("p", "s1", events).appended == 1
+        with service.database("p").read() as conn:
+            (content,) = conn.execute("SELECT content FROM events WHERE seq = 1").fetchone()
+    assert "ghp_" not in content and "Ab3dE" not in content
+    assert "[REDACTED:github_token]" in content and content.endswith("characters not stored]")
+
+
 def test_a_tool_output_longer_than_an_event_may_hold_does_not_stop_the_sessions_appends(memory: Obsmem) -> None:
     """An agent that reads a large file: the cut output is stored, and so is everything the run says after it."""
 

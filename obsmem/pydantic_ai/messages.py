@@ -36,6 +36,7 @@ from pydantic_ai.messages import (
 from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.json_shape import json_shape_problem
 from obsmem.pipeline import estimate_tokens
+from obsmem.redaction import redacted_prefix
 from obsmem.validation import replace_lone_surrogates
 
 
@@ -142,11 +143,13 @@ def _storable(event: dict[str, Any]) -> None:
 
 
 def _cut(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, ending with how much was left out (never silent)."""
+    """``text`` cut to at most ``limit`` characters, ending with how much was left out (never silent). What
+    is kept is redacted with what follows the cut in view: cut first, a secret the cut splits would reach
+    obsmem as a fragment its redaction does not recognise."""
     if len(text) <= limit:
         return text
-    keep = limit - 80  # room for the note below, whatever the numbers in it
-    return f"{text[:keep]}\n[cut: {len(text) - keep} of {len(text)} characters not stored]"
+    keep = limit - 160  # room for the note below, whatever the numbers in it, and for a marker the cut ends in
+    return f"{redacted_prefix(text, keep)}\n[cut: {len(text) - keep} of {len(text)} characters not stored]"
 
 
 def _storable_json(value: Any) -> bool:

@@ -13,14 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from obsmem.redaction import redact_text, secret_kind
+from obsmem.redaction import redacted_prefix, secret_kind
 
 # Tool results and arguments longer than this are cut (the cut is stated in the stored text).
 DEFAULT_MAX_TOOL_OUTPUT_CHARS = 20_000
-# How far past a cut a secret that starts before it may reach and still be recognised whole (a JWT, a
-# long key); an unterminated private-key block is recognised by its start alone.
-_SECRET_REACH = 4096
-_MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,39}")
 
 
@@ -101,19 +97,7 @@ def cut(text: str, limit: int) -> str:
     where its kept half (``ghp_Ab3dE``) would be stored as a fragment no detector knows."""
     if len(text) <= limit:
         return text
-    # The window must reach past the cut *as redacted*: a long secret before the cut (a private-key block)
-    # shrinks to its marker and pulls text from beyond the window's end under the cut, where a token the
-    # window's end split would be kept as a fragment. So the window grows until its redacted form does.
-    window = limit + _SECRET_REACH
-    redacted = redact_text(text[:window])
-    while window < len(text) and len(redacted) < limit + _SECRET_REACH:
-        window += limit + _SECRET_REACH - len(redacted)
-        redacted = redact_text(text[:window])
-    end = limit
-    for marker in _MARKER.finditer(redacted, max(limit - 64, 0), limit + 64):
-        if marker.start() < limit < marker.end():
-            end = marker.end()  # a marker the cut would split is kept whole
-    kept = redacted[:end]
+    kept = redacted_prefix(text, limit)
     return f"{kept}\n[cut: {len(text) - limit} of {len(text)} characters not stored]"
 
 
