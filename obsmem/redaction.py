@@ -147,11 +147,13 @@ def redacted_prefix(text: str, limit: int) -> str:
     (``ghp_Ab3dE``) as a fragment no detector recognises. The caller says that the rest was left out."""
     # The window must reach past the cut *as redacted*: a long secret before the cut (a private-key block)
     # shrinks to its marker and pulls text from beyond the window's end under the cut, where a token the
-    # window's end split would be kept as a fragment. So the window grows until its redacted form does.
+    # window's end split would be kept as a fragment. So the window grows until its redacted form does,
+    # doubling at least: an unterminated private-key block shrinks any window to its start and a marker, and
+    # windows grown by the shortfall alone scanned a few megabytes of such a block for seconds.
     window = limit + _SECRET_REACH
     redacted = redact_text(text[:window])
     while window < len(text) and len(redacted) < limit + _SECRET_REACH:
-        window += limit + _SECRET_REACH - len(redacted)
+        window += max(limit + _SECRET_REACH - len(redacted), window)
         redacted = redact_text(text[:window])
     end = limit
     for marker in _MARKER.finditer(redacted, max(limit - 64, 0), limit + 64):
