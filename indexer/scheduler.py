@@ -7,7 +7,8 @@ has no more pending work it gets maintenance (graph build, repair or publish). A
 endpoint is retried with exponential backoff (up to a minute) rather than hammered; the failure is
 logged with its stage, never with memory text. Failed maintenance (a graph file that cannot be published
 on a full disk) backs off the same way, counted apart from the batches: a batch that succeeds says
-nothing about the disk, and new writes waking the project do not bring its maintenance forward.
+nothing about the disk. New writes waking a project bring neither forward: a write every second would
+otherwise retry a failing endpoint (or log an index of other settings) every second.
 
 This is a second scheduler beside the job queue's worker pool (:mod:`obsmem.work`), on purpose:
 
@@ -58,6 +59,7 @@ class IndexBatchScheduler:
         self._stop = False
         self._failures: dict[str, int] = {}  # project -> batches failed in a row
         self._maintenance_failures: dict[str, int] = {}  # project -> maintenance runs failed in a row
+        self._batch_after: dict[str, float] = {}  # project -> earliest time of its next batch, after a failure
         self._maintain_after: dict[str, float] = {}  # project -> earliest time of its next maintenance
         self._thread = threading.Thread(target=self._loop, name="obsmem-indexer", daemon=True)
         self.idle = threading.Event()
@@ -110,15 +112,21 @@ class IndexBatchScheduler:
 
     def _loop(self) -> None:
         while (name := self._next()) is not None:
+            wait = self._batch_after.get(name, 0.0) - time.monotonic()
+            if wait > 0:  # its last batch failed: it waits out its backoff, whoever woke the project
+                self._later(name, wait)
+                continue
             try:
                 remaining = self._run_batch(name)
             except Exception as exc:
-                self._back_off(name, self._failures, exc, "indexing project")
+                delay = self._back_off(name, self._failures, exc, "indexing project")
+                self._batch_after[name] = time.monotonic() + delay
                 continue
             if remaining is None:  # another indexer holds the project
                 self._later(name, self.poll_seconds)
                 continue
             self._failures.pop(name, None)
+            self._batch_after.pop(name, None)
             if remaining > 0:
                 self._later(name, 0.0)
             else:
