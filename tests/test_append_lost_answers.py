@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,14 +27,13 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from obsmem.app import Obsmem
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient
 from obsmem.settings import load_settings
-from support.http_server import live_server
+from support.http_server import live_server, wait_until_stored
 from support.pydantic_ai_runs import history_events, stored_events
 
 pytestmark = pytest.mark.timeout(180)
 
 # The client gives up long before the server's busy timeout (30 s) ends the append it is waiting on.
 CLIENT_TIMEOUT_SECONDS = 3.0
-STORED_DEADLINE_SECONDS = 60.0
 EVENTS_URL = "/v1/projects/p/sessions/s1/events"
 
 
@@ -60,17 +58,6 @@ def write_locked(data: Path, base: str) -> Iterator[apsw.Connection]:
 def release(lock: apsw.Connection) -> None:
     if lock.in_transaction:
         lock.execute("ROLLBACK")
-
-
-def wait_until_stored(base: str, last_seq: int) -> None:
-    """Poll session ``s1``'s status until the server has stored events up to ``last_seq``."""
-    deadline = time.monotonic() + STORED_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        answer = httpx.get(f"{base}/v1/projects/p/sessions/s1/status", timeout=30.0)
-        if answer.status_code == 200 and answer.json()["last_seq"] >= last_seq:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the server never stored the append it was waiting on (through seq {last_seq})")
 
 
 def stored(data: Path) -> list[tuple[Any, ...]]:

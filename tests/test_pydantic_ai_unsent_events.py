@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import httpx
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -32,7 +31,7 @@ from obsmem.errors import ObsmemError
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient
 from obsmem.pydantic_ai.backends import APPEND_BODY_BYTES, RemoteMemory
 from obsmem.settings import load_settings
-from support.http_server import free_port, live_server
+from support.http_server import free_port, live_server, wait_until_stored
 from support.pydantic_ai_runs import history_events, stored_events
 from support.storage_faults import failing_vfs
 
@@ -41,7 +40,6 @@ pytestmark = pytest.mark.timeout(180)
 PROMPT = "the login test fails with KeyError: user_id"
 ANSWER = "the fixture never sets user_id; added it to conftest.py"
 FAILED_DEADLINE_SECONDS = 30.0
-STORED_DEADLINE_SECONDS = 60.0
 
 
 def stored(data: Path) -> list[tuple[Any, ...]]:
@@ -61,17 +59,6 @@ def wait_for_failed_append(caplog: pytest.LogCaptureFixture) -> None:
 
 def unsent_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and " unsent (" in r.getMessage()]
-
-
-def wait_until_stored(base: str, last_seq: int) -> None:
-    """Poll session ``s1``'s status until the server has stored events up to ``last_seq`` (bounded)."""
-    deadline = time.monotonic() + STORED_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        answer = httpx.get(f"{base}/v1/projects/p/sessions/s1/status", timeout=30.0)
-        if answer.status_code == 200 and answer.json()["last_seq"] >= last_seq:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the server never stored events through seq {last_seq}")
 
 
 def answering_agent(om: ObservationalMemory, during_request: Any) -> Agent[None, str]:

@@ -158,3 +158,18 @@ def live_server(
             process.kill()
             process.wait(timeout=5)
         log.close()
+
+
+STORED_DEADLINE_SECONDS = 60.0
+
+
+def wait_until_stored(base: str, last_seq: int, project: str = "p", session: str = "s1") -> None:
+    """Poll the session's status until the server at ``base`` has stored its events up to ``last_seq`` (an
+    append whose answer a test made its client lose is still being stored); fails past a bounded wait."""
+    deadline = time.monotonic() + STORED_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"{base}/v1/projects/{project}/sessions/{session}/status", timeout=30.0)
+        if answer.status_code == 200 and answer.json()["last_seq"] >= last_seq:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the server never stored the session's events through seq {last_seq}")
