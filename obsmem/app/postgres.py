@@ -74,6 +74,7 @@ PORTED = frozenset(
         "memory_details",
         "models",
         "route_model",
+        "unroute_model",
         "switch_models",
         "worker_pool",
         # notes and trust (the user tier in a schema of its own), imports, export and restore
