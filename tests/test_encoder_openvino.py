@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from obsmem import Obsmem
-from obsmem.errors import IndexBuilding
+from obsmem.errors import SemanticSettingsMismatch
 from obsmem.indexer.embed_local import LocalEmbedder, bundled_model_path
 from obsmem.indexer.embedders import make_embedder
 from obsmem.indexer.encoder_build import ensure_encoder
@@ -121,7 +121,7 @@ def test_switching_to_the_encoder_rebuilds_the_index(tmp_path: Path, cache_dir: 
         assert service.index("app").totals.chunks_embedded == 3
         assert json.loads(_signature(service, "app"))["embedder"].startswith("onnx:onnx-fp32")
     with Obsmem(load_settings(data_dir=tmp_path, semantic=semantic(cache_dir, encoder="openvino-bf16"))) as service:
-        with pytest.raises(IndexBuilding):  # never searched with vectors of another encoder
+        with pytest.raises(SemanticSettingsMismatch):  # never searched with vectors of another encoder
             service.search("app", "database upgrade")
         report = service.index("app")
         assert report.totals.reset and report.totals.chunks_embedded == 3
