@@ -60,6 +60,7 @@ and a surface that spells it otherwise renders :meth:`ObsmemError.message_for` (
     │   ├── ModelNotConfigured        model_not_configured
     │   ├── ModelTimeout (504)        model_timeout
     │   ├── ModelRejected (502)       model_rejected: the endpoint refused the request (4xx)
+    │   ├── ModelRefused (502)        model_refused: the endpoint's content filter withheld the reply
     │   └── ModelBadResponse (502)    model_bad_response: not an OpenAI-compatible reply
     │
     │   Defined beside the code that raises them. They end one attempt of a background job and reach
@@ -364,6 +365,14 @@ class ModelRejected(ServiceUnavailable):
     """The chat model endpoint refused the request (HTTP 4xx other than 429, or a redirect)."""
 
     code = "model_rejected"
+    status = 502
+
+
+class ModelRefused(ServiceUnavailable):
+    """The chat model endpoint withheld the model's reply (``finish_reason: "content_filter"``). Nothing the
+    stage's run recorded is kept, and the attempt is retried like any other model failure."""
+
+    code = "model_refused"
     status = 502
 
 

@@ -3,9 +3,9 @@
 Each stage (Observer, Reflector, Dropper) gives the model one tool and answers every call with a receipt
 it can act on. The conversation goes on for at most ``max_rounds`` model replies; it ends early when the
 model answers without a tool call, or when it keeps sending calls identical to earlier ones (a repetition
-loop); a first reply cut off at the model's output limit before any call fails the stage instead. Calls to
-another tool name get an error result naming the right one. What a call's receipt says is the stage's
-:class:`~obsmem.pipeline.receipts.ReceiptCheck`.
+loop); a first reply cut off at the model's output limit before any call fails the stage instead, and so
+does any reply the endpoint's content filter withheld. Calls to another tool name get an error result
+naming the right one. What a call's receipt says is the stage's :class:`~obsmem.pipeline.receipts.ReceiptCheck`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from obsmem.errors import ModelBadResponse
+from obsmem.errors import ModelBadResponse, ModelRefused
 from obsmem.pipeline.llm import ChatModel
 
 REPEATED_CALLS_TO_STOP = 2
@@ -48,6 +48,13 @@ def run_tool_loop(
         reply = client.complete(messages, tools=[tool], tool_choice="auto")
         prompt_tokens += reply.prompt_tokens or 0
         completion_tokens += reply.completion_tokens or 0
+        if reply.finish_reason == "content_filter":
+            # The endpoint withheld (or cut) the reply: not an answer that nothing is worth keeping, and what
+            # it did hold may be a part. Ending as done would cover the chunk (or mark the pool reflected on)
+            # with what little came before, for good; failing keeps the events for the retries.
+            raise ModelRefused(
+                f"the model endpoint's content filter withheld the model's reply (round {rounds} of {name})"
+            )
         if not reply.tool_calls:
             if rounds == 1 and reply.finish_reason == "length":
                 # Stopped by the output limit before any call: not an answer that nothing is worth keeping,

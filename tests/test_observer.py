@@ -418,6 +418,53 @@ def test_a_reply_cut_off_at_its_output_limit_covers_nothing(service: Obsmem, ser
     assert len(events_of(service, "job_failed")) == 1
 
 
+def test_a_reply_withheld_by_the_content_filter_fails_and_is_retried_boundedly(
+    service: Obsmem, server: ScriptedChatServer
+) -> None:
+    """A reply the endpoint's content filter withheld says nothing about what is worth keeping: covering the
+    chunk would lose its events for good. An endpoint that refuses the chunk every time costs one model call
+    per attempt, ends in one ``job_failed`` and says so in the session status; housekeeping waits out the
+    cool-down before it tries again."""
+    withheld = completion({"role": "assistant", "content": None}, "content_filter")
+    server.responder = lambda request: Reply(body=withheld)
+    fill(service)
+    drain(service)
+    assert observations(service) == [] and coverage(service) == []
+    assert len(server.requests) == 4  # one call per attempt of the job, 4 attempts
+    failures = events_of(service, "om_observation_failed")
+    assert [f["error"].split(":")[0] for f in failures] == ["model_refused"] * 4
+    (gave_up,) = events_of(service, "job_failed")
+    assert gave_up["attempts"] == 4 and gave_up["reason"].startswith("model_refused: ")
+    status = service.session_status("p", "s1")
+    assert status.observed_through_seq == 0 and status.pending_events == 4
+    assert status.last_error is not None and status.last_error.code == "model_refused"
+    assert "content filter" in status.last_error.message
+    service.worker_pool().housekeep()
+    assert service.jobs("p").counts.queued == 0 and len(server.requests) == 4
+    # Once the endpoint answers again, the same events are observed.
+    server.responder = ObserverScript()
+    service.observe("p", "s1")
+    drain(service)
+    assert len(observations(service)) == 4 and len(coverage(service)) == 4
+    assert service.session_status("p", "s1").last_error is None
+
+
+def test_a_withheld_reply_after_recorded_calls_keeps_nothing_of_the_run(
+    service: Obsmem, server: ScriptedChatServer
+) -> None:
+    """What the model recorded before a later reply was withheld is not the whole of what it meant to keep:
+    the attempt stores nothing (no half of a chunk's observations) and covers nothing."""
+    withheld = completion({"role": "assistant", "content": "Also, the user"}, "content_filter")
+    server.responder = Rounds(
+        lambda request: record(obs("User states the deploy target is eu-west-1", [1])),
+        lambda request: Reply(body=withheld),
+    )
+    fill(service)
+    drain(service)
+    assert observations(service) == [] and coverage(service) == []
+    assert service.session_status("p", "s1").last_error.code == "model_refused"
+
+
 # -- failures and retries -------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from support.scripted_chat import (
     Request,
     Rounds,
     ScriptedChatServer,
+    completion,
     drops,
     error,
     offered_tool,
@@ -230,6 +231,23 @@ def test_no_new_reflection_changes_nothing_and_is_not_retried(
     assert service.session_status("p", "s1").generation_count == 0
     service.pipeline.housekeep("p", service.database("p"))  # the set was reflected on: not queued again
     assert service.database("p").query("SELECT count(*) FROM jobs WHERE state = 'queued'") == [(0,)]
+
+
+def test_a_reflector_reply_withheld_by_the_content_filter_fails_and_marks_nothing_reflected(
+    service: Obsmem, server: ScriptedChatServer, script: PipelineScript
+) -> None:
+    """A withheld reply is not the Reflector's answer that nothing is new: the pool is not marked reflected
+    on, nothing is promoted, and the failure is the session's last error."""
+    withheld = completion({"role": "assistant", "content": None}, "content_filter")
+    script.reflector = lambda request: Reply(body=withheld)
+    fill(service)
+    drain(service)
+    failures = events_of(service, "om_reflection_failed")
+    assert failures and all(f["error"].startswith("model_refused: ") for f in failures)
+    assert events_of(service, "om_reflection_end") == []
+    assert service.database("p").query("SELECT count(*) FROM memories WHERE kind = 'reflection'") == [(0,)]
+    status = service.session_status("p", "s1")
+    assert status.generation_count == 0 and status.last_error.code == "model_refused"
 
 
 def test_the_dropper_runs_only_over_the_target(tmp_path: Path, server: ScriptedChatServer) -> None:
