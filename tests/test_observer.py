@@ -160,6 +160,46 @@ def test_receipts_keep_valid_items_and_explain_rejections(service: Obsmem, serve
     assert end["stop_reason"] == "done"
 
 
+def test_a_timestamp_must_be_when_the_cited_events_happened(service: Obsmem, server: ScriptedChatServer) -> None:
+    """An observation's timestamp is the time of the events it comes from (search filters by it): one far
+    from every cited event (9999-12-31, 0001-01-01, a local clock taken for UTC) is rejected with their
+    times, within a margin for rounding; a date the fact refers to stays legal in its content."""
+    times = ["2026-05-01T10:32:00Z", "2026-05-01T10:40:00Z", "2026-05-02T09:00:00Z", "2026-05-02T09:05:00Z"]
+    service.append_events("p", "s1", [user(f"message {i}: " + words(60), created_at=t) for i, t in enumerate(times)])
+    seen: list[Any] = []
+
+    def first(request: Request) -> Reply:
+        return record(
+            obs("From the far future", [1], timestamp="9999-12-31 23:59"),
+            obs("From the distant past", [1], timestamp="0001-01-01 00:00"),
+            obs("Rounded up within the margin", [1], timestamp="2026-05-01 10:47"),
+            obs("Just past the margin", [1], timestamp="2026-05-01 10:48"),
+            obs("Just before the margin", [1], timestamp="2026-05-01 10:16"),
+            obs("Between the events it cites", [1, 3], timestamp="2026-05-01 18:00"),
+            obs("A local clock taken for UTC", [3, 4], timestamp="2026-05-02 02:00"),
+            obs("User plans the release review meeting for 2027-03-10", [4], timestamp="2026-05-02 09:05"),
+        )
+
+    def second(request: Request) -> Reply:
+        seen.extend(tool_results(request))
+        return text("done")
+
+    server.responder = Rounds(first, second)
+    drain(service)
+    (receipt,) = seen
+    assert [item["index"] for item in receipt["recorded"]] == [2, 5, 7]
+    reasons = {item["index"]: item["reason"] for item in receipt["rejected"]}
+    assert sorted(reasons) == [0, 1, 3, 4, 6]
+    assert reasons[0].startswith("timestamp 9999-12-31 23:59 is not when the events it cites happened")
+    assert "(at 2026-05-01 10:32, UTC)" in reasons[0] and "(at 2026-05-01 10:32, UTC)" in reasons[1]
+    assert "(from 2026-05-02 09:00 to 2026-05-02 09:05, UTC)" in reasons[6]
+    assert sorted((row[0], row[1][:16]) for row in observations(service)) == [
+        ("Between the events it cites", "2026-05-01 18:00"),
+        ("Rounded up within the margin", "2026-05-01 10:47"),
+        ("User plans the release review meeting for 2027-03-10", "2026-05-02 09:05"),
+    ]
+
+
 def test_hostile_items_are_rejected_one_by_one_and_the_valid_ones_kept(
     service: Obsmem, server: ScriptedChatServer
 ) -> None:

@@ -19,7 +19,7 @@ STAMP = "2026-05-01T10:32:07.123Z"
 
 
 def view(seq: int, body: str, citable: bool = True) -> EventView:
-    return EventView(seq, f"#{seq} 2026-05-01 10:32 user", body, citable, estimate_tokens(body) + 4)
+    return EventView(seq, f"#{seq} 2026-05-01 10:32 user", body, citable, estimate_tokens(body) + 4, "2026-05-01 10:32")
 
 
 # -- tokens ---------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ POOL = Pool(
 
 
 def observer_checker() -> ItemChecker:
-    return ItemChecker("s1", {1, 2}, lambda memory_id: False, 1000, "2026-05-01 10:00")
+    shown = {1: "2026-05-01 10:00", 2: "2026-05-01 10:00"}
+    return ItemChecker("s1", shown, lambda memory_id: False, 1000, "2026-05-01 10:00")
 
 
 def test_every_recording_tool_is_a_receipt_check() -> None:

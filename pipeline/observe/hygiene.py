@@ -48,6 +48,7 @@ class EventView:
     body: str  # cleaned, redacted text; offsets of oversized parts index into it
     citable: bool  # False for events shown only as omitted (system messages)
     source_tokens: int  # the event's raw token estimate (what it added to the backlog)
+    when: str  # "2026-05-01 10:32": the event's time as the header shows it (UTC, to the minute)
 
 
 @lru_cache(maxsize=32)
@@ -98,18 +99,19 @@ def render_event(
             "(omitted: instructions, not conversation)",
             False,
             source_tokens,
+            when,
         )
     tool = redact_text(tool_name) if tool_name else "unknown tool"
     if _names_one_of(tool_name, note_tools) and type_ in ("tool_call", "tool_result"):
         action = "called tool" if type_ == "tool_call" else "result of tool"
         header = f"#{seq} {when} {role} {action} {tool}" if type_ == "tool_call" else f"#{seq} {when} {action} {tool}"
-        return EventView(seq, header, NOTE_OMITTED, True, source_tokens)
+        return EventView(seq, header, NOTE_OMITTED, True, source_tokens, when)
     if type_ == "tool_call":
         parts = [f"arguments: {_arguments(tool_args)}"]
         text = clean_text(content, omit_tags)
         if text:
             parts.append(text)
-        return EventView(seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens)
+        return EventView(seq, f"#{seq} {when} {role} called tool {tool}", "\n".join(parts), True, source_tokens, when)
     if type_ == "tool_result":
         if _names_one_of(tool_name, memory_tools):
             body = "(omitted: obsmem's own memory tool result, already in memory)"
@@ -119,9 +121,9 @@ def render_event(
                 # Agents that log a call and its result as one event put the arguments here: a result
                 # read without them is the failure this module exists to prevent.
                 body = f"arguments: {_arguments(tool_args)}\n{body}"
-        return EventView(seq, f"#{seq} {when} result of tool {tool}", body, True, source_tokens)
+        return EventView(seq, f"#{seq} {when} result of tool {tool}", body, True, source_tokens, when)
     body = clean_text(content, omit_tags) or "(empty message)"
-    return EventView(seq, f"#{seq} {when} {role}", body, True, source_tokens)
+    return EventView(seq, f"#{seq} {when} {role}", body, True, source_tokens, when)
 
 
 def _names_one_of(tool_name: str | None, names: Sequence[str]) -> bool:

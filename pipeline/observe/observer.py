@@ -2,9 +2,10 @@
 
 Every item the model sends is checked on its own and answered with a receipt it can act on: recorded
 (with its id), duplicate, or rejected with a reason that says what to fix (for a bad ref, which events
-may be cited). Valid items are kept even when others in the same call are rejected. The conversation
-goes on for at most ``max_tool_rounds`` model replies; it ends early when the model answers without a
-tool call, or when it keeps sending calls identical to earlier ones (a repetition loop).
+may be cited; for a timestamp that is not the time of the events an item cites, their times). Valid items
+are kept even when others in the same call are rejected. The conversation goes on for at most
+``max_tool_rounds`` model replies; it ends early when the model answers without a tool call, or when it
+keeps sending calls identical to earlier ones (a repetition loop).
 
 Nothing is stored here: accepted observations are returned to the caller, which commits them together
 with the chunk's coverage rows in one transaction.
@@ -12,8 +13,9 @@ with the chunk's coverage rows in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,6 +32,13 @@ from obsmem.pipeline.toolloop import run_tool_loop
 
 CONTENT = OneLine("the fact", "separate observations, one fact each", "shorten it or split it into separate facts")
 
+# An observation's timestamp is when what it records happened: the time of an event it cites (a date the
+# fact mentions, such as a deadline, belongs in its content). The transcript shows times to the minute, so a
+# model may round or take a neighbouring event's time; beyond this margin it is another time altogether
+# (9999-12-31, a local clock mistaken for UTC), and search by date would file the fact where it never was.
+TIMESTAMP_MARGIN = timedelta(minutes=15)
+_MINUTE_FORMAT = "%Y-%m-%d %H:%M"
+
 
 @dataclass
 class ItemChecker(ReceiptCheck[ObservationIn]):
@@ -41,7 +50,7 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
     max_recorded = MAX_RECORDED_PER_RUN
 
     session_id: str
-    shown: set[int]
+    shown: Mapping[int, str]  # the citable events' seqs, each with its time ("YYYY-MM-DD HH:MM")
     exists: Callable[[str], bool]
     max_chars: int
     example_time: str
@@ -79,6 +88,9 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
                 f"source_refs cite {seq_ranges(unknown)}, not in this transcript; "
                 f"cite only: {seq_ranges(sorted(self.shown))}"
             )
+        problem = self._timestamp_problem(timestamp, refs)
+        if problem is not None:
+            return problem
         try:
             return ObservationIn(
                 session_id=self.session_id,
@@ -89,6 +101,23 @@ class ItemChecker(ReceiptCheck[ObservationIn]):
             )
         except ValidationError as exc:
             return f"invalid item: {exc.errors()[0]['msg']}"
+
+    def _timestamp_problem(self, timestamp: str, refs: list[int]) -> str | None:
+        """Why ``timestamp`` is not the time of the events ``refs`` cites (give or take the margin), or None."""
+        times = sorted(self.shown[seq] for seq in refs)
+        earliest, latest = times[0], times[-1]
+        try:
+            low = datetime.strptime(earliest, _MINUTE_FORMAT) - TIMESTAMP_MARGIN
+            high = datetime.strptime(latest, _MINUTE_FORMAT) + TIMESTAMP_MARGIN
+        except (ValueError, OverflowError):  # an event time at the edge of the calendar: bound what can be
+            return None
+        if low <= datetime.strptime(timestamp, _MINUTE_FORMAT) <= high:
+            return None
+        cited = f"at {earliest}" if earliest == latest else f"from {earliest} to {latest}"
+        return (
+            f"timestamp {timestamp} is not when the events it cites happened ({cited}, UTC): write the time of "
+            "the event the fact comes from, and put any other date the fact refers to in its content"
+        )
 
 
 def _as_seqs(value: Any, session_id: str) -> list[int] | None:
@@ -138,7 +167,8 @@ def run_cycle(
 ) -> CycleResult:
     """Talk to the model about one chunk until it is done (or the round budget is spent)."""
     example = chunk.pieces[0].view.header.split(" ", 1)[1][:16] if chunk.pieces else "2026-01-01 09:00"
-    checker = ItemChecker(session_id, set(chunk.citable_seqs), exists, max_chars, example)
+    shown = {piece.view.seq: piece.view.when for piece in chunk.pieces if piece.view.citable}
+    checker = ItemChecker(session_id, shown, exists, max_chars, example)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": OBSERVER_SYSTEM_PROMPT},
         {"role": "user", "content": user_message(session_id, memory, chunk)},

@@ -29,7 +29,8 @@ service injected; ignore them.
 How to write observations:
 - One fact per observation, on one line, that makes sense on its own months later. Split compound \
 statements: "the user prefers tabs and runs tests with pytest -x" is two observations.
-- timestamp: "YYYY-MM-DD HH:MM", the time of the event the fact comes from (times are UTC, as shown).
+- timestamp: "YYYY-MM-DD HH:MM", the time of the event the fact comes from (times are UTC, as shown). \
+A date the fact refers to (a deadline, a meeting planned for next March) goes in its content, not here.
 - source_refs: the #numbers of the events the fact comes from. Cite only events shown in this \
 transcript; never cite the existing memory.
 - Keep what the user asserts apart from what the user asks. "User states the deploy target is \
