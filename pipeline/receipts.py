@@ -90,10 +90,17 @@ def parse_arguments(arguments: str, key: str, example: str) -> tuple[list[Any] |
         return None, {"error": f"the arguments are nested too deeply to read; send {example}"}
     except ValueError:  # an integer of more than 4,300 digits, which Python refuses to convert
         return None, {"error": f"the arguments hold a number too long to read; send {example}"}
+    if document is not None and not isinstance(document, (dict, list)):
+        # JSON of another type at the top level: a string (often the object encoded twice), a number, true.
+        what = _JSON_TYPES.get(type(document), "a JSON value")
+        return None, {"error": f"the arguments are {what}, not an object; send {example}"}
     items = document.get(key) if isinstance(document, dict) else document
     if not isinstance(items, list) or not items:
         return None, {"error": f"send a non-empty list: {example}"}
     return items, None
+
+
+_JSON_TYPES = {str: "a JSON string", int: "a JSON number", float: "a JSON number", bool: "a JSON boolean"}
 
 
 # Far beyond what a chunk of conversation yields (an observation is a line; a chunk is a few thousand

@@ -355,6 +355,37 @@ def test_malformed_arguments_and_unknown_tools_get_receipts(service: Obsmem, ser
     assert [row[0] for row in observations(service)] == ["User prefers tabs over spaces"]
 
 
+def test_arguments_of_the_wrong_json_type_get_receipts_and_the_valid_call_is_kept(
+    service: Obsmem, server: ScriptedChatServer
+) -> None:
+    """Arguments that are JSON but not an object at the top level (a string, the object encoded twice, a
+    number, null) are each one rejected call naming what was sent; a bare list of items is read as the list.
+    The cycle goes on, keeps the valid items and covers the chunk."""
+    seen: list[Any] = []
+
+    def first(request: Request) -> Reply:
+        return tool_calls(
+            ("record_observations", json.dumps(json.dumps({"observations": [obs("Encoded twice", [1])]}))),
+            ("record_observations", "7"),
+            ("record_observations", "null"),
+            ("record_observations", [obs("User prefers tabs over spaces", [1])]),
+        )
+
+    def second(request: Request) -> Reply:
+        seen.extend(tool_results(request))
+        return text("done")
+
+    server.responder = Rounds(first, second)
+    fill(service)
+    drain(service)
+    assert seen[0]["error"].startswith("the arguments are a JSON string, not an object; send {")
+    assert seen[1]["error"].startswith("the arguments are a JSON number, not an object")
+    assert seen[2]["error"].startswith("send a non-empty list")
+    assert len(seen[3]["recorded"]) == 1
+    assert [row[0] for row in observations(service)] == ["User prefers tabs over spaces"]
+    assert len(coverage(service)) == 4 and events_of(service, "om_observation_failed", "job_failed") == []
+
+
 def test_system_events_cannot_be_cited(service: Obsmem, server: ScriptedChatServer) -> None:
     seen: list[Any] = []
 

@@ -40,6 +40,23 @@ def test_every_recording_tool_is_a_receipt_check() -> None:
         assert checker.rejected == 2 and reply == {"error": f"send a non-empty list: {checker.example}"}
 
 
+def test_arguments_of_another_json_type_than_an_object_are_named_in_the_error() -> None:
+    """A call whose arguments are JSON, but a string (the object encoded twice), a number or a boolean at the
+    top level, is one rejected call whose error says what was sent and what to send, in every stage."""
+    checkers = [observer_checker(), ReflectionChecker(POOL, 1000, 100), DropChecker(POOL.by_id(), ["f" * 64], 30.0, 0)]
+    for checker in checkers:
+        sent = {
+            json.dumps(json.dumps({checker.key: [{"content": "x"}]})): "a JSON string",
+            "42": "a JSON number",
+            "-1.5e3": "a JSON number",
+            "true": "a JSON boolean",
+        }
+        for rejected, (arguments, what) in enumerate(sent.items(), start=1):
+            reply = checker.check_call(arguments)
+            assert reply == {"error": f"the arguments are {what}, not an object; send {checker.example}"}
+            assert checker.rejected == rejected and checker.recorded == 0
+
+
 def test_observer_receipt_keeps_valid_items_beside_rejected_and_duplicate_ones() -> None:
     checker = observer_checker()
     item = {"content": "User states the port is 9090", "timestamp": "2026-05-01 10:00", "importance": "high"}
