@@ -4,12 +4,15 @@ Each stage (Observer, Reflector, Dropper) gives the model one tool and answers e
 it can act on. The conversation goes on for at most ``max_rounds`` model replies; it ends early when the
 model answers without a tool call, or when it keeps sending calls identical to earlier ones (a repetition
 loop); a first reply cut off at the model's output limit before any call fails the stage instead, and so
-does any reply the endpoint's content filter withheld. Calls to another tool name get an error result
-naming the right one. What a call's receipt says is the stage's :class:`~obsmem.pipeline.receipts.ReceiptCheck`.
+does any reply the endpoint's content filter withheld. Only the first ``MAX_CALLS_PER_REPLY`` calls of a
+reply are read (and kept in the conversation); the last one read tells the model. Calls to another tool
+name get an error result naming the right one. What a call's receipt says is the stage's
+:class:`~obsmem.pipeline.receipts.ReceiptCheck`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +22,11 @@ from obsmem.errors import ModelBadResponse, ModelRefused
 from obsmem.pipeline.llm import ChatModel
 
 REPEATED_CALLS_TO_STOP = 2
+# A stage has one tool, and one call carries hundreds of items; a model that sends hundreds of calls in one
+# reply is degenerate. Every call read is answered with a receipt in the next request, so reading them all
+# grew it past any context window (1,500 one-item calls: 0.7 MB), which the endpoint refused on every retry
+# and the chunk was never observed. The calls beyond are left out of the conversation, unanswered.
+MAX_CALLS_PER_REPLY = 10
 
 
 @dataclass
@@ -62,8 +70,9 @@ def run_tool_loop(
                 raise ModelBadResponse(f"the model's reply was cut off at its output limit before it called {name}")
             stop_reason = "done"
             break
-        messages.append(reply.as_message())
-        for call in reply.tool_calls:
+        calls = reply.tool_calls[:MAX_CALLS_PER_REPLY]
+        messages.append(dataclasses.replace(reply, tool_calls=calls).as_message())
+        for call in calls:
             if call.name != name:
                 result: dict[str, Any] = {"error": f"there is no tool named {call.name!r}; use {name}"}
             else:
@@ -77,6 +86,11 @@ def run_tool_loop(
                 else:
                     seen_calls.add(fingerprint)
                     result = handle_call(call.arguments)
+            if call is calls[-1] and len(reply.tool_calls) > len(calls):
+                result["unread_calls"] = (
+                    f"this reply held {len(reply.tool_calls)} tool calls; only the first {len(calls)} of a reply "
+                    "are read: send what the others held in one call"
+                )
             content = json.dumps(result, ensure_ascii=False)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         if repeats >= REPEATED_CALLS_TO_STOP:

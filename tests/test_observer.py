@@ -386,6 +386,41 @@ def test_arguments_of_the_wrong_json_type_get_receipts_and_the_valid_call_is_kep
     assert len(coverage(service)) == 4 and events_of(service, "om_observation_failed", "job_failed") == []
 
 
+def test_a_reply_with_hundreds_of_tool_calls_is_read_up_to_a_bound(service: Obsmem, server: ScriptedChatServer) -> None:
+    """Every call read is answered in the next request: 300 calls in one reply made it larger than the
+    endpoint takes (here 100 KB, as a context window would), refused on every retry, so the chunk was never
+    observed. Only the first calls of a reply are read and kept in the conversation; the model is told."""
+    from obsmem.pipeline.toolloop import MAX_CALLS_PER_REPLY
+
+    seen: dict[str, Any] = {}
+
+    def first(request: Request) -> Reply:
+        calls = [
+            ("record_observations", {"observations": [obs(f"Setting {n} is on", [1 + n % 4])]}) for n in range(300)
+        ]
+        return tool_calls(*calls)
+
+    def second(request: Request) -> Reply:
+        seen["assistant"] = next(m for m in request.messages if m["role"] == "assistant")
+        seen["results"] = tool_results(request)
+        return text("done")
+
+    def endpoint(request: Request) -> Reply:
+        return error(400) if len(request.body) > 100_000 else Rounds(first, second)(request)
+
+    server.responder = endpoint
+    fill(service)
+    drain(service)
+    assert len(seen["assistant"]["tool_calls"]) == MAX_CALLS_PER_REPLY == len(seen["results"])
+    assert all(len(result["recorded"]) == 1 for result in seen["results"])
+    assert "unread_calls" not in seen["results"][0]
+    assert seen["results"][-1]["unread_calls"].startswith(
+        f"this reply held 300 tool calls; only the first {MAX_CALLS_PER_REPLY}"
+    )
+    assert len(observations(service)) == MAX_CALLS_PER_REPLY and len(coverage(service)) == 4
+    assert events_of(service, "om_observation_failed", "job_failed") == []
+
+
 def test_system_events_cannot_be_cited(service: Obsmem, server: ScriptedChatServer) -> None:
     seen: list[Any] = []
 
