@@ -238,3 +238,80 @@ def test_an_attempts_time_left_bounds_every_part_of_a_split_append_together() ->
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+class _Unavailable(BaseHTTPRequestHandler):
+    """What a proxy in front of a restarting server answers: 503, with obsmem's error body, to everything."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _unavailable(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        body = b'{"error": {"code": "storage_busy", "message": "the database stayed locked; retry"}}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Retry-After", "1")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = _unavailable  # noqa: N815 - http.server naming
+
+
+@contextlib.contextmanager
+def answering_503(port: int) -> Any:
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Unavailable)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+OBSERVED = "User's login test fails on a missing user_id"
+
+
+@pytest.mark.parametrize("away", ["stopped", "503"])
+def test_flush_while_the_server_is_away_keeps_the_memory_read_last_and_counts_what_is_unsent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, away: str
+) -> None:
+    """flush() sends what is unsent and reads the memory again; with the server away (nothing listening, or a
+    503 in front of it) it raised service_unavailable out of that read, although model requests go on with the
+    memory read last and close() counts what it could not send. It now does both: it returns the memory it
+    read last, and the events it could not send stay in ``unsent`` with one warning by count."""
+    data, port = tmp_path / "data", free_port()
+    client = ObsmemClient(f"http://127.0.0.1:{port}", timeout_seconds=5.0)
+    om = ObservationalMemory(client, project="p", session_id="s1", tools=False)
+    agent = answering_agent(om, lambda: None)
+    with live_server(data, port=port):
+        first = asyncio.run(agent.run(PROMPT))
+        asyncio.run(om.flush(5))
+    with Obsmem(load_settings(data_dir=data)) as service:  # an observation of the first run, while it is stopped
+        item = {"session_id": "s1", "content": OBSERVED, "timestamp": "2026-01-05 09:00", "source_refs": [1]}
+        assert not service.add_observations("p", [item]).rejected
+    with live_server(data, port=port):
+        before = asyncio.run(om.flush(5))
+    assert OBSERVED in before.text
+
+    with contextlib.ExitStack() as outage:
+        if away == "503":
+            outage.enter_context(answering_503(port))
+        with caplog.at_level(logging.WARNING, logger="obsmem.pydantic_ai"):
+            second = asyncio.run(agent.run("and the logout test?", message_history=first.all_messages()))
+            after = asyncio.run(om.flush(2))
+            assert after == before
+            assert om.unsent == 2  # the second run's prompt and answer
+            om.close(timeout=1)
+    client.close()
+
+    warnings = unsent_warnings(caplog)
+    assert len(warnings) == 2 and all(w.startswith("session 's1': 2 events unsent (") for w in warnings)
+    assert all(PROMPT not in r.getMessage() and OBSERVED not in r.getMessage() for r in caplog.records)
+    assert stored(data) == history_events(second.all_messages())[:2]

@@ -331,7 +331,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         except ObsmemError as exc:
             if exc.status not in UNAVAILABLE_STATUSES:
                 raise  # a mistake of the caller's (a wrong key, a refused project): not to be waited out
-            self._log_once(exc.code, "memory unavailable (%s); the request goes on with the memory read last")
+            self._log_once(exc.code, "memory unavailable (%s); going on with the memory read last")
             return self._projection_read or ProjectionView.empty()
         self._projection_read = projection
         return projection
@@ -784,7 +784,11 @@ class ObservationalMemory(AbstractCapability[Any]):
         """Append everything (sending again what failed appends left unsent, as :meth:`close` does), observe it
         all now, and wait until the memory covers every stored message, all within ``timeout`` seconds; e.g.
         when a session ends. Returns the projection it ended with; events still not stored are logged and
-        counted in :attr:`unsent`."""
+        counted in :attr:`unsent`.
+
+        While obsmem cannot answer (502, 503, 504: the server away or restarting, a storage fault) it raises
+        nothing, as a model request does: it returns the memory read last (empty before the first read), which
+        still covers exactly the events it says. A mistake of the caller's (a wrong key) still raises."""
         deadline = time.monotonic() + timeout
         answered = True
         if not self._closed:
@@ -799,8 +803,9 @@ class ObservationalMemory(AbstractCapability[Any]):
         observing = await self._ask_to_observe()
         stored_through = self.ledger.last_seq - self.unsent
         while True:
-            projection = await self._read(self.backend.projection)
-            await self._poll_events()
+            projection = await self._projection()
+            with contextlib.suppress(ObsmemError):  # obsmem away: the events wait for the poller's next read
+                await self._poll_events()
             await self._report_groom()
             caught_up = projection.observed_through_seq >= stored_through
             if caught_up or not observing or time.monotonic() >= deadline:
