@@ -315,3 +315,50 @@ def test_flush_while_the_server_is_away_keeps_the_memory_read_last_and_counts_wh
     assert len(warnings) == 2 and all(w.startswith("session 's1': 2 events unsent (") for w in warnings)
     assert all(PROMPT not in r.getMessage() and OBSERVED not in r.getMessage() for r in caplog.records)
     assert stored(data) == history_events(second.all_messages())[:2]
+
+
+def append_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("obsmem-append")]
+
+
+@pytest.mark.parametrize("workers", [False, True], ids=["no-workers", "workers"])
+def test_close_ends_an_embedded_append_waiting_on_another_writers_lock_in_its_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, workers: bool
+) -> None:
+    """Embedded, the run's last append waits for a database another writer keeps locked. close() returned in
+    its time, but the append went on waiting on its thread for up to the busy timeout (30 s), past close and
+    into the interpreter's exit, and stored the answer after close had counted it unsent. Now it stops
+    waiting at close's deadline: close returns with its append thread ended, the answer is counted unsent
+    and logged by count, and nothing is stored behind close's back. (With the workers running, a worker's
+    own write may be the one waiting out the busy timeout, holding the process's write lock meanwhile.)"""
+    data = tmp_path / "data"
+    with Obsmem(load_settings(data_dir=data)) as service:
+        service.append_events("p", "other", [{"role": "user", "content": "makes the project"}])
+        database = service.projects.database_path("p")
+    lock = apsw.Connection(str(database))
+    try:
+        with Obsmem(load_settings(data_dir=data)) as memory:
+            om = ObservationalMemory(memory, project="p", session_id="s1", tools=False, start_workers=workers)
+
+            def take_the_lock() -> None:  # another writer (a backup, an import) holds the lock from now on
+                lock.execute("BEGIN IMMEDIATE")
+
+            agent = answering_agent(om, take_the_lock)
+            with caplog.at_level(logging.WARNING, logger="obsmem.pydantic_ai"):
+                result = asyncio.run(agent.run(PROMPT))
+                om.close(timeout=1.0)  # the lock is held far longer than that
+            assert append_threads() == []  # no append of the capability outlives close
+            assert om.unsent == 1  # the answer
+            lock.execute("ROLLBACK")
+            assert stored_events(memory) == history_events(result.all_messages())[:1]  # the prompt alone
+    finally:
+        if lock.in_transaction:
+            lock.execute("ROLLBACK")
+        lock.close()
+
+    warnings = unsent_warnings(caplog)
+    assert warnings == [
+        "session 's1': 1 event unsent (storage_busy); a later run that continues the session with its "
+        "message_history sends it again"
+    ]
+    assert all(PROMPT not in r.getMessage() and ANSWER not in r.getMessage() for r in caplog.records)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -244,6 +245,43 @@ def test_a_lock_held_beyond_the_timeout_is_503_storage_busy(tmp_path: Path, monk
             holder.execute("ROLLBACK")
             holder.close()
         service.append_events("alpha", "s1", SMALL_BATCH["events"])
+
+
+def test_a_write_under_a_lock_wait_bound_stops_waiting_at_its_bound(tmp_path: Path) -> None:
+    """``lock_wait_bound``: a write waits for another process's lock, and for a writer of this process that is
+    itself waiting out the busy timeout (30 s) on that lock, only until its bound; then ``storage_busy``,
+    nothing written. The pydantic-ai capability's close() bounds its appends this way."""
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        seed(service, "alpha", NOTES)
+        database = service.database("alpha")
+        holder = apsw.Connection(str(database.path))
+        holder.execute("BEGIN IMMEDIATE")
+        waiting = threading.Thread(target=service.append_events, args=("alpha", "s2", SMALL_BATCH["events"]))
+        try:
+            deadline = time.monotonic() + 0.3
+            with connection.lock_wait_bound(lambda: deadline), pytest.raises(StorageBusy):
+                service.append_events("alpha", "s1", SMALL_BATCH["events"])  # SQLite's busy handler gives up
+            waiting.start()  # unbounded: holds this process's write lock while SQLite makes it wait
+            for _ in range(1000):
+                if not database._write_lock.acquire(blocking=False):
+                    break
+                database._write_lock.release()
+                time.sleep(0.01)
+            else:
+                pytest.fail("the unbounded writer never took the process's write lock")
+            deadline = time.monotonic() + 0.3
+            with connection.lock_wait_bound(lambda: deadline), pytest.raises(StorageBusy):
+                service.append_events("alpha", "s1", SMALL_BATCH["events"])  # the process's lock is not given
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+            if waiting.ident is not None:  # started
+                waiting.join(timeout=60)
+        assert service.session_status("alpha", "s1").last_seq == len(NOTES)  # neither bounded write stored
+        assert service.session_status("alpha", "s2").last_seq == 1  # the unbounded one waited its turn
+        with connection.lock_wait_bound(lambda: time.monotonic() + 5):  # a free lock: written at once
+            service.append_events("alpha", "s1", SMALL_BATCH["events"])
+        assert service.session_status("alpha", "s1").last_seq == len(NOTES) + 1
 
 
 # -- a damaged file ------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from obsmem.ids import parse_id_prefix
 from obsmem.json_shape import strict_dumps
 from obsmem.outbound import run_on_loop
 from obsmem.pydantic_ai.remote_notes import RemoteNotes
+from obsmem.storage import lock_wait_bound
 from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
 from obsmem.surfaces.tools import MEMORY_SEARCH, TOOL_NAMES, parse_tool_arguments, run_tool
 from obsmem.validation import session_id as check_session_id
@@ -74,8 +75,8 @@ class MemoryBackend(Protocol):
         """The session's last event seq (0: no events yet).
 
         ``timeout`` (here and in :meth:`append`): the most seconds the call may take, where the backend can
-        bound it (over HTTP); None: its usual bound. An embedded call is bounded by the database's busy
-        timeout alone."""
+        bound it (over HTTP; an embedded append's wait for a busy SQLite database); None: its usual bound (the
+        client's timeout, the database's busy timeout)."""
         ...
 
     def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None: ...
@@ -115,6 +116,7 @@ class EmbeddedMemory:
         self.project = project
         self.session_id = session_id
         self._cached: tuple[str, ProjectionView] | None = None
+        self._appends_wait_until: float | None = None  # see stop_waiting_at
 
     def last_seq(self, timeout: float | None = None) -> int:
         try:
@@ -123,7 +125,22 @@ class EmbeddedMemory:
             return 0
 
     def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None:
-        self.memory.append_events(self.project, self.session_id, events)
+        """Append; while another writer holds the database's lock, wait ``timeout`` seconds at most (None: the
+        busy timeout), and never past :meth:`stop_waiting_at`'s time, then fail with ``storage_busy``, storing
+        nothing. (On PostgreSQL an append waits for its locks as that backend does.)"""
+        own = None if timeout is None else time.monotonic() + timeout
+
+        def until() -> float | None:
+            bounds = [bound for bound in (own, self._appends_wait_until) if bound is not None]
+            return min(bounds) if bounds else None
+
+        with lock_wait_bound(until):
+            self.memory.append_events(self.project, self.session_id, events)
+
+    def stop_waiting_at(self, deadline: float) -> None:
+        """From the monotonic time ``deadline`` on, appends (one waiting already too) stop waiting for a busy
+        database: the capability's ``close()`` returns in its time, and its append thread with it."""
+        self._appends_wait_until = deadline
 
     def projection(self) -> ProjectionView:
         """The projection, rendered again only when its version changed (rendering a large memory takes

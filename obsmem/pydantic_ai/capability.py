@@ -817,15 +817,18 @@ class ObservationalMemory(AbstractCapability[Any]):
         models this capability routed (the memory stays open).
 
         No model request follows the last one to send a failed append again, so close does: it waits for the
-        appends in flight and tries a few more times, spending ``timeout`` seconds at most (an embedded attempt
-        already waiting for a busy database is not cut short; it goes on after close returns). What is still
-        not stored is logged as a warning naming the session and the count, and stays in :attr:`unsent`."""
+        appends in flight and tries a few more times, spending ``timeout`` seconds at most. Embedded, an append
+        waiting for a database another writer keeps locked stops waiting at that time (SQLite's busy timeout
+        is 30 s), so no append of this capability outlives close. What is still not stored is logged as a
+        warning naming the session and the count, and stays in :attr:`unsent`."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout <= 3600:
             raise ConfigurationError("timeout must be from 0 to 3600 seconds")
         self._stop_poller()
         if not self._closed:
             self._closed = True
             deadline = time.monotonic() + timeout
+            if isinstance(self.backend, EmbeddedMemory):
+                self.backend.stop_waiting_at(deadline)  # the append in flight too: none outlives close
             job = self._appender.submit(self._store_again, list(self.ledger.events), deadline)
             try:
                 job.result(timeout=_seconds_left(deadline) + STORE_GRACE_SECONDS)

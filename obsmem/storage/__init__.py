@@ -1,7 +1,8 @@
 """Storage: connections, migrations and the schema of a project database.
 
 The names below are what the rest of the code may import: :class:`ProjectDatabase` (one writer and one
-reader per thread over a project's SQLite file), the start-up capability check, the migration runner, and
+reader per thread over a project's SQLite file; ``lock_wait_bound`` shortens how long a thread's writes
+wait for its lock), the start-up capability check, the migration runner, and
 the mapping of SQLite and OS faults to the ``storage_*`` errors of :mod:`obsmem.errors`; and the
 PostgreSQL backend (:class:`PostgresStore`, :class:`PostgresProjectDatabase`), loaded only when one of its
 names is used; and how its exact-search indexes key text (``WORD_JOIN_MAX_GAP``), which the searcher must
@@ -14,6 +15,7 @@ from obsmem.storage.connection import (
     ProjectDatabase,
     byte_order,
     check_sqlite_capabilities,
+    lock_wait_bound,
     open_connection,
     sql_dialect,
     storage_faults,
@@ -60,6 +62,7 @@ __all__ = [
     "byte_order",
     "check_sqlite_capabilities",
     "index_statements",
+    "lock_wait_bound",
     "migrate",
     "open_connection",
     "scratch_database",

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import apsw
 
 from obsmem.errors import StorageCorrupt, StorageError
 from obsmem.ids import event_id
-from obsmem.storage.faults import read_only, storage_fault
+from obsmem.storage.faults import busy, read_only, storage_fault
 
 BUSY_TIMEOUT_MS = 30_000
 # The write-ahead log is folded back into the database and truncated once it passes this size. SQLite's
@@ -32,6 +33,7 @@ BUSY_TIMEOUT_MS = 30_000
 # readers holding back a checkpoint under sustained load, used to leave a log of hundreds of MB for good.
 WAL_TRUNCATE_BYTES = 32 * 1024 * 1024
 CHECKPOINT_BUSY_MS = 200
+LOCK_POLL_SECONDS = 0.05  # how often a write with a lock-wait bound looks at the lock (and at its bound) again
 _capabilities_checked = False
 _capabilities_lock = threading.Lock()
 
@@ -246,6 +248,46 @@ def storage_faults() -> Iterator[None]:
         raise fault from exc
 
 
+_lock_wait = threading.local()
+
+
+@contextlib.contextmanager
+def lock_wait_bound(until: Callable[[], float | None]) -> Iterator[None]:
+    """Within it, this thread's writes wait for the write lock (held by another thread of this process or by
+    another process) only until the monotonic time ``until()`` names, then fail with ``storage_busy`` and
+    store nothing. ``until`` is asked again at every look at the lock, so another thread may move it earlier
+    while a write waits; None: the busy timeout alone. For a caller whose own deadline is shorter than the
+    busy timeout (30 s): the pydantic-ai capability's ``close()`` promises to return in its time, and its
+    append thread with it."""
+    previous = getattr(_lock_wait, "until", None)
+    _lock_wait.until = until
+    try:
+        yield
+    finally:
+        _lock_wait.until = previous
+
+
+def _wait_ends(until: Callable[[], float | None], started: float) -> float:
+    """When a bounded write stops waiting for the lock: its bound, or the busy timeout, whichever is first."""
+    bound = until()
+    timeout_end = started + BUSY_TIMEOUT_MS / 1000
+    return timeout_end if bound is None else min(bound, timeout_end)
+
+
+def _busy_handler(until: Callable[[], float | None]) -> Callable[[int], bool]:
+    """SQLite's busy handler for a bounded write: look again every :data:`LOCK_POLL_SECONDS` until the bound."""
+    started = time.monotonic()
+
+    def wait(_: int) -> bool:
+        left = _wait_ends(until, started) - time.monotonic()
+        if left <= 0:
+            return False  # SQLITE_BUSY: storage_busy
+        time.sleep(min(LOCK_POLL_SECONDS, left))
+        return True
+
+    return wait
+
+
 class ProjectDatabase:
     """The database file of one project, with a connection per thread and serialised writes."""
 
@@ -296,12 +338,13 @@ class ProjectDatabase:
         :class:`~obsmem.errors.StorageError`; the transaction is rolled back, so nothing half-written stays.
         """
         conn = self.connection()
-        with self._write_lock, storage_faults():
+        until: Callable[[], float | None] | None = getattr(_lock_wait, "until", None)
+        with self._writer_turn(until), storage_faults():
             if conn.in_transaction:
                 # Nested use joins the outer transaction (apsw savepoints would hide the outer BEGIN).
                 yield conn
                 return
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_immediate(conn, until)
             try:
                 yield conn
             except BaseException:
@@ -319,6 +362,34 @@ class ProjectDatabase:
                             conn.execute("ROLLBACK")
                     raise
                 self._truncate_large_wal(conn)
+
+    @contextlib.contextmanager
+    def _writer_turn(self, until: Callable[[], float | None] | None) -> Iterator[None]:
+        """This process's write lock; under a :func:`lock_wait_bound`, waited for only until its bound (a writer
+        of this process may itself be waiting out the busy timeout on another process's lock)."""
+        if until is None:
+            with self._write_lock:
+                yield
+            return
+        started = time.monotonic()
+        while not self._write_lock.acquire(timeout=LOCK_POLL_SECONDS):
+            if time.monotonic() >= _wait_ends(until, started):
+                raise busy()
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    @staticmethod
+    def _begin_immediate(conn: apsw.Connection, until: Callable[[], float | None] | None) -> None:
+        if until is None:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        conn.set_busy_handler(_busy_handler(until))
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        finally:
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
 
     @property
     def wal_path(self) -> Path:
