@@ -20,6 +20,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from obsmem.app import Obsmem
 from obsmem.errors import ConfigurationError
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient, OMEvent
+from obsmem.pydantic_ai.messages import event_bytes, fit_event
 from obsmem.settings import load_settings
 from support.http_server import KEY_ALL, KEYS, bearer, free_port, live_server
 from support.pydantic_ai_runs import WINDOW, coding_agent, history_events, memory_in, run_turns, stored_events
@@ -184,3 +185,104 @@ def test_a_run_goes_on_while_the_server_is_away_and_catches_up_when_it_is_back(t
         client.close()
     with Obsmem(load_settings(data_dir=data)) as service:
         assert stored_events(service) == history_events(history)
+
+
+@pytest.mark.parametrize("limit", [None, 1024 * 1024], ids=["default-limit", "1-MiB-limit"])
+def test_a_single_event_over_the_servers_body_limit_is_cut_to_fit(tmp_path: Path, limit: int | None) -> None:
+    """One event alone over the server's body limit: a tool output of NUL characters read from a binary file
+    (each one six bytes of JSON, so under the 2,000,000 characters an event holds but 9 MB posted) and a tool
+    call whose arguments carry a whole file (tool arguments have no length limit). Sent whole, each was
+    refused (413) at every retry, and nothing of the session after it was ever stored. Each is now cut to fit
+    the limit (the server's default, or the one the client is told), saying what was cut."""
+    body_limit = limit or 8 * 1024 * 1024
+    binary = "\x00" * (body_limit * 9 // 8 // 6)  # 9/8 of the limit as JSON
+    written = "print('hello')\n" * (body_limit * 9 // 8 // 16)
+
+    def writer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("wrote it")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart("read_file", {"path": "core"}, tool_call_id="c1"),
+                ToolCallPart("write_file", {"path": "hello.py", "text": written}, tool_call_id="c2"),
+            ]
+        )
+
+    data = tmp_path / "data"
+    server_options = {} if limit is None else {"max_body_bytes": limit}
+    with live_server(data, **server_options) as base:
+        client = ObsmemClient(base, **server_options)
+        om = ObservationalMemory(client, project="p", session_id="s1", tools=False)
+        agent = Agent(FunctionModel(writer), capabilities=[om])
+
+        @agent.tool_plain
+        def read_file(path: str) -> str:
+            return binary
+
+        @agent.tool_plain
+        def write_file(path: str, text: str) -> str:
+            return "written"
+
+        async def scenario() -> list[ModelMessage]:
+            result = await agent.run("read the core file, then write hello.py")
+            await om.flush(30)
+            return result.all_messages()
+
+        history = asyncio.run(scenario())
+        om.close()
+        client.close()
+        assert om.unsent == 0
+    with Obsmem(load_settings(data_dir=data)) as service:
+        stored = stored_events(service)
+        with service.database("p").read() as conn:
+            args = dict(conn.execute("SELECT seq, tool_args FROM events WHERE session_id = 's1'").fetchall())
+    expected = history_events(history)
+    assert [row[:3] for row in stored] == [row[:3] for row in expected]  # every event, the answer too
+    by_seq = {row[0]: row for row in stored}
+    read_seq = next(row[0] for row in expected if row[3] == binary)
+    cut_output = by_seq[read_seq][3]
+    assert cut_output.startswith("\x00" * 1000) and cut_output.endswith(" characters not stored]")
+    assert len(json.dumps(cut_output, ensure_ascii=False).encode()) < body_limit
+    write_seq = next(row[0] for row in expected if row[4] == "write_file" and row[2] == "tool_call")
+    cut_args = json.loads(args[write_seq])  # stored as the arguments' JSON text, cut
+    assert isinstance(cut_args, str) and cut_args.startswith('{"path":"hello.py","text":"print(')
+    assert cut_args.endswith(" characters not stored]") and len(cut_args.encode()) < body_limit
+    uncut = [row for row in expected if row[0] not in (read_seq, write_seq)]
+    assert [by_seq[row[0]] for row in uncut] == uncut
+
+
+FITTED_TEXTS = {
+    "nul": "\x00" * 40_000,  # six bytes of JSON each
+    "emoji": "\U0001f600" * 40_000,  # four bytes each
+    "cjk-and-quotes": '漢字"\\\n' * 20_000,
+    "mixed": "".join(chr(code) for code in range(0x2FF)) * 200,
+}
+
+
+@pytest.mark.parametrize("budget", [16 * 1024, 100_000])
+@pytest.mark.parametrize("name", sorted(FITTED_TEXTS))
+def test_an_event_is_cut_to_its_byte_budget_the_same_way_every_time(name: str, budget: int) -> None:
+    text = FITTED_TEXTS[name]
+    result = {"seq": 3, "role": "tool", "type": "tool_result", "content": text, "tool_name": "read_file"}
+    call = {"seq": 2, "role": "assistant", "type": "tool_call", "tool_name": "write", "tool_args": {"text": text}}
+    for event in (result, call):
+        fitted = fit_event(event, budget)
+        assert event_bytes(fitted) <= budget
+        assert fitted == fit_event(dict(event), budget)  # sent again, the same event: a duplicate
+        kept = fitted["content"] if event is result else fitted["tool_args"]
+        assert kept.endswith(" characters not stored]")
+        head = (
+            text[:50]
+            if event is result
+            else json.dumps({"text": text[:50]}, ensure_ascii=False, separators=(",", ":"))[:-2]
+        )
+        assert kept.startswith(head)
+    assert fit_event({"role": "user", "content": "short"}, budget) == {"role": "user", "content": "short"}
+
+
+def test_a_secret_the_byte_cut_splits_is_redacted_whole() -> None:
+    token = "ghp_" + "Ab3dEf7hIjKl9nOpQr5tUvWx1zA2b3C4d5E6"
+    text = "\x00" * 3_000 + f" {token}" * 500  # the cut falls among the tokens
+    fitted = fit_event({"role": "tool", "type": "tool_result", "content": text}, 32 * 1024)
+    assert "ghp_" not in fitted["content"] and "Ab3dE" not in fitted["content"]
+    assert "[REDACTED:github_token]" in fitted["content"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +23,7 @@ from obsmem.errors import NotFound, ObsmemError, ServiceUnavailable
 from obsmem.ids import parse_id_prefix
 from obsmem.json_shape import strict_dumps
 from obsmem.outbound import run_on_loop
+from obsmem.pydantic_ai.messages import event_bytes, fit_event
 from obsmem.pydantic_ai.remote_notes import RemoteNotes
 from obsmem.storage import lock_wait_bound
 from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
@@ -35,6 +35,10 @@ DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
 # default body limit (``server.max_body_bytes``, 8 MiB), which a run's large tool outputs together can pass;
 # a body over it is refused at every retry, and nothing of the session after it would ever be stored.
 APPEND_BODY_BYTES = 512 * 1024
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # the server's default ``server.max_body_bytes``
+MIN_MAX_BODY_BYTES = 16 * 1024  # room for any event's fixed fields (a tool name and call id of 256 characters)
+# A body's bytes besides its events: ``{"events":[`` and ``]}``.
+BODY_ENVELOPE_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -194,8 +198,9 @@ class ObsmemClient:
     own timeouts bound each network operation only, so a server or proxy that drips its answer a byte at a
     time would keep a call, and the agent's run waiting on it, for as long as it dripped. The calls run on
     obsmem's outbound loop thread (:func:`obsmem.outbound.run_on_loop`); callers stay synchronous, on any
-    thread. Pass ``transport`` (an async httpx transport, e.g. ``httpx.ASGITransport``) to run against an
-    in-process app in tests.
+    thread. ``max_body_bytes`` is the server's ``server.max_body_bytes`` (its default, 8 MiB, unless told): an
+    event whose JSON would not fit in a body that large is cut to fit before it is posted. Pass ``transport``
+    (an async httpx transport, e.g. ``httpx.ASGITransport``) to run against an in-process app in tests.
     """
 
     def __init__(
@@ -204,14 +209,18 @@ class ObsmemClient:
         *,
         api_key: str | None = None,
         timeout_seconds: float = DEFAULT_HTTP_TIMEOUT_SECONDS,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must be an http:// or https:// URL")
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float) or timeout_seconds <= 0:
             raise ValueError("timeout_seconds must be a positive number")
+        if type(max_body_bytes) is not int or max_body_bytes < MIN_MAX_BODY_BYTES:
+            raise ValueError(f"max_body_bytes must be a whole number of bytes, at least {MIN_MAX_BODY_BYTES}")
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = float(timeout_seconds)
+        self.max_body_bytes = max_body_bytes
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = transport
         self._http: httpx.AsyncClient | None = None  # made and used on the loop thread only
@@ -273,7 +282,7 @@ def _body_sized(events: list[dict[str, Any]], budget: int) -> list[list[dict[str
     part: list[dict[str, Any]] = []
     size = 0
     for event in events:
-        event_size = len(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")) + 1
+        event_size = event_bytes(event)
         if part and size + event_size > budget:
             parts.append(part)
             part, size = [], 0
@@ -314,10 +323,14 @@ class RemoteMemory:
 
     def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None:
         """Append in order, in requests of at most :data:`APPEND_BODY_BYTES` each (an event larger goes alone);
-        a request that fails leaves the ones before it stored, and the retry answers those as duplicates.
-        ``timeout`` bounds all the requests together: each is given only the time left."""
+        a request that fails leaves the ones before it stored, and the retry answers those as duplicates. An
+        event too large for the server's body limit on its own is cut to fit it
+        (:func:`~obsmem.pydantic_ai.messages.fit_event`). ``timeout`` bounds all the requests together: each
+        is given only the time left."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for part in _body_sized(events, APPEND_BODY_BYTES):
+        largest = self.client.max_body_bytes - BODY_ENVELOPE_BYTES
+        fitted = [fit_event(event, largest) for event in events]
+        for part in _body_sized(fitted, min(APPEND_BODY_BYTES, largest)):
             left = None if deadline is None else deadline - time.monotonic()
             self.client.call("POST", f"{self._session}/events", json={"events": part}, timeout=left)
 

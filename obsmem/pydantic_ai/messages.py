@@ -152,6 +152,79 @@ def _cut(text: str, limit: int) -> str:
     return f"{redacted_prefix(text, keep)}\n[cut: {len(text) - keep} of {len(text)} characters not stored]"
 
 
+# Room kept for the note a cut ends with, in bytes of JSON.
+_CUT_NOTE_BYTES = 80
+# Characters measured at a time when looking for how much of a text fits a number of bytes.
+_MEASURE_CHARS = 4096
+
+
+def fit_event(event: dict[str, Any], budget: int) -> dict[str, Any]:
+    """``event``, or a copy cut so that its JSON (as httpx posts it) holds at most ``budget`` bytes: a request
+    body over the server's limit is refused at every retry, and nothing of the session after it would ever
+    be stored. Characters that JSON escapes (control characters: six bytes each) and UTF-8's longer ones
+    make 2,000,000 characters, the most an event holds, up to 12 MB; tool arguments have no length limit. The
+    tool arguments, when they are over half of ``budget``, become their JSON text cut to that half; then the
+    content is cut to what is left. A cut text ends with ``[cut: N of M characters not stored]``, its kept
+    part redacted with what follows the cut in view, as :func:`_cut` does. The same event always becomes the
+    same cut event, so a resent append still finds it as a duplicate. ``budget`` must leave room for the
+    other fields (16 KiB always does)."""
+    if event_bytes(event) <= budget:
+        return event
+    event = dict(event)
+    args = event.get("tool_args")
+    if args is not None:
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        if _escaped_bytes(text) > budget // 2:
+            event["tool_args"] = _cut_to_bytes(text, budget // 2)
+    content = event.get("content")
+    if isinstance(content, str) and event_bytes(event) > budget:
+        room = budget - event_bytes(event | {"content": ""})
+        event["content"] = _cut_to_bytes(content, room)
+    return event
+
+
+def event_bytes(event: dict[str, Any]) -> int:
+    """The bytes of ``event``'s JSON in a request body, as httpx writes it, and its separating comma."""
+    return len(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")) + 1
+
+
+def _escaped_bytes(text: str) -> int:
+    """The bytes of ``text`` inside a JSON string (as httpx writes it: UTF-8, control characters escaped)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "replace")) - 2
+
+
+def _cut_to_bytes(text: str, budget: int) -> str:
+    """``text`` cut so that it takes at most ``budget`` bytes in a JSON string, ending with how much was left
+    out; the kept part redacted with what follows the cut in view."""
+    limit = max(0, budget - _CUT_NOTE_BYTES)
+    keep = _chars_within(text, limit)
+    kept = redacted_prefix(text, keep)
+    while keep > 0 and _escaped_bytes(kept) > limit:  # redaction's markers can be longer than what they hide
+        keep = max(0, keep - max(1, _escaped_bytes(kept) - limit))
+        kept = redacted_prefix(text, keep)
+    return f"{kept}\n[cut: {len(text) - keep} of {len(text)} characters not stored]"
+
+
+def _chars_within(text: str, budget: int) -> int:
+    """How many leading characters of ``text`` take at most ``budget`` bytes in a JSON string (each character
+    is escaped on its own, so the sizes of consecutive pieces add up)."""
+    size = 0
+    for start in range(0, len(text), _MEASURE_CHARS):
+        piece = text[start : start + _MEASURE_CHARS]
+        cost = _escaped_bytes(piece)
+        if size + cost > budget:
+            low, high = 0, len(piece)
+            while low < high:
+                middle = (low + high + 1) // 2
+                if size + _escaped_bytes(piece[:middle]) <= budget:
+                    low = middle
+                else:
+                    high = middle - 1
+            return start + low
+        size += cost
+    return len(text)
+
+
 def _storable_json(value: Any) -> bool:
     """Whether obsmem stores ``value`` as tool arguments: not too deep, every number finite, every string
     encodable as UTF-8."""
