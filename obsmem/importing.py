@@ -15,6 +15,8 @@ over an existing session is a ``seq_conflict`` rather than a silent mix. A trans
 not at all: it is read and checked first (a bad line, or a seq the file gives two different events, is
 named by its line), then compared with the stored events and written in one transaction (a conflict is
 named by the file's line, and nothing of the file is stored).
+Text holding lone surrogates (JSON ``"\\ud83d"`` without its pair) is stored with U+FFFD in their place,
+and the receipt names the line (``invalid_unicode``), as the transcript importers do.
 
 An observations file holds one observation per line, written as :func:`obsmem.memories.add_observations`
 would be sent it. Each line succeeds or fails on its own, and the receipt's ``index`` is the line's
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,11 +40,14 @@ from obsmem.errors import ObsmemError, SeqConflict, ValidationFailed
 from obsmem.events import AfterInsert, EventIn, PreparedEvent, append_prepared, fingerprints_by_seq, prepare_event
 from obsmem.memories import ObservationIn, WriteReceipt, add_observations, parse_observation
 from obsmem.storage import ProjectDatabase
-from obsmem.validation import first_problem
+from obsmem.validation import first_problem, without_lone_surrogates
 from obsmem.validation import session_id as check_session_id
 
 BATCH_SIZE = 500
 PROGRESS_EVERY_LINES = 2000
+# Lines named in a receipt's problem_lines (all are counted): enough to find them, bounded for a huge file.
+MAX_LISTED_PROBLEMS = 50
+REPAIRED_UNICODE = "text holding lone surrogates (halves of a character); stored with U+FFFD in their place"
 
 ImportProgress = Callable[[str, int, int], None]
 """Called as ``(phase, done, total)``: ``"read"`` counts bytes of the file read so far; ``"store"`` counts the
@@ -155,12 +161,34 @@ class SessionTotals:
         return {"appended": self.appended, "duplicates": self.duplicates, "last_seq": self.last_seq}
 
 
+class LineProblem(NamedTuple):
+    """A line stored with a defect, named by its number (``reason`` is a stable code), never by its text."""
+
+    reason: str
+    line: int
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "line": self.line, "detail": self.detail}
+
+
 @dataclass
 class ImportReceipt:
-    """What an import of events stored, session by session (typed; ``to_dict`` is the wire shape)."""
+    """What an import of events stored, session by session (typed; ``to_dict`` is the wire shape).
+
+    ``problems`` counts the lines stored with a defect by reason (``invalid_unicode``: text holding lone
+    surrogates, stored with U+FFFD in their place); ``problem_lines`` names the first
+    :data:`MAX_LISTED_PROBLEMS` of them, as an ``obsmem import`` report does."""
 
     events: int = 0
     sessions: dict[str, SessionTotals] = field(default_factory=dict)
+    problems: Counter[str] = field(default_factory=Counter)
+    problem_lines: list[LineProblem] = field(default_factory=list)
+
+    def problem(self, reason: str, line: int, detail: str) -> None:
+        self.problems[reason] += 1
+        if len(self.problem_lines) < MAX_LISTED_PROBLEMS:
+            self.problem_lines.append(LineProblem(reason, line, detail))
 
     @property
     def appended(self) -> int:
@@ -176,20 +204,28 @@ class ImportReceipt:
             "appended": self.appended,
             "duplicates": self.duplicates,
             "sessions": {session: totals.to_dict() for session, totals in self.sessions.items()},
+            "problems": dict(sorted(self.problems.items())),
+            "problem_lines": [problem.to_dict() for problem in self.problem_lines],
         }
 
 
 class TranscriptEvent(NamedTuple):
     """One event of a transcript file, ready to store: validated, redacted and numbered (``event.seq`` is
-    always set), with the line it came from, which every error about it names."""
+    always set), with the line it came from, which every error about it names. ``repaired``: its text held
+    lone surrogates, stored with U+FFFD in their place."""
 
     session: str
     line: int
     event: PreparedEvent
+    repaired: bool = False
 
 
 def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[TranscriptEvent]:
-    """Validate and prepare every line's events. Errors name the line number."""
+    """Validate and prepare every line's events. Errors name the line number.
+
+    Text holding lone surrogates (Node.js writes JSON ``"\\ud83d"`` when it cuts a string inside an emoji)
+    is kept with U+FFFD in their place, and the event says it was repaired, as the transcript importers do:
+    refusing it would refuse the whole file for half a character."""
     call_names: dict[str, str] = {}
     next_seq: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
@@ -211,11 +247,15 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[Tr
         except ValueError as exc:
             raise ValidationFailed(f"{where}: {exc}", field=where) from None
         for raw in raws:
-            event = _parse_event(raw, where)
+            try:
+                fields = without_lone_surrogates(raw)
+            except RecursionError:  # nested past what obsmem takes: validation refuses it below, saying so
+                fields = raw
+            event = _parse_event(fields, where)
             if event.seq is None:
                 event = event.model_copy(update={"seq": next_seq.get(session, 0) + 1})
             next_seq[session] = max(next_seq.get(session, 0), event.seq or 0)
-            yield TranscriptEvent(session, number, prepare_event(event))
+            yield TranscriptEvent(session, number, prepare_event(event), fields is not raw)
 
 
 def _parse_event(raw: dict[str, Any], where: str) -> EventIn:
@@ -285,8 +325,12 @@ def append_transcript(
     fault midway leaves nothing of the file behind. Batches only bound each statement's size."""
     receipt = ImportReceipt(events=len(parsed))
     by_session: dict[str, list[PreparedEvent]] = {}
+    repaired_lines: set[int] = set()
     for item in parsed:
         by_session.setdefault(item.session, []).append(item.event)
+        if item.repaired and item.line not in repaired_lines:
+            repaired_lines.add(item.line)
+            receipt.problem("invalid_unicode", item.line, REPAIRED_UNICODE)
     stored = 0
     with db.write() as conn:
         _refuse_conflicts(conn, parsed, by_session)

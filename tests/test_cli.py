@@ -145,6 +145,8 @@ def test_ingest_openai_messages_keeps_tool_names_and_parsed_arguments(data_dir: 
         "appended": 6,
         "duplicates": 0,
         "sessions": {"s1": {"appended": 6, "duplicates": 0, "last_seq": 6}},
+        "problems": {},
+        "problem_lines": [],
     }
     rows = (
         database(data_dir, "proj")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,41 @@ def test_a_transcript_without_events_creates_no_project(tmp_path: Path) -> None:
     assert not (data / "projects" / "brandnew").exists()
     missing = run(data, "search", "brandnew", "x")
     assert (missing.exit_code, missing.stderr) == (1, "error: project_not_found: project 'brandnew' does not exist\n")
+
+
+def test_lines_holding_lone_surrogates_are_stored_repaired_and_named(tmp_path: Path) -> None:
+    # Node.js writes JSON "\ud83d" without its pair when it cuts a string inside an emoji: the file was
+    # refused whole for half a character; the text is now kept with U+FFFD, and the lines are named.
+    data = tmp_path / "data"
+    half = "\ud83d"
+    lines = [
+        {"role": "user", "content": "plain"},
+        {"role": "user", "content": f"cut {half} here"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": f"c{half}", "function": {"name": "Bash", "arguments": json.dumps({"k": half})}}],
+        },
+        {"role": "assistant", "type": "message", "content": "after"},
+    ]
+    path = write_jsonl(tmp_path / "cut.jsonl", lines)
+    assert "\\ud83d" in path.read_text(encoding="utf-8")  # as Node.js writes it
+    result = run(data, "ingest", "p", str(path), "--session", "s", "--json")
+    assert result.exit_code == 0, result.stderr
+    receipt = json.loads(result.stdout)["events"]
+    assert (receipt["appended"], receipt["problems"]) == (4, {"invalid_unicode": 2})
+    assert [(p["reason"], p["line"]) for p in receipt["problem_lines"]] == [
+        ("invalid_unicode", 2),
+        ("invalid_unicode", 3),
+    ]
+    assert all("cut" not in p["detail"] for p in receipt["problem_lines"])  # no line's text in the receipt
+    assert stored(data, "p") == [("s", 1, "plain"), ("s", 2, "cut \ufffd here"), ("s", 3, ""), ("s", 4, "after")]
+    conn = apsw.Connection(str(data / "projects" / "p" / "obsmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        call = conn.execute("SELECT tool_name, tool_args, tool_call_id FROM events WHERE seq = 3").fetchone()
+    finally:
+        conn.close()
+    assert call == ("Bash", '{"k":"\ufffd"}', "c\ufffd")
+    again = run(data, "ingest", "p", str(path), "--session", "s")  # repaired the same way: all duplicates
+    assert again.exit_code == 0 and "0 appended, 4 already stored" in again.stdout
+    assert "invalid_unicode" in again.stdout and "Lines stored with a defect" in again.stdout

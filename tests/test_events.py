@@ -221,5 +221,7 @@ def test_an_import_receipt_totals_each_session_across_batches_in_the_same_json(s
                 "s1": {"appended": BATCH_SIZE + 3, "duplicates": 0, "last_seq": BATCH_SIZE + 3},
                 "s2": {"appended": 0, "duplicates": 1, "last_seq": 1},
             },
+            "problems": {},
+            "problem_lines": [],
         }
     )

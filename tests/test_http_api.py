@@ -147,9 +147,30 @@ def test_append_events_rejects_a_bad_session_id(client: TestClient) -> None:
     error_of(response, 422, "invalid_session", "session_id")
 
 
-def test_lone_surrogate_content_is_refused(client: TestClient) -> None:
-    body = json.dumps({"events": [{"role": "user", "content": "half \ud800 a character"}]}).encode()
-    error_of(post_raw(client, "/v1/projects/alpha/sessions/s1/events", body), 422, "invalid_request")
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        ({"role": "user", "content": "half \ud800 a character"}, "events.1.content"),
+        ({"role": "assistant", "type": "tool_call", "tool_name": "B\ud83d"}, "events.1.tool_name"),
+        ({"role": "assistant", "type": "tool_call", "tool_call_id": "c\ud83d"}, "events.1.tool_call_id"),
+        ({"role": "assistant", "type": "tool_call", "tool_args": {"k": ["\ud83d"]}}, "events.1.tool_args"),
+        ({"role": "assistant", "type": "tool_call", "tool_args": {"\ud83d": 1}}, "events.1.tool_args"),
+        ({"role": "user", "content": "x", "\ud83d": 1}, "events.1"),
+    ],
+)
+def test_lone_surrogate_text_is_refused_by_field_and_nothing_is_stored(
+    client: TestClient, event: dict[str, Any], field: str
+) -> None:
+    # A client can repair what it sends (the transcript importers and obsmem ingest repair files, which
+    # cannot be sent again): a 422 naming the field, never a 500, and nothing of the batch stored.
+    body = json.dumps({"events": [{"role": "user", "content": "kept?"}, event]}).encode()
+    error_of(
+        post_raw(client, "/v1/projects/alpha/sessions/s1/events", body),
+        422,
+        "invalid_request",
+        field,
+    )
+    assert client.get("/v1/projects").json()["projects"] == []
 
 
 # -- observations ---------------------------------------------------------------------------------

@@ -276,6 +276,14 @@ def render_import_receipt(console: Console, receipt: dict[str, Any]) -> None:
     for session, totals in receipt["sessions"].items():
         table.add_row(Text(session), str(totals["appended"]), str(totals["duplicates"]), str(totals["last_seq"]))
     console.print(table)
+    if receipt["problem_lines"]:
+        listing = Table(title="Lines stored with a defect", title_justify="left")
+        listing.add_column("line", justify="right")
+        listing.add_column("reason", style="yellow", no_wrap=True)
+        listing.add_column("detail", overflow="fold", ratio=1)
+        for problem in receipt["problem_lines"]:
+            listing.add_row(str(problem["line"]), problem["reason"], Text(problem["detail"]))
+        console.print(listing)
 
 
 def render_write_receipt(console: Console, receipt: dict[str, Any]) -> None:
