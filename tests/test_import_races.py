@@ -16,6 +16,7 @@ from obsmem.app import Obsmem
 from obsmem.settings import load_settings
 from obsmem.transcripts import files, importer
 from obsmem.transcripts.reports import ImportRun
+from obsmem.transcripts.watermarks import UnsavedWatermarks, Watermark
 from support.transcripts import stored_events, write_jsonl
 
 
@@ -249,3 +250,70 @@ def test_a_secret_the_cut_splits_is_redacted_whole_after_long_secrets_shrank_to_
     [row] = stored_events(tmp_path / "data", "cut")
     assert "ghp_" not in row[4] and "Ab3dEf" not in row[4]
     assert "[REDACTED:github_token]" in row[4] and row[4].endswith("characters not stored]")
+
+
+def _import_in_a_new_process(data: Path, source: str, path: Path) -> dict[str, object]:
+    command = [sys.executable, "-m", "obsmem.surfaces.cli", "--data-dir", str(data), "import", source, str(path)]
+    done = subprocess.run([*command, "--project", "later", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report: dict[str, object] = json.loads(done.stdout)["files"][0]
+    return report
+
+
+@pytest.mark.parametrize("source", ["claude-code", "gemini-cli"])
+def test_a_file_that_stores_nothing_in_a_project_not_made_yet_is_not_read_again_by_a_new_process(
+    tmp_path: Path, source: str
+) -> None:
+    # Its watermark lived in the importing process's memory: every cron import and every hook call read
+    # such a file again whole. It is now kept in the data directory, still without making the project.
+    data = tmp_path / "data"
+    if source == "claude-code":
+        path = write_jsonl(tmp_path / "s.jsonl", [{"type": "summary", "summary": "x", "leafUuid": "u"}] * 3)
+    else:
+        path = tmp_path / "session-1.json"
+        path.write_text(json.dumps({"sessionId": "g1", "messages": []}), encoding="utf-8")
+    first = _import_in_a_new_process(data, source, path)
+    again = _import_in_a_new_process(data, source, path)
+    assert (first["status"], again["status"]) == ("imported", "unchanged")
+    assert not (data / "projects" / "later").exists()
+    assert len(list((data / "import-marks").iterdir())) == 1
+    if source == "claude-code":
+        said = {"type": "user", "sessionId": "s1", "cwd": "/w/x", "message": {"role": "user", "content": "hello"}}
+        write_jsonl(path, [said], mode="a")
+    else:
+        said = {"id": "m1", "type": "user", "timestamp": "2025-05-01T10:00:00Z", "content": "hello"}
+        path.write_text(json.dumps({"sessionId": "g1", "messages": [said]}), encoding="utf-8")
+    grown = _import_in_a_new_process(data, source, path)
+    assert grown["added"] == 1 and grown["skipped"] == {}  # only what it grew by was read
+    assert [row[1:5] for row in stored_events(data, "later")] == [(1, "user", "message", "hello")]
+    assert list((data / "import-marks").iterdir()) == []  # the project holds the file's watermark now
+    assert _import_in_a_new_process(data, source, path)["status"] == "unchanged"
+
+
+def test_a_damaged_or_foreign_mark_in_the_data_directory_only_costs_a_read(service: Obsmem, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "s.jsonl", [{"type": "summary", "summary": "x", "leafUuid": "u"}])
+    assert service.import_transcripts("claude-code", [path], project="later").files[0].status == "imported"
+    (mark,) = (tmp_path / "data" / "import-marks").iterdir()
+    saved = json.loads(mark.read_text(encoding="utf-8"))
+    for damaged in ("{not json", json.dumps(saved | {"project": "other"}), json.dumps(saved | {"offset": "12"})):
+        mark.write_text(damaged, encoding="utf-8")
+        report = service.import_transcripts("claude-code", [path], project="later").files[0]
+        assert (report.status, report.skipped["summary"], report.added) == ("imported", 1, 0)
+    assert service.import_transcripts("claude-code", [path], project="later").files[0].status == "unchanged"
+    assert not (tmp_path / "data" / "projects" / "later").exists()
+
+
+def test_the_marks_kept_in_the_data_directory_are_bounded_oldest_first(tmp_path: Path) -> None:
+    marks = UnsavedWatermarks(tmp_path / "import-marks")
+    marks.LIMIT = 2
+    made: set[Path] = set()
+    for number in range(3):
+        marks.put("later", Watermark("claude-code", f"/t/{number}.jsonl", offset=10 + number))
+        (file,) = set((tmp_path / "import-marks").iterdir()) - made
+        os.utime(file, ns=(number * 10**9, number * 10**9))  # written a second apart
+        made.add(file)
+    marks.prune()
+    assert marks.get("later", "claude-code", "/t/0.jsonl") is None
+    assert [marks.get("later", "claude-code", f"/t/{n}.jsonl").offset for n in (1, 2)] == [11, 12]  # type: ignore[union-attr]
+    marks.drop("later", "claude-code", "/t/1.jsonl")
+    assert len(list((tmp_path / "import-marks").iterdir())) == 1

@@ -39,9 +39,9 @@ from obsmem.events import session_totals
 from obsmem.memories import WriteReceipt, add_observations, delete_memory, memory_counts
 from obsmem.pipeline import ObservationPipeline, project_generation_totals
 from obsmem.retrieval import RecalledEvent, SearchModes, find_memory_row, recall_any
-from obsmem.settings import Settings, load_settings
+from obsmem.settings import Settings, home_expanded, load_settings
 from obsmem.storage import EventSignal, PostgresProjectDatabase, PostgresStore
-from obsmem.transcripts import UnsavedWatermarks
+from obsmem.transcripts import IMPORT_MARKS_DIR, UnsavedWatermarks
 from obsmem.trust import LOCAL_USER, RecalledNote, TierStores, TrustService
 from obsmem.validation import session_id as check_session_id
 from obsmem.work import WorkerPool, eventlog
@@ -141,8 +141,10 @@ class PostgresObsmem(Obsmem):
             if background:
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
-        # Watermarks of transcripts that stored nothing in a project not made yet (see UnsavedWatermarks).
-        self._unsaved_watermarks = UnsavedWatermarks()
+        # Watermarks of transcripts that stored nothing in a project not made yet (see UnsavedWatermarks):
+        # they name this machine's files, so they are kept in its data directory, as on SQLite.
+        data_dir = home_expanded(settings.data_dir, "data directory").resolve()
+        self._unsaved_watermarks = UnsavedWatermarks(data_dir / IMPORT_MARKS_DIR)
 
     def _db(self, project: str) -> Any:
         """The project's schema, typed loosely: the pipeline's modules are annotated with the SQLite types,

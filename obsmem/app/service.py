@@ -55,6 +55,7 @@ from obsmem.retrieval import (
 from obsmem.settings import Settings, load_settings
 from obsmem.storage import ProjectDatabase
 from obsmem.transcripts import (
+    IMPORT_MARKS_DIR,
     FileProgress,
     ImportOptions,
     ImportRun,
@@ -147,7 +148,7 @@ class Obsmem:
                 self.indexer.start_background()
         self.search_modes = SearchModes(self.hybrid)
         # Watermarks of transcripts that stored nothing in a project not made yet (see UnsavedWatermarks).
-        self._unsaved_watermarks = UnsavedWatermarks()
+        self._unsaved_watermarks = UnsavedWatermarks(self.projects.data_dir / IMPORT_MARKS_DIR)
         self.trust = TrustService(settings, self.projects, self._wake_workers)
 
     def _memories_changed(self, project: str) -> None:

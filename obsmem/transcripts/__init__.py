@@ -18,11 +18,12 @@ from obsmem.transcripts.importer import CHUNK_EVENTS, FileProgress, ImportOption
 from obsmem.transcripts.mapping import project_for_cwd, project_for_hash, slug_for_directory
 from obsmem.transcripts.records import DEFAULT_MAX_TOOL_OUTPUT_CHARS, ReaderOptions
 from obsmem.transcripts.reports import FileReport, ImportRun, Problem
-from obsmem.transcripts.watermarks import UnsavedWatermarks
+from obsmem.transcripts.watermarks import IMPORT_MARKS_DIR, UnsavedWatermarks
 
 __all__ = [
     "CHUNK_EVENTS",
     "DEFAULT_MAX_TOOL_OUTPUT_CHARS",
+    "IMPORT_MARKS_DIR",
     "SOURCES",
     "FileProgress",
     "FileReport",

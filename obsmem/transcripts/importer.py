@@ -195,6 +195,12 @@ class TranscriptImporter:
         self.unsaved = unsaved if unsaved is not None else UnsavedWatermarks()
 
     def run(self, paths: Sequence[Path], progress: FileProgress | None = None) -> ImportRun:
+        try:
+            return self._run(paths, progress)
+        finally:
+            self.unsaved.prune()
+
+    def _run(self, paths: Sequence[Path], progress: FileProgress | None) -> ImportRun:
         result = ImportRun(self.source)
         if self.source not in LINE_FORMATS:
             for path in paths:

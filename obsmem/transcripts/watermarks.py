@@ -8,17 +8,23 @@ time, and the reader's state there. See :mod:`obsmem.transcripts.importer` for h
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from obsmem.dates import now_iso
 from obsmem.errors import ProjectNotFound
 from obsmem.storage import ProjectDatabase
+
+IMPORT_MARKS_DIR = "import-marks"
+"""The folder of the data directory holding :class:`UnsavedWatermarks`' files."""
 
 
 def watermark_key(path: Path) -> str:
@@ -65,28 +71,43 @@ class Watermark:
 
 
 class UnsavedWatermarks:
-    """Watermarks of files that stored nothing in a project that does not exist yet, kept in memory.
+    """Watermarks of files that stored nothing in a project that does not exist yet.
 
-    Such a file has no database to hold its watermark (an import that stores nothing creates no project),
-    so without these every import read it again whole: each ``--follow`` round re-read every session that
-    holds only bookkeeping records. One instance lives as long as its service, so a long-running process
-    passes over those files as over any other; a new process reads them once more. Bounded: the oldest go
-    first (a file whose mark was dropped is read again, which stores nothing twice).
+    Such a file has no database to hold its watermark (an import that stores nothing creates no project:
+    an empty project listed, searched and polled for a file of bookkeeping records is not what a user
+    wants), so without these every import read it again whole: each ``--follow`` round, and each new
+    process (``obsmem import`` from cron, every hook call), re-read every session holding only
+    bookkeeping records. With a ``directory`` (``<data_dir>/import-marks``) each mark is a small file
+    there, so every process of the data directory passes over the file as over any other; without one
+    (or where the directory cannot be written) they are kept in this object's memory. The mark of a file
+    is dropped once its project holds the file's own watermark.
+
+    A mark only ever says "nothing of this file up to here was stored", so one lost, dropped or left behind
+    by an older process costs a read of the file, never an event stored twice or missed. Bounded: beyond
+    :attr:`LIMIT` the oldest go first.
     """
 
     LIMIT = 16_384
 
-    def __init__(self) -> None:
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory
         self._marks: OrderedDict[tuple[str, str, str], Watermark] = OrderedDict()
         self._lock = threading.Lock()  # a service imports from several threads (HTTP requests)
+        self._added = False  # a file was added to the directory since it was last pruned
 
     def get(self, project: str, source: str, path: str) -> Watermark | None:
         with self._lock:
-            return self._marks.get((project, source, path))
+            mark = self._marks.get((project, source, path))
+        if mark is None and self.directory is not None:
+            mark = self._read(project, source, path)
+        return mark
 
     def put(self, project: str, mark: Watermark) -> None:
         key = (project, mark.source, mark.path)
         with self._lock:
+            if self.directory is not None and self._write(project, mark):
+                self._marks.pop(key, None)  # the file is the truth: another process may move it on
+                return
             self._marks[key] = mark
             self._marks.move_to_end(key)
             while len(self._marks) > self.LIMIT:
@@ -95,6 +116,66 @@ class UnsavedWatermarks:
     def drop(self, project: str, source: str, path: str) -> None:
         with self._lock:
             self._marks.pop((project, source, path), None)
+        if self.directory is not None:
+            # None there is the common case (a file whose project exists); a directory not writable is another.
+            with contextlib.suppress(OSError):
+                self._file(project, source, path).unlink()
+
+    def prune(self) -> None:
+        """Keep the :attr:`LIMIT` newest files of the directory (after an import that added one)."""
+        if self.directory is None or not self._added:
+            return
+        self._added = False
+        try:
+            entries = [(entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(self.directory)]
+        except OSError:
+            return
+        entries.sort()
+        for _, name in entries[: max(len(entries) - self.LIMIT, 0)]:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+
+    def _file(self, project: str, source: str, path: str) -> Path:
+        assert self.directory is not None
+        digest = hashlib.sha256("\0".join((project, source, path)).encode("utf-8", "surrogatepass")).hexdigest()
+        return self.directory / f"{digest}.json"
+
+    def _read(self, project: str, source: str, path: str) -> Watermark | None:
+        try:
+            saved = json.loads(self._file(project, source, path).read_bytes())
+            if not isinstance(saved, dict) or (saved.pop("project", None), saved["source"], saved["path"]) != (
+                project,
+                source,
+                path,
+            ):
+                return None
+            mark = Watermark(**saved)
+        except (OSError, ValueError, TypeError, KeyError):  # none, or one this version cannot read: no mark
+            return None
+        if not isinstance(mark.state, dict) or not all(
+            isinstance(value, int) for value in (mark.offset, mark.size, mark.mtime_ns, mark.events)
+        ):
+            return None
+        return mark
+
+    def _write(self, project: str, mark: Watermark) -> bool:
+        """Write the mark's file whole (a reader never sees half of one); False when it cannot be written."""
+        target = self._file(project, mark.source, mark.path)
+        scratch = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}")
+        try:
+            body = json.dumps({"project": project, **asdict(mark)}, separators=(",", ":"), sort_keys=True)
+            assert self.directory is not None
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            added = not target.exists()
+            with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+                handle.write(body)
+            os.replace(scratch, target)
+        except (OSError, ValueError, TypeError):  # a read-only or full disk: kept in memory instead
+            with contextlib.suppress(OSError):
+                scratch.unlink()
+            return False
+        self._added = self._added or added
+        return True
 
 
 def load_watermark(db: ProjectDatabase | None, source: str, path: str) -> Watermark | None:
