@@ -139,3 +139,70 @@ def test_a_tree_session_whose_messages_grew_without_its_session_file_changing_is
     (storage / "part" / "msg_C" / "prt_C1.json").write_text(json.dumps(part), encoding="utf-8")
     assert service.import_transcripts("opencode", [session]).files[0].status != "unchanged"
     assert service.import_transcripts("opencode", [session]).files[0].status == "unchanged"
+
+
+def _write(path: Path, record: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_a_tree_session_is_looked_at_without_a_stat_of_every_part_and_finds_the_same_records(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    # A look stat-ed every message and part file of the session; now the message files, the names of the
+    # part files, and the parts of the last message only. A reply streamed in place while a prompt queued
+    # after it is the last message is still found, once opencode writes the reply finished.
+    storage = copy_fixture("opencode-tree", tmp_path) / "storage"
+    session = storage / "session" / "prj_2" / "ses_OLD1.json"
+    assert service.import_transcripts("opencode", [session]).added == 4
+    base = {"sessionID": "ses_OLD1"}
+    reply = base | {"id": "msg_C", "role": "assistant", "time": {"created": 1746700010000}}
+    text = base | {"id": "prt_C1", "messageID": "msg_C", "type": "text", "text": "Look"}
+    call = base | {"id": "prt_C2", "messageID": "msg_C", "type": "tool", "callID": "c9", "tool": "bash"}
+    call["state"] = {"status": "running", "input": {"command": "ls"}}
+    queued = base | {"id": "msg_D", "role": "user", "time": {"created": 1746700020000}}
+    prompt = base | {"id": "prt_D1", "messageID": "msg_D", "type": "text", "text": "Then commit."}
+    _write(storage / "message" / "ses_OLD1" / "msg_C.json", reply)
+    _write(storage / "part" / "msg_C" / "prt_C1.json", text)
+    _write(storage / "part" / "msg_C" / "prt_C2.json", call)
+    _write(storage / "message" / "ses_OLD1" / "msg_D.json", queued)
+    _write(storage / "part" / "msg_D" / "prt_D1.json", prompt)
+    waiting = service.import_transcripts("opencode", [session]).files[0]
+    assert (waiting.status, waiting.added) == ("imported", 0)  # the reply is unfinished: nothing after it yet
+    # The reply streams on in place (its parts' names do not change, and it is not the last message) ...
+    _write(storage / "part" / "msg_C" / "prt_C1.json", text | {"text": "Looking at the files now."})
+    _write(
+        storage / "part" / "msg_C" / "prt_C2.json",
+        call | {"state": {**call["state"], "status": "completed", "output": "a.txt"}},
+    )
+    assert service.import_transcripts("opencode", [session]).files[0].status == "unchanged"
+    # ... and is written finished: that is seen, and everything is found.
+    _write(
+        storage / "message" / "ses_OLD1" / "msg_C.json", reply | {"time": {"created": 1746700010000, "completed": 1}}
+    )
+    finished = service.import_transcripts("opencode", [session]).files[0]
+    assert (finished.status, finished.added) == ("imported", 4)
+    with Obsmem(data_dir=tmp_path / "fresh") as fresh:
+        assert fresh.import_transcripts("opencode", [session]).added == 8
+    assert stored_events(tmp_path / "data", "cli-tool") == stored_events(tmp_path / "fresh", "cli-tool")
+    assert [row[4] for row in stored_events(tmp_path / "data", "cli-tool")[-4:]] == [
+        "Looking at the files now.",
+        "",
+        "a.txt",
+        "Then commit.",
+    ]
+    # A part of an imported message rewritten in place is passed over (it would not be imported again).
+    _write(
+        storage / "part" / "msg_B" / "prt_B2.json",
+        json.loads((storage / "part" / "msg_B" / "prt_B2.json").read_text()) | {"text": "Edited."},
+    )
+    assert service.import_transcripts("opencode", [session]).files[0].status == "unchanged"
+    # A part added to any message, or the last message's part rewritten in place, is seen.
+    _write(storage / "part" / "msg_D" / "prt_D1.json", prompt | {"text": "Then commit, please."})
+    assert service.import_transcripts("opencode", [session]).files[0].status == "imported"
+    _write(
+        storage / "part" / "msg_A" / "prt_A9.json", base | {"id": "prt_A9", "messageID": "msg_A", "type": "step-finish"}
+    )
+    assert service.import_transcripts("opencode", [session]).files[0].status == "imported"
+    assert service.import_transcripts("opencode", [session]).files[0].status == "unchanged"
+    assert len(stored_events(tmp_path / "data", "cli-tool")) == 8

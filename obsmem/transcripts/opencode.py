@@ -22,6 +22,8 @@ Child sessions (sub-agents started by the task tool) are stored as their own ses
 from __future__ import annotations
 
 import json
+import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -216,21 +218,38 @@ class OpencodeTreeFormat(DocumentFormat):
         return self.path.parent.parent.parent
 
     def stamp(self) -> FileStamp:
-        """The session file's, its message files' and their part files' sizes added up and their newest
-        time: opencode touches the session file when a prompt starts, not when the reply's messages and
-        parts are written (parts are rewritten in place as they stream), so the session file's own stamp
-        missed every reply written after an import."""
+        """What changes when the session gains a reply: opencode touches the session file when a prompt
+        starts, not when the reply's messages and parts are written, so the session file's own stamp
+        missed every reply written after an import.
+
+        Stat-ing every part file cost most of a look at a long session, so only what can change in a way
+        an import would see is looked at: the session file and every message file (their sizes and times),
+        the names of each message's part files (a part added or removed), and the sizes and times of the
+        last message's parts (streamed, rewritten in place). A part of an earlier message rewritten in place
+        is not seen, and need not be: an import takes a message only once it is finished, and opencode
+        writes a message finished (``time.completed``, or its error) after its last part, so that write is
+        seen; a part of a message already imported is never imported again (parts are resumed by id)."""
         own = file_stamp(self.path)
         size, newest = own.size, own.mtime_ns
         info = _read_json(self.path)
         session = info["id"] if info is not None and isinstance(info.get("id"), str) else self.path.stem
         messages = self.storage() / "message" / session
-        for message_file in messages.glob("*.json") if messages.is_dir() else []:
-            parts = self.storage() / "part" / message_file.stem
-            for file in [message_file, *(parts.glob("*.json") if parts.is_dir() else [])]:
+        names = sorted(_json_names(messages))
+        for name in names:
+            try:
+                info_of = os.stat(messages / name)
+            except OSError:  # deleted meanwhile: the next look sees the change
+                continue
+            size, newest = size + info_of.st_size, max(newest, info_of.st_mtime_ns)
+            parts = self.storage() / "part" / name.removesuffix(".json")
+            part_names = sorted(_json_names(parts))
+            size += len(part_names) + zlib.crc32("\0".join(part_names).encode("utf-8", "surrogateescape"))
+            if name != names[-1]:
+                continue
+            for part in part_names:
                 try:
-                    info_of = file.stat()
-                except OSError:  # deleted meanwhile: the next look sees the change
+                    info_of = os.stat(parts / part)
+                except OSError:
                     continue
                 size, newest = size + info_of.st_size, max(newest, info_of.st_mtime_ns)
         return FileStamp(size, newest)
@@ -261,6 +280,16 @@ class OpencodeTreeFormat(DocumentFormat):
                 break
         yield from reader.skips
         yield reader.doc
+
+
+def _json_names(directory: Path) -> list[str]:
+    """The names of the ``*.json`` files of ``directory`` (none when it does not exist), listed without a
+    stat of each."""
+    try:
+        with os.scandir(directory) as entries:
+            return [entry.name for entry in entries if entry.name.endswith(".json")]
+    except OSError:  # not made yet, or deleted meanwhile: the next look sees the change
+        return []
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
