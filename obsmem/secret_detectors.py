@@ -363,9 +363,9 @@ def _bearer(scan: Scan) -> list[Span]:
     of the scheme pattern over every text holding "token" was the costliest detector of an append."""
     lower, text = scan.lower, scan.text
     spans: list[Span] = []
-    done = 0  # a header inside a value already taken loses to it: not tried (see _at_words)
+    done = 0  # a header deep inside a value already taken loses to it: not tried (see _TAKEN_LEAD)
     for position in scan.at("auth"):
-        if position < done or not lower.startswith("authorization", position):
+        if position < done - _TAKEN_LEAD or not lower.startswith("authorization", position):
             continue
         start = position - 6 if lower.endswith("proxy-", 0, position) else position
         match = _AUTH_HEADER.match(text, start)
@@ -375,13 +375,22 @@ def _bearer(scan: Scan) -> list[Span]:
     for word in ("bearer", "basic", "token"):
         done = 0
         for position in scan.at(word):
-            if position < done or not text.startswith(_SCHEME_SPELLINGS, position):
+            if position < done - _TAKEN_LEAD or not text.startswith(_SCHEME_SPELLINGS, position):
                 continue
             match = _BEARER.match(text, position)
             if match is not None and _long_or(_credential_shaped, match["secret"]):
                 spans.append(match.span("secret"))
                 done = match.end()
     return spans
+
+
+# How far before the end of a value already taken a header or option inside it may start and still have a
+# value of its own after it: all of its lead before its value must lie inside the taken value, and the
+# longest such lead is ``proxy-authorization=digest`` (26 characters; ``--user=`` and ``Bearer`` are
+# shorter), its spaces, quote or colon falling just past the end (``xyz.Bearer tok...``,
+# ``b/-u c:hunter22``). One starting further back has its value inside the taken one, where it loses;
+# retrying only the last few keeps a megabyte of ``authorization=`` over and over linear.
+_TAKEN_LEAD = 32
 
 
 def _long_or(judge: Callable[[str], bool], value: str) -> bool:
@@ -422,7 +431,7 @@ def _password_options(scan: Scan) -> list[Span]:
     skip_taken = "[REDACTED:" not in text
     done = 0
     for position in scan.at("-u"):
-        if position < done:
+        if position < done - _TAKEN_LEAD:
             continue
         match = _USER_OPTION.match(text, position - 1 if lower.startswith("--user", position - 1) else position)
         if match is None or (match["user"].isdigit() and match["secret"].isdigit()):
