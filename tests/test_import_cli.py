@@ -356,6 +356,9 @@ def test_a_tilde_naming_no_user_is_a_clear_error_not_a_traceback(tmp_path: Path)
     hooked = run(tmp_path / "data", "hook", "claude-code", stdin=payload)
     refused = "error: invalid_hook_payload: transcript_path names no readable file\n"
     assert (hooked.exit_code, hooked.stderr) == (1, refused)
+    # A user name the system cannot look up at all (a NUL byte, which JSON can carry): ValueError, not RuntimeError.
+    hooked = run(tmp_path / "data", "hook", "claude-code", stdin=json.dumps({"transcript_path": "~a\u0000b/s.jsonl"}))
+    assert (hooked.exit_code, hooked.stderr) == (1, refused)
     with Obsmem(load_settings(data_dir=tmp_path / "data")) as memory:
         report = memory.import_transcripts("claude-code", ["~no-such-user-x9/s.jsonl"], project="p").files[0]
     assert (report.status, list(report.problems)) == ("missing", ["file_missing"])

@@ -120,10 +120,11 @@ def import_lock(path: Path) -> Iterator[None]:
 
 def expand_home(path: Path | str) -> Path:
     """``path`` with ``~`` or ``~user`` expanded, or as written when that user has no home directory (as a
-    shell leaves it): a transcript path is then simply not found, where ``Path.expanduser`` raised."""
+    shell leaves it) or cannot be looked up (a NUL byte in the name, from a hook payload's JSON): a
+    transcript path is then simply not found, where ``Path.expanduser`` raised."""
     try:
         return Path(path).expanduser()
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         return Path(path)
 
 
