@@ -306,3 +306,12 @@ def test_the_tool_error_texts_tools_and_mcp_shows_are_the_tools_own(tmp_path: Pa
         answers = [execute_tool(memory, project, name, arguments) for project, name, arguments in calls]
     missing = [answer for answer in answers if f"\n{answer}\n" not in text]
     assert not missing, f"tool answers docs/tools-and-mcp.md shows otherwise: {missing}"
+
+
+def test_the_search_steps_say_what_an_index_built_with_other_settings_answers() -> None:
+    # Such an index is semantic_settings_mismatch (409), never index_building, which promises an index
+    # that no background indexer builds (retrieval/hybrid.py, _refuse_other_settings).
+    text = (DOCS / "semantic.md").read_text(encoding="utf-8")
+    first = " ".join(text.split("## How a search runs", 1)[1].split("\n2. ", 1)[0].split())
+    assert "other settings" not in first.split("`index_building`", 1)[0]
+    assert "built with other settings, with `semantic_settings_mismatch`" in first
