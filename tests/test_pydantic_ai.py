@@ -392,6 +392,7 @@ STORABLE_LATER: list[tuple[str, Any, str]] = [
     ("tool_args", ToolCallPart("write_file", {"text": "lone \udc80 surrogate"}, tool_call_id="c1"), "\ufffd"),
     ("tool_args", ToolCallPart("write_file", '{"text": "lone \udc80 surrogate"}', tool_call_id="c1"), "\ufffd"),
     ("tool_args", ToolCallPart("measure", {"x": float("nan")}, tool_call_id="c1"), "NaN"),
+    ("tool_args", ToolCallPart("write_file", {"text": "z" * 2_100_000}, tool_call_id="c1"), "characters not stored]"),
 ]
 
 

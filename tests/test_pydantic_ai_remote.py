@@ -286,3 +286,45 @@ def test_a_secret_the_byte_cut_splits_is_redacted_whole() -> None:
     fitted = fit_event({"role": "tool", "type": "tool_result", "content": text}, 32 * 1024)
     assert "ghp_" not in fitted["content"] and "Ab3dE" not in fitted["content"]
     assert "[REDACTED:github_token]" in fitted["content"]
+
+
+def test_a_tool_call_with_arguments_larger_than_the_servers_body_limit_does_not_stop_the_session(
+    tmp_path: Path,
+) -> None:
+    """A call writing a file of 9 MB: its arguments are cut as an event's content is, and it is stored, and so
+    is everything after it. Sent whole, it was over the server's default body limit (8 MiB) at every retry,
+    and no event of the session after it was ever stored."""
+    text = "z" * 9_000_000
+
+    def writer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(part, ToolReturnPart) for part in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("written")])
+        return ModelResponse(parts=[ToolCallPart("write_file", {"path": "f", "text": text}, tool_call_id="c1")])
+
+    data = tmp_path / "data"
+    with live_server(data) as base:
+        client = ObsmemClient(base)
+        om = ObservationalMemory(client, project="p", session_id="s1", tools=False)
+        agent = Agent(FunctionModel(writer), capabilities=[om])
+
+        @agent.tool_plain
+        def write_file(path: str, text: str) -> str:
+            return "ok"
+
+        async def scenario() -> list[ModelMessage]:
+            first = await agent.run("write the file")
+            second = await agent.run("and again", message_history=first.all_messages())
+            await om.flush(5)
+            return second.all_messages()
+
+        history = asyncio.run(scenario())
+        unsent = om.unsent
+        om.close()
+        client.close()
+    with Obsmem(load_settings(data_dir=data)) as service:
+        stored = stored_events(service)
+        with service.database("p").read() as conn:
+            args = [row[0] for row in conn.execute("SELECT tool_args FROM events WHERE type = 'tool_call'")]
+    assert unsent == 0
+    assert stored == history_events(history)
+    assert len(args) == 2 and all(value.endswith('characters not stored]"') for value in args)

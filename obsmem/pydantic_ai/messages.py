@@ -129,8 +129,9 @@ def message_events(message: ModelMessage) -> list[dict[str, Any]]:
 def _storable(event: dict[str, Any]) -> None:
     """Fit ``event`` to what obsmem takes, in place: lone surrogates (a file read with ``surrogateescape``,
     a ``\\ud800`` escape a model wrote) become U+FFFD, content past the most an event holds is cut, saying
-    how much was left out, and a tool name or call id past 256 characters is cut to them. The same message
-    always becomes the same event, so a resumed run still finds its appends as duplicates."""
+    how much was left out, tool arguments past it too (as their JSON text: what is left of cut JSON is not
+    JSON), and a tool name or call id past 256 characters is cut to them. The same message always becomes
+    the same event, so a resumed run still finds its appends as duplicates."""
     content = event.get("content")
     if isinstance(content, str):
         event["content"] = _cut(replace_lone_surrogates(content), MAX_EVENT_CONTENT)
@@ -138,8 +139,24 @@ def _storable(event: dict[str, Any]) -> None:
         value = event.get(name)
         if isinstance(value, str):
             event[name] = replace_lone_surrogates(value)[:MAX_TOOL_FIELD]
-    if isinstance(event.get("tool_args"), str):
-        event["tool_args"] = replace_lone_surrogates(event["tool_args"])
+    args = event.get("tool_args")
+    if isinstance(args, str):
+        event["tool_args"] = _cut(replace_lone_surrogates(args), MAX_EVENT_CONTENT)
+    elif args is not None:
+        # Arguments are not bounded like content, but a request body is (the server's max_body_bytes, 8 MiB by
+        # default): a call writing a large file was refused at every retry, and the session's appends after
+        # it with it, for good.
+        text = _json_text(args)
+        if text is not None and len(text) > MAX_EVENT_CONTENT:
+            event["tool_args"] = _cut(text, MAX_EVENT_CONTENT)
+
+
+def _json_text(value: Any) -> str | None:
+    """``value`` as compact JSON text, or None when it is not JSON (refused when appended, saying why)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 def _cut(text: str, limit: int) -> str:
