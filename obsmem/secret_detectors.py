@@ -378,7 +378,10 @@ def _bearer(scan: Scan) -> list[Span]:
             if position < done - _TAKEN_LEAD or not text.startswith(_SCHEME_SPELLINGS, position):
                 continue
             match = _BEARER.match(text, position)
-            if match is not None and _long_or(_credential_shaped, match["secret"]):
+            # Judged at any length, unlike a header's value: a scheme word's value, which no space ends, holds no
+            # other scheme word's value, so none is judged twice; and ``Token`` is a secret word too, whose
+            # assignment (``Token =<value>(...``) runs further than a token's characters and must win.
+            if match is not None and _credential_shaped(match["secret"]):
                 spans.append(match.span("secret"))
                 done = match.end()
     return spans

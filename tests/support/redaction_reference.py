@@ -293,8 +293,8 @@ def _bearer(scan: Scan) -> list[Span]:
                 start = position - 6 if word == "authorization" and lower.endswith("proxy-", 0, position) else position
                 match = pattern.match(text, start)
                 if match is not None and (
-                    len(match["secret"]) > 256 or _credential_shaped(match["secret"])
-                ):  # on purpose: long values unjudged
+                    (pattern is _AUTH_HEADER and len(match["secret"]) > 256) or _credential_shaped(match["secret"])
+                ):  # on purpose: a header's long values unjudged
                     spans.append(match.span("secret"))
     return spans
 
