@@ -446,6 +446,13 @@ class _NotObsmem(BaseHTTPRequestHandler):
     do_GET = do_POST = _page  # noqa: N815 - http.server naming
 
 
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), True, "30"])
+def test_a_client_timeout_that_bounds_nothing_is_refused(timeout: object) -> None:
+    # NaN made every call time out at once ("cannot be reached"); infinity raised OverflowError from each call.
+    with pytest.raises(ValueError, match="timeout_seconds must be a positive number"):
+        ObsmemClient("http://127.0.0.1:9", timeout_seconds=timeout)  # type: ignore[arg-type]
+
+
 def test_a_reply_that_is_not_json_is_service_unavailable() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _NotObsmem)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -214,7 +215,12 @@ class ObsmemClient:
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must be an http:// or https:// URL")
-        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float) or timeout_seconds <= 0:
+        if (
+            isinstance(timeout_seconds, bool)
+            or not isinstance(timeout_seconds, int | float)
+            or not math.isfinite(timeout_seconds)  # NaN timed out every call at once; infinity overflowed the loop
+            or timeout_seconds <= 0
+        ):
             raise ValueError("timeout_seconds must be a positive number")
         if type(max_body_bytes) is not int or max_body_bytes < MIN_MAX_BODY_BYTES:
             raise ValueError(f"max_body_bytes must be a whole number of bytes, at least {MIN_MAX_BODY_BYTES}")
