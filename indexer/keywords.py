@@ -61,7 +61,10 @@ FTS_TABLE = "semantic_fts"
 FTS_VOCAB = "semantic_fts_vocab"  # no longer made; dropped with the old tables on a rebuild
 CONTEXT_TABLE = "semantic_context"
 COLUMNS = ("body", "previous", "next", "date")
-LAYOUT = "contextual-1"  # bump when the rows' layout or content rules change: old tables are rebuilt
+# Bump the number when the rows' layout or content rules change (never rename it: a layout is compared by
+# its numbers, see IndexState.keyword_difference): every indexer, background ones included, rebuilds rows of
+# an older layout by itself, and a process of an older release leaves rows of this one alone.
+LAYOUT = "contextual-1"
 
 MONTHS = (
     "January",

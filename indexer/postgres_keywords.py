@@ -65,7 +65,7 @@ def postings_signature(tokenizer: str, context_characters: int, weights: Mapping
     """What the postings were made with (layout, tokenizer, context size and the column weights)."""
     return json.dumps(
         {
-            "layout": LAYOUT + "+postings-1",
+            "layout": LAYOUT + "+postings-1",  # bump the number as LAYOUT's, never renamed
             "tokenizer": tokenizer,
             "context_characters": context_characters,
             "weights": [float(weights[column]) for column in COLUMNS],

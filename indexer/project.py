@@ -55,7 +55,14 @@ from obsmem.indexer.sources import (
     UNMARKED_EVENTS,
     mark_new_events,
 )
-from obsmem.indexer.state import IndexState, bump_version, index_signature, update_state
+from obsmem.indexer.state import (
+    NEWER_LAYOUT_NAME,
+    OLDER_LAYOUT,
+    IndexState,
+    bump_version,
+    index_signature,
+    update_state,
+)
 from obsmem.indexer.vectors import MEMORIES, DamagedVectors, VectorSet, read_vector_set
 from obsmem.settings import SemanticSettings
 from obsmem.storage import ProjectDatabase
@@ -139,12 +146,13 @@ class ProjectIndex:
             return IndexState.read(conn)
 
     def ensure_compatible(self, *, adopt: bool) -> bool:
-        """Reset derived data if the signature changed; rebuild the keyword tables if their layout did.
+        """Reset derived data if the signature changed; rebuild the keyword tables if their signature did.
 
         ``adopt``: an explicit ``obsmem index``, which replaces an index built with other settings. Without
         it (a background batch) such an index is ``semantic_settings_mismatch``, and only an index never
-        built is built with these settings: a server or worker must not undo the index other processes keep
-        with their settings (see :meth:`IndexState.built_with_other_settings`)."""
+        built is built with these settings, and keyword rows of an older release's layout (the same settings)
+        are rebuilt in this code's: a server or worker must not undo the index other processes keep with
+        their settings, nor that of a newer release (see :meth:`IndexState.built_with_other_settings`)."""
         state = self.state()
         if state.compatible_with(self.signature, self.keyword_signature):
             return False
@@ -161,8 +169,11 @@ class ProjectIndex:
                 self._reset_derived(conn)
                 reset = True
             elif state.fts_tokenizer != self.keyword_signature:
+                older = state.keyword_difference(self.keyword_signature) == OLDER_LAYOUT
                 log.info(
-                    "project %s: keyword settings changed; rebuilding the keyword rows (no embedding work)", self.name
+                    "project %s: %s; rebuilding the keyword rows (no embedding work)",
+                    self.name,
+                    "keyword rows of an older release's layout" if older else "keyword settings changed",
                 )
                 self.keywords.create(conn)
         if reset:
@@ -173,10 +184,18 @@ class ProjectIndex:
     def settings_mismatch(self, state: IndexState) -> SemanticSettingsMismatch:
         """The error of a process whose settings differ from those ``state``'s index was built with: which
         settings differ (names only) and the explicit command that switches the index to this process's."""
-        differing = ", ".join(state.differing_settings(self.signature, self.keyword_signature))
+        differing = state.differing_settings(self.signature, self.keyword_signature)
+        if differing == [NEWER_LAYOUT_NAME]:
+            return SemanticSettingsMismatch(
+                f"the semantic index of project {self.name} was written by a newer obsmem release (its keyword "
+                "rows have a layout this version does not know), and processes of that release may be using it; "
+                "hybrid search answers only with an index this version wrote. Upgrade this process to that "
+                f"release; or, once no process of it runs on the project, run `obsmem index {self.name}` with "
+                "this version (it rebuilds the keyword rows, no embedding work). Mode 'exact' works meanwhile"
+            )
         return SemanticSettingsMismatch(
             f"the semantic index of project {self.name} was built with other [semantic] settings than this "
-            f"process's (they differ in: {differing}), and another process may still be using it; hybrid "
+            f"process's (they differ in: {', '.join(differing)}), and another process may still be using it; hybrid "
             "search answers only with the settings the index was built with. To switch the index to this "
             f"process's settings, run `obsmem index {self.name}` with them (it rebuilds the index; processes "
             "still running with the old settings then answer this error); or run this process with the "

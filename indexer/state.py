@@ -6,7 +6,10 @@
   whose settings differ from a built index refuses it instead (:meth:`IndexState.built_with_other_settings`).
 - ``dimensions`` — vector size, learnt from the first valid embedding reply.
 - ``fts_tokenizer`` — the keyword tables' signature (layout, tokenizer, context size; see
-  :func:`obsmem.indexer.keywords.keyword_signature`); a change rebuilds only those tables.
+  :func:`obsmem.indexer.keywords.keyword_signature`); a change rebuilds only those tables. The layout is
+  this code's, not a setting: keyword rows of the same settings written by an older release (an older
+  layout version) are rebuilt by any indexer, background ones included, while rows of other settings or of
+  a newer layout are another process's (:meth:`IndexState.keyword_difference`).
 - ``dirty`` — committed as 1 before a write that spans SQLite and the index file directory, cleared
   when both agree again. Seen at start-up it means the file side cannot be trusted: the HNSW file is
   discarded and rebuilt from the stored embeddings (no model call). Canonical rows are never touched.
@@ -25,6 +28,12 @@ import apsw
 
 from obsmem.dates import now_iso
 from obsmem.indexer.chunker import ChunkSettings
+
+# How the stored keyword rows differ from those a process would write (IndexState.keyword_difference).
+SAME = "same"
+SETTINGS = "settings"  # other keyword settings (or a signature this code cannot read)
+OLDER_LAYOUT = "older_layout"  # the same settings, rows of an older release's layout: rebuilt by anyone
+NEWER_LAYOUT = "newer_layout"  # the same settings, rows of a newer release's layout (or an unknown one)
 
 STATE_COLUMNS = (
     "signature, dimensions, fts_tokenizer, dirty, version, hnsw_file, hnsw_bytes, hnsw_checksum, "
@@ -59,8 +68,36 @@ class IndexState:
         to whoever runs with its settings, and only an explicit ``obsmem index`` replaces it: several
         processes share one index (one database, or one data directory), and each one that replaced an
         index of other settings on its own would undo the others' work, round after round. An index never
-        built (NULL signature, as a new project's is) is anyone's to build."""
-        return self.signature is not None and not self.compatible_with(signature, keyword_signature)
+        built (NULL signature, as a new project's is) is anyone's to build, and so are keyword rows that differ
+        only by an older layout: a release that changes the layout rebuilds them by itself (see
+        :meth:`keyword_difference`)."""
+        if self.signature is None:
+            return False
+        return self.signature != signature or self.keyword_difference(keyword_signature) in (SETTINGS, NEWER_LAYOUT)
+
+    def keyword_difference(self, keyword_signature: str) -> str:
+        """How the stored keyword rows differ from those ``keyword_signature`` describes: ``SAME``;
+        ``SETTINGS`` (the ``[semantic.bm25]`` settings differ, or the stored signature is none this code
+        writes); ``OLDER_LAYOUT`` (the same settings, written by a release whose layout this code's
+        supersedes); ``NEWER_LAYOUT`` (the same settings, written by a newer release, or in a layout this code
+        cannot place, so that two processes never both find the other's rows older and rebuild them in turn). A
+        layout is ``name-N`` parts joined by ``+``; older means the same names, no number higher and one
+        lower (see :data:`obsmem.indexer.keywords.LAYOUT`)."""
+        if self.fts_tokenizer == keyword_signature:
+            return SAME
+        stored, wanted = _keyword_parts(self.fts_tokenizer), _keyword_parts(keyword_signature)
+        if stored is None or wanted is None or stored[1] != wanted[1]:
+            return SETTINGS
+        (stored_layout, _), (wanted_layout, _) = stored, wanted
+        if (
+            stored_layout is not None
+            and wanted_layout is not None
+            and stored_layout != wanted_layout
+            and [name for name, _ in stored_layout] == [name for name, _ in wanted_layout]
+            and all(old <= new for (_, old), (_, new) in zip(stored_layout, wanted_layout, strict=True))
+        ):
+            return OLDER_LAYOUT
+        return NEWER_LAYOUT
 
     def differing_settings(self, signature: str, keyword_signature: str) -> list[str]:
         """The names of the settings the index was built with other values of (never the values: an
@@ -73,10 +110,16 @@ class IndexState:
             else:
                 names += [_SETTING_NAMES.get(part, part) for part in sorted(stored) if stored[part] != wanted.get(part)]
                 names += [_SETTING_NAMES.get(part, part) for part in sorted(set(wanted) - set(stored))]
-        if self.fts_tokenizer != keyword_signature:
+        difference = self.keyword_difference(keyword_signature)
+        if difference == SETTINGS:
             names.append("bm25")
+        elif difference == NEWER_LAYOUT:
+            names.append(NEWER_LAYOUT_NAME)
         return names
 
+
+# What differing_settings calls keyword rows of a newer release's layout (not a setting: see settings_mismatch).
+NEWER_LAYOUT_NAME = "keyword layout (written by a newer obsmem release)"
 
 # What each part of the signature is called in the settings ([semantic] section).
 _SETTING_NAMES = {
@@ -98,6 +141,31 @@ def _signature_parts(signature: str | None) -> dict[str, object] | None:
         return None
     parts.setdefault("sentences", "whole")
     return parts
+
+
+def _keyword_parts(signature: str | None) -> tuple[tuple[tuple[str, int], ...] | None, dict[str, object]] | None:
+    """A keyword signature as its layout's ``(name, version)`` parts (None: not a layout this code can
+    read) and the settings it records besides; None when it is not a signature this code writes."""
+    try:
+        parts = json.loads(signature or "")
+    except ValueError:
+        return None
+    if not isinstance(parts, dict):
+        return None
+    return _layout_versions(parts.pop("layout", None)), parts
+
+
+def _layout_versions(layout: object) -> tuple[tuple[str, int], ...] | None:
+    """``contextual-1+postings-1`` -> ``(("contextual", 1), ("postings", 1))``; None for anything else."""
+    if not isinstance(layout, str):
+        return None
+    versions = []
+    for part in layout.split("+"):
+        name, _, number = part.rpartition("-")
+        if not name or not number.isdigit():
+            return None
+        versions.append((name, int(number)))
+    return tuple(versions)
 
 
 def index_signature(embedder_identity: str, chunking: ChunkSettings, sentences: str) -> str:

@@ -6,14 +6,18 @@ index was built with used to reset it from its background indexer; the others, m
 not theirs, reset it back, so the index was rebuilt round after round and searches kept answering
 ``index_building``. Now only an explicit ``obsmem index PROJECT`` replaces an index built with other
 settings; a background indexer leaves it alone, and the mismatched process's hybrid searches answer
-``semantic_settings_mismatch`` (409) saying what to run. Every test runs on both backends, with two real
-services on one database or data directory, their background indexers running where the test says.
+``semantic_settings_mismatch`` (409) saying what to run. Keyword rows that differ only by the layout of an
+older release are no settings change: a background indexer rebuilds them in its own layout after an
+upgrade, while rows of a newer release's layout are left to that release. Every test runs on both
+backends, with two real services on one database or data directory, their background indexers running
+where the test says.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +29,7 @@ from fastapi.testclient import TestClient
 
 from obsmem.app import IndexReport, Obsmem
 from obsmem.errors import IndexBusy, SemanticSettingsMismatch
+from obsmem.indexer.state import NEWER_LAYOUT, OLDER_LAYOUT, SAME, SETTINGS, IndexState
 from obsmem.surfaces.cli import cli
 from obsmem.surfaces.http import create_app
 from support.http_server import LOCAL
@@ -36,6 +41,7 @@ OTHER_CHUNKING = {"chunk_bytes": 400}
 WAIT_SECONDS = 60.0
 RESET_LOG = "index settings changed"
 MISMATCH_LOG = "failed: semantic_settings_mismatch"
+OLDER_LAYOUT_LOG = "keyword rows of an older release's layout"
 
 
 @pytest.fixture
@@ -283,3 +289,102 @@ def test_one_server_restarted_with_other_settings_keeps_the_index_until_obsmem_i
         later = add_memories(service, "p", [("2025-06-01 10:00", "zebra quagga okapi")], session="s9")
         _wait_until(lambda: service.status("p").indexed_count == 21, "the background indexer missed the write")
         assert service.search("p", "zebra quagga okapi").hits[0].memory_id == later[0]
+
+
+def _store_layout(service: Obsmem, step: int) -> None:
+    """Leave the index as a release ``step`` keyword layout versions away from this code's would have (-1:
+    the release before, +1: a later one), its settings the same: its signature names that layout, and its
+    neighbour contexts are not this layout's (here: none)."""
+    parts = json.loads(_own_signature(service)[1])
+    parts["layout"] = re.sub(r"\d+", lambda number: str(int(number.group()) + step), parts["layout"], count=1)
+    with service.database("p").write() as conn:
+        conn.execute("UPDATE semantic_state SET fts_tokenizer = ?", (json.dumps(parts, sort_keys=True),))
+        conn.execute("DELETE FROM semantic_context")
+
+
+def _contexts(service: Obsmem) -> int:
+    return int(service.database("p").query("SELECT count(*) FROM semantic_context")[0][0])
+
+
+def test_keyword_rows_of_an_older_release_are_rebuilt_by_the_background_indexer(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade whose release bumps the keyword layout: every process answered semantic_settings_mismatch
+    naming bm25, although no setting had changed, until someone ran `obsmem index`."""
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(15)
+    with service_on(tmp_path, model_server, dsn) as before:
+        ids = add_memories(before, "p", memories)
+        _index(before)
+        built, contexts = _signature(before), _contexts(before)
+        _store_layout(before, -1)
+    embedded = len(model_server.texts_embedded())
+    caplog.clear()
+    with service_on(tmp_path, model_server, dsn, **BACKGROUND) as upgraded:
+        _wait_until(lambda: _signature(upgraded) == built, "the background indexer left the older keyword rows")
+        assert _contexts(upgraded) == contexts  # rebuilt in this layout, from the stored chunks
+        assert len(model_server.texts_embedded()) == embedded  # keyword rows only: nothing embedded again
+        assert upgraded.search("p", memories[4][1]).hits[0].memory_id == ids[4]
+        assert upgraded.status("p").index.compatible
+    assert _logged(caplog, OLDER_LAYOUT_LOG) == 1
+    assert _logged(caplog, MISMATCH_LOG) == 0 and _logged(caplog, RESET_LOG) == 0
+
+
+@pytest.mark.parametrize(
+    ("step", "change", "named"),
+    [
+        (1, {}, None),  # a newer release's rows (a downgrade, or this process beside a newer one)
+        (-1, OTHER_CHUNKING, "chunk_bytes"),  # an older layout does not hide a setting that changed
+        (-1, {"bm25": {"context_characters": 50}}, "bm25"),
+    ],
+)
+def test_keyword_rows_of_a_newer_release_or_of_other_settings_are_left_alone(
+    tmp_path: Path,
+    model_server: ModelServer,
+    dsn: str | None,
+    caplog: pytest.LogCaptureFixture,
+    step: int,
+    change: dict[str, Any],
+    named: str | None,
+) -> None:
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(12)
+    with service_on(tmp_path, model_server, dsn) as first:
+        add_memories(first, "p", memories)
+        _index(first)
+        _store_layout(first, step)
+        stored = _signature(first)
+    caplog.clear()
+    with service_on(tmp_path, model_server, dsn, **change, **BACKGROUND) as other:
+        _wait_until(lambda: _logged(caplog, MISMATCH_LOG) > 0, "the background indexer never met the project")
+        with TestClient(create_app(other), base_url=LOCAL) as client:
+            answer = client.post("/v1/projects/p/search", json={"query": memories[2][1], "mode": "hybrid"})
+        assert answer.status_code == 409, answer.text
+        message = answer.json()["error"]["message"]
+        assert answer.json()["error"]["code"] == "semantic_settings_mismatch"
+        if named is None:
+            assert "written by a newer obsmem release" in message and "Upgrade this process" in message
+        else:
+            assert f"(they differ in: {named})" in message
+        assert _signature(other) == stored and _contexts(other) == 0  # nothing rebuilt
+    assert _logged(caplog, OLDER_LAYOUT_LOG) == 0 and _logged(caplog, RESET_LOG) == 0
+
+
+def test_keyword_layouts_compare_by_their_numbers_and_settings_apart() -> None:
+    def signature(layout: str, context: int = 300) -> str:
+        return json.dumps({"context_characters": context, "layout": layout, "tokenizer": "porter unicode61"})
+
+    def difference(stored: str | None, wanted: str) -> str:
+        return IndexState(None, None, stored, False, 0, None, None, None, None, None, 0).keyword_difference(wanted)
+
+    ours = signature("contextual-2+postings-1")
+    assert difference(ours, ours) == SAME
+    assert difference(signature("contextual-1+postings-1"), ours) == OLDER_LAYOUT
+    assert difference(signature("contextual-2+postings-0"), ours) == OLDER_LAYOUT
+    assert difference(signature("contextual-3+postings-1"), ours) == NEWER_LAYOUT
+    assert difference(signature("contextual-1+postings-2"), ours) == NEWER_LAYOUT  # not older in every part
+    assert difference(signature("sentences-1+postings-1"), ours) == NEWER_LAYOUT  # a layout this code cannot place
+    assert difference(signature("contextual-2"), ours) == NEWER_LAYOUT
+    assert difference(signature("contextual-1+postings-1", 50), ours) == SETTINGS
+    assert difference("porter unicode61", ours) == SETTINGS  # the plain tokenizer of the first releases
+    assert difference(None, ours) == SETTINGS
