@@ -142,6 +142,7 @@ class PostgresProjectIndex(ProjectIndex):
             "graph": bool(graph),
             # The graph is an index in the database, kept by PostgreSQL: there is no file to be missing.
             "graph_file": "none",
+            "graph_file_error": None,
             "graph_rebuild": None,
         }
 

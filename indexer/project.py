@@ -32,7 +32,7 @@ import hnswlib
 import numpy as np
 
 from obsmem.dates import now_iso
-from obsmem.errors import EmbeddingUnavailable, IndexBusy, SemanticSettingsMismatch
+from obsmem.errors import EmbeddingUnavailable, IndexBusy, ObsmemError, SemanticSettingsMismatch, StorageError
 from obsmem.faults import crash_point
 from obsmem.indexer import stores
 from obsmem.indexer.batch_plan import (
@@ -128,6 +128,7 @@ class ProjectIndex:
         # The graph in memory whose last publish failed (a full disk): it is whole, so the next maintenance
         # publishes it again as it is instead of rebuilding it from every vector.
         self._unpublished: hnswlib.Index | None = None
+        self._unsaved_error: str | None = None  # the error code that publish failed with (storage_full, ...)
         self.last_rebuild: dict[str, str] | None = None  # why and when the graph was last rebuilt
 
     def _keyword_documents(self, settings: SemanticSettings) -> KeywordDocuments:
@@ -257,17 +258,26 @@ class ProjectIndex:
             "dirty": state.dirty,
             "graph": vectors is not None and vectors.graph is not None,
             "graph_file": self.graph_file_state(state),
+            "graph_file_error": self._unsaved_error if self._unsaved(state) else None,
             "graph_rebuild": self.last_rebuild,
         }
 
     def graph_file_state(self, state: IndexState) -> str:
         """The graph file as it is on disk now: ``present`` (verified), ``missing``, ``damaged``,
-        ``rebuilding`` (being rebuilt or published) or ``none`` (nothing published yet)."""
+        ``rebuilding`` (being rebuilt or published), ``unsaved`` (this process's graph is current in memory,
+        but writing its file failed: a full disk; retried with backoff, see ``graph_file_error``) or ``none``
+        (nothing published yet)."""
+        if self._unsaved(state):
+            return "unsaved"
         if self._rebuilding or state.dirty:
             return "rebuilding"
         if state.hnsw_file is None:
             return "none"
         return self.files.problem(state) or "present"
+
+    def _unsaved(self, state: IndexState) -> bool:
+        """Did this process's last publish fail, with no file published since (by it or another process)?"""
+        return self._unpublished is not None and state.dirty
 
     def _report_graph_problem(self, state: IndexState, problem: str) -> None:
         """Log a damaged, missing or unfinished graph file once (per file and problem) and keep it for status."""
@@ -587,10 +597,12 @@ class ProjectIndex:
                 return
             try:
                 self.files.publish(self.db, vectors.graph, version=vectors.version)
-            except BaseException:
+            except BaseException as failure:
                 self._unpublished = vectors.graph  # the state stays dirty; see maintain
+                # What status names, so an operator knows what to fix (free disk space for storage_full).
+                self._unsaved_error = failure.code if isinstance(failure, ObsmemError) else StorageError.code
                 raise
-            self._unpublished = None
+            self._unpublished = self._unsaved_error = None
             vectors.changes_since_publish = 0
 
     def close(self) -> None:

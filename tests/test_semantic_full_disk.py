@@ -1,6 +1,7 @@
 """A graph file that cannot be published on a full disk: the graph built in memory keeps serving and is
 published again as it is (never rebuilt from every vector), the state stays dirty until a publish is whole,
-a background indexer backs off between attempts, and once space returns the index catches up by itself.
+a background indexer backs off between attempts, status says the graph is unsaved and why (so an operator
+knows to free disk), and once space returns the index catches up by itself.
 
 The disk is real: a small tmpfs mounted on the project's semantic directory and filled to the last block
 (see support.storage_faults), so the database beside it keeps its room and only the graph file is short.
@@ -15,9 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from rich.console import Console
 
 from obsmem.app import Obsmem
 from obsmem.errors import StorageFull
+from obsmem.surfaces.cli_pipeline import projects_view
+from obsmem.surfaces.http import create_app
+from support.http_server import LOCAL
 from support.hybrid_reference import reference_search
 from support.model_server import ModelServer
 from support.semantic_service import add_memories, corpus, make_service
@@ -63,6 +69,19 @@ def assert_search_serves(service: Obsmem) -> None:
         assert [h.memory_id for h in service.search("p", query).hits] == expected
 
 
+def graph_file(service: Obsmem) -> tuple[str, str | None]:
+    index = service.status("p").index
+    assert index is not None
+    return index.graph_file, index.graph_file_error
+
+
+def status_text(service: Obsmem) -> str:
+    """What ``obsmem status`` prints for the project."""
+    console = Console(width=400, record=True)
+    console.print(projects_view([service.status("p").to_dict()], [], None))
+    return console.export_text()
+
+
 def test_a_graph_publish_failed_on_a_full_disk_is_retried_without_rebuilding_the_graph(
     graph_disk: Path, tmp_path: Path, model_server: ModelServer
 ) -> None:
@@ -82,14 +101,19 @@ def test_a_graph_publish_failed_on_a_full_disk_is_retried_without_rebuilding_the
             assert index.vectors().graph is graph  # published again as it is, not rebuilt
             state = index.state()
             assert state.dirty and set(graph_files(graph_disk)) <= {published}  # nothing short is left
-            assert service.status("p").index.graph_file == "rebuilding"
+            # Nothing is being rebuilt: the graph is current in memory, and its file could not be written.
+            assert graph_file(service) == ("unsaved", "storage_full")
             assert_search_serves(service)  # the graph in memory serves meanwhile
+        printed = status_text(service)
+        assert "graph file unsaved" in printed and "could not be saved to its file (storage_full)" in printed
+        assert "free disk space" in printed
         filler.unlink()
         index.maintain()
         state = index.state()
         assert not state.dirty and graph_files(graph_disk) == [state.hnsw_file]
         assert index.vectors().graph is graph
-        assert service.status("p").index.graph_file == "present"
+        assert graph_file(service) == ("present", None)
+        assert "could not be saved" not in status_text(service)
     with make_service(tmp_path / "data", model_server) as service:  # the published file holds every vector
         vectors = service.indexer.project("p").vectors()
         assert vectors is not None and vectors.graph is not None
@@ -118,9 +142,14 @@ def test_the_background_indexer_backs_off_on_a_full_disk_and_catches_up_when_spa
         assert delays()[:3] == ["2", "4", "8"]  # each failure waits twice as long as the one before
         assert index.vectors().graph is graph  # and none of them rebuilt the graph
         assert index.state().dirty
+        with TestClient(create_app(service), base_url=LOCAL) as client:  # what the status API says meanwhile
+            answer = client.get("/v1/projects/p/status")
+        assert answer.status_code == 200, answer.text
+        reported = answer.json()["index"]
+        assert (reported["graph_file"], reported["graph_file_error"]) == ("unsaved", "storage_full")
         filler.unlink()
         caught_up = "the index did not catch up once space returned"
-        wait_for(lambda: service.status("p").index.graph_file == "present", caught_up)
+        wait_for(lambda: graph_file(service) == ("present", None), caught_up)
         state = index.state()
         assert not state.dirty and graph_files(graph_disk) == [state.hnsw_file]
         assert index.vectors().graph is graph and graph.get_current_count() == len(ITEMS)

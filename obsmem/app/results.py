@@ -48,7 +48,8 @@ class IndexStatus(JsonResult):
     compatible: bool
     dirty: bool
     graph: bool
-    graph_file: str  # present, missing, damaged, rebuilding or none
+    graph_file: str  # present, missing, damaged, rebuilding, unsaved or none
+    graph_file_error: str | None  # with unsaved: the error code writing the file failed with (storage_full, ...)
     graph_rebuild: dict[str, str] | None  # why and when the graph was last rebuilt: {reason, at}
 
 

@@ -496,6 +496,8 @@ def projects_view(
                     f"graph file {index.get('graph_file', 'none')}"
                 )
             )
+            if index.get("graph_file") == "unsaved":
+                parts.append(Text(_unsaved_graph(row["project"], index.get("graph_file_error")), style="red"))
         jobs = row.get("jobs") or {}
         line = (
             f"{row['project']}: background observation {row.get('observer', 'unknown')}; jobs "
@@ -511,6 +513,15 @@ def projects_view(
         )
     parts.extend(Text(failure.line(), style="red") for failure in failed)
     return Group(*parts)
+
+
+def _unsaved_graph(project: str, code: str | None) -> str:
+    """What an operator reads when the graph file could not be written (searches still use the graph)."""
+    fix = "free disk space in the data directory" if code == "storage_full" else "fix the data directory's storage"
+    return (
+        f"{project}: the vector index graph is current in memory but could not be saved to its file "
+        f"({code or 'storage_error'}); {fix}: the file is written again by itself once it can be"
+    )
 
 
 def _bar(percent: float, width: int = 24) -> str:
