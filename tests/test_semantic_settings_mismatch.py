@@ -388,3 +388,52 @@ def test_keyword_layouts_compare_by_their_numbers_and_settings_apart() -> None:
     assert difference(signature("contextual-1+postings-1", 50), ours) == SETTINGS
     assert difference("porter unicode61", ours) == SETTINGS  # the plain tokenizer of the first releases
     assert difference(None, ours) == SETTINGS
+
+
+def _version(service: Obsmem) -> int:
+    return int(service.database("p").query("SELECT version FROM semantic_state")[0][0])
+
+
+def test_processes_indexing_events_or_not_share_one_index_without_resets_or_churn(
+    tmp_path: Path, model_server: ModelServer, dsn: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``[semantic.index] events`` is no part of the signature: it decides whether an indexer marks and indexes
+    the conversation events, not how anything is indexed. A process with it on indexes the events from
+    their watermark (no reset); one with it off leaves their rows alone (its memory searches never see
+    them) rather than drop them, so the two never undo each other's work on one index."""
+    caplog.set_level(logging.INFO, logger="obsmem.indexer")
+    memories = corpus(10)
+    events_on = {"index": {**BACKGROUND["index"], "events": True}}
+    with service_on(tmp_path, model_server, dsn, **BACKGROUND) as without:
+        add_memories(without, "p", memories)  # and an event for each one to cite
+        _wait_until(lambda: without.status("p").indexed_count == 10, "the server did not index the memories")
+        built = _signature(without)
+        with service_on(tmp_path, model_server, dsn, **events_on) as with_events:
+            with_events.append_events("p", "s9", [{"role": "user", "content": "zebra quagga okapi"}])
+
+            def indexed_by_both(events: int, memories: int) -> bool:
+                status = with_events.status("p")
+                pending = status.index.pending if status.index is not None else -1
+                return (status.indexed_count, pending, without.status("p").indexed_count) == (
+                    events + memories,
+                    0,
+                    memories,
+                )
+
+            _wait_until(lambda: indexed_by_both(11, 10), "the events were not indexed")
+            assert _signature(with_events) == built  # added to the index as it was: nothing reset
+            hit = with_events.search("p", "zebra quagga okapi", scope="conversation").hits[0]
+            assert (hit.kind, hit.session_id, hit.seq) == ("event", "s9", 1)
+            # A write through the process without events: its memory is indexed (by either process), its
+            # event by the process with events, and neither process's rows are dropped by the other.
+            later = add_memories(without, "p", [("2025-06-01 10:00", "walrus narwhal")], session="s8")
+            _wait_until(lambda: indexed_by_both(12, 11), "the later memory or its event was not indexed")
+            assert without.search("p", "walrus narwhal").hits[0].memory_id == later[0]
+            assert all(hit.kind != "event" for hit in without.search("p", "zebra quagga okapi").hits)
+            assert with_events.search("p", "zebra quagga okapi", scope="conversation").hits[0].seq == 1
+            # Nothing churns: with both idle, no batch commits and nothing is embedded again.
+            version, embedded = _version(without), len(model_server.texts_embedded())
+            time.sleep(1.5)  # several polls of both background indexers
+            assert _version(without) == version and len(model_server.texts_embedded()) == embedded
+            assert _signature(without) == built
+    assert _logged(caplog, MISMATCH_LOG) == 0 and _logged(caplog, RESET_LOG) == 1  # the first build only
