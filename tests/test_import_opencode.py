@@ -206,3 +206,74 @@ def test_a_tree_session_is_looked_at_without_a_stat_of_every_part_and_finds_the_
     assert service.import_transcripts("opencode", [session]).files[0].status == "imported"
     assert service.import_transcripts("opencode", [session]).files[0].status == "unchanged"
     assert len(stored_events(tmp_path / "data", "cli-tool")) == 8
+
+
+def test_a_reply_left_unfinished_is_imported_once_a_later_reply_is_finished(service: Obsmem, tmp_path: Path) -> None:
+    # opencode killed mid-reply leaves the reply without a completion time or an error forever: the import
+    # stopped at it, so nothing of the session after it was ever imported.
+    db = copy_fixture("opencode", tmp_path) / "opencode" / "opencode.db"
+    service.import_transcripts("opencode", [db])
+    conn = sqlite3.connect(db)
+
+    def add(message_id: str, at: int, data: dict[str, object], *parts: tuple[str, dict[str, object]]) -> None:
+        conn.execute("INSERT INTO message VALUES (?, 'ses_01JQ', ?, ?, ?)", (message_id, at, at, json.dumps(data)))
+        for part_id, part in parts:
+            conn.execute("INSERT INTO part VALUES (?, ?, 'ses_01JQ', 1, 1, ?)", (part_id, message_id, json.dumps(part)))
+        conn.commit()
+
+    call = {"type": "tool", "tool": "bash", "callID": "c7", "state": {"status": "running", "input": {"command": "ls"}}}
+    killed = {"role": "assistant", "time": {"created": 1746700090000}}
+    add("msg_04", 1746700090000, killed, ("prt_20", {"type": "text", "text": "working"}), ("prt_21", call))
+    add(
+        "msg_05",
+        1746700091000,
+        {"role": "user", "time": {"created": 1746700091000}},
+        ("prt_22", {"type": "text", "text": "again"}),
+    )
+    # A prompt after it is not enough: opencode writes a prompt queued while a reply streams.
+    assert service.import_transcripts("opencode", [db]).added == 0
+    reply = {"role": "assistant", "time": {"created": 1746700092000, "completed": 1746700093000}}
+    add("msg_06", 1746700092000, reply, ("prt_23", {"type": "text", "text": "done"}))
+    streaming = {"role": "assistant", "time": {"created": 1746700094000}}
+    add("msg_07", 1746700094000, streaming, ("prt_24", {"type": "text", "text": "still streaming"}))
+    conn.close()
+    run = service.import_transcripts("opencode", [db])
+    assert run.problems == 0 and run.added == 6 and run.duplicates == 0
+    main = [row for row in stored_events(tmp_path / "data", "docs-site") if row[0] == "ses_01JQ"]
+    assert [row[2:5] for row in main[-6:]] == [
+        ("assistant", "message", "working"),
+        ("assistant", "tool_call", ""),
+        ("tool", "tool_result", "[error] the tool never finished"),
+        ("system", "message", "[error] the reply was cut off"),
+        ("user", "message", "again"),
+        ("assistant", "message", "done"),
+    ]  # the last reply, unfinished, still waits: it may be streaming
+    assert json.loads(main[-5][6]) == {"command": "ls"} and main[-5][7] == main[-4][7] == "c7"
+    assert service.import_transcripts("opencode", [db]).added == 0
+
+
+def test_a_tree_reply_left_unfinished_is_imported_once_a_later_reply_is_finished(
+    service: Obsmem, tmp_path: Path
+) -> None:
+    storage = copy_fixture("opencode-tree", tmp_path) / "storage"
+    session = storage / "session" / "prj_2" / "ses_OLD1.json"
+    assert service.import_transcripts("opencode", [session]).added == 4
+    base = {"sessionID": "ses_OLD1"}
+    killed = base | {"id": "msg_C", "role": "assistant", "time": {"created": 1746700010000}}
+    _write(storage / "message" / "ses_OLD1" / "msg_C.json", killed)
+    _write(storage / "part" / "msg_C" / "prt_C1.json", base | {"id": "prt_C1", "type": "text", "text": "Half a"})
+    prompt = base | {"id": "msg_D", "role": "user", "time": {"created": 1746700020000}}
+    _write(storage / "message" / "ses_OLD1" / "msg_D.json", prompt)
+    _write(storage / "part" / "msg_D" / "prt_D1.json", base | {"id": "prt_D1", "type": "text", "text": "Go on."})
+    assert service.import_transcripts("opencode", [session]).added == 0
+    reply = base | {"id": "msg_E", "role": "assistant", "time": {"created": 1746700030000, "completed": 1}}
+    _write(storage / "message" / "ses_OLD1" / "msg_E.json", reply)
+    _write(storage / "part" / "msg_E" / "prt_E1.json", base | {"id": "prt_E1", "type": "text", "text": "Done."})
+    run = service.import_transcripts("opencode", [session])
+    assert (run.problems, run.added) == (0, 4)
+    assert [row[4] for row in stored_events(tmp_path / "data", "cli-tool")[-4:]] == [
+        "Half a",
+        "[error] the reply was cut off",
+        "Go on.",
+        "Done.",
+    ]

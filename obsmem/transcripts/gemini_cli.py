@@ -122,7 +122,6 @@ class GeminiCliFormat(DocumentFormat):
                 continue
             calls = _tool_calls(item)
             if any(text_or_none(call.get("status")) not in _FINAL for call in calls):
-                doc.complete = False
                 break  # still running: this message and what follows wait for the next import
             yield from self._turns(doc, item, position + 1)
         yield doc

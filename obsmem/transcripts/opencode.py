@@ -12,8 +12,12 @@ failed call), ``reasoning`` (skipped unless ``keep_thinking``), ``compaction`` (
 output was cut, the user aborted) also gets a ``system`` event ``[error] <name>: <message>``.
 Messages are read in creation order and parts in id order; the importer stores the parts after the
 last one it stored (keyed ``<message id>/<part id>``). A message still being written
-(an assistant message without ``time.completed``, or a tool still pending or running) is left, with
-what follows it, for the next import.
+(an assistant message without ``time.completed`` or an error, or a tool still pending or running) is left,
+with what follows it, for the next import, unless a later assistant message of the session is finished:
+opencode writes one reply at a time, so a reply it left unfinished then (it was killed mid-reply) never
+will be, and is imported as it is, a tool never finished as failed with ``[error] the tool never
+finished``, followed by a ``system`` event ``[error] the reply was cut off``. A later user message does not
+count: opencode writes a prompt queued while a reply streams before the reply is finished.
 
 Child sessions (sub-agents started by the task tool) are stored as their own session, named
 ``<parent id>:<child id>``. The database is opened read-only; a locked database is reported and skipped.
@@ -68,12 +72,29 @@ class _Session:
         self.options = fmt.options
         self.skips: list[Skip] = []
 
-    def message(self, message_id: str, data: dict[str, Any], parts: list[tuple[str, Any]], row: int) -> bool:
-        """Add a message's parts; False when it is still being written (stop the session here)."""
+    def messages(self, messages: list[tuple[str, dict[str, Any], list[tuple[str, Any]], int]]) -> None:
+        """Add the session's messages ``(id, data, parts, row)`` in order, up to the first one still being
+        written; one that a later finished reply shows was left unfinished is added as it is."""
+        abandoned = [False] * len(messages)
+        later_reply = False
+        for position in range(len(messages) - 1, -1, -1):
+            abandoned[position] = later_reply
+            later_reply = later_reply or (
+                messages[position][1].get("role") == "assistant" and _finished(messages[position][1])
+            )
+        for (message_id, data, parts, row), cut_off in zip(messages, abandoned, strict=True):
+            if not self.message(message_id, data, parts, row, abandoned=cut_off):
+                return
+
+    def message(
+        self, message_id: str, data: dict[str, Any], parts: list[tuple[str, Any]], row: int, *, abandoned: bool
+    ) -> bool:
+        """Add a message's parts; False when it is still being written (stop the session here). An
+        ``abandoned`` message (a later reply is finished) is added as it is: it will never be finished."""
         role = data.get("role")
         time = data.get("time") if isinstance(data.get("time"), dict) else {}
-        if role == "assistant" and not time.get("completed") and not data.get("error"):
-            self.doc.complete = False
+        unfinished = not _finished(data)
+        if unfinished and not abandoned:
             return False
         stamp = iso_stamp(time.get("created"))
         turns: list[Turn] = []
@@ -84,9 +105,8 @@ class _Session:
                     Skip("malformed_json", row, problem=True, detail=f"part {safe_name(part_id)} is not JSON")
                 )
                 continue
-            events = self._part(role, part, stamp, row)
+            events = self._part(role, part, stamp, row, abandoned=abandoned)
             if events is None:
-                self.doc.complete = False
                 return False
             key = f"{message_id}/{part_id}"
             turns.extend(
@@ -96,10 +116,15 @@ class _Session:
         if failure is not None:
             event = message("system", f"[error] {failure}", stamp)
             turns.append(Turn(self.doc.session_id, event, row, self.doc.cwd, key=f"{message_id}/error"))
+        elif unfinished:
+            event = message("system", "[error] the reply was cut off", stamp)
+            turns.append(Turn(self.doc.session_id, event, row, self.doc.cwd, key=f"{message_id}/cut"))
         self.doc.turns.extend(turns)
         return True
 
-    def _part(self, role: Any, part: dict[str, Any], stamp: object, row: int) -> list[dict[str, Any]] | None:
+    def _part(
+        self, role: Any, part: dict[str, Any], stamp: object, row: int, *, abandoned: bool
+    ) -> list[dict[str, Any]] | None:
         kind = part.get("type")
         limit = self.options.max_tool_output_chars
         if kind == "text":
@@ -111,15 +136,18 @@ class _Session:
         if kind == "tool":
             state = part.get("state") if isinstance(part.get("state"), dict) else {}
             status = state.get("status")
-            if status in ("pending", "running"):
+            never_finished = status in ("pending", "running")
+            if never_finished and not abandoned:
                 return None
             name = part.get("tool") if isinstance(part.get("tool"), str) else None
             call_id = part.get("callID") if isinstance(part.get("callID"), str) else None
             times = state.get("time") if isinstance(state.get("time"), dict) else {}
             when = iso_stamp(times.get("start")) or stamp
             done = iso_stamp(times.get("end")) or when
-            failed = status == "error"
-            output = state.get("error") if failed else state.get("output")
+            failed = status == "error" or never_finished
+            output = (
+                "the tool never finished" if never_finished else state.get("error") if failed else state.get("output")
+            )
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             return [
                 tool_call(name, state.get("input"), call_id, when, limit),
@@ -139,6 +167,13 @@ class _Session:
         name = kind if isinstance(kind, str) else "?"
         self.skips.append(Skip("unknown_part", row, problem=True, detail=f"unknown part type {safe_name(name)!r}"))
         return []
+
+
+def _finished(data: dict[str, Any]) -> bool:
+    """Whether a message is written finished: a user message always, a reply once it has
+    ``time.completed`` or an error."""
+    time = data.get("time") if isinstance(data.get("time"), dict) else {}
+    return data.get("role") != "assistant" or bool(time.get("completed")) or bool(data.get("error"))
 
 
 def _error_text(error: Any) -> str | None:
@@ -194,6 +229,7 @@ class OpencodeDatabaseFormat(DocumentFormat):
                     entry = grouped.setdefault(message_id, (row, data, []))
                     if part_id is not None:
                         entry[2].append((str(part_id), part))
+                messages: list[tuple[str, dict[str, Any], list[tuple[str, Any]], int]] = []
                 for message_id, (row, data, parts) in grouped.items():
                     parsed = _loads(data)
                     if parsed is None:
@@ -201,8 +237,8 @@ class OpencodeDatabaseFormat(DocumentFormat):
                             Skip("malformed_json", row, problem=True, detail="message data is not JSON")
                         )
                         continue
-                    if not reader.message(str(message_id), parsed, parts, row):
-                        break
+                    messages.append((str(message_id), parsed, parts, row))
+                reader.messages(messages)
                 yield from reader.skips
                 yield reader.doc
         finally:
@@ -228,7 +264,9 @@ class OpencodeTreeFormat(DocumentFormat):
         last message's parts (streamed, rewritten in place). A part of an earlier message rewritten in place
         is not seen, and need not be: an import takes a message only once it is finished, and opencode
         writes a message finished (``time.completed``, or its error) after its last part, so that write is
-        seen; a part of a message already imported is never imported again (parts are resumed by id)."""
+        seen (a reply left unfinished is taken once a later reply is written finished, a write of another
+        message file); a part of a message already imported is never imported again (parts are resumed by
+        id)."""
         own = file_stamp(self.path)
         size, newest = own.size, own.mtime_ns
         info = _read_json(self.path)
@@ -272,12 +310,13 @@ class OpencodeTreeFormat(DocumentFormat):
             created = time.get("created")
             number = created if isinstance(created, (int, float)) and not isinstance(created, bool) else 0
             messages.append((number, file.stem, data))
+        ordered: list[tuple[str, dict[str, Any], list[tuple[str, Any]], int]] = []
         for _, message_id, data in sorted(messages, key=lambda item: (item[0], item[1])):
             parts: list[tuple[str, Any]] = []
             for file in sorted((self.storage() / "part" / message_id).glob("*.json")):
                 parts.append((file.stem, _read_json(file) or file.read_bytes()))
-            if not reader.message(message_id, data, parts, 1):
-                break
+            ordered.append((message_id, data, parts, 1))
+        reader.messages(ordered)
         yield from reader.skips
         yield reader.doc
 

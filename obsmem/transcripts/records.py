@@ -87,7 +87,6 @@ class SessionDoc:
     cwd: str | None
     turns: list[Turn] = field(default_factory=list)
     project_hash: str | None = None  # Gemini CLI names a project by the SHA-256 of its root, not its path
-    complete: bool = True  # False: the last message is still being written (tool calls not finished)
 
 
 def cut(text: str, limit: int) -> str:
