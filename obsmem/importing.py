@@ -15,8 +15,9 @@ over an existing session is a ``seq_conflict`` rather than a silent mix. A trans
 not at all: it is read and checked first (a bad line, or a seq the file gives two different events, is
 named by its line), then compared with the stored events and written in one transaction (a conflict is
 named by the file's line, and nothing of the file is stored).
-Text holding lone surrogates (JSON ``"\\ud83d"`` without its pair) is stored with U+FFFD in their place,
-and the receipt names the line (``invalid_unicode``), as the transcript importers do.
+Text holding lone surrogates (JSON ``"\\ud83d"`` without its pair), and bytes that are not UTF-8 (a
+surrogate written as bytes, a Latin-1 byte), are stored with U+FFFD in their place, and the receipt names
+the line (``invalid_unicode``), as the transcript importers do.
 
 An observations file holds one observation per line, written as :func:`obsmem.memories.add_observations`
 would be sent it. Each line succeeds or fails on its own, and the receipt's ``index`` is the line's
@@ -28,7 +29,7 @@ from __future__ import annotations
 import codecs
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -48,6 +49,7 @@ PROGRESS_EVERY_LINES = 2000
 # Lines named in a receipt's problem_lines (all are counted): enough to find them, bounded for a huge file.
 MAX_LISTED_PROBLEMS = 50
 REPAIRED_UNICODE = "text holding lone surrogates (halves of a character); stored with U+FFFD in their place"
+REPLACED_BYTES = "bytes that are not UTF-8 text; stored with U+FFFD in their place"
 
 ImportProgress = Callable[[str, int, int], None]
 """Called as ``(phase, done, total)``: ``"read"`` counts bytes of the file read so far; ``"store"`` counts the
@@ -177,7 +179,7 @@ class ImportReceipt:
     """What an import of events stored, session by session (typed; ``to_dict`` is the wire shape).
 
     ``problems`` counts the lines stored with a defect by reason (``invalid_unicode``: text holding lone
-    surrogates, stored with U+FFFD in their place); ``problem_lines`` names the first
+    surrogates, or bytes that are not UTF-8, stored with U+FFFD in their place); ``problem_lines`` names the first
     :data:`MAX_LISTED_PROBLEMS` of them, as an ``obsmem import`` report does."""
 
     events: int = 0
@@ -211,21 +213,24 @@ class ImportReceipt:
 
 class TranscriptEvent(NamedTuple):
     """One event of a transcript file, ready to store: validated, redacted and numbered (``event.seq`` is
-    always set), with the line it came from, which every error about it names. ``repaired``: its text held
-    lone surrogates, stored with U+FFFD in their place."""
+    always set), with the line it came from, which every error about it names. ``repaired``: what was
+    stored with U+FFFD in its place (lone surrogates, bytes that are not UTF-8), empty when nothing was."""
 
     session: str
     line: int
     event: PreparedEvent
-    repaired: bool = False
+    repaired: str = ""
 
 
-def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[TranscriptEvent]:
+def read_jsonl(
+    lines: Iterable[str], default_session: str | None, replaced_bytes: Collection[int] = ()
+) -> Iterator[TranscriptEvent]:
     """Validate and prepare every line's events. Errors name the line number.
 
     Text holding lone surrogates (Node.js writes JSON ``"\\ud83d"`` when it cuts a string inside an emoji)
     is kept with U+FFFD in their place, and the event says it was repaired, as the transcript importers do:
-    refusing it would refuse the whole file for half a character."""
+    refusing it would refuse the whole file for half a character. ``replaced_bytes``: the numbers of the
+    lines whose bytes that are not UTF-8 were decoded as U+FFFD (their events say so too)."""
     call_names: dict[str, str] = {}
     next_seq: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
@@ -255,7 +260,9 @@ def read_jsonl(lines: Iterable[str], default_session: str | None) -> Iterator[Tr
             if event.seq is None:
                 event = event.model_copy(update={"seq": next_seq.get(session, 0) + 1})
             next_seq[session] = max(next_seq.get(session, 0), event.seq or 0)
-            yield TranscriptEvent(session, number, prepare_event(event), fields is not raw)
+            repaired = [REPLACED_BYTES] if number in replaced_bytes else []
+            repaired += [REPAIRED_UNICODE] if fields is not raw else []
+            yield TranscriptEvent(session, number, prepare_event(event), "; ".join(repaired))
 
 
 def _parse_event(raw: dict[str, Any], where: str) -> EventIn:
@@ -266,8 +273,12 @@ def _parse_event(raw: dict[str, Any], where: str) -> EventIn:
         raise first_problem(exc, where) from None
 
 
-def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress | None) -> Iterator[str]:
-    """The file's lines as text, reporting bytes read; a line that is not UTF-8 is named by number."""
+def _decoded_lines(
+    handle: IO[bytes], total_bytes: int, progress: ImportProgress | None, replaced: set[int]
+) -> Iterator[str]:
+    """The file's lines as text, reporting bytes read. Bytes that are not UTF-8 (a surrogate written as
+    bytes, a Latin-1 byte) are decoded as U+FFFD and the line's number is added to ``replaced``: refusing
+    them refused the whole file for one byte."""
     done = 0
     for number, raw in enumerate(handle, start=1):
         done += len(raw)
@@ -276,7 +287,8 @@ def _decoded_lines(handle: IO[bytes], total_bytes: int, progress: ImportProgress
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise ValidationFailed(f"line {number}: not UTF-8 text", field=f"line {number}") from None
+            line = raw.decode("utf-8", "replace")
+            replaced.add(number)
         if progress is not None and number % PROGRESS_EVERY_LINES == 0:
             progress("read", done, total_bytes)
         yield line
@@ -293,7 +305,8 @@ def read_transcript(
     same event twice at one seq is stored once and counted as a duplicate, as a repeated append is."""
     with open(path, "rb") as handle:
         total_bytes = path.stat().st_size
-        parsed = list(read_jsonl(_decoded_lines(handle, total_bytes, progress), default_session))
+        replaced: set[int] = set()  # filled as the lines are read, before each line's events are made
+        parsed = list(read_jsonl(_decoded_lines(handle, total_bytes, progress, replaced), default_session, replaced))
     _refuse_repeated_seqs(parsed)
     return parsed
 
@@ -330,7 +343,7 @@ def append_transcript(
         by_session.setdefault(item.session, []).append(item.event)
         if item.repaired and item.line not in repaired_lines:
             repaired_lines.add(item.line)
-            receipt.problem("invalid_unicode", item.line, REPAIRED_UNICODE)
+            receipt.problem("invalid_unicode", item.line, item.repaired)
     stored = 0
     with db.write() as conn:
         _refuse_conflicts(conn, parsed, by_session)

@@ -128,3 +128,36 @@ def test_lines_holding_lone_surrogates_are_stored_repaired_and_named(tmp_path: P
     again = run(data, "ingest", "p", str(path), "--session", "s")  # repaired the same way: all duplicates
     assert again.exit_code == 0 and "0 appended, 4 already stored" in again.stdout
     assert "invalid_unicode" in again.stdout and "Lines stored with a defect" in again.stdout
+
+
+def test_lines_holding_bytes_that_are_not_utf8_are_stored_replaced_and_named(tmp_path: Path) -> None:
+    # A surrogate written as bytes (as a CESU-8 writer or a cut emoji leaves it) or a Latin-1 byte refused
+    # the whole file ("line N: not UTF-8 text"); the bytes are now kept as U+FFFD, and the lines are named.
+    data = tmp_path / "data"
+    path = tmp_path / "bytes.jsonl"
+    path.write_bytes(
+        b'{"role": "user", "content": "plain"}\n'
+        b'{"role": "user", "content": "cut \xed\xa0\xbd here"}\n'
+        b'{"role": "assistant", "content": "caf\xe9 \\ud83d"}\n'
+        b'{"role": "assistant", "type": "message", "content": "after"}\n'
+    )
+    result = run(data, "ingest", "p", str(path), "--session", "s", "--json")
+    assert result.exit_code == 0, result.stderr
+    receipt = json.loads(result.stdout)["events"]
+    assert (receipt["appended"], receipt["problems"]) == (4, {"invalid_unicode": 2})
+    lines = [(p["reason"], p["line"]) for p in receipt["problem_lines"]]
+    assert lines == [("invalid_unicode", 2), ("invalid_unicode", 3)]
+    assert "not UTF-8" in receipt["problem_lines"][0]["detail"]
+    assert (
+        "not UTF-8" in receipt["problem_lines"][1]["detail"] and "surrogates" in receipt["problem_lines"][1]["detail"]
+    )
+    assert all("cut" not in p["detail"] and "caf" not in p["detail"] for p in receipt["problem_lines"])
+    assert stored(data, "p") == [
+        ("s", 1, "plain"),
+        ("s", 2, "cut \ufffd\ufffd\ufffd here"),
+        ("s", 3, "caf\ufffd \ufffd"),
+        ("s", 4, "after"),
+    ]
+    again = run(data, "ingest", "p", str(path), "--session", "s")  # replaced the same way: all duplicates
+    assert again.exit_code == 0 and "0 appended, 4 already stored" in again.stdout
+    assert "invalid_unicode" in again.stdout
