@@ -239,7 +239,11 @@ def test_a_lock_held_beyond_the_timeout_is_503_storage_busy(tmp_path: Path, monk
                 response = client.post("/v1/projects/alpha/sessions/s1/events", json=SMALL_BATCH)
                 assert_fault(response, "storage_busy", retry_after=True)
                 assert response.headers["retry-after"] == "1"
-            with pytest.raises(StorageBusy):
+            with pytest.raises(StorageBusy, match="beyond the busy timeout; retry"):
+                service.append_events("alpha", "s1", SMALL_BATCH["events"])
+            # A bound later than the busy timeout: the busy timeout ended the wait, and the message says so.
+            later = time.monotonic() + 30
+            with connection.lock_wait_bound(lambda: later), pytest.raises(StorageBusy, match="busy timeout; retry"):
                 service.append_events("alpha", "s1", SMALL_BATCH["events"])
         finally:
             holder.execute("ROLLBACK")
@@ -250,7 +254,9 @@ def test_a_lock_held_beyond_the_timeout_is_503_storage_busy(tmp_path: Path, monk
 def test_a_write_under_a_lock_wait_bound_stops_waiting_at_its_bound(tmp_path: Path) -> None:
     """``lock_wait_bound``: a write waits for another process's lock, and for a writer of this process that is
     itself waiting out the busy timeout (30 s) on that lock, only until its bound; then ``storage_busy``,
-    nothing written. The pydantic-ai capability's close() bounds its appends this way."""
+    nothing written, with a message that names the bound, not the busy timeout, as what ended the wait. The
+    pydantic-ai capability's close() bounds its appends this way."""
+    bounded = "beyond the time this write could wait; retry"
     with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
         seed(service, "alpha", NOTES)
         database = service.database("alpha")
@@ -259,7 +265,7 @@ def test_a_write_under_a_lock_wait_bound_stops_waiting_at_its_bound(tmp_path: Pa
         waiting = threading.Thread(target=service.append_events, args=("alpha", "s2", SMALL_BATCH["events"]))
         try:
             deadline = time.monotonic() + 0.3
-            with connection.lock_wait_bound(lambda: deadline), pytest.raises(StorageBusy):
+            with connection.lock_wait_bound(lambda: deadline), pytest.raises(StorageBusy, match=bounded):
                 service.append_events("alpha", "s1", SMALL_BATCH["events"])  # SQLite's busy handler gives up
             waiting.start()  # unbounded: holds this process's write lock while SQLite makes it wait
             for _ in range(1000):
@@ -270,7 +276,7 @@ def test_a_write_under_a_lock_wait_bound_stops_waiting_at_its_bound(tmp_path: Pa
             else:
                 pytest.fail("the unbounded writer never took the process's write lock")
             deadline = time.monotonic() + 0.3
-            with connection.lock_wait_bound(lambda: deadline), pytest.raises(StorageBusy):
+            with connection.lock_wait_bound(lambda: deadline), pytest.raises(StorageBusy, match=bounded):
                 service.append_events("alpha", "s1", SMALL_BATCH["events"])  # the process's lock is not given
         finally:
             holder.execute("ROLLBACK")

@@ -267,25 +267,33 @@ def lock_wait_bound(until: Callable[[], float | None]) -> Iterator[None]:
         _lock_wait.until = previous
 
 
-def _wait_ends(until: Callable[[], float | None], started: float) -> float:
-    """When a bounded write stops waiting for the lock: its bound, or the busy timeout, whichever is first."""
+def _wait_ends(until: Callable[[], float | None], started: float) -> tuple[float, bool]:
+    """When a bounded write stops waiting for the lock: its bound, or the busy timeout, whichever is first;
+    and whether that is the bound (the storage_busy message says which ended the wait)."""
     bound = until()
     timeout_end = started + BUSY_TIMEOUT_MS / 1000
-    return timeout_end if bound is None else min(bound, timeout_end)
+    if bound is not None and bound < timeout_end:
+        return bound, True
+    return timeout_end, False
 
 
-def _busy_handler(until: Callable[[], float | None]) -> Callable[[int], bool]:
-    """SQLite's busy handler for a bounded write: look again every :data:`LOCK_POLL_SECONDS` until the bound."""
-    started = time.monotonic()
+class _BoundedWait:
+    """SQLite's busy handler for a bounded write: look again every :data:`LOCK_POLL_SECONDS` until the bound.
+    ``bound_ended``: the bound, not the busy timeout, is what made it give up."""
 
-    def wait(_: int) -> bool:
-        left = _wait_ends(until, started) - time.monotonic()
+    def __init__(self, until: Callable[[], float | None]) -> None:
+        self.until = until
+        self.started = time.monotonic()
+        self.bound_ended = False
+
+    def __call__(self, _: int) -> bool:
+        end, by_bound = _wait_ends(self.until, self.started)
+        left = end - time.monotonic()
         if left <= 0:
+            self.bound_ended = by_bound
             return False  # SQLITE_BUSY: storage_busy
         time.sleep(min(LOCK_POLL_SECONDS, left))
         return True
-
-    return wait
 
 
 class ProjectDatabase:
@@ -373,8 +381,9 @@ class ProjectDatabase:
             return
         started = time.monotonic()
         while not self._write_lock.acquire(timeout=LOCK_POLL_SECONDS):
-            if time.monotonic() >= _wait_ends(until, started):
-                raise busy()
+            end, by_bound = _wait_ends(until, started)
+            if time.monotonic() >= end:
+                raise busy(bounded=by_bound)
         try:
             yield
         finally:
@@ -385,9 +394,14 @@ class ProjectDatabase:
         if until is None:
             conn.execute("BEGIN IMMEDIATE")
             return
-        conn.set_busy_handler(_busy_handler(until))
+        wait = _BoundedWait(until)
+        conn.set_busy_handler(wait)
         try:
             conn.execute("BEGIN IMMEDIATE")
+        except apsw.BusyError as exc:
+            if wait.bound_ended:
+                raise busy(bounded=True) from exc
+            raise
         finally:
             conn.set_busy_timeout(BUSY_TIMEOUT_MS)
 

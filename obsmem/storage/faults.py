@@ -43,7 +43,10 @@ def io_error() -> StorageIOError:
     return StorageIOError("the operating system reported an I/O error on the database; retry, then check the disk")
 
 
-def busy() -> StorageBusy:
+def busy(*, bounded: bool = False) -> StorageBusy:
+    """``bounded``: a shorter bound than the busy timeout (``lock_wait_bound``) ended the wait."""
+    if bounded:
+        return StorageBusy("the database stayed locked by another writer beyond the time this write could wait; retry")
     return StorageBusy("the database stayed locked by another writer beyond the busy timeout; retry")
 
 
