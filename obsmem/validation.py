@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -40,21 +41,55 @@ def replace_lone_surrogates(text: str) -> str:
 
 
 def without_lone_surrogates(value: Any) -> Any:
-    """``value`` (text, or JSON of lists and objects) with :func:`replace_lone_surrogates` applied to every
-    string in it, object keys included; the same object when nothing needed replacing."""
+    """``value`` (text, or JSON of lists and objects: an event's fields) with :func:`replace_lone_surrogates`
+    applied to every string in it, object keys included; the same object when nothing needed replacing.
+
+    A value of the object (an event's tool arguments) holding an object whose keys would become the same
+    once replaced (``"k\\ud800"`` and ``"k\\udc00"`` are both ``"k\\ufffd"``) is kept as its JSON text,
+    repaired, as arguments obsmem would refuse as JSON are stored: merging the keys would lose a value."""
+    if not isinstance(value, dict):
+        try:
+            return _without_lone_surrogates(value)
+        except _KeysMerge:
+            return _as_repaired_text(value)
+    items: list[tuple[Any, Any]] = []
+    for key, item in value.items():
+        try:
+            repaired = _without_lone_surrogates(item)
+        except _KeysMerge:
+            repaired = _as_repaired_text(item)
+        items.append((_without_lone_surrogates(key) if isinstance(key, str) else key, repaired))
+    if all(new[0] is old[0] and new[1] is old[1] for new, old in zip(items, value.items(), strict=True)):
+        return value
+    return dict(items)
+
+
+class _KeysMerge(Exception):
+    """Two keys of an object become the same once their lone surrogates are replaced."""
+
+
+def _without_lone_surrogates(value: Any) -> Any:
     if isinstance(value, str):
         return replace_lone_surrogates(value)
     if isinstance(value, dict):
-        items = [(without_lone_surrogates(key), without_lone_surrogates(item)) for key, item in value.items()]
+        items = [(_without_lone_surrogates(key), _without_lone_surrogates(item)) for key, item in value.items()]
         if all(new[0] is old[0] and new[1] is old[1] for new, old in zip(items, value.items(), strict=True)):
             return value
-        return dict(items)
+        repaired = dict(items)
+        if len(repaired) < len(items):
+            raise _KeysMerge
+        return repaired
     if isinstance(value, list):
-        items = [without_lone_surrogates(item) for item in value]
+        items = [_without_lone_surrogates(item) for item in value]
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
         return items
     return value
+
+
+def _as_repaired_text(value: Any) -> str:
+    """``value`` as JSON text, lone surrogates replaced (its keys stay apart: they are text now)."""
+    return replace_lone_surrogates(json.dumps(value, ensure_ascii=False))
 
 
 def project_name(value: object) -> str:

@@ -161,3 +161,21 @@ def test_lines_holding_bytes_that_are_not_utf8_are_stored_replaced_and_named(tmp
     again = run(data, "ingest", "p", str(path), "--session", "s")  # replaced the same way: all duplicates
     assert again.exit_code == 0 and "0 appended, 4 already stored" in again.stdout
     assert "invalid_unicode" in again.stdout
+
+
+def test_tool_argument_keys_that_become_the_same_once_repaired_keep_both_values(tmp_path: Path) -> None:
+    # Both keys are "k\ufffd" once repaired: one value was lost; the arguments are kept as their text.
+    data = tmp_path / "data"
+    high, low = "\ud83d", "\udc00"
+    arguments = json.dumps({f"k{high}": "first", f"k{low}": "second"})
+    call = {"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": arguments}}
+    path = write_jsonl(tmp_path / "keys.jsonl", [{"role": "assistant", "content": "", "tool_calls": [call]}])
+    result = run(data, "ingest", "p", str(path), "--session", "s", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["events"]["problems"] == {"invalid_unicode": 1}
+    conn = apsw.Connection(str(data / "projects" / "p" / "obsmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        (stored,) = conn.execute("SELECT tool_args FROM events").fetchone()
+    finally:
+        conn.close()
+    assert json.loads(stored) == '{"k\ufffd": "first", "k\ufffd": "second"}'

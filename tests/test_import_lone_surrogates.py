@@ -5,6 +5,7 @@ its pair) is imported with U+FFFD in their place and reported, in every format; 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,20 @@ def test_opencode_reports_a_creation_time_that_is_not_a_number(service: Obsmem, 
     run = service.import_transcripts("opencode", [db])
     assert run.added == 11 and set(run.files[0].problems) == {"invalid_timestamp"}
     assert service.import_transcripts("opencode", [db]).added == 0
+
+
+def test_tool_argument_keys_that_become_the_same_once_repaired_are_both_kept(service: Obsmem, tmp_path: Path) -> None:
+    # "k\ud800" and "k\udc00" are both "k\ufffd" once repaired: the arguments became one key, and one value
+    # was lost. The arguments are stored as their JSON text instead, repaired, both values in it.
+    low = "\udc00"
+    args = {f"k{HALF}": "first", f"k{low}": "second", "plain": {f"x{HALF}": 1}}
+    record = _claude(
+        "u1",
+        message={"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "Bash", "input": args}]},
+    )
+    path = write_jsonl(tmp_path / "keys.jsonl", [record])
+    report = service.import_transcripts("claude-code", [path]).files[0]
+    assert report.added == 1 and dict(report.problems) == {"invalid_unicode": 1}
+    stored = stored_events(tmp_path / "data", "cut")[0][6]
+    assert json.loads(stored) == '{"k\ufffd": "first", "k\ufffd": "second", "plain": {"x\ufffd": 1}}'
+    assert service.import_transcripts("claude-code", [path]).added == 0
