@@ -17,7 +17,7 @@ named by its line), then compared with the stored events and written in one tran
 named by the file's line, and nothing of the file is stored).
 Text holding lone surrogates (JSON ``"\\ud83d"`` without its pair), and bytes that are not UTF-8 (a
 surrogate written as bytes, a Latin-1 byte), are stored with U+FFFD in their place, and the receipt names
-the line (``invalid_unicode``), as the transcript importers do.
+the line (``invalid_unicode``, or ``invalid_utf8`` for bytes), as the transcript importers do.
 
 An observations file holds one observation per line, written as :func:`obsmem.memories.add_observations`
 would be sent it. Each line succeeds or fails on its own, and the receipt's ``index`` is the line's
@@ -179,8 +179,8 @@ class ImportReceipt:
     """What an import of events stored, session by session (typed; ``to_dict`` is the wire shape).
 
     ``problems`` counts the lines stored with a defect by reason (``invalid_unicode``: text holding lone
-    surrogates, or bytes that are not UTF-8, stored with U+FFFD in their place); ``problem_lines`` names the first
-    :data:`MAX_LISTED_PROBLEMS` of them, as an ``obsmem import`` report does."""
+    surrogates; ``invalid_utf8``: bytes that are not UTF-8; both stored with U+FFFD in their place);
+    ``problem_lines`` names the first :data:`MAX_LISTED_PROBLEMS` of them, as an ``obsmem import`` report does."""
 
     events: int = 0
     sessions: dict[str, SessionTotals] = field(default_factory=dict)
@@ -343,7 +343,9 @@ def append_transcript(
         by_session.setdefault(item.session, []).append(item.event)
         if item.repaired and item.line not in repaired_lines:
             repaired_lines.add(item.line)
-            receipt.problem("invalid_unicode", item.line, item.repaired)
+            # Named as the transcript importers name the same defects: bad bytes first, as they hide the rest.
+            reason = "invalid_utf8" if REPLACED_BYTES in item.repaired else "invalid_unicode"
+            receipt.problem(reason, item.line, item.repaired)
     stored = 0
     with db.write() as conn:
         _refuse_conflicts(conn, parsed, by_session)

@@ -144,9 +144,9 @@ def test_lines_holding_bytes_that_are_not_utf8_are_stored_replaced_and_named(tmp
     result = run(data, "ingest", "p", str(path), "--session", "s", "--json")
     assert result.exit_code == 0, result.stderr
     receipt = json.loads(result.stdout)["events"]
-    assert (receipt["appended"], receipt["problems"]) == (4, {"invalid_unicode": 2})
+    assert (receipt["appended"], receipt["problems"]) == (4, {"invalid_utf8": 2})
     lines = [(p["reason"], p["line"]) for p in receipt["problem_lines"]]
-    assert lines == [("invalid_unicode", 2), ("invalid_unicode", 3)]
+    assert lines == [("invalid_utf8", 2), ("invalid_utf8", 3)]
     assert "not UTF-8" in receipt["problem_lines"][0]["detail"]
     assert (
         "not UTF-8" in receipt["problem_lines"][1]["detail"] and "surrogates" in receipt["problem_lines"][1]["detail"]
@@ -160,7 +160,7 @@ def test_lines_holding_bytes_that_are_not_utf8_are_stored_replaced_and_named(tmp
     ]
     again = run(data, "ingest", "p", str(path), "--session", "s")  # replaced the same way: all duplicates
     assert again.exit_code == 0 and "0 appended, 4 already stored" in again.stdout
-    assert "invalid_unicode" in again.stdout
+    assert "invalid_utf8" in again.stdout
 
 
 def test_tool_argument_keys_that_become_the_same_once_repaired_keep_both_values(tmp_path: Path) -> None:
