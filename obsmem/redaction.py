@@ -35,6 +35,11 @@ from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan
 MARK = "[REDACTED:{kind}]"
 _MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
 _ALREADY = re.compile(r"^\[REDACTED:[a-z_]+\]$")
+# The kinds a marker redaction leaves names: each detector's, and ``secret`` (a value under a secret-named
+# key). Only such a marker is evidence that redaction changed a text (holds_marker, shortest_original_length):
+# ``[REDACTED:`` and any letters is text anyone can type.
+MARKER_KINDS: frozenset[str] = frozenset({detector.kind for detector in DETECTORS} | {"secret"})
+_LEFT_BY_REDACTION = re.compile(r"\[REDACTED:(?:" + "|".join(sorted(MARKER_KINDS)) + r")\]")
 
 # Unicode's format characters (category Cf, Unicode 15), the combining grapheme joiner, the Hangul
 # fillers, the Mongolian and Khmer invisible vowels and the variation selectors: none of them is visible,
@@ -275,10 +280,10 @@ def shortest_original_length(text: str) -> int:
     """The fewest characters ``text`` can have had before it was redacted: each marker stands for a secret
     of at least one character. A write that limits a text's length before redacting it (an event's
     content, an observation's) may store text longer than the limit; never text whose shortest original is."""
-    return len(text) - sum(len(marker.group()) - 1 for marker in _MARKER.finditer(text))
+    return len(text) - sum(len(marker.group()) - 1 for marker in _LEFT_BY_REDACTION.finditer(text))
 
 
 def holds_marker(text: object) -> bool:
     """Whether ``text`` holds a redaction marker: a sign that redaction may have changed it after the id
     made from it was derived (a restore redacts text an older obsmem stored unredacted, and keeps its id)."""
-    return isinstance(text, str) and _MARKER.search(text) is not None
+    return isinstance(text, str) and _LEFT_BY_REDACTION.search(text) is not None

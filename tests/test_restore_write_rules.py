@@ -367,6 +367,59 @@ def test_a_copy_of_an_export_whose_text_the_restore_redacted_restores_again(serv
     assert service.database("copy2").query(contents) == copied
 
 
+@pytest.mark.parametrize("kind", ["observation", "reflection", "note"])
+def test_text_that_only_looks_redacted_is_held_to_its_id(service: Obsmem, tmp_path: Path, kind: str) -> None:
+    """Only a marker redaction leaves (a detector's kind) excuses a text from the id made from it: an edit
+    that adds ``[REDACTED:`` and any letters under the old id is an edit like any other."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        rows(records, kind)[0]["content"] += " on Mondays [REDACTED:anything]"
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: ") and "_id is not the id" in message
+    assert "Mondays" not in message
+
+
+def test_a_made_up_marker_does_not_count_as_one_character(service: Obsmem, tmp_path: Path) -> None:
+    """A length checked before redaction counts each marker as the one character it may stand for; a text
+    that merely looks like a marker is counted whole."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("observation", records))
+        rows(records, "observation")[0]["content"] = "x" * (MAX_MEMORY_CHARS - 10) + "[REDACTED:" + "a" * 500 + "]"
+        observation_ids_made_again(records)
+        reflection_ids_made_again(records)
+
+    message = refused(service, change, tmp_path)
+    assert message == f"line {found[0]}: an observation's content is longer than {MAX_MEMORY_CHARS} characters"
+
+
+@pytest.mark.parametrize(("kind", "column"), [("observation", "memory_id"), ("note", "note_id")])
+def test_an_id_not_of_the_form_its_write_derives_is_refused_even_beside_a_marker(
+    service: Obsmem, tmp_path: Path, kind: str, column: str
+) -> None:
+    """A text holding a real redaction marker is not held to its id (its id may be of the text before the
+    redaction), but the id is still a SHA-256: it is shown and logged, so any text put there would be too."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        row = rows(records, kind)[0]
+        row["content"] += " [REDACTED:secret]"
+        row[column] = SECRET_TEXT
+
+    message = refused(service, change, tmp_path)
+    article = "an" if kind == "observation" else "a"
+    assert message == f"line {found[0]}: {article} {kind}'s {column} is not of the form its write derives (a SHA-256)"
+    assert SECRET_TEXT not in message
+
+
 # -- trust ----------------------------------------------------------------------------------------------------
 
 

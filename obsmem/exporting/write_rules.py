@@ -49,6 +49,8 @@ from obsmem.redaction import holds_marker, shortest_original_length
 from obsmem.validation import SESSION_ID
 
 _SECONDS = re.compile(r":[0-5][0-9]")
+# A memory's and a note's id: the SHA-256, in lowercase hex, of what defines it (obsmem.ids).
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 # What state.pending holds between a row and the step that checks it once its kind's records are all in.
 _OBSERVATIONS = "write_rules.observations"  # memory row -> (line, memory_id, session_id, minute, content)
@@ -117,6 +119,7 @@ def _pending_memory(state: RestoreState, kind: str, pending_key: str, row: dict[
     (sources or supports, later in the file) are in."""
     _memory_text(state, kind, row.get("content"))
     _require_row_id(state, kind, row)
+    _require_id_form(state, kind, "memory_id", row.get("memory_id"))
     minute = _minute(state, kind, row.get("date"), seconds=seconds)
     pending = state.pending.setdefault(pending_key, {})
     pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
@@ -135,6 +138,7 @@ def _note(state: RestoreState, row: dict[str, Any]) -> None:
             raise ExportInvalid(f"line {state.line}: a note's {exc.message}") from None
         _within(state, "note", column, row.get(column), limit)
     trust_rules.note_row(state, row)
+    _require_id_form(state, "note", "note_id", row.get("note_id"))
     # A file from before a column existed lacks it, and the row takes the column's default ('' for situation).
     tier, content, situation = (str(row.get(name, "")) for name in ("tier", "content", "situation"))
     made = note_identity(tier, content, situation, row.get("supersedes"))
@@ -150,6 +154,16 @@ def _require_row_id(state: RestoreState, kind: str, row: dict[str, Any]) -> None
     sources and supports belong to, and so the ids they make, could not be known."""
     if not is_strict_int(row.get("id")):
         raise ExportInvalid(f"line {state.line}: {_a(kind)} without its row id")
+
+
+def _require_id_form(state: RestoreState, kind: str, column: str, value: object) -> None:
+    """Every id a write derives is a SHA-256 in hex, whether or not its text can still be checked against it:
+    one whose text holds a redaction marker is not held to its text, but still to its form (ids are shown and
+    logged, and text put there is shown and logged with them)."""
+    if not isinstance(value, str) or _SHA256_HEX.fullmatch(value) is None:
+        raise ExportInvalid(
+            f"line {state.line}: {_a(kind)}'s {column} is not of the form its write derives (a SHA-256)"
+        )
 
 
 def _minute(state: RestoreState, kind: str, stored: object, *, seconds: bool) -> str:
