@@ -12,7 +12,7 @@ import re
 from typing import Any, Literal
 
 from obsmem.errors import ValidationFailed
-from obsmem.ids import canonical_json
+from obsmem.ids import canonical_json, display_id
 from obsmem.redaction import redact_text
 from obsmem.validation import CONTROL_CHARACTERS, LINE_BREAKS
 
@@ -23,6 +23,22 @@ MAX_NOTE_CHARS = 4000
 MAX_SITUATION_CHARS = 1000
 # A judgment's id as every judgment is made (obsmem/trust/judging.py): 'j' and 16 lowercase hex characters.
 JUDGMENT_ID = re.compile(r"j[0-9a-f]{16}")
+# The pipeline event the judging job logs in the transaction that records each judgment
+# (obsmem/trust/judging.py), and a project's copy of a user-tier judgment's entry.
+JUDGMENT_EVENT = "trust_judgment"
+
+
+def judgment_event_data(
+    judgment_id: str, note_id: str, tier: str, p: float | None, decision: str, error: str | None
+) -> dict[str, Any]:
+    """What a ``trust_judgment`` event logs of its judgment: ids, numbers and the error's code and own
+    message only, never the note or the query."""
+    data: dict[str, Any] = {"judgment_id": judgment_id, "note_id": display_id(note_id), "tier": tier}
+    data["decision"] = decision
+    data["p"] = p
+    if error is not None:
+        data["error"] = error
+    return data
 
 
 def note_text(value: object, field: str, *, required: bool) -> str:

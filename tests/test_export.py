@@ -35,7 +35,7 @@ from obsmem.exporting.rows import decode_value, encode_value
 from obsmem.ids import observation_id
 from obsmem.memories import ReflectionIn, add_reflection
 from obsmem.surfaces.cli import cli
-from obsmem.trust.ledger import record_judgment
+from support.judgments import record_judged
 from support.transcripts import copy_fixture
 
 SECRET_TEXT = "the staging password rotation happens on fridays"
@@ -485,7 +485,7 @@ def test_random_trust_histories_round_trip(service: Obsmem, steps: list[tuple[st
             elif step == "approve" and notes:
                 judgment_id = f"j{len(judgments):016x}"
                 with service.database(source).write() as conn:
-                    record_judgment(
+                    record_judged(
                         conn, judgment_id, notes[pick % len(notes)], "deploy", "human", None, "escalate", None
                     )
                 judgments.append(judgment_id)
@@ -497,7 +497,7 @@ def test_random_trust_histories_round_trip(service: Obsmem, steps: list[tuple[st
                 error = "judge_timeout: no answer in time" if value is None and pick % 2 else None
                 with service.database(source).write() as conn:
                     note_id = notes[pick % len(notes)]
-                    record_judgment(conn, judgment_id, note_id, "deploy", "http", value, decision, error)
+                    record_judged(conn, judgment_id, note_id, "deploy", "http", value, decision, error)
                 judgments.append(judgment_id)
             elif step == "resolve" and judgments:
                 service.resolve_judgment(source, judgments[pick % len(judgments)], value)
@@ -637,8 +637,8 @@ def test_notes_judgments_and_the_trust_ledger_travel(service: Obsmem) -> None:
     forgotten = service.save_note("src", "the staging password rotates weekly")
     service.forget_note("src", forgotten.note.id)
     with service.database("src").write() as conn:
-        record_judgment(conn, "j" + "1" * 16, kept.note.note_id, "runbook length", "human", None, "escalate", None)
-        record_judgment(conn, "j" + "2" * 16, replaced.note.note_id, "deploy day", "http", 0.9, "inject", None)
+        record_judged(conn, "j" + "1" * 16, kept.note.note_id, "runbook length", "human", None, "escalate", None)
+        record_judged(conn, "j" + "2" * 16, replaced.note.note_id, "deploy day", "http", 0.9, "inject", None)
     service.resolve_judgment("src", "j" + "1" * 16, True)
     restore_bytes(service, exported(service))
     for table in ("notes", "judgments", "trust_ledger"):

@@ -28,7 +28,7 @@ from obsmem.faults import CRASH_ENV
 from obsmem.sample import events_by_session, observations
 from obsmem.settings import load_settings
 from obsmem.surfaces.cli import cli
-from obsmem.trust.ledger import record_judgment
+from support.judgments import record_judged
 from support.pipeline_service import SMALL_REFLECTION, pipeline_options
 from support.scripted_chat import DropperScript, ObserverScript, PipelineScript, ReflectorScript, ScriptedChatServer
 from support.transcripts import copy_fixture
@@ -84,7 +84,7 @@ def _write_notes(service: Obsmem) -> None:
     forgotten = service.save_note(PROJECT, "an idea that was dropped").note
     service.forget_note(PROJECT, forgotten.id)
     with service.database(PROJECT).write() as conn:
-        record_judgment(conn, "j0000000000000001", trusted.note_id, "release", "human", 0.75, "escalate", None)
+        record_judged(conn, "j0000000000000001", trusted.note_id, "release", "human", 0.75, "escalate", None)
     service.resolve_judgment(PROJECT, "j0000000000000001", True)
     assert service.groom(PROJECT).promoted
 

@@ -23,10 +23,11 @@ from obsmem.app import Obsmem
 from obsmem.errors import ExportInvalid
 from obsmem.events import MAX_EVENT_CONTENT, MAX_TOOL_FIELD
 from obsmem.exporting import export_project, restore_project
+from obsmem.exporting.kinds import KIND_INDEX
 from obsmem.memories import MAX_MEMORY_CHARS, ReflectionIn, add_reflection
-from obsmem.notes import MAX_NOTE_CHARS, MAX_SITUATION_CHARS, note_identity
-from obsmem.trust.ledger import record_judgment
+from obsmem.notes import JUDGMENT_EVENT, MAX_NOTE_CHARS, MAX_SITUATION_CHARS, judgment_event_data, note_identity
 from support.exports import rewritten_export
+from support.judgments import record_judged
 
 SECRET_TEXT = "the staging password rotation happens on fridays"
 Records = list[dict[str, Any]]
@@ -426,7 +427,7 @@ def test_an_id_not_of_the_form_its_write_derives_is_refused_even_beside_a_marker
 def promoted(service: Obsmem, note_id: str, judgment_id: str = "j" + "1" * 16) -> None:
     """Promote a note as people and groom do: a judgment of it resolved true, then a groom pass."""
     with service.projects.get("src").write() as conn:
-        record_judgment(conn, judgment_id, note_id, "runbook length", "human", None, "escalate", None)
+        record_judged(conn, judgment_id, note_id, "runbook length", "human", None, "escalate", None)
     service.resolve_judgment("src", judgment_id, True)
     assert [item.note.note_id for item in service.groom("src").promoted] == [note_id]
 
@@ -644,17 +645,76 @@ def test_a_judgment_invented_to_promote_a_note_is_refused(service: Obsmem, tmp_p
         rows(records, "note")[0]["status"] = "trusted"
         end = max(i for i, record in enumerate(records) if record["kind"] == "note") + 1
         records[end:end] = [{"kind": "judgment", "row": judgment}, {"kind": "trust_entry", "row": promotion}]
+        logged = judgment_event_data(judgment["judgment_id"], made["note"], "project", None, "escalate", None)
+        event = {"id": 1000, "type": JUDGMENT_EVENT, "session_id": None, "cycle_id": None, "job_id": None,
+                 "created_at": judgment["created_at"], "data": orjson.dumps(logged).decode()}  # fmt: skip
+        later = KIND_INDEX["pipeline_event"]
+        before = next(i for i, record in enumerate(records) if KIND_INDEX[record["kind"]] > later)
+        records.insert(before, {"kind": "pipeline_event", "row": event})  # the event a judge would have logged
         found.append(line_of("trust_entry", records))
 
     message = refused(service, change, tmp_path)
     assert message.startswith(f"line {found[0]}: a 'promoted' entry cites no judgment of its note that resolved")
 
 
+def test_a_judgment_invented_whole_with_its_ledger_entries_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A judgment resolved true, its 'judged', 'resolved' and 'promoted' entries, all agreeing, and the note
+    marked trusted: the judging job logs a 'trust_judgment' event in the transaction of every judgment of a
+    project note, and this one has none."""
+    made = project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        judgment_id = "j" + "9" * 16
+        judgment = {
+            "judgment_id": judgment_id, "note_id": made["note"], "query": "runbook", "provider": "human",
+            "p": None, "decision": "escalate", "state": "resolved", "outcome": 1, "error": None,
+            "created_at": "2026-03-01T12:00:00.000000Z", "resolved_at": "2026-03-01T12:01:00.000000Z",
+        }  # fmt: skip
+        entry = {
+            "tier": "project", "note_id": made["note"], "judgment_id": judgment_id, "p": None, "decision": None,
+            "outcome": None, "error": None, "created_at": "2026-03-01T12:02:00.000000Z",
+        }  # fmt: skip
+        ledger = [
+            {**entry, "id": 1, "entry": "judged", "decision": "escalate"},
+            {**entry, "id": 2, "entry": "resolved", "outcome": 1},
+            {**entry, "id": 3, "entry": "promoted"},
+        ]
+        rows(records, "note")[0]["status"] = "trusted"
+        end = max(i for i, record in enumerate(records) if record["kind"] == "note") + 1
+        records[end:end] = [{"kind": "judgment", "row": judgment}] + [{"kind": "trust_entry", "row": e} for e in ledger]
+        found.append(line_of("judgment", records))
+
+    message = refused(service, change, tmp_path)
+    assert message == (
+        f"line {found[0]}: a judgment without the 'trust_judgment' event its write logs in the pipeline event log"
+    )
+
+
+def test_a_judgment_raised_with_its_entry_but_not_its_event_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A judge's p raised past the threshold in the judgment and its 'judged' entry alike: the event the judging
+    job logged with them still says what the judge gave."""
+    made = project(service)
+    with service.projects.get("src").write() as conn:
+        record_judged(conn, "j" + "3" * 16, made["note"], "runbook", "http", 0.4, "hold", None)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of("judgment", records))
+        for row in (rows(records, "judgment")[0], entry_of(records, "judged")):
+            row["p"], row["decision"] = 0.95, "inject"
+
+    assert refused(service, change, tmp_path) == (
+        f"line {found[0]}: a judgment disagrees with the 'trust_judgment' event its write logged "
+        "(its note, p, decision or error)"
+    )
+
+
 def test_a_judged_entry_whose_p_is_not_its_judgments_is_refused(service: Obsmem, tmp_path: Path) -> None:
     """The 'judged' entry is written with the judgment: a p raised in one of them was raised by hand."""
     made = project(service)
     with service.projects.get("src").write() as conn:
-        record_judgment(conn, "j" + "3" * 16, made["note"], "runbook", "http", 0.4, "hold", None)
+        record_judged(conn, "j" + "3" * 16, made["note"], "runbook", "http", 0.4, "hold", None)
     found: list[int] = []
 
     def change(records: Records) -> None:

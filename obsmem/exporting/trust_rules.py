@@ -18,26 +18,33 @@ obsmem before the ``resaved`` entry saved a forgotten note again without an entr
 honest history: a forgotten note acting as a candidate is accepted when no ``resaved`` entry precedes its
 ``forgotten`` entry (no obsmem that writes ``resaved`` can have revived it silently).
 
+The judging job records a judgment of a project note, its ``judged`` entry and a ``trust_judgment`` event in
+the pipeline event log in one transaction (the event log is append-only and exported before the notes), so
+each judgment of the file has its event, agreeing with it (note, tier, ``p``, decision, error).
+
 What a judgment says is data: its query, which judge made it, its ``p`` and the outcome a person gave are
 what the file holds, and nothing records them elsewhere. A judgment's fields are checked for agreeing with
-each other and with its ledger entries, as every write makes them; an invented judgment that agrees is not
-told from a real one.
+each other, with its event and with its ledger entries, as every write makes them; an invented judgment
+with an event and entries that agree is not told from a real one. The file is not signed: a restore checks
+that a history is one obsmem writes, not that obsmem wrote it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from obsmem.bounds import MAX_SEQ, is_strict_int
 from obsmem.errors import ExportInvalid
 from obsmem.exporting.rows import RestoreState
-from obsmem.notes import JUDGMENT_ID, trusted_without_promotion
+from obsmem.notes import JUDGMENT_EVENT, JUDGMENT_ID, judgment_event_data, trusted_without_promotion
 
 # What state.pending holds from the rows until the ledger's last entry is in.
 _NOTES = "trust_rules.notes"  # note_id -> _Note
 _JUDGMENTS = "trust_rules.judgments"  # judgment_id -> _Judgment
 _ENTRIES = "trust_rules.entries"  # [_Entry]
+_JUDGMENT_EVENTS = "trust_rules.judgment_events"  # judgment_id -> the data its project-tier event logged
 
 # The kinds of entry the ledger holds (its CHECK constraint); a message quotes an entry's kind only once it
 # is one of these: any other is whatever text the file holds there.
@@ -100,6 +107,20 @@ def note_row(state: RestoreState, row: dict[str, Any]) -> None:
     notes[row.get("note_id")] = _Note(state.line, row.get("status"), row.get("supersedes"), row.get("superseded_by"))
 
 
+def pipeline_event_row(state: RestoreState, row: dict[str, Any]) -> None:
+    """Keep what each ``trust_judgment`` event of the project tier logged, for its judgment (later in the
+    file). Other events, and events whose data is not an object, are not a judgment's: they are kept as
+    they are."""
+    if row.get("type") != JUDGMENT_EVENT or not isinstance(row.get("data"), str):
+        return
+    try:
+        data = json.loads(row["data"])
+    except (ValueError, RecursionError):
+        return
+    if isinstance(data, dict) and data.get("tier") == "project" and isinstance(data.get("judgment_id"), str):
+        state.pending.setdefault(_JUDGMENT_EVENTS, {})[data["judgment_id"]] = data
+
+
 def judgment_row(state: RestoreState, row: dict[str, Any]) -> None:
     """A judgment as :func:`obsmem.trust.ledger.record_judgment` and ``resolve_judgment`` make it: its id of
     the form judgments take; a judgment without ``p`` (a failed or human judge) escalated, and only such a
@@ -120,9 +141,33 @@ def judgment_row(state: RestoreState, row: dict[str, Any]) -> None:
             raise ExportInvalid(f"line {line}: a judgment waits in another state than its decision gives it")
     if "resolved_at" in row and (row["resolved_at"] is not None) != resolved:
         raise ExportInvalid(f"line {line}: a judgment's resolved_at disagrees with its state")
+    _require_judgment_event(state, row)
     state.pending.setdefault(_JUDGMENTS, {})[judgment_id] = _Judgment(
         line, row.get("note_id"), p, decision, row.get("state"), row.get("outcome"), error
     )
+
+
+def _require_judgment_event(state: RestoreState, row: dict[str, Any]) -> None:
+    """The judging job logs each judgment of a project note in the event log, in the judgment's own
+    transaction, and the log is never pruned: a judgment without its event, or with one that logged another
+    note, ``p``, decision or error, was not recorded by a judge."""
+    logged = state.pending.get(_JUDGMENT_EVENTS, {}).get(row.get("judgment_id"))
+    if logged is None:
+        raise ExportInvalid(
+            f"line {state.line}: a judgment without the '{JUDGMENT_EVENT}' event its write logs in the pipeline "
+            "event log"
+        )
+    note_id, decision = row.get("note_id"), row.get("decision")
+    made = (
+        judgment_event_data(row["judgment_id"], note_id, "project", row.get("p"), decision, row.get("error"))
+        if isinstance(note_id, str) and isinstance(decision, str)
+        else None
+    )
+    if logged != made:
+        raise ExportInvalid(
+            f"line {state.line}: a judgment disagrees with the '{JUDGMENT_EVENT}' event its write logged "
+            "(its note, p, decision or error)"
+        )
 
 
 def entry_row(state: RestoreState, row: dict[str, Any]) -> None:
@@ -174,6 +219,7 @@ def check_trust(state: RestoreState) -> None:
     notes: dict[object, _Note] = state.pending.pop(_NOTES, {})
     judgments: dict[object, _Judgment] = state.pending.pop(_JUDGMENTS, {})
     entries: list[_Entry] = state.pending.pop(_ENTRIES, [])
+    state.pending.pop(_JUDGMENT_EVENTS, None)
     _check_trusted_notes(state, notes)
     _check_note_links(notes)
     _Replay(notes, judgments, entries).run()

@@ -241,6 +241,7 @@ _ROW_RULES: dict[str, Callable[[RestoreState, dict[str, Any]], None]] = {
     "reflection": _reflection,
     "reflection_support": _reflection_support,
     "note": _note,
+    "pipeline_event": trust_rules.pipeline_event_row,
     "judgment": trust_rules.judgment_row,
     "trust_entry": trust_rules.entry_row,
 }

@@ -24,6 +24,7 @@ from typing import Any
 
 from obsmem.dates import DateWindow
 from obsmem.faults import crash_point
+from obsmem.notes import JUDGMENT_EVENT, judgment_event_data
 from obsmem.redaction import redact_text
 from obsmem.settings import JobSettings, TrustSettings
 from obsmem.trust.decision import decide_injection
@@ -36,7 +37,6 @@ from obsmem.work import JobContext, JobQueue, LeaseLost, eventlog
 log = logging.getLogger("obsmem.trust")
 
 JUDGE_JOB = "trust_judge"
-JUDGMENT_EVENT = "trust_judgment"
 MAX_JUDGED = 3
 # Candidates looked at per tier before de-duplication picks the few that are judged.
 _LOOKED_AT = 12
@@ -360,9 +360,5 @@ class JudgeJob:
         decision: str,
         error: str | None,
     ) -> None:
-        # Ids, numbers and the error's code and own message only: never the note or the query.
-        data: dict[str, Any] = {"judgment_id": judgment_id, "note_id": note.id, "tier": tier, "decision": decision}
-        data["p"] = p
-        if error is not None:
-            data["error"] = error
+        data = judgment_event_data(judgment_id, note.note_id, tier, p, decision, error)
         eventlog.record(conn, JUDGMENT_EVENT, job_id=ctx.lease.job_id, data=data)
