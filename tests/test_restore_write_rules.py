@@ -269,6 +269,53 @@ def test_a_link_to_a_memory_row_of_the_wrong_kind_is_refused(
     assert refused(service, change, tmp_path).startswith(f"line {found[0]}: {message}")
 
 
+def renumbered(records: Records, old: int, new: int) -> None:
+    """Give memory row ``old`` the row id ``new`` everywhere the file cites it (its ids do not depend on it)."""
+    for kind, columns in (
+        ("observation", ("id",)),
+        ("reflection", ("id",)),
+        ("observation_source", ("memory_row",)),
+        ("reflection_support", ("reflection_row", "observation_row")),
+    ):
+        for row in rows(records, kind):
+            for column in columns:
+                if row[column] == old:
+                    row[column] = new
+
+
+def test_a_reflection_citing_an_observation_stored_after_it_is_refused(service: Obsmem, tmp_path: Path) -> None:
+    """A reflection's write cites observations already stored, so each support's row is below the reflection's:
+    an observation renumbered above it (ids intact, the gap it leaves below like a forget's) is no write's."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        reflection = rows(records, "reflection")[0]["id"]
+        renumbered(records, rows(records, "observation")[1]["id"], reflection + 5)
+        found.append(line_of("reflection_support", records, lambda row: row["observation_row"] > reflection))
+
+    assert refused(service, change, tmp_path) == (
+        f"line {found[0]}: a reflection_support links a reflection to an observation stored after it (a "
+        "reflection's write cites observations already stored, whose rows are below its own)"
+    )
+
+
+@pytest.mark.parametrize("kind", ["observation", "reflection"])
+def test_a_memory_row_id_below_1_is_refused(service: Obsmem, tmp_path: Path, kind: str) -> None:
+    """Rows are numbered from 1 on both backends, and a forget's gap is told by counting the rows below."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        renumbered(records, rows(records, kind)[0]["id"], 0)
+
+    assert refused(service, change, tmp_path) == (
+        f"line {found[0]}: {'an' if kind == 'observation' else 'a'} {kind}'s row id is below 1 (rows are numbered "
+        "from 1)"
+    )
+
+
 # -- text as writes take it -----------------------------------------------------------------------------------
 
 

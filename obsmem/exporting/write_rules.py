@@ -152,8 +152,11 @@ def _note(state: RestoreState, row: dict[str, Any]) -> None:
 def _require_row_id(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
     """Every export carries a memory's row id (sources and supports cite it); without it the rows the
     sources and supports belong to, and so the ids they make, could not be known."""
-    if not is_strict_int(row.get("id")):
+    row_id = row.get("id")
+    if not is_strict_int(row_id):
         raise ExportInvalid(f"line {state.line}: {_a(kind)} without its row id")
+    if row_id < 1:
+        raise ExportInvalid(f"line {state.line}: {_a(kind)}'s row id is below 1 (rows are numbered from 1)")
 
 
 def _require_id_form(state: RestoreState, kind: str, column: str, value: object) -> None:
@@ -203,7 +206,11 @@ def check_reflection_ids(state: RestoreState) -> None:
     reflection whose remaining supports no longer make its id. Such a reflection is accepted when some memory
     row below its own is missing from the file (its supports were written before it, so a forgotten one
     leaves that gap; the rows keep their ids); without a gap nothing can have been forgotten, and it is
-    refused."""
+    refused. So a support's row must be below its reflection's, as every reflection's write leaves it.
+
+    Gaps themselves are legal: a forget deletes a row, and PostgreSQL's identity skips the ids of writes that
+    rolled back. Nothing reads memory rows as contiguous (they are keys and an order); this rule is the only
+    reader of a gap, and a gap left by hand is not told from a forget's."""
     observation_ids = state.pending.pop(_OBSERVATION_IDS, {})
     reflections = state.pending.pop(_REFLECTIONS, {})
     supports = state.pending.pop(_SUPPORTS, {})
@@ -213,6 +220,11 @@ def check_reflection_ids(state: RestoreState) -> None:
                 raise ExportInvalid(
                     f"line {line}: a reflection_support does not link a reflection of the file to an observation "
                     "of the file (a reflection's write links it to observations only)"
+                )
+            if not observation < row:  # both a memory's row, so integers
+                raise ExportInvalid(
+                    f"line {line}: a reflection_support links a reflection to an observation stored after it (a "
+                    "reflection's write cites observations already stored, whose rows are below its own)"
                 )
     rows = sorted(row for row in (*observation_ids, *reflections) if isinstance(row, int))
     for row, (line, memory_id, session_id, minute, content) in reflections.items():
