@@ -431,6 +431,24 @@ def test_text_that_only_looks_redacted_is_held_to_its_id(service: Obsmem, tmp_pa
     assert "Mondays" not in message
 
 
+@pytest.mark.parametrize("kind", ["observation", "reflection", "note"])
+def test_an_edited_text_holding_a_secret_is_held_to_its_id_although_the_restore_redacts_it(
+    service: Obsmem, tmp_path: Path, kind: str
+) -> None:
+    """The id is checked against the text as the file holds it: the marker the restore's redaction puts in
+    its place (and stores) is no excuse for an id its text does not make."""
+    project(service)
+    found: list[int] = []
+
+    def change(records: Records) -> None:
+        found.append(line_of(kind, records))
+        rows(records, kind)[0]["content"] += " with password=hunter2hunter2"
+
+    message = refused(service, change, tmp_path)
+    assert message.startswith(f"line {found[0]}: ") and "_id is not the id" in message
+    assert "hunter2" not in message
+
+
 def test_a_made_up_marker_does_not_count_as_one_character(service: Obsmem, tmp_path: Path) -> None:
     """A length checked before redaction counts each marker as the one character it may stand for; a text
     that merely looks like a marker is counted whole."""

@@ -33,7 +33,7 @@ from obsmem.exporting.rows import (
     quoted,
     require_value_types,
 )
-from obsmem.exporting.write_rules import check_row
+from obsmem.exporting.write_rules import check_row, keep_redacted_text
 from obsmem.faults import crash_point
 from obsmem.projects import ProjectRegistry
 from obsmem.validation import project_name
@@ -173,6 +173,8 @@ def _restore_records(state: RestoreState, reader: ExportReader, progress: Progre
             require_value_types(state, record.kind.table, record.row)
             check_row(state, record.kind.name, record.row)  # as written: the rules of the write that made it
             row = redacted_row(record.kind.name, record.row, record.line)
+            if row is not record.row:
+                keep_redacted_text(state, record.kind.name, record.row)  # the ids were made from the file's text
             (record.kind.restore or insert_row)(state, record.kind, row)
             done += 1
             if progress is not None and done % PROGRESS_EVERY == 0:

@@ -25,16 +25,22 @@ text holds a redaction marker is not held to the id its text makes (the text it 
 
 An observation's sources, a reflection's supports and a note's ledger entries are records of later kinds,
 so those rules are checked once the kind that completes them is in (:func:`check_observation_ids`,
-:func:`check_reflection_ids`, :func:`obsmem.exporting.trust_rules.check_trust`). Messages name the line and
-the rule, never a value.
+:func:`check_reflection_ids`, :func:`obsmem.exporting.trust_rules.check_trust`). Until then a memory leaves
+its row and file line only: the rest is read back from the restore's own transaction a page at a time, so
+a restore's memory does not grow with the text of the file. Messages name the line and the rule, never a
+value.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import apsw
 
 from obsmem import ids
 from obsmem.bounds import is_strict_int
@@ -53,11 +59,35 @@ _SECONDS = re.compile(r":[0-5][0-9]")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 # What state.pending holds between a row and the step that checks it once its kind's records are all in.
-_OBSERVATIONS = "write_rules.observations"  # memory row -> (line, memory_id, session_id, minute, content)
-_SOURCES = "write_rules.sources"  # memory row -> [(session_id, seq)]
-_OBSERVATION_IDS = "write_rules.observation_ids"  # memory row -> memory_id, for the reflections' supports
-_REFLECTIONS = "write_rules.reflections"  # memory row -> (line, memory_id, session_id, minute, content)
-_SUPPORTS = "write_rules.supports"  # reflection row -> [(line, observation row)]
+_OBSERVATIONS = "write_rules.observations"  # _Memories
+_OBSERVATION_ROWS = "write_rules.observation_rows"  # the observations' rows, sorted, for the reflections' checks
+_REFLECTIONS = "write_rules.reflections"  # _Memories
+_SUPPORTS = "write_rules.supports"  # _Supports
+# Memories read back from the database at a time when their ids are checked.
+_PAGE = 500  # at most 2 MB of text at a time (4,000 characters a memory)
+
+
+@dataclass
+class _Memories:
+    """The memories of one kind the restore wrote, kept small until their ids can be checked: each one's row
+    and file line (16 bytes; its id, session, date and text are read back from the database then), and the
+    text as the file held it of the few whose text the restore's redaction changed."""
+
+    rows: array[int] = field(default_factory=lambda: array("q"))
+    lines: array[int] = field(default_factory=lambda: array("q"))
+    redacted: dict[int, str] = field(default_factory=dict)  # row -> its text as the file held it
+
+    def line_of(self, row: int) -> int:
+        return self.lines[self.rows.index(row)]
+
+
+@dataclass
+class _Supports:
+    """Every reflection_support record: its reflection's row, its observation's row and its file line."""
+
+    reflections: array[int] = field(default_factory=lambda: array("q"))
+    observations: array[int] = field(default_factory=lambda: array("q"))
+    lines: array[int] = field(default_factory=lambda: array("q"))
 
 
 def check_row(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
@@ -105,11 +135,6 @@ def _observation(state: RestoreState, row: dict[str, Any]) -> None:
     _pending_memory(state, "observation", _OBSERVATIONS, row, seconds=False)
 
 
-def _observation_source(state: RestoreState, row: dict[str, Any]) -> None:
-    refs = state.pending.setdefault(_SOURCES, {}).setdefault(row.get("memory_row"), [])
-    refs.append((row.get("session_id"), row.get("seq")))
-
-
 def _reflection(state: RestoreState, row: dict[str, Any]) -> None:
     _pending_memory(state, "reflection", _REFLECTIONS, row, seconds=True)
 
@@ -120,14 +145,27 @@ def _pending_memory(state: RestoreState, kind: str, pending_key: str, row: dict[
     _memory_text(state, kind, row.get("content"))
     _require_row_id(state, kind, row)
     _require_id_form(state, kind, "memory_id", row.get("memory_id"))
-    minute = _minute(state, kind, row.get("date"), seconds=seconds)
-    pending = state.pending.setdefault(pending_key, {})
-    pending[row.get("id")] = (state.line, row.get("memory_id"), row.get("session_id"), minute, row.get("content"))
+    _minute(state, kind, row.get("date"), seconds=seconds)
+    pending: _Memories = state.pending.setdefault(pending_key, _Memories())
+    pending.rows.append(row["id"])
+    pending.lines.append(state.line)
+
+
+def keep_redacted_text(state: RestoreState, kind: str, row: dict[str, Any]) -> None:
+    """The restore's redaction changed the text of ``row`` (as the file holds it): an observation's or a
+    reflection's id is checked against that text, which the database will not hold."""
+    pending_key = {"observation": _OBSERVATIONS, "reflection": _REFLECTIONS}.get(kind)
+    if pending_key is not None:
+        state.pending[pending_key].redacted[row["id"]] = row["content"]
 
 
 def _reflection_support(state: RestoreState, row: dict[str, Any]) -> None:
-    supports = state.pending.setdefault(_SUPPORTS, {}).setdefault(row.get("reflection_row"), [])
-    supports.append((state.line, row.get("observation_row")))
+    if not (is_strict_int(row.get("reflection_row")) and is_strict_int(row.get("observation_row"))):
+        raise ExportInvalid(f"line {state.line}: a reflection_support without the rows it links")
+    supports: _Supports = state.pending.setdefault(_SUPPORTS, _Supports())
+    supports.reflections.append(row["reflection_row"])
+    supports.observations.append(row["observation_row"])
+    supports.lines.append(state.line)
 
 
 def _note(state: RestoreState, row: dict[str, Any]) -> None:
@@ -155,7 +193,7 @@ def _require_row_id(state: RestoreState, kind: str, row: dict[str, Any]) -> None
     row_id = row.get("id")
     if not is_strict_int(row_id):
         raise ExportInvalid(f"line {state.line}: {_a(kind)} without its row id")
-    if row_id < 1:
+    if cast(int, row_id) < 1:
         raise ExportInvalid(f"line {state.line}: {_a(kind)}'s row id is below 1 (rows are numbered from 1)")
 
 
@@ -186,16 +224,17 @@ def _minute(state: RestoreState, kind: str, stored: object, *, seconds: bool) ->
 
 def check_observation_ids(state: RestoreState) -> None:
     """Once every observation_source record is in: each observation's id is the one its write made."""
-    observations = state.pending.pop(_OBSERVATIONS, {})
-    sources = state.pending.pop(_SOURCES, {})
-    for row, (line, memory_id, session_id, minute, content) in observations.items():
-        made = ids.observation_id(session_id, minute, content, sources.get(row, []))
+    observations: _Memories = state.pending.pop(_OBSERVATIONS, _Memories())
+    sources = "SELECT memory_row, session_id, seq FROM observation_sources WHERE memory_row BETWEEN ? AND ?"
+    for row, memory_id, session_id, date, content, refs in _written(state.conn, "observation", sources):
+        content = observations.redacted.get(row, content)
+        made = ids.observation_id(session_id, _stored_minute(date), content, refs)
         if memory_id != made and not holds_marker(content):  # a marker: perhaps redacted after its id was made
             raise ExportInvalid(
-                f"line {line}: an observation's memory_id is not the id its session, timestamp, content and "
-                "source events make (no write stores such a row)"
+                f"line {observations.line_of(row)}: an observation's memory_id is not the id its session, "
+                "timestamp, content and source events make (no write stores such a row)"
             )
-    state.pending[_OBSERVATION_IDS] = {row: entry[1] for row, entry in observations.items()}
+    state.pending[_OBSERVATION_ROWS] = array("q", sorted(observations.rows))
 
 
 def check_reflection_ids(state: RestoreState) -> None:
@@ -211,34 +250,72 @@ def check_reflection_ids(state: RestoreState) -> None:
     Gaps themselves are legal: a forget deletes a row, and PostgreSQL's identity skips the ids of writes that
     rolled back. Nothing reads memory rows as contiguous (they are keys and an order); this rule is the only
     reader of a gap, and a gap left by hand is not told from a forget's."""
-    observation_ids = state.pending.pop(_OBSERVATION_IDS, {})
-    reflections = state.pending.pop(_REFLECTIONS, {})
-    supports = state.pending.pop(_SUPPORTS, {})
-    for row, cited in supports.items():
-        for line, observation in cited:
-            if observation not in observation_ids or row not in reflections:  # each only a memory's row
-                raise ExportInvalid(
-                    f"line {line}: a reflection_support does not link a reflection of the file to an observation "
-                    "of the file (a reflection's write links it to observations only)"
-                )
-            if not observation < row:  # both a memory's row, so integers
-                raise ExportInvalid(
-                    f"line {line}: a reflection_support links a reflection to an observation stored after it (a "
-                    "reflection's write cites observations already stored, whose rows are below its own)"
-                )
-    rows = sorted(row for row in (*observation_ids, *reflections) if isinstance(row, int))
-    for row, (line, memory_id, session_id, minute, content) in reflections.items():
-        supporting = [observation_ids[observation] for _, observation in supports.get(row, [])]
-        if memory_id == ids.reflection_id(session_id, minute, content, supporting):
+    observations: array[int] = state.pending.pop(_OBSERVATION_ROWS, array("q"))
+    reflections: _Memories = state.pending.pop(_REFLECTIONS, _Memories())
+    supports: _Supports = state.pending.pop(_SUPPORTS, _Supports())
+    reflection_rows = array("q", sorted(reflections.rows))
+    for row, observation, line in zip(supports.reflections, supports.observations, supports.lines, strict=True):
+        if not (_holds(observations, observation) and _holds(reflection_rows, row)):  # each only a memory's row
+            raise ExportInvalid(
+                f"line {line}: a reflection_support does not link a reflection of the file to an observation "
+                "of the file (a reflection's write links it to observations only)"
+            )
+        if not observation < row:
+            raise ExportInvalid(
+                f"line {line}: a reflection_support links a reflection to an observation stored after it (a "
+                "reflection's write cites observations already stored, whose rows are below its own)"
+            )
+    del supports
+    rows = array("q", sorted((*observations, *reflection_rows)))
+    cited = (
+        "SELECT s.reflection_row, o.memory_id FROM reflection_supports AS s JOIN memories AS o"
+        " ON o.id = s.observation_row WHERE s.reflection_row BETWEEN ? AND ?"
+    )
+    for row, memory_id, session_id, date, content, supporting in _written(state.conn, "reflection", cited):
+        content = reflections.redacted.get(row, content)
+        made = ids.reflection_id(session_id, _stored_minute(date), content, [found for (found,) in supporting])
+        if memory_id == made:
             continue
         if holds_marker(content):
             continue  # perhaps redacted by a restore after its id was made (see the module docstring)
-        if isinstance(row, int) and bisect_left(rows, row) < row - 1:
+        if bisect_left(rows, row) < row - 1:
             continue  # a memory below it was forgotten: maybe one of its supports
         raise ExportInvalid(
-            f"line {line}: a reflection's memory_id is not the id its session, timestamp, content and "
-            "supporting observations make (no write stores such a row)"
+            f"line {reflections.line_of(row)}: a reflection's memory_id is not the id its session, timestamp, "
+            "content and supporting observations make (no write stores such a row)"
         )
+
+
+def _written(conn: apsw.Connection, kind: str, cited_sql: str) -> Iterator[tuple[Any, ...]]:
+    """Every memory of ``kind`` the restore wrote, in row order and read a page at a time: its row, id,
+    session, date and text, and the rows ``cited_sql`` gives for it (its sources or supports: the query
+    takes a page's first and last row and answers the citing row first)."""
+    after: Any = 0
+    while True:
+        page = conn.execute(
+            "SELECT id, memory_id, session_id, date, content FROM memories WHERE kind = ? AND id > ?"
+            " ORDER BY id LIMIT ?",
+            (kind, after, _PAGE),
+        ).fetchall()
+        if not page:
+            return
+        cited: dict[Any, list[tuple[Any, ...]]] = {}
+        for owner, *values in conn.execute(cited_sql, (page[0][0], page[-1][0])).fetchall():
+            cited.setdefault(owner, []).append(tuple(values))
+        for found in page:
+            yield (*found, cited.get(found[0], []))
+        after = page[-1][0]
+
+
+def _stored_minute(date: str) -> str:
+    """The minute a memory's id is made from, of a date :func:`_minute` accepted as the file held it."""
+    return parse_timestamp(date[:16])
+
+
+def _holds(rows: array[int], row: int) -> bool:
+    """Whether the sorted ``rows`` hold ``row``."""
+    at = bisect_left(rows, row)
+    return at < len(rows) and rows[at] == row
 
 
 def _a(kind: str) -> str:
@@ -249,7 +326,6 @@ _ROW_RULES: dict[str, Callable[[RestoreState, dict[str, Any]], None]] = {
     "session": _session,
     "event": _event,
     "observation": _observation,
-    "observation_source": _observation_source,
     "reflection": _reflection,
     "reflection_support": _reflection_support,
     "note": _note,
