@@ -313,6 +313,27 @@ def test_a_restore_redacts_as_every_write_does(service: Obsmem) -> None:
     assert again.duplicates == 1 and again.appended == 0
 
 
+def test_a_restore_redacts_a_judgments_query(service: Obsmem) -> None:
+    """Judging redacts the search query it stores with a judgment (a query pasted with a credential in it), so
+    a restore, a write too, redacts the query a file holds."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    small_project(service)
+    note = service.save_note("src", "keep the runbook short").note.note_id
+    with service.database("src").write() as conn:
+        record_judged(conn, "j" + "1" * 16, note, "runbook length", "human", None, "escalate", None)
+    lines = exported(service).splitlines()
+    records = [orjson.loads(line) for line in lines[1:-1]]
+    for record in records:
+        if record["kind"] == "judgment":
+            record["row"]["query"] = f"runbook length {token}"
+    restore_bytes(service, forge([lines[0], *(orjson.dumps(record) for record in records)]))
+    copy = service.settings.data_dir / "projects" / "copy" / "obsmem.db"
+    assert token.encode() not in copy.read_bytes()
+    assert service.database("copy").query("SELECT query FROM judgments") == [
+        ("runbook length [REDACTED:github_token]",)
+    ]
+
+
 def test_an_event_whose_arguments_are_not_json_is_refused(service: Obsmem) -> None:
     """A recall parses every event's arguments: one that is not JSON broke recall of it and of what cites it."""
     small_project(service)

@@ -2,9 +2,10 @@
 
 An export of obsmem holds text obsmem already redacted, which redaction leaves as it is. But a file restored
 may have been edited, or written before a detector existed: docs/redaction.md promises that nothing is
-stored without redaction, and a restore is a write. The text columns of events, memories and notes are
-redacted on the way in; an event whose text changed gets the fingerprint of its new text (what a repeated
-append compares), and its arguments must be JSON, as every append's are (a recall parses them).
+stored without redaction, and a restore is a write. The text columns of events, memories and notes, and
+a judgment's query, are redacted on the way in; an event whose text changed gets the fingerprint of its new
+text (what a repeated append compares), and its arguments must be JSON, as every append's are (a recall
+parses them).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "observation": ("content",),
     "reflection": ("content",),
     "note": ("content", "situation"),
+    "judgment": ("query",),  # the search query judging stores, redacted as judging redacts it
 }
 
 
