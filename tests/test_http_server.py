@@ -156,6 +156,33 @@ def test_chunked_body_over_the_limit_is_413(serve: Serve) -> None:
         assert httpx.get(f"{base}/v1/projects/alpha/status").json()["events"] == len(ALPHA_NOTES)
 
 
+def test_a_body_over_the_limit_still_being_sent_gets_413_not_a_reset_connection(serve: Serve) -> None:
+    # The guard answered at once and closed the connection with the rest of the body unread: the kernel reset
+    # it, which threw away the 413 before an async httpx client (which sends its whole body before it reads)
+    # read it, so the client saw ReadError, a transient failure to retry forever. Declared and chunked alike.
+    body = json.dumps({"events": [{"role": "user", "content": "x" * 9_000_000}]}).encode()
+    url = "/v1/projects/alpha/sessions/s1/events"
+
+    def chunked() -> Any:
+        async def pieces() -> Any:
+            for start in range(0, len(body), 65536):
+                yield body[start : start + 65536]
+
+        return pieces()
+
+    async def scenario(base: str) -> list[tuple[int, str]]:
+        answers = []
+        async with httpx.AsyncClient(base_url=base, timeout=30.0) as client:
+            for content in (body, chunked(), body, chunked()):
+                answer = await client.post(url, content=content, headers={"Content-Type": "application/json"})
+                answers.append((answer.status_code, answer.json()["error"]["code"]))
+        return answers
+
+    with serve(max_body_bytes=64 * 1024) as base:
+        assert anyio.run(scenario, base) == [(413, "payload_too_large")] * 4
+        assert httpx.get(f"{base}/v1/projects/alpha/status").json()["events"] == len(ALPHA_NOTES)
+
+
 def test_concurrent_searches_all_succeed(serve: Serve) -> None:
     with serve(keys=KEYS) as base, httpx.Client(base_url=base, headers=bearer(KEY_ALPHA)) as client:
 

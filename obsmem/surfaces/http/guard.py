@@ -8,9 +8,13 @@ It runs before routing, so no route (and no body parser) ever sees a request tha
    rebinding or a cross-site request.
 2. **Keys configured**: every path except the public ones needs ``Authorization: Bearer <key>``;
    otherwise 401 ``unauthorized``. The matched key travels in the scope for the routes (which projects).
-3. **Body limit**: a declared ``Content-Length`` above ``server.max_body_bytes`` is refused at once; a
-   body without one (chunked) is counted as it streams and refused as soon as it passes the limit. The
-   body is read here, before routing, and replayed to the app. A JSON body must be UTF-8.
+3. **Body limit**: a declared ``Content-Length`` above ``server.max_body_bytes`` is refused without
+   reading the body into memory; a body without one (chunked) is counted as it streams and refused as soon
+   as it passes the limit. The refused body's rest is read and thrown away (up to
+   :data:`DISCARD_BODY_BYTES`, within the body deadline) before the ``413``: a client sends its whole body
+   before it reads the answer, and a connection closed with unread bytes is reset, which loses the answer
+   the client had not read yet (it saw a connection error, and retried). The body is read here, before
+   routing, and replayed to the app. A JSON body must be UTF-8.
 4. **Body deadline**: the whole body must arrive within ``server.body_timeout_seconds``; a client that
    stops sending gets ``408 request_timeout`` and the connection is closed.
 5. **Failed authentication** is rate limited per client address (:mod:`~obsmem.surfaces.http.ratelimit`):
@@ -32,6 +36,9 @@ from obsmem.surfaces.http.ratelimit import FailureLimiter
 ACCESS_SCOPE_KEY = "obsmem.access"
 PUBLIC_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+# The most bytes of a refused (too large) body read and thrown away so that its client hears the 413; a larger
+# one's connection is closed unread, and its client may see a reset connection instead.
+DISCARD_BODY_BYTES = 64 * 1024 * 1024
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="obsmem"'}
 
 # What a refused request is told, with the two ways to be answered: name the host, or configure API keys.
@@ -153,18 +160,23 @@ class RequestGuard:
                 await send_error(send, 400, "invalid_request", "Content-Length is not a number", "Content-Length")
                 return
             if declared > self.max_body_bytes:
+                if declared <= DISCARD_BODY_BYTES:
+                    with anyio.move_on_after(self.body_timeout_seconds):
+                        await _discard_body(receive, 0)
                 await self._too_large(send)
                 return
         body: bytes | None = b""
         last: Message | None = None
         with anyio.move_on_after(self.body_timeout_seconds) as deadline:
             body, last = await self._read_body(receive)
+            if body is None and last is not None and last.get("more_body", False):
+                await _discard_body(receive, self.max_body_bytes)  # too large: so that the client hears why
+        if body is None:  # a 413 even if the deadline came while the rest was thrown away
+            await self._too_large(send)
+            return
         if deadline.cancelled_caught:
             message = f"the request body did not arrive within {self.body_timeout_seconds:g} s"
             await send_error(send, 408, "request_timeout", message, "body", headers={"Connection": "close"})
-            return
-        if body is None:
-            await self._too_large(send)
             return
         if last is not None and last["type"] == "http.disconnect":
             return
@@ -177,7 +189,8 @@ class RequestGuard:
         await self.app(scope, _replay(body, receive), send)
 
     async def _read_body(self, receive: Receive) -> tuple[bytes | None, Message | None]:
-        """The whole body, or None once it passes the limit (the rest is never read)."""
+        """The whole body and None, or (once it passes the limit) None and the message that passed it (the
+        rest is left unread); or what was read and the message that ended it early (a disconnect)."""
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -188,7 +201,7 @@ class RequestGuard:
             if chunk:
                 size += len(chunk)
                 if size > self.max_body_bytes:
-                    return None, None
+                    return None, message
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks), None
@@ -196,6 +209,18 @@ class RequestGuard:
     async def _too_large(self, send: Send) -> None:
         message = f"request body is larger than {self.max_body_bytes} bytes"
         await send_error(send, 413, "payload_too_large", message, "body", headers={"Connection": "close"})
+
+
+async def _discard_body(receive: Receive, seen: int) -> None:
+    """Read the rest of a refused body and keep none of it, until it ends or passes :data:`DISCARD_BODY_BYTES`
+    in all (``seen``: the bytes read before). The caller bounds the time."""
+    while seen <= DISCARD_BODY_BYTES:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def client_address(scope: Scope) -> str:
