@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +32,8 @@ from obsmem.storage import lock_wait_bound
 from obsmem.surfaces.tool_memory import MEMORY, run_memory_tool
 from obsmem.surfaces.tools import MEMORY_SEARCH, TOOL_NAMES, parse_tool_arguments, run_tool
 from obsmem.validation import session_id as check_session_id
+
+log = logging.getLogger("obsmem.pydantic_ai")
 
 DEFAULT_HTTP_TIMEOUT_SECONDS = 30.0
 # Most bytes of events one append request carries (a larger event goes alone): far under the server's
@@ -200,7 +204,9 @@ class ObsmemClient:
     time would keep a call, and the agent's run waiting on it, for as long as it dripped. The calls run on
     obsmem's outbound loop thread (:func:`obsmem.outbound.run_on_loop`); callers stay synchronous, on any
     thread. ``max_body_bytes`` is the server's ``server.max_body_bytes`` (its default, 8 MiB, unless told): an
-    event whose JSON would not fit in a body that large is cut to fit before it is posted. Pass ``transport``
+    event whose JSON would not fit in a body that large is cut to fit before it is posted. A server that refuses
+    a body as too large (413) has a lower limit than that: its events are cut to fit half the size, down to
+    :data:`MIN_MAX_BODY_BYTES`, until it takes them (:attr:`body_budget`, logged once). Pass ``transport``
     (an async httpx transport, e.g. ``httpx.ASGITransport``) to run against an in-process app in tests.
     """
 
@@ -227,6 +233,9 @@ class ObsmemClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = float(timeout_seconds)
         self.max_body_bytes = max_body_bytes
+        # The body size events are cut to fit: max_body_bytes, until the server refuses one that large.
+        self.body_budget = max_body_bytes
+        self._budget_lock = threading.Lock()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = transport
         self._http: httpx.AsyncClient | None = None  # made and used on the loop thread only
@@ -262,6 +271,25 @@ class ObsmemClient:
             return response.json()
         except ValueError:  # e.g. a proxy's HTML page in front of the URL: the server is not reachable as obsmem
             raise ServiceUnavailable(f"the obsmem server's answer (HTTP {response.status_code}) is not JSON") from None
+
+    def lower_body_budget(self, refused: int) -> bool:
+        """The server refused (413) a body cut to fit ``refused`` bytes: cut to half that from now on, not below
+        :data:`MIN_MAX_BODY_BYTES`. False when no smaller budget is left to try (the refusal is final)."""
+        with self._budget_lock:
+            if self.body_budget < refused:  # another append lowered it meanwhile
+                return True
+            if refused <= MIN_MAX_BODY_BYTES:
+                return False
+            first = self.body_budget == self.max_body_bytes
+            self.body_budget = max(MIN_MAX_BODY_BYTES, refused // 2)
+        if first:
+            log.warning(
+                "the obsmem server refused a request body as too large (payload_too_large): its "
+                "server.max_body_bytes is lower than this client's max_body_bytes (%d); events are now cut to "
+                "fit smaller bodies",
+                self.max_body_bytes,
+            )
+        return True
 
     def close(self) -> None:
         http, self._http = self._http, None
@@ -331,14 +359,25 @@ class RemoteMemory:
         """Append in order, in requests of at most :data:`APPEND_BODY_BYTES` each (an event larger goes alone);
         a request that fails leaves the ones before it stored, and the retry answers those as duplicates. An
         event too large for the server's body limit on its own is cut to fit it
-        (:func:`~obsmem.pydantic_ai.messages.fit_event`). ``timeout`` bounds all the requests together: each
-        is given only the time left."""
+        (:func:`~obsmem.pydantic_ai.messages.fit_event`). A request the server refuses as too large (413: its
+        limit is lower than the client was told) is sent again with the events not stored yet cut to fit half
+        the size (:meth:`ObsmemClient.lower_body_budget`); at the smallest, the 413 is raised. ``timeout``
+        bounds all the requests together: each is given only the time left."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        largest = self.client.max_body_bytes - BODY_ENVELOPE_BYTES
-        fitted = [fit_event(event, largest) for event in events]
-        for part in _body_sized(fitted, min(APPEND_BODY_BYTES, largest)):
-            left = None if deadline is None else deadline - time.monotonic()
-            self.client.call("POST", f"{self._session}/events", json={"events": part}, timeout=left)
+        stored = 0
+        while True:
+            budget = self.client.body_budget
+            largest = budget - BODY_ENVELOPE_BYTES
+            fitted = [fit_event(event, largest) for event in events[stored:]]
+            try:
+                for part in _body_sized(fitted, min(APPEND_BODY_BYTES, largest)):
+                    left = None if deadline is None else deadline - time.monotonic()
+                    self.client.call("POST", f"{self._session}/events", json={"events": part}, timeout=left)
+                    stored += len(part)
+                return
+            except ObsmemError as exc:
+                if exc.status != 413 or not self.client.lower_body_budget(budget):
+                    raise
 
     def projection(self) -> ProjectionView:
         try:

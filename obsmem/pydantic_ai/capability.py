@@ -386,7 +386,8 @@ class ObservationalMemory(AbstractCapability[Any]):
     def _store(self, events: list[dict[str, Any]], deadline: float | None = None) -> str | None:
         """Append what the store lacks of ``events``, each call bounded by ``deadline`` where the backend can
         bound it. Returns the error code of a failure worth another attempt (the server away, the database
-        busy); None when they are stored, or refused as a conflict (then ``_append_error``)."""
+        busy); None when they are stored, refused as a conflict (then ``_append_error``), or refused as too large
+        (413, a server's body limit below the smallest body the client cuts events to: no attempt would do)."""
 
         def bound() -> dict[str, float]:
             # Without a deadline the calls are plain, as backends written before the protocol had timeouts take.
@@ -420,9 +421,11 @@ class ObservationalMemory(AbstractCapability[Any]):
                 "runs' messages as message_history (result.all_messages()) or use a new session_id",
                 details=exc.details,
             )
-        except ObsmemError as exc:  # transient (server away, disk busy)
+        except ObsmemError as exc:
             self._append_failure = exc.code
-            return exc.code
+            if exc.status == 413:  # too large even cut to the smallest body: sent again, it is refused again
+                return None
+            return exc.code  # transient (server away, disk busy)
         return None
 
     def _store_again(self, events: list[dict[str, Any]], deadline: float) -> None:
