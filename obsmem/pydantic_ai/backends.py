@@ -90,15 +90,18 @@ class MemoryBackend(Protocol):
 
     def append(self, events: list[dict[str, Any]], timeout: float | None = None) -> None: ...
 
-    def projection(self) -> ProjectionView: ...
+    def projection(self, timeout: float | None = None) -> ProjectionView:
+        """The session's projection. ``timeout`` here, in :meth:`request_observation` and :meth:`events_after`:
+        as in :meth:`last_seq`, bounded over HTTP (flush's one deadline); embedded, these are local reads."""
+        ...
 
     def status(self) -> dict[str, Any]: ...
 
-    def request_observation(self) -> None: ...
+    def request_observation(self, timeout: float | None = None) -> None: ...
 
     def request_reflection(self) -> None: ...
 
-    def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
+    def events_after(self, after_id: int, limit: int = 200, timeout: float | None = None) -> list[dict[str, Any]]:
         """The session's om_* events with a larger log id, oldest first."""
         ...
 
@@ -151,7 +154,7 @@ class EmbeddedMemory:
         database: the capability's ``close()`` returns in its time, and its append thread with it."""
         self._appends_wait_until = deadline
 
-    def projection(self) -> ProjectionView:
+    def projection(self, timeout: float | None = None) -> ProjectionView:
         """The projection, rendered again only when its version changed (rendering a large memory takes
         milliseconds; the version is a few index reads)."""
         try:
@@ -168,13 +171,13 @@ class EmbeddedMemory:
     def status(self) -> dict[str, Any]:
         return self.memory.session_status(self.project, self.session_id).to_dict()
 
-    def request_observation(self) -> None:
+    def request_observation(self, timeout: float | None = None) -> None:
         self.memory.observe(self.project, self.session_id)
 
     def request_reflection(self) -> None:
         self.memory.reflect(self.project, self.session_id)
 
-    def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
+    def events_after(self, after_id: int, limit: int = 200, timeout: float | None = None) -> list[dict[str, Any]]:
         try:
             events = self.memory.pipeline_events(self.project, after=after_id, limit=limit, session_id=self.session_id)
         except NotFound:  # no project yet: no events either
@@ -379,25 +382,25 @@ class RemoteMemory:
                 if exc.status != 413 or not self.client.lower_body_budget(budget):
                     raise
 
-    def projection(self) -> ProjectionView:
+    def projection(self, timeout: float | None = None) -> ProjectionView:
         try:
-            return ProjectionView.from_dict(self.client.call("GET", f"{self._session}/memory"))
+            return ProjectionView.from_dict(self.client.call("GET", f"{self._session}/memory", timeout=timeout))
         except NotFound:  # the first append (made in the background) has not created the project yet
             return ProjectionView.empty()
 
     def status(self) -> dict[str, Any]:
         return dict(self.client.call("GET", f"{self._session}/status"))
 
-    def request_observation(self) -> None:
-        self.client.call("POST", f"{self._session}/observe")
+    def request_observation(self, timeout: float | None = None) -> None:
+        self.client.call("POST", f"{self._session}/observe", timeout=timeout)
 
     def request_reflection(self) -> None:
         self.client.call("POST", f"{self._session}/reflect")
 
-    def events_after(self, after_id: int, limit: int = 200) -> list[dict[str, Any]]:
+    def events_after(self, after_id: int, limit: int = 200, timeout: float | None = None) -> list[dict[str, Any]]:
         params = {"after_id": after_id, "limit": min(limit, 1000), "session_id": self.session_id}
         try:
-            return list(self.client.call("GET", f"{self._project}/events", params=params)["events"])
+            return list(self.client.call("GET", f"{self._project}/events", params=params, timeout=timeout)["events"])
         except NotFound:  # no project yet: no events either
             return []
 

@@ -322,12 +322,13 @@ class ObservationalMemory(AbstractCapability[Any]):
             return request_context
         return dataclasses.replace(request_context, messages=compaction.messages)
 
-    async def _projection(self) -> ProjectionView:
+    async def _projection(self, deadline: float | None = None) -> ProjectionView:
         """The session's projection for a request. While obsmem cannot answer (a server away or restarting, a
         storage fault) the run goes on with the projection read last, which still covers exactly the events
-        it says it does, or none: the appends meanwhile are retried with the next request, as ever."""
+        it says it does, or none: the appends meanwhile are retried with the next request, as ever. With a
+        ``deadline`` (flush's), the read is given only the time left; none left counts as no answer."""
         try:
-            projection = await self._read(self.backend.projection)
+            projection = await self._read(self.backend.projection, **_bound(deadline))
         except ObsmemError as exc:
             if exc.status not in UNAVAILABLE_STATUSES:
                 raise  # a mistake of the caller's (a wrong key, a refused project): not to be waited out
@@ -341,13 +342,13 @@ class ObservationalMemory(AbstractCapability[Any]):
             self._refusals.add(code)
             log.warning(message, code)
 
-    async def _read(self, call: Callable[..., _T], *args: Any) -> _T:
+    async def _read(self, call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """A read: over HTTP on a worker thread; embedded, at once on the loop. A local read takes a fraction
         of a millisecond, while a hop to a thread can wait several for the interpreter lock when the
         pipeline's workers are busy in the same process."""
         if self.backend.remote:
-            return await asyncio.to_thread(call, *args)
-        return call(*args)
+            return await asyncio.to_thread(call, *args, **kwargs)
+        return call(*args, **kwargs)
 
     # -- observe: ordered background appends ---------------------------------------------------
 
@@ -389,13 +390,9 @@ class ObservationalMemory(AbstractCapability[Any]):
         busy); None when they are stored, refused as a conflict (then ``_append_error``), or refused as too large
         (413, a server's body limit below the smallest body the client cuts events to: no attempt would do)."""
 
-        def bound() -> dict[str, float]:
-            # Without a deadline the calls are plain, as backends written before the protocol had timeouts take.
-            return {} if deadline is None else {"timeout": _seconds_left(deadline)}
-
         try:
             if self._appended_through is None:
-                stored = self.backend.last_seq(**bound())
+                stored = self.backend.last_seq(**_bound(deadline))
                 if stored > len(events):
                     raise SeqConflict(
                         f"session {self.session_id!r} already holds {stored} events, more than this run's "
@@ -409,7 +406,7 @@ class ObservationalMemory(AbstractCapability[Any]):
             start = self._appended_through
             for offset in range(start, len(events), MAX_BATCH):
                 batch = events[offset : offset + MAX_BATCH]
-                self.backend.append(batch, **bound())
+                self.backend.append(batch, **_bound(deadline))
                 self._appended_through = self._stored_through = offset + len(batch)
             self._append_error = self._append_failure = None
         except SeqConflict as exc:
@@ -560,15 +557,15 @@ class ObservationalMemory(AbstractCapability[Any]):
         await self._appended()
         return await self._ask_to_observe()
 
-    async def _ask_to_observe(self) -> bool:
+    async def _ask_to_observe(self, deadline: float | None = None) -> bool:
         self._observe_requested = (self.ledger.last_seq, time.monotonic())
-        return await self._call_quietly(self.backend.request_observation)
+        return await self._call_quietly(self.backend.request_observation, **_bound(deadline))
 
-    async def _call_quietly(self, call: Callable[[], None]) -> bool:
+    async def _call_quietly(self, call: Callable[..., None], **kwargs: float) -> bool:
         """Ask the pipeline for work; a server that does not observe (``observation_off``) is not an error
         for the agent's run: its messages are stored, and compaction uses whatever memory there is."""
         try:
-            await asyncio.to_thread(call)
+            await asyncio.to_thread(call, **kwargs)
         except ObsmemError as exc:
             self._log_once(exc.code, "pipeline request refused: %s")
             return False
@@ -648,15 +645,15 @@ class ObservationalMemory(AbstractCapability[Any]):
                     await asyncio.to_thread(self.backend.projection)
             await asyncio.sleep(self.poll_seconds)
 
-    async def _poll_events(self) -> None:
+    async def _poll_events(self, deadline: float | None = None) -> None:
         """Deliver the events logged since the last delivered one. The poller, a run's end and ``flush`` may
         poll at once: each event is delivered by whichever reaches it first (the cursor moves on the loop,
         before the handler is awaited), so none twice and in log order; a poll cancelled mid-read delivers
-        nothing and moves nothing."""
-        await self._read(self._prime_cursor)
+        nothing and moves nothing. With a ``deadline`` (flush's) each read is given only the time left."""
+        await self._read(self._prime_cursor, deadline)
         while True:
             cursor = self._event_cursor or 0
-            page = await self._read(self.backend.events_after, cursor, 200)
+            page = await self._read(self.backend.events_after, cursor, 200, **_bound(deadline))
             for body in page:
                 log_id = int(body["id"])
                 if log_id <= (self._event_cursor or 0):
@@ -668,16 +665,16 @@ class ObservationalMemory(AbstractCapability[Any]):
             if len(page) < 200:
                 return
 
-    def _prime_cursor(self) -> None:
+    def _prime_cursor(self, deadline: float | None = None) -> None:
         with self._cursor_lock:  # two first polls (the remote ones on threads) look the cursor up once
             if self._event_cursor is None:
-                self._event_cursor = self._newest_event_id()
+                self._event_cursor = self._newest_event_id(deadline)
 
-    def _newest_event_id(self) -> int:
+    def _newest_event_id(self, deadline: float | None = None) -> int:
         """Where the event cursor starts: after the session's existing events (a resumed session's history is
         not replayed)."""
         cursor = 0
-        while page := self.backend.events_after(cursor, 1000):
+        while page := self.backend.events_after(cursor, 1000, **_bound(deadline)):
             cursor = int(page[-1]["id"])
         return cursor
 
@@ -803,12 +800,14 @@ class ObservationalMemory(AbstractCapability[Any]):
                 answered = False
         self._raise_append_error()
         self._warn_unsent(answered)
-        observing = await self._ask_to_observe()
+        # One deadline for every step: over HTTP each request is given only the time left (each was bounded by
+        # the client's timeout alone, so a server that stopped answering held flush(5) for over a minute).
+        observing = await self._ask_to_observe(deadline)
         stored_through = self.ledger.last_seq - self.unsent
         while True:
-            projection = await self._projection()
+            projection = await self._projection(deadline)
             with contextlib.suppress(ObsmemError):  # obsmem away: the events wait for the poller's next read
-                await self._poll_events()
+                await self._poll_events(deadline)
             await self._report_groom()
             caught_up = projection.observed_through_seq >= stored_through
             if caught_up or not observing or time.monotonic() >= deadline:
@@ -872,6 +871,12 @@ def observation_lines(text: str) -> list[str]:
 def _seconds_left(deadline: float) -> float:
     """Seconds until ``deadline`` (none left: 0)."""
     return max(0.0, deadline - time.monotonic())
+
+
+def _bound(deadline: float | None) -> dict[str, float]:
+    """A backend call's ``timeout`` keyword for ``deadline``: none without one, so calls without a deadline
+    stay plain (as backends written before the protocol had timeouts take them)."""
+    return {} if deadline is None else {"timeout": _seconds_left(deadline)}
 
 
 def _request_overhead(request_context: ModelRequestContext) -> int:
