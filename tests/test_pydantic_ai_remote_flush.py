@@ -1,10 +1,11 @@
 """``flush`` and ``close`` over HTTP against a server that does not answer (docs/pydantic-ai.md, When no request
-follows): flush keeps one deadline over all its steps."""
+follows): flush keeps one deadline over all its steps, and an unsent batch is logged once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from obsmem.pydantic_ai import ObservationalMemory, ObsmemClient
+from support.http_server import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,3 +73,21 @@ def test_flush_keeps_its_timeout_against_a_server_that_never_answers(tmp_path: P
             client.close()
     assert took < 3.0, f"flush(1) took {took:.1f} s"
     assert projection.observed_through_seq == 0 and om.unsent == 2
+
+
+def test_an_unsent_batch_is_logged_once_by_flush_then_close(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # flush() and then close() each logged the same unsent events: one batch, one warning; still counted.
+    client = ObsmemClient(f"http://127.0.0.1:{free_port()}")  # nothing listens: refused at once
+    om = with_history(client)
+    try:
+        with caplog.at_level(logging.WARNING, logger="obsmem.pydantic_ai"):
+            asyncio.run(om.flush(1))
+            om.close(1)
+    finally:
+        client.close()
+    unsent = [record.getMessage() for record in caplog.records if "unsent" in record.getMessage()]
+    assert unsent == [
+        "session 's1': 2 events unsent (service_unavailable); a later run that continues the session "
+        "with its message_history sends them again"
+    ]
+    assert om.unsent == 2

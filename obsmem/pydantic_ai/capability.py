@@ -175,6 +175,7 @@ class ObservationalMemory(AbstractCapability[Any]):
         self._appended_through: int | None = None  # None: not checked against the store yet
         self._stored_through: int | None = None  # how many of the history's events the store is known to hold
         self._append_failure: str | None = None  # the error code of the latest append, until one succeeds
+        self._unsent_warned: tuple[int, int, int] | None = None  # the unsent batch last logged (see _warn_unsent)
         self._closed = False
         self._lock = asyncio.Lock()
         self._event_cursor: int | None = None  # None: not primed (old events of a resumed session are skipped)
@@ -446,10 +447,15 @@ class ObservationalMemory(AbstractCapability[Any]):
         return len(self.ledger.events) - (self._stored_through or 0)
 
     def _warn_unsent(self, answered: bool) -> None:
-        """Say in the log, by count and never by content, that events of the session are not stored."""
+        """Say in the log, by count and never by content, that events of the session are not stored: once per
+        batch (flush() and then close() finding the same events unsent logged them twice)."""
         unsent = self.unsent
         if not unsent:
             return
+        batch = (self.ledger.resets, len(self.ledger.events), self._stored_through or 0)
+        if batch == self._unsent_warned:
+            return
+        self._unsent_warned = batch
         noun, them = ("event", "it") if unsent == 1 else ("events", "them")
         if isinstance(self._append_error, SeqConflict):
             log.warning(
