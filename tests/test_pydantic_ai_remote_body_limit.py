@@ -4,7 +4,8 @@ The capability cuts each event to fit the client's ``max_body_bytes`` (8 MiB by 
 lower refused (413) every body between its limit and that, and the client took the refusal for an outage (it
 saw a reset connection, ``service_unavailable``) and sent the same body again at every request, so nothing of
 the session after it was ever stored. Now a 413 is the server's answer, not an outage: the client cuts what
-it has not stored yet to fit half the size, until the server takes it, and says so once in the log.
+it has not stored yet to fit the limit the answer names (half the size, from a server that names none), and
+says so once in the log.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from support.pydantic_ai_runs import history_events, stored_events
 
 pytestmark = pytest.mark.timeout(180)
 
-SERVER_LIMIT = 64 * 1024
+SERVER_LIMIT = 100_000  # not a power of two: halving from 8 MiB would reach 65,536, below it
 OUTPUT_MARK = "tool-output-line "  # the tool output's text: never in the log
 
 
@@ -69,7 +70,7 @@ def test_a_server_limit_lower_than_the_clients_is_met_by_cutting_events_smaller(
         client.close()
         unsent, budget = om.unsent, client.body_budget
     assert unsent == 0
-    assert MIN_MAX_BODY_BYTES <= budget <= SERVER_LIMIT and client.max_body_bytes == DEFAULT_MAX_BODY_BYTES
+    assert budget == SERVER_LIMIT and client.max_body_bytes == DEFAULT_MAX_BODY_BYTES  # the limit the 413 named
     with Obsmem(load_settings(data_dir=data)) as service:
         stored = stored_events(service)
     expected = history_events(history)
@@ -83,6 +84,29 @@ def test_a_server_limit_lower_than_the_clients_is_met_by_cutting_events_smaller(
     assert "payload_too_large" in lowered[0].getMessage()
     assert not [record for record in warnings if "unsent" in record.getMessage()]
     assert not any(OUTPUT_MARK in record.getMessage() for record in caplog.records)
+
+
+def test_an_event_stored_whole_before_a_413_is_sent_again_whole(tmp_path: Path) -> None:
+    """An event between half the server's limit and the limit went whole before the first 413; a later 413 set
+    the budget to the limit the server named, so the same event sent again (a history checked again) is still
+    whole and a duplicate. Halving the budget instead (8 MiB down to 65,536 here) cut it, and the server refused
+    the cut copy as a seq_conflict."""
+    middle = {"seq": 1, "role": "tool", "type": "tool_result", "content": "m" * 70_000, "tool_name": "read_file"}
+    large = {"seq": 2, "role": "tool", "type": "tool_result", "content": "l" * 300_000, "tool_name": "read_file"}
+    with live_server(tmp_path / "data", max_body_bytes=SERVER_LIMIT) as base:
+        client = ObsmemClient(base)
+        try:
+            memory = RemoteMemory(client, "p", "s1")
+            memory.append([middle])  # whole: under the server's limit
+            memory.append([large])  # a 413, then cut to fit the limit the answer named
+            assert client.body_budget == SERVER_LIMIT
+            RemoteMemory(client, "p", "s1").append([middle, large])  # both duplicates, no seq_conflict
+        finally:
+            client.close()
+    with Obsmem(load_settings(data_dir=tmp_path / "data")) as service:
+        stored = stored_events(service)
+    assert [(row[0], len(row[3])) for row in stored][0] == (1, 70_000)
+    assert len(stored) == 2 and stored[1][3].endswith(" characters not stored]")
 
 
 def test_a_413_at_the_smallest_body_is_a_refusal_not_an_outage(

@@ -275,16 +275,21 @@ class ObsmemClient:
         except ValueError:  # e.g. a proxy's HTML page in front of the URL: the server is not reachable as obsmem
             raise ServiceUnavailable(f"the obsmem server's answer (HTTP {response.status_code}) is not JSON") from None
 
-    def lower_body_budget(self, refused: int) -> bool:
-        """The server refused (413) a body cut to fit ``refused`` bytes: cut to half that from now on, not below
-        :data:`MIN_MAX_BODY_BYTES`. False when no smaller budget is left to try (the refusal is final)."""
+    def lower_body_budget(self, refused: int, server_limit: int | None = None) -> bool:
+        """The server refused (413) a body cut to fit ``refused`` bytes: from now on cut to the limit it named
+        (``server_limit``), or to half ``refused`` from a server that names none, not below
+        :data:`MIN_MAX_BODY_BYTES`. False when no smaller budget is left to try (the refusal is final).
+
+        The server's own limit is preferred to halving: an event stored whole before the budget fell is within
+        that limit, so it is sent again whole, not cut to a budget below it and refused as a seq_conflict."""
         with self._budget_lock:
             if self.body_budget < refused:  # another append lowered it meanwhile
                 return True
             if refused <= MIN_MAX_BODY_BYTES:
                 return False
+            lower = refused // 2 if server_limit is None or server_limit >= refused else server_limit
             first = self.body_budget == self.max_body_bytes
-            self.body_budget = max(MIN_MAX_BODY_BYTES, refused // 2)
+            self.body_budget = max(MIN_MAX_BODY_BYTES, lower)
         if first:
             log.warning(
                 "the obsmem server refused a request body as too large (payload_too_large): its "
@@ -309,7 +314,19 @@ def _server_error(response: httpx.Response) -> ObsmemError:
         code, message = "service_unavailable", f"the obsmem server answered HTTP {response.status_code}"
     failure = NotFound(message, code=code) if response.status_code == 404 else ObsmemError(message, code=code)
     failure.status = response.status_code
+    limit = _server_limit(response) if response.status_code == 413 else None
+    if limit is not None:
+        failure.details = {"max_body_bytes": limit}
     return failure
+
+
+def _server_limit(response: httpx.Response) -> int | None:
+    """The body limit a 413 names (``error.max_body_bytes``), or None from a server that names none."""
+    try:
+        limit = response.json()["error"]["max_body_bytes"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return limit if type(limit) is int and limit > 0 else None
 
 
 def _body_sized(events: list[dict[str, Any]], budget: int) -> list[list[dict[str, Any]]]:
@@ -379,7 +396,8 @@ class RemoteMemory:
                     stored += len(part)
                 return
             except ObsmemError as exc:
-                if exc.status != 413 or not self.client.lower_body_budget(budget):
+                limit = exc.details.get("max_body_bytes")
+                if exc.status != 413 or not self.client.lower_body_budget(budget, limit):
                     raise
 
     def projection(self, timeout: float | None = None) -> ProjectionView:

@@ -85,9 +85,10 @@ async def send_error(
     message: str,
     field: str | None = None,
     headers: dict[str, str] | None = None,
+    **details: Any,
 ) -> None:
-    """Answer from ASGI middleware (before any route runs)."""
-    body = dumps(error_content(code, message, field))
+    """Answer from ASGI middleware (before any route runs); ``details`` are further keys of the error object."""
+    body = dumps(error_content(code, message, field, **details))
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw_headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})

@@ -208,7 +208,16 @@ class RequestGuard:
 
     async def _too_large(self, send: Send) -> None:
         message = f"request body is larger than {self.max_body_bytes} bytes"
-        await send_error(send, 413, "payload_too_large", message, "body", headers={"Connection": "close"})
+        # The limit is in the answer too, so a client cutting its events to fit can fit them to it at once.
+        await send_error(
+            send,
+            413,
+            "payload_too_large",
+            message,
+            "body",
+            headers={"Connection": "close"},
+            max_body_bytes=self.max_body_bytes,
+        )
 
 
 async def _discard_body(receive: Receive, seen: int) -> None:
