@@ -121,17 +121,19 @@ def find_secrets(text: str) -> list[Found]:
         markers = [match.span() for match in _MARKER.finditer(view)]
         claims = [claim for claim in claims if not any(claim[0] < end and start < claim[2] for start, end in markers)]
     claims.sort()
-    found: list[Found] = []
-    done = 0
+    # Overlapping claims are merged into one span, their union, named by the first (earliest start, and at the
+    # same start the detector listed first): what is hidden is never less than any detector's span. Keeping
+    # only the first showed the rest of a longer claim (a long header value hidden unjudged up to a "!",
+    # where the assignment inside it runs to the end of the secret).
+    spans: list[list[Any]] = []
     for start, _, end, kind in claims:
-        if start < done:
-            continue  # overlaps a span already taken (earlier start, or same start and higher priority)
-        done = end
-        if shifts is None:
-            found.append((start, end, kind))
+        if spans and start < spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
         else:
-            found.append((_original_index(start, shifts), _original_index(end - 1, shifts) + 1, kind))
-    return found
+            spans.append([start, end, kind])
+    if shifts is None:
+        return [(start, end, kind) for start, end, kind in spans]
+    return [(_original_index(start, shifts), _original_index(end - 1, shifts) + 1, kind) for start, end, kind in spans]
 
 
 def redact_text(text: str) -> str:

@@ -363,7 +363,7 @@ def _bearer(scan: Scan) -> list[Span]:
     of the scheme pattern over every text holding "token" was the costliest detector of an append."""
     lower, text = scan.lower, scan.text
     spans: list[Span] = []
-    done = 0  # a header deep inside a value already taken loses to it: not tried (see _TAKEN_LEAD)
+    done = 0  # a header deep inside a value already taken hides nothing more: not tried (see _TAKEN_LEAD)
     for position in scan.at("auth"):
         if position < done - _TAKEN_LEAD or not lower.startswith("authorization", position):
             continue
@@ -380,7 +380,7 @@ def _bearer(scan: Scan) -> list[Span]:
             match = _BEARER.match(text, position)
             # Judged at any length, unlike a header's value: a scheme word's value, which no space ends, holds no
             # other scheme word's value, so none is judged twice; and ``Token`` is a secret word too, whose
-            # assignment (``Token =<value>(...``) runs further than a token's characters and must win.
+            # assignment (``Token =<value>(...``) hides a long value whole, judged or not.
             if match is not None and _credential_shaped(match["secret"]):
                 spans.append(match.span("secret"))
                 done = match.end()
@@ -391,7 +391,7 @@ def _bearer(scan: Scan) -> list[Span]:
 # value of its own after it: all of its lead before its value must lie inside the taken value, and the
 # longest such lead is ``proxy-authorization=digest`` (26 characters; ``--user=`` and ``Bearer`` are
 # shorter), its spaces, quote or colon falling just past the end (``xyz.Bearer tok...``,
-# ``b/-u c:hunter22``). One starting further back has its value inside the taken one, where it loses;
+# ``b/-u c:hunter22``). One starting further back has its value inside the taken one, hiding nothing more;
 # retrying only the last few keeps a megabyte of ``authorization=`` over and over linear.
 _TAKEN_LEAD = 32
 
@@ -429,7 +429,7 @@ def _password_options(scan: Scan) -> list[Span]:
             value, start, end = value[1:-1], start + 1, end - 1
         if value and _password_value_is_secret(value):
             spans.append((start, end))
-    # An option inside a password already taken loses to it, unless the text holds markers: a span over a
+    # An option inside a password already taken hides nothing more, unless the text holds markers: a span over a
     # marker is dropped (see find_secrets), and the option inside it must then be found.
     skip_taken = "[REDACTED:" not in text
     done = 0
@@ -524,8 +524,8 @@ class Detector:
     at_words: bool = False
 
 
-# In priority order: where two detectors claim overlapping text, the span that starts first wins, and at
-# the same start the detector listed first.
+# In priority order: where detectors claim overlapping text, their union is hidden, under the kind of the
+# span that starts first, and at the same start of the detector listed first.
 DETECTORS: tuple[Detector, ...] = (
     Detector("private_key", "private_key", _private_key),
     Detector("url_password", "password", _url_password),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from obsmem.redaction import redact_json, redact_text, secret_kind
+from obsmem.redaction import find_secrets, redact_json, redact_text, secret_kind
 from obsmem.secret_detectors import DETECTORS, Scan
 from support.pipeline_service import pipeline_service, user, words
 from support.scripted_chat import ObserverScript, Reply, Request, ScriptedChatServer, record, text
@@ -154,6 +154,77 @@ def test_token_shapes_are_redacted_wherever_they_appear(before: str, secret: str
 def test_redaction_is_idempotent_on_any_text(value: str) -> None:
     once = redact_text(value)
     assert redact_text(once) == once
+
+
+# Pieces a text is composed of to make detectors' spans overlap: secret shapes, the leads some detectors hang
+# off (headers, scheme words, options, assignments, prose, URLs, key blocks), separators some values stop at
+# and others run over, and fillers longer than a value judged before it is hidden (256 characters).
+_LEADS = [
+    "Authorization: ",
+    "authorization=",
+    "Proxy-Authorization: Basic ",
+    "Bearer ",
+    "TOKEN =",
+    "curl -u admin:",
+    "--user=bob:",
+    "password=",
+    "DB_PASSWORD=",
+    "--password ",
+    "api_key=",
+    "client_secret: ",
+    "my password is ",
+    "token is ",
+    "secret ",
+    "postgres://admin:",
+    "-----BEGIN RSA PRIVATE KEY-----\n",
+]
+_SHAPES = [
+    "sk-proj-abcdefghijklmnopqrstuvwx1234",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "AKIAIOSFODNN7EXAMPLE",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
+    "AIza" + "b" * 35,
+    "glpat-" + "d" * 20,
+    "0123456789abcdef0123456789abcdef",
+    "abcd@efgh12345678",
+    "hunter22",
+]
+composed = st.lists(
+    st.one_of(
+        st.sampled_from(_LEADS),
+        st.sampled_from(_SHAPES),
+        st.sampled_from(list(" !@.:/=<\"',;)-_\n")),
+        st.builds(
+            lambda unit, count: unit * count,
+            st.sampled_from(["x", "A1", "-", ".", "=", "<", "a:"]),
+            st.integers(1, 300),
+        ),
+    ),
+    min_size=1,
+    max_size=7,
+).map("".join)
+
+
+@given(composed)
+def test_what_is_hidden_is_never_less_than_any_detectors_span(text: str) -> None:
+    hidden = {index for start, end, _ in find_secrets(text) for index in range(start, end)}
+    scan = Scan(text, text.lower())
+    for detector in DETECTORS:
+        for start, end in detector.find(scan):
+            shown = set(range(start, end)) - hidden
+            assert not shown, (detector.name, text[min(shown) : max(shown) + 1])
+
+
+def test_overlapping_detections_are_hidden_as_their_union_named_by_the_first() -> None:
+    # A header's value over 256 characters is hidden unjudged up to the "!" no header value holds; the
+    # assignment inside it runs to the end. Only the first span was hidden, and the tail was stored.
+    assert redact_text("Authorization: api_key=" + "x" * 300 + "!tail7secret") == "Authorization: [REDACTED:token]"
+    assert (
+        redact_text("curl -u admin:<" + "x" * 300 + "api_key=abcd@efgh12345678") == "curl -u admin:[REDACTED:password]"
+    )
+    block = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
+    assert redact_text("secret=0123456789abcdef" + block) == "secret=[REDACTED:secret]"
+    assert find_secrets("x Authorization: api_key=" + "x" * 300 + "!tail7secret") == [(17, 17 + 8 + 300 + 12, "token")]
 
 
 def test_everyday_text_is_left_alone() -> None:
