@@ -131,26 +131,28 @@ _SETTING_NAMES = {
 }
 
 
-def _signature_parts(signature: str | None) -> dict[str, object] | None:
-    """A signature's parts, ``sentences`` filled in where :func:`index_signature` leaves it out."""
+def _json_object(signature: str | None) -> dict[str, object] | None:
+    """A stored signature's JSON object, or None when it is none (NULL, or not one this code writes)."""
     try:
         parts = json.loads(signature or "")
     except ValueError:
         return None
-    if not isinstance(parts, dict):
-        return None
-    parts.setdefault("sentences", "whole")
+    return parts if isinstance(parts, dict) else None
+
+
+def _signature_parts(signature: str | None) -> dict[str, object] | None:
+    """A signature's parts, ``sentences`` filled in where :func:`index_signature` leaves it out."""
+    parts = _json_object(signature)
+    if parts is not None:
+        parts.setdefault("sentences", "whole")
     return parts
 
 
 def _keyword_parts(signature: str | None) -> tuple[tuple[tuple[str, int], ...] | None, dict[str, object]] | None:
     """A keyword signature as its layout's ``(name, version)`` parts (None: not a layout this code can
     read) and the settings it records besides; None when it is not a signature this code writes."""
-    try:
-        parts = json.loads(signature or "")
-    except ValueError:
-        return None
-    if not isinstance(parts, dict):
+    parts = _json_object(signature)
+    if parts is None:
         return None
     return _layout_versions(parts.pop("layout", None)), parts
 
