@@ -16,6 +16,8 @@ of CPU on the write path. This script times ``redact_text`` on texts repeating t
   both);
 - ``separators``: ``token`` then a long run of `` : `` with no hex after it (the hex-after-a-word detector);
 - ``private_key``: an unterminated private-key block cut by ``redacted_prefix`` at 20,000 characters;
+- ``glued``: Google keys (exactly 35 characters after ``AIza``) each glued to the last, so every key but the first
+  is found only where the one before it ends;
 - ``prose``: ordinary log lines holding one token each, for comparison.
 
 For each shape and size it prints the median seconds of ``--repeats`` runs and the seconds per megabyte
@@ -65,6 +67,7 @@ SHAPES: dict[str, Callable[[int], str]] = {
     "dotted_url": dotted_url,
     "separators": separators,
     "private_key": private_key,
+    "glued": repeated("AIza" + "b" * 35),
     "prose": prose,
 }
 

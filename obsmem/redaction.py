@@ -30,7 +30,7 @@ from bisect import bisect_right
 from functools import lru_cache
 from typing import Any
 
-from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan
+from obsmem.secret_detectors import DETECTORS, SECRET_KEY_NAME, Scan, glued_token_end
 
 MARK = "[REDACTED:{kind}]"
 _MARKER = re.compile(r"\[REDACTED:[a-z_]+\]")
@@ -125,15 +125,31 @@ def find_secrets(text: str) -> list[Found]:
     # same start the detector listed first): what is hidden is never less than any detector's span. Keeping
     # only the first showed the rest of a longer claim (a long header value hidden unjudged up to a "!",
     # where the assignment inside it runs to the end of the secret).
+    # A token glued to a span's end (``AIza`` and 35 characters, then ``sk-proj-...``) follows a letter or a
+    # digit, which its left edge refuses: it is tried there, and hidden with the span (then whatever is glued to
+    # its own end, and so on). Without this, the token was shown, and hidden only by a second redaction.
     spans: list[list[Any]] = []
     for start, _, end, kind in claims:
+        if spans and start >= spans[-1][1]:
+            _extend_by_glued_tokens(spans[-1], view, scan.lower)
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end, kind])
+    if spans:
+        _extend_by_glued_tokens(spans[-1], view, scan.lower)
     if shifts is None:
         return [(start, end, kind) for start, end, kind in spans]
     return [(_original_index(start, shifts), _original_index(end - 1, shifts) + 1, kind) for start, end, kind in spans]
+
+
+def _extend_by_glued_tokens(span: list[Any], view: str, lower: str) -> None:
+    """Extend ``span`` over every token glued to its end (see :func:`glued_token_end`)."""
+    while span[1] < len(view) and view[span[1] - 1].isascii() and view[span[1] - 1].isalnum():
+        end = glued_token_end(view, lower, span[1])
+        if end == span[1]:
+            return
+        span[1] = end
 
 
 def redact_text(text: str) -> str:

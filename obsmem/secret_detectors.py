@@ -83,6 +83,42 @@ _SHAPED: tuple[tuple[str, str, re.Pattern[str], tuple[str, ...]], ...] = (
     ),
 )
 
+_LEFT_EDGE = "(?<![A-Za-z0-9])"
+
+
+# The token patterns without their left edge, by the literals they start with: a token glued to the end of
+# another detector's span (``AIza`` and 35 characters, then ``sk-proj-...``) follows a letter or a digit, so
+# its own left edge refuses it, and it is tried there by :func:`glued_token_end` instead.
+# Keyed by the literal's first letter: most spans end before a character that starts no token (a space, a
+# newline), and one lookup there is all the cost.
+def _glued_patterns() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
+    by_first: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+    for name, _, pattern, literals in _SHAPED:
+        if not pattern.pattern.startswith(_LEFT_EDGE):
+            raise ValueError(f"token detector {name} does not start with the left edge")
+        glued = re.compile(pattern.pattern.removeprefix(_LEFT_EDGE))
+        for literal in literals:
+            by_first.setdefault(literal[0], []).append((literal, glued))
+    return by_first
+
+
+_GLUED = _glued_patterns()
+
+
+def glued_token_end(text: str, lower: str, position: int) -> int:
+    """Where a token starting at ``position`` ends, for a position right after another detector's span and a
+    letter or a digit (which each token's left edge refuses, there to keep tokens from matching inside
+    words: "task-..."); ``position`` when none starts there. One match per token literal found there, so
+    trying it at the end of every span keeps redaction linear."""
+    end = position
+    for literal, pattern in _GLUED.get(lower[position], ()):
+        if lower.startswith(literal, position):
+            match = pattern.match(text, position)
+            if match is not None and match.end() > end:
+                end = match.end()
+    return end
+
+
 # A word saying that what follows holds a secret (OPENAI_API_KEY, db_password, "client_secret", DB_PASS).
 # ``pass`` alone counts only as the last part of a longer name (DB_PASS, --pass): "PASS: test_login" is
 # test output, not a credential.

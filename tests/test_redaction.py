@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import unicodedata
 from pathlib import Path
@@ -185,6 +186,7 @@ _SHAPES = [
     "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
     "AIza" + "b" * 35,
     "glpat-" + "d" * 20,
+    "npm_" + "e" * 36,
     "0123456789abcdef0123456789abcdef",
     "abcd@efgh12345678",
     "hunter22",
@@ -206,13 +208,37 @@ composed = st.lists(
 
 
 @given(composed)
-def test_what_is_hidden_is_never_less_than_any_detectors_span(text: str) -> None:
+def test_what_is_hidden_is_never_less_than_any_detectors_span_and_redacting_again_changes_nothing(text: str) -> None:
     hidden = {index for start, end, _ in find_secrets(text) for index in range(start, end)}
     scan = Scan(text, text.lower())
     for detector in DETECTORS:
         for start, end in detector.find(scan):
             shown = set(range(start, end)) - hidden
             assert not shown, (detector.name, text[min(shown) : max(shown) + 1])
+    # A token glued to the end of another (a Google key is exactly 35 characters after AIza) was shown by the
+    # first pass, its left edge refusing it after a letter, and hidden by the second.
+    once = redact_text(text)
+    if _LEAD_AFTER_MARKER.search(once) is None:
+        assert redact_text(once) == once, once
+
+
+# Not yet idempotent: a header, scheme word, option, prose lead or URL glued to the end of a span (an AWS key id,
+# then "--password x"; a Google key, then "authorization=...", "token is ..." or "postgres://u:pw@"). Each such
+# detector refuses a lead after a letter, a digit or a dash (a URL's scheme after a word character), so the first
+# pass keeps its value, and the second, seeing the marker's "]" there instead, hides it. Only token detectors are
+# tried where a span ends (see docs/redaction.md).
+_LEAD_AFTER_MARKER = re.compile(
+    r"\](?=-|proxy-authorization|authorization|bearer|basic|token|secret|pass|pwd|credential|api|access|private"
+    r"|[a-z][a-z0-9+.-]*://)",
+    re.IGNORECASE,
+)
+
+
+def test_a_token_glued_to_the_end_of_another_is_hidden_with_it() -> None:
+    google, npm, key = "AIza" + "b" * 35, "npm_" + "e" * 36, "sk-proj-abcdefghijklmnopqrstuvwx1234"
+    assert redact_text(google + key) == "[REDACTED:google_api_key]"
+    assert redact_text(f"a {npm}{google}{key} b") == "a [REDACTED:npm_token] b"
+    assert redact_text("the task-abcdefghijklmnopqrstuvwx1234 queue") == "the task-abcdefghijklmnopqrstuvwx1234 queue"
 
 
 def test_overlapping_detections_are_hidden_as_their_union_named_by_the_first() -> None:

@@ -5,7 +5,8 @@ gated by one combined scan per text. ``tests/test_redaction_equivalence.py`` che
 redaction finds exactly the spans this one finds, on the redaction corpus and on random text with
 embedded secrets. Never edited to follow the shipped code: a detector change that alters what is found
 must change the corpus and this copy together, on purpose (as when overlapping spans came to be hidden as
-their union, where the span that started first used to win alone).
+their union, where the span that started first used to win alone, and when a token glued to a span's end
+came to be hidden with it).
 """
 
 # ruff: noqa
@@ -500,15 +501,32 @@ def find_secrets(text: str) -> list[Found]:
     # same start the detector listed first): what is hidden is never less than any detector's span. Keeping
     # only the first showed the rest of a longer claim (a long header value hidden unjudged up to a "!",
     # where the assignment inside it runs to the end of the secret).
+    # A token glued to a span's end after a letter or a digit (``AIza`` and 35 characters, then ``sk-proj-...``),
+    # which its left edge refuses, is hidden with the span, and so is what is glued to its own end.
     spans: list[list[Any]] = []
     for start, _, end, kind in claims:
+        if spans and start >= spans[-1][1]:
+            _extend_by_glued_tokens(spans[-1], view)
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end, kind])
+    if spans:
+        _extend_by_glued_tokens(spans[-1], view)
     if shifts is None:
         return [(start, end, kind) for start, end, kind in spans]
     return [(_original_index(start, shifts), _original_index(end - 1, shifts) + 1, kind) for start, end, kind in spans]
+
+
+_GLUED = [re.compile(pattern.pattern.removeprefix("(?<![A-Za-z0-9])")) for _, _, pattern, _ in _SHAPED]
+
+
+def _extend_by_glued_tokens(span: list[Any], view: str) -> None:
+    while span[1] < len(view) and re.match(r"[A-Za-z0-9]", view[span[1] - 1]):
+        ends = [match.end() for pattern in _GLUED if (match := pattern.match(view, span[1])) is not None]
+        if not ends:
+            return
+        span[1] = max(ends)
 
 
 def redact_text(text: str) -> str:
