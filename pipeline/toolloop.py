@@ -5,7 +5,8 @@ it can act on. The conversation goes on for at most ``max_rounds`` model replies
 model answers without a tool call, or when it keeps sending calls identical to earlier ones (a repetition
 loop); a first reply cut off at the model's output limit before any call fails the stage instead, and so
 does any reply the endpoint's content filter withheld. Only the first ``MAX_CALLS_PER_REPLY`` calls of a
-reply are read (and kept in the conversation); the last one read tells the model. Calls to another tool
+reply are read (and kept in the conversation); the last one read tells the model. The last round's reply,
+which no request follows, has all its calls read. Calls to another tool
 name get an error result naming the right one. What a call's receipt says is the stage's
 :class:`~obsmem.pipeline.receipts.ReceiptCheck`.
 """
@@ -70,7 +71,9 @@ def run_tool_loop(
                 raise ModelBadResponse(f"the model's reply was cut off at its output limit before it called {name}")
             stop_reason = "done"
             break
-        calls = reply.tool_calls[:MAX_CALLS_PER_REPLY]
+        # No request follows the last round (nothing for the conversation to outgrow), and what it leaves
+        # unread is lost for good: the chunk is covered after it. Its calls are all read.
+        calls = reply.tool_calls if rounds == max_rounds else reply.tool_calls[:MAX_CALLS_PER_REPLY]
         messages.append(dataclasses.replace(reply, tool_calls=calls).as_message())
         for call in calls:
             if call.name != name:

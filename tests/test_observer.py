@@ -421,6 +421,23 @@ def test_a_reply_with_hundreds_of_tool_calls_is_read_up_to_a_bound(service: Obsm
     assert events_of(service, "om_observation_failed", "job_failed") == []
 
 
+def test_on_the_last_round_every_call_of_the_reply_is_read(tmp_path: Path, server: ScriptedChatServer) -> None:
+    """A model that sends one call per observation (parallel tool calls) on the last round allowed: no request
+    follows for the conversation to outgrow, and the chunk is covered after it, so calls left unread were
+    observations lost for good."""
+    from obsmem.pipeline.toolloop import MAX_CALLS_PER_REPLY
+
+    service = pipeline_service(tmp_path / "data", server, observer={"buffer_tokens": 100, "max_tool_rounds": 1})
+    count = MAX_CALLS_PER_REPLY + 5
+    server.responder = lambda request: tool_calls(
+        *[("record_observations", {"observations": [obs(f"Setting {n} is on", [1])]}) for n in range(count)]
+    )
+    fill(service)
+    drain(service)
+    assert len(observations(service)) == count and len(coverage(service)) == 4
+    service.close()
+
+
 def test_system_events_cannot_be_cited(service: Obsmem, server: ScriptedChatServer) -> None:
     seen: list[Any] = []
 
