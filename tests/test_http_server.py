@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -183,6 +184,21 @@ def test_a_body_over_the_limit_still_being_sent_gets_413_not_a_reset_connection(
         # The answer names the limit, so a client cutting its events can fit them to it at once.
         assert anyio.run(scenario, base) == [(413, "payload_too_large", 64 * 1024)] * 4
         assert httpx.get(f"{base}/v1/projects/alpha/status").json()["events"] == len(ALPHA_NOTES)
+
+
+def test_a_body_over_the_limit_announced_with_expect_100_continue_is_refused_unsent(serve: Serve) -> None:
+    # A client sending "Expect: 100-continue" (curl does above 1 MB) waits for the go-ahead before its body: the
+    # guard's read of a refused body to throw it away made the server send "100 Continue", so the client sent
+    # all of it (up to 64 MiB) for nothing, and one that sent none waited until the body deadline for its 413.
+    request = (
+        "POST /v1/projects/alpha/sessions/s1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n"
+    )
+    with serve(max_body_bytes=64 * 1024) as base:
+        started = time.monotonic()
+        response = raw_request(base, request.encode())
+        assert status_of(response) == 413 and b"100 Continue" not in response
+        assert time.monotonic() - started < 5
 
 
 def test_concurrent_searches_all_succeed(serve: Serve) -> None:

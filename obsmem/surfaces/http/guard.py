@@ -13,7 +13,8 @@ It runs before routing, so no route (and no body parser) ever sees a request tha
    as it passes the limit. The refused body's rest is read and thrown away (up to
    :data:`DISCARD_BODY_BYTES`, within the body deadline) before the ``413``: a client sends its whole body
    before it reads the answer, and a connection closed with unread bytes is reset, which loses the answer
-   the client had not read yet (it saw a connection error, and retried). The body is read here, before
+   the client had not read yet (it saw a connection error, and retried). A declared body whose client waits
+   for ``100 Continue`` is refused unread: it has not been sent. The body is read here, before
    routing, and replayed to the app. A JSON body must be UTF-8.
 4. **Body deadline**: the whole body must arrive within ``server.body_timeout_seconds``; a client that
    stops sending gets ``408 request_timeout`` and the connection is closed.
@@ -112,7 +113,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host = origin = authorization = content_length = content_type = None
+        host = origin = authorization = content_length = content_type = expect = None
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value
@@ -122,6 +123,8 @@ class RequestGuard:
                 authorization = value
             elif name == b"content-length":
                 content_length = value
+            elif name == b"expect":
+                expect = value
             elif name == b"content-type":
                 content_type = value
 
@@ -160,7 +163,8 @@ class RequestGuard:
                 await send_error(send, 400, "invalid_request", "Content-Length is not a number", "Content-Length")
                 return
             if declared > self.max_body_bytes:
-                if declared <= DISCARD_BODY_BYTES:
+                # A client that waits for "100 Continue" has sent none of it: reading it would ask for it all.
+                if declared <= DISCARD_BODY_BYTES and (expect is None or expect.lower() != b"100-continue"):
                     with anyio.move_on_after(self.body_timeout_seconds):
                         await _discard_body(receive, 0)
                 await self._too_large(send)
