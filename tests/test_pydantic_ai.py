@@ -122,6 +122,34 @@ def test_a_run_resumed_in_a_new_process_appends_nothing_twice(tmp_path: Path) ->
         assert stored_events(service) == history_events(messages)
 
 
+def test_a_session_whose_last_event_an_older_release_stored_with_long_arguments_whole_resumes(tmp_path: Path) -> None:
+    """Tool arguments longer than an event's content may be are now stored as their cut JSON text; a release
+    before stored them whole. A resumed run sends the session's last stored event again to prove its history:
+    when that was such a call, the cut copy was a seq_conflict, and no event of the session was stored again."""
+    args = {"path": "f", "text": "z" * 2_100_000}
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("write it")]),
+        ModelResponse(parts=[ToolCallPart("write_file", args, tool_call_id="c1")]),
+        ModelRequest(parts=[ToolReturnPart("write_file", "ok", tool_call_id="c1")]),
+        ModelResponse(parts=[TextPart("written")]),
+    ]
+    older = [event for message in history[:2] for event in message_events(message)]
+    older[-1]["tool_args"] = args  # as the release before stored it: whole
+    with Obsmem(load_settings(data_dir=tmp_path / "data", observer={"enabled": False})) as service:
+        service.append_events("p", "s1", older)
+        om = ObservationalMemory(service, project="p", session_id="s1", tools=False)
+        agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("done")])), capabilities=[om])
+
+        async def scenario() -> None:
+            await agent.run("and again", message_history=history)
+            await om.flush(5)
+
+        asyncio.run(scenario())
+        unsent = om.unsent
+        om.close()
+        assert unsent == 0 and service.session_status("p", "s1").last_seq == 6
+
+
 def test_a_history_that_differs_from_the_session_is_refused(memory: Obsmem) -> None:
     om = ObservationalMemory(memory, project="p", session_id="s1", context_window=WINDOW, tools=False)
     agent = coding_agent(om, CodingAgent())

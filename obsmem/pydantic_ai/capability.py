@@ -52,7 +52,7 @@ from obsmem.pipeline import estimate_tokens
 from obsmem.pydantic_ai.backends import EmbeddedMemory, MemoryBackend, ObsmemClient, ProjectionView, RemoteMemory
 from obsmem.pydantic_ai.compaction import Compaction, compact
 from obsmem.pydantic_ai.events import PIPELINE_EVENTS, EventHub, Handler, OMEvent, from_logged, mastra_companions
-from obsmem.pydantic_ai.messages import EventLedger
+from obsmem.pydantic_ai.messages import EventLedger, arguments_cut
 from obsmem.pydantic_ai.model_client import PydanticAIChatModel, resolve_model
 from obsmem.pydantic_ai.thresholds import (
     MIN_CONTEXT_WINDOW,
@@ -401,8 +401,11 @@ class ObservationalMemory(AbstractCapability[Any]):
                         "(result.all_messages()) or use a new session_id",
                         details={"stored_events": stored},
                     )
-                # Send the last stored event again: a duplicate proves the history is the one stored.
-                self._appended_through = max(0, stored - 1)
+                # Send the last stored event again: a duplicate proves the history is the one stored. Not one
+                # whose tool arguments this release cuts: a release before stored them whole, and the cut copy
+                # would be a seq_conflict against a history that is the one stored.
+                proof = stored if stored and arguments_cut(events[stored - 1]) else stored - 1
+                self._appended_through = max(0, proof)
                 self._stored_through = stored
             start = self._appended_through
             for offset in range(start, len(events), MAX_BATCH):

@@ -169,6 +169,13 @@ def _cut(text: str, limit: int) -> str:
     return f"{redacted_prefix(text, keep)}\n[cut: {len(text) - keep} of {len(text)} characters not stored]"
 
 
+def arguments_cut(event: dict[str, Any]) -> bool:
+    """Whether :func:`_storable` cut ``event``'s tool arguments (longer than an event's content may be):
+    releases before it stored such arguments whole, so a stored copy of the event may hold them uncut."""
+    args = event.get("tool_args")
+    return isinstance(args, str) and args.endswith(" characters not stored]") and "\n[cut: " in args[-80:]
+
+
 # Room kept for the note a cut ends with, in bytes of JSON.
 _CUT_NOTE_BYTES = 80
 # Characters measured at a time when looking for how much of a text fits a number of bytes.
